@@ -1,0 +1,32 @@
+"""Test-session setup: tiny Qwen3-TTS checkpoints, regenerated deterministically (never committed).
+
+They are written once per session into a temporary folder (or reused from VOXFLOW_TINY_DIR when that points at
+a folder that already holds them) and the folder is exported as VOXFLOW_TINY_DIR for every test module.
+Layout: $VOXFLOW_TINY_DIR/{custom_voice, voice_design, base, custom_voice_1b7} — the checkpoints the golden
+fixtures were dumped from (voxflow/tools/tiny_set.py, tools/oracle/dump_goldens.py).
+"""
+import os
+import shutil
+import tempfile
+
+import torch
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+_made_here = None
+
+
+def pytest_configure(config):
+    global _made_here
+    from voxflow.tools.tiny_set import has_tiny_set, write_tiny_set
+    root = os.environ.get("VOXFLOW_TINY_DIR")
+    if has_tiny_set(root):
+        return
+    if not root:
+        root = _made_here = tempfile.mkdtemp(prefix="voxflow-tiny-")
+    write_tiny_set(root)
+    os.environ["VOXFLOW_TINY_DIR"] = root
+
+
+def pytest_unconfigure(config):
+    if _made_here:
+        shutil.rmtree(_made_here, ignore_errors=True)

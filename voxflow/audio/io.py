@@ -1,0 +1,191 @@
+"""Reading, resampling and writing audio.
+
+Reference audio for voice cloning arrives as a file path, raw bytes or an open file. It is decoded at full
+precision (a float WAV stays float, an int16 WAV becomes int/32768 exactly as soundfile and librosa do),
+averaged to mono and resampled with librosa's default resampler, because that is what the official
+Qwen3-TTS code feeds to its speaker encoder and codec encoder; any other resampler changes the x-vector and
+the reference codes.
+
+Output audio is written as 16-bit PCM WAV.
+"""
+from __future__ import annotations
+
+import io
+import os
+from typing import BinaryIO, Union
+
+import numpy as np
+
+AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
+
+# int16 full scale. Reading divides by 32768 (soundfile, librosa); writing multiplies by the same number so a
+# write/read round trip changes a sample by at most half a step (one step at +1.0, which has to be clipped).
+_INT16_SCALE = 32768.0
+
+
+class AudioReadError(ValueError):
+    """The input could not be decoded as audio, or decoded to nothing usable."""
+
+
+def read_audio(source: AudioSource) -> tuple[np.ndarray, int]:
+    """Decode `source` to `(samples, sample_rate)`: 1-D float32 mono at the file's own rate.
+
+    soundfile (libsndfile: WAV, FLAC, OGG, MP3, ...) is tried first; anything it cannot open (m4a, aac, webm,
+    ...) is decoded with PyAV. Multi-channel audio is averaged to mono.
+    """
+    name, payload = _prepare_source(source)
+    errors = []
+    try:
+        samples, sr = _read_with_soundfile(payload)
+    except Exception as e:  # libsndfile reports unknown formats with several exception types
+        errors.append(f"soundfile: {e}")
+        try:
+            samples, sr = _read_with_pyav(payload)
+        except Exception as e2:
+            errors.append(f"pyav: {e2}")
+            raise AudioReadError(f"cannot decode audio from {name} ({'; '.join(errors)})") from None
+    return _finish(samples, sr, name)
+
+
+def _prepare_source(source: AudioSource) -> tuple[str, object]:
+    """A human-readable name for errors, and something both decoders can open more than once."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise AudioReadError(f"no such audio file: {path!r}")
+        return repr(path), path
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    elif hasattr(source, "read"):
+        # Read the stream once into memory: the fallback decoder needs to start from the beginning again,
+        # and not every stream can seek.
+        data = source.read()
+        if isinstance(data, str):
+            raise AudioReadError("audio file object must be opened in binary mode")
+    else:
+        raise AudioReadError(f"unsupported audio source type: {type(source).__name__}")
+    if len(data) == 0:
+        raise AudioReadError("audio input is empty (0 bytes)")
+    return f"<{len(data)} bytes>", data
+
+
+def _open(payload):
+    return io.BytesIO(payload) if isinstance(payload, bytes) else payload
+
+
+def _read_with_soundfile(payload) -> tuple[np.ndarray, int]:
+    import soundfile as sf
+
+    # float32, like the official loaders (librosa.load / sf.read(dtype="float32")); a float file keeps its values.
+    samples, sr = sf.read(_open(payload), dtype="float32", always_2d=True)
+    return samples, int(sr)
+
+
+def _read_with_pyav(payload) -> tuple[np.ndarray, int]:
+    import av
+
+    with av.open(_open(payload), mode="r") as container:
+        stream = next((s for s in container.streams if s.type == "audio"), None)
+        if stream is None:
+            raise ValueError("no audio stream")
+        # Convert every decoded frame to planar float32 at its own rate and layout, so frames of any native
+        # sample format (s16, s32, flt, fltp, ...) concatenate into one [channels, samples] array.
+        resampler = av.AudioResampler(format="fltp")
+        chunks, sr = [], None
+        for frame in container.decode(stream):
+            sr = sr or frame.sample_rate
+            for out in resampler.resample(frame):
+                chunks.append(out.to_ndarray())
+        for out in resampler.resample(None):  # flush what the resampler still holds
+            chunks.append(out.to_ndarray())
+    if not chunks or sr is None:
+        raise ValueError("no audio frames decoded")
+    planar = np.concatenate(chunks, axis=1)
+    return np.ascontiguousarray(planar.T, dtype=np.float32), int(sr)
+
+
+def _finish(samples: np.ndarray, sr: int, name: str) -> tuple[np.ndarray, int]:
+    if samples.ndim == 2:
+        samples = to_mono(samples)
+    if samples.size == 0:
+        raise AudioReadError(f"audio from {name} contains no samples")
+    if sr <= 0:
+        raise AudioReadError(f"audio from {name} has an invalid sample rate {sr}")
+    if not np.isfinite(samples).all():
+        raise AudioReadError(f"audio from {name} contains NaN or infinite samples")
+    return samples.astype(np.float32, copy=False), sr
+
+
+def to_mono(samples: np.ndarray) -> np.ndarray:
+    """[samples, channels] -> [samples], the plain channel average (as librosa and the official code do)."""
+    samples = np.asarray(samples)
+    if samples.ndim == 1:
+        return samples.astype(np.float32, copy=False)
+    if samples.ndim != 2:
+        raise ValueError(f"expected audio of shape [samples] or [samples, channels], got {samples.shape}")
+    if samples.shape[1] == 1:
+        return np.ascontiguousarray(samples[:, 0], dtype=np.float32)
+    return np.mean(samples.astype(np.float32, copy=False), axis=1).astype(np.float32, copy=False)
+
+
+def resample(wav: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
+    """Resample 1-D float audio with `librosa.resample` at its defaults (soxr "high quality"), in float32.
+
+    Identical to the official Qwen3-TTS code, which calls
+    `librosa.resample(y=wav.astype(np.float32), orig_sr=sr, target_sr=24000)` and skips equal rates.
+    """
+    sr_in, sr_out = int(sr_in), int(sr_out)
+    if sr_in <= 0 or sr_out <= 0:
+        raise ValueError(f"sample rates must be positive, got {sr_in} -> {sr_out}")
+    wav = np.asarray(wav, dtype=np.float32)
+    if sr_in == sr_out:
+        return wav
+    import librosa
+
+    return librosa.resample(y=wav, orig_sr=sr_in, target_sr=sr_out).astype(np.float32, copy=False)
+
+
+def load_reference_audio(source: AudioSource | tuple[np.ndarray, int], target_sr: int = 24000) -> np.ndarray:
+    """Decode (or take an `(array, sample_rate)` pair), average to mono, resample to `target_sr`: float32 1-D."""
+    if isinstance(source, tuple):
+        if len(source) != 2:
+            raise AudioReadError("an in-memory reference must be an (array, sample_rate) pair")
+        samples, sr = np.asarray(source[0], dtype=np.float32), int(source[1])
+        samples, sr = _finish(samples, sr, "the given array")
+    else:
+        samples, sr = read_audio(source)
+    return resample(samples, sr, target_sr)
+
+
+def _as_numpy(wav) -> np.ndarray:
+    if hasattr(wav, "detach"):  # a torch tensor, possibly on an accelerator
+        wav = wav.detach().to("cpu").float().numpy()
+    return np.asarray(wav, dtype=np.float32)
+
+
+def to_pcm16(wav) -> np.ndarray:
+    """Float audio -> int16 samples, clipped to [-1, 1] (NaN becomes silence)."""
+    x = np.nan_to_num(_as_numpy(wav), nan=0.0, posinf=1.0, neginf=-1.0)
+    x = np.clip(x, -1.0, 1.0)
+    return np.clip(np.round(x * _INT16_SCALE), -32768, 32767).astype(np.int16)
+
+
+def write_wav(dest: Union[str, os.PathLike, BinaryIO], wav, sample_rate: int) -> None:
+    """Write mono `[samples]` (or `[samples, channels]`) float audio as a 16-bit PCM WAV file."""
+    import soundfile as sf
+
+    pcm = to_pcm16(wav)
+    if pcm.ndim not in (1, 2):
+        raise ValueError(f"expected audio of shape [samples] or [samples, channels], got {pcm.shape}")
+    sf.write(dest, pcm, int(sample_rate), subtype="PCM_16", format="WAV")
+
+
+def wav_bytes(wav, sample_rate: int) -> bytes:
+    """The bytes of a 16-bit PCM WAV file holding `wav`."""
+    buf = io.BytesIO()
+    write_wav(buf, wav, sample_rate)
+    return buf.getvalue()
+
+
+__all__ = ["AudioReadError", "read_audio", "to_mono", "resample", "load_reference_audio",
+           "to_pcm16", "write_wav", "wav_bytes"]

@@ -1,0 +1,105 @@
+"""The Qwen3 decoder layer and decoder stack shared by the talker (28 layers) and the code predictor (5).
+
+Layer: x + attn(norm(x)), then h + swiglu(norm(h)). Attention projects q/k/v without bias, applies a
+per-head RMSNorm to q and k (over head_dim, *before* RoPE), rotates, and attends with grouped KV heads.
+State-dict names follow the checkpoints: `self_attn.{q,k,v,o}_proj`, `self_attn.{q,k}_norm`, `mlp.*`,
+`input_layernorm`, `post_attention_layernorm`; a stack has `layers.N.*` and `norm`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from voxflow.layers.attention import KVCache, LayerKVCache, attention_bias, eager_attention
+from voxflow.layers.mlp import SwiGLU
+from voxflow.layers.rms_norm import RMSNorm
+from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, eps: float):
+        super().__init__()
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{num_heads} attention heads are not a multiple of {num_kv_heads} KV heads")
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = head_dim ** -0.5
+        # head_dim is a free parameter (128 in Qwen3-TTS even at hidden 1024), so q/o are not square.
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+        self.q_norm = RMSNorm(head_dim, eps)
+        self.k_norm = RMSNorm(head_dim, eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
+                bias: torch.Tensor | None) -> torch.Tensor:
+        b, s, _ = x.shape
+        per_head = (b, s, -1, self.head_dim)
+        q = self.q_norm(self.q_proj(x).view(per_head)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(per_head)).transpose(1, 2)
+        v = self.v_proj(x).view(per_head).transpose(1, 2)
+        q, k = apply_rotary(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        out = eager_attention(q, k, v, bias, self.scale)
+        return self.o_proj(out.reshape(b, s, -1))
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, num_heads: int, num_kv_heads: int,
+                 head_dim: int, eps: float):
+        super().__init__()
+        self.self_attn = Qwen3Attention(hidden_size, num_heads, num_kv_heads, head_dim, eps)
+        self.mlp = SwiGLU(hidden_size, intermediate_size)
+        self.input_layernorm = RMSNorm(hidden_size, eps)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
+                bias: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, bias)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen3DecoderStack(nn.Module):
+    """`layers` + final `norm` (+ RoPE tables, not in the state dict). Built from a DecoderStackConfig.
+
+    Subclasses add their embedding tables as attributes so the state-dict keys match the checkpoint.
+    """
+
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            Qwen3DecoderLayer(cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
+                              cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps)
+            for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.layers))
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, S, H], positions [B, S] (RoPE positions of the new tokens) -> normed hidden [B, S, H].
+
+        cache: appended to in place (None: no cache, the S tokens attend only among themselves).
+        attention_mask: [B, T] (1/True = real token) over *all* T = cached + S key slots; None = no padding.
+        """
+        b, s, _ = x.shape
+        past = cache.seq_len if cache is not None else 0
+        if positions.shape != (b, s):
+            raise ValueError(f"positions has shape {tuple(positions.shape)}, expected {(b, s)}")
+        cos, sin = self.rotary(positions, x.dtype)
+        bias = attention_bias(s, past + s, attention_mask, batch=b, dtype=x.dtype, device=x.device)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache[i] if cache is not None else None, bias)
+        return self.norm(x)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """RoPE positions for a left-padded batch: cumsum(mask) - 1, so each row's first real token is at 0
+    whatever its padding. Padding slots get 0 (their outputs are never read)."""
+    mask = attention_mask.to(torch.long)
+    return (mask.cumsum(-1) - 1).clamp_min(0) * mask

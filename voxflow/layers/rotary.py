@@ -1,0 +1,59 @@
+"""Rotary position embedding (rotate-half convention, as in Qwen3).
+
+The talker's config asks for an interleaved multimodal RoPE ("MRoPE", three position rows). Text-only
+TTS always feeds three identical rows, so every frequency slot reads the same position and the result is
+exactly this plain 1-D RoPE over the whole head dimension.
+
+cos/sin are computed in fp32 (autocast off) and only then cast to the activation dtype, as the reference
+does; computing them in bf16 loses precision at large positions.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    # Same expression order as the reference "default" RoPE init, so the fp32 values are bit-identical.
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+    return 1.0 / (theta ** exponents)
+
+
+class RotaryEmbedding(nn.Module):
+    """Produces (cos, sin) of shape [B, S, head_dim] for integer positions [B, S].
+
+    `inv_freq` is a non-persistent buffer: it is derived from the config and never in a checkpoint.
+    """
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        self.head_dim = head_dim
+        self.theta = theta
+        self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta), persistent=False)
+
+    @torch.no_grad()
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.inv_freq.device.type == "meta":
+            # Built on the meta device and loaded from a checkpoint: derived buffers are not loaded.
+            self.inv_freq = rope_inv_freq(self.head_dim, self.theta).to(positions.device)
+        inv_freq = self.inv_freq.to(positions.device)
+        device_type = positions.device.type if positions.device.type != "mps" else "cpu"
+        with torch.autocast(device_type=device_type, enabled=False):
+            # An outer product; a K=1 matmul and a broadcast multiply give the same fp32 numbers.
+            freqs = positions.to(torch.float32)[..., None] * inv_freq.to(torch.float32)
+            angles = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = angles.cos(), angles.sin()
+        return cos.to(dtype), sin.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [B, Hq, S, D], k [B, Hkv, S, D]; cos/sin [B, S, D] (broadcast over heads)."""
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin

@@ -1,0 +1,256 @@
+"""The 12 Hz codec decoder ("Code2Wav"): 16 codebooks per 80 ms frame -> 1920 samples of 24 kHz audio.
+
+Pipeline (spec 7.2): RVQ dequantisation -> causal conv -> sliding-window transformer at frame rate ->
+2 x (transposed conv x2 + ConvNeXt) -> causal conv -> 4 SnakeBeta upsampling blocks (x8, x5, x4, x3) ->
+SnakeBeta -> causal conv to one channel -> clamp to [-1, 1].
+
+Three ways to decode:
+- `CodecDecoder.forward(codes)`: one pass over whole sequences (what a stateful stream reproduces);
+- `official_decode(decoder, codes)`: the official `decode` (300-frame windows, 25 frames of context), for parity;
+- `codec_streaming.stream_decode`: incremental, with per-request state (same modules, `state` argument).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock, SnakeBeta,
+                                   SplitDequantizer, StreamingModule, StreamTensors)
+from .config import CodecDecoderConfig
+
+# ------------------------------------------------------------------------------------ frame-rate transformer
+
+
+class RMSNorm(nn.Module):
+    """Normalised in fp32, cast back, then scaled (the order the official code uses)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, init: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), init))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+class SlidingWindowAttention(StreamingModule):
+    """Causal self-attention over the last `window` frames (itself included), RoPE on q and k, no biases.
+
+    Streaming state: the rotated keys and the values of the `window - 1` frames before the next call's first
+    frame. Keys are stored after RoPE at their absolute positions, so cached keys never need re-rotating.
+    """
+
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.cache_len = cfg.sliding_window - 1
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+
+    def init_state(self, batch, device, dtype):
+        shape = (batch, self.n_kv_heads, self.cache_len, self.head_dim)
+        return {f"{self.state_key}.k": torch.zeros(shape, device=device, dtype=dtype),
+                f"{self.state_key}.v": torch.zeros(shape, device=device, dtype=dtype)}
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                state: StreamTensors | None = None) -> torch.Tensor:
+        """x [B, T, C]; cos/sin [B or 1, T, head_dim]; mask [B or 1, 1, T, S] (True = may attend), S = cached + T
+        keys when streaming, else T."""
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        cos, sin = cos[:, None], sin[:, None]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if state is not None:
+            k = torch.cat([state[f"{self.state_key}.k"], k], dim=2)
+            v = torch.cat([state[f"{self.state_key}.v"], v], dim=2)
+            keep = k.shape[2] - self.cache_len
+            state[f"{self.state_key}.k"] = k[:, :, keep:].clone()
+            state[f"{self.state_key}.v"] = v[:, :, keep:].clone()
+        if self.n_kv_heads != self.n_heads:
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.self_attn = SlidingWindowAttention(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+        self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+
+    def forward(self, x, cos, sin, mask, state=None):
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class FrameTransformer(StreamingModule):
+    """latent_dim -> hidden_size -> N sliding-window layers -> RMSNorm -> latent_dim, on [B, T, latent_dim].
+
+    Streaming state: the number of frames each request has consumed (its next absolute RoPE position).
+    """
+
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.window = cfg.sliding_window
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
+        self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
+        exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
+        inv_freq = 1.0 / (cfg.rope_theta ** exponents)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def init_state(self, batch, device, dtype):
+        return {f"{self.state_key}.pos": torch.zeros(batch, dtype=torch.long, device=device)}
+
+    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [B, T, head_dim] for absolute positions [B, T] (B may be 1), computed in fp32 then cast."""
+        freqs = positions.float()[..., None] * self.inv_freq.float()
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        t = x.shape[1]
+        steps = torch.arange(t, device=x.device)
+        if state is None:
+            q_pos = k_pos = steps[None]  # the same for every row: mask and RoPE broadcast over the batch
+        else:
+            start = state[f"{self.state_key}.pos"]
+            cached = self.layers[0].self_attn.cache_len
+            q_pos = start[:, None] + steps
+            k_pos = start[:, None] + torch.arange(-cached, t, device=x.device)  # cache slots, then the new frames
+            state[f"{self.state_key}.pos"] = start + t
+        # frame q sees frames q-window+1 .. q; negative positions are unused cache slots of a young stream
+        delta = q_pos[:, :, None] - k_pos[:, None, :]
+        mask = ((delta >= 0) & (delta < self.window) & (k_pos >= 0)[:, None, :])[:, None]
+        cos, sin = self.rope(q_pos, x.dtype)
+        h = self.input_proj(x)
+        for layer in self.layers:
+            h = layer(h, cos, sin, mask, state)
+        return self.output_proj(self.norm(h))
+
+
+# --------------------------------------------------------------------------------------------- the decoder
+
+
+class CodecDecoder(nn.Module):
+    """Codes [B, num_quantizers, T] -> waveform [B, 1, T * total_upsample]. Weight names = checkpoint's `decoder.*`."""
+
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.config = cfg
+        self.total_upsample = cfg.total_upsample
+        self.quantizer = SplitDequantizer(cfg.num_quantizers, cfg.num_semantic_quantizers, cfg.codebook_size,
+                                          cfg.codebook_dim // 2, cfg.codebook_dim)
+        self.pre_conv = CausalConv1d(cfg.codebook_dim, cfg.latent_dim, kernel_size=3)
+        self.pre_transformer = FrameTransformer(cfg)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalConvTranspose1d(cfg.latent_dim, cfg.latent_dim, r, r), ConvNeXtBlock(cfg.latent_dim)])
+            for r in cfg.upsampling_ratios)
+        dims = [cfg.decoder_dim // 2 ** i for i in range(len(cfg.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList([
+            CausalConv1d(cfg.latent_dim, dims[0], kernel_size=7),
+            *(DecoderBlock(dims[i], dims[i + 1], r) for i, r in enumerate(cfg.upsample_rates)),
+            SnakeBeta(dims[-1]),
+            CausalConv1d(dims[-1], 1, kernel_size=7),
+        ])
+        # Each stateful block stores its context under its own weight-name prefix.
+        for name, module in self.named_modules():
+            if isinstance(module, StreamingModule):
+                module.state_key = name
+
+    def forward(self, codes: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        """codes [B, Q, T] (values in [0, codebook_size)). With `state` (see codec_streaming), decodes T new
+        frames of ongoing streams and updates `state` in place; without, decodes whole sequences."""
+        if codes.dim() != 3 or codes.shape[1] != self.config.num_quantizers:
+            raise ValueError(f"expected codes [B, {self.config.num_quantizers}, T], got {tuple(codes.shape)}")
+        h = self.pre_conv(self.quantizer(codes), state)
+        h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
+        for stage in self.upsample:
+            for layer in stage:
+                h = layer(h, state)
+        for layer in self.decoder:
+            h = layer(h, state)
+        return h.clamp(-1.0, 1.0)
+
+    @torch.no_grad()
+    def decode_frames(self, codes: torch.Tensor) -> torch.Tensor:
+        """One sequence: codes [T, Q] -> waveform [T * total_upsample]."""
+        device = next(self.parameters()).device
+        return self(codes.to(device).T[None])[0, 0]
+
+
+# ----------------------------------------------------------------------------------- the official decode path
+
+
+@torch.no_grad()
+def chunked_decode(decoder: CodecDecoder, codes: torch.Tensor, chunk_size: int = 300,
+                   left_context_size: int = 25) -> torch.Tensor:
+    """The official windowing: each window of `chunk_size` frames is decoded from scratch with up to
+    `left_context_size` earlier frames as context, whose audio is dropped. codes [B, Q, T] -> [B, 1, T*upsample].
+
+    Beyond one window this differs from a single pass: the attention context restarts at every window.
+    """
+    pieces = []
+    start, total = 0, codes.shape[-1]
+    while start < total:
+        end = min(start + chunk_size, total)
+        context = left_context_size if start > left_context_size else start
+        wav = decoder(codes[..., start - context: end])
+        pieces.append(wav[..., context * decoder.total_upsample:])
+        start = end
+    return torch.cat(pieces, dim=-1)
+
+
+@torch.no_grad()
+def official_decode(decoder: CodecDecoder, codes: torch.Tensor) -> list[torch.Tensor]:
+    """`Qwen3TTSTokenizerV2Model.decode`: codes [B, T, Q] right-padded with -1 -> one waveform per row.
+
+    A row's length is its number of frames whose codebook-0 code is not -1 (padding anywhere counts the same),
+    every code is clamped to >= 0, the batch goes through `chunked_decode(300, 25)`, and each row is cut.
+    """
+    device = next(decoder.parameters()).device
+    codes = codes.to(device)
+    lengths = (codes[..., 0] > -1).sum(dim=1) * decoder.total_upsample
+    wavs = chunked_decode(decoder, codes.clamp(min=0).transpose(1, 2))[:, 0]
+    return [w[: int(n)] for w, n in zip(wavs, lengths)]

@@ -1,0 +1,223 @@
+"""Building blocks of the 12 Hz codec decoder: RVQ dequantiser, causal convolutions, SnakeBeta, upsampling blocks.
+
+Every block runs in two modes through the same `forward(x, state=None)`:
+
+- `state is None`: a single pass over a whole sequence, zero left padding, exactly the official computation.
+- `state` is a dict of per-request tensors (leading batch dimension): the block reads the left context it
+  needs from its own entry (`self.state_key`), computes only the new samples and writes back the context the
+  next call will need. Feeding a sequence in pieces this way reproduces the single pass (up to float rounding),
+  because every layer of the decoder is causal.
+
+`state_key` is the module's qualified name inside `CodecDecoder`, assigned when the decoder is built.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+StreamTensors = dict[str, torch.Tensor]
+
+
+class StreamingModule(nn.Module):
+    """A block that carries context between streaming calls."""
+
+    state_key: str = ""
+
+    def init_state(self, batch: int, device, dtype) -> StreamTensors:
+        """The context of a stream that has not seen any frame yet (equivalent to zero padding)."""
+        return {}
+
+
+# --------------------------------------------------------------------------------------------- convolutions
+
+
+class CausalConv1d(StreamingModule):
+    """Stride-1 convolution that only looks back: (kernel-1)*dilation samples of left context, none ahead.
+
+    The official class also pads on the right "to complete the last stride", which is zero for stride 1; every
+    convolution of the decoder has stride 1, so the output length always equals the input length.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.context = (kernel_size - 1) * dilation
+
+    def init_state(self, batch, device, dtype):
+        if self.context == 0:
+            return {}
+        return {self.state_key: torch.zeros(batch, self.conv.in_channels, self.context, device=device, dtype=dtype)}
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        if self.context == 0:
+            return self.conv(x)
+        if state is None:
+            x = F.pad(x, (self.context, 0))
+        else:
+            x = torch.cat([state[self.state_key], x], dim=-1)
+            # clone: a view would keep this whole call's activation buffer alive inside the state
+            state[self.state_key] = x[..., x.shape[-1] - self.context:].clone()
+        return self.conv(x)
+
+
+class CausalConvTranspose1d(StreamingModule):
+    """ConvTranspose1d(kernel, stride) keeping exactly T*stride outputs (the last kernel-stride are dropped).
+
+    Output sample n gets contributions from inputs t with 0 <= n - t*stride < kernel. With kernel <= 2*stride a new
+    input frame only adds to its own stride of samples and to the next one, so streaming keeps the `overlap` =
+    kernel-stride partial sums that spill past the emitted samples and adds them to the next call's first ones.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__()
+        if not stride <= kernel_size <= 2 * stride:
+            raise ValueError(f"causal transposed conv needs stride <= kernel <= 2*stride, got {kernel_size}/{stride}")
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+        self.overlap = kernel_size - stride
+
+    def init_state(self, batch, device, dtype):
+        if self.overlap == 0:
+            return {}
+        return {self.state_key: torch.zeros(batch, self.conv.out_channels, self.overlap, device=device, dtype=dtype)}
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        if state is None or self.overlap == 0:
+            y = self.conv(x)
+            return y[..., : y.shape[-1] - self.overlap]
+        # The carried tail holds partial sums, so the bias is added once, after the overlap-add.
+        y = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
+        n = x.shape[-1] * self.stride
+        head = y[..., : self.overlap] + state[self.state_key]
+        state[self.state_key] = y[..., n:].clone()
+        y = torch.cat([head, y[..., self.overlap: n]], dim=-1)
+        return y + self.conv.bias[:, None]
+
+
+# ------------------------------------------------------------------------------------- activation and blocks
+
+
+class SnakeBeta(nn.Module):
+    """x + sin^2(x * e^alpha) / e^beta (alpha and beta are stored as logarithms). Pointwise: no state."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        alpha = torch.exp(self.alpha)[None, :, None]
+        beta = torch.exp(self.beta)[None, :, None]
+        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Causal depthwise conv (k=7), LayerNorm, 4x GELU MLP, per-channel gain, residual. Runs at frame rate x2/x4."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, kernel_size=7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C] for the channel-wise norm and MLP
+        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
+        return x + (self.gamma * h).transpose(1, 2)
+
+
+class ResidualUnit(nn.Module):
+    """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, plus the input."""
+
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv1d(dim, dim, kernel_size=7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        h = self.conv1(self.act1(x), state)
+        h = self.conv2(self.act2(h), state)
+        return h + x
+
+
+class DecoderBlock(nn.Module):
+    """One waveform upsampling stage: SnakeBeta, causal transposed conv (x rate, channels halved), 3 residual units
+    with dilations 1, 3, 9. Kept as a list named `block` so the weight names match the checkpoint."""
+
+    def __init__(self, in_dim: int, out_dim: int, rate: int):
+        super().__init__()
+        self.block = nn.ModuleList([
+            SnakeBeta(in_dim),
+            CausalConvTranspose1d(in_dim, out_dim, kernel_size=2 * rate, stride=rate),
+            *(ResidualUnit(out_dim, d) for d in (1, 3, 9)),
+        ])
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        for layer in self.block:
+            x = layer(x, state)
+        return x
+
+
+# ------------------------------------------------------------------------------------------ RVQ dequantiser
+
+
+class Codebook(nn.Module):
+    """EMA codebook as stored by training: the entries are embedding_sum / cluster_usage."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+
+    def embeddings(self) -> torch.Tensor:
+        return self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
+
+
+class _CodebookHolder(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self._codebook = Codebook(size, dim)
+
+
+class _CodebookList(nn.Module):
+    def __init__(self, n: int, size: int, dim: int):
+        super().__init__()
+        self.layers = nn.ModuleList(_CodebookHolder(size, dim) for _ in range(n))
+
+
+class ResidualDequantizer(nn.Module):
+    """Sum of the looked-up entries of several codebooks, projected by a 1x1 conv.
+
+    `input_proj` only serves the encoding direction; it is kept so real checkpoints load strictly.
+    """
+
+    def __init__(self, n_codebooks: int, codebook_size: int, dim: int, io_dim: int):
+        super().__init__()
+        self.input_proj = nn.Conv1d(io_dim, dim, 1, bias=False)
+        self.output_proj = nn.Conv1d(dim, io_dim, 1, bias=False)
+        self.vq = _CodebookList(n_codebooks, codebook_size, dim)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, K, T] -> [B, io_dim, T]"""
+        total = 0
+        for k, holder in enumerate(self.vq.layers):  # K is small (1 or 15); summed in codebook order like training
+            total = total + F.embedding(codes[:, k], holder._codebook.embeddings())
+        return self.output_proj(total.transpose(1, 2))
+
+
+class SplitDequantizer(nn.Module):
+    """Codebook 0 (semantic) and codebooks 1.. (acoustic) have separate output projections; the results add."""
+
+    def __init__(self, n_codebooks: int, n_semantic: int, codebook_size: int, dim: int, io_dim: int):
+        super().__init__()
+        self.n_semantic = n_semantic
+        self.rvq_first = ResidualDequantizer(n_semantic, codebook_size, dim, io_dim)
+        self.rvq_rest = ResidualDequantizer(n_codebooks - n_semantic, codebook_size, dim, io_dim)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.rvq_first(codes[:, : self.n_semantic]) + self.rvq_rest(codes[:, self.n_semantic:])

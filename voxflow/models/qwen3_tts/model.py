@@ -1,0 +1,122 @@
+"""Qwen3-TTS: every component of one checkpoint, loaded from a local folder or a hub id.
+
+    model = Qwen3TTS.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", device="cpu", dtype=torch.float32)
+
+The talker (with its code predictor) and the speaker encoder come from `model.safetensors`; the 12 Hz codec
+(encoder and decoder) from `speech_tokenizer/model.safetensors`. The codec decoder defaults to fp32 whatever
+the talker's dtype, because half precision is known to break it (reference spec, section 10).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..hub import resolve_model_dir
+from .codec_decoder import CodecDecoder
+from .config import CodecConfig, GenerationDefaults, Qwen3TTSConfig, load_configs
+from .prompt import supported_languages, supported_speakers
+from .talker import Talker
+from .tokenizer import TextTokenizer
+from .weights import WeightLoadError, load_into, read_safetensors, split_prefix
+
+SAMPLE_RATE = 24000
+
+
+@dataclass
+class Qwen3TTS:
+    path: str
+    config: Qwen3TTSConfig
+    codec_config: CodecConfig
+    generation: GenerationDefaults
+    tokenizer: TextTokenizer
+    talker: Talker
+    codec_decoder: CodecDecoder
+    speaker_encoder: torch.nn.Module | None
+    codec_encoder: object | None
+    device: torch.device
+    dtype: torch.dtype
+
+    sample_rate: int = SAMPLE_RATE
+
+    @property
+    def task(self) -> str:
+        """custom_voice | voice_design | base"""
+        return self.config.tts_model_type
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.codec_config.decode_upsample_rate
+
+    @property
+    def speakers(self) -> list[str]:
+        return supported_speakers(self.config)
+
+    @property
+    def languages(self) -> list[str]:
+        return supported_languages(self.config)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, device: str | torch.device = "cpu",
+                        dtype: torch.dtype = torch.float32, codec_dtype: torch.dtype = torch.float32,
+                        revision: str | None = None) -> "Qwen3TTS":
+        path = resolve_model_dir(name_or_path, revision=revision)
+        config, codec_config, generation = load_configs(path)
+        device = torch.device(device)
+        tokenizer = TextTokenizer.from_folder(path)
+
+        main_file = os.path.join(path, "model.safetensors")
+        codec_file = os.path.join(path, "speech_tokenizer", "model.safetensors")
+        for f in (main_file, codec_file):
+            if not os.path.exists(f):
+                raise WeightLoadError(f"{name_or_path}: missing weights file {os.path.relpath(f, path)}")
+        tensors = read_safetensors(main_file)
+        known = ("talker.", "speaker_encoder.")
+        stray = sorted(k for k in tensors if not k.startswith(known))
+        if stray:
+            raise WeightLoadError(f"{name_or_path}: model.safetensors has {len(stray)} unexpected key(s): "
+                                  + ", ".join(stray[:8]))
+
+        talker = _build(Talker, config.talker, device, dtype)
+        load_into(talker, split_prefix(tensors, "talker."), what=f"{name_or_path} talker", prefix="talker.")
+
+        speaker_encoder = None
+        if config.tts_model_type == "base":
+            from .speaker_encoder import SpeakerEncoder
+            if config.speaker_encoder is None:
+                raise WeightLoadError(f"{name_or_path}: a Base model needs speaker_encoder_config in config.json")
+            # The official code keeps the speaker encoder in the model dtype; its mel front end is fp32.
+            speaker_encoder = _build(SpeakerEncoder, config.speaker_encoder, device, dtype)
+            load_into(speaker_encoder, split_prefix(tensors, "speaker_encoder."),
+                      what=f"{name_or_path} speaker encoder", prefix="speaker_encoder.")
+        elif any(k.startswith("speaker_encoder.") for k in tensors):
+            raise WeightLoadError(f"{name_or_path}: speaker_encoder weights in a '{config.tts_model_type}' model")
+        del tensors
+
+        codec_tensors = read_safetensors(codec_file)
+        codec_decoder = _build(CodecDecoder, codec_config.decoder, device, codec_dtype)
+        load_into(codec_decoder, split_prefix(codec_tensors, "decoder."), what=f"{name_or_path} codec decoder",
+                  prefix="decoder.")
+        codec_encoder = None
+        if config.tts_model_type == "base":
+            from .codec_encoder import CodecEncoder
+            codec_encoder = CodecEncoder(codec_config)
+            codec_encoder.to(device=device, dtype=codec_dtype)
+            load_into(codec_encoder, split_prefix(codec_tensors, "encoder."), what=f"{name_or_path} codec encoder",
+                      prefix="encoder.")
+            codec_encoder.eval()
+        return cls(path=path, config=config, codec_config=codec_config, generation=generation, tokenizer=tokenizer,
+                   talker=talker, codec_decoder=codec_decoder, speaker_encoder=speaker_encoder,
+                   codec_encoder=codec_encoder, device=device, dtype=dtype)
+
+
+def _build(module_cls, cfg, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """Build a module on its device. (Built normally, not on the meta device: modules keep derived,
+    non-persistent buffers such as RoPE frequencies that a meta build would leave uninitialised.)"""
+    with torch.device(device):
+        module = module_cls(cfg)
+    # Only parameters take the requested dtype: buffers (RoPE frequencies, mel filters, codebooks) stay fp32.
+    for p in module.parameters():
+        p.data = p.data.to(dtype)
+    return module.eval().requires_grad_(False)

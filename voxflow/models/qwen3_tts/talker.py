@@ -1,0 +1,108 @@
+"""The Qwen3-TTS talker: a Qwen3 decoder over summed text/codec embeddings that predicts codebook 0.
+
+Inputs are embeddings, never ids: each prompt position is a text embedding (through `text_projection`),
+a codec embedding, or their sum, and each generated frame is fed back as the sum of its 16 code
+embeddings (`embed_frame`) plus the next trailing-text embedding (built by the caller).
+Output: hidden states after the final norm; `codec_logits` maps them to the 3072-way codec vocabulary
+(2048 codes + control tokens). Frame k's codes 1..15 come from the code predictor (`predict_residual_codes`).
+
+State-dict keys equal the checkpoint's `talker.*` keys with `talker.` removed: `model.layers.*`,
+`model.norm`, `model.codec_embedding`, `model.text_embedding`, `text_projection.linear_fc{1,2}`,
+`codec_head`, `code_predictor.*`.
+
+Positions: RoPE positions are cumsum(attention_mask) - 1 (see `positions_from_mask`), so a left-padded
+row behaves as if unpadded, and decode positions continue from each row's own length. The config's
+interleaved MRoPE with three identical position rows reduces exactly to this plain RoPE.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from voxflow.layers.attention import KVCache
+from voxflow.layers.qwen3_layer import Qwen3DecoderStack, positions_from_mask
+from voxflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
+from voxflow.models.qwen3_tts.config import TalkerConfig
+
+__all__ = ["Talker", "TalkerBackbone", "TextProjection", "positions_from_mask"]
+
+
+class TextProjection(nn.Module):
+    """text_hidden -> text_hidden -> H, SiLU in between, both Linear layers with bias."""
+
+    def __init__(self, text_hidden: int, hidden: int):
+        super().__init__()
+        self.linear_fc1 = nn.Linear(text_hidden, text_hidden, bias=True)
+        self.linear_fc2 = nn.Linear(text_hidden, hidden, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_fc2(F.silu(self.linear_fc1(x)))
+
+
+class TalkerBackbone(Qwen3DecoderStack):
+    """Decoder stack plus the codec [3072, H] and text [151936, text_hidden] embedding tables."""
+
+    def __init__(self, cfg: TalkerConfig):
+        super().__init__(cfg)
+        self.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
+
+
+class Talker(nn.Module):
+    def __init__(self, cfg: TalkerConfig):
+        super().__init__()
+        if cfg.code_predictor is None:
+            raise ValueError("TalkerConfig has no code_predictor config")
+        self.cfg = cfg
+        self.model = TalkerBackbone(cfg)
+        self.text_projection = TextProjection(cfg.text_hidden_size, cfg.hidden_size)
+        self.codec_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.code_predictor = CodePredictor(cfg.code_predictor, cfg.hidden_size)
+
+    # ---- embeddings -------------------------------------------------------------------------------
+    def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
+        """Text token ids [...] -> [..., H]."""
+        return self.text_projection(self.model.text_embedding(ids))
+
+    def embed_codec(self, ids: torch.Tensor) -> torch.Tensor:
+        """Codec-vocabulary ids (codebook-0 codes, control tokens, language/speaker rows) [...] -> [..., H]."""
+        return self.model.codec_embedding(ids)
+
+    def embed_frame(self, codes: torch.Tensor) -> torch.Tensor:
+        """A frame's 16 codes [..., 16] -> the sum of their embeddings [..., H] (without the text part).
+
+        Codebook 0 uses the talker's codec table, codebooks 1..15 the code predictor's tables. The 16 rows
+        are stacked and reduced with one sum, as the reference does, so the fp32 rounding is the same.
+        """
+        parts = torch.cat((self.embed_codec(codes[..., 0]).unsqueeze(-2),
+                           self.code_predictor.embed_residual(codes[..., 1:])), dim=-2)
+        return parts.sum(dim=-2)
+
+    # ---- decoder ----------------------------------------------------------------------------------
+    def new_cache(self) -> KVCache:
+        return self.model.new_cache()
+
+    def forward(self, inputs_embeds: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """inputs_embeds [B, S, H], positions [B, S] -> hidden [B, S, H] after the final norm.
+
+        cache: this batch's KVCache, appended to in place (prefill: a fresh one; decode: the same again).
+        attention_mask: [B, cached + S], 1 for real tokens, 0 for left padding; None when unpadded.
+        """
+        return self.model(inputs_embeds, positions, cache, attention_mask)
+
+    def codec_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., H] -> [..., vocab_size (3072)].
+
+        The reference applies the head to every prompt position and then takes the last one. Applying it
+        to the last position only gives the same logits up to GEMM rounding (~1e-7 in fp32); pass the whole
+        prefill hidden state when bit-exact parity with the reference matters.
+        """
+        return self.codec_head(hidden)
+
+    # ---- code predictor ---------------------------------------------------------------------------
+    def predict_residual_codes(self, h_last: torch.Tensor, c0: torch.Tensor, sample_fn: SampleFn
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """h_last [B, H] (post-norm hidden that produced c0), c0 [B] -> codes [B, 15], logits [B, 15, 2048]."""
+        return self.code_predictor.predict(h_last, self.embed_codec(c0), sample_fn)

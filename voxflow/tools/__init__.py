@@ -1,0 +1,1 @@
+"""Developer tools (tiny random checkpoints in the real Qwen3-TTS layout, ...)."""
