@@ -71,7 +71,7 @@ def make_voice_clone_prompt(model, ref_audio_24k: np.ndarray, ref_text: str | No
     if not x_vector_only and (ref_text is None or not ref_text.strip()):
         raise ValueError("ref_text (the transcript of the reference audio) is required for voice cloning "
                          "in ICL mode; give it, or use x-vector-only mode")
-    wav = torch.as_tensor(np.asarray(ref_audio_24k, dtype=np.float32))
+    wav = torch.from_numpy(np.array(ref_audio_24k, dtype=np.float32))   # a copy: the input may be read-only
     if wav.ndim != 1 or wav.numel() == 0:
         raise ValueError("reference audio must be a non-empty mono clip")
     x_vector = model.speaker_encoder.extract_xvector(wav.to(model.device))

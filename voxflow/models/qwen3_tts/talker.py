@@ -60,6 +60,11 @@ class Talker(nn.Module):
         self.codec_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.code_predictor = CodePredictor(cfg.code_predictor, cfg.hidden_size)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live (the prompt builder creates its id tensors here)."""
+        return self.codec_head.weight.device
+
     # ---- embeddings -------------------------------------------------------------------------------
     def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
         """Text token ids [...] -> [..., H]."""

@@ -1,0 +1,1 @@
+"""The model-agnostic serving engine: requests, scheduler, paged KV blocks, executors, clients."""

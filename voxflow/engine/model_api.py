@@ -1,0 +1,123 @@
+"""The contract between the engine and a model family.
+
+The engine never imports a model family by name: it receives an object implementing `TTSModel` (built by
+the family's plugin, e.g. `voxflow.models.qwen3_tts.plugin.Qwen3TTSPlugin`) and drives it:
+
+    prepared = model.prepare(request)              # validate + prompt embeddings (may be slow: voice clone)
+    model.attach(slot, prepared)                   # per-request decode state into persistent slot `slot`
+    model.prefill(slot, embeds[a:b], start=a, kv=ctx, last=(b == P))   # chunked prefill, KV written to pages
+    out = model.decode(slots, kv=ctx)              # one frame for every slot in the batch
+    model.detach(slot)                             # request finished / aborted / preempted
+    embeds = model.resume_embeds(slot)             # after preemption: prompt + fed-back frames, re-prefilled
+
+The KV cache is paged and owned by the engine (`PagedKVContext` below): the model writes the new tokens'
+keys/values to `slot_mapping` and reads each sequence's context through its block table.
+
+The codec (frames -> waveform) is a separate, stateful, batched stage (`CodecModel`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from .request import SpeechRequest
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """Shape of one token's KV entry per layer, so the engine can size its page pool."""
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
+
+
+@dataclass
+class PagedKVContext:
+    """Where a batch's keys/values live. Built by the engine for each prefill chunk / decode batch.
+
+    k_cache[l], v_cache[l]: [num_blocks, block_size, num_kv_heads, head_dim] for layer l.
+    block_tables: [B, max_blocks_per_seq] int64 (-1 = unused); row b lists sequence b's pages in order.
+    context_lens: [B] int64, tokens of each sequence INCLUDING the new ones of this call.
+    slot_mapping: [B, S] int64 flat slot (block * block_size + offset) for each new token (S = new tokens per
+        row; 1 for decode). All rows of one call have the same S.
+    """
+    k_cache: Sequence[torch.Tensor]
+    v_cache: Sequence[torch.Tensor]
+    block_size: int
+    block_tables: torch.Tensor
+    context_lens: torch.Tensor
+    slot_mapping: torch.Tensor
+
+
+@dataclass
+class PreparedRequest:
+    """A validated request, ready to run."""
+    request_id: str
+    prompt_embeds: torch.Tensor        # [P, H] talker input embeddings (on the model's device)
+    position_keys: list[int]           # P content hashes: equal key prefixes <=> equal embedding prefixes
+    max_frames: int                    # frames this request may produce at most
+    state: Any = None                  # model-owned per-request data (trailing text, sampling, voice clone...)
+    codec_prefix_frames: torch.Tensor | None = None   # [R, 16] frames to prime the codec (their audio is dropped)
+    info: dict = field(default_factory=dict)          # for logs/metrics (layout, language, ...)
+
+    @property
+    def prompt_len(self) -> int:
+        return int(self.prompt_embeds.shape[0])
+
+
+@dataclass
+class DecodeOutput:
+    """One decode call for B slots (all on the model's device; the engine reads `finished` one step late)."""
+    frames: torch.Tensor       # [B, 16] int64: the frame each slot completed in this call
+    finished: torch.Tensor     # [B] bool: nothing more after this frame (EOS sampled next, or frame limit)
+    eos: torch.Tensor          # [B] bool: finished because EOS was sampled (else: length limit)
+
+
+class TTSModel(Protocol):
+    """The talker side of a model family (one instance per engine; holds persistent slot state)."""
+    name: str
+    sample_rate: int
+    samples_per_frame: int
+    kv_spec: KVSpec
+    device: torch.device
+    max_slots: int
+
+    def prepare(self, request: SpeechRequest) -> PreparedRequest:
+        """Validate and build the prompt. Raises ValueError with a user-facing message on bad input."""
+
+    def attach(self, slot: int, prepared: PreparedRequest) -> None:
+        """Load a request's decode state (sampling params, trailing text, seed, counters) into `slot`."""
+
+    def detach(self, slot: int) -> None:
+        """Forget the slot's request."""
+
+    def prefill(self, slot: int, embeds: torch.Tensor, start: int, kv: PagedKVContext, last: bool) -> None:
+        """Run embeds [S, H] at positions start..start+S-1 writing KV; when `last`, sample the first c0."""
+
+    def decode(self, slots: torch.Tensor, kv: PagedKVContext) -> DecodeOutput:
+        """One frame for each slot in `slots` [B]: finish the pending frame, feed it back, sample the next c0."""
+
+    def resume_embeds(self, slot: int) -> torch.Tensor:
+        """After preemption: the embeddings to re-prefill ([P + fed-back frames, H]) so that decoding resumes
+        exactly where it stopped (the next c0 is kept in the slot)."""
+
+
+class CodecModel(Protocol):
+    """The codec side: frames -> PCM, stateful per request, batched across requests."""
+    sample_rate: int
+    samples_per_frame: int
+
+    def new_state(self, prefix_frames: torch.Tensor | None) -> Any:
+        """A fresh streaming state; `prefix_frames` (e.g. a voice-clone reference) are consumed silently."""
+
+    def decode(self, states: list[Any], frames: list[torch.Tensor]) -> tuple[list[np.ndarray], list[Any]]:
+        """Decode frames[i] ([n_i, 16]) with states[i]; returns float32 PCM per request and the new states.
+        Concatenating the PCM of successive calls equals a one-pass decode of all frames."""

@@ -1,0 +1,116 @@
+"""Token selection for the batched engine path: the official logits pipeline (sampling.py) with per-row
+parameters, and counter-based randomness instead of per-request torch.Generators.
+
+Every random draw is a pure function of (request seed, frame index, codebook index, vocabulary index):
+    u = hash(seed, frame, codebook, v) in (0, 1)        (integer mixing, vectorised on the device)
+    id = argmax_v(warped_logits[v] - log(-log(u)))       (Gumbel-max: an exact draw from softmax(warped))
+so a request's sampled codes do not depend on which other requests share its batch, on chunked prefill or on
+preemption (each (frame, codebook) pair is drawn exactly once), and there is no per-row Python loop or host
+sync. Greedy rows take the argmax of the processed logits, exactly as the eager reference does.
+
+Consequence, by design: SEEDED audio from the engine differs from the eager reference loop (generate.py),
+which replays the official torch RNG order (one multinomial per draw); the distribution is the same. Greedy
+decoding is identical.
+
+Draw indices: c0 of frame k is (frame k, codebook 0) — frame 0's c0 is drawn after the prefill; codes 1..15
+of frame k are (frame k, codebooks 1..15).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .sampling import WarpParams, process_talker_logits, warp_logits
+
+MASK32 = 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------------------------------
+# 32-bit integer hashing held in int64 tensors (values always in [0, 2^32), so >> is a logical shift and no
+# product overflows: a 32x32-bit multiply is split into two 16x32-bit ones).
+# --------------------------------------------------------------------------------------------------
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    lo, hi = x & 0xFFFF, x >> 16
+    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & MASK32
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit mixer (Wellons' "lowbias32") on int64 tensors holding values in [0, 2^32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def hash32_int(x: int) -> int:
+    """`hash32` for one Python int (host side)."""
+    x &= MASK32
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & MASK32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & MASK32
+    return x ^ (x >> 16)
+
+
+def seed_key(seed: int) -> int:
+    """A request seed (any Python int) -> its 32-bit stream key."""
+    s = int(seed) % (1 << 64)
+    return hash32_int(hash32_int(s & MASK32) ^ (s >> 32))
+
+
+_vocab_hash_cache: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def _vocab_hash(vocab: int, device: torch.device) -> torch.Tensor:
+    key = (vocab, str(device))
+    if key not in _vocab_hash_cache:
+        v = torch.arange(vocab, dtype=torch.long, device=device)
+        _vocab_hash_cache[key] = hash32((v * 0x9E3779B9 + 0x632BE5AB) & MASK32)
+    return _vocab_hash_cache[key]
+
+
+def uniform_noise(keys: torch.Tensor, frame: torch.Tensor, codebook: int, vocab: int) -> torch.Tensor:
+    """[B, vocab] float32 in (0, 1): keys [B] (seed_key), frame [B] long, one codebook index for the batch."""
+    stream = hash32(keys ^ hash32((frame * 16 + codebook) & MASK32))
+    bits = hash32(stream[:, None] ^ _vocab_hash(vocab, keys.device)[None, :])
+    # 23 bits: (m + 0.5) / 2^23 is exact in fp32 and never reaches 0 or 1, so the Gumbel transform stays finite.
+    return ((bits >> 9).to(torch.float32) + 0.5) * (2.0 ** -23)
+
+
+def gumbel_argmax(logits: torch.Tensor, keys: torch.Tensor, frame: torch.Tensor, codebook: int) -> torch.Tensor:
+    """One draw per row from softmax(logits) ([B, V] fp32, -inf = filtered) with counter-based noise."""
+    u = uniform_noise(keys, frame, codebook, logits.shape[-1])
+    return (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+# --------------------------------------------------------------------------------------------------
+# The two sampling stages
+# --------------------------------------------------------------------------------------------------
+def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Tensor, penalty: torch.Tensor,
+              min_new_tokens: torch.Tensor, suppress: torch.Tensor, params: WarpParams, keys: torch.Tensor,
+              frame: torch.Tensor, eos_id: int, any_sampling: bool = True) -> torch.Tensor:
+    """c0 ids [B] from raw talker logits [B, V]: repetition penalty, min-length EOS rule, suppression (all rows),
+    then argmax (greedy rows) or temperature / top-k / top-p + Gumbel-max (sampling rows)."""
+    processed = process_talker_logits(logits, seen, num_generated, penalty, min_new_tokens, suppress, eos_id)
+    greedy = processed.argmax(dim=-1)
+    if not any_sampling:
+        return greedy
+    sampled = gumbel_argmax(warp_logits(processed, params), keys, frame, 0)
+    return torch.where(params.do_sample, sampled, greedy)
+
+
+def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tensor,
+                       any_sampling: bool = True) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """The `sample_fn(logits [B, 2048], j)` that `CodePredictor.predict` calls for codebook j + 1."""
+
+    def sample(logits: torch.Tensor, j: int) -> torch.Tensor:
+        logits = logits.to(torch.float32)
+        greedy = logits.argmax(dim=-1)
+        if not any_sampling:
+            return greedy
+        sampled = gumbel_argmax(warp_logits(logits, params), keys, frame, j + 1)
+        return torch.where(params.do_sample, sampled, greedy)
+
+    return sample

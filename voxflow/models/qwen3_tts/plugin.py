@@ -1,0 +1,246 @@
+"""Qwen3-TTS for the engine: the batched, paged talker behind `voxflow.engine.model_api.TTSModel`.
+
+It computes what the eager reference loop (generate.py) computes, for many requests at once:
+
+    prefill(slot, prompt chunks)   talker over the chunk on the paged cache; after the last chunk: codec_head on
+                                   it, c0 of frame 0 drawn, its hidden state h kept in the slot
+    decode(slots)                  per slot, in one batch: codes 1..15 of the pending frame from (h, c0), the
+                                   frame fed back (embed_frame + trailing text or tts_pad) at position P + fed,
+                                   codec_head, the official c0 pipeline with per-row parameters, next c0
+
+All per-request state lives in device tensors indexed by slot (slots.py); decode gathers and scatters rows and
+never loops over requests in Python nor reads anything back to the host. Greedy rows give exactly the
+reference's codes; sampled rows use counter-based noise (batch_sampling.py), so seeded output is reproducible
+and independent of the batch but differs from the eager reference's torch-RNG replay.
+
+Preemption. `detach(slot)` snapshots the slot's evolving state (pending c0, h, frames fed, seen ids, frame
+history; device copies, no sync) into the request's `PreparedRequest.state`. Re-attaching the same
+PreparedRequest (to any slot) restores it, and `resume_embeds(slot)` returns prompt + fed-back frames for the
+re-prefill. A slot whose first c0 has already been drawn does NOT sample again on its `last` prefill chunk (it
+only writes KV; the pending c0 and h are kept): decoding continues exactly where it stopped. Keeping the slot
+attached and only re-prefilling (pages dropped) works the same way.
+
+Limits: `max_frames` = max_new_tokens - 1 may be 0 (max_new_tokens = 1): such a request yields no frame and
+must not be decoded. The first c0 is never EOS (min_new_tokens = 2), so a prefill never ends a request.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from voxflow.engine.model_api import DecodeOutput, KVSpec, PagedKVContext, PreparedRequest
+from voxflow.engine.request import SpeechRequest
+from voxflow.layers.paged_attention import PagedKVView
+
+from .batch_sampling import residual_sample_fn, seed_key, select_c0
+from .generate import SynthesisRequest, VoiceClonePrompt, make_voice_clone_prompt, prepare
+from .model import Qwen3TTS
+from .position_keys import position_keys
+from .sampling import SamplingParams, suppress_mask
+from .slots import SlotTable
+
+_PUBLIC_TASK = {"custom_voice": "custom_voice", "voice_design": "voice_design", "base": "voice_clone"}
+
+
+@dataclass
+class Qwen3RequestState:
+    """`PreparedRequest.state` of a Qwen3-TTS request."""
+    params: SamplingParams
+    trailing_text: torch.Tensor                 # [N, H]
+    ignore_eos: bool = False
+    seed: int | None = None                     # fixed at the first attach when the request gave none
+    resume: dict | None = field(default=None, repr=False)   # slot snapshot taken by detach (preemption)
+    needs_first_c0: bool = True
+
+
+class Qwen3TTSPlugin:
+    def __init__(self, model: Qwen3TTS, max_slots: int, voice_cache_size: int = 16):
+        self.model = model
+        self.talker = model.talker
+        tc = model.config.talker
+        self.name = os.path.basename(os.path.normpath(model.path))
+        self.sample_rate = model.sample_rate
+        self.samples_per_frame = model.samples_per_frame
+        self.device = model.device
+        self.max_slots = max_slots
+        self.kv_spec = KVSpec(num_layers=tc.num_hidden_layers, num_kv_heads=tc.num_key_value_heads,
+                              head_dim=tc.head_dim, dtype=model.dtype)
+        self.eos_id = tc.codec_eos_token_id
+        codebook = tc.code_predictor.vocab_size
+        self.suppress = suppress_mask(tc.vocab_size, self.eos_id, codebook, self.device)
+        with torch.no_grad():
+            # tts_pad exactly as build_prompt embeds it (the same 3-row call), so padded frames match the reference.
+            c = model.config
+            ids = torch.tensor([c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id], device=self.device)
+            self.tts_pad = self.talker.embed_text(ids)[2]
+        self.slots = SlotTable(max_slots, tc.hidden_size, tc.vocab_size, tc.num_code_groups, model.dtype,
+                               self.device)
+        self._attached: list[PreparedRequest | None] = [None] * max_slots
+        self._true = torch.ones((), dtype=torch.bool, device=self.device)   # a Python True would sync to copy
+        self._sampling = [0, 0]      # attached requests that sample c0 / codes 1..15 (host counters)
+        self._voice_cache: OrderedDict[tuple, VoiceClonePrompt] = OrderedDict()
+        self._voice_cache_size = voice_cache_size
+
+    # ------------------------------------------------------------------------------------------ prepare
+    def prepare(self, request: SpeechRequest) -> PreparedRequest:
+        """task voice_clone = a Base model; `voice` = preset speaker (ignored by Base: a stored voice is resolved
+        to ref_audio before it gets here); validation and prompt are generate.prepare's."""
+        model = self.model
+        if request.task is not None:
+            wanted = "base" if request.task == "voice_clone" else request.task
+            if wanted not in _PUBLIC_TASK:
+                raise ValueError(f"unknown task {request.task!r}; expected one of {sorted(_PUBLIC_TASK.values())}")
+            if wanted != model.task:
+                raise ValueError(f"this model serves {_PUBLIC_TASK[model.task]} requests, not {request.task}")
+        s = request.sampling
+        ref_audio, clone = None, None
+        if request.ref_audio is not None:
+            ref_audio = _pcm_f32(request.ref_audio)
+        if model.task == "base":
+            if ref_audio is None:
+                raise ValueError("voice_clone needs reference audio (ref_audio: float32 PCM at "
+                                 f"{model.sample_rate} Hz)")
+            clone = self._voice_clone_prompt(request.ref_audio, ref_audio, request.ref_text, request.x_vector_only)
+            ref_audio = None
+        synth = SynthesisRequest(
+            text=request.text, speaker=request.voice if model.task != "base" else None,
+            instruct=request.instructions, language=request.language, ref_audio=ref_audio,
+            voice_clone_prompt=clone, non_streaming_mode=request.non_streaming_mode, seed=s.seed,
+            greedy=s.greedy, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+            repetition_penalty=s.repetition_penalty, max_new_tokens=s.max_new_tokens)
+        prompt, params, max_new_tokens, clone = prepare(model, synth)
+        ref_codes = clone.ref_codes if clone is not None else None
+        keys = position_keys(prompt, clone.x_vector if clone is not None else None, ref_codes)
+        state = Qwen3RequestState(params=params, trailing_text=prompt.trailing_text, ignore_eos=s.ignore_eos,
+                                  seed=params.seed)
+        return PreparedRequest(
+            request_id=request.request_id, prompt_embeds=prompt.inputs_embeds, position_keys=keys,
+            max_frames=max_new_tokens - 1, state=state, codec_prefix_frames=ref_codes,
+            info=dict(layout=prompt.layout, language=prompt.language, speaker=prompt.speaker,
+                      instruction_dropped=prompt.instruction_dropped))
+
+    def _voice_clone_prompt(self, raw: bytes, audio: np.ndarray, ref_text, x_vector_only) -> VoiceClonePrompt:
+        """x-vector (+ reference codes) of a clip, cached: clients tend to send the same voice again."""
+        key = (hashlib.blake2b(raw, digest_size=16).digest(), ref_text, bool(x_vector_only))
+        if key in self._voice_cache:
+            self._voice_cache.move_to_end(key)
+            return self._voice_cache[key]
+        clone = make_voice_clone_prompt(self.model, audio, ref_text, x_vector_only)
+        self._voice_cache[key] = clone
+        while len(self._voice_cache) > self._voice_cache_size:
+            self._voice_cache.popitem(last=False)
+        return clone
+
+    # ------------------------------------------------------------------------------------ slot lifecycle
+    def attach(self, slot: int, prepared: PreparedRequest) -> None:
+        if self._attached[slot] is not None:
+            raise ValueError(f"slot {slot} already holds request {self._attached[slot].request_id}")
+        st: Qwen3RequestState = prepared.state
+        if st.seed is None:
+            st.seed = random.getrandbits(63)
+        self.slots.load(slot, params=st.params, key=seed_key(st.seed), prompt_len=prepared.prompt_len,
+                        max_frames=prepared.max_frames, ignore_eos=st.ignore_eos,
+                        trailing=st.trailing_text.to(self.device))
+        if st.resume is not None:
+            self.slots.restore(slot, st.resume)
+            st.resume = None
+        self._attached[slot] = prepared
+        self._count_sampling(st.params, +1)
+
+    def detach(self, slot: int) -> None:
+        prepared = self._attached[slot]
+        if prepared is None:
+            return
+        prepared.state.resume = self.slots.snapshot(slot, prepared.max_frames)
+        self._attached[slot] = None
+        self._count_sampling(prepared.state.params, -1)
+
+    def _count_sampling(self, params: SamplingParams, delta: int) -> None:
+        self._sampling[0] += delta * bool(params.do_sample)
+        self._sampling[1] += delta * bool(params.subtalker_do_sample)
+
+    def resume_embeds(self, slot: int) -> torch.Tensor:
+        prepared = self._attached[slot]
+        if prepared is None:
+            raise ValueError(f"slot {slot} holds no request")
+        fed = int(self.slots.fed[slot])          # host sync: fine, preemption is rare
+        frames = self.slots.history[slot, :fed].to(torch.long)
+        trailing = prepared.state.trailing_text.to(self.device)
+        k = torch.arange(fed, device=self.device)
+        text = torch.where((k < trailing.shape[0])[:, None],
+                           trailing[k.clamp(max=trailing.shape[0] - 1)], self.tts_pad.to(trailing))
+        with torch.no_grad():
+            fed_back = self.talker.embed_frame(frames) + text
+        return torch.cat((prepared.prompt_embeds.to(fed_back), fed_back))
+
+    # ------------------------------------------------------------------------------------- the talker
+    @torch.no_grad()
+    def prefill(self, slot: int, embeds: torch.Tensor, start: int, kv: PagedKVContext, last: bool) -> None:
+        st: Qwen3RequestState = self._attached[slot].state
+        n = embeds.shape[0]
+        view = PagedKVView(kv, n)
+        positions = torch.arange(start, start + n, device=self.device)[None]
+        x = embeds.to(device=self.device, dtype=self.model.dtype)[None]
+        hidden = self.talker(x, positions, view, view.key_valid)
+        if not (last and st.needs_first_c0):
+            return      # a middle chunk, or the re-prefill of a resumed request (its c0 is pending already)
+        # The head runs on the whole chunk, as the reference does on the whole prompt (same GEMM when unchunked).
+        logits = self.talker.codec_logits(hidden)[:, -1]
+        s = self.slots
+        rows = torch.tensor([slot], device=self.device)
+        zero = torch.zeros(1, dtype=torch.long, device=self.device)
+        c0 = select_c0(logits, s.seen[rows], zero, s.penalty[rows], s.min_new_tokens[rows], self.suppress,
+                       s.talker_params(rows), s.key[rows], zero, self.eos_id, st.params.do_sample)
+        s.c0[rows] = c0
+        s.seen.index_put_((rows, c0), self._true)
+        s.h[rows] = hidden[:, -1]
+        st.needs_first_c0 = False
+
+    @torch.no_grad()
+    def decode(self, slots: torch.Tensor, kv: PagedKVContext) -> DecodeOutput:
+        s, talker = self.slots, self.talker
+        rows = slots.to(device=self.device, dtype=torch.long)
+        c0, h, fed, keys = s.c0[rows], s.h[rows], s.fed[rows], s.key[rows]
+        # Host-side knowledge only (no sync): skip the sampling math when no attached request samples.
+        t_sampling, cp_sampling = self._sampling[0] > 0, self._sampling[1] > 0
+
+        # 1. codes 1..15 of the pending frame `fed`, then the frame is complete
+        sample_fn = residual_sample_fn(s.cp_params(rows), keys, fed, cp_sampling)
+        residual, _ = talker.predict_residual_codes(h, c0, sample_fn)
+        frame = torch.cat((c0[:, None], residual), dim=1)                        # [B, 16]
+
+        # 2. feed it back at position P + fed, on the paged cache
+        x = talker.embed_frame(frame) + s.text_part(rows, fed, self.tts_pad)
+        view = PagedKVView(kv, 1)
+        positions = (s.prompt_len[rows] + fed)[:, None]
+        hidden = talker(x[:, None], positions, view, view.key_valid)
+
+        # 3. c0 of frame fed + 1 (fed + 1 c0 ids generated so far)
+        nxt = fed + 1
+        logits = talker.codec_logits(hidden)[:, -1]
+        c0_next = select_c0(logits, s.seen[rows], nxt, s.penalty[rows], s.min_new_tokens[rows], self.suppress,
+                            s.talker_params(rows), keys, nxt, self.eos_id, t_sampling)
+
+        # 4. scatter the state back
+        s.record_frame(rows, fed, frame)
+        s.seen.index_put_((rows, c0_next), self._true)
+        s.c0[rows] = c0_next
+        s.h[rows] = hidden[:, -1]
+        s.fed[rows] = nxt
+        eos = c0_next == self.eos_id
+        return DecodeOutput(frames=frame, finished=eos | (nxt >= s.max_frames[rows]), eos=eos)
+
+
+def _pcm_f32(raw: bytes) -> np.ndarray:
+    if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) % 4:
+        raise ValueError("ref_audio must be float32 little-endian PCM bytes (a multiple of 4 bytes)")
+    audio = np.frombuffer(bytes(raw), dtype="<f4").astype(np.float32)
+    if audio.size == 0 or not np.isfinite(audio).all():
+        raise ValueError("ref_audio is empty or holds non-finite samples")
+    return audio
