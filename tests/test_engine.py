@@ -327,3 +327,26 @@ def test_offline_batch_of_two_dozen_equals_one_by_one():
         wav = res.audio()
         assert wav.shape == ref_wav.shape and np.abs(wav - ref_wav).max() <= AUDIO_ATOL
     assert_all_released(core)
+
+
+def test_stored_voice_prompt_replaces_reference_audio():
+    """A voice computed once with create_voice (plain data, JSON round trip) gives the same audio as sending the
+    reference clip with every request."""
+    import json
+    t = np.arange(24000) / 24000
+    ref = (0.2 * np.sin(2 * np.pi * 170 * t)).astype("<f4").tobytes()
+    core = make_engine("base")
+    info = core.info()
+    assert info["task"] == "voice_clone" and info["sample_rate"] == 24000
+    voice = json.loads(json.dumps(core.create_voice(ref, "The quick brown fox.", False)))
+    by_clip = greedy("Hello world.", 10, ref_audio=ref, ref_text="The quick brown fox.", request_id="clip")
+    by_voice = greedy("Hello world.", 10, voice_clone_prompt=voice, request_id="stored")
+    results = drive(core, {0: [by_clip, by_voice]})
+    assert torch.equal(codes_of(core, "clip"), codes_of(core, "stored"))
+    assert np.abs(audio_of(results["clip"]) - audio_of(results["stored"])).max() <= AUDIO_ATOL
+    with pytest.raises(ValueError, match="voice_clone_prompt"):
+        core.add_request(greedy("Hi.", 5, voice_clone_prompt={"format": "qwen3_tts.voice.v1"}))
+    cv = make_engine("custom_voice")
+    assert set(cv.info()["voices"]) >= {"vivian", "ryan"}
+    with pytest.raises(ValueError, match="Base"):
+        cv.add_request(greedy("Hi.", 5, voice_clone_prompt=voice))

@@ -117,6 +117,18 @@ class EngineCore:
         live.finish_reason = FinishReason.ABORTED
         return [self._retire(live)]
 
+    def info(self) -> dict:
+        """The served model as the API shows it (name, task, sample rate, voices, languages, ...)."""
+        return self.model.describe()
+
+    def create_voice(self, ref_audio: bytes, ref_text: str | None, x_vector_only: bool) -> dict:
+        """Compute a voice-clone prompt once (float32 mono PCM at the model rate in); plain data out, to store
+        and send back as `SpeechRequest.voice_clone_prompt`. ValueError on bad input."""
+        audio = np.frombuffer(ref_audio, dtype="<f4")
+        if audio.size == 0:
+            raise ValueError("reference audio is empty")
+        return self.model.make_voice(audio, ref_text, x_vector_only)
+
     def has_work(self) -> bool:
         return bool(self.live)
 

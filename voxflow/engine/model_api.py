@@ -90,6 +90,14 @@ class TTSModel(Protocol):
     device: torch.device
     max_slots: int
 
+    def describe(self) -> dict:
+        """What the API shows: name, family, task (custom_voice | voice_design | voice_clone), sample_rate,
+        voices (preset speakers), languages, supports_instructions."""
+
+    def make_voice(self, ref_audio: np.ndarray, ref_text: str | None, x_vector_only: bool) -> dict:
+        """A reusable voice-clone prompt from a reference clip (float32 mono at `sample_rate`), as plain
+        JSON-serialisable data; pass it back as `SpeechRequest.voice_clone_prompt`. ValueError on bad input."""
+
     def prepare(self, request: SpeechRequest) -> PreparedRequest:
         """Validate and build the prompt. Raises ValueError with a user-facing message on bad input."""
 

@@ -44,6 +44,8 @@ class SpeechRequest:
     ref_audio: bytes | None = None             # voice clone: float32 mono PCM at the model's rate (little-endian)
     ref_text: str | None = None
     x_vector_only: bool = False
+    voice_clone_prompt: dict | None = None     # voice clone: a stored voice's prompt (TTSModel.make_voice), no
+                                               # per-request encoding; used instead of ref_audio
     non_streaming_mode: bool | None = None     # prompt layout (model specific); None = model default
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     streaming: StreamingOptions = field(default_factory=StreamingOptions)

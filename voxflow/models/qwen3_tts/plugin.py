@@ -25,6 +25,8 @@ must not be decoded. The first c0 is never EOS (min_new_tokens = 2), so a prefil
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import os
 import random
@@ -103,11 +105,18 @@ class Qwen3TTSPlugin:
         if request.ref_audio is not None:
             ref_audio = _pcm_f32(request.ref_audio)
         if model.task == "base":
-            if ref_audio is None:
+            if request.voice_clone_prompt is not None:
+                clone = voice_from_data(request.voice_clone_prompt, self.device, model.dtype)
+            elif ref_audio is None:
                 raise ValueError("voice_clone needs reference audio (ref_audio: float32 PCM at "
-                                 f"{model.sample_rate} Hz)")
-            clone = self._voice_clone_prompt(request.ref_audio, ref_audio, request.ref_text, request.x_vector_only)
+                                 f"{model.sample_rate} Hz) or a stored voice")
+            else:
+                clone = self._voice_clone_prompt(request.ref_audio, ref_audio, request.ref_text,
+                                                 request.x_vector_only)
             ref_audio = None
+        elif request.voice_clone_prompt is not None:
+            raise ValueError(f"stored voice-clone voices need a Base (voice clone) model; this one serves "
+                             f"{_PUBLIC_TASK[model.task]}")
         synth = SynthesisRequest(
             text=request.text, speaker=request.voice if model.task != "base" else None,
             instruct=request.instructions, language=request.language, ref_audio=ref_audio,
@@ -124,6 +133,18 @@ class Qwen3TTSPlugin:
             max_frames=max_new_tokens - 1, state=state, codec_prefix_frames=ref_codes,
             info=dict(layout=prompt.layout, language=prompt.language, speaker=prompt.speaker,
                       instruction_dropped=prompt.instruction_dropped))
+
+    def describe(self) -> dict:
+        model = self.model
+        return dict(name=self.name, family="qwen3_tts", task=_PUBLIC_TASK[model.task],
+                    sample_rate=model.sample_rate, voices=model.speakers, languages=model.languages,
+                    supports_instructions=model.config.supports_instructions,
+                    samples_per_frame=model.samples_per_frame)
+
+    def make_voice(self, ref_audio: np.ndarray, ref_text: str | None, x_vector_only: bool) -> dict:
+        audio = np.ascontiguousarray(ref_audio, dtype=np.float32)
+        clone = self._voice_clone_prompt(audio.tobytes(), audio, ref_text, x_vector_only)
+        return voice_to_data(clone)
 
     def _voice_clone_prompt(self, raw: bytes, audio: np.ndarray, ref_text, x_vector_only) -> VoiceClonePrompt:
         """x-vector (+ reference codes) of a clip, cached: clients tend to send the same voice again."""
@@ -244,3 +265,31 @@ def _pcm_f32(raw: bytes) -> np.ndarray:
     if audio.size == 0 or not np.isfinite(audio).all():
         raise ValueError("ref_audio is empty or holds non-finite samples")
     return audio
+
+
+def voice_to_data(clone: VoiceClonePrompt) -> dict:
+    """A voice-clone prompt as plain data (base64 little-endian arrays) that survives JSON and msgpack."""
+    x = clone.x_vector.detach().float().cpu().numpy().astype("<f4")
+    data = {"format": "qwen3_tts.voice.v1", "x_vector": base64.b64encode(x.tobytes()).decode(),
+            "dim": int(x.shape[0]), "ref_text": clone.ref_text, "ref_codes": None, "frames": 0}
+    if clone.ref_codes is not None:
+        codes = clone.ref_codes.detach().cpu().numpy().astype("<i2")
+        data.update(ref_codes=base64.b64encode(codes.tobytes()).decode(), frames=int(codes.shape[0]))
+    return data
+
+
+def voice_from_data(data: dict, device, dtype) -> VoiceClonePrompt:
+    try:
+        if data.get("format") != "qwen3_tts.voice.v1":
+            raise ValueError(f"unsupported voice format {data.get('format')!r}")
+        x = np.frombuffer(base64.b64decode(data["x_vector"]), dtype="<f4")
+        if x.shape[0] != int(data["dim"]):
+            raise ValueError("x-vector size does not match its header")
+        codes = None
+        if data.get("ref_codes"):
+            codes = torch.from_numpy(np.frombuffer(base64.b64decode(data["ref_codes"]), dtype="<i2")
+                                     .reshape(int(data["frames"]), 16).astype(np.int64)).to(device)
+    except (KeyError, TypeError, ValueError, binascii.Error) as e:
+        raise ValueError(f"voice_clone_prompt is not a valid stored voice: {e}") from None
+    x_vector = torch.from_numpy(x.copy()).to(device=device, dtype=dtype)
+    return VoiceClonePrompt(x_vector=x_vector, ref_codes=codes, ref_text=data.get("ref_text"))

@@ -1,0 +1,69 @@
+"""Loading Qwen3-TTS: hub ids offline, broken checkpoints, caller-chosen dtype; seeded eager sampling."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from voxflow.models.qwen3_tts.generate import SynthesisRequest, synthesize
+from voxflow.models.qwen3_tts.model import Qwen3TTS
+from voxflow.models.qwen3_tts.weights import WeightLoadError
+
+TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
+
+
+def test_unreachable_hub_id_names_the_model():
+    code = ("from voxflow.models.hub import resolve_model_dir, ModelNotFoundError\n"
+            "try:\n    resolve_model_dir('voxflow-tests/no-such-model')\n"
+            "except ModelNotFoundError as e:\n    print('ERR', e)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": "/nonexistent-hf-home"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
+    assert out.startswith("ERR") and "voxflow-tests/no-such-model" in out and "could not be reached" in out
+
+
+def _broken_copy(tmp_path, edit):
+    dst = tmp_path / "ckpt"
+    shutil.copytree(os.path.join(TINY, "custom_voice"), dst)
+    tensors = load_file(str(dst / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return str(dst)
+
+
+def test_missing_key_is_named(tmp_path):
+    path = _broken_copy(tmp_path, lambda t: t.pop("talker.codec_head.weight"))
+    with pytest.raises(WeightLoadError, match="missing key.*talker.codec_head.weight"):
+        Qwen3TTS.from_pretrained(path)
+
+
+def test_misshaped_and_unexpected_keys_are_named(tmp_path):
+    def edit(t):
+        t["talker.model.norm.weight"] = torch.ones(3)
+        t["talker.model.extra.weight"] = torch.ones(2)
+    path = _broken_copy(tmp_path, edit)
+    with pytest.raises(WeightLoadError) as e:
+        Qwen3TTS.from_pretrained(path)
+    assert "talker.model.norm.weight: checkpoint (3,)" in str(e.value)
+    assert "talker.model.extra.weight" in str(e.value)
+
+
+def test_dtype_is_the_callers_choice_and_the_codec_stays_fp32():
+    model = Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"), dtype=torch.bfloat16)
+    assert model.talker.codec_head.weight.dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in model.codec_decoder.parameters())
+    result = synthesize(model, SynthesisRequest(text="Hello world.", speaker="vivian", greedy=True, max_new_tokens=4))
+    assert result.codes.shape == (3, 16) and result.wav.shape == (3 * 1920,)
+
+
+def test_seeded_sampling_is_reproducible():
+    model = Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"))
+
+    def run(seed):
+        return synthesize(model, SynthesisRequest(text="Hello world.", speaker="ryan", seed=seed,
+                                                  max_new_tokens=12)).codes
+    a, b, c = run(3), run(3), run(4)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
