@@ -85,6 +85,8 @@ class FinalRecord:
     reason: FinishReason
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
+    error_kind: str | None = None          # with ERROR: "invalid_request" (bad input: HTTP 400), "overloaded"
+                                           # (queue full: 429/503), "engine_died", "internal"
     arrived_at: float = 0.0
     first_chunk_at: float | None = None
     finished_at: float = field(default_factory=time.monotonic)

@@ -1,0 +1,98 @@
+"""The real engine (tiny Qwen3-TTS) behind both clients: same audio in-process and out-of-process, model info and
+stored voices over the wire, and a killed engine process reported to every waiting request."""
+import asyncio
+import functools
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from voxflow.engine.client import EngineUnavailableError
+from voxflow.engine.engine import EngineConfig, EngineCore
+from voxflow.engine.inprocess import InProcessEngineClient
+from voxflow.engine.process import ProcessEngineClient
+from voxflow.engine.request import AudioChunk, FinishReason, SamplingOptions, SpeechRequest, StreamingOptions
+
+TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
+
+
+def config(name):
+    return EngineConfig(model=os.path.join(TINY, name), max_num_seqs=4, max_num_batched_tokens=64,
+                        num_kv_blocks=128, block_size=4)
+
+
+def request(rid, text="Hello world.", n=10, **kw):
+    return SpeechRequest(text=text, voice="vivian", request_id=rid, sampling=SamplingOptions(greedy=True,
+                         max_new_tokens=n), streaming=StreamingOptions(initial_chunk_frames=1, chunk_frames=4), **kw)
+
+
+async def collect(client, req):
+    chunks, final = [], None
+    async for out in client.generate(req):
+        if isinstance(out, AudioChunk):
+            chunks.append(out)
+        else:
+            final = out
+    pcm = np.concatenate([np.frombuffer(c.pcm, "<f4") for c in chunks]) if chunks else np.zeros(0, np.float32)
+    return pcm, final
+
+
+def test_process_and_inprocess_give_the_same_audio_and_info():
+    async def main():
+        inproc = InProcessEngineClient(EngineCore.from_config(config("custom_voice")))
+        proc = ProcessEngineClient(functools.partial(EngineCore.from_config, config("custom_voice")),
+                                   startup_timeout=120)
+        async with inproc, proc:
+            assert proc.model_info == inproc.model_info
+            assert proc.model_info["task"] == "custom_voice" and "vivian" in proc.model_info["voices"]
+            texts = ["Hello world.", "The quick brown fox.", "Speak happily."]
+            a = await asyncio.gather(*(collect(inproc, request(f"i{i}", t)) for i, t in enumerate(texts)))
+            b = await asyncio.gather(*(collect(proc, request(f"p{i}", t)) for i, t in enumerate(texts)))
+            for (pa, fa), (pb, fb) in zip(a, b):
+                assert fa.reason is fb.reason is FinishReason.LENGTH
+                assert pa.shape == pb.shape == (9 * 1920,)
+                assert np.abs(pa - pb).max() <= 1e-5
+            bad, final = await collect(proc, request("bad", text="   "))
+            assert final.reason is FinishReason.ERROR and final.error_kind == "invalid_request"
+            health = await proc.health()
+            assert health["alive"] and health["stats"]["running"] == 0
+    asyncio.run(main())
+
+
+def test_create_voice_over_the_process_boundary():
+    async def main():
+        t = np.arange(24000) / 24000
+        ref = (0.2 * np.sin(2 * np.pi * 160 * t)).astype("<f4").tobytes()
+        async with ProcessEngineClient(functools.partial(EngineCore.from_config, config("base")),
+                                       startup_timeout=120) as proc:
+            voice = await proc.create_voice(ref, "The quick brown fox.", False)
+            assert voice["frames"] == 13
+            with pytest.raises(ValueError):
+                await proc.create_voice(b"", None, True)
+            stored, f1 = await collect(proc, request("s", voice_clone_prompt=voice))
+            clip, f2 = await collect(proc, request("c", ref_audio=ref, ref_text="The quick brown fox."))
+            assert f1.reason is f2.reason is FinishReason.LENGTH
+            assert np.abs(stored - clip).max() <= 1e-5
+    asyncio.run(main())
+
+
+def test_killed_engine_process_ends_waiting_requests():
+    async def main():
+        proc = ProcessEngineClient(functools.partial(EngineCore.from_config, config("custom_voice")),
+                                   startup_timeout=120)
+        await proc.start()
+        try:
+            gen = proc.generate(request("long", n=400))
+            first = await asyncio.wait_for(gen.__anext__(), 60)
+            assert isinstance(first, AudioChunk)
+            os.kill(proc.pid, signal.SIGKILL)
+            rest = [out async for out in gen]
+            assert rest[-1].reason is FinishReason.ERROR and rest[-1].error_kind == "engine_died"
+            assert "engine died" in rest[-1].error
+            assert not (await proc.health())["alive"]
+            with pytest.raises(EngineUnavailableError):
+                await collect(proc, request("after"))
+        finally:
+            await proc.shutdown(drain=False)
+    asyncio.run(asyncio.wait_for(main(), 120))

@@ -1,0 +1,188 @@
+"""Run an EngineCore on a background thread of this process (tests, offline synthesis, notebooks).
+
+The engine side of both clients is `CoreDriver`: the only code that touches the (single-threaded) core. It
+turns a bad request into an ERROR record, answers an abort with an ABORTED record, and forwards only
+outputs of requests it still considers live, so each accepted request gets exactly one FinalRecord from
+here whatever the core does after an abort. The engine process (`process.py`) runs the same driver.
+
+Threading: the core lives on the engine thread. The event loop posts commands to a deque and sets an event;
+the thread steps while the core has work and sleeps on the event when idle; outputs of one step go back to
+the loop in one `call_soon_threadsafe`.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import traceback
+from typing import Any, Callable
+
+from .client import EngineClient, EngineOutput
+from .engine import QueueFullError
+from .request import FinalRecord, FinishReason, SpeechRequest
+
+log = logging.getLogger(__name__)
+
+
+class CoreDriver:
+    """Owns an EngineCore (add_request / abort / step / has_work / stats / shutdown) on one thread."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.live: set[str] = set()
+
+    def add(self, request: SpeechRequest) -> list[EngineOutput]:
+        rid = request.request_id
+        if rid in self.live:
+            return [FinalRecord(request_id=rid, reason=FinishReason.ERROR,
+                                error=f"request id {rid!r} is already in flight")]
+        try:
+            self.core.add_request(request)
+        except ValueError as e:         # bad input: this request only. Anything else is an engine bug: raise.
+            return [FinalRecord(request_id=rid, reason=FinishReason.ERROR, error=str(e) or type(e).__name__,
+                                error_kind="invalid_request")]
+        except QueueFullError as e:     # back-pressure, not a failure of the engine
+            return [FinalRecord(request_id=rid, reason=FinishReason.ERROR, error=str(e), error_kind="overloaded")]
+        self.live.add(rid)
+        return []
+
+    def abort(self, request_id: str) -> list[EngineOutput]:
+        if request_id not in self.live:
+            return []                   # finished already, or never accepted
+        self.live.discard(request_id)
+        self.core.abort(request_id)
+        return [FinalRecord(request_id=request_id, reason=FinishReason.ABORTED)]
+
+    def has_work(self) -> bool:
+        return self.core.has_work()
+
+    def step(self) -> list[EngineOutput]:
+        outs = []
+        for out in self.core.step():
+            if out.request_id not in self.live:
+                continue                # aborted meanwhile: its ABORTED record has been sent
+            if isinstance(out, FinalRecord):
+                self.live.discard(out.request_id)
+            outs.append(out)
+        return outs
+
+    def stats(self) -> dict:
+        return self.core.stats()
+
+    # Read-only or self-contained requests the API may make of the core besides generating speech.
+    CALLS = ("stats", "info", "create_voice")
+
+    def call(self, method: str, args: list) -> Any:
+        if method not in self.CALLS:
+            raise ValueError(f"unknown engine call {method!r}")
+        if method == "stats":
+            return self.stats()
+        return getattr(self.core, method)(*args)
+
+    def stop(self) -> list[EngineOutput]:
+        outs = []
+        for rid in list(self.live):
+            outs += self.abort(rid)
+        self.core.shutdown()
+        return outs
+
+
+class InProcessEngineClient(EngineClient):
+    def __init__(self, engine_core: Any) -> None:
+        super().__init__()
+        self._driver = CoreDriver(engine_core)
+        self._commands: collections.deque[tuple] = collections.deque()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="voxflow-engine", daemon=True)
+        self._started = True
+        self._thread.start()
+        await self._load_model_info()
+
+    # ---- loop side ---------------------------------------------------------------------------------------
+    def _post(self, *command: Any) -> None:
+        self._commands.append(command)
+        self._wake.set()
+
+    def _submit(self, request: SpeechRequest) -> None:
+        self._post("add", request)
+
+    def _send_abort(self, request_id: str) -> None:
+        self._post("abort", request_id)
+
+    async def _engine_call(self, method: str, args: list) -> Any:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._post("call", (fut, method, args))
+        return await asyncio.wrap_future(fut)
+
+    async def _stop(self) -> None:
+        # Joining (not waiting for an answer) cannot hang on a thread that died meanwhile.
+        self._post("stop", None)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+    # ---- engine thread -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        d = self._driver
+        try:
+            while True:
+                while self._commands:
+                    cmd, arg = self._commands.popleft()
+                    if cmd == "add":
+                        self._emit(d.add(arg))
+                    elif cmd == "abort":
+                        self._emit(d.abort(arg))
+                    elif cmd == "call":
+                        fut, method, args = arg
+                        _settle(fut, lambda: d.call(method, args))
+                    elif cmd == "stop":
+                        self._emit(d.stop())
+                        return
+                if d.has_work():
+                    self._emit(d.step())
+                elif not self._commands:
+                    # No lost wake-up: a command posted after the check above has set the event.
+                    self._wake.wait()
+                    self._wake.clear()
+        except BaseException as e:
+            log.exception("engine thread died")
+            message = f"{type(e).__name__}: {e}"
+            self._to_loop(self._engine_died, message)
+            self._fail_pending(message)
+            try:
+                self._driver.core.shutdown()    # best effort: free what it holds
+            except BaseException:
+                log.warning("core.shutdown() after a crash failed:\n%s", traceback.format_exc())
+
+    def _emit(self, outputs: list[EngineOutput]) -> None:
+        if outputs:
+            self._to_loop(self._route_outputs, outputs)
+
+    def _to_loop(self, fn: Callable, *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:            # loop closed: nobody is listening any more
+            pass
+
+    def _fail_pending(self, message: str) -> None:
+        # A health() waiting for stats must not wait for its timeout on a dead thread.
+        while self._commands:
+            cmd, arg = self._commands.popleft()
+            if cmd == "call" and not arg[0].done():
+                arg[0].set_exception(RuntimeError(f"engine died: {message}"))
+
+
+def _settle(fut: concurrent.futures.Future, fn: Callable[[], Any]) -> None:
+    if not fut.set_running_or_notify_cancel():
+        return                          # its health() call timed out: setting a result now would raise
+    try:
+        fut.set_result(fn())
+    except Exception as e:              # a failing call is reported to its caller, it does not kill the engine
+        fut.set_exception(e)
