@@ -168,7 +168,10 @@ class EngineCore:
         return outputs
 
     def _kv(self, block_tables: list[list[int]], context_lens: list[int], slot_mapping: list[list[int]]):
+        # Table width rounded up to a power of two: the attention context then takes one of a few static shapes
+        # per batch size (what CUDA-graph capture needs) instead of a new shape at every block boundary.
         width = max(len(t) for t in block_tables)
+        width = 1 << (width - 1).bit_length()
         tables = torch.full((len(block_tables), width), -1, dtype=torch.long)
         for i, t in enumerate(block_tables):
             tables[i, :len(t)] = torch.tensor(t, dtype=torch.long)
