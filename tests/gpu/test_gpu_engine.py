@@ -1,0 +1,52 @@
+"""GPU checks (run on the device machine: `python -m pytest tests/gpu -q`); skipped where there is no CUDA.
+
+The engine's batched paged path on the GPU must produce the codes of the eager fp32 CPU reference (greedy, first
+30 frames) and audio within tolerance in fp32 (bf16 is a later step: it is measured against fp32 by SNR, not by equal codes).
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from voxflow.engine.engine import EngineConfig, EngineCore
+from voxflow.engine.offline import run_offline
+from voxflow.engine.request import SamplingOptions, SpeechRequest, StreamingOptions
+from voxflow.models.qwen3_tts.generate import SynthesisRequest, decode_to_wav, generate_codes, prepare
+from voxflow.models.qwen3_tts.model import Qwen3TTS
+from voxflow.models.qwen3_tts.sampling import RequestSampler
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
+TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
+# Plain fp32 on the GPU (cuDNN convolutions default to TF32, which is a speed choice measured elsewhere).
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
+TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
+
+
+def engine_codes(dtype: str):
+    core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda", dtype=dtype,
+                                               max_num_seqs=8, num_kv_blocks=512, block_size=16))
+    frames = {}
+    push = core.codec_exec.push
+    core.codec_exec.push = lambda rid, f: (frames.setdefault(rid, []).append(f.clone()), push(rid, f))
+    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
+                          sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(TEXTS)]
+    results = run_offline(core, reqs)
+    return {r.request.request_id: (torch.cat(frames[r.request.request_id]), r.audio()) for r in results}
+
+
+def reference(text):
+    model = Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"))
+    prompt, params, n, _ = prepare(model, SynthesisRequest(text=text, speaker="vivian", greedy=True, max_new_tokens=31))
+    codes, _, _, _ = generate_codes(model, prompt, RequestSampler(params), n)
+    return codes, decode_to_wav(model, codes)
+
+
+def test_gpu_fp32_engine_equals_cpu_reference():
+    got = engine_codes("float32")
+    for i, text in enumerate(TEXTS):
+        codes, wav = reference(text)
+        assert codes.shape[0] == 30
+        assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
+        assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
