@@ -1,4 +1,4 @@
-"""The `voxflow` command line: synthesize | make-tiny-checkpoint (serve and bench come with the engine)."""
+"""The `voxflow` command line: synthesize | serve | make-tiny-checkpoint."""
 from __future__ import annotations
 
 import argparse
@@ -185,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="voxflow", description="voxflow: a serving engine for text-to-speech models")
     sub = ap.add_subparsers(dest="command", required=True)
     _add_synthesize(sub)
+    from .api.serve import add_serve_parser
+    add_serve_parser(sub)
     _add_tiny(sub)
     return ap
 

@@ -1,0 +1,521 @@
+"""POST /v1/audio/speech and the server core (models, health, metrics, auth, limits) end to end.
+
+One real uvicorn server (background thread) serves a real in-process engine on the tiny CustomVoice checkpoint;
+the official `openai` package and httpx talk to it over TCP. Requests are greedy with a few frames only
+(max_new_tokens), so every output is deterministic and short. Error mapping of engine states that the tiny
+engine cannot be put in (queue full, dead engine, failure mid-stream) uses a scripted EngineClient over the ASGI
+transport. Nothing asserts on timing; waits only turn a hang into a failure.
+"""
+import asyncio
+import base64
+import contextlib
+import io
+import json
+import os
+import socket
+import struct
+import threading
+import time
+
+import av
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from voxflow.api.app import create_app
+from voxflow.api.state import ServerSettings
+from voxflow.engine.client import EngineClient
+from voxflow.engine.request import AudioChunk, FinalRecord, FinishReason, Usage
+
+KEY = "sk-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+MODEL = "acme/tiny-custom-voice"
+FAST = {"greedy": True, "max_new_tokens": 8}          # 7 frames = 0.56 s of audio
+LONG = {"greedy": True, "max_new_tokens": 400, "ignore_eos": True, "initial_codec_chunk_frames": 1}
+HANG = 30.0
+FORMATS = ["pcm", "wav", "mp3", "opus", "aac", "flac"]
+CONTAINER = {"wav": "wav", "mp3": "mp3", "opus": "ogg", "aac": "aac", "flac": "flac"}
+
+
+# ------------------------------------------------------------------------------------------------ server
+class ServerThread:
+    def __init__(self, app):
+        import uvicorn
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.app = app
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    http="h11", loop="asyncio", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + HANG
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(HANG)
+
+
+@pytest.fixture(scope="module")
+def server():
+    from voxflow.engine.engine import EngineConfig, EngineCore
+    from voxflow.engine.inprocess import InProcessEngineClient
+    core = EngineCore.from_config(EngineConfig(model=os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"),
+                                               max_num_seqs=4))
+    client = InProcessEngineClient(core)
+    settings = ServerSettings(model_name=MODEL, api_keys=(KEY,), max_concurrent_requests=2,
+                              max_body_bytes=64 * 1024)
+    with ServerThread(create_app(client, settings)) as srv:
+        srv.core = core
+        yield srv
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=HANG) as c:
+        wait_idle(c)
+        yield c
+
+
+@pytest.fixture
+def oai(server):
+    import openai
+    with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=HANG, max_retries=0) as c:
+        yield c
+
+
+def metrics(c: httpx.Client) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(c.get("/metrics").text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def wait_idle(c: httpx.Client) -> dict:
+    """Until no speech request is in flight in the API or the engine (after a disconnect: the abort landed)."""
+    deadline = time.monotonic() + HANG
+    while True:
+        m = metrics(c)
+        if (m[("voxflow_api_requests_in_flight", ())] == 0 and m[("voxflow_num_requests_running", ())] == 0
+                and m[("voxflow_num_requests_waiting", ())] == 0):
+            return m
+        assert time.monotonic() < deadline, "server did not become idle"
+        time.sleep(0.05)
+
+
+def speech(**kw) -> dict:
+    body = {"model": "tts-1", "input": "Hello there, world.", "voice": "alloy", **FAST}
+    body.update(kw)
+    return body
+
+
+def decode(data: bytes, fmt: str) -> tuple[np.ndarray, int]:
+    """Mono float samples and rate, decoded with PyAV (pcm: s16le at 24 kHz)."""
+    if fmt == "pcm":
+        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0, 24000
+    chunks, rate = [], None
+    with av.open(io.BytesIO(data), format=CONTAINER[fmt]) as container:
+        for frame in container.decode(audio=0):
+            rate = frame.sample_rate
+            x = frame.to_ndarray().reshape(-1)
+            if x.dtype.kind == "i":
+                x = x.astype(np.float32) / float(np.iinfo(x.dtype).max + 1)
+            chunks.append(x)
+    return np.concatenate(chunks), rate
+
+
+def assert_error(r: httpx.Response, status: int, param: str | None = None):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    if param is not None:
+        assert err["param"] == param, err
+
+
+# ------------------------------------------------------------------------------------------------ openai SDK
+def test_openai_sdk_every_format_whole_and_streamed(server, oai, http):
+    ref = oai.audio.speech.create(model="tts-1", voice="alloy", input="Hello there, world.", response_format="pcm",
+                                  extra_body=FAST).content
+    ref_s16 = np.frombuffer(ref, dtype="<i2")
+    seconds = len(ref_s16) / 24000
+    assert 0.3 < seconds < 1.0
+    for fmt in FORMATS:
+        whole = oai.audio.speech.create(model="tts-1", voice="alloy", input="Hello there, world.",
+                                        response_format=fmt, extra_body=FAST).content
+        with oai.audio.speech.with_streaming_response.create(
+                model="tts-1", voice="alloy", input="Hello there, world.", response_format=fmt,
+                stream_format="audio", extra_body=FAST) as resp:
+            assert resp.headers["content-type"].startswith(
+                {"pcm": "audio/pcm", "wav": "audio/wav", "mp3": "audio/mpeg", "opus": "audio/ogg",
+                 "aac": "audio/aac", "flac": "audio/flac"}[fmt])
+            streamed = b"".join(resp.iter_bytes())
+        for data in (whole, streamed):
+            audio, rate = decode(data, fmt)
+            assert rate == (48000 if fmt == "opus" else 24000), fmt
+            assert abs(len(audio) / rate - seconds) < 0.1, (fmt, len(audio) / rate, seconds)
+        if fmt in ("pcm", "wav", "flac"):        # lossless: streamed and whole decode to the very same samples
+            a, _ = decode(whole, fmt)
+            b, _ = decode(streamed, fmt)
+            assert len(a) == len(b) == len(ref_s16), fmt
+            assert np.max(np.abs(a - b)) <= 2 / 32768, fmt
+            assert np.max(np.abs(a - ref_s16 / 32768.0)) <= 2 / 32768, fmt
+
+
+def test_streamed_wav_header_and_pcm_headers(http):
+    with http.stream("POST", "/v1/audio/speech", json=speech(response_format="wav", stream_format="audio")) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "audio/wav"
+        data = r.read()
+    riff, riff_size, wave, fmt_, fmt_size, tag, ch, rate, byte_rate, align, bits, data_tag, data_size = \
+        struct.unpack("<4sI4s4sIHHIIHH4sI", data[:44])
+    assert (riff, wave, fmt_, data_tag) == (b"RIFF", b"WAVE", b"fmt ", b"data")
+    assert riff_size == data_size == 0xFFFFFFFF
+    assert (fmt_size, tag, ch, rate, byte_rate, align, bits) == (16, 1, 1, 24000, 48000, 2, 16)
+    assert len(data) > 44 and (len(data) - 44) % 2 == 0
+
+    r = http.post("/v1/audio/speech", json=speech(response_format="pcm"))
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "audio/pcm"
+    assert r.headers["x-sample-rate"] == "24000" and r.headers["x-audio-format"] == "s16le"
+    assert r.headers["x-channels"] == "1"
+    # whole WAV: real sizes
+    r = http.post("/v1/audio/speech", json=speech(response_format="wav"))
+    size, = struct.unpack_from("<I", r.content, 40)
+    assert size == len(r.content) - 44
+
+
+def _sse_events(r: httpx.Response) -> list[dict]:
+    events = []
+    for line in r.iter_lines():
+        if line.startswith("data: "):
+            events.append(json.loads(line[6:]))
+    return events
+
+
+def test_sse_events_and_legacy_stream_flag(http):
+    raw = http.post("/v1/audio/speech", json=speech(response_format="pcm")).content
+    for extra in ({"stream_format": "sse"}, {"stream": True}):
+        with http.stream("POST", "/v1/audio/speech", json=speech(response_format="pcm", **extra)) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            events = _sse_events(r)
+        *deltas, done = events
+        assert deltas and all(e["type"] == "speech.audio.delta" and e["response_format"] == "pcm" for e in deltas)
+        audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+        assert np.max(np.abs(np.frombuffer(audio, "<i2").astype(int) - np.frombuffer(raw, "<i2"))) <= 2
+        assert done["type"] == "speech.audio.done"
+        u = done["usage"]
+        assert u["input_tokens"] > 0 and u["output_tokens"] == 7
+        assert u["total_tokens"] == u["input_tokens"] + u["output_tokens"]
+    # wav over SSE: the deltas concatenate to a valid WAV
+    with http.stream("POST", "/v1/audio/speech", json=speech(response_format="wav", stream_format="sse")) as r:
+        audio = b"".join(base64.b64decode(e["audio"]) for e in _sse_events(r) if e["type"] == "speech.audio.delta")
+    assert audio[:4] == b"RIFF" and len(decode(audio, "wav")[0]) == len(raw) // 2
+
+
+def test_voices_models_and_aliases(http):
+    base = http.post("/v1/audio/speech", json=speech(voice="serena", response_format="pcm")).content
+    for voice in ("alloy", "Serena", "SERENA", {"id": "serena"}):       # alloy -> serena (voice_names.py)
+        assert http.post("/v1/audio/speech", json=speech(voice=voice, response_format="pcm")).content == base
+    other = http.post("/v1/audio/speech", json=speech(voice="ryan", response_format="pcm")).content
+    assert other != base
+    for model in (MODEL, "tiny-custom-voice", "gpt-4o-mini-tts", None):
+        body = speech(model=model, response_format="pcm")
+        assert http.post("/v1/audio/speech", json=body).status_code == 200, model
+    models = http.get("/v1/models").json()
+    card, = models["data"]
+    assert models["object"] == "list" and card["id"] == MODEL and card["object"] == "model"
+    assert card["sample_rate"] == 24000 and "serena" in card["voices"] and card["openai_voices"]["alloy"] == "serena"
+
+
+def test_bad_input_matrix(http):
+    cases = [
+        ({"model": "tts-1", "voice": "alloy"}, 400, "input"),
+        (speech(input=""), 400, "input"),
+        (speech(input="   "), 400, "input"),
+        (speech(input="a" * 4097), 400, "input"),
+        (speech(voice="nobody"), 404, "voice"),
+        (speech(model="whisper-1"), 404, "model"),
+        (speech(response_format="ogg"), 400, "response_format"),
+        (speech(speed=0.1), 400, "speed"),
+        (speech(speed=4.5), 400, "speed"),
+        (speech(stream_format="chunks"), 400, "stream_format"),
+        (speech(task_type="VoiceDesign"), 400, "task_type"),
+        (speech(task_type="Talk"), 400, "task_type"),
+        (speech(ref_audio="data:audio/wav;base64,AAAA"), 400, "ref_audio"),
+        (speech(language="Klingon"), 400, "language"),
+        (speech(max_new_tokens=0), 400, "max_new_tokens"),
+        (speech(seed=-1), 400, "seed"),
+        (speech(input=123), 400, "input"),
+    ]
+    for body, status, param in cases:
+        assert_error(http.post("/v1/audio/speech", json=body), status, param)
+    json_type = {"Content-Type": "application/json"}
+    r = http.post("/v1/audio/speech", content=b'{"input": "hi", "voice": ', headers=json_type)
+    assert_error(r, 400)
+    assert r.json()["error"]["code"] == "invalid_json"
+    assert_error(http.post("/v1/audio/speech", content=b"[1, 2]", headers=json_type), 400)
+    assert_error(http.post("/v1/audio/speech", json=speech(input="x" * 70_000)), 413)
+    # chunked upload without Content-Length: cut while reading
+    assert_error(http.post("/v1/audio/speech", content=iter([b"{" + b" " * 40_000] * 2)), 413)
+    # the language of a request is case-insensitive, Auto included
+    for lang in ("English", "auto", "Auto"):
+        assert http.post("/v1/audio/speech", json=speech(language=lang, response_format="pcm")).status_code == 200
+
+
+def test_auth(server, http):
+    with httpx.Client(base_url=server.url, timeout=HANG) as anon:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+            assert_error(anon.post("/v1/audio/speech", json=speech(), headers=headers), 401)
+            assert_error(anon.get("/v1/models", headers=headers), 401)
+        for path in ("/", "/health", "/live", "/ready", "/metrics"):       # probes and scrapers: open
+            assert anon.get(path).status_code == 200, path
+    import openai
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0) as bad:
+        with pytest.raises(openai.AuthenticationError):
+            bad.audio.speech.create(model="tts-1", voice="alloy", input="hi")
+
+
+def test_health_and_root(http):
+    r = http.get("/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["engine"]["running"] == 0
+    assert http.get("/").json()["model"] == MODEL
+
+
+def _open_stream(stack: contextlib.ExitStack, c: httpx.Client, body: dict) -> httpx.Response:
+    r = stack.enter_context(c.stream("POST", "/v1/audio/speech", json=body))
+    assert r.status_code == 200
+    # Keep the iterator: closing it (e.g. when garbage-collected) closes the connection.
+    r.chunks = r.iter_raw()
+    assert next(r.chunks)                       # the first audio is out: the request is running in the engine
+    return r
+
+
+def test_flood_beyond_concurrency_limit_then_serves_again(server, http):
+    before = metrics(http)
+    with contextlib.ExitStack() as stack:
+        for _ in range(2):                      # settings.max_concurrent_requests = 2, both held open
+            _open_stream(stack, http, speech(response_format="pcm", stream_format="audio", **LONG))
+        for _ in range(3):
+            r = http.post("/v1/audio/speech", json=speech())
+            assert_error(r, 429)
+            assert int(r.headers["Retry-After"]) >= 1
+    after = wait_idle(http)
+    key = ("voxflow_requests_rejected_total", (("reason", "concurrency"),))
+    assert after[key] - before[key] == 3
+    assert http.post("/v1/audio/speech", json=speech(response_format="pcm")).status_code == 200
+
+
+def test_client_disconnect_aborts_the_engine_request(server, http):
+    before = metrics(http)
+    with contextlib.ExitStack() as stack:
+        _open_stream(stack, http, speech(response_format="pcm", stream_format="audio", **LONG))
+    after = wait_idle(http)                     # the API noticed, the engine finished the request
+    assert after[("voxflow_engine_aborted", ())] == before[("voxflow_engine_aborted", ())] + 1
+    key = ("voxflow_requests_finished_total", (("reason", "client_disconnect"),))
+    assert after[key] - before.get(key, 0) == 1
+    assert after[("voxflow_kv_cache_usage_ratio", ())] == 0          # no leaked KV blocks
+    stats = server.core.stats()
+    assert stats["running"] == 0 and stats["waiting"] == 0 and server.core.block_manager.num_free_blocks == \
+        server.core.block_manager.num_blocks
+
+
+def test_metrics_after_requests(http):
+    before = metrics(http)
+    http.post("/v1/audio/speech", json=speech(response_format="pcm"))
+    with http.stream("POST", "/v1/audio/speech", json=speech(response_format="pcm", stream_format="audio")) as r:
+        r.read()
+    m = wait_idle(http)
+    ok = ("voxflow_requests_total", (("status", "200"),))
+    assert m[ok] - before.get(ok, 0) == 2
+    for name in ("voxflow_audio_ttfp_seconds_count", "voxflow_e2e_request_latency_seconds_count",
+                 "voxflow_audio_rtf_count"):
+        assert m[(name, ())] - before.get((name, ()), 0) == 2, name
+    assert m[("voxflow_audio_underrun_seconds_count", ())] - before.get(("voxflow_audio_underrun_seconds_count", ()),
+                                                                        0) == 1       # streams only
+    assert m[("voxflow_audio_seconds_total", ())] - before[("voxflow_audio_seconds_total", ())] == pytest.approx(
+        2 * 7 * 0.08, abs=1e-3)
+
+
+# ------------------------------------------------------------------------------------ scripted engine states
+class ScriptedEngine(EngineClient):
+    """text "invalid" -> the engine's ValueError; "full" -> queue full; "midfail" -> a chunk, then an error;
+    anything else -> two chunks then EOS. `down` makes generate raise EngineUnavailableError."""
+
+    INFO = {"name": "scripted", "family": "qwen3_tts", "task": "custom_voice", "sample_rate": 24000,
+                  "voices": ["vivian", "ryan"], "languages": ["auto", "english"], "supports_instructions": False}
+
+    def __init__(self, **info):
+        super().__init__()
+        self.info = {**self.INFO, **info}
+        self.submitted = []
+
+    async def start(self):
+        self._started = True
+        self._model_info = dict(self.info)
+
+    def _submit(self, request):
+        self.submitted.append(request)
+        rid = request.request_id
+        chunk = AudioChunk(rid, 0, np.full(1920, 0.1, "<f4").tobytes(), 24000, 1920, 0, 1)
+        final = FinalRecord(rid, FinishReason.EOS, Usage(prompt_tokens=5, frames=2, audio_seconds=0.16))
+        script = {"invalid": [FinalRecord(rid, FinishReason.ERROR, error="unknown speaker 'x'; available: a",
+                                          error_kind="invalid_request")],
+                  "full": [FinalRecord(rid, FinishReason.ERROR, error="the engine queue is full (0 waiting requests)",
+                                       error_kind="overloaded")],
+                  "midfail": [chunk, FinalRecord(rid, FinishReason.ERROR, error="boom", error_kind="internal")],
+                  "internal": [FinalRecord(rid, FinishReason.ERROR, error="kaput", error_kind="internal")]}
+        outs = script.get(request.text, [chunk, AudioChunk(rid, 1, chunk.pcm, 24000, 1920, 1, 1), final])
+        asyncio.get_running_loop().call_soon(self._route_outputs, outs)
+
+    def _send_abort(self, request_id):
+        pass
+
+    async def _engine_call(self, method, args):
+        assert method == "stats"
+        return {"running": 0, "waiting": 0, "kv_usage": 0.0}
+
+    async def _stop(self):
+        pass
+
+
+def test_engine_states_map_to_http_errors():
+    engine = ScriptedEngine()
+    with ServerThread(create_app(engine, ServerSettings(model_name="scripted"))) as srv, \
+            httpx.Client(base_url=srv.url, timeout=HANG) as c:
+        body = {"model": "scripted", "voice": "vivian", "response_format": "pcm"}
+        r = c.post("/v1/audio/speech", json={**body, "input": "fine"})
+        assert r.status_code == 200 and len(r.content) == 2 * 1920 * 2
+        r = c.post("/v1/audio/speech", json={**body, "input": "invalid"})
+        assert_error(r, 400)
+        assert "unknown speaker" in r.json()["error"]["message"]
+        r = c.post("/v1/audio/speech", json={**body, "input": "full"})
+        assert_error(r, 503)
+        assert r.headers["Retry-After"]
+        assert_error(c.post("/v1/audio/speech", json={**body, "input": "internal"}), 500)
+        # failure after the first byte: SSE says so in-band, a raw stream is cut (no chunked terminator)
+        r = c.post("/v1/audio/speech", json={**body, "input": "midfail", "stream_format": "sse"})
+        types = [json.loads(line[6:])["type"] for line in r.text.splitlines() if line.startswith("data: ")]
+        assert types == ["speech.audio.delta", "speech.audio.error"]
+        with pytest.raises(httpx.RemoteProtocolError):
+            c.post("/v1/audio/speech", json={**body, "input": "midfail", "stream_format": "audio"})
+        engine._down_reason = "engine died: test"
+        r = c.post("/v1/audio/speech", json={**body, "input": "fine"})
+        assert_error(r, 503)
+        assert r.headers["Retry-After"]
+        assert c.get("/health").status_code == 503
+        engine._down_reason = None
+        m = metrics(c)
+        assert m[("voxflow_requests_rejected_total", (("reason", "queue_full"),))] == 1
+        assert m[("voxflow_requests_rejected_total", (("reason", "unavailable"),))] == 1
+
+
+def test_voice_clone_inputs_reach_the_engine():
+    """Base model: ref_audio (data URI, via media.resolve_ref_audio) and stored voices (VoiceStore) become the
+    engine request's float32 reference / voice-clone prompt; OpenAI names and missing references are handled."""
+    import wave
+    from voxflow.api.voices import StoredVoice
+    pcm = (np.sin(np.arange(24000) / 10.0) * 8000).astype("<i2")
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(24000), w.writeframes(pcm.tobytes())
+    uri = "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode()
+    engine = ScriptedEngine(name="base", task="voice_clone", voices=[])
+    app = create_app(engine, ServerSettings(model_name="scripted-base"))
+    prompt = {"format": "test", "dim": 4}
+    app.state.vox.voices.add(StoredVoice(name="MyVoice", prompt=prompt, consent="mine", ref_text="hi"), b"x")
+    with ServerThread(app) as srv, httpx.Client(base_url=srv.url, timeout=HANG) as c:
+        body = {"input": "Hello.", "response_format": "pcm"}
+        assert c.post("/v1/audio/speech", json={**body, "ref_audio": uri, "ref_text": "words"}).status_code == 200
+        req = engine.submitted[-1]
+        assert req.task == "voice_clone" and req.voice is None and req.ref_text == "words"
+        ref = np.frombuffer(req.ref_audio, "<f4")
+        assert len(ref) == 24000 and np.allclose(ref, pcm / 32768.0, atol=1e-3)
+        for voice in ("myvoice", "MYVOICE"):
+            assert c.post("/v1/audio/speech", json={**body, "voice": voice}).status_code == 200
+            assert engine.submitted[-1].voice_clone_prompt == prompt and engine.submitted[-1].ref_audio is None
+        # OpenAI voice + explicit reference: the reference is used
+        assert c.post("/v1/audio/speech", json={**body, "voice": "alloy", "ref_audio": uri,
+                                                "x_vector_only_mode": True}).status_code == 200
+        assert engine.submitted[-1].x_vector_only and engine.submitted[-1].ref_audio is not None
+        n = len(engine.submitted)
+        assert_error(c.post("/v1/audio/speech", json={**body, "ref_audio": uri}), 400, "ref_text")
+        assert_error(c.post("/v1/audio/speech", json={**body, "voice": "alloy"}), 400, "ref_audio")
+        assert_error(c.post("/v1/audio/speech", json={**body, "voice": "stranger"}), 404, "voice")
+        assert_error(c.post("/v1/audio/speech", json={**body, "ref_audio": "ftp://x/y.wav", "ref_text": "a"}), 400,
+                     "ref_audio")
+        assert_error(c.post("/v1/audio/speech", json={**body, "speaker_embedding": [0.5] * 4}), 400,
+                     "speaker_embedding")
+        assert_error(c.post("/v1/audio/speech", json={**body, "ref_audio": uri, "ref_text": "a",
+                                                      "task_type": "CustomVoice"}), 400, "task_type")
+        assert len(engine.submitted) == n       # rejected before the engine
+
+
+# ------------------------------------------------------------------------------------------------ voxflow serve
+def test_serve_arguments():
+    import argparse
+    from voxflow.api.serve import add_serve_parser, engine_config_from_args, settings_from_args
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "org/model", "--api-key", "k1", "--api-key", "k2", "--max-num-seqs", "4",
+                              "--voices-dir", "/v", "--allowed-local-media-path", "/media",
+                              "--allowed-media-domains", "a.com,b.com", "c.com", "--device", "cpu"])
+    s = settings_from_args(args)
+    assert s.model_name == "org/model" and s.api_keys == ("k1", "k2") and s.voices_dir == "/v"
+    assert s.allowed_local_media_path == "/media" and s.allowed_media_domains == ("a.com", "b.com", "c.com")
+    cfg = engine_config_from_args(args)
+    assert (cfg.model, cfg.max_num_seqs, cfg.device, cfg.dtype) == ("org/model", 4, "cpu", "float32")
+
+
+def test_serve_process_engine_and_graceful_sigterm(tmp_path):
+    """`voxflow serve` end to end: engine in its own process, /health until 200, and SIGTERM mid-stream lets the
+    stream finish (drain) before the server exits."""
+    import signal
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice")
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "voxflow.api.serve", model, "--port", str(port), "--device", "cpu",
+                             "--max-num-seqs", "2", "--api-key", KEY, "--log-level", "warning"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=HANG) as c:
+            deadline = time.monotonic() + 120
+            while True:
+                assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+                try:
+                    if c.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "server did not become healthy"
+                time.sleep(0.2)
+            body = speech(response_format="pcm", stream_format="audio", greedy=True, max_new_tokens=30,
+                          ignore_eos=True, initial_codec_chunk_frames=1)
+            with c.stream("POST", "/v1/audio/speech", json=body) as r:
+                chunks = r.iter_raw()
+                data = next(chunks)
+                proc.send_signal(signal.SIGTERM)
+                data += b"".join(chunks)
+            assert len(data) == 29 * 1920 * 2           # the whole utterance: drained, not cut
+        # uvicorn re-raises the captured SIGTERM after its graceful shutdown: the conventional "died of SIGTERM"
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+        assert b"Traceback" not in (tmp_path / "serve.log").read_bytes()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -1,0 +1,1 @@
+"""The HTTP / WebSocket front end: OpenAI-compatible speech API, voices, streaming, metrics."""

@@ -1,0 +1,313 @@
+"""POST /v1/audio/speech: OpenAI speech with the vLLM-Omni extensions; whole files, chunked audio, or SSE.
+
+Response modes (schemas.SpeechRequestBody.mode):
+- "file"  (no stream fields): the whole encoded file, Content-Type of the format.
+- "audio" (`stream_format: "audio"`): HTTP/1.1 chunked bytes as the engine produces them, in every format
+          (wav with a 0xFFFFFFFF-sized header, mp3/opus/aac/flac incremental); the first bytes leave as soon as the
+          first chunk is decoded.
+- "sse"   (`stream_format: "sse"`, or legacy `stream: true` alone): `speech.audio.delta` events (base64 `audio`,
+          `response_format`), then `speech.audio.done` with usage, or `speech.audio.error`.
+
+Everything that can fail does so before the status line: validation (400 naming the field, 404 unknown model /
+voice), admission (429 beyond settings.max_concurrent_requests, 503 when the engine is unavailable or its queue
+is full, both with Retry-After), and the engine's own validation (the first engine output is awaited before
+answering: a ValueError there comes back as a FinalRecord(ERROR) and becomes a 400 with its message). After the
+first byte, a failure can only be signalled in-band (SSE error event) or by cutting the connection (raw audio:
+the chunked body never completes). A client that goes away closes the engine iterator: the request is aborted.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from typing import AsyncIterator
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ..engine.client import ENGINE_DIED, EngineUnavailableError
+from ..engine.request import AudioChunk, FinalRecord, FinishReason
+from .errors import APIError
+from .schemas import SpeechPlan, SpeechRequestBody, plan_speech
+from .state import AppState, get_state
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+RETRY_AFTER_BUSY_S = 1
+RETRY_AFTER_UNAVAILABLE_S = 5
+
+
+@router.post("/v1/audio/speech")
+async def create_speech(body: SpeechRequestBody, request: Request):
+    arrived = time.monotonic()
+    state = get_state(request)
+    if not state.model_info:
+        _reject(state, "unavailable")
+        raise APIError(503, "the model is still loading; retry later", retry_after=RETRY_AFTER_UNAVAILABLE_S)
+    plan = await plan_speech(state, body)
+    job = await SpeechJob.start(state, plan, arrived)
+    if plan.mode == "file":
+        return await job.whole_file(request)
+    return job.stream_response()
+
+
+# ---------------------------------------------------------------------------------------- admission
+def _reject(state: AppState, reason: str) -> None:
+    if state.metrics is not None:
+        state.metrics.rejected.labels(reason=reason).inc()
+
+
+def try_admit(state: AppState) -> None:
+    """Take one of settings.max_concurrent_requests slots or raise 429 (no await: atomic on the loop)."""
+    n = state.extra.get("in_flight", 0)
+    if n >= state.settings.max_concurrent_requests:
+        _reject(state, "concurrency")
+        raise APIError(429, f"too many concurrent requests ({n} in flight, limit "
+                            f"{state.settings.max_concurrent_requests}); retry later",
+                       code="rate_limit_exceeded", retry_after=RETRY_AFTER_BUSY_S)
+    state.extra["in_flight"] = n + 1
+
+
+def release(state: AppState) -> None:
+    state.extra["in_flight"] = max(0, state.extra.get("in_flight", 0) - 1)
+
+
+def engine_error(state: AppState, final: FinalRecord) -> APIError:
+    """An engine FinalRecord that arrived before any audio, as the HTTP error to answer with (by its
+    error_kind; engines that do not set it are judged by the message)."""
+    msg = final.error or final.reason.value
+    kind = getattr(final, "error_kind", None)
+    if kind is None:
+        low = msg.lower()
+        kind = ("engine_died" if msg.startswith(ENGINE_DIED) or "shut down" in low
+                else "overloaded" if "queue" in low and "full" in low else "invalid_request")
+    if final.reason is FinishReason.ABORTED or kind == "engine_died":
+        _reject(state, "unavailable")
+        return APIError(503, f"the engine cannot take requests now ({msg}); retry later",
+                        retry_after=RETRY_AFTER_UNAVAILABLE_S)
+    if kind == "overloaded":
+        _reject(state, "queue_full")
+        return APIError(503, f"server busy: {msg}; retry later", code="queue_full", retry_after=RETRY_AFTER_BUSY_S)
+    if kind == "invalid_request":
+        return APIError(400, msg, code="invalid_value")     # the engine's validation (a ValueError there)
+    return APIError(500, f"synthesis failed: {msg}", code="internal_error")
+
+
+# ---------------------------------------------------------------------------------------- one request
+class SpeechJob:
+    """One admitted request: the engine iterator, its first output, metrics, and the single cleanup."""
+
+    def __init__(self, state: AppState, plan: SpeechPlan, arrived: float):
+        self.state, self.plan = state, plan
+        self.tracker = state.metrics.track(streaming=plan.mode != "file", arrived_at=arrived)
+        self.gen = None
+        self.first: AudioChunk | FinalRecord | None = None
+        self.final: FinalRecord | None = None
+        self.closed = False
+        self.encoder = None
+
+    @classmethod
+    async def start(cls, state: AppState, plan: SpeechPlan, arrived: float) -> "SpeechJob":
+        try_admit(state)
+        job = cls(state, plan, arrived)
+        try:
+            job.gen = state.engine.generate(plan.request).__aiter__()
+            try:
+                job.first = await job.gen.__anext__()
+            except EngineUnavailableError as e:
+                _reject(state, "unavailable")
+                raise APIError(503, f"the engine cannot take requests now ({e}); retry later",
+                               retry_after=RETRY_AFTER_UNAVAILABLE_S) from None
+            if isinstance(job.first, FinalRecord) and job.first.reason not in (FinishReason.EOS, FinishReason.LENGTH):
+                raise engine_error(state, job.first)
+            job.encoder = plan.make_encoder()
+        except BaseException as e:
+            await job.close(e.status if isinstance(e, APIError) else 500)
+            raise
+        return job
+
+    async def outputs(self) -> AsyncIterator[AudioChunk | FinalRecord]:
+        """The first output, then the rest; remembers the FinalRecord."""
+        out = self.first
+        while True:
+            if isinstance(out, FinalRecord):
+                self.final = out
+                yield out
+                return
+            yield out
+            out = await self.gen.__anext__()
+
+    async def close(self, status: int, reason: str | None = None) -> None:
+        """Abort the engine request if it still runs, free the admission slot, record metrics. Once."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.gen is not None:
+                await self.gen.aclose()             # unfinished: aborts the request in the engine
+        finally:
+            if self.encoder is not None and not self.encoder.finished:
+                self.encoder.close()
+            release(self.state)
+            if reason is None and self.final is not None:
+                reason = self.final.reason.value
+            audio = self.final.usage.audio_seconds if self.final is not None else None
+            self.tracker.finish(status, reason, audio_seconds=audio if status == 200 else None)
+
+    def usage(self) -> dict:
+        u = self.final.usage if self.final is not None else None
+        inp, out = (u.prompt_tokens, u.frames) if u is not None else (0, 0)
+        return {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
+
+    # ---- whole file ------------------------------------------------------------------------------------------
+    async def whole_file(self, request: Request) -> Response:
+        collect = asyncio.ensure_future(self._collect())
+        gone = asyncio.ensure_future(wait_disconnect(request.receive))
+        try:
+            try:
+                await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not collect.done():
+                    collect.cancel()
+                gone.cancel()
+                await asyncio.gather(collect, gone, return_exceptions=True)
+            if collect.cancelled():                         # the client left first
+                await self.close(499, "client_disconnect")
+                return Response(status_code=499)
+            pcm = collect.result()
+            if self.final.reason not in (FinishReason.EOS, FinishReason.LENGTH):   # e.g. the engine died
+                err = engine_error(self.state, self.final)
+                await self.close(err.status)
+                raise err
+            data = await asyncio.to_thread(lambda: self.encoder.feed(pcm) + self.encoder.finish())
+        except asyncio.CancelledError:                      # the server is stopping this handler
+            await self.close(499, "client_disconnect")
+            raise
+        except BaseException as e:
+            await self.close(e.status if isinstance(e, APIError) else 500, "error")
+            raise
+        self.tracker.sent(len(pcm) / self.plan.sample_rate)
+        await self.close(200)
+        headers = self.plan.headers(self.encoder)
+        headers["X-Usage"] = json.dumps(self.usage(), separators=(",", ":"))
+        return Response(data, media_type=self.encoder.content_type, headers=headers)
+
+    async def _collect(self) -> np.ndarray:
+        parts = []
+        async for out in self.outputs():
+            if isinstance(out, AudioChunk):
+                parts.append(np.frombuffer(out.pcm, dtype="<f4"))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    # ---- streams ---------------------------------------------------------------------------------------------
+    def stream_response(self) -> "EngineStreamResponse":
+        if self.plan.mode == "sse":
+            body, media_type = self._sse(), "text/event-stream"
+            headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        else:
+            body, media_type = self._audio(), self.encoder.content_type
+            headers = {}
+        headers.update(self.plan.headers(self.encoder))
+        return EngineStreamResponse(body, media_type=media_type, headers=headers, job=self)
+
+    async def _encoded(self) -> AsyncIterator[bytes]:
+        """Encoded bytes per engine chunk (b"" allowed), then the encoder's tail; raises StreamFailed if the
+        engine ends the request with an error after audio went out."""
+        sr = self.plan.sample_rate
+        async for out in self.outputs():
+            if isinstance(out, AudioChunk):
+                data = self.encoder.feed(np.frombuffer(out.pcm, dtype="<f4"))
+                yield data
+                self.tracker.sent(out.num_samples / sr)
+            elif out.reason in (FinishReason.EOS, FinishReason.LENGTH):
+                yield self.encoder.finish()
+            else:
+                raise StreamFailed(out.error or out.reason.value)
+
+    async def _audio(self) -> AsyncIterator[bytes]:
+        async for data in self._encoded():
+            if data:
+                yield data
+
+    async def _sse(self) -> AsyncIterator[bytes]:
+        fmt = self.plan.response_format
+        try:
+            async for data in self._encoded():
+                if data:
+                    yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode(),
+                                     "response_format": fmt})
+        except StreamFailed as e:
+            yield sse_event({"type": "speech.audio.error",
+                             "error": {"message": f"synthesis failed: {e}", "type": "server_error",
+                                       "code": "generation_failed"}})
+            return
+        yield sse_event({"type": "speech.audio.done", "usage": self.usage()})
+
+
+class StreamFailed(Exception):
+    """The engine ended a request with an error after its response had started."""
+
+
+def sse_event(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def wait_disconnect(receive) -> None:
+    """Returns when the client has gone (the request body has been read already)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class EngineStreamResponse(Response):
+    """A chunked response fed by a SpeechJob. Unlike Starlette's StreamingResponse it always watches for the
+    client leaving (also while waiting for the engine's next chunk) and always closes the job: the engine request
+    is aborted however the response ends (disconnect, error, cancellation)."""
+
+    def __init__(self, body: AsyncIterator[bytes], *, media_type: str, headers: dict, job: SpeechJob):
+        self.body_iterator = body
+        self.status_code = 200
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+        self.job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        pump = asyncio.ensure_future(self._pump(send))
+        gone = asyncio.ensure_future(wait_disconnect(receive))
+        status, reason, error = 200, None, None
+        try:
+            await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if pump.done() and not pump.cancelled() and pump.exception() is None:
+                pass                                                # complete
+            elif pump.done() and not pump.cancelled() and not isinstance(pump.exception(), OSError):
+                error = pump.exception()
+                status, reason = 500, "error"
+            else:
+                status, reason = 499, "client_disconnect"
+        except BaseException:                                       # our task was cancelled (server stopping)
+            status, reason = 499, "client_disconnect"
+            raise
+        finally:
+            for task in (pump, gone):
+                task.cancel()
+            await asyncio.gather(pump, gone, return_exceptions=True)
+            await self.body_iterator.aclose()
+            await self.job.close(status, reason)
+        # Ending without the final empty body (returning, or raising) makes the server close the connection
+        # without the chunked terminator: the client sees a truncated body, not a complete short file.
+        if isinstance(error, StreamFailed):
+            log.warning("speech stream %s failed after it started: %s", self.job.plan.request.request_id, error)
+        elif error is not None:
+            raise error
+
+    async def _pump(self, send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self.body_iterator:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,415 @@
+"""WS /v1/audio/speech/stream — text in (incrementally), audio out per sentence (vLLM-Omni protocol, §9).
+
+Client -> server (JSON text frames):
+    {"type": "session.config", ...}        first message (within CONFIG_TIMEOUT_S); may be sent again between
+                                           utterances (sticky; replaces the previous config)
+    {"type": "input.text", "text": "..."}  any number of times, cut anywhere (mid-word, mid-sentence)
+    {"type": "input.done"}                 ends the utterance: flushes the rest of the text
+    {"type": "session.close"}              finishes the audio of all flushed text, then closes
+
+Server -> client:
+    {"type": "audio.start", "utterance_index": u, "sentence_index": i, "sentence_text": "...",
+     "format": "pcm"|"wav", "sample_rate": 24000, "channels": 1}
+    binary frames                          stream_audio=true: raw s16le PCM chunks as they are generated;
+                                           false: one frame per sentence, the whole file (wav with real sizes,
+                                           or raw pcm)
+    {"type": "audio.done", "utterance_index": u, "sentence_index": i, "total_bytes": N, "error": false}
+    {"type": "session.done", "utterance_index": u, "total_sentences": N}     after input.done's last sentence
+    {"type": "error", "message": "...", ...}                                  non-fatal unless the socket closes
+
+Pipelining (what the peer does not do). A sentence goes to the engine the moment the splitter completes it,
+while earlier sentences are still generating or playing (at most MAX_IN_FLIGHT per session generate at once,
+the rest wait their turn); audio is sent strictly in sentence order by one sender task. Receiving never
+waits for generation, so text keeps flowing in while audio flows out.
+
+session.config fields: response_format ("wav" default, or "pcm"), stream_audio (bool, needs pcm),
+split_granularity ("sentence" default, "clause", or "none" = one request per input.done), speed (1.0 only),
+and every field of POST /v1/audio/speech with the same meaning and checks (schemas.plan_speech): model,
+voice / speaker (preset, uploaded, or an OpenAI name aliased), task_type, language, instructions,
+max_new_tokens, initial_codec_chunk_frames, seed, temperature, top_k, top_p, repetition_penalty, ref_audio /
+ref_text / x_vector_only_mode / speaker_embedding (voice-clone models: a ref_audio is fetched and encoded ONCE
+per config, then every sentence reuses the prompt). Unknown fields are ignored.
+
+Limits: config message <= 4 MiB, other messages <= 128 KiB, text per utterance <= settings.ws_max_text_chars
+(the piece that would exceed it is refused with an error), sentences longer than MAX_SENTENCE_CHARS are cut,
+idle timeout settings.ws_idle_timeout_s (no message AND no audio pending; then an error and close 1000).
+Invalid JSON, unknown types, bad fields -> an `error` message, the session goes on. Client disconnect aborts
+every in-flight sentence in the engine. API keys are checked by the app's AuthMiddleware (Bearer header or
+`?api_key=`).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import struct
+import uuid
+from dataclasses import dataclass, field, replace
+
+from fastapi import APIRouter, WebSocket
+from pydantic import ValidationError
+
+from voxflow.engine.client import EngineUnavailableError
+from voxflow.engine.request import AudioChunk, FinishReason, SpeechRequest
+
+from .errors import APIError
+from .schemas import SpeechRequestBody, plan_speech
+from .text_split import GRANULARITIES, SentenceSplitter
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+CONFIG_TIMEOUT_S = 10.0
+MAX_CONFIG_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_MESSAGE_BYTES = 128 * 1024
+MAX_IN_FLIGHT = 4                    # sentences of one session generating at once
+MAX_SENTENCE_CHARS = 400
+_END = object()
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class SessionConfig:
+    template: SpeechRequest              # per-sentence request, text filled in per sentence
+    response_format: str = "wav"
+    stream_audio: bool = False
+    split_granularity: str = "sentence"
+    sample_rate: int = 24000
+
+
+# ---- session.config ----------------------------------------------------------------------------------------
+WS_ONLY_FIELDS = ("type", "stream_audio", "split_granularity", "word_timestamps", "input", "stream",
+                  "stream_format", "response_format", "speed")
+
+
+def _option(msg: dict, key: str, kind, default):
+    value = msg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise ConfigError(f"{key} must be {'true or false' if kind is bool else 'a string'}")
+    return value
+
+
+async def build_config(msg: dict, state) -> SessionConfig:
+    """Validate a session.config message into a per-sentence request template (ConfigError / APIError).
+
+    The speech fields mean exactly what they mean for POST /v1/audio/speech: they go through the same body
+    model and `plan_speech` (voice aliases and defaults, task inference, languages, cloning inputs, limits).
+    A reference clip (ref_audio) is then encoded once, here, into a clone prompt reused by every sentence."""
+    fmt = str(_option(msg, "response_format", str, "wav")).lower()
+    if fmt not in ("pcm", "wav"):
+        raise ConfigError(f"response_format {fmt!r} is not supported on this endpoint; use pcm or wav")
+    stream_audio = _option(msg, "stream_audio", bool, False)
+    if stream_audio and fmt != "pcm":
+        raise ConfigError("stream_audio=true needs response_format 'pcm'")
+    gran = str(_option(msg, "split_granularity", str, "sentence")).lower()
+    if gran not in GRANULARITIES:
+        raise ConfigError(f"split_granularity must be one of {', '.join(GRANULARITIES)}")
+    speed = msg.get("speed")
+    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed != 1.0):
+        raise ConfigError("speed other than 1.0 is not supported on the streaming endpoint")
+    if msg.get("word_timestamps"):
+        raise ConfigError("word_timestamps are not supported")
+    fields = {k: v for k, v in msg.items() if k not in WS_ONLY_FIELDS}
+    try:
+        body = SpeechRequestBody.model_validate({**fields, "input": "-", "response_format": fmt})
+    except ValidationError as e:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ConfigError(f"{where}: {first.get('msg', 'invalid value')}" if where else str(e)) from None
+    plan = await plan_speech(state, body)
+    template = plan.request
+    template.pcm_format = "s16"
+    template.streaming = replace(template.streaming, stream=bool(stream_audio))
+    if template.ref_audio is not None and hasattr(state.engine, "create_voice"):
+        try:                                      # encode the reference once for the whole session
+            prompt = await state.engine.create_voice(template.ref_audio, template.ref_text, template.x_vector_only)
+        except ValueError as e:
+            raise ConfigError(f"cannot use this reference audio: {e}") from None
+        except EngineUnavailableError as e:
+            raise ConfigError(f"engine unavailable: {e}") from None
+        template.voice_clone_prompt, template.ref_audio = prompt, None
+    return SessionConfig(template=template, response_format=fmt, stream_audio=bool(stream_audio),
+                         split_granularity=gran, sample_rate=plan.sample_rate)
+
+
+# ---- the session -------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Job:
+    utterance: int
+    index: int
+    text: str
+    request: SpeechRequest
+    cfg: SessionConfig
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    error: str | None = None
+    task: asyncio.Task | None = None
+
+
+@dataclass
+class _UtteranceDone:
+    utterance: int
+    total: int
+
+
+class _Close:
+    pass
+
+
+def wav_header(data_bytes: int, sample_rate: int) -> bytes:
+    """44-byte RIFF header of a mono 16-bit PCM WAV holding `data_bytes` bytes of samples."""
+    return (b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", data_bytes))
+
+
+class StreamSession:
+    def __init__(self, ws: WebSocket, state):
+        self.ws, self.state, self.settings = ws, state, state.settings
+        self.cfg: SessionConfig | None = None
+        self.splitter: SentenceSplitter | None = None
+        self.outq: asyncio.Queue = asyncio.Queue()
+        self.jobs: set[_Job] = set()
+        self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.send_lock = asyncio.Lock()
+        self.utterance = 0
+        self.sentence = 0                 # next sentence index in the current utterance
+        self.utterance_chars = 0
+        self.utterance_open = False
+        self.pending = 0                  # jobs created but not yet fully sent
+        self.closed = False
+
+    # ---- sending ---------------------------------------------------------------------------------------------
+    async def send_json(self, obj: dict) -> None:
+        async with self.send_lock:
+            await self.ws.send_text(json.dumps(obj, ensure_ascii=False))
+
+    async def send_bytes(self, data: bytes) -> None:
+        async with self.send_lock:
+            await self.ws.send_bytes(data)
+
+    async def error(self, message: str, **extra) -> None:
+        with contextlib.suppress(Exception):
+            await self.send_json({"type": "error", "message": message, **extra})
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.ws.accept()
+        recv_task = asyncio.create_task(self._receive_loop())
+        send_task = asyncio.create_task(self._send_loop())
+        try:
+            done, _ = await asyncio.wait({recv_task, send_task}, return_when=asyncio.FIRST_COMPLETED)
+            if recv_task in done and not recv_task.exception() and recv_task.result() != "disconnect":
+                self.outq.put_nowait(_Close())          # let the sender finish what was flushed
+                await asyncio.wait({send_task})
+                await self._close(1000)
+            else:
+                failed = next((t for t in done if t.exception() is not None), None)
+                if failed is not None:
+                    log.warning("ws session failed: %r", failed.exception())
+                    await self.error("internal error; closing the session")
+                    await self._close(1011)
+        finally:
+            for t in (recv_task, send_task):
+                t.cancel()
+            for job in list(self.jobs):
+                if job.task is not None:
+                    job.task.cancel()                   # aborts the engine request (generate's finally)
+            await asyncio.gather(recv_task, send_task, *(j.task for j in self.jobs if j.task is not None),
+                                 return_exceptions=True)
+
+    async def _close(self, code: int) -> None:
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(Exception):
+                await self.ws.close(code)
+
+    # ---- receiving -------------------------------------------------------------------------------------------
+    async def _receive_loop(self) -> str:
+        """Returns "disconnect", "close" (session.close) or "timeout"."""
+        recv: asyncio.Future | None = None
+        try:
+            while True:
+                if recv is None:
+                    recv = asyncio.ensure_future(self.ws.receive())
+                timeout = CONFIG_TIMEOUT_S if self.cfg is None else float(self.settings.ws_idle_timeout_s)
+                done, _ = await asyncio.wait({recv}, timeout=timeout)
+                if not done:
+                    if self.cfg is not None and self.pending > 0:
+                        continue                          # audio still coming: not idle
+                    await self.error("timeout waiting for session.config" if self.cfg is None
+                                     else f"idle timeout: no message for {timeout:g} s", code="timeout")
+                    return "timeout"
+                message, recv = recv.result(), None
+                if message.get("type") == "websocket.disconnect":
+                    return "disconnect"
+                if await self._handle(message) == "close":
+                    return "close"
+        finally:
+            if recv is not None:
+                recv.cancel()
+
+    async def _handle(self, message: dict) -> str | None:
+        text = message.get("text")
+        if text is None:
+            if message.get("bytes") is not None:
+                await self.error("binary messages are not accepted; send JSON text messages")
+            return None
+        if len(text) > MAX_CONFIG_MESSAGE_BYTES:
+            await self.error(f"message too large (limit {MAX_CONFIG_MESSAGE_BYTES} bytes)")
+            return None
+        try:
+            msg = json.loads(text)
+        except ValueError:
+            await self.error("invalid JSON message")
+            return None
+        if not isinstance(msg, dict):
+            await self.error("messages must be JSON objects")
+            return None
+        kind = msg.get("type")
+        if kind != "session.config" and len(text) > MAX_MESSAGE_BYTES:
+            await self.error(f"message too large (limit {MAX_MESSAGE_BYTES} bytes; only session.config may be "
+                             "larger)")
+            return None
+        if kind == "session.config":
+            await self._configure(msg)
+        elif kind == "session.close":
+            return "close"
+        elif kind not in ("input.text", "input.done"):
+            await self.error(f"unknown message type {kind!r}")
+        elif self.cfg is None:
+            await self.error(f"expected session.config first, got {kind!r}")
+        elif kind == "input.text":
+            await self._input_text(msg)
+        else:
+            self._input_done()
+        return None
+
+    async def _configure(self, msg: dict) -> None:
+        if self.utterance_open:
+            await self.error("session.config cannot change while an utterance is in progress; send input.done "
+                             "first")
+            return
+        try:
+            cfg = await build_config(msg, self.state)
+        except (ValueError, APIError, EngineUnavailableError) as e:     # ConfigError is a ValueError
+            await self.error(f"invalid session.config: {getattr(e, 'message', None) or e}",
+                             param=getattr(e, "param", None))
+            return
+        self.cfg = cfg
+        max_chars = min(MAX_SENTENCE_CHARS, int(self.settings.max_input_chars))
+        self.splitter = SentenceSplitter(cfg.split_granularity, max_sentence_chars=max_chars)
+
+    async def _input_text(self, msg: dict) -> None:
+        text = msg.get("text")
+        if not isinstance(text, str):
+            await self.error("input.text needs a string field 'text'")
+            return
+        limit = int(self.settings.ws_max_text_chars)
+        if self.utterance_chars + len(text) > limit:
+            await self.error(f"text limit exceeded: at most {limit} characters per utterance; this piece was "
+                             "dropped", code="text_limit")
+            return
+        self.utterance_chars += len(text)
+        if text:
+            self.utterance_open = True
+        for sentence in self.splitter.feed(text):
+            self._submit(sentence)
+
+    def _input_done(self) -> None:
+        for sentence in self.splitter.flush():
+            self._submit(sentence)
+        self.outq.put_nowait(_UtteranceDone(self.utterance, self.sentence))
+        self.utterance += 1
+        self.sentence = 0
+        self.utterance_chars = 0
+        self.utterance_open = False
+
+    def _submit(self, sentence: str) -> None:
+        """Start generating a sentence now; the sender plays it in order."""
+        request = replace(self.cfg.template, text=sentence, request_id=f"ws-{uuid.uuid4().hex}",
+                          sampling=replace(self.cfg.template.sampling),
+                          streaming=replace(self.cfg.template.streaming))
+        job = _Job(self.utterance, self.sentence, sentence, request, self.cfg)
+        self.sentence += 1
+        self.pending += 1
+        self.jobs.add(job)
+        job.task = asyncio.create_task(self._generate(job))
+        self.outq.put_nowait(job)
+
+    async def _generate(self, job: _Job) -> None:
+        try:
+            async with self.slots:
+                async with contextlib.aclosing(self.state.engine.generate(job.request)) as outputs:
+                    async for out in outputs:
+                        if isinstance(out, AudioChunk):
+                            if out.pcm:
+                                job.queue.put_nowait(out.pcm)
+                        elif out.reason in (FinishReason.ERROR, FinishReason.ABORTED):
+                            job.error = out.error or f"generation {out.reason.value}"
+        except EngineUnavailableError as e:
+            job.error = f"engine unavailable: {e}"
+        except asyncio.CancelledError:
+            job.error = "cancelled"
+            raise
+        except Exception as e:                            # never let one sentence take the session down
+            log.exception("ws sentence generation failed")
+            job.error = f"internal error: {type(e).__name__}"
+        finally:
+            job.queue.put_nowait(_END)
+
+    # ---- sending, in order -----------------------------------------------------------------------------------
+    async def _send_loop(self) -> None:
+        while True:
+            item = await self.outq.get()
+            if isinstance(item, _Close):
+                return
+            if isinstance(item, _UtteranceDone):
+                await self.send_json({"type": "session.done", "utterance_index": item.utterance,
+                                      "total_sentences": item.total})
+                continue
+            try:
+                await self._send_job(item)
+            finally:
+                self.pending -= 1
+                self.jobs.discard(item)
+
+    async def _send_job(self, job: _Job) -> None:
+        cfg = job.cfg
+        ids = {"utterance_index": job.utterance, "sentence_index": job.index}
+        await self.send_json({"type": "audio.start", **ids, "sentence_text": job.text,
+                              "format": cfg.response_format, "sample_rate": cfg.sample_rate, "channels": 1})
+        total, parts = 0, []
+        while True:
+            piece = await job.queue.get()
+            if piece is _END:
+                break
+            if cfg.stream_audio:
+                await self.send_bytes(piece)
+                total += len(piece)
+            else:
+                parts.append(piece)
+        if not cfg.stream_audio and job.error is None:
+            data = b"".join(parts)
+            if cfg.response_format == "wav":
+                data = wav_header(len(data), cfg.sample_rate) + data
+            await self.send_bytes(data)
+            total = len(data)
+        if job.error is not None:
+            await self.error(f"generation failed for sentence {job.index}: {job.error}", **ids,
+                             partial_audio=total > 0)
+        await self.send_json({"type": "audio.done", **ids, "total_bytes": total, "error": job.error is not None})
+
+
+# ---- route -------------------------------------------------------------------------------------------------
+@router.websocket("/v1/audio/speech/stream")
+async def speech_stream(websocket: WebSocket):
+    await StreamSession(websocket, websocket.app.state.vox).run()
+
+
+__all__ = ["router", "StreamSession", "build_config", "SessionConfig", "wav_header"]

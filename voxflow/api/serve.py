@@ -1,0 +1,152 @@
+"""`voxflow serve MODEL`: the OpenAI-compatible speech server, engine in its own process.
+
+    voxflow serve Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --port 8000 --api-key sk-local --device cuda
+
+The engine (weights, CUDA context) runs in a child process (ProcessEngineClient, ZeroMQ); this process runs
+uvicorn (HTTP/1.1 keep-alive, h11). The HTTP socket is bound while the model loads: /health answers 503
+"loading" until the engine is ready (a failed load stops the server with exit status 1). SIGTERM / SIGINT:
+uvicorn stops accepting connections and lets in-flight responses finish (up to --graceful-shutdown-timeout s),
+then the engine drains and stops.
+
+The lead wires `add_serve_parser(subparsers)` / `run_serve(args)` into voxflow/cli.py.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import sys
+
+log = logging.getLogger("voxflow.serve")
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("serve", help="serve a model over the OpenAI-compatible speech API",
+                              description=DESCRIPTION)
+    add_serve_arguments(p)
+    return p
+
+
+DESCRIPTION = ("Serve a TTS model: POST /v1/audio/speech, /v1/audio/voices, WS /v1/audio/speech/stream, "
+               "/v1/models, /health, /metrics.")
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="local model folder or Hugging Face hub id")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", help="the id clients send as `model` (default: MODEL as given)")
+    p.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on /v1/* (repeatable; also VOXFLOW_API_KEY, "
+                        "comma-separated)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded at once by the engine")
+    p.add_argument("--max-concurrent-requests", type=int, default=256,
+                   help="speech requests served at once; beyond: 429 with Retry-After")
+    p.add_argument("--max-waiting", type=int, default=None, help="engine queue limit (beyond: 503)")
+    p.add_argument("--chunk-frames", type=int, default=None, help="regular streaming chunk, codec frames")
+    p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
+    p.add_argument("--default-voice", help="voice used when a request names an OpenAI voice the model lacks")
+    p.add_argument("--allowed-local-media-path", help="ref_audio may name files under this folder only")
+    p.add_argument("--allowed-media-domains", nargs="+", action="extend", default=[], metavar="HOST",
+                   help="ref_audio URLs may come from these hosts ('.example.com' admits subdomains; "
+                        "space- or comma-separated, repeatable; put it after MODEL)")
+    p.add_argument("--max-input-chars", type=int, default=4096)
+    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    p.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
+                   help="seconds in-flight requests get to finish after SIGTERM")
+    p.add_argument("--keep-alive-timeout", type=float, default=120.0,
+                   help="idle HTTP keep-alive, seconds (LiveKit keeps connections for 120 s)")
+    p.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds the model may take to load")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run_serve)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def build_core(config):
+    """The engine process's factory (picklable via functools.partial): builds the engine core there (the paged
+    EngineCore for talker models, a one-shot core for voices such as Piper)."""
+    from voxflow.models.registry import build_engine
+    return build_engine(config)
+
+
+def settings_from_args(args):
+    from .state import ServerSettings
+    keys = list(args.api_key or [])
+    env = os.environ.get("VOXFLOW_API_KEY", "")
+    keys += [k.strip() for k in env.split(",") if k.strip()]
+    return ServerSettings(
+        model_name=args.served_model_name or args.model, api_keys=tuple(dict.fromkeys(keys)),
+        voices_dir=args.voices_dir, allowed_local_media_path=args.allowed_local_media_path,
+        allowed_media_domains=tuple(d.strip() for arg in (args.allowed_media_domains or ())
+                                    for d in arg.split(",") if d.strip()), max_input_chars=args.max_input_chars,
+        max_body_bytes=args.max_body_bytes, max_concurrent_requests=args.max_concurrent_requests,
+        default_voice=args.default_voice)
+
+
+def engine_config_from_args(args):
+    from voxflow.engine.engine import EngineConfig
+    device = args.device or ("cuda" if _cuda() else "cpu")
+    dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    extra = {}
+    if args.max_waiting is not None:
+        extra["max_waiting"] = args.max_waiting
+    if args.chunk_frames is not None:
+        extra["chunk_frames"] = args.chunk_frames
+    return EngineConfig(model=args.model, device=device, dtype=dtype, max_num_seqs=args.max_num_seqs, **extra)
+
+
+def run_serve(args) -> int:
+    import uvicorn
+
+    from voxflow.engine.process import ProcessEngineClient
+
+    from .app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = settings_from_args(args)
+    config = engine_config_from_args(args)
+    engine = ProcessEngineClient(functools.partial(build_core, config), startup_timeout=args.startup_timeout)
+    server: uvicorn.Server | None = None
+    failed: list[BaseException] = []
+
+    def engine_failed(exc: BaseException) -> None:
+        failed.append(exc)
+        log.error("the engine failed to start; stopping the server: %s", exc)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(engine, settings, wait_for_engine=False, drain_timeout_s=args.graceful_shutdown_timeout,
+                     on_engine_error=engine_failed)
+    uv_config = uvicorn.Config(app, host=args.host, port=args.port, http="h11", loop="asyncio",
+                               timeout_keep_alive=int(args.keep_alive_timeout),
+                               timeout_graceful_shutdown=int(args.graceful_shutdown_timeout),
+                               log_level=args.log_level, access_log=args.log_level == "debug")
+    server = uvicorn.Server(uv_config)
+    if settings.api_keys:
+        log.info("API keys required on /v1/* (%d key(s))", len(settings.api_keys))
+    server.run()                           # handles SIGINT / SIGTERM: graceful shutdown, then lifespan drain
+    if failed:
+        return 1
+    return 0 if server.started else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="voxflow serve", description=DESCRIPTION)
+    add_serve_arguments(parser)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

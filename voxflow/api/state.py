@@ -1,0 +1,41 @@
+"""What every route needs, kept on `app.state.vox`: the engine client, settings, metrics, voices, model info."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+
+@dataclass
+class ServerSettings:
+    model_name: str = "voxflow"                      # the id clients send as `model` (also served as its basename)
+    api_keys: tuple[str, ...] = ()                   # empty: no auth
+    voices_dir: str | None = None                    # persistent uploaded voices (None: in memory only)
+    allowed_local_media_path: str | None = None      # ref_audio may name files under this folder only
+    allowed_media_domains: tuple[str, ...] = ()      # ref_audio URLs only from these hosts (empty: no URLs)
+    max_input_chars: int = 4096
+    max_instructions_chars: int = 4096
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_ref_audio_bytes: int = 10 * 1024 * 1024
+    max_ref_audio_seconds: float = 30.0
+    min_ref_audio_seconds: float = 0.5
+    max_new_tokens_limit: int = 8192
+    max_concurrent_requests: int = 256               # beyond: 429 with Retry-After
+    ws_idle_timeout_s: float = 60.0
+    ws_max_text_chars: int = 100_000
+    default_voice: str | None = None                 # used when a request names an OpenAI voice the model lacks
+
+
+@dataclass
+class AppState:
+    engine: Any                                      # voxflow.engine.client.EngineClient
+    settings: ServerSettings
+    model_info: dict                                 # engine.model_info: name, task, sample_rate, voices, languages
+    metrics: Any = None                              # voxflow.api.metrics.Metrics
+    voices: Any = None                               # voxflow.api.voices.VoiceStore
+    extra: dict = field(default_factory=dict)
+
+
+def get_state(request: Request) -> AppState:
+    return request.app.state.vox
