@@ -54,17 +54,26 @@ def _run_cli(args, tmp_path):
     (["base", "--text", "Hi.", "--ref-audio", "ref.wav"], "ref"),          # ICL without --ref-text
     (["does/not/exist/model", "--text", "Hi."], "does/not/exist/model"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
     sr = 24000
     t = np.arange(sr) / sr
     from voxflow.audio.io import write_wav
     write_wav(str(tmp_path / "ref.wav"), (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32), sr)
     model = args[0] if "/" in args[0] else os.path.join(TINY, args[0])
-    rc, err = _run_cli(["synthesize", model, *args[1:], "--max-new-tokens", "4", "-o", "x.wav"], tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["synthesize", model, *args[1:], "--max-new-tokens", "4", "-o", "x.wav"])
+    err = capsys.readouterr().err.strip()
     assert rc == 2, err
     assert len(err.splitlines()) == 1, err
     assert message.lower() in err.lower()
     assert not (tmp_path / "x.wav").exists()
+
+
+def test_console_entry_point_reports_bad_input_with_status_2(tmp_path):
+    """The real `python -m voxflow` process, as a user runs it: one line on stderr, exit status 2."""
+    rc, err = _run_cli(["synthesize", os.path.join(TINY, "custom_voice"), "--text", "Hi.", "--voice", "nobody",
+                        "-o", "x.wav"], tmp_path)
+    assert rc == 2 and len(err.splitlines()) == 1 and "nobody" in err
 
 
 def test_input_file_batch_equals_one_by_one(tmp_path):

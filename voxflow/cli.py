@@ -1,4 +1,4 @@
-"""The `voxflow` command line: synthesize | serve | make-tiny-checkpoint."""
+"""The `voxflow` command line: synthesize | serve | bench | make-tiny-checkpoint."""
 from __future__ import annotations
 
 import argparse
@@ -186,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     _add_synthesize(sub)
     from .api.serve import add_serve_parser
+    from .bench.cli import add_bench_parser
     add_serve_parser(sub)
+    add_bench_parser(sub)
     _add_tiny(sub)
     return ap
 

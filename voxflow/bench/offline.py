@@ -1,0 +1,190 @@
+"""Offline mode: the engine driven in-process (no HTTP, no asyncio), to separate engine speed from server overhead.
+
+The same load shapes as the HTTP client on the engine's own clock (`time.monotonic()`, the clock of
+`AudioChunk.emitted_at`): closed loop keeps `c` requests in the engine and adds the next as soon as one
+finishes; open loop adds requests at their Poisson times between steps, and a request's arrival is its
+*scheduled* time (a step in progress delays its admission, which then counts as queueing, as it would for a
+server). TTFP = first AudioChunk's emitted_at - arrival; E2E = FinalRecord.finished_at - arrival; audio bytes are
+s16 PCM at the engine's sample rate. Records have the same shape as the HTTP ones (metrics.RequestRecord).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+import typing
+
+from .client import Level, poisson_times
+from .metrics import RequestRecord
+from .workloads import Prompt, RequestSpec, WorkloadError
+
+STREAM_ALIASES = {"initial_codec_chunk_frames": "initial_chunk_frames", "chunk_frames": "chunk_frames"}
+
+
+def parse_engine_args(items: list[str] | None) -> dict:
+    """`--engine-arg key=value` (repeatable) -> EngineConfig fields, typed from the dataclass."""
+    from voxflow.engine.engine import EngineConfig
+    fields = {f.name: f for f in dataclasses.fields(EngineConfig)}
+    hints = typing.get_type_hints(EngineConfig)
+    out = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise WorkloadError(f"--engine-arg {item!r}: expected key=value with key one of "
+                                f"{', '.join(sorted(fields))}")
+        out[key] = _convert(raw.strip(), hints.get(key), item)
+    return out
+
+
+def _convert(raw: str, hint, item: str):
+    if raw.lower() in ("none", "null"):
+        return None
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    for t in args:
+        try:
+            if t is bool:
+                if raw.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if raw.lower() in ("0", "false", "no", "off"):
+                    return False
+                continue
+            if t in (int, float, str):
+                return t(raw)
+        except (TypeError, ValueError):
+            continue
+    raise WorkloadError(f"--engine-arg {item!r}: cannot read {raw!r} as {hint}")
+
+
+def build_engine(model: str, *, device: str = "cpu", dtype: str = "float32", max_num_seqs: int | None = None,
+                 engine_args: dict | None = None):
+    from voxflow.engine.engine import EngineConfig, EngineCore
+    kw = dict(engine_args or {})
+    if max_num_seqs is not None:
+        kw["max_num_seqs"] = max_num_seqs
+    return EngineCore.from_config(EngineConfig(model=model, device=device, dtype=dtype, **kw))
+
+
+class RequestFactory:
+    """Prompt -> SpeechRequest for the engine (same settings as the HTTP body where they apply)."""
+
+    def __init__(self, core, spec: RequestSpec):
+        from voxflow.engine.request import SamplingOptions, StreamingOptions
+        self.core, self.spec = core, spec
+        info = core.info()
+        self.voice = spec.voice
+        task = spec.task or info.get("task")
+        voices = info.get("voices") or []
+        if self.voice is None and task == "custom_voice" and voices:
+            self.voice = "vivian" if "vivian" in [v.lower() for v in voices] else voices[0]
+        sampling = {k: v for k, v in spec.extra_body.items() if k in SamplingOptions.__dataclass_fields__}
+        streaming = {STREAM_ALIASES[k]: v for k, v in spec.extra_body.items() if k in STREAM_ALIASES}
+        self.ignored_extras = sorted(set(spec.extra_body) - set(sampling) - set(STREAM_ALIASES))
+        sampling.update(seed=spec.seed, greedy=spec.greedy, max_new_tokens=spec.max_new_tokens,
+                        ignore_eos=spec.ignore_eos)
+        self.sampling, self.streaming = sampling, streaming
+        self._refs: dict[bytes, bytes] = {}
+        self._n = 0
+
+    def __call__(self, prompt: Prompt, tag: str):
+        from voxflow.engine.request import SamplingOptions, SpeechRequest, StreamingOptions
+        spec = self.spec
+        ref = spec.reference_for(prompt)
+        ref_audio = ref_text = None
+        if ref is not None:
+            data, _, ref_text = ref
+            if data not in self._refs:
+                from voxflow.audio.io import load_reference_audio
+                self._refs[data] = load_reference_audio(data, target_sr=self.core.sample_rate).astype("<f4").tobytes()
+            ref_audio = self._refs[data]
+        self._n += 1
+        return SpeechRequest(
+            text=prompt.text, task=spec.task, voice=self.voice, instructions=spec.instructions,
+            language=spec.language_of(prompt), ref_audio=ref_audio,
+            ref_text=None if spec.x_vector_only else ref_text, x_vector_only=spec.x_vector_only,
+            sampling=SamplingOptions(**self.sampling),
+            streaming=StreamingOptions(stream=spec.stream != "off", **self.streaming),
+            pcm_format="s16", request_id=f"bench-{tag}-{self._n:06d}")
+
+
+def run_level(core, factory: RequestFactory, level: Level, prompts: list[Prompt], warmups: list[Prompt],
+              seed: int, progress=None) -> list[RequestRecord]:
+    records: list[RequestRecord] = []
+    for phase, items in (("warmup", warmups), ("measure", prompts)):
+        if items:
+            records += _run_phase(core, factory, level, items, phase == "warmup",
+                                  seed + (phase == "warmup"), progress)
+    return records
+
+
+def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, seed: int, progress):
+    from voxflow.engine.engine import QueueFullError
+    from voxflow.engine.request import AudioChunk
+    open_loop = level.mode == "open"
+    times = poisson_times(len(items), level.rate, seed) if open_loop else [None] * len(items)
+    pending = collections.deque(enumerate(times))
+    cap = level.max_concurrency if open_loop else level.concurrency
+    inflight: dict[str, tuple[RequestRecord, float]] = {}
+    done: list[RequestRecord] = []
+    sr = core.sample_rate
+    origin = time.monotonic()
+
+    def finish(rec: RequestRecord):
+        done.append(rec)
+        if progress is not None:
+            progress.update(1)
+
+    while pending or inflight:
+        now = time.monotonic()
+        while pending and (cap is None or len(inflight) < cap) and \
+                (not open_loop or origin + pending[0][1] <= now):
+            i, sched = pending.popleft()
+            prompt = items[i]
+            rec = RequestRecord(index=i, prompt_id=prompt.id, warmup=warmup, stream=factory.spec.stream != "off",
+                                scheduled_s=sched, text_chars=len(prompt.text), sample_rate=sr,
+                                sample_rate_source="engine")
+            req = factory(prompt, "w" if warmup else "m")
+            rec.request_id = req.request_id
+            arrival = origin + sched if open_loop else time.monotonic()
+            rec.start_s = arrival - origin
+            try:
+                core.add_request(req)
+            except ValueError as e:
+                rec.error, rec.error_detail, rec.end_s = "invalid_request", str(e)[:300], time.monotonic() - arrival
+                finish(rec)
+                continue
+            except QueueFullError as e:
+                rec.error, rec.error_detail, rec.end_s = "overloaded", str(e)[:300], time.monotonic() - arrival
+                finish(rec)
+                continue
+            inflight[req.request_id] = (rec, arrival)
+        if not core.has_work():
+            if pending and open_loop:
+                time.sleep(max(0.0, origin + pending[0][1] - time.monotonic()))
+            continue
+        for out in core.step():
+            entry = inflight.get(out.request_id)
+            if entry is None:
+                continue
+            rec, arrival = entry
+            if isinstance(out, AudioChunk):
+                t = out.emitted_at - arrival
+                if rec.first_byte_s is None:
+                    rec.first_byte_s = t
+                rec.chunk_times_s.append(t)
+                rec.chunk_bytes.append(len(out.pcm))
+                rec.audio_bytes += len(out.pcm)
+                rec.sample_rate = out.sample_rate
+                continue
+            del inflight[out.request_id]
+            rec.end_s = out.finished_at - arrival
+            reason = getattr(out.reason, "value", out.reason)
+            if reason == "error":
+                rec.error, rec.error_detail = f"engine_{out.error_kind or 'error'}", (out.error or "")[:300]
+            elif reason == "aborted":
+                rec.error = "aborted"
+            elif rec.audio_bytes == 0:
+                rec.error, rec.error_detail = "no_audio", "the request finished without audio"
+            finish(rec)
+    done.sort(key=lambda r: r.index)
+    return done

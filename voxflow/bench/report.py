@@ -1,0 +1,235 @@
+"""The result file (JSON, schema `voxflow.bench/1`), its schema check, and the Markdown summary table.
+
+    {
+      "schema": "voxflow.bench/1",
+      "tool": {name, version, git_commit, git_dirty},  "created_at": ISO-8601 UTC,
+      "command": str, "argv": [...], "label": str|null, "tags": {k: v},
+      "target": {kind: http|offline|official, base_url, model, server_info, engine},
+      "hardware": {where, platform, python, cpu, cpu_count, memory_gb, torch, cuda_available, gpus: [...]},
+      "model": {...}, "config": {...}, "workload": {...}, "notes": {metric: definition},
+      "levels": [{"level": {key, mode, concurrency, request_rate, max_concurrency, num_prompts, num_warmups},
+                  "summary": metrics.summarize(...), "requests": [RequestRecord.to_json(), ...]}]
+    }
+
+Everything a later reader needs is inside: raw per-request timings (warm-ups included, flagged), the summary,
+what was run where and how. Keys are only ever added; `validate_result` checks the required ones.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from typing import Sequence
+
+from .metrics import NOTES, RequestRecord, summarize
+
+SCHEMA = "voxflow.bench/1"
+
+RESULT_KEYS = {"schema": str, "tool": dict, "created_at": str, "command": str, "argv": list, "label": (str, type(None)),
+               "tags": dict, "target": dict, "hardware": dict, "model": dict, "config": dict, "workload": dict,
+               "notes": dict, "levels": list}
+LEVEL_KEYS = {"level": dict, "summary": dict, "requests": list}
+LEVEL_DESC_KEYS = ("key", "mode", "concurrency", "request_rate", "max_concurrency", "num_prompts", "num_warmups")
+SUMMARY_KEYS = ("num_requests", "completed", "failed", "failures", "wall_time_s", "request_throughput",
+                "audio_throughput", "total_audio_s", "audio_duration_s", "ttfp_s", "e2e_s", "rtf",
+                "inter_chunk_gap_s", "max_inter_chunk_gap_s", "chunks_per_request", "first_chunk_audio_s",
+                "sample_rates", "continuity")
+STATS_KEYS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
+RECORD_KEYS = ("index", "prompt_id", "warmup", "stream", "start_s", "scheduled_s", "status", "error",
+               "error_detail", "sample_rate", "sample_rate_source", "channels", "first_byte_s", "end_s",
+               "chunk_times_s", "chunk_bytes", "audio_bytes", "text_chars", "request_id", "ttfp_s", "audio_s", "rtf")
+CONTINUITY_KEYS = ("num_streams", "jitter_buffer_s", "no_underrun_rate", "underrun_requests", "worst_underrun_s",
+                   "max_underrun_s", "ok_rate", "viable_chunk_share", "all_viable_rate")
+
+
+# ------------------------------------------------------------------------------------------------ environment
+def git_info() -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = {"git_commit": None, "git_dirty": None}
+    try:
+        out["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                           timeout=10).stdout.strip() or None
+        if out["git_commit"]:
+            st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10).stdout
+            out["git_dirty"] = bool(st.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def tool_info(name: str = "voxflow bench") -> dict:
+    try:
+        from voxflow import __version__
+    except ImportError:
+        __version__ = None
+    return {"name": name, "version": __version__, **git_info()}
+
+
+def hardware_info(where: str) -> dict:
+    """The machine this process runs on (`where`: client for HTTP runs, engine for offline/official runs)."""
+    hw = {"where": where, "platform": platform.platform(), "machine": platform.machine(),
+          "python": platform.python_version(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+          "memory_gb": _memory_gb(), "torch": None, "cuda_available": False, "cuda_version": None, "gpus": []}
+    try:
+        import torch
+    except ImportError:
+        return hw
+    hw["torch"] = torch.__version__
+    try:
+        if torch.cuda.is_available():
+            hw["cuda_available"] = True
+            hw["cuda_version"] = torch.version.cuda
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                hw["gpus"].append({"index": i, "name": p.name, "memory_gb": round(p.total_memory / 2 ** 30, 1),
+                                   "capability": f"{p.major}.{p.minor}"})
+            hw["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    except Exception as e:  # a broken driver must not lose the benchmark
+        hw["cuda_error"] = f"{type(e).__name__}: {e}"[:200]
+    return hw
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _memory_gb() -> float | None:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ assembly
+def level_entry(level_desc: dict, records: Sequence[RequestRecord], jitter_buffer_s: float = 0.0) -> dict:
+    return {"level": level_desc, "summary": summarize(records, jitter_buffer_s=jitter_buffer_s),
+            "requests": [r.to_json() for r in records]}
+
+
+def build_result(*, target: dict, model: dict, config: dict, workload: dict, levels: list[dict],
+                 label: str | None = None, tags: dict | None = None, argv: list[str] | None = None,
+                 where: str = "client", tool_name: str = "voxflow bench") -> dict:
+    argv = list(sys.argv if argv is None else argv)
+    return {
+        "schema": SCHEMA,
+        "tool": tool_info(tool_name),
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(_quote(a) for a in argv),
+        "argv": argv,
+        "label": label,
+        "tags": dict(tags or {}),
+        "target": target,
+        "hardware": hardware_info(where),
+        "model": model,
+        "config": config,
+        "workload": workload,
+        "notes": dict(NOTES),
+        "levels": levels,
+    }
+
+
+def _quote(a: str) -> str:
+    import shlex
+    return shlex.quote(str(a))
+
+
+def validate_result(d: dict) -> None:
+    """Raise ValueError naming every missing / mistyped required key of a result."""
+    problems = []
+
+    def need(obj, keys, where):
+        if not isinstance(obj, dict):
+            problems.append(f"{where} is not an object")
+            return
+        items = keys.items() if isinstance(keys, dict) else ((k, None) for k in keys)
+        for k, t in items:
+            if k not in obj:
+                problems.append(f"{where}.{k} missing")
+            elif t is not None and not isinstance(obj[k], t):
+                problems.append(f"{where}.{k} has type {type(obj[k]).__name__}")
+    need(d, RESULT_KEYS, "result")
+    if not problems and d["schema"] != SCHEMA:
+        problems.append(f"schema is {d['schema']!r}, expected {SCHEMA!r}")
+    for i, lv in enumerate(d.get("levels") or []):
+        where = f"levels[{i}]"
+        need(lv, LEVEL_KEYS, where)
+        if not isinstance(lv, dict) or problems:
+            continue
+        need(lv["level"], LEVEL_DESC_KEYS, where + ".level")
+        s = lv["summary"]
+        need(s, SUMMARY_KEYS, where + ".summary")
+        for k in ("audio_duration_s", "ttfp_s", "e2e_s", "rtf", "inter_chunk_gap_s"):
+            if k in s:
+                need(s[k], STATS_KEYS, f"{where}.summary.{k}")
+        if s.get("continuity") is not None:
+            need(s["continuity"], CONTINUITY_KEYS, where + ".summary.continuity")
+        for j, r in enumerate(lv["requests"]):
+            need(r, RECORD_KEYS, f"{where}.requests[{j}]")
+    if problems:
+        raise ValueError("invalid bench result: " + "; ".join(problems[:20]))
+
+
+def write_json(result: dict, path: str) -> None:
+    validate_result(result)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def load_result(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        d = json.load(f)
+    validate_result(d)
+    return d
+
+
+# ------------------------------------------------------------------------------------------------ Markdown
+def _ms(x):
+    return "–" if x is None else f"{x * 1000:.0f}"
+
+
+def _f(x, nd=2):
+    return "–" if x is None else f"{x:.{nd}f}"
+
+
+def _pct(x):
+    return "–" if x is None else f"{x * 100:.0f}%"
+
+
+def markdown_table(result: dict) -> str:
+    lines = []
+    t = result["target"]
+    lines.append(f"### {result.get('label') or t.get('model') or 'voxflow bench'} ({t['kind']}"
+                 + (f", {t['base_url']}" if t.get("base_url") else "") + ")")
+    lines.append("")
+    lines.append("| level | ok/fail | TTFP p50 / p90 / p99 (ms) | E2E p50 / p99 (s) | RTF p50 ↓ | audio-s/s | req/s "
+                 "| gap p99 (ms) | no underrun | worst underrun (ms) | mean audio (s) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for lv in result["levels"]:
+        s, c = lv["summary"], lv["summary"].get("continuity") or {}
+        tt, e2e = s["ttfp_s"], s["e2e_s"]
+        fail = f"{s['failed']}" + (" (" + ", ".join(f"{k}×{v}" for k, v in s["failures"].items()) + ")"
+                                   if s["failures"] else "")
+        lines.append(f"| {lv['level']['key']} | {s['completed']}/{fail} | {_ms(tt['p50'])} / {_ms(tt['p90'])} / "
+                     f"{_ms(tt['p99'])} | {_f(e2e['p50'])} / {_f(e2e['p99'])} | {_f(s['rtf']['p50'], 3)} | "
+                     f"{_f(s['audio_throughput'])} | {_f(s['request_throughput'])} | "
+                     f"{_ms(s['inter_chunk_gap_s']['p99'])} | {_pct(c.get('no_underrun_rate'))} | "
+                     f"{_ms(c.get('worst_underrun_s'))} | {_f(s['audio_duration_s']['mean'])} |")
+    lines.append("")
+    lines.append("RTF = E2E latency / audio duration: lower is faster, < 1 is faster than real time. "
+                 "audio-s/s = audio seconds per wall second. Warm-up requests excluded.")
+    return "\n".join(lines) + "\n"
