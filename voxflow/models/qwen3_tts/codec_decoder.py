@@ -15,25 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxflow.layers.mlp import SwiGLU
+from voxflow.layers.rms_norm import RMSNorm
+
 from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock, SnakeBeta,
                                    SplitDequantizer, StreamingModule, StreamTensors)
 from .config import CodecDecoderConfig
 
 # ------------------------------------------------------------------------------------ frame-rate transformer
-
-
-class RMSNorm(nn.Module):
-    """Normalised in fp32, cast back, then scaled (the order the official code uses)."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
 
 
 class LayerScale(nn.Module):
@@ -95,17 +84,6 @@ class SlidingWindowAttention(StreamingModule):
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class TransformerLayer(nn.Module):

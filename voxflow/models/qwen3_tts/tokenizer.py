@@ -26,6 +26,8 @@ from typing import Iterable
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+from .config import ConfigError, read_json
+
 # Qwen2's split pattern (transformers `Qwen2Converter`): contractions, letter runs with one optional leading
 # non-letter, single digits, punctuation runs, newlines, spaces.
 QWEN2_SPLIT_REGEX = (
@@ -87,12 +89,9 @@ def official_uses_mistral_fix(folder: str, base_vocab_size: int) -> bool:
 
 def _read_json(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise TokenizerError(f"missing tokenizer file: {path}") from None
-    except json.JSONDecodeError as e:
-        raise TokenizerError(f"{path} is not valid JSON: {e}") from None
+        return read_json(path)
+    except ConfigError as e:
+        raise TokenizerError(str(e)) from None
 
 
 def _read_merges(path: str) -> list[tuple[str, str]]:
