@@ -139,7 +139,9 @@ class Qwen3TTSPlugin:
         return dict(name=self.name, family="qwen3_tts", task=_PUBLIC_TASK[model.task],
                     sample_rate=model.sample_rate, voices=model.speakers, languages=model.languages,
                     supports_instructions=model.config.supports_instructions,
-                    samples_per_frame=model.samples_per_frame)
+                    samples_per_frame=model.samples_per_frame,
+                    # Base models accept a precomputed x-vector (the API's `speaker_embedding`) of this size
+                    speaker_embedding_dim=model.config.talker.hidden_size if model.task == "base" else None)
 
     def make_voice(self, ref_audio: np.ndarray, ref_text: str | None, x_vector_only: bool) -> dict:
         audio = np.ascontiguousarray(ref_audio, dtype=np.float32)
