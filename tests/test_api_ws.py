@@ -436,6 +436,8 @@ def test_real_engine_session_custom_voice():
 
     app = make_app(client, lifespan=lifespan)
     app.state.vox.model_info = dict(core.info())
+    from voxflow.api.metrics import Metrics
+    metrics = app.state.vox.metrics = Metrics()
 
     async def scenario(c):
         await c.send(type="session.config", voice="Serena", response_format="pcm", stream_audio=True,
@@ -451,3 +453,10 @@ def test_real_engine_session_custom_voice():
     for s in sentences:
         pcm = b"".join(s["frames"])
         assert len(pcm) > 0 and len(pcm) % (2 * 1920) == 0          # whole codec frames of s16 samples
+    # each sentence is a request for the metrics (and for the server-wide concurrency limit)
+    sample = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for m in metrics.registry.collect() for s in m.samples}
+    assert sample[("voxflow_requests_total", (("status", "200"),))] == 2
+    assert sample[("voxflow_api_requests_in_flight", ())] == 0
+    assert sample[("voxflow_audio_ttfp_seconds_count", ())] == 2
+    assert app.state.vox.extra.get("in_flight", 0) == 0

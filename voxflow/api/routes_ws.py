@@ -54,6 +54,7 @@ from voxflow.engine.client import EngineUnavailableError
 from voxflow.engine.request import AudioChunk, FinishReason, SpeechRequest
 
 from .errors import APIError
+from .routes_speech import release, try_admit
 from .schemas import SpeechRequestBody, plan_speech
 from .text_split import GRANULARITIES, SentenceSplitter
 
@@ -149,6 +150,7 @@ class _Job:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     error: str | None = None
     task: asyncio.Task | None = None
+    tracker: object | None = None       # metrics.RequestTracker: TTFP, underruns, status, as HTTP requests
 
 
 @dataclass
@@ -336,6 +338,8 @@ class StreamSession:
                           sampling=replace(self.cfg.template.sampling),
                           streaming=replace(self.cfg.template.streaming))
         job = _Job(self.utterance, self.sentence, sentence, request, self.cfg)
+        if self.state.metrics is not None:
+            job.tracker = self.state.metrics.track(streaming=True)
         self.sentence += 1
         self.pending += 1
         self.jobs.add(job)
@@ -343,8 +347,16 @@ class StreamSession:
         self.outq.put_nowait(job)
 
     async def _generate(self, job: _Job) -> None:
+        admitted = False
         try:
             async with self.slots:
+                # Sentences count against the server-wide limit like HTTP requests (a session cannot flood it).
+                try:
+                    try_admit(self.state)
+                    admitted = True
+                except APIError as e:
+                    job.error = e.message
+                    return
                 async with contextlib.aclosing(self.state.engine.generate(job.request)) as outputs:
                     async for out in outputs:
                         if isinstance(out, AudioChunk):
@@ -356,11 +368,15 @@ class StreamSession:
             job.error = f"engine unavailable: {e}"
         except asyncio.CancelledError:
             job.error = "cancelled"
+            if job.tracker is not None:
+                job.tracker.finish(499, "client_disconnect")
             raise
         except Exception as e:                            # never let one sentence take the session down
             log.exception("ws sentence generation failed")
             job.error = f"internal error: {type(e).__name__}"
         finally:
+            if admitted:
+                release(self.state)
             job.queue.put_nowait(_END)
 
     # ---- sending, in order -----------------------------------------------------------------------------------
@@ -392,6 +408,8 @@ class StreamSession:
             if cfg.stream_audio:
                 await self.send_bytes(piece)
                 total += len(piece)
+                if job.tracker is not None:
+                    job.tracker.sent(len(piece) / (2 * cfg.sample_rate))      # s16 mono
             else:
                 parts.append(piece)
         if not cfg.stream_audio and job.error is None:
@@ -400,6 +418,10 @@ class StreamSession:
                 data = wav_header(len(data), cfg.sample_rate) + data
             await self.send_bytes(data)
             total = len(data)
+            if job.tracker is not None:
+                job.tracker.sent(len(b"".join(parts)) / (2 * cfg.sample_rate))
+        if job.tracker is not None:
+            job.tracker.finish(200 if job.error is None else 500, "error" if job.error else "eos")
         if job.error is not None:
             await self.error(f"generation failed for sentence {job.index}: {job.error}", **ids,
                              partial_audio=total > 0)
