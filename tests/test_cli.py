@@ -35,7 +35,7 @@ def test_synthesize_writes_wav_and_codes_matching_official(tmp_path):
     with wave.open(str(out)) as w:
         assert w.getframerate() == 24000 and w.getnchannels() == 1 and w.getsampwidth() == 2
         assert w.getnframes() == codes.shape[0] * 1920
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32767
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768
     assert np.abs(pcm - g["wav"][0].numpy()).max() < 2e-4   # 16-bit quantisation of the official waveform
 
 

@@ -170,6 +170,23 @@ def to_pcm16(wav) -> np.ndarray:
     return np.clip(np.round(x * _INT16_SCALE), -32768, 32767).astype(np.int16)
 
 
+def pcm_bytes(pcm, fmt: str) -> bytes:
+    """Mono float PCM as little-endian bytes: "f32" as is, "s16" through `to_pcm16` (the one int16 convention
+    of voxflow: engines, HTTP encoders and files all agree sample for sample)."""
+    if fmt == "s16":
+        return to_pcm16(pcm).astype("<i2").tobytes()
+    if fmt == "f32":
+        return np.asarray(pcm, dtype="<f4").tobytes()
+    raise ValueError(f"unknown PCM format {fmt!r} (expected 'f32' or 's16')")
+
+
+def pcm_from_bytes(data: bytes, fmt: str) -> np.ndarray:
+    """Inverse of `pcm_bytes` (float32 out)."""
+    if fmt == "s16":
+        return np.frombuffer(data, dtype="<i2").astype(np.float32) / _INT16_SCALE
+    return np.frombuffer(data, dtype="<f4").astype(np.float32)
+
+
 def write_wav(dest: Union[str, os.PathLike, BinaryIO], wav, sample_rate: int) -> None:
     """Write mono `[samples]` (or `[samples, channels]`) float audio as a 16-bit PCM WAV file."""
     import soundfile as sf

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..audio.io import pcm_bytes
 from .block_manager import BlockManager, num_blocks_for
 from .codec_executor import CodecExecutor
 from .model_api import CodecModel, PagedKVContext, PreparedRequest, TTSModel
@@ -226,7 +227,7 @@ class EngineCore:
             live.first_chunk_at = now
         live.samples_out += pcm.shape[0]
         live.chunks_out += 1
-        return AudioChunk(live.request.request_id, index, encode_pcm(pcm, live.request.pcm_format),
+        return AudioChunk(live.request.request_id, index, pcm_bytes(pcm, live.request.pcm_format),
                           self.model.sample_rate, int(pcm.shape[0]), first_frame, num_frames, emitted_at=now)
 
     def _retire(self, live: _Live, error: str | None = None) -> FinalRecord:
@@ -246,9 +247,3 @@ class EngineCore:
         return FinalRecord(rid, reason, Usage(prompt_tokens=live.prepared.prompt_len, frames=live.frames_out,
                                               audio_seconds=seconds),
                            error=error, arrived_at=live.arrived_at, first_chunk_at=live.first_chunk_at)
-
-
-def encode_pcm(pcm: np.ndarray, fmt: str) -> bytes:
-    if fmt == "s16":
-        return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
-    return pcm.astype("<f4").tobytes()

@@ -6,6 +6,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ..audio.io import pcm_from_bytes
 from .engine import EngineCore
 from .request import AudioChunk, FinalRecord, SpeechRequest
 
@@ -18,10 +19,8 @@ class OfflineResult:
 
     def audio(self) -> np.ndarray:
         """The whole utterance as float32 PCM (chunks concatenated)."""
-        dtype = "<i2" if self.request.pcm_format == "s16" else "<f4"
-        parts = [np.frombuffer(c.pcm, dtype=dtype) for c in sorted(self.chunks, key=lambda c: c.index)]
-        pcm = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-        return pcm.astype(np.float32) / 32767.0 if dtype == "<i2" else pcm.astype(np.float32)
+        data = b"".join(c.pcm for c in sorted(self.chunks, key=lambda c: c.index))
+        return pcm_from_bytes(data, self.request.pcm_format)
 
 
 def run_offline(core: EngineCore, requests: Iterable[SpeechRequest],

@@ -54,6 +54,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..audio.io import pcm_bytes
 from .engine import QueueFullError  # the class the clients catch as back-pressure
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 
@@ -292,7 +293,7 @@ class OneShotCore:
         index = live.chunks_out
         live.chunks_out += 1
         live.samples_out += int(pcm.shape[0])
-        return AudioChunk(live.request.request_id, index, encode_pcm(pcm, live.request.pcm_format),
+        return AudioChunk(live.request.request_id, index, pcm_bytes(pcm, live.request.pcm_format),
                           self.sample_rate, int(pcm.shape[0]), first_unit, num_units, emitted_at=now)
 
     def _retire(self, live: _Live, reason: FinishReason, error: str | None = None,
@@ -312,10 +313,3 @@ class OneShotCore:
                                               audio_seconds=seconds),
                            error=error, error_kind=error_kind, arrived_at=live.arrived_at,
                            first_chunk_at=live.first_chunk_at)
-
-
-def encode_pcm(pcm: np.ndarray, fmt: str) -> bytes:
-    """Same encoding as EngineCore's (f32 as is; s16 clipped, scaled by 32767 and rounded), sample-wise."""
-    if fmt == "s16":
-        return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
-    return np.asarray(pcm, dtype="<f4").tobytes()
