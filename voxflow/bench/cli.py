@@ -103,6 +103,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-plots", action="store_true")
     g.add_argument("--save-audio", metavar="DIR", help="write every response as a WAV for later quality scoring")
     g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--quality", action="store_true",
+                   help="after the run, transcribe every successful measured request with Whisper tiny.en and "
+                        "record its WER against the prompt text (English prompts only; needs voxflow[asr])")
+    g.add_argument("--quality-max-wer", type=float, default=0.1,
+                   help="--quality: a request is ok when WER <= this and no_speech_prob < 0.6 (default 0.1)")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -261,6 +266,9 @@ def _run(args) -> int:
     from . import report
     if bool(args.base_url) == bool(args.model):
         raise WorkloadError("give exactly one of --base-url (online) or --model (offline)")
+    if getattr(args, "quality", False):
+        from .quality import require_asr
+        require_asr()
     levels = build_levels(args)
     spec = _spec(args)
     tags = _kv(args.tag, "--tag")
@@ -279,7 +287,8 @@ def _run(args) -> int:
         if u.scheme not in ("http", "https") or not u.hostname:
             raise WorkloadError(f"--base-url must look like http://host:port, got {args.base_url!r}")
         opts = HttpOptions(base_url=args.base_url, endpoint=args.endpoint, headers=_headers(args),
-                           timeout_s=args.timeout, sample_rate=args.sample_rate, save_audio_dir=args.save_audio)
+                           timeout_s=args.timeout, sample_rate=args.sample_rate, save_audio_dir=args.save_audio,
+                           keep_audio=bool(getattr(args, "quality", False)))
         out = asyncio.run(run_http(opts, spec, plan, args.seed, _progress(args), on_level))
         card = model_card(out["server_info"])
         target = {"kind": "http", "base_url": args.base_url, "endpoint": args.endpoint,
@@ -297,7 +306,8 @@ def _run(args) -> int:
         for lv, prompts, warm in plan:
             bar = make_bar(lv, len(prompts) + len(warm)) if make_bar else None
             try:
-                recs = offline.run_level(core, factory, lv, prompts, warm, args.seed, bar)
+                recs = offline.run_level(core, factory, lv, prompts, warm, args.seed, bar,
+                                         keep_audio=bool(getattr(args, "quality", False)))
             finally:
                 if bar is not None:
                     bar.close()
@@ -311,6 +321,9 @@ def _run(args) -> int:
         core.shutdown()
         where = "engine"
 
+    qualities = [None] * len(ran)
+    if getattr(args, "quality", False):
+        qualities = _score_quality(ran, chosen, args.quality_max_wer)
     example = spec.body(measured[0])
     if isinstance(example.get("ref_audio"), str):
         example["ref_audio"] = example["ref_audio"][:64] + "..."
@@ -321,7 +334,8 @@ def _run(args) -> int:
     config = _jsonable(_redacted(vars(args)))
     result = report.build_result(target=_jsonable(target), model=_jsonable(model), config=config,
                                  workload=workload, label=args.label, tags=tags,
-                                 levels=[report.level_entry(lv.describe(), recs, jb) for lv, recs in ran],
+                                 levels=[report.level_entry(lv.describe(), recs, jb, quality=q)
+                                         for (lv, recs), q in zip(ran, qualities)],
                                  argv=_argv(),
                                  where=where)
     report.write_json(result, args.output)
@@ -340,6 +354,21 @@ def _run(args) -> int:
     print("wrote " + ", ".join(written), file=sys.stderr)
     ok = sum(lv["summary"]["completed"] for lv in result["levels"])
     return 0 if ok else 1
+
+
+def _score_quality(ran, prompts, max_wer: float) -> list[dict]:
+    """The --quality pass over every level (after all of them ran: no transcription during timed requests)."""
+    from .quality import score_level
+    by_id = {p.id: p for p in prompts}
+    out = []
+    for lv, recs in ran:
+        q = score_level(recs, by_id, max_wer)
+        wer = "–" if q["mean_wer"] is None else f"{q['mean_wer']:.3f}"
+        ok = "–" if q["ok_rate"] is None else f"{q['ok_rate'] * 100:.0f}%"
+        print(f"{lv.key}: quality: {q['num_scored']} scored ({q['num_not_scored']} not), mean WER {wer}, "
+              f"ok {ok}", file=sys.stderr)
+        out.append(q)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,6 +65,7 @@ class HttpOptions:
     sample_rate: int | None = None       # explicit override (else WAV header, X-Sample-Rate, server info, 24 kHz)
     server_sample_rate: int | None = None
     save_audio_dir: str | None = None
+    keep_audio: bool = False             # measured requests keep their s16 PCM as `record.pcm` (quality pass)
 
 
 Fire = Callable[[int, "float | None"], Awaitable[None]]
@@ -155,7 +156,8 @@ class HttpSender:
         content = self.body_bytes(prompt)
         reader = make_reader(self.spec.stream, self.spec.response_format)
         rec.stream = self.spec.stream != "off"
-        audio = bytearray() if self.opts.save_audio_dir else None
+        keep = self.opts.keep_audio and not rec.warmup
+        audio = bytearray() if (self.opts.save_audio_dir or keep) else None
         t0 = time.perf_counter()
         rec.start_s = t0 - origin
         resp = None
@@ -198,7 +200,10 @@ class HttpSender:
         if rec.error is None and rec.audio_bytes == 0:
             rec.error, rec.error_detail = "no_audio", "the response carried no audio samples"
         if audio is not None and rec.error is None:
-            self._save(rec, bytes(audio))
+            if keep:
+                rec.pcm = audio
+            if self.opts.save_audio_dir:
+                self._save(rec, bytes(audio))
 
     def _sample_rate(self, rec: RequestRecord, reader, resp) -> None:
         hdr = resp.headers if resp is not None else {}

@@ -105,6 +105,9 @@ class RequestRecord:
         d["ttfp_s"] = _r(self.ttfp_s)
         d["audio_s"] = round(self.audio_s, 6)
         d["rtf"] = _r(self.rtf)
+        q = getattr(self, "quality", None)     # set by the --quality pass (bench/quality.py); not a field
+        if q is not None:
+            d["quality"] = q
         return d
 
     @classmethod

@@ -58,11 +58,12 @@ def _convert(raw: str, hint, item: str):
 
 def build_engine(model: str, *, device: str = "cpu", dtype: str = "float32", max_num_seqs: int | None = None,
                  engine_args: dict | None = None):
-    from voxflow.engine.engine import EngineConfig, EngineCore
+    from voxflow.engine.engine import EngineConfig
+    from voxflow.models.registry import build_engine as build_core
     kw = dict(engine_args or {})
     if max_num_seqs is not None:
         kw["max_num_seqs"] = max_num_seqs
-    return EngineCore.from_config(EngineConfig(model=model, device=device, dtype=dtype, **kw))
+    return build_core(EngineConfig(model=model, device=device, dtype=dtype, **kw))   # one-shot (piper:...) too
 
 
 class RequestFactory:
@@ -108,16 +109,18 @@ class RequestFactory:
 
 
 def run_level(core, factory: RequestFactory, level: Level, prompts: list[Prompt], warmups: list[Prompt],
-              seed: int, progress=None) -> list[RequestRecord]:
+              seed: int, progress=None, keep_audio: bool = False) -> list[RequestRecord]:
+    """keep_audio: measured requests keep their s16 PCM as `record.pcm` (not a field: never in the JSON)."""
     records: list[RequestRecord] = []
     for phase, items in (("warmup", warmups), ("measure", prompts)):
         if items:
             records += _run_phase(core, factory, level, items, phase == "warmup",
-                                  seed + (phase == "warmup"), progress)
+                                  seed + (phase == "warmup"), progress, keep_audio and phase == "measure")
     return records
 
 
-def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, seed: int, progress):
+def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, seed: int, progress,
+               keep_audio: bool = False):
     from voxflow.engine.engine import QueueFullError
     from voxflow.engine.request import AudioChunk
     open_loop = level.mode == "open"
@@ -145,6 +148,8 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
                                 sample_rate_source="engine")
             req = factory(prompt, "w" if warmup else "m")
             rec.request_id = req.request_id
+            if keep_audio:
+                rec.pcm = bytearray()
             arrival = origin + sched if open_loop else time.monotonic()
             rec.start_s = arrival - origin
             try:
@@ -175,6 +180,8 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
                 rec.chunk_bytes.append(len(out.pcm))
                 rec.audio_bytes += len(out.pcm)
                 rec.sample_rate = out.sample_rate
+                if keep_audio:
+                    rec.pcm += out.pcm
                 continue
             del inflight[out.request_id]
             rec.end_s = out.finished_at - arrival

@@ -10,6 +10,7 @@
       "levels": [{"level": {key, mode, concurrency, request_rate, max_concurrency, num_prompts, num_warmups},
                   "summary": metrics.summarize(...), "requests": [RequestRecord.to_json(), ...]}]
     }
+    With --quality: summary.quality and requests[i].quality (measured requests); see bench/quality.py.
 
 Everything a later reader needs is inside: raw per-request timings (warm-ups included, flagged), the summary,
 what was run where and how. Keys are only ever added; `validate_result` checks the required ones.
@@ -112,9 +113,13 @@ def _memory_gb() -> float | None:
 
 
 # ------------------------------------------------------------------------------------------------ assembly
-def level_entry(level_desc: dict, records: Sequence[RequestRecord], jitter_buffer_s: float = 0.0) -> dict:
-    return {"level": level_desc, "summary": summarize(records, jitter_buffer_s=jitter_buffer_s),
-            "requests": [r.to_json() for r in records]}
+def level_entry(level_desc: dict, records: Sequence[RequestRecord], jitter_buffer_s: float = 0.0,
+                quality: dict | None = None) -> dict:
+    """quality: the --quality pass's level summary (bench/quality.py), added as summary.quality."""
+    summary = summarize(records, jitter_buffer_s=jitter_buffer_s)
+    if quality is not None:
+        summary["quality"] = quality
+    return {"level": level_desc, "summary": summary, "requests": [r.to_json() for r in records]}
 
 
 def build_result(*, target: dict, model: dict, config: dict, workload: dict, levels: list[dict],
@@ -210,15 +215,23 @@ def _pct(x):
     return "–" if x is None else f"{x * 100:.0f}%"
 
 
+def _quality_cell(q: dict | None) -> str:
+    if not q:
+        return " – |"
+    return f" {_f(q.get('mean_wer'), 3)} / {_pct(q.get('ok_rate'))} ({q.get('num_scored', 0)}) |"
+
+
 def markdown_table(result: dict) -> str:
     lines = []
     t = result["target"]
     lines.append(f"### {result.get('label') or t.get('model') or 'voxflow bench'} ({t['kind']}"
                  + (f", {t['base_url']}" if t.get("base_url") else "") + ")")
     lines.append("")
+    has_q = any("quality" in lv["summary"] for lv in result["levels"])
     lines.append("| level | ok/fail | TTFP p50 / p90 / p99 (ms) | E2E p50 / p99 (s) | RTF p50 ↓ | audio-s/s | req/s "
-                 "| gap p99 (ms) | no underrun | worst underrun (ms) | mean audio (s) |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                 "| gap p99 (ms) | no underrun | worst underrun (ms) | mean audio (s) |"
+                 + (" WER mean / ok (scored) |" if has_q else ""))
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if has_q else ""))
     for lv in result["levels"]:
         s, c = lv["summary"], lv["summary"].get("continuity") or {}
         tt, e2e = s["ttfp_s"], s["e2e_s"]
@@ -228,8 +241,12 @@ def markdown_table(result: dict) -> str:
                      f"{_ms(tt['p99'])} | {_f(e2e['p50'])} / {_f(e2e['p99'])} | {_f(s['rtf']['p50'], 3)} | "
                      f"{_f(s['audio_throughput'])} | {_f(s['request_throughput'])} | "
                      f"{_ms(s['inter_chunk_gap_s']['p99'])} | {_pct(c.get('no_underrun_rate'))} | "
-                     f"{_ms(c.get('worst_underrun_s'))} | {_f(s['audio_duration_s']['mean'])} |")
+                     f"{_ms(c.get('worst_underrun_s'))} | {_f(s['audio_duration_s']['mean'])} |"
+                     + (_quality_cell(s.get("quality")) if has_q else ""))
     lines.append("")
     lines.append("RTF = E2E latency / audio duration: lower is faster, < 1 is faster than real time. "
                  "audio-s/s = audio seconds per wall second. Warm-up requests excluded.")
+    if has_q:
+        lines.append("WER: Whisper tiny.en transcript vs the prompt text, English prompts only; ok = WER <= "
+                     "--quality-max-wer and no_speech_prob < 0.6.")
     return "\n".join(lines) + "\n"
