@@ -27,6 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from voxflow.bench.workloads import reference_clip  # noqa: E402  (the same clip bench uses)
 from voxflow.tools.tiny_set import TINY_SET  # noqa: E402
 
 # Logits kept per case, to keep fixtures small (all of them would be ~4 MB per case): talker steps
@@ -34,18 +35,6 @@ from voxflow.tools.tiny_set import TINY_SET  # noqa: E402
 TALKER_STEPS_KEPT = (0, 1, 2, 3, 5, 10, 20, 30)
 CP_FRAMES_KEPT = (0, 29)
 MAX_NEW_TOKENS = 31   # -> 30 frames without EOS
-
-
-def reference_clip(seconds: float, sr: int, seed: int = 0) -> np.ndarray:
-    """A deterministic, speech-like test signal: two gliding harmonics with a syllable envelope and noise."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * sr)) / sr
-    f0 = 140 + 40 * np.sin(2 * np.pi * 0.7 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / sr
-    env = 0.5 + 0.5 * np.sin(2 * np.pi * 3.0 * t) ** 2
-    x = env * (0.25 * np.sin(phase) + 0.12 * np.sin(2 * phase + 0.3) + 0.05 * np.sin(3 * phase))
-    x = x + 0.01 * rng.standard_normal(len(t))
-    return x.astype(np.float32)
 
 
 CASES = {

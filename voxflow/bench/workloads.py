@@ -16,15 +16,15 @@ This module needs only numpy and the standard library (tools/bench_official.py i
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import random
-import wave
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
+
+from ..audio.io import wav_bytes
 
 BUNDLED = os.path.join(os.path.dirname(__file__), "prompts", "prompts.jsonl")
 LENGTHS = ("short", "medium", "long")
@@ -132,17 +132,6 @@ def reference_clip(seconds: float = 3.0, sr: int = 24000, seed: int = 0) -> np.n
     env = 0.5 + 0.5 * np.sin(2 * np.pi * 3.0 * t) ** 2
     x = env * (0.25 * np.sin(phase) + 0.12 * np.sin(2 * phase + 0.3) + 0.05 * np.sin(3 * phase))
     return (x + 0.01 * rng.standard_normal(len(t))).astype(np.float32)
-
-
-def wav_bytes(samples: np.ndarray, sr: int) -> bytes:
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(sr)
-        w.writeframes(pcm)
-    return buf.getvalue()
 
 
 def data_url(data: bytes, name: str = "x.wav") -> str:
