@@ -214,6 +214,7 @@ def test_serves_the_default_voice(server):
     (model,) = server.http.get("/v1/models").json()["data"]
     assert model["id"] == "piper:en_US-joe-medium"
     assert model["sample_rate"] == RATE and model["voices"] == ["joe"]
+    assert server.http.get("/v1/audio/voices").json()["voices"] == ["joe"]
 
 
 @needs_piper
