@@ -116,7 +116,6 @@ def cmd_synthesize(args) -> int:
 
 def _synthesize_batch(args) -> int:
     """Many utterances through the batched engine (in-process), one WAV per line, with a progress bar."""
-    import numpy as np
     from tqdm import tqdm
 
     from .audio.io import AudioReadError, load_reference_audio, write_wav

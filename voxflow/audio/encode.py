@@ -482,6 +482,7 @@ class _OggOpusEncoder(StreamEncoder):
         page: list[bytes] = []
         segments = 0
         first_granule_in_page = None
+        last_granule = 0            # set by the first packet, before any page can be closed
         for packet, granule in packets:
             n = _OggStream.segments(packet)
             too_long = (not self.streaming and first_granule_in_page is not None

@@ -70,7 +70,7 @@ class RequestFactory:
     """Prompt -> SpeechRequest for the engine (same settings as the HTTP body where they apply)."""
 
     def __init__(self, core, spec: RequestSpec):
-        from voxflow.engine.request import SamplingOptions, StreamingOptions
+        from voxflow.engine.request import SamplingOptions
         self.core, self.spec = core, spec
         info = core.info()
         self.voice = spec.voice
