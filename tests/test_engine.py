@@ -350,3 +350,27 @@ def test_stored_voice_prompt_replaces_reference_audio():
     assert set(cv.info()["voices"]) >= {"vivian", "ryan"}
     with pytest.raises(ValueError, match="Base"):
         cv.add_request(greedy("Hi.", 5, voice_clone_prompt=voice))
+
+
+def test_request_longer_than_max_model_len_is_refused_at_once():
+    core = make_engine(max_model_len=40)
+    with pytest.raises(ValueError, match="at most 40"):
+        core.add_request(greedy("Hello world.", 200, voice="vivian", request_id="long"))
+    assert not core.live and core.scheduler.num_waiting == 0
+    core.add_request(greedy("Hi.", 5, voice="vivian", request_id="short"))
+    assert drive(core, {})["short"][-1].reason is FinishReason.LENGTH
+
+
+def test_final_record_follows_the_last_chunk_and_no_frame_after_eos_is_kept():
+    """The host reads finished flags one step late, so a request is decoded once more after it ended: that frame
+    must never reach the codec, and the final record must come after every chunk."""
+    core = make_engine()
+    reqs = [greedy("Hello world.", 31, voice="vivian", request_id=f"r{i}") for i in range(3)]
+    results = drive(core, {0: reqs[:2], 3: reqs[2:]})
+    for req in reqs:
+        outs = results[req.request_id]
+        assert not isinstance(outs[-1], AudioChunk) and all(isinstance(o, AudioChunk) for o in outs[:-1])
+        frames = sum(o.num_frames for o in outs[:-1])
+        codes, _, _ = reference("custom_voice", req)
+        assert frames == outs[-1].usage.frames == codes_of(core, req.request_id).shape[0] == codes.shape[0]
+    assert_all_released(core)

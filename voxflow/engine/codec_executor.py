@@ -1,4 +1,4 @@
-"""The codec stage: turns each request's frames into PCM chunks, batched across requests.
+"""The codec stage: turns each request's frames into PCM chunks, batched across requests, asynchronously.
 
 Streaming policy (per request):
   - the first chunk leaves after `initial_chunk_frames` frames: the request's own value, or one chosen from the
@@ -9,9 +9,16 @@ Streaming policy (per request):
   - non-streaming requests are decoded once, when they finish (the fewest passes).
 The codec keeps a per-request streaming state, so chunk boundaries never change the audio: the concatenated
 chunks equal a one-pass decode of all frames.
+
+Asynchrony: `launch()` starts every due chunk (requests that decode the same number of frames share one call)
+and returns at once; with a codec that has `decode_async` the work runs on the codec's own CUDA stream while the
+talker goes on, and the PCM lands in pinned host memory. `collect()` hands back the chunks whose PCM has landed,
+in launch order. A request is `drained` once it is finished and its last chunk was collected: only then may the
+engine send its final record.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +40,7 @@ def initial_frames_for_load(num_active: int) -> int:
     return 10
 
 
-@dataclass
+@dataclass(eq=False)
 class CodecStream:
     request_id: str
     stream: bool
@@ -43,17 +50,23 @@ class CodecStream:
     state: Any = None
     pending: list[torch.Tensor] = field(default_factory=list)   # frames not yet decoded, each [n, 16]
     num_pending: int = 0
-    frames_done: int = 0                                        # frames already turned into PCM
-    chunks_done: int = 0
+    frames_done: int = 0                                        # frames already sent to the codec
+    chunks_done: int = 0                                        # chunks launched
+    in_flight: int = 0                                          # chunks launched but not collected
+    finished: bool = False                                      # the talker produced its last frame
 
-    def next_chunk_size(self, finished: bool) -> int:
+    def next_chunk_size(self) -> int:
         """Frames to decode now (0 = wait for more)."""
-        if finished:
+        if self.finished:
             return self.num_pending
         if not self.stream:
             return 0
         want = self.initial_frames if self.chunks_done == 0 else self.chunk_frames
         return want if self.num_pending >= want else 0
+
+    @property
+    def drained(self) -> bool:
+        return self.finished and self.num_pending == 0 and self.in_flight == 0
 
 
 @dataclass
@@ -65,48 +78,111 @@ class DecodedChunk:
     index: int
 
 
+class _SyncPending:
+    """`decode_async`'s result shape for codecs that only decode synchronously."""
+
+    def __init__(self, pcm: list[np.ndarray]):
+        self._pcm = pcm
+
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> list[np.ndarray]:
+        return self._pcm
+
+
 class CodecExecutor:
     def __init__(self, codec: CodecModel, chunk_frames: int = 25):
         self.codec = codec
         self.chunk_frames = chunk_frames
         self.streams: dict[str, CodecStream] = {}
+        self._launched: deque[tuple[Any, list[tuple[CodecStream, int, int, int]]]] = deque()
 
     def add(self, request_id: str, *, stream: bool, initial_frames: int | None, chunk_frames: int | None,
             num_active: int, prefix_frames: torch.Tensor | None = None) -> None:
         init = initial_frames if initial_frames is not None else initial_frames_for_load(num_active)
-        self.streams[request_id] = CodecStream(request_id, stream, max(1, init), max(1, chunk_frames or self.chunk_frames),
-                                               prefix_frames=prefix_frames)
+        self.streams[request_id] = CodecStream(request_id, stream, max(1, init),
+                                               max(1, chunk_frames or self.chunk_frames), prefix_frames=prefix_frames)
 
     def remove(self, request_id: str) -> None:
-        """Drop a request's codec state at once (finished or aborted)."""
-        self.streams.pop(request_id, None)
+        """Drop a request's codec state at once (finished or aborted); chunks still in flight are discarded."""
+        s = self.streams.pop(request_id, None)
+        if s is not None and s.state is not None and hasattr(self.codec, "release"):
+            self.codec.release(s.state)
 
     def push(self, request_id: str, frames: torch.Tensor) -> None:
         s = self.streams[request_id]
         s.pending.append(frames)
         s.num_pending += frames.shape[0]
 
-    def run(self, finished: set[str]) -> list[DecodedChunk]:
-        """Decode every chunk that is due, batching requests that decode the same number of frames."""
+    def finish(self, request_id: str) -> None:
+        """The talker is done with this request: what is pending goes out as the final (partial) chunk."""
+        self.streams[request_id].finished = True
+
+    def drained(self, request_id: str) -> bool:
+        s = self.streams.get(request_id)
+        return s is None or s.drained
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._launched)
+
+    # ---- launch / collect ------------------------------------------------------------------------------------
+    def launch(self, after: Any = None) -> int:
+        """Start decoding every chunk that is due; returns how many chunks were launched. `after`: an event the
+        codec's stream waits for before it reads the frames (None: everything queued so far)."""
         due: dict[int, list[CodecStream]] = {}
         for s in self.streams.values():
-            n = s.next_chunk_size(s.request_id in finished)
+            n = s.next_chunk_size()
             if n > 0:
                 due.setdefault(n, []).append(s)
-        out = []
+        launched = 0
         for n, group in due.items():
-            frames = []
+            frames, final = [], []
             for s in group:
                 if s.state is None:
                     s.state = self.codec.new_state(s.prefix_frames)
                 frames.append(self._take(s, n))
-            pcms, states = self.codec.decode([s.state for s in group], frames)
-            for s, pcm, state in zip(group, pcms, states):
-                s.state = state
-                out.append(DecodedChunk(s.request_id, pcm, s.frames_done, n, s.chunks_done))
+                final.append(s.finished and s.num_pending == 0)
+            pending = self._decode(group, frames, final, after)
+            rows = []
+            for s in group:
+                rows.append((s, s.frames_done, n, s.chunks_done))
                 s.frames_done += n
                 s.chunks_done += 1
+                s.in_flight += 1
+            self._launched.append((pending, rows))
+            launched += len(group)
+        return launched
+
+    def _decode(self, group: list[CodecStream], frames: list[torch.Tensor], final: list[bool], after: Any):
+        states = [s.state for s in group]
+        if hasattr(self.codec, "decode_async"):
+            kwargs = {"after": after} if after is not None else {}
+            return self.codec.decode_async(states, frames, final=final, **kwargs)
+        pcm, new_states = self.codec.decode(states, frames)
+        for s, state in zip(group, new_states):
+            s.state = state
+        return _SyncPending(pcm)
+
+    def collect(self, block: bool = False) -> list[DecodedChunk]:
+        """Chunks whose PCM has landed, in launch order (block: wait for every launched chunk)."""
+        out = []
+        while self._launched and (block or self._launched[0][0].ready()):
+            pending, rows = self._launched.popleft()
+            pcms = pending.result()
+            for (s, first, n, index), pcm in zip(rows, pcms):
+                s.in_flight -= 1
+                if self.streams.get(s.request_id) is s:          # else removed (aborted) meanwhile
+                    out.append(DecodedChunk(s.request_id, pcm, first, n, index))
         return out
+
+    def run(self, finished: set[str] = frozenset()) -> list[DecodedChunk]:
+        """Synchronous convenience: mark `finished`, launch what is due, wait for it."""
+        for rid in finished:
+            self.finish(rid)
+        self.launch()
+        return self.collect(block=True)
 
     @staticmethod
     def _take(s: CodecStream, n: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""EngineCore: one model replica's synchronous step loop (scheduler -> talker -> codec -> outputs).
+"""EngineCore: one model replica's step loop (scheduler -> talker -> codec -> outputs).
 
     core = EngineCore.from_config(EngineConfig(model="path/or/hub-id"))
     core.add_request(SpeechRequest(text="Hello."))
@@ -8,12 +8,17 @@
 
 One `step()`: the scheduler picks this step's decodes and prefill chunks (continuous batching under a token
 budget, paged KV with prefix caching, preemption when memory runs out); the talker runs the prefill chunks, then
-one batched decode that completes one frame per running request; the codec executor turns due frames into PCM
-chunks (batched across requests); finished requests free their KV blocks, slot and codec state at once.
+launches one batched decode that completes one frame per running request (`DecodeRunner`: padded batch buckets,
+one CUDA graph per shape on a GPU). The host reads that step's finished flags one step late (`inflight.py`): it
+first launches step N, then collects step N - 1 (frames go to the codec on the device; finished requests give
+back their KV blocks and slot at once), so the GPU never waits for Python bookkeeping. The codec executor
+launches the chunks that are due (batched across requests; on the codec's own CUDA stream when it has one) and
+collects those whose PCM has landed. A finished request's final record leaves after its last chunk.
 It is single-threaded and knows nothing of HTTP or asyncio: `inprocess.py` / `process.py` drive it.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -21,14 +26,17 @@ import numpy as np
 import torch
 
 from ..audio.io import pcm_bytes
-from .block_manager import BlockManager, num_blocks_for
+from .block_manager import BlockManager, blocks_for, num_blocks_for
 from .codec_executor import CodecExecutor
+from .graph_runner import DecodeRunner
+from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PagedKVContext, PreparedRequest, TTSModel
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SeqStatus, Sequence
 
 Output = AudioChunk | FinalRecord
+log = logging.getLogger("voxflow.engine")
 
 
 @dataclass
@@ -42,15 +50,19 @@ class EngineConfig:
     block_size: int = 16                       # positions per KV page
     kv_cache_bytes: int | None = None          # memory for the KV pool (default: enough for max_num_seqs x 4096)
     num_kv_blocks: int | None = None           # or an explicit number of pages (tests: a tiny pool)
+    max_model_len: int = 10240                 # most KV positions of one request (prompt + frames)
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
     max_waiting: int = 1024                    # queue limit; add_request raises QueueFullError beyond it
+    cuda_graphs: bool = True                   # on a GPU: the per-frame step (and the codec) as CUDA graphs
+    capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
+    codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
 
 
 class QueueFullError(RuntimeError):
     """The engine's queue is full: retry later (HTTP 429/503)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Live:
     """Engine-side bookkeeping of one request."""
     request: SpeechRequest
@@ -58,6 +70,7 @@ class _Live:
     seq: Sequence
     arrived_at: float
     attached: bool = False
+    talker_done: bool = False          # its last frame is known; KV blocks and slot given back
     frames_out: int = 0
     samples_out: int = 0
     chunks_out: int = 0
@@ -69,28 +82,67 @@ class _Live:
 class EngineCore:
     def __init__(self, model: TTSModel, codec: CodecModel, config: EngineConfig):
         self.model, self.codec, self.config = model, codec, config
+        started = time.perf_counter()
+        device = torch.device(model.device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         if config.num_kv_blocks is not None:
             num_blocks = config.num_kv_blocks
         else:
             budget = config.kv_cache_bytes or model.kv_spec.bytes_per_token * config.max_num_seqs * 4096
             num_blocks = num_blocks_for(budget, model.kv_spec, config.block_size)
         spec = model.kv_spec
-        shape = (num_blocks, config.block_size, spec.num_kv_heads, spec.head_dim)
+        # One page more than the block manager hands out: the scratch page padded decode rows write to.
+        shape = (num_blocks + 1, config.block_size, spec.num_kv_heads, spec.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
         self.v_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
         self.block_manager = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
                                                    config.prefill_chunk_size), self.block_manager)
         self.codec_exec = CodecExecutor(codec, config.chunk_frames)
+        from ..kernels import kernels_enabled
+        max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
+        self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
+                                   max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
+                                   # the paged attention kernel reads only real pages: one table width fits all
+                                   fixed_width=device.type == "cuda" and kernels_enabled())
+        self.flags = FlagBuffers(self.runner.buckets[-1], device)
+        self._inflight: InflightDecode | None = None
+        self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
         self.live: dict[str, _Live] = {}
         self.steps = 0
         self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
+        self.startup: dict = {"kv_cache_blocks": num_blocks,
+                              "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
+        self._warm_up()
+        self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
+        if device.type == "cuda":
+            self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+            self.startup["gpu_memory_reserved_bytes"] = torch.cuda.memory_reserved(device)
+        log.info("engine ready: %s", self.startup)
+
+    def _warm_up(self) -> None:
+        """Capture the decode graphs (and the codec's) up front, and report the time it took."""
+        cfg = self.config
+        if self.runner.cuda_graphs and cfg.capture_at_start:
+            with torch.no_grad():
+                self.startup["graph_capture_seconds"] = round(self.runner.capture(widths=[1, 2, 4, 8, 16]), 3)
+            self.startup["graphs"] = self.runner.stats.graphs
+        warm = getattr(self.codec, "warmup", None)
+        if warm is not None and torch.device(self.model.device).type == "cuda" and cfg.capture_at_start:
+            frame_counts = sorted({1, 2, 5, 10, cfg.chunk_frames})
+            self.startup["codec_capture_seconds"] = round(warm(self.runner.buckets, frame_counts), 3)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "EngineCore":
         from ..models.registry import load_for_engine
+        options = {}
+        if config.codec_dtype != "float32":
+            options["codec_dtype"] = config.codec_dtype
+        if not config.cuda_graphs:
+            options["codec_cuda_graphs"] = False
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
-                                       max_slots=config.max_num_seqs)
+                                       max_slots=config.max_num_seqs, **options)
         return cls(model, codec, config)
 
     # ---- requests ---------------------------------------------------------------------------------------
@@ -105,6 +157,10 @@ class EngineCore:
         if self.scheduler.num_waiting >= self.config.max_waiting:
             raise QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting requests)")
         prepared = self.model.prepare(request)
+        if prepared.prompt_len + prepared.max_frames > self.config.max_model_len:
+            raise ValueError(f"the request may need {prepared.prompt_len + prepared.max_frames} positions (prompt "
+                             f"{prepared.prompt_len} + up to {prepared.max_frames} frames) but this engine serves at "
+                             f"most {self.config.max_model_len}; shorten the input or lower max_new_tokens")
         seq = Sequence.from_prepared(prepared)
         self.live[request.request_id] = _Live(request, prepared, seq, time.monotonic())
         self.scheduler.add(seq)
@@ -130,15 +186,21 @@ class EngineCore:
         return self.model.make_voice(audio, ref_text, x_vector_only)
 
     def has_work(self) -> bool:
-        return bool(self.live)
+        return bool(self.live) or self._inflight is not None or self.codec_exec.busy
 
     def stats(self) -> dict:
+        r = self.runner.stats
         return {"running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
-                "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters}
+                "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
+                "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup}
 
     def shutdown(self) -> None:
         for rid in list(self.live):
             self.abort(rid)
+        self.codec_exec.collect(block=True)
+        if self._inflight is not None:
+            self._inflight.wait()
+            self._inflight = None
 
     # ---- one step ---------------------------------------------------------------------------------------
     def step(self) -> list[Output]:
@@ -156,20 +218,23 @@ class EngineCore:
             live = self.live[chunk.seq.request_id]
             self._run_prefill(live, chunk.start, chunk.end, chunk.is_last)
 
-        finished: set[str] = set()
-        if sched.decode:
-            finished |= self._run_decode(sched.decode)
-
-        for dc in self.codec_exec.run(finished):
-            live = self.live[dc.request_id]
-            outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
-        for rid in finished:
-            outputs.append(self._retire(self.live[rid]))
+        launched = self._launch_decode(sched.decode) if sched.decode else None
+        previous, self._inflight = self._inflight, launched
+        if previous is not None:
+            self._collect_decode(previous)
+        # Chunks of frames up to the previous step: the codec stream waits only for that step, not this one.
+        self.codec_exec.launch(after=previous.event if previous is not None else None)
+        idle = launched is None and not sched.prefill
+        for dc in self.codec_exec.collect(block=idle):
+            live = self.live.get(dc.request_id)
+            if live is not None:
+                outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
+        for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
+            outputs.append(self._retire(self._finishing[rid]))
         return outputs
 
     def _kv(self, block_tables: list[list[int]], context_lens: list[int], slot_mapping: list[list[int]]):
-        # Table width rounded up to a power of two: the attention context then takes one of a few static shapes
-        # per batch size (what CUDA-graph capture needs) instead of a new shape at every block boundary.
+        # Table width rounded up to a power of two: a few static shapes instead of one per block boundary.
         width = max(len(t) for t in block_tables)
         width = 1 << (width - 1).bit_length()
         tables = torch.full((len(block_tables), width), -1, dtype=torch.long)
@@ -201,23 +266,26 @@ class EngineCore:
         if last:
             live.extra.pop("resume_embeds", None)
 
-    def _run_decode(self, seqs: list[Sequence]) -> set[str]:
-        slots = torch.tensor([s.slot for s in seqs], dtype=torch.long, device=self.model.device)
-        kv = self._kv([s.block_table for s in seqs], [s.num_computed for s in seqs],
-                      [self.block_manager.slot_mapping(s, s.num_computed - 1, s.num_computed) for s in seqs])
-        out = self.model.decode(slots, kv)
-        frames = out.frames.cpu()
-        finished = out.finished.cpu().tolist()
-        eos = out.eos.cpu().tolist()
-        done = set()
-        for i, seq in enumerate(seqs):
-            live = self.live[seq.request_id]
-            self.codec_exec.push(seq.request_id, frames[i:i + 1])
+    def _launch_decode(self, seqs: list[Sequence]) -> InflightDecode:
+        bm = self.block_manager
+        out = self.runner.run([s.slot for s in seqs], [s.block_table for s in seqs], [s.num_computed for s in seqs],
+                              [bm.slot_mapping(s, s.num_computed - 1, s.num_computed)[0] for s in seqs])
+        return self.flags.launch([self.live[s.request_id] for s in seqs], out)
+
+    def _collect_decode(self, inflight: InflightDecode) -> None:
+        """Step N - 1's results: frames to the codec; finished requests give back their KV blocks and slot."""
+        finished, eos = inflight.wait()
+        for i, live in enumerate(inflight.seqs):
+            rid = live.request.request_id
+            if self.live.get(rid) is not live or live.talker_done:
+                continue            # aborted since, or the extra decode of a request that finished a step earlier
+            self.codec_exec.push(rid, inflight.frames[i:i + 1])
             live.frames_out += 1
             if finished[i]:
                 live.finish_reason = FinishReason.EOS if eos[i] else FinishReason.LENGTH
-                done.add(seq.request_id)
-        return done
+                self._release_talker(live)
+                self.codec_exec.finish(rid)
+                self._finishing[rid] = live
 
     # ---- outputs ----------------------------------------------------------------------------------------
     def _chunk(self, live: _Live, pcm: np.ndarray, first_frame: int, num_frames: int, index: int) -> AudioChunk:
@@ -229,14 +297,21 @@ class EngineCore:
         return AudioChunk(live.request.request_id, index, pcm_bytes(pcm, live.request.pcm_format),
                           self.model.sample_rate, int(pcm.shape[0]), first_frame, num_frames, emitted_at=now)
 
-    def _retire(self, live: _Live, error: str | None = None) -> FinalRecord:
-        rid = live.request.request_id
+    def _release_talker(self, live: _Live) -> None:
+        """Give back the request's model slot and KV blocks (its codec stream may still be finishing)."""
         seq = live.seq
         if live.attached and seq.slot is not None:
             self.model.detach(seq.slot)
         if seq.status is not SeqStatus.FINISHED:
             self.scheduler.finish(seq)
+        live.talker_done = True
+
+    def _retire(self, live: _Live, error: str | None = None) -> FinalRecord:
+        rid = live.request.request_id
+        if not live.talker_done:
+            self._release_talker(live)
         self.codec_exec.remove(rid)
+        self._finishing.pop(rid, None)
         del self.live[rid]
         reason = live.finish_reason or FinishReason.ERROR
         key = {FinishReason.ABORTED: "aborted", FinishReason.ERROR: "errors"}.get(reason, "finished")

@@ -117,6 +117,14 @@ class TTSModel(Protocol):
         """After preemption: the embeddings to re-prefill ([P + fed-back frames, H]) so that decoding resumes
         exactly where it stopped (the next c0 is kept in the slot)."""
 
+    # For the static-shape decode step (engine/graph_runner.py): `decode` must be CUDA-graph capturable (device
+    # tensors only, no host reads), accept padded batches, and tolerate decoding a finished slot once more.
+    padding_slot: int           # a slot no request owns; padded batch rows use it (its state is garbage)
+    graph_epoch: int            # changes whenever decode's persistent buffers are reallocated
+
+    def decode_variant(self) -> Any:
+        """A hashable naming the code path decode takes now (graphs are captured per variant)."""
+
 
 class CodecModel(Protocol):
     """The codec side: frames -> PCM, stateful per request, batched across requests."""
@@ -129,3 +137,11 @@ class CodecModel(Protocol):
     def decode(self, states: list[Any], frames: list[torch.Tensor]) -> tuple[list[np.ndarray], list[Any]]:
         """Decode frames[i] ([n_i, 16]) with states[i]; returns float32 PCM per request and the new states.
         Concatenating the PCM of successive calls equals a one-pass decode of all frames."""
+
+    # Optional, used when present (engine/codec_executor.py):
+    #   decode_async(states, frames, final=[bool], after=event) -> pending with ready() / result() -> [PCM]:
+    #       the same decode, started on the codec's own stream (after `after`, an event of the talker's stream)
+    #       with the PCM copied to host memory asynchronously; states are updated in place; final[i] says the
+    #       state is never used again (its chunk may be padded to a captured shape).
+    #   release(state): the request is gone; its state's memory may be reused.
+    #   warmup(batch_sizes, frame_counts) -> seconds: capture CUDA graphs up front.

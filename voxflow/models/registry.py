@@ -63,7 +63,9 @@ def detect_family(path: str) -> str:
     return model_type
 
 
-def load_for_engine(name_or_path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32):
-    """(talker-side TTSModel, CodecModel) for a model folder or hub id."""
+def load_for_engine(name_or_path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
+                    **options):
+    """(talker-side TTSModel, CodecModel) for a model folder or hub id; `options` (e.g. codec_dtype,
+    codec_cuda_graphs) go to the family's loader."""
     path = resolve_model_dir(name_or_path)
-    return _import(FAMILIES[detect_family(path)])(path, device=device, dtype=dtype, max_slots=max_slots)
+    return _import(FAMILIES[detect_family(path)])(path, device=device, dtype=dtype, max_slots=max_slots, **options)

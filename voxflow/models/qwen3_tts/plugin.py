@@ -83,6 +83,7 @@ class Qwen3TTSPlugin:
             self.tts_pad = self.talker.embed_text(ids)[2]
         self.slots = SlotTable(max_slots, tc.hidden_size, tc.vocab_size, tc.num_code_groups, model.dtype,
                                self.device)
+        self.padding_slot = max_slots          # SlotTable's scratch row: padded rows of a bucketed decode batch
         self._attached: list[PreparedRequest | None] = [None] * max_slots
         self._true = torch.ones((), dtype=torch.bool, device=self.device)   # a Python True would sync to copy
         self._sampling = [0, 0]      # attached requests that sample c0 / codes 1..15 (host counters)
@@ -203,6 +204,15 @@ class Qwen3TTSPlugin:
         return torch.cat((prepared.prompt_embeds.to(fed_back), fed_back))
 
     # ------------------------------------------------------------------------------------- the talker
+    @property
+    def graph_epoch(self) -> int:
+        """Changes when slot buffers are reallocated (CUDA graphs holding the old ones must be recaptured)."""
+        return self.slots.version
+
+    def decode_variant(self) -> tuple[bool, bool]:
+        """Which sampling stages any attached request uses (a greedy-only batch skips the sampling math)."""
+        return self._sampling[0] > 0, self._sampling[1] > 0
+
     @torch.no_grad()
     def prefill(self, slot: int, embeds: torch.Tensor, start: int, kv: PagedKVContext, last: bool) -> None:
         st: Qwen3RequestState = self._attached[slot].state
@@ -231,7 +241,7 @@ class Qwen3TTSPlugin:
         rows = slots.to(device=self.device, dtype=torch.long)
         c0, h, fed, keys = s.c0[rows], s.h[rows], s.fed[rows], s.key[rows]
         # Host-side knowledge only (no sync): skip the sampling math when no attached request samples.
-        t_sampling, cp_sampling = self._sampling[0] > 0, self._sampling[1] > 0
+        t_sampling, cp_sampling = self.decode_variant()
 
         # 1. codes 1..15 of the pending frame `fed`, then the frame is complete
         sample_fn = residual_sample_fn(s.cp_params(rows), keys, fed, cp_sampling)

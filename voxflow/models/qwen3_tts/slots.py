@@ -11,7 +11,11 @@ Per slot:
     seen          [V] bool: c0 ids generated so far (repetition penalty)
     sampling      do_sample / temperature / top_k / top_p for c0 (t_*) and codes 1..15 (cp_*), penalty,
                   min_new_tokens (huge when ignore_eos: EOS is then never drawn), key (seed_key), max_frames
-The trailing and history buffers grow (at attach, never inside decode) to the longest request attached.
+The trailing and history buffers grow (at attach, never inside decode) to the longest request attached; a growth
+reallocates them, which bumps `version` (CUDA graphs that captured the old buffers must be recaptured), so they
+start large enough for real requests (256 trailing-text rows, 8192 frames).
+
+Row `max_slots` is a scratch row that no request owns: padded batch rows (CUDA-graph buckets) read and write it.
 """
 from __future__ import annotations
 
@@ -36,8 +40,9 @@ class SlotTable:
     SNAPSHOT = ("c0", "h", "fed", "seen")
 
     def __init__(self, max_slots: int, hidden: int, vocab: int, num_groups: int, dtype: torch.dtype,
-                 device: torch.device, trailing_cap: int = 8, history_cap: int = 64):
-        n = max_slots
+                 device: torch.device, trailing_cap: int = 256, history_cap: int = 8192):
+        n = max_slots + 1           # + the scratch row
+        self.version = 0
         z = dict(device=device)
         self.c0 = torch.zeros(n, dtype=torch.long, **z)
         self.h = torch.zeros(n, hidden, dtype=dtype, **z)
@@ -64,8 +69,10 @@ class SlotTable:
     def load(self, slot: int, *, params, key: int, prompt_len: int, max_frames: int, ignore_eos: bool,
              trailing: torch.Tensor) -> None:
         """Write a request's constant data (params: sampling.SamplingParams) and reset its counters."""
-        self.trailing = _grow(self.trailing, 1, trailing.shape[0])
-        self.history = _grow(self.history, 1, max_frames)
+        grown = (_grow(self.trailing, 1, trailing.shape[0]), _grow(self.history, 1, max_frames))
+        if grown[0] is not self.trailing or grown[1] is not self.history:
+            self.trailing, self.history = grown
+            self.version += 1
         self.trailing[slot, :trailing.shape[0]] = trailing.to(self.trailing)
         self.trailing_len[slot] = trailing.shape[0]
         self.prompt_len[slot] = prompt_len

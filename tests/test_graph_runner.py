@@ -1,0 +1,62 @@
+"""DecodeRunner on CPU: bucketed padding, scratch rows and pages, width buckets (CUDA graphs: tests/gpu)."""
+import torch
+
+from voxflow.engine.graph_runner import DecodeRunner, batch_buckets, width_bucket
+from voxflow.engine.model_api import DecodeOutput
+
+
+class RecordingModel:
+    """Stands in for a TTSModel: records what decode receives, returns the slot ids as 'frames'."""
+    device = "cpu"
+    padding_slot = 99
+    graph_epoch = 0
+
+    def __init__(self):
+        self.calls = []
+
+    def decode_variant(self):
+        return (False, False)
+
+    def decode(self, slots, kv):
+        self.calls.append((slots.clone(), kv.block_tables.clone(), kv.context_lens.clone(), kv.slot_mapping.clone()))
+        frames = slots[:, None].expand(-1, 16).clone()
+        return DecodeOutput(frames, slots == 2, torch.zeros_like(slots, dtype=torch.bool))
+
+
+def test_buckets():
+    assert batch_buckets(64) == [1, 2, 4, 8, 16, 24, 32, 48, 64]
+    assert batch_buckets(1) == [1]
+    assert batch_buckets(100)[-3:] == [64, 96, 100]
+    assert [width_bucket(w) for w in (1, 2, 3, 5, 16, 17)] == [1, 2, 4, 8, 16, 32]
+
+
+def test_padding_rows_use_the_scratch_slot_and_page():
+    model = RecordingModel()
+    runner = DecodeRunner(model, [], [], block_size=16, max_batch=8, max_width=64, scratch_block=7,
+                          cuda_graphs=True)           # no CUDA here: runs eagerly, same padding and buffers
+    out = runner.run([3, 1, 2], [[0, 1, 2], [3], [4, 5]], [40, 5, 20], [39, 52, 83])
+    slots, tables, lens, mapping = model.calls[-1]
+    assert slots.tolist() == [3, 1, 2, 99]                                   # bucket 4, one padding row
+    assert tables.shape == (4, 4)                                            # widest table 3 -> width 4
+    assert tables.tolist() == [[0, 1, 2, -1], [3, -1, -1, -1], [4, 5, -1, -1], [7, -1, -1, -1]]
+    assert lens.tolist() == [40, 5, 20, 1]
+    assert mapping[:, 0].tolist() == [39, 52, 83, 7 * 16]
+    assert out.frames.shape == (3, 16) and out.frames[:, 0].tolist() == [3, 1, 2]
+    assert out.finished.tolist() == [False, False, True]
+    # A narrower, smaller step afterwards must not see stale entries of the previous one.
+    runner.run([5], [[9]], [3], [146])
+    slots, tables, lens, mapping = model.calls[-1]
+    assert slots.tolist() == [5] and tables.tolist() == [[9]] and lens.tolist() == [3]
+
+
+def test_fixed_width_and_limits():
+    model = RecordingModel()
+    runner = DecodeRunner(model, [], [], block_size=16, max_batch=4, max_width=10, scratch_block=0,
+                          cuda_graphs=False, fixed_width=True)
+    runner.run([0], [[1]], [1], [16])
+    assert model.calls[-1][1].shape == (1, 16)                               # always the (pow2) max width
+    import pytest
+    with pytest.raises(ValueError, match="exceeds the largest bucket"):
+        runner.run(list(range(5)), [[1]] * 5, [1] * 5, [16] * 5)
+    with pytest.raises(ValueError, match="exceeds"):
+        runner.run([0], [list(range(17))], [1], [16])

@@ -1,0 +1,194 @@
+"""The per-frame decode step at static shapes: padded batch buckets, device-side input buffers, and on a GPU one
+CUDA graph per (batch bucket, KV-table width, model variant) for the whole step.
+
+`DecodeRunner.run(slots, block_tables, context_lens, slot_mapping)` is what the engine calls once per step. It
+
+1. pads the batch up to the next bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, ...): padding rows point at the model's
+   scratch slot (`model.padding_slot`) and at a scratch KV page the engine keeps out of the block manager, so
+   they compute garbage that nobody reads and write nowhere that matters;
+2. writes the inputs into preallocated host buffers (pinned on a GPU) and copies them into static device buffers
+   (double-buffered, so the host never overwrites a source the previous step's copy may still read);
+3. runs `model.decode` on views of the static buffers: eagerly on a CPU (the same padding and buffers, so CPU
+   tests exercise them), or by replaying the CUDA graph captured for that shape (captured on first use, or up
+   front with `capture`), so one step costs one graph launch instead of thousands of kernel launches.
+
+The model's decode must then be capturable: device tensors only, no host reads, shapes fixed by the inputs.
+It tells the runner when it reallocated buffers a graph may hold (`model.graph_epoch` changes: every graph is
+dropped and captured again) and which variant of the step it wants (`model.decode_variant()`, e.g. whether any
+request samples at all: a greedy-only batch skips the sampling math).
+
+The outputs live in the graph's memory and are overwritten by the next replay: the caller copies what it needs
+before the next `run` (the engine does, on the same stream).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .model_api import DecodeOutput, PagedKVContext, TTSModel
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """Padded batch sizes: powers of two up to 16, then steps of half a power of two, capped by max_batch."""
+    sizes, b = [], 1
+    while b < max_batch:
+        sizes.append(b)
+        b = b * 2 if b < 16 else b + (1 << (b.bit_length() - 2))
+    sizes.append(max_batch)
+    return sizes
+
+
+def width_bucket(width: int) -> int:
+    """Block-table width rounded up to a power of two (the attention context takes a few static shapes)."""
+    return 1 << max(0, width - 1).bit_length()
+
+
+@dataclass
+class RunnerStats:
+    graphs: int = 0
+    capture_seconds: float = 0.0
+    replays: int = 0
+    eager_steps: int = 0
+
+
+class DecodeRunner:
+    def __init__(self, model: TTSModel, k_cache, v_cache, block_size: int, max_batch: int, max_width: int,
+                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False):
+        self.model = model
+        self.k_cache, self.v_cache = k_cache, v_cache
+        self.block_size = block_size
+        self.device = torch.device(model.device)
+        self.buckets = batch_buckets(max_batch)
+        self.max_width = width_bucket(max_width)
+        self.fixed_width = fixed_width          # attention kernels read only real pages: one width fits all
+        self.scratch_block = scratch_block
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.stats = RunnerStats()
+        B, W = self.buckets[-1], self.max_width
+        pin = self.device.type == "cuda"
+        # Host staging (two sets, used alternately) and the static device inputs every graph reads.
+        self._host = [dict(slots=torch.zeros(B, dtype=torch.long, pin_memory=pin),
+                           tables=torch.zeros(B, W, dtype=torch.long, pin_memory=pin),
+                           lens=torch.zeros(B, dtype=torch.long, pin_memory=pin),
+                           mapping=torch.zeros(B, 1, dtype=torch.long, pin_memory=pin)) for _ in range(2)]
+        self._dev = {k: torch.zeros_like(v, device=self.device) for k, v in self._host[0].items()}
+        self._flip = 0
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, DecodeOutput]] = {}
+        self._epoch = getattr(model, "graph_epoch", 0)
+        self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+
+    # ---- shapes ---------------------------------------------------------------------------------------------
+    def bucket_for(self, batch: int) -> int:
+        for b in self.buckets:
+            if b >= batch:
+                return b
+        raise ValueError(f"decode batch of {batch} exceeds the largest bucket {self.buckets[-1]}")
+
+    def _width_for(self, width: int) -> int:
+        if width > self.max_width:
+            raise ValueError(f"block table of {width} pages exceeds the runner's {self.max_width}")
+        return self.max_width if self.fixed_width else width_bucket(width)
+
+    # ---- one step -------------------------------------------------------------------------------------------
+    def run(self, slots: list[int], block_tables: list[list[int]], context_lens: list[int],
+            slot_mapping: list[int]) -> DecodeOutput:
+        """Decode one frame for each slot; outputs are views [:len(slots)] of buffers the next run overwrites."""
+        n = len(slots)
+        bucket = self.bucket_for(n)
+        width = self._width_for(max(len(t) for t in block_tables))
+        host = self._host[self._flip]
+        self._flip ^= 1
+        self._fill(host, slots, block_tables, context_lens, slot_mapping, bucket, width)
+        for name, buf in self._dev.items():
+            # Whole buffers: a graph captured at another width reads the same storage with its own strides.
+            buf.copy_(host[name], non_blocking=True)
+        if self.cuda_graphs:
+            self._check_epoch()
+            key = (bucket, width, self.model.decode_variant())
+            if key not in self._graphs:
+                self._capture(key)
+            graph, out = self._graphs[key]
+            graph.replay()
+            self.stats.replays += 1
+        else:
+            out = self._decode(bucket, width)
+            self.stats.eager_steps += 1
+        return DecodeOutput(out.frames[:n], out.finished[:n], out.eos[:n])
+
+    def _fill(self, host, slots, tables, lens, mapping, bucket, width) -> None:
+        n = len(slots)
+        pad = self.model.padding_slot
+        scratch = self.scratch_block
+        t = host["tables"]
+        t.fill_(-1)
+        # Rows and columns are laid out for this (bucket, width): the device buffer is viewed as [bucket, width].
+        flat = t.view(-1)[:bucket * width].view(bucket, width)
+        for i, row in enumerate(tables):
+            flat[i, :len(row)] = torch.as_tensor(row, dtype=torch.long)
+        flat[n:, 0] = scratch
+        host["slots"][:n] = torch.as_tensor(slots, dtype=torch.long)
+        host["slots"][n:] = pad
+        host["lens"][:n] = torch.as_tensor(lens, dtype=torch.long)
+        host["lens"][n:] = 1
+        host["mapping"][:n, 0] = torch.as_tensor(mapping, dtype=torch.long)
+        host["mapping"][n:, 0] = scratch * self.block_size
+
+    def _views(self, bucket: int, width: int) -> PagedKVContext:
+        d = self._dev
+        tables = d["tables"].view(-1)[:bucket * width].view(bucket, width)
+        return PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][:bucket],
+                              d["mapping"][:bucket])
+
+    def _decode(self, bucket: int, width: int) -> DecodeOutput:
+        return self.model.decode(self._dev["slots"][:bucket], self._views(bucket, width))
+
+    # ---- CUDA graphs ----------------------------------------------------------------------------------------
+    def _check_epoch(self) -> None:
+        epoch = getattr(self.model, "graph_epoch", 0)
+        if epoch != self._epoch:
+            # The model reallocated state a graph reads or writes: every captured graph is stale.
+            self._graphs.clear()
+            self._epoch = epoch
+
+    def _capture(self, key: tuple) -> None:
+        """Capture the step for one shape. Warm-up and capture run on padding rows only (scratch slot, scratch
+        page), so live requests' state is untouched; the real inputs are written afterwards."""
+        bucket, width, _ = key
+        started = time.perf_counter()
+        saved = {k: v.clone() for k, v in self._dev.items()}
+        d = self._dev
+        d["slots"].fill_(self.model.padding_slot)
+        d["tables"].fill_(-1)
+        d["tables"].view(-1)[:bucket * width].view(bucket, width)[:, 0] = self.scratch_block
+        d["lens"].fill_(1)
+        d["mapping"].fill_(self.scratch_block * self.block_size)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._decode(bucket, width)           # warm-up: lazy initialisation, kernel compilation
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = self._decode(bucket, width)
+        for k, v in saved.items():
+            d[k].copy_(v)
+        self._graphs[key] = (graph, out)
+        self.stats.graphs += 1
+        self.stats.capture_seconds += time.perf_counter() - started
+
+    def capture(self, batch_sizes: list[int] | None = None, widths: list[int] | None = None) -> float:
+        """Capture graphs up front (startup) for these batch buckets and table widths; returns seconds spent."""
+        if not self.cuda_graphs:
+            return 0.0
+        before = self.stats.capture_seconds
+        self._check_epoch()
+        widths = [self.max_width] if self.fixed_width else sorted({self._width_for(w) for w in (widths or [1])})
+        for b in sorted({self.bucket_for(b) for b in (batch_sizes or self.buckets)}):
+            for w in widths:
+                key = (b, w, self.model.decode_variant())
+                if key not in self._graphs:
+                    self._capture(key)
+        torch.cuda.synchronize()
+        return self.stats.capture_seconds - before

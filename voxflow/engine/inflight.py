@@ -1,0 +1,55 @@
+"""A decode step whose results the host has not read yet (the engine reads them one step late).
+
+After launching step N the engine copies what the host needs (finished / EOS flags, a few bytes per request) into
+pinned memory with a non-blocking copy and records an event; the frames themselves stay on the device (cloned out
+of the graph's output buffer, which the next replay overwrites) and go to the codec from there. The engine then
+launches step N + 1 before it reads step N's flags, so the GPU always has the next step queued while the host does
+its bookkeeping: it waits for step N only while step N + 1 already runs.
+
+Consequence: a request that finished at step N is decoded once more at step N + 1; that extra frame is discarded
+(the model tolerates decoding a finished slot), and KV/slot/codec resources are released when the flags are read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .model_api import DecodeOutput
+
+
+class FlagBuffers:
+    """Two pinned host buffers used alternately (the host reads one while the next step's copy fills the other)."""
+
+    def __init__(self, max_batch: int, device: torch.device):
+        self.device = torch.device(device)
+        pin = self.device.type == "cuda"
+        self._bufs = [torch.zeros(2, max_batch, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
+        self._flip = 0
+
+    def launch(self, seqs: list, out: DecodeOutput) -> "InflightDecode":
+        n = len(seqs)
+        host = self._bufs[self._flip][:, :n]
+        self._flip ^= 1
+        flags = torch.stack((out.finished, out.eos))
+        event = None
+        if self.device.type == "cuda":
+            host.copy_(flags, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            host.copy_(flags)
+        return InflightDecode(seqs, out.frames.clone(), host, event)
+
+
+@dataclass
+class InflightDecode:
+    seqs: list                      # the engine's per-request records, in batch order
+    frames: torch.Tensor            # [B, 16] on the device (a copy: the graph's buffer is reused)
+    flags: torch.Tensor             # [2, B] pinned host: finished, eos (valid once `event` completed)
+    event: "torch.cuda.Event | None"
+
+    def wait(self) -> tuple[list[bool], list[bool]]:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.flags[0].tolist(), self.flags[1].tolist()
