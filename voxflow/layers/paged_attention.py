@@ -1,27 +1,37 @@
-"""A paged KV cache seen through the decoder stack's cache interface (plain torch indexing; the reference that
-a fused paged-attention kernel will be held against).
+"""A paged KV cache seen through the decoder stack's cache interface: plain torch indexing (the reference), and
+for single-token decode on the GPU the fused paged-attention kernel (voxflow.kernels.paged_decode_attention).
 
-The stack (`Qwen3DecoderStack.forward`) asks its cache for `seq_len` (keys already cached) and, per layer i,
-calls `cache[i].append(k, v) -> (all_k, all_v)`, then attends with an additive mask built from
-`attention_mask [B, T]` over all T key slots, the queries being the last S of them. `PagedKVView` satisfies that
-without touching the stack:
+The stack (`Qwen3DecoderStack.forward`) asks its cache for `seq_len` (keys already cached) and builds an additive
+mask from `attention_mask [B, T]` over all T key slots, the queries being the last S of them. Per layer i,
+`Qwen3Attention` calls `cache[i].attend(q, k, v, bias, scale)` (caches without `attend`, like the eager
+`LayerKVCache`, get `append` + `eager_attention` instead). `PagedKVView` satisfies that without touching the stack:
 
-- `append` writes the new tokens' k/v [B, Hkv, S, D] into the layer's pages at `slot_mapping`, then gathers
-  each row's whole context through its block table, RIGHT-aligned into [B, Hkv, T, D]: row b's tokens fill the
-  last context_lens[b] key slots (its new tokens are the very last S), the slots before them are left padding;
+- `attend` writes the new tokens' k/v [B, Hkv, S, D] into the layer's pages at `slot_mapping`, then
+  - decode (S == 1) with kernels on (`use_kernels(q)`: CUDA tensor, Triton, switch on): the kernel reads each row's
+    pages in place up to context_lens[b]. `bias` is not read: for one query it only says "the row's last
+    context_lens[b] slots", which is exactly what the kernel attends to;
+  - otherwise the reference: `append` (below) and `eager_attention` with the given bias;
+- `append` writes, then gathers each row's whole context through its block table, RIGHT-aligned into
+  [B, Hkv, T, D]: row b's tokens fill the last context_lens[b] key slots (its new tokens are the very last S),
+  the slots before them are left padding;
 - `key_valid [B, T]` marks the real slots, to be passed as the stack's `attention_mask`;
 - `seq_len = T - S`.
 
 T = block_tables.shape[1] * block_size, a host-side number: no device->host sync and a static shape for a
-given table width (the engine chooses the width; the narrower, the less work). Padding slots gather the row's
-first token (always written) rather than arbitrary pool memory, so uninitialised pages (NaN/inf) never reach
-the attention matmul, where even a zero weight times NaN would poison the row.
+given table width (the engine chooses the width; the narrower, the less work). Both paths are CUDA-graph
+capturable. Padding slots gather the row's first token (always written) rather than arbitrary pool memory, so
+uninitialised pages (NaN/inf) never reach the attention matmul, where even a zero weight times NaN would poison
+the row. The gather indices are computed on first use only: the kernel path never needs them.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
 from voxflow.engine.model_api import PagedKVContext
+from voxflow.kernels import use_kernels
+from voxflow.layers.attention import eager_attention
 
 
 class PagedLayerView:
@@ -32,8 +42,26 @@ class PagedLayerView:
         self.layer = layer
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new k/v [B, Hkv, S, D]; return every row's context [B, Hkv, T, D] (right-aligned)."""
         p = self.parent
         return p.write_and_gather(p.kv.k_cache[self.layer], k), p.write_and_gather(p.kv.v_cache[self.layer], v)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               scale: float) -> torch.Tensor:
+        """q [B, Hq, S, D], new k/v [B, Hkv, S, D], bias [B, 1, S, T] -> attention output [B, S, Hq, D]."""
+        if q.shape[2] == 1 and use_kernels(q):
+            # Imported here: the module decorates Triton kernels, which the CPU path never needs.
+            from voxflow.kernels.paged_decode_attention import paged_decode_attention
+            p = self.parent
+            k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
+            p.write(k_pool, k)
+            p.write(v_pool, v)
+            tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
+            lens = p.kv.context_lens.to(q.device)
+            out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale)
+            return out[:, None]
+        keys, values = self.append(k, v)
+        return eager_attention(q, keys, values, bias, scale)
 
 
 class PagedKVView:
@@ -44,17 +72,21 @@ class PagedKVView:
         batch, width = tables.shape
         if kv.slot_mapping.shape != (batch, num_new):
             raise ValueError(f"slot_mapping has shape {tuple(kv.slot_mapping.shape)}, expected {(batch, num_new)}")
-        bs = kv.block_size
-        self.num_keys = width * bs
+        self.num_keys = width * kv.block_size
         device = tables.device
-        lens = kv.context_lens.to(device=device, dtype=torch.long)
         # Key slot t of row b holds token j = t - (T - len_b); j < 0 is left padding.
-        token = torch.arange(self.num_keys, device=device)[None, :] - (self.num_keys - lens)[:, None]
-        self.key_valid = token >= 0                                          # [B, T]
-        token = token.clamp_min(0)                  # padding reads token 0 of its own row (always written)
-        block = tables.to(torch.long).gather(1, token // bs)
-        self.gather_index = block * bs + token % bs                          # [B, T] flat slots
+        self._token = (torch.arange(self.num_keys, device=device)[None, :]
+                       - (self.num_keys - kv.context_lens.to(device=device, dtype=torch.long))[:, None])
+        self.key_valid = self._token >= 0                                    # [B, T]
         self.write_index = kv.slot_mapping.to(device=device, dtype=torch.long).reshape(-1)
+
+    @functools.cached_property
+    def gather_index(self) -> torch.Tensor:
+        """[B, T] flat pool slot of every key slot (reference path only; computed once, on first use)."""
+        bs = self.kv.block_size
+        token = self._token.clamp_min(0)            # padding reads token 0 of its own row (always written)
+        block = self.kv.block_tables.to(torch.long).gather(1, token // bs)
+        return block * bs + token % bs
 
     @property
     def seq_len(self) -> int:
@@ -66,9 +98,12 @@ class PagedKVView:
     def __len__(self) -> int:
         return len(self.kv.k_cache)
 
+    def write(self, pool: torch.Tensor, new: torch.Tensor) -> None:
+        """Store new [B, Hkv, S, D] into pool [blocks, block_size, Hkv, D] at the new tokens' slots (in place)."""
+        b, hkv, s, d = new.shape
+        pool.view(-1, hkv, d)[self.write_index] = new.transpose(1, 2).reshape(b * s, hkv, d).to(pool.dtype)
+
     def write_and_gather(self, pool: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         """pool [blocks, block_size, Hkv, D] (written in place), new [B, Hkv, S, D] -> context [B, Hkv, T, D]."""
-        b, hkv, s, d = new.shape
-        flat = pool.view(-1, hkv, d)
-        flat[self.write_index] = new.transpose(1, 2).reshape(b * s, hkv, d).to(pool.dtype)
-        return flat[self.gather_index].permute(0, 2, 1, 3)
+        self.write(pool, new)
+        return pool.view(-1, new.shape[1], new.shape[3])[self.gather_index].permute(0, 2, 1, 3)

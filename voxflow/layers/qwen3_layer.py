@@ -41,9 +41,14 @@ class Qwen3Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(per_head)).transpose(1, 2)
         v = self.v_proj(x).view(per_head).transpose(1, 2)
         q, k = apply_rotary(q, k, cos, sin)
-        if cache is not None:
-            k, v = cache.append(k, v)
-        out = eager_attention(q, k, v, bias, self.scale)
+        attend = getattr(cache, "attend", None)
+        if attend is not None:
+            # A cache that attends itself (the paged view: it may run a fused kernel straight from its pages).
+            out = attend(q, k, v, bias, self.scale)
+        else:
+            if cache is not None:
+                k, v = cache.append(k, v)
+            out = eager_attention(q, k, v, bias, self.scale)
         return self.o_proj(out.reshape(b, s, -1))
 
 

@@ -1,0 +1,189 @@
+"""GPU checks of the paged decode-attention kernel (run on the device machine:
+`python -m pytest tests/gpu/test_gpu_paged_attention.py -q`); skipped where there is no CUDA.
+
+At the real talker head shapes (16 query heads, 8 KV heads, head_dim 128, 16-token pages) the kernel must match
+`paged_decode_attention_ref` (fp32 math from the same inputs) for ragged contexts on shuffled pages whose unused
+slots hold NaN, with and without split-K; run inside a CUDA graph whose lengths, tables and pool contents change
+between replays; and agree with the reference gather + eager path through `PagedLayerView.attend`.
+
+Tolerances: fp32 rtol 1e-4 / atol 1e-5 (summation order over up to 8192 tokens; TF32 off in the reference);
+bf16 output vs the fp32 reference rtol 2^-7 (one bf16 ulp: round-to-nearest of the output costs at most half) /
+atol 1e-5. Against the eager path in bf16, which rounds scores and weights to bf16 itself, 3e-2.
+"""
+import pytest
+import torch
+
+import voxflow.kernels as K
+from voxflow.engine.model_api import PagedKVContext
+from voxflow.kernels.paged_decode_attention import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,
+                                                    default_num_splits, paged_decode_attention,
+                                                    paged_decode_attention_ref)
+from voxflow.layers.attention import attention_bias
+from voxflow.layers.paged_attention import PagedKVView
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
+torch.backends.cuda.matmul.allow_tf32 = False     # the reference is plain fp32
+
+HQ, HKV, D, BS = 16, 8, 128, 16
+SCALE = D ** -0.5
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=2 ** -7, atol=1e-5)}
+
+
+def ragged_lens(batch, max_len, seed):
+    gen = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, max_len + 1, (batch,), generator=gen)
+    lens[0] = max_len                         # the longest row fills the table; the shortest has one token
+    if batch > 1:
+        lens[1] = 1
+    return lens
+
+
+def fill_pages(k_pool, v_pool, tables, lens, seed):
+    """Random rows on shuffled pages (tables rewritten in place); slots outside every context set to NaN."""
+    gen = torch.Generator().manual_seed(seed)
+    num_blocks = k_pool.shape[0]
+    order = torch.randperm(num_blocks, generator=gen)
+    new_tables = torch.full(tables.shape, -1, dtype=torch.long)
+    valid = torch.zeros(num_blocks * BS, dtype=torch.bool)
+    used = 0
+    for b, n in enumerate(lens.tolist()):
+        p = -(-n // BS)
+        new_tables[b, :p] = order[used:used + p]
+        used += p
+        t = torch.arange(n)
+        valid[new_tables[b, t // BS] * BS + t % BS] = True
+    cuda_gen = torch.Generator("cuda").manual_seed(seed)
+    for pool in (k_pool, v_pool):
+        pool.copy_(torch.randn(pool.shape, generator=cuda_gen, device="cuda"))
+        pool.view(-1, *pool.shape[2:])[~valid.cuda()] = float("nan")
+    tables.copy_(new_tables)
+
+
+def paged_batch(lens, dtype, width=None, seed=0, heads=(HQ, HKV, D)):
+    hq, hkv, d = heads
+    width = width or -(-int(lens.max()) // BS) + 1                  # one unused column, like the engine's tables
+    num_blocks = len(lens) * width + 4
+    k_pool = torch.empty(num_blocks, BS, hkv, d, device="cuda", dtype=dtype)
+    v_pool = torch.empty_like(k_pool)
+    tables = torch.empty(len(lens), width, device="cuda", dtype=torch.long)
+    fill_pages(k_pool, v_pool, tables, lens, seed)
+    q = torch.randn(len(lens), hq, d, device="cuda", generator=torch.Generator("cuda").manual_seed(seed + 1)).to(dtype)
+    return q, k_pool, v_pool, tables, lens.cuda()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch", [1, 7, 64])
+@pytest.mark.parametrize("splits", [None, 1, 5])
+def test_kernel_matches_reference_at_real_shapes(batch, dtype, splits):
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 4096, seed=batch), dtype, seed=batch)
+    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=splits)
+    ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
+    assert out.dtype == dtype and not out.isnan().any()
+    torch.testing.assert_close(out.float(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_matches_reference_at_tiny_checkpoint_shapes(dtype):
+    # The tiny checkpoints' talker (4 query heads, 2 KV heads, head_dim 16), as tests/gpu/test_gpu_engine.py runs it.
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(5, 300, seed=4), dtype, seed=4, heads=(4, 2, 16))
+    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, 0.25)
+    ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, 0.25)
+    torch.testing.assert_close(out.float(), ref, **TOL[dtype])
+
+
+def test_default_split_choice():
+    dev = torch.device("cuda")
+    assert default_num_splits(1, HKV, 4096, dev) == MAX_SPLITS   # 8 programs alone would leave the GPU idle
+    assert 1 < default_num_splits(64, HKV, 4096, dev) <= 4096 // MIN_TOKENS_PER_SPLIT
+    assert default_num_splits(1, HKV, 64, dev) == 1              # too short to be worth splitting
+    enough = PROGRAMS_PER_SM * torch.cuda.get_device_properties(dev).multi_processor_count // HKV
+    assert default_num_splits(enough, HKV, 4096, dev) == 1       # enough programs already
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_handles_8192_token_contexts(dtype):
+    q, k_pool, v_pool, tables, lens = paged_batch(torch.tensor([8192, 5000, 8191]), dtype, seed=3)
+    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE)
+    ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
+    torch.testing.assert_close(out.float(), ref, **TOL[dtype])
+
+
+def test_empty_rows_give_zeros():
+    q, k_pool, v_pool, tables, lens = paged_batch(torch.tensor([40, 300]), torch.bfloat16, seed=5)
+    lens[1] = 0                                  # batch padding: no context, table never read
+    tables[1] = -1
+    for splits in (1, 4):
+        out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=splits)
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
+        ref = paged_decode_attention_ref(q[:1].float(), k_pool, v_pool, tables[:1], lens[:1], SCALE)
+        torch.testing.assert_close(out[:1].float(), ref, **TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("batch", [2, 48])       # 2: split-K + merge kernel; 48: one program per (row, KV head)
+def test_attend_replays_in_a_cuda_graph_with_new_lengths_tables_and_pages(batch, monkeypatch):
+    dtype, width = torch.bfloat16, 4096 // BS
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 2000, seed=0), dtype, width=width)
+    gen = torch.Generator("cuda").manual_seed(7)
+    q4 = q[:, :, None].clone()                                          # [B, Hq, 1, D] as the layer has it
+    k_new = torch.randn(batch, HKV, 1, D, device="cuda", generator=gen).to(dtype)
+    v_new = torch.randn_like(k_new)
+    slots = torch.empty(batch, 1, device="cuda", dtype=torch.long)
+
+    def set_new_token_slots():                                          # the last context token is the new one
+        last = lens - 1
+        slots.copy_((tables.gather(1, (last // BS)[:, None]) * BS + (last % BS)[:, None]))
+
+    set_new_token_slots()
+    kv = PagedKVContext([k_pool], [v_pool], BS, tables, lens, slots)
+    monkeypatch.setattr(K, "_enabled", True)
+
+    def step():
+        view = PagedKVView(kv, 1)
+        out = view[0].attend(q4, k_new, v_new, None, SCALE)
+        assert "gather_index" not in view.__dict__                     # the kernel path ran
+        return out
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()                                                          # compile outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+
+    for round_, max_len in enumerate((4096, 17, 3000)):                 # grow to the full width, shrink, grow
+        lens.copy_(ragged_lens(batch, max_len, seed=10 + round_))
+        fill_pages(k_pool, v_pool, tables, lens.cpu(), seed=20 + round_)
+        set_new_token_slots()
+        q4.normal_(generator=gen)
+        k_new.normal_(generator=gen)
+        v_new.normal_(generator=gen)
+        graph.replay()
+        torch.cuda.synchronize()
+        flat_k = k_pool.view(-1, HKV, D)
+        assert torch.equal(flat_k[slots[:, 0]], k_new[:, :, 0])         # the write was replayed too
+        ref = paged_decode_attention_ref(q4[:, :, 0].float(), k_pool, v_pool, tables, lens, SCALE)
+        torch.testing.assert_close(out[:, 0].float(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_attend_kernel_path_equals_gather_and_eager_path(dtype, monkeypatch):
+    batch = 7
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 1000, seed=2), dtype, seed=2)
+    last = lens - 1
+    slots = tables.gather(1, (last // BS)[:, None]) * BS + (last % BS)[:, None]
+    gen = torch.Generator("cuda").manual_seed(3)
+    k_new = torch.randn(batch, HKV, 1, D, device="cuda", generator=gen).to(dtype)
+    v_new = torch.randn_like(k_new)
+    q4 = q[:, :, None]
+    outs = []
+    for on in (True, False):
+        monkeypatch.setattr(K, "_enabled", on)
+        kv = PagedKVContext([k_pool.clone()], [v_pool.clone()], BS, tables, lens, slots)
+        view = PagedKVView(kv, 1)
+        bias = attention_bias(1, view.num_keys, view.key_valid, batch=batch, dtype=dtype, device=q.device)
+        outs.append(view[0].attend(q4, k_new, v_new, bias, SCALE))
+        assert ("gather_index" in view.__dict__) != on                 # which path ran
+    tol = TOL[torch.float32] if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(outs[0].float(), outs[1].float(), **tol)

@@ -1,0 +1,209 @@
+"""Paged decode attention: the Triton kernel against its torch reference, the reference against the engine's
+existing gather + eager path, and the dispatch in `PagedLayerView.attend` / `Qwen3Attention`.
+
+The kernel runs on CPU tensors through Triton's interpreter, in a SUBPROCESS: Triton reads TRITON_INTERPRET when
+`@triton.jit` decorates a function, its own library functions (tl.sum, ...) included, which happens when triton is
+first imported; inside pytest, triton is already imported by then (voxflow.kernels checks for it, and this file
+imports the kernel module for the reference), and setting the variable process-wide would turn every later
+module's kernels into interpreted ones. The child runs this file as a script (`__main__` below).
+
+Tolerances: fp32 kernel vs fp32 reference 1e-5 (only the summation order differs); bf16 kernel output vs the
+reference computed in fp32 from the same bf16 inputs: rtol 2^-7 = one bf16 ulp (the kernel rounds only its
+output; the interpreter's fp32 -> bf16 cast truncates, so up to a whole ulp here, half of one on a GPU) + atol
+1e-5; reference vs gather + eager (fp32) 1e-6.
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import voxflow.kernels.paged_decode_attention as pda
+import voxflow.layers.paged_attention as pa
+from voxflow.engine.model_api import PagedKVContext
+from voxflow.layers.attention import attention_bias, eager_attention
+from voxflow.layers.paged_attention import PagedKVView
+from voxflow.layers.qwen3_layer import Qwen3Attention
+from voxflow.layers.rotary import RotaryEmbedding
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def random_pages(lens, num_kv_heads, head_dim, block_size, dtype, seed, spare_pages=3, extra_width=1):
+    """Pools whose unused pages hold NaN, rows on shuffled pages, tables padded with -1 (plus `extra_width`
+    unused columns, as the engine's fixed-width tables have)."""
+    gen = torch.Generator().manual_seed(seed)
+    pages_per_row = [-(-n // block_size) for n in lens]
+    num_blocks = sum(pages_per_row) + spare_pages
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_pool = torch.full(shape, float("nan"), dtype=dtype)
+    v_pool = torch.full(shape, float("nan"), dtype=dtype)
+    order = torch.randperm(num_blocks, generator=gen)
+    tables = torch.full((len(lens), max(pages_per_row) + extra_width), -1, dtype=torch.long)
+    used = 0
+    for b, (n, p) in enumerate(zip(lens, pages_per_row)):
+        tables[b, :p] = order[used:used + p]
+        used += p
+        for t in range(n):          # only the context's slots are written; the rest of a last page stays NaN
+            page, pos = tables[b, t // block_size], t % block_size
+            k_pool[page, pos] = torch.randn(num_kv_heads, head_dim, generator=gen).to(dtype)
+            v_pool[page, pos] = torch.randn(num_kv_heads, head_dim, generator=gen).to(dtype)
+    return k_pool, v_pool, tables, torch.tensor(lens, dtype=torch.long), gen
+
+
+# ------------------------------------------------------------------------- kernel (interpreter, child)
+# (batch lens, Hkv, group, head_dim, block_size, dtype, num_splits, strided q)
+KERNEL_CASES = [
+    ([1, 37, 70], 2, 1, 16, 8, "float32", 1, False),
+    ([1, 37, 70], 2, 2, 16, 8, "float32", 3, True),
+    ([0, 16, 49], 2, 2, 16, 16, "float32", 2, False),     # an empty row (batch padding) gives zeros
+    ([5, 33, 64], 1, 2, 32, 16, "float32", 1, False),
+    ([1, 37, 70], 2, 1, 16, 8, "bfloat16", 2, False),
+    ([9, 40, 66], 2, 2, 16, 8, "bfloat16", 1, True),
+    ([3, 24], 1, 3, 16, 8, "float32", 4, False),          # a group that is not a power of two
+]
+
+
+def run_kernel_cases() -> None:
+    """Runs in the child (TRITON_INTERPRET=1 set before anything imported Triton): every case, kernel vs ref."""
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    for i, (lens, hkv, group, d, bs, dtype_name, splits, strided) in enumerate(KERNEL_CASES):
+        dtype = getattr(torch, dtype_name)
+        k_pool, v_pool, tables, ctx, gen = random_pages(lens, hkv, d, bs, dtype, seed=i)
+        q = torch.randn(len(lens), hkv * group, d, generator=gen).to(dtype)
+        if strided:             # rows not adjacent in memory: the kernel must follow q's strides
+            q = q.transpose(0, 1).contiguous().transpose(0, 1)
+            assert not q.is_contiguous()
+        scale = d ** -0.5
+        out = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits)
+        ref = pda.paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, ctx, scale)
+        assert out.dtype == dtype and out.shape == q.shape
+        assert not out.isnan().any(), f"case {i}: NaN"
+        rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2 ** -7, 1e-5)
+        torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")
+        if lens[0] == 0:
+            assert torch.equal(out[0], torch.zeros_like(out[0]))
+        print(f"case {i} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_kernel_matches_reference_in_triton_interpreter():
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
+    child = subprocess.run([sys.executable, os.path.abspath(__file__)], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert child.returncode == 0, f"kernel cases failed:\n{child.stdout}\n{child.stderr}"
+    assert child.stdout.count(" ok: ") == len(KERNEL_CASES), child.stdout
+
+
+# --------------------------------------------------------------------- reference vs the existing path
+@pytest.mark.parametrize("group", [1, 2])
+def test_reference_equals_gather_and_eager_path(group):
+    lens, hkv, d, bs = [1, 9, 24, 40], 2, 16, 8
+    k_pool, v_pool, tables, ctx, gen = random_pages([n - 1 for n in lens], hkv, d, bs, torch.float32, seed=group)
+    # Room for the new token: its slot is the row's next one (a fresh page when the last one is full).
+    slots = []
+    for b, n in enumerate(lens):
+        if (n - 1) % bs == 0:
+            free = next(p for p in range(k_pool.shape[0]) if p not in tables)
+            tables[b, (n - 1) // bs] = free
+        slots.append(int(tables[b, (n - 1) // bs]) * bs + (n - 1) % bs)
+    kv = PagedKVContext(k_cache=[k_pool], v_cache=[v_pool], block_size=bs, block_tables=tables,
+                        context_lens=torch.tensor(lens), slot_mapping=torch.tensor(slots)[:, None])
+    q = torch.randn(len(lens), hkv * group, 1, d, generator=gen)
+    k_new, v_new = torch.randn(2, len(lens), hkv, 1, d, generator=gen)
+    view = PagedKVView(kv, 1)
+    keys, values = view[0].append(k_new, v_new)          # writes the new token, gathers right-aligned
+    bias = attention_bias(1, view.num_keys, view.key_valid, batch=len(lens), dtype=q.dtype, device=q.device)
+    eager = eager_attention(q, keys, values, bias, d ** -0.5)[:, 0]
+    ref = pda.paged_decode_attention_ref(q[:, :, 0], k_pool, v_pool, tables, kv.context_lens, d ** -0.5)
+    torch.testing.assert_close(ref, eager, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ the dispatch
+def decode_setup(seed=0):
+    """A decode step's context (new token slots reserved on fresh pages) and the new q/k/v."""
+    lens, hkv, d, bs = [3, 17, 8], 2, 16, 8
+    k_pool, v_pool, tables, _, gen = random_pages([n - 1 for n in lens], hkv, d, bs, torch.float32, seed=seed,
+                                                  spare_pages=4)
+    slots = []
+    for b, n in enumerate(lens):
+        if (n - 1) % bs == 0:
+            tables[b, (n - 1) // bs] = next(p for p in range(k_pool.shape[0]) if p not in tables)
+        slots.append(int(tables[b, (n - 1) // bs]) * bs + (n - 1) % bs)
+    kv = PagedKVContext(k_cache=[k_pool], v_cache=[v_pool], block_size=bs, block_tables=tables,
+                        context_lens=torch.tensor(lens), slot_mapping=torch.tensor(slots)[:, None])
+    return kv, gen
+
+
+def clone_kv(kv):
+    return PagedKVContext([kv.k_cache[0].clone()], [kv.v_cache[0].clone()], kv.block_size, kv.block_tables,
+                          kv.context_lens, kv.slot_mapping)
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """Kernels 'on' for CPU tensors, the kernel replaced by its reference; records the calls."""
+    calls = []
+
+    def kernel(*args):
+        calls.append(args)
+        return pda.paged_decode_attention_ref(*args)
+
+    monkeypatch.setattr(pa, "use_kernels", lambda t: True)
+    monkeypatch.setattr(pda, "paged_decode_attention", kernel)
+    return calls
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_attend_runs_decode_through_the_kernel_and_agrees_with_the_reference_path(fake_kernel, monkeypatch, group):
+    kv, gen = decode_setup(seed=group)
+    q = torch.randn(3, 2 * group, 1, 16, generator=gen)
+    k_new, v_new = torch.randn(2, 3, 2, 1, 16, generator=gen)
+    ref_kv = clone_kv(kv)
+    view = PagedKVView(kv, 1)
+    out = view[0].attend(q, k_new, v_new, None, 0.25)   # bias unused on the kernel path
+    assert len(fake_kernel) == 1 and "gather_index" not in view.__dict__   # lazy: the kernel path skips it
+    monkeypatch.setattr(pa, "use_kernels", lambda t: False)          # now the reference path
+    ref_view = PagedKVView(ref_kv, 1)
+    bias = attention_bias(1, ref_view.num_keys, ref_view.key_valid, batch=3, dtype=q.dtype, device=q.device)
+    ref = ref_view[0].attend(q, k_new, v_new, bias, 0.25)
+    assert len(fake_kernel) == 1 and out.shape == ref.shape == (3, 1, 2 * group, 16)
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    for a, b in ((kv.k_cache[0], ref_kv.k_cache[0]), (kv.v_cache[0], ref_kv.v_cache[0])):
+        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))          # the new token written the same way
+
+
+def test_attend_keeps_multi_token_calls_on_the_reference_path(fake_kernel):
+    kv, gen = decode_setup()
+    kv.slot_mapping = kv.slot_mapping.repeat(1, 2)      # two new tokens per row (one slot: only dispatch matters)
+    q = torch.randn(3, 4, 2, 16, generator=gen)
+    k_new, v_new = torch.randn(2, 3, 2, 2, 16, generator=gen)
+    view = PagedKVView(kv, 2)
+    bias = attention_bias(2, view.num_keys, view.key_valid, batch=3, dtype=q.dtype, device=q.device)
+    out = view[0].attend(q, k_new, v_new, bias, 0.25)
+    assert not fake_kernel and out.shape == (3, 2, 4, 16)
+
+
+def test_qwen3_attention_uses_the_cache_attend_hook(fake_kernel, monkeypatch):
+    torch.manual_seed(0)
+    attn = Qwen3Attention(hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=16, eps=1e-6)
+    kv, gen = decode_setup()
+    x = torch.randn(3, 1, 32, generator=gen)
+    cos, sin = RotaryEmbedding(16, 10000.0)(kv.context_lens[:, None] - 1, x.dtype)
+    ref_kv = clone_kv(kv)
+    with torch.no_grad():
+        out = attn(x, cos, sin, PagedKVView(kv, 1)[0], None)
+        assert len(fake_kernel) == 1
+        monkeypatch.setattr(pa, "use_kernels", lambda t: False)
+        view = PagedKVView(ref_kv, 1)
+        bias = attention_bias(1, view.num_keys, view.key_valid, batch=3, dtype=x.dtype, device=x.device)
+        ref = attn(x, cos, sin, view[0], bias)
+    assert len(fake_kernel) == 1
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+if __name__ == "__main__":
+    run_kernel_cases()
