@@ -24,9 +24,11 @@ torch.backends.cuda.matmul.allow_tf32 = False
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
-def engine_codes(dtype: str):
+def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True):
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda", dtype=dtype,
-                                               max_num_seqs=8, num_kv_blocks=512, block_size=16))
+                                               max_num_seqs=8, num_kv_blocks=512, block_size=16,
+                                               cuda_graphs=cuda_graphs, kernels=kernels))
+    assert core.runner.cuda_graphs == cuda_graphs
     frames = {}
     push = core.codec_exec.push
     core.codec_exec.push = lambda rid, f: (frames.setdefault(rid, []).append(f.clone()), push(rid, f))
@@ -43,8 +45,11 @@ def reference(text):
     return codes, decode_to_wav(model, codes)
 
 
-def test_gpu_fp32_engine_equals_cpu_reference():
-    got = engine_codes("float32")
+@pytest.mark.parametrize("cuda_graphs,kernels", [(False, False), (True, False), (True, True)],
+                         ids=["eager", "graphs", "graphs+kernels"])
+def test_gpu_fp32_engine_equals_cpu_reference(cuda_graphs, kernels):
+    """Greedy codes of the GPU engine (eager, CUDA graphs, graphs + Triton kernels) == the eager fp32 CPU loop."""
+    got = engine_codes("float32", cuda_graphs, kernels)
     for i, text in enumerate(TEXTS):
         codes, wav = reference(text)
         assert codes.shape[0] == 30

@@ -52,6 +52,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="speech requests served at once; beyond: 429 with Retry-After")
     p.add_argument("--max-waiting", type=int, default=None, help="engine queue limit (beyond: 503)")
     p.add_argument("--chunk-frames", type=int, default=None, help="regular streaming chunk, codec frames")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="run the decode step and codec eagerly")
+    p.add_argument("--no-kernels", action="store_true", help="plain PyTorch instead of the fused Triton kernels")
+    p.add_argument("--codec-dtype", choices=["float32", "bfloat16"], default=None,
+                   help="codec decoder precision (default float32)")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
     p.add_argument("--default-voice", help="voice used when a request names an OpenAI voice the model lacks")
     p.add_argument("--allowed-local-media-path", help="ref_audio may name files under this folder only")
@@ -107,6 +111,12 @@ def engine_config_from_args(args):
         extra["max_waiting"] = args.max_waiting
     if args.chunk_frames is not None:
         extra["chunk_frames"] = args.chunk_frames
+    if getattr(args, "no_cuda_graphs", False):
+        extra["cuda_graphs"] = False
+    if getattr(args, "no_kernels", False):
+        extra["kernels"] = False
+    if getattr(args, "codec_dtype", None):
+        extra["codec_dtype"] = args.codec_dtype
     return EngineConfig(model=args.model, device=device, dtype=dtype, max_num_seqs=args.max_num_seqs, **extra)
 
 

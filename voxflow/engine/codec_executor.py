@@ -155,12 +155,13 @@ class CodecExecutor:
             launched += len(group)
         return launched
 
-    def _decode(self, group: list[CodecStream], frames: list[torch.Tensor], final: list[bool], after: Any):
+    def _decode(self, group: list[CodecStream], frames: list[list[torch.Tensor]], final: list[bool], after: Any):
         states = [s.state for s in group]
         if hasattr(self.codec, "decode_async"):
             kwargs = {"after": after} if after is not None else {}
             return self.codec.decode_async(states, frames, final=final, **kwargs)
-        pcm, new_states = self.codec.decode(states, frames)
+        # A plain CodecModel takes one [n, 16] tensor per request.
+        pcm, new_states = self.codec.decode(states, [p[0] if len(p) == 1 else torch.cat(p) for p in frames])
         for s, state in zip(group, new_states):
             s.state = state
         return _SyncPending(pcm)
@@ -185,9 +186,18 @@ class CodecExecutor:
         return self.collect(block=True)
 
     @staticmethod
-    def _take(s: CodecStream, n: int) -> torch.Tensor:
-        allf = torch.cat(s.pending) if len(s.pending) > 1 else s.pending[0]
-        head, rest = allf[:n], allf[n:]
-        s.pending = [rest] if rest.shape[0] else []
+    def _take(s: CodecStream, n: int) -> list[torch.Tensor]:
+        """The next n pending frames as the pieces they arrived in (views, no copy): the codec assembles them on
+        its own stream, after the event of the step that made them, rather than on the talker's stream after it."""
+        pieces, need = [], n
+        while need:
+            head = s.pending[0]
+            if head.shape[0] <= need:
+                pieces.append(s.pending.pop(0))
+                need -= head.shape[0]
+            else:
+                pieces.append(head[:need])
+                s.pending[0] = head[need:]
+                need = 0
         s.num_pending -= n
-        return head
+        return pieces

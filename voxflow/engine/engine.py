@@ -56,6 +56,7 @@ class EngineConfig:
     cuda_graphs: bool = True                   # on a GPU: the per-frame step (and the codec) as CUDA graphs
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
+    kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
 
 
 class QueueFullError(RuntimeError):
@@ -112,6 +113,9 @@ class EngineCore:
         self.live: dict[str, _Live] = {}
         self.steps = 0
         self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
+        # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
+        self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
+                                      "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
         self._warm_up()
@@ -135,7 +139,9 @@ class EngineCore:
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "EngineCore":
+        from ..kernels import set_kernels_enabled
         from ..models.registry import load_for_engine
+        set_kernels_enabled(config.kernels)          # process-wide: one engine per process
         options = {}
         if config.codec_dtype != "float32":
             options["codec_dtype"] = config.codec_dtype
@@ -192,7 +198,8 @@ class EngineCore:
         r = self.runner.stats
         return {"running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
-                "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup}
+                "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup,
+                "step_seconds": {k: round(v, 3) for k, v in self.timings.items()}}
 
     def shutdown(self) -> None:
         for rid in list(self.live):
@@ -206,6 +213,8 @@ class EngineCore:
     def step(self) -> list[Output]:
         self.steps += 1
         outputs: list[Output] = []
+        t = self.timings
+        t0 = time.perf_counter()
         sched = self.scheduler.schedule()
         for rejection in sched.rejected:
             live = self.live.get(rejection.seq.request_id)
@@ -213,17 +222,27 @@ class EngineCore:
                 live.finish_reason = FinishReason.ERROR
                 outputs.append(self._retire(live, error=rejection.reason))
         self.stats_counters["preemptions"] += len(sched.preempted)
+        t1 = time.perf_counter()
+        t["schedule"] += t1 - t0
 
         for chunk in sched.prefill:
             live = self.live[chunk.seq.request_id]
             self._run_prefill(live, chunk.start, chunk.end, chunk.is_last)
+        t2 = time.perf_counter()
+        t["prefill"] += t2 - t1
 
         launched = self._launch_decode(sched.decode) if sched.decode else None
         previous, self._inflight = self._inflight, launched
+        t3 = time.perf_counter()
+        t["launch_decode"] += t3 - t2
         if previous is not None:
             self._collect_decode(previous)
+        t4 = time.perf_counter()
+        t["collect_decode"] += t4 - t3
         # Chunks of frames up to the previous step: the codec stream waits only for that step, not this one.
         self.codec_exec.launch(after=previous.event if previous is not None else None)
+        t5 = time.perf_counter()
+        t["codec_launch"] += t5 - t4
         idle = launched is None and not sched.prefill
         for dc in self.codec_exec.collect(block=idle):
             live = self.live.get(dc.request_id)
@@ -231,6 +250,7 @@ class EngineCore:
                 outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
+        t["codec_collect"] += time.perf_counter() - t5
         return outputs
 
     def _kv(self, block_tables: list[list[int]], context_lens: list[int], slot_mapping: list[list[int]]):
@@ -274,7 +294,9 @@ class EngineCore:
 
     def _collect_decode(self, inflight: InflightDecode) -> None:
         """Step N - 1's results: frames to the codec; finished requests give back their KV blocks and slot."""
+        t0 = time.perf_counter()
         finished, eos = inflight.wait()
+        self.timings["wait_decode"] += time.perf_counter() - t0
         for i, live in enumerate(inflight.seqs):
             rid = live.request.request_id
             if self.live.get(rid) is not live or live.talker_done:

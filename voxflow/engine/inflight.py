@@ -32,14 +32,16 @@ class FlagBuffers:
         host = self._bufs[self._flip][:, :n]
         self._flip ^= 1
         flags = torch.stack((out.finished, out.eos))
+        frames = out.frames.clone()
         event = None
         if self.device.type == "cuda":
             host.copy_(flags, non_blocking=True)
+            # Recorded after the clone: the codec stream waits on this event before it reads `frames`.
             event = torch.cuda.Event()
             event.record()
         else:
             host.copy_(flags)
-        return InflightDecode(seqs, out.frames.clone(), host, event)
+        return InflightDecode(seqs, frames, host, event)
 
 
 @dataclass

@@ -1,8 +1,25 @@
-"""The Qwen3-TTS codec behind `voxflow.engine.model_api.CodecModel`: stateful streaming decode, batched.
+"""The Qwen3-TTS codec behind `voxflow.engine.model_api.CodecModel`: pooled streaming decode, batched, graphed, async.
 
-Each request owns a `CodecStreamState` (codec_streaming.py: attention window, conv tails), so successive
-calls concatenate to exactly one pass over all its frames. Requests that feed the same number of frames in
-one call are decoded together: their states are concatenated, decoded in one `stream_decode`, split back.
+Each request's streaming state (codec_streaming.py: attention window, conv tails) is one row of a pool allocated
+once (codec_pool.py); the request holds a `CodecRow` handle. Successive calls concatenate to exactly one pass
+over all its frames. One call decodes many requests:
+
+1. requests are grouped by how their frames are cut into PIECES of a bucketed size (`frame_pieces`): n frames
+   become as many `max(frame_buckets)` pieces as fit, then the rest exactly as a sum of buckets (3 = 2 + 1),
+   except in a request's FINAL chunk, where the rest is one bucket padded with zero codes (20 -> 25) whose extra
+   audio is cut off: the decoder is causal, so padding after the last frame cannot change the earlier audio,
+   and the state it leaves is never used again. Streaming is exact, so cutting a chunk into pieces does not
+   change the audio (beyond float rounding);
+2. each group is padded to a batch bucket (1, 2, 4, ... 128) with the pool's scratch row (larger groups are split
+   into batches of the largest bucket);
+3. each piece is one `CodecStatePool.step` (gather rows -> stream_decode -> scatter rows back), replayed from a
+   CUDA graph per (batch bucket, piece size) on CUDA (codec_graphs.py), run eagerly on CPU — the same padding
+   and pool logic either way. So only a small, fixed set of shapes is ever captured.
+
+On CUDA all of it runs on the runner's own stream, which first waits for the caller's current stream (where the
+frames were made) or only for a given event (`after`), and the PCM comes back through pinned host memory with a
+non-blocking copy and an event: `decode_async` returns a `PendingPCM` at once; `decode` is the synchronous form.
+Calls must come from one thread at a time (the graphs' static inputs are shared).
 
 Voice clone (ICL): `new_state(reference frames)` decodes the reference silently, so the generated audio starts
 right after it, with the reference as context — what the official decode-then-cut does, minus its
@@ -12,49 +29,276 @@ the two legitimately differ (the stream equals the single-pass decode).
 """
 from __future__ import annotations
 
+import contextlib
+import time
+import types
 from collections import defaultdict
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from .codec_streaming import CodecStreamState, init_stream_state, stream_decode
-from .model import Qwen3TTS
+from .codec_decoder import CodecDecoder
+from .codec_graphs import CodecGraphs
+from .codec_pool import CodecRow, CodecStatePool
+
+Frames = torch.Tensor | Sequence[torch.Tensor]     # one request's frames: [n, Q], or pieces of it in order
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+# The engine's first chunks (1/2/5/10 frames) and regular chunks (25) are single pieces; other sizes split.
+FRAME_BUCKETS = (1, 2, 5, 10, 25)
+
+
+def frame_pieces(n: int, final: bool, buckets: Sequence[int] | None) -> tuple[int, ...]:
+    """The piece sizes (each a bucket) that decode n frames; only a final chunk's last piece may exceed its frames.
+
+    buckets None: one piece of exactly n frames (no splitting, no padding)."""
+    if n <= 0:
+        return ()
+    if buckets is None:
+        return (n,)
+    top = buckets[-1]
+    pieces = [top] * (n // top)
+    rest = n % top
+    if rest and final:
+        pieces.append(next(b for b in buckets if b >= rest))       # padded: the extra audio is cut off
+    while rest and not final:
+        piece = max(b for b in buckets if b <= rest)               # exact: greedy sum of buckets
+        pieces.append(piece)
+        rest -= piece
+    return tuple(pieces)
+
+
+class PendingPCM:
+    """The PCM of one `decode_async` call: `ready()` never blocks; `result()` waits only if the copy is not done."""
+
+    def __init__(self, num_requests: int, event: torch.cuda.Event | None, keep_alive: list):
+        self._parts: list[tuple[torch.Tensor, int, int] | None] = [None] * num_requests   # (host, row, samples)
+        self._event = event
+        self._keep_alive = keep_alive      # the call's state handles: their rows stay taken until the result
+        self._pcm: list[np.ndarray] | None = None
+
+    def ready(self) -> bool:
+        return self._event is None or self._event.query()
+
+    def result(self) -> list[np.ndarray]:
+        """float32 PCM per request, in the order of the call (empty for requests that fed no frame)."""
+        if self._pcm is None:
+            if self._event is not None:
+                self._event.synchronize()
+            # Copies: the arrays outlive this object, and the pinned buffers should go back to their cache.
+            self._pcm = [np.zeros(0, dtype=np.float32) if p is None else p[0][p[1], : p[2]].numpy().copy()
+                         for p in self._parts]
+            self._parts, self._keep_alive = [], []
+        return self._pcm
 
 
 class Qwen3CodecRunner:
-    def __init__(self, model: Qwen3TTS):
-        self.decoder = model.codec_decoder
+    """Streaming codec decode for up to `max_rows` live requests (the engine's max_num_seqs).
+
+    cuda_graphs: replay captured CUDA graphs (CUDA only; ignored on CPU). batch_buckets / frame_buckets: the
+    padded shapes (see the module docstring); None turns that padding / splitting off.
+    """
+
+    def __init__(self, model, *, max_rows: int = 32, cuda_graphs: bool = True,
+                 batch_buckets: Sequence[int] | None = BATCH_BUCKETS,
+                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS):
+        self.decoder: CodecDecoder = model.codec_decoder
         self.sample_rate = model.sample_rate
         self.samples_per_frame = model.samples_per_frame
         self.device = next(self.decoder.parameters()).device
+        self.dtype = next(self.decoder.parameters()).dtype
+        self.pool = CodecStatePool(self.decoder, max_rows)
+        if frame_buckets is not None:
+            frame_buckets = tuple(sorted(set(frame_buckets)))
+            if frame_buckets[0] != 1:
+                raise ValueError("frame_buckets must contain 1 (any frame count must be a sum of buckets)")
+        self.frame_buckets = frame_buckets
+        if batch_buckets is not None:
+            # Buckets past the first one that holds every row can never be used.
+            sizes = sorted(set(batch_buckets))
+            batch_buckets = tuple(b for b in sizes if b < max_rows) + tuple(b for b in sizes if b >= max_rows)[:1]
+        self.batch_buckets = batch_buckets
+        self.cuda = self.device.type == "cuda"
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.graphs = CodecGraphs(self.pool, self.stream) if self.cuda and cuda_graphs else None
+
+    @classmethod
+    def from_decoder(cls, decoder: CodecDecoder, sample_rate: int = 24000, **kwargs) -> "Qwen3CodecRunner":
+        """A runner over a bare decoder (tests and tools that load only the codec)."""
+        model = types.SimpleNamespace(codec_decoder=decoder, sample_rate=sample_rate,
+                                      samples_per_frame=decoder.total_upsample)
+        return cls(model, **kwargs)
+
+    # ---- the CodecModel contract -------------------------------------------------------------------------
+    @torch.no_grad()
+    def new_state(self, prefix_frames: torch.Tensor | None) -> CodecRow:
+        """A free pool row reset to a fresh stream; `prefix_frames` [R, 16] are decoded into it silently.
+        Raises CodecPoolFullError when every row is held."""
+        with self._on_stream(None):
+            handle = self.pool.allocate()
+            if prefix_frames is not None and prefix_frames.shape[0] > 0:
+                self._enqueue([handle], [[prefix_frames]], [False], want_audio=False)
+        return handle
+
+    def release(self, state: CodecRow) -> None:
+        """Give the request's row back (idempotent). Work already queued for it still completes correctly."""
+        state.release()
+
+    def decode(self, states: list[CodecRow], frames: list[Frames], final: list[bool] | None = None
+               ) -> tuple[list[np.ndarray], list[CodecRow]]:
+        """Decode frames[i] ([n_i, 16], or a list of such pieces in order) into states[i]; float32 PCM per request,
+        and the states (updated in place: the same handles). final[i]: this is the request's last chunk, so it
+        may be padded (its state must not be decoded into again)."""
+        return self.decode_async(states, frames, final).result(), list(states)
 
     @torch.no_grad()
-    def new_state(self, prefix_frames: torch.Tensor | None) -> CodecStreamState:
-        state = init_stream_state(self.decoder, 1)
-        if prefix_frames is not None and prefix_frames.shape[0] > 0:
-            _, state = stream_decode(self.decoder, self._codes([prefix_frames]), state)
-        return state
+    def decode_async(self, states: list[CodecRow], frames: list[Frames], final: list[bool] | None = None,
+                     after: torch.cuda.Event | None = None) -> PendingPCM:
+        """`decode`, queued on the codec stream; returns at once (on CPU it has already run).
 
-    @torch.no_grad()
-    def decode(self, states: list[CodecStreamState], frames: list[torch.Tensor]
-               ) -> tuple[list[np.ndarray], list[CodecStreamState]]:
+        The codec stream first waits for everything queued so far on the caller's current stream, or, when
+        `after` (a CUDA event) is given, only for that event: then every CUDA tensor in `frames` must have been
+        complete when `after` was recorded (pass a request's frames as the list of pieces they were made in
+        rather than concatenating them on the caller's stream after the event)."""
         if len(states) != len(frames):
             raise ValueError(f"{len(states)} states for {len(frames)} frame blocks")
-        pcm: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(states)
-        new_states = list(states)
-        groups: dict[int, list[int]] = defaultdict(list)
-        for i, f in enumerate(frames):
-            if f.shape[0] > 0:
-                groups[int(f.shape[0])].append(i)
-        for idx in groups.values():
-            batch = CodecStreamState.cat([states[i] for i in idx]) if len(idx) > 1 else states[idx[0]]
-            wav, batch = stream_decode(self.decoder, self._codes([frames[i] for i in idx]), batch)
-            wav = wav[:, 0].float().cpu().numpy()
-            for row, i in enumerate(idx):
-                pcm[i] = wav[row]
-                new_states[i] = batch.select([row]) if len(idx) > 1 else batch
-        return pcm, new_states
+        final = [False] * len(states) if final is None else list(final)
+        if len(final) != len(states):
+            raise ValueError(f"{len(final)} final flags for {len(states)} requests")
+        if len({id(s) for s in states}) != len(states):
+            raise ValueError("a codec state appears twice in one decode call")
+        for s in states:
+            if not isinstance(s, CodecRow) or s.released or s.pool is not self.pool:
+                raise ValueError(f"not a live codec state of this runner: {s!r}")
+        blocks = [list(f) if isinstance(f, (list, tuple)) else [f] for f in frames]
+        with self._on_stream(after):
+            return self._enqueue(states, blocks, final, want_audio=True)
 
-    def _codes(self, blocks: list[torch.Tensor]) -> torch.Tensor:
-        """[n, 16] blocks of equal n -> [B, 16, n] long on the decoder's device."""
-        return torch.stack([b.to(device=self.device, dtype=torch.long) for b in blocks]).transpose(1, 2)
+    def warmup(self, batch_sizes: Sequence[int], frame_counts: Sequence[int]) -> float:
+        """Prepare every (batch bucket, piece) shape that these batch sizes and chunk sizes use — capture its
+        CUDA graph, or run it once eagerly — and return the seconds it took. Only the scratch row is written."""
+        t0 = time.perf_counter()
+        batches = sorted({self._batch_bucket(b) for b in batch_sizes if b > 0})
+        pieces = sorted({p for n in frame_counts for p in frame_pieces(n, False, self.frame_buckets)})
+        with torch.no_grad(), self._on_stream(None):
+            for b in batches:
+                for m in pieces:
+                    if self.graphs is not None:
+                        self.graphs.capture(b, m)
+                    else:
+                        rows = torch.full((b,), self.pool.scratch_row, dtype=torch.long, device=self.device)
+                        codes = torch.zeros((b, self.decoder.config.num_quantizers, m), dtype=torch.long,
+                                            device=self.device)
+                        self.pool.step(rows, codes)
+        if self.cuda:
+            self.stream.synchronize()
+        return time.perf_counter() - t0
+
+    # ---- internals ---------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _on_stream(self, after: torch.cuda.Event | None):
+        """Run the block on the codec stream, after `after` or else everything queued on the caller's stream."""
+        if self.stream is None:
+            yield
+            return
+        if after is not None:
+            self.stream.wait_event(after)
+        else:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            yield
+
+    def _batch_bucket(self, b: int) -> int:
+        if self.batch_buckets is None:
+            return b
+        return next((x for x in self.batch_buckets if x >= b), self.batch_buckets[-1])
+
+    def _max_batch(self) -> int | None:
+        return None if self.batch_buckets is None else self.batch_buckets[-1]
+
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor to the decoder's device without blocking (a blocking copy would wait for the whole codec
+        stream): through pinned memory, whose block the host allocator keeps until the copy is done."""
+        if not self.cuda:
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
+
+    def _enqueue(self, states: list[CodecRow], blocks: list[list[torch.Tensor]], final: list[bool],
+                 want_audio: bool) -> PendingPCM:
+        """Decode on the current stream (the codec stream on CUDA); the PCM copies are queued behind it."""
+        q = self.decoder.config.num_quantizers
+        counts = []
+        for block in blocks:
+            for f in block:
+                if f.dim() != 2 or f.shape[1] != q:
+                    raise ValueError(f"frames must be [n, {q}], got {tuple(f.shape)}")
+            counts.append(sum(int(f.shape[0]) for f in block))
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, n in enumerate(counts):
+            pieces = frame_pieces(n, final[i], self.frame_buckets)
+            if pieces:
+                groups[pieces].append(i)
+        pending = PendingPCM(len(states), None, list(states))
+        cap = self._max_batch()
+        for pieces, idx in groups.items():
+            for a in range(0, len(idx), cap or len(idx)):
+                batch = idx[a: a + cap] if cap else idx
+                wav = self._decode_batch([states[i] for i in batch], [blocks[i] for i in batch], pieces)
+                if not want_audio:
+                    continue
+                if self.cuda:
+                    host = torch.empty(wav.shape, dtype=torch.float32, pin_memory=True)
+                    host.copy_(wav, non_blocking=True)
+                else:
+                    host = wav
+                for row, i in enumerate(batch):
+                    pending._parts[i] = (host, row, counts[i] * self.samples_per_frame)
+        if self.cuda:
+            pending._event = torch.cuda.Event()
+            pending._event.record(self.stream)
+        return pending
+
+    def _decode_batch(self, states: list[CodecRow], blocks: list[list[torch.Tensor]], pieces: tuple[int, ...]
+                      ) -> torch.Tensor:
+        """B requests, cut into the same pieces -> float32 waveform [B, sum(pieces) * upsample] on the device."""
+        b, total, spf = len(states), sum(pieces), self.samples_per_frame
+        padded = self._batch_bucket(b)
+        rows = [s.row for s in states] + [self.pool.scratch_row] * (padded - b)
+        rows = self._to_device(torch.tensor(rows, dtype=torch.long))
+        codes = self._codes(blocks, padded, total)
+        out = torch.empty((b, total * spf), dtype=torch.float32, device=self.device)
+        at = 0
+        for m in pieces:
+            piece = codes[:, :, at: at + m]
+            wav = self.graphs.run(rows, piece) if self.graphs is not None else self.pool.step(rows, piece)
+            out[:, at * spf: (at + m) * spf].copy_(wav[:b])
+            at += m
+        return out
+
+    def _codes(self, blocks: list[list[torch.Tensor]], padded: int, total: int) -> torch.Tensor:
+        """Each request's frame pieces -> codes [padded, Q, total] int64 on the device; zero codes fill the
+        padding (valid codes: what padded rows and padded final frames decode is discarded, it only has to be
+        finite)."""
+        q = self.decoder.config.num_quantizers
+        if all(f.device.type == "cpu" for block in blocks for f in block):
+            buf = torch.zeros((padded, total, q), dtype=torch.long)
+            for i, block in enumerate(blocks):
+                at = 0
+                for f in block:
+                    buf[i, at: at + f.shape[0]] = f
+                    at += f.shape[0]
+            return self._to_device(buf).transpose(1, 2)
+        buf = torch.zeros((padded, total, q), dtype=torch.long, device=self.device)
+        for i, block in enumerate(blocks):
+            at = 0
+            for f in block:
+                if f.device.type == "cuda":
+                    # Made on the caller's stream, read here on the codec stream: keep the allocator from
+                    # handing its memory to someone else before this read has run.
+                    f.record_stream(self.stream)
+                else:
+                    f = self._to_device(f)
+                buf[i, at: at + f.shape[0]] = f
+                at += f.shape[0]
+        return buf.transpose(1, 2)

@@ -1,4 +1,11 @@
-"""Qwen3-TTS as an engine model: the batched paged talker plugin and the streaming codec runner."""
+"""Qwen3-TTS as an engine model: the batched paged talker plugin and the streaming codec runner.
+
+The codec runner's state pool has one row per engine slot (`max_slots` = the engine's max_num_seqs: a request
+keeps its slot while running, prefilling or preempted, and its codec state lives no longer than that).
+`codec_dtype` is the codec decoder's dtype: float32 by default (half precision is known to hurt it, spec 10);
+"bfloat16" is measured against it by `python -m voxflow.tools.codec_snr`. `codec_cuda_graphs=False` makes the
+codec run its steps eagerly on a GPU (no effect on a CPU).
+"""
 from __future__ import annotations
 
 import torch
@@ -7,7 +14,18 @@ from .codec_runner import Qwen3CodecRunner
 from .model import Qwen3TTS
 from .plugin import Qwen3TTSPlugin
 
+CODEC_DTYPES = ("float32", "bfloat16", "float16")
 
-def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32):
+
+def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
+         codec_dtype: str = "float32", codec_cuda_graphs: bool = True):
+    # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
+    # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
+    if codec_dtype not in CODEC_DTYPES:
+        raise ValueError(f"codec_dtype must be one of {', '.join(CODEC_DTYPES)}, got {codec_dtype!r}")
+    decoder_dtype = getattr(torch, codec_dtype)
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype))
-    return Qwen3TTSPlugin(model, max_slots=max_slots), Qwen3CodecRunner(model)
+    for p in model.codec_decoder.parameters():
+        p.data = p.data.to(decoder_dtype)
+    codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs)
+    return Qwen3TTSPlugin(model, max_slots=max_slots), codec

@@ -1,0 +1,237 @@
+"""The pooled, batched codec runner on CPU: every path must equal the one-pass decode of each request's frames.
+
+The runner pads batches to buckets with a scratch row, cuts chunks into bucket-sized pieces and pads final chunks
+(codec_runner.py); on CPU it runs the same pool gather -> decode -> scatter as the CUDA graphs replay, so these
+tests hold the padding and pool logic to the reference (one pass of the fp32 decoder, tolerance 1e-5 as in
+test_codec_decoder.py: only float rounding may differ). The GPU side (graphs, stream, bf16) is tests/gpu.
+"""
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from voxflow.models.qwen3_tts.codec_pool import CodecPoolFullError
+from voxflow.models.qwen3_tts.codec_runner import FRAME_BUCKETS, Qwen3CodecRunner, frame_pieces
+from voxflow.tools.codec_snr import load_codec_decoder, snr_db
+
+torch.set_num_threads(1)
+TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
+UP = 1920
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def dec():
+    return load_codec_decoder(os.path.join(TINY, "custom_voice"))
+
+
+def codes_for(frames: int, seed: int) -> torch.Tensor:
+    """[T, 16] random codes"""
+    return torch.randint(0, 2048, (frames, 16), generator=torch.Generator().manual_seed(seed))
+
+
+def one_pass(dec, codes: torch.Tensor) -> np.ndarray:
+    with torch.no_grad():
+        return dec(codes.T[None])[0, 0].numpy()
+
+
+def runner(dec, **kw) -> Qwen3CodecRunner:
+    return Qwen3CodecRunner.from_decoder(dec, **kw)
+
+
+def record_steps(r: Qwen3CodecRunner) -> list[tuple[int, int]]:
+    """Spy on the pool step: the (batch, frames) shapes it runs."""
+    shapes, step = [], r.pool.step
+    r.pool.step = lambda rows, codes: (shapes.append(tuple(codes.shape[::2])), step(rows, codes))[1]
+    return shapes
+
+
+def test_frame_pieces():
+    b = FRAME_BUCKETS
+    assert frame_pieces(0, True, b) == ()
+    assert frame_pieces(25, False, b) == frame_pieces(25, True, b) == (25,)
+    assert frame_pieces(3, False, b) == (2, 1)                 # exact: a sum of buckets
+    assert frame_pieces(24, False, b) == (10, 10, 2, 2)
+    assert frame_pieces(3, True, b) == (5,)                    # final: one padded piece
+    assert frame_pieces(61, True, b) == (25, 25, 25)
+    assert frame_pieces(61, False, b) == (25, 25, 10, 1)
+    assert frame_pieces(7, True, None) == frame_pieces(7, False, None) == (7,)
+    for n in range(1, 80):
+        assert sum(frame_pieces(n, False, b)) == n
+        assert 0 <= sum(frame_pieces(n, True, b)) - n < 25
+
+
+# request -> {call: chunk size}. Calls mix chunk sizes (grouped by pieces inside the runner: at call 3, a, b and e
+# share 25-frame pieces, a batch of 3 padded to 4 with the scratch row, and the final chunks of c (10) and d (8,
+# padded to 10) share one), requests join late and one sits a call out (b at call 2).
+SCHEDULE = {
+    "a": {0: 1, 1: 25, 2: 25, 3: 25, 4: 14},
+    "b": {0: 1, 1: 25, 3: 25, 4: 9},
+    "c": {1: 2, 2: 25, 3: 10},
+    "d": {1: 5, 2: 3, 3: 8},
+    "e": {2: 10, 3: 25, 4: 7, 5: 24, 6: 14},
+}
+
+
+@pytest.mark.parametrize("kw", [{}, {"batch_buckets": (1, 2), "frame_buckets": (1, 4)},
+                                {"batch_buckets": None, "frame_buckets": None}],
+                         ids=["default", "small_buckets", "exact"])
+def test_pool_mixed_batches_equal_one_pass(dec, kw):
+    r = runner(dec, max_rows=5, **kw)
+    shapes = record_steps(r)
+    total = {k: sum(sizes.values()) for k, sizes in SCHEDULE.items()}
+    codes = {k: codes_for(total[k], seed=i) for i, k in enumerate(SCHEDULE)}
+    states, done, pcm = {}, {k: 0 for k in SCHEDULE}, {k: [] for k in SCHEDULE}
+    for call in range(7):
+        batch = [k for k in SCHEDULE if call in SCHEDULE[k]]
+        for k in batch:
+            if k not in states:
+                states[k] = r.new_state(None)
+        frames = [codes[k][done[k]: done[k] + SCHEDULE[k][call]] for k in batch]
+        final = [done[k] + SCHEDULE[k][call] == total[k] for k in batch]
+        out, new_states = r.decode([states[k] for k in batch], frames, final)
+        assert all(new is states[k] for new, k in zip(new_states, batch))      # updated in place
+        for k, f, p in zip(batch, frames, out):
+            assert p.dtype == np.float32 and p.shape == (f.shape[0] * UP,)
+            pcm[k].append(p)
+            done[k] += f.shape[0]
+    for k in SCHEDULE:
+        assert done[k] == total[k]
+        assert np.abs(np.concatenate(pcm[k]) - one_pass(dec, codes[k])).max() <= TOL, k
+    batches = {b for b, _ in shapes}
+    if kw.get("batch_buckets", ()) is None:
+        assert len({n for _, n in shapes}) > 5 and 3 in batches     # exact: every chunk and batch size as such
+    else:
+        assert batches <= set(r.batch_buckets) and len(batches) > 1  # padded batches only, several sizes
+        assert {n for _, n in shapes} <= set(r.frame_buckets)
+    if kw == {}:
+        assert (4, 25) in shapes and (2, 10) in shapes
+
+
+def test_padded_final_chunk_equals_unpadded(dec):
+    codes = codes_for(33, seed=7)
+    got = {}
+    for name, buckets in (("padded", FRAME_BUCKETS), ("exact", None)):
+        r = runner(dec, max_rows=1, frame_buckets=buckets)
+        shapes = record_steps(r)
+        s = r.new_state(None)
+        first, _ = r.decode([s], [codes[:26]])
+        last, _ = r.decode([s], [codes[26:]], final=[True])          # 7 frames: one piece of 10 when padded
+        assert last[0].shape == (7 * UP,)
+        got[name] = np.concatenate([first[0], last[0]])
+        assert (shapes[-1] == (1, 10)) == (name == "padded"), shapes
+    assert np.abs(got["padded"] - got["exact"]).max() <= TOL
+    assert np.abs(got["padded"] - one_pass(dec, codes)).max() <= TOL
+
+
+def test_padded_batch_entries_write_only_the_scratch_row(dec):
+    r = runner(dec, max_rows=4)
+    shapes = record_steps(r)
+    states = [r.new_state(None) for _ in range(3)]
+    idle = r.new_state(codes_for(6, seed=4))                          # live, but not in the next call
+    idle_before = r.pool.read(idle.row)
+    codes = [codes_for(10, seed=20 + i) for i in range(3)]
+    for at in (0, 5):
+        out, _ = r.decode(states, [c[at: at + 5] for c in codes])
+        for c, p in zip(codes, out):
+            assert np.abs(p - one_pass(dec, c[: at + 5])[at * UP:]).max() <= TOL
+    assert shapes[-2:] == [(4, 5), (4, 5)]                            # 3 requests padded to the bucket of 4
+    idle_after = r.pool.read(idle.row)
+    assert all(torch.equal(idle_before.tensors[k], v) for k, v in idle_after.tensors.items())
+    assert r.pool.read(r.pool.scratch_row).frames.item() > 0           # the padding landed there
+
+
+def test_rows_are_reused_without_leaking_state(dec):
+    a_codes, b_codes, prefix = codes_for(40, seed=1), codes_for(30, seed=2), codes_for(12, seed=3)
+    r = runner(dec, max_rows=2)
+    a = r.new_state(None)
+    keep = r.new_state(None)
+    r.decode([a, keep], [a_codes[:20], a_codes[20:40]])
+    r.decode([a], [a_codes[20:]], final=[True])
+    row = a.row
+    r.release(a)
+    r.release(a)                                                     # idempotent
+    kept_before = r.pool.read(keep.row)
+
+    # B (with a voice-clone prefix) in A's old row == B in a fresh pool == one pass over prefix + B, tail
+    b = r.new_state(prefix)
+    assert b.row == row
+    b_pcm = np.concatenate([r.decode([b], [b_codes[i: i + 10]])[0][0] for i in range(0, 30, 10)])
+    fresh = runner(dec, max_rows=2)
+    fb = fresh.new_state(prefix)
+    fresh_pcm = np.concatenate([fresh.decode([fb], [b_codes[i: i + 10]])[0][0] for i in range(0, 30, 10)])
+    assert np.array_equal(b_pcm, fresh_pcm)
+    want = one_pass(dec, torch.cat([prefix, b_codes]))[12 * UP:]
+    assert np.abs(b_pcm - want).max() <= TOL
+    # a live row that took no part in those calls is untouched (padded batch entries write the scratch row)
+    kept_after = r.pool.read(keep.row)
+    assert all(torch.equal(kept_before.tensors[k], v) for k, v in kept_after.tensors.items())
+
+    # a handle that is merely dropped gives its row back too (safety net for callers that never release)
+    assert r.pool.num_free == 0
+    del b
+    gc.collect()
+    assert r.pool.num_free == 1
+
+
+def test_pool_exhaustion_is_a_clear_error(dec):
+    r = runner(dec, max_rows=2)
+    held = [r.new_state(None), r.new_state(None)]
+    with pytest.raises(CodecPoolFullError, match="no free codec state row: all 2 rows"):
+        r.new_state(None)
+    r.release(held[0])
+    again = r.new_state(None)
+    assert again.row == held[0].row
+    with pytest.raises(ValueError, match="not a live codec state"):
+        r.decode([held[0]], [codes_for(1, 0)])                       # released
+    with pytest.raises(ValueError, match="twice"):
+        r.decode([again, again], [codes_for(1, 0), codes_for(1, 0)])
+
+
+def test_decode_async_on_cpu_equals_decode(dec):
+    codes = [codes_for(n, seed=10 + n) for n in (5, 5, 3, 0)]
+    outs = []
+    for use_async in (False, True):
+        r = runner(dec, max_rows=4)
+        states = [r.new_state(None) for _ in codes]
+        if use_async:
+            # a request's frames may also come as the pieces they were made in
+            frames = [codes[0], [codes[1][:1], codes[1][1:4], codes[1][4:]], codes[2], []]
+            pending = r.decode_async(states, frames, final=[False, True, True, False])
+            assert pending.ready()
+            outs.append(pending.result())
+            assert pending.result() is outs[-1]                      # result() is idempotent
+        else:
+            outs.append(r.decode(states, codes, final=[False, True, True, False])[0])
+    assert [p.shape for p in outs[1]] == [(5 * UP,), (5 * UP,), (3 * UP,), (0,)]
+    assert all(np.array_equal(x, y) for x, y in zip(*outs))
+
+
+def test_warmup_touches_only_the_scratch_row(dec):
+    r = runner(dec, max_rows=3)
+    s = r.new_state(codes_for(4, seed=5))
+    before = r.pool.read(s.row)
+    seconds = r.warmup([1, 3], [1, 2, 25])
+    assert isinstance(seconds, float) and seconds >= 0
+    after = r.pool.read(s.row)
+    assert all(torch.equal(before.tensors[k], v) for k, v in after.tensors.items())
+
+
+def test_engine_loader_sizes_the_pool_and_casts_only_the_decoder():
+    from voxflow.models.qwen3_tts.engine_loader import load
+    plugin, codec = load(os.path.join(TINY, "custom_voice"), max_slots=3, codec_dtype="bfloat16")
+    assert codec.pool.max_rows == 3 and plugin.max_slots == 3
+    assert codec.dtype == torch.bfloat16 and codec.pool.state.tensors["pre_conv"].dtype == torch.bfloat16
+    assert next(plugin.model.talker.parameters()).dtype == torch.float32
+    # bf16 streamed vs fp32 one pass: audibly the same signal, not bit-equal (tools/codec_snr measures this)
+    codes = codes_for(12, seed=9)
+    s = codec.new_state(None)
+    (pcm,), _ = codec.decode([s], [codes], final=[True])
+    ref = one_pass(load_codec_decoder(os.path.join(TINY, "custom_voice")), codes)
+    assert 15 < snr_db(ref, pcm) < 80
+    with pytest.raises(ValueError, match="codec_dtype"):
+        load(os.path.join(TINY, "custom_voice"), codec_dtype="bf16")
