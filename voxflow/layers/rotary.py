@@ -6,11 +6,16 @@ exactly this plain 1-D RoPE over the whole head dimension.
 
 cos/sin are computed in fp32 (autocast off) and only then cast to the activation dtype, as the reference
 does; computing them in bf16 loses precision at large positions.
+
+On CUDA (kernel switch on) `apply_rotary` runs the one-launch Triton kernel of voxflow/kernels/rotary.py, which
+keeps the reference's rounding order and so returns the same bits; everywhere else the torch code runs.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from voxflow.kernels import use_kernels
 
 
 def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
@@ -54,6 +59,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Hq, S, D], k [B, Hkv, S, D]; cos/sin [B, S, D] (broadcast over heads)."""
+    if use_kernels(q):
+        from voxflow.kernels import rotary as fused   # imported lazily: CPU runs never load Triton code
+        if fused.supported(q, k, cos, sin):
+            return fused.apply_rotary(q, k, cos, sin)
     cos = cos.unsqueeze(1)
     sin = sin.unsqueeze(1)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin

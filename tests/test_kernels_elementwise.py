@@ -1,0 +1,250 @@
+"""The element-wise Triton kernels (RMSNorm, rotary, silu*mul) against their torch references, on the CPU.
+
+The kernels run under Triton's interpreter (TRITON_INTERPRET=1), small shapes, fp32 and bf16. Tolerances, in
+units in the last place (ulp) of the output dtype, are what the kernel's rounding order allows:
+- rotary: bit-exact (each product and the sum rounded as torch rounds them, no fma);
+- RMSNorm: <= 8 ulp fp32 (~1e-6 relative), <= 2 ulp bf16. Only the order of the fp32 sum of squares differs
+  (a tree here, torch's vectorised order there): the mean of squares moves by up to 2 ulp, the fp32 outputs by
+  up to 5 ulp (75-85% bit-equal; measured on 300 random rows of widths 32..2048). In bf16 that can flip the
+  rounding of the normalised value by 1 ulp, which the weight multiply turns into up to 2 ulp of the product
+  when it drops a binade (seen on the H200 in a handful of 8192x2048 elements; none in these CPU cases);
+- silu*mul: <= 8 ulp fp32, <= 1 ulp bf16. The interpreter's exp is numpy's and torch's CPU silu is its own
+  vectorised formula (measured: up to 5 fp32 ulp, 84% bit-equal; bf16 all bit-equal on 200k elements); on
+  CUDA both sides use expf and the GPU tests hold it bit-exact.
+
+Why a subprocess: TRITON_INTERPRET must be set before `triton` is *imported*, not just before a kernel is
+decorated. Triton's own library functions (tl.sum, ...) are @triton.jit functions decorated at import time;
+imported without the variable they are compiled-mode functions that the interpreter cannot call ("Cannot call
+@triton.jit'd outside of the scope of a kernel"). By the time this module is collected, other test modules (and
+voxflow.kernels itself) have imported triton, and setting the variable in-process would also leak interpreted
+kernels into any GPU test run in the same session. So `test_kernels_under_the_triton_interpreter` re-runs this
+file in a fresh pytest process with TRITON_INTERPRET=1, where the `check_*` functions below are collected as
+tests; in the outer process only the launcher is.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+from voxflow.layers import mlp as mlp_layer  # noqa: E402
+from voxflow.layers import rms_norm as norm_layer  # noqa: E402
+from voxflow.layers import rotary as rotary_layer  # noqa: E402
+from voxflow.layers.qwen3_layer import Qwen3DecoderLayer  # noqa: E402
+
+CHILD_FLAG = "VOXFLOW_INTERPRETED_KERNEL_TESTS"
+IN_CHILD = os.environ.get(CHILD_FLAG) == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+DTYPES = (torch.float32, torch.bfloat16)
+NORM_ULP = {torch.float32: 8, torch.bfloat16: 2}
+SILU_ULP = {torch.float32: 8, torch.bfloat16: 1}
+
+
+if not IN_CHILD:
+    def test_kernels_under_the_triton_interpreter():
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = {**os.environ, "TRITON_INTERPRET": "1", CHILD_FLAG: "1"}
+        cmd = [sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q", "-p", "no:cacheprovider"]
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        report = (proc.stdout + proc.stderr)[-8000:]
+        assert proc.returncode == 0, f"interpreted kernel tests failed (rc {proc.returncode}):\n{report}"
+        summary = proc.stdout.strip().splitlines()[-1]
+        assert re.match(r"\d+ passed in ", summary), report       # all ran: nothing skipped or deselected
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    from types import SimpleNamespace
+
+    from voxflow.kernels import rms_norm, rotary, silu_mul
+    return SimpleNamespace(rms_norm=rms_norm, rotary=rotary, silu_mul=silu_mul)
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b| in units in the last place of their (common) dtype, element-wise; finite inputs."""
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    int_dtype, magnitude = {torch.float32: (torch.int32, 0x7FFFFFFF), torch.bfloat16: (torch.int16, 0x7FFF),
+                            torch.float16: (torch.int16, 0x7FFF)}[a.dtype]
+
+    def ordered(t):   # IEEE bit patterns -> integers in the order of the values (+0 and -0 both 0)
+        i = t.contiguous().view(int_dtype).to(torch.int64)
+        return torch.where(i < 0, -(i & magnitude), i)
+    return (ordered(a) - ordered(b)).abs()
+
+
+def assert_within_ulp(got, expect, ulps):
+    assert got.shape == expect.shape and got.dtype == expect.dtype, (got.shape, got.dtype, expect.dtype)
+    dist = ulp_distance(got, expect)
+    assert int(dist.max()) <= ulps, f"max {int(dist.max())} ulp > {ulps} (max abs {(got - expect).abs().max()})"
+
+
+def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same strides wherever they matter (a size-1 dim's stride is arbitrary)."""
+    return a.shape == b.shape and all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def qk_views(b, s, hq, hkv, d, dtype, gen):
+    """q [B, Hq, S, D] and k [B, Hkv, S, D] as the layer makes them: transposed views of [B, S, H, D]."""
+    q = torch.randn(b, s, hq, d, generator=gen).to(dtype).transpose(1, 2)
+    k = torch.randn(b, s, hkv, d, generator=gen).to(dtype).transpose(1, 2)
+    return q, k
+
+
+def cos_sin(b, s, d, dtype, gen):
+    positions = torch.randint(0, 5000, (b, s), generator=gen)
+    return rotary_layer.RotaryEmbedding(d, 1e6)(positions, dtype)
+
+
+# ---- RMSNorm -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 5, 256), (2, 3, 4, 32), (7, 96)])    # hidden, per-head, not a power of 2
+def check_rms_norm_matches_reference(kernels, dtype, shape):
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(shape, generator=gen) * 3).to(dtype)
+    w = (torch.rand(shape[-1], generator=gen) + 0.5).to(dtype)
+    assert_within_ulp(kernels.rms_norm.rms_norm(x, w, 1e-6), norm_layer.rms_norm(x, w, 1e-6), NORM_ULP[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_rms_norm_strided_inputs(kernels, dtype):
+    gen = torch.Generator().manual_seed(2)
+    w = (torch.rand(32, generator=gen) + 0.5).to(dtype)
+    base = (torch.randn(2, 3, 4, 32, generator=gen) * 2).to(dtype)
+    views = [base.transpose(1, 2),                                  # rows not in memory order
+             base[:, :, 1:3],                                       # rows with gaps
+             base.permute(0, 1, 3, 2).contiguous().transpose(-1, -2)]   # the normalised dim itself strided
+    for x in views:
+        out = kernels.rms_norm.rms_norm(x, w, 1e-5)
+        assert_within_ulp(out, norm_layer.rms_norm(x, w, 1e-5), NORM_ULP[dtype])
+
+
+def check_rms_norm_weight_dtype_promotes_like_torch(kernels):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 64, generator=gen).to(torch.bfloat16)
+    w = torch.rand(64, generator=gen) + 0.5                                # fp32 weight, bf16 activations
+    expect = norm_layer.rms_norm(x, w, 1e-6)
+    assert expect.dtype == torch.float32
+    # y is rounded to bf16 before the fp32 multiply, so a wrong order shows as far more than 1 ulp of fp32.
+    assert_within_ulp(kernels.rms_norm.rms_norm(x, w, 1e-6), expect, 1 << 16)
+    assert_within_ulp(kernels.rms_norm.rms_norm(x.float(), w, 1e-6), norm_layer.rms_norm(x.float(), w, 1e-6),
+                      NORM_ULP[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_add_rms_norm_matches_reference(kernels, dtype):
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 2, 128, generator=gen).to(dtype)
+    res = (torch.randn(3, 2, 128, generator=gen) * 4).to(dtype)
+    w = (torch.rand(128, generator=gen) + 0.5).to(dtype)
+    normed, summed = kernels.rms_norm.add_rms_norm(x, res, w, 1e-6)
+    assert torch.equal(summed, x + res)
+    assert_within_ulp(normed, norm_layer.rms_norm(x + res, w, 1e-6), NORM_ULP[dtype])
+
+
+# ---- rotary --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES + (torch.float16,))
+@pytest.mark.parametrize("b,s,hq,hkv,d", [(2, 3, 4, 2, 32), (1, 1, 40, 8, 128), (2, 2, 3, 1, 24)])
+def check_rotary_is_bit_exact(kernels, dtype, b, s, hq, hkv, d):
+    """(1, 1, 40, 8, 128) loops over two head blocks; d=24 has a half (12) that is not a power of two."""
+    gen = torch.Generator().manual_seed(5)
+    q, k = qk_views(b, s, hq, hkv, d, dtype, gen)
+    cos, sin = cos_sin(b, s, d, dtype, gen)
+    expect_q, expect_k = rotary_layer.apply_rotary(q, k, cos, sin)
+    got_q, got_k = kernels.rotary.apply_rotary(q, k, cos, sin)
+    assert torch.equal(got_q, expect_q) and torch.equal(got_k, expect_k)
+    assert same_layout(got_q, expect_q) and same_layout(got_k, expect_k)
+    assert torch.equal(q, q.clone()) and got_q.data_ptr() != q.data_ptr()                   # out of place
+
+
+def check_rotary_broadcast_table_and_contiguous_inputs(kernels):
+    gen = torch.Generator().manual_seed(6)
+    q = torch.randn(3, 4, 2, 16, generator=gen)
+    k = torch.randn(3, 2, 2, 16, generator=gen)
+    cos, sin = cos_sin(1, 2, 16, torch.float32, gen)                      # one table for the whole batch
+    expect = rotary_layer.apply_rotary(q, k, cos, sin)
+    got = kernels.rotary.apply_rotary(q, k, cos, sin)
+    assert torch.equal(got[0], expect[0]) and torch.equal(got[1], expect[1])
+
+
+# ---- silu * mul ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_silu_mul_matches_reference(kernels, dtype):
+    gen = torch.Generator().manual_seed(7)
+    gate = (torch.randn(3, 2, 700, generator=gen) * 4).to(dtype)          # 4200 elements: a partial last block
+    up = torch.randn(3, 2, 700, generator=gen).to(dtype)
+    assert_within_ulp(kernels.silu_mul.silu_mul(gate, up), F.silu(gate) * up, SILU_ULP[dtype])
+    fused = torch.randn(5, 96, generator=gen).to(dtype)                   # strided halves of one projection
+    g, u = fused[:, :48], fused[:, 48:]
+    assert_within_ulp(kernels.silu_mul.silu_mul(g, u), F.silu(g) * u, SILU_ULP[dtype])
+
+
+# ---- dispatch from the layers --------------------------------------------------------------------
+@pytest.fixture
+def force_kernels(kernels, monkeypatch):
+    """Make the layers take their kernel branch on CPU tensors (they then import the interpreted copies)."""
+    for layer in (norm_layer, rotary_layer, mlp_layer):
+        monkeypatch.setattr(layer, "use_kernels", lambda t: True)
+    calls = []
+    for mod, fn in ((kernels.rms_norm, "rms_norm"), (kernels.rms_norm, "add_rms_norm"),
+                    (kernels.rotary, "apply_rotary"), (kernels.silu_mul, "silu_mul")):
+        real = getattr(mod, fn)
+        monkeypatch.setattr(mod, fn, lambda *a, _real=real, _fn=fn: (calls.append(_fn), _real(*a))[1])
+    return calls
+
+
+def check_layers_dispatch_to_the_kernels(force_kernels):
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 64, generator=gen)
+    w = torch.rand(64, generator=gen) + 0.5
+    norm_layer.rms_norm(x, w, 1e-6)
+    norm_layer.add_rms_norm(x, x, w, 1e-6)
+    q, k = qk_views(1, 2, 2, 1, 16, torch.float32, gen)
+    rotary_layer.apply_rotary(q, k, *cos_sin(1, 2, 16, torch.float32, gen))
+    with torch.no_grad():
+        mlp_layer.SwiGLU(64, 96)(x)
+    assert force_kernels == ["rms_norm", "add_rms_norm", "apply_rotary", "silu_mul"]
+
+
+def check_layers_keep_the_reference_where_the_kernel_does_not_apply(force_kernels):
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 64, generator=gen, requires_grad=True)             # autograd: kernels have no backward
+    w = torch.rand(64, generator=gen) + 0.5
+    norm_layer.rms_norm(x, w, 1e-6).sum().backward()
+    assert x.grad is not None
+    q, k = qk_views(1, 2, 2, 1, 16, torch.float32, gen)
+    cos, sin = cos_sin(1, 2, 16, torch.bfloat16, gen)                     # mixed dtypes: torch promotes
+    assert rotary_layer.apply_rotary(q, k, cos, sin)[0].dtype == torch.float32
+    mlp_layer.SwiGLU(64, 96)(x).sum().backward()
+    assert force_kernels == []
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def check_decoder_layer_kernels_on_vs_off(kernels, force_kernels, monkeypatch, dtype, tol):
+    """A whole (tiny) Qwen3 decoder layer through the kernels vs the reference; tol relative to the output scale."""
+    torch.manual_seed(10)
+    layer = Qwen3DecoderLayer(64, 96, 4, 2, 16, 1e-6).to(dtype).eval().requires_grad_(False)
+    for name, p in layer.named_parameters():
+        if name.endswith("norm.weight"):
+            p.data.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 64).to(dtype)
+    cos, sin = cos_sin(2, 3, 16, dtype, torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        fast = layer(x, cos, sin, None, None)
+        assert set(force_kernels) == {"rms_norm", "apply_rotary", "silu_mul"}
+        for mod in (norm_layer, rotary_layer, mlp_layer):
+            monkeypatch.setattr(mod, "use_kernels", lambda t: False)
+        ref = layer(x, cos, sin, None, None)
+    scale = ref.float().abs().max()
+    assert (fast.float() - ref.float()).abs().max() <= tol * scale
+
+
+# The interpreted checks are collected only in the child process (see the module docstring).
+if IN_CHILD:
+    globals().update({"test_" + name[len("check_"):]: fn for name, fn in list(globals().items())
+                      if name.startswith("check_")})
