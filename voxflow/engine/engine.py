@@ -196,7 +196,12 @@ class EngineCore:
 
     def stats(self) -> dict:
         r = self.runner.stats
-        return {"running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
+        device = torch.device(self.model.device)
+        memory = {}
+        if device.type == "cuda":
+            memory = {"peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device),
+                      "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device)}
+        return {**memory, "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
                 "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup,
                 "step_seconds": {k: round(v, 3) for k, v in self.timings.items()}}

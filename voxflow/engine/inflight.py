@@ -24,14 +24,16 @@ class FlagBuffers:
     def __init__(self, max_batch: int, device: torch.device):
         self.device = torch.device(device)
         pin = self.device.type == "cuda"
-        self._bufs = [torch.zeros(2, max_batch, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
+        # [batch, 2]: the first n rows are contiguous, so the device-to-host copy stays asynchronous (a copy into
+        # a strided pinned view goes through a temporary and blocks the host until the GPU is done).
+        self._bufs = [torch.zeros(max_batch, 2, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
         self._flip = 0
 
     def launch(self, seqs: list, out: DecodeOutput) -> "InflightDecode":
         n = len(seqs)
-        host = self._bufs[self._flip][:, :n]
+        host = self._bufs[self._flip][:n]
         self._flip ^= 1
-        flags = torch.stack((out.finished, out.eos))
+        flags = torch.stack((out.finished, out.eos), dim=1)
         frames = out.frames.clone()
         event = None
         if self.device.type == "cuda":
@@ -48,10 +50,10 @@ class FlagBuffers:
 class InflightDecode:
     seqs: list                      # the engine's per-request records, in batch order
     frames: torch.Tensor            # [B, 16] on the device (a copy: the graph's buffer is reused)
-    flags: torch.Tensor             # [2, B] pinned host: finished, eos (valid once `event` completed)
+    flags: torch.Tensor             # [B, 2] pinned host: finished, eos (valid once `event` completed)
     event: "torch.cuda.Event | None"
 
     def wait(self) -> tuple[list[bool], list[bool]]:
         if self.event is not None:
             self.event.synchronize()
-        return self.flags[0].tolist(), self.flags[1].tolist()
+        return self.flags[:, 0].tolist(), self.flags[:, 1].tolist()
