@@ -118,7 +118,11 @@ def test_batched_greedy_equals_single_request_with_joins_and_leaves():
             greedy("Speak.", 9, voice="eric", language="auto", request_id="c"),
             greedy("This is a tiny test.", 17, voice="serena", instructions="Speak happily.", request_id="d"),
             greedy("你好，世界。", 12, voice="dylan", language="chinese", request_id="e")]
+    batches = []
+    prefill_batch = core.model.prefill_batch
+    core.model.prefill_batch = lambda chunks, kv: (batches.append(len(chunks)), prefill_batch(chunks, kv))
     results = drive(core, {0: reqs[:2], 3: reqs[2:4], 7: reqs[4:]})
+    assert batches and max(batches) >= 2          # prompts of different lengths shared one padded forward
     assert_engine_matches_reference(name, core, results, reqs)
     assert_all_released(core)
 

@@ -57,6 +57,7 @@ class EngineConfig:
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
+    batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
 
 
 class QueueFullError(RuntimeError):
@@ -107,6 +108,7 @@ class EngineCore:
                                    max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
                                    # the paged attention kernel reads only real pages: one table width fits all
                                    fixed_width=device.type == "cuda" and kernels_enabled())
+        self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
         self.flags = FlagBuffers(self.runner.buckets[-1], device)
         self._inflight: InflightDecode | None = None
         self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
@@ -230,9 +232,8 @@ class EngineCore:
         t1 = time.perf_counter()
         t["schedule"] += t1 - t0
 
-        for chunk in sched.prefill:
-            live = self.live[chunk.seq.request_id]
-            self._run_prefill(live, chunk.start, chunk.end, chunk.is_last)
+        if sched.prefill:
+            self._run_prefills(sched.prefill)
         t2 = time.perf_counter()
         t["prefill"] += t2 - t1
 
@@ -270,7 +271,8 @@ class EngineCore:
                               torch.tensor(context_lens, dtype=torch.long, device=device),
                               torch.tensor(slot_mapping, dtype=torch.long, device=device))
 
-    def _run_prefill(self, live: _Live, start: int, end: int, last: bool) -> None:
+    def _prefill_embeds(self, live: _Live, end: int) -> torch.Tensor:
+        """The request's prefill input (attaching it to its slot and codec stream at its first chunk)."""
         seq = live.seq
         if not live.attached:
             self.model.attach(seq.slot, live.prepared)
@@ -284,12 +286,30 @@ class EngineCore:
             embeds = live.extra.get("resume_embeds")
             if embeds is None or embeds.shape[0] < end:
                 embeds = live.extra["resume_embeds"] = self.model.resume_embeds(seq.slot)
+            return embeds
+        return live.prepared.prompt_embeds
+
+    def _run_prefills(self, chunks) -> None:
+        """This step's prefill chunks: one talker forward for all of them when the model can (a lone chunk, or a
+        model without `prefill_batch`, runs on its own)."""
+        bm = self.block_manager
+        items = [(self.live[c.seq.request_id], c) for c in chunks]
+        embeds = [self._prefill_embeds(live, c.end) for live, c in items]
+        if len(items) > 1 and self.config.batch_prefill and hasattr(self.model, "prefill_batch"):
+            size = max(c.end - c.start for c in chunks)
+            # Left padding of shorter chunks writes its (unused) K/V into the scratch page.
+            mapping = [[self.scratch_slot] * (size - (c.end - c.start)) + bm.slot_mapping(c.seq, c.start, c.end)
+                       for c in chunks]
+            kv = self._kv([c.seq.block_table for c in chunks], [c.end for c in chunks], mapping)
+            self.model.prefill_batch([(c.seq.slot, e[c.start:c.end], c.start, c.is_last)
+                                      for c, e in zip(chunks, embeds)], kv)
         else:
-            embeds = live.prepared.prompt_embeds
-        kv = self._kv([seq.block_table], [end], [self.block_manager.slot_mapping(seq, start, end)])
-        self.model.prefill(seq.slot, embeds[start:end], start, kv, last)
-        if last:
-            live.extra.pop("resume_embeds", None)
+            for c, e in zip(chunks, embeds):
+                kv = self._kv([c.seq.block_table], [c.end], [bm.slot_mapping(c.seq, c.start, c.end)])
+                self.model.prefill(c.seq.slot, e[c.start:c.end], c.start, kv, c.is_last)
+        for live, c in items:
+            if c.is_last:
+                live.extra.pop("resume_embeds", None)
 
     def _launch_decode(self, seqs: list[Sequence]) -> InflightDecode:
         bm = self.block_manager

@@ -221,19 +221,48 @@ class Qwen3TTSPlugin:
         positions = torch.arange(start, start + n, device=self.device)[None]
         x = embeds.to(device=self.device, dtype=self.model.dtype)[None]
         hidden = self.talker(x, positions, view, view.key_valid)
-        if not (last and st.needs_first_c0):
-            return      # a middle chunk, or the re-prefill of a resumed request (its c0 is pending already)
-        # The head runs on the whole chunk, as the reference does on the whole prompt (same GEMM when unchunked).
-        logits = self.talker.codec_logits(hidden)[:, -1]
+        if last and st.needs_first_c0:
+            # The head runs on the whole chunk, as the reference does on the whole prompt (same GEMM when
+            # unchunked), so a lone prefill gives the reference's first c0 bit for bit.
+            self._first_c0([slot], self.talker.codec_logits(hidden)[:, -1], hidden[:, -1])
+
+    @torch.no_grad()
+    def prefill_batch(self, chunks: list[tuple[int, torch.Tensor, int, bool]], kv: PagedKVContext) -> None:
+        """Several requests' prefill chunks (slot, embeds [s_i, H], start, last) in ONE talker forward.
+
+        Chunks are LEFT-padded to the longest, S: row i's real tokens are its last s_i query positions, which is
+        where the paged view's right-aligned context and causal mask expect them. The padding queries (zero
+        embeddings, position 0) write their K/V where `kv.slot_mapping` says (the engine points them at a scratch
+        page), are never part of any context, and their outputs are dropped."""
+        size = max(e.shape[0] for _, e, _, _ in chunks)
+        dtype = self.model.dtype
+        x = torch.zeros(len(chunks), size, self.talker.cfg.hidden_size, dtype=dtype, device=self.device)
+        positions = torch.zeros(len(chunks), size, dtype=torch.long, device=self.device)
+        for i, (_, embeds, start, _) in enumerate(chunks):
+            n = embeds.shape[0]
+            x[i, size - n:] = embeds.to(device=self.device, dtype=dtype)
+            positions[i, size - n:] = torch.arange(start, start + n, device=self.device)
+        view = PagedKVView(kv, size)
+        hidden = self.talker(x, positions, view, view.key_valid)
+        rows = [i for i, (slot, _, _, last) in enumerate(chunks) if last and self._attached[slot].state.needs_first_c0]
+        if rows:
+            h = hidden[rows, -1]
+            self._first_c0([chunks[i][0] for i in rows], self.talker.codec_logits(h), h)
+
+    def _first_c0(self, slot_list: list[int], logits: torch.Tensor, h: torch.Tensor) -> None:
+        """c0 of frame 0 for these slots from their last prompt position's logits [n, V] and hidden state [n, H]."""
         s = self.slots
-        rows = torch.tensor([slot], device=self.device)
-        zero = torch.zeros(1, dtype=torch.long, device=self.device)
+        rows = torch.tensor(slot_list, device=self.device)
+        zero = torch.zeros(len(slot_list), dtype=torch.long, device=self.device)
+        states = [self._attached[slot].state for slot in slot_list]
         c0 = select_c0(logits, s.seen[rows], zero, s.penalty[rows], s.min_new_tokens[rows], self.suppress,
-                       s.talker_params(rows), s.key[rows], zero, self.eos_id, st.params.do_sample)
+                       s.talker_params(rows), s.key[rows], zero, self.eos_id,
+                       any(st.params.do_sample for st in states))
         s.c0[rows] = c0
         s.seen.index_put_((rows, c0), self._true)
-        s.h[rows] = hidden[:, -1]
-        st.needs_first_c0 = False
+        s.h[rows] = h
+        for st in states:
+            st.needs_first_c0 = False
 
     @torch.no_grad()
     def decode(self, slots: torch.Tensor, kv: PagedKVContext) -> DecodeOutput:
