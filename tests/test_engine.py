@@ -378,3 +378,17 @@ def test_final_record_follows_the_last_chunk_and_no_frame_after_eos_is_kept():
         codes, _, _ = reference("custom_voice", req)
         assert frames == outs[-1].usage.frames == codes_of(core, req.request_id).shape[0] == codes.shape[0]
     assert_all_released(core)
+
+
+def test_engine_chosen_chunks_ramp_up_so_playback_never_waits():
+    """With chunk_frames left to the engine, each chunk after the first is at most the audio already sent (then
+    the engine's regular size); the audio still equals the one-pass decode."""
+    core = make_engine(chunk_frames=8)
+    frames = 30
+    req = greedy("Hello world.", frames + 1, voice="aiden", request_id="r",
+                 streaming=StreamingOptions(initial_chunk_frames=2))
+    results = drive(core, {0: [req]})
+    sizes = [o.num_frames for o in results["r"] if isinstance(o, AudioChunk)]
+    assert sizes == [2, 2, 4, 8, 8, 6]                            # ramp 2 -> 2 -> 4 -> 8, regular 8, final 6
+    _, _, ref_wav = reference("custom_voice", req)
+    assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL

@@ -4,7 +4,10 @@ Streaming policy (per request):
   - the first chunk leaves after `initial_chunk_frames` frames: the request's own value, or one chosen from the
     current load (`initial_frames_for_load`): small when the engine is idle (lowest first-packet latency), larger
     when busy (fewer, bigger codec calls while many streams share the GPU);
-  - then regular chunks of `chunk_frames`;
+  - then regular chunks of `chunk_frames` (the request's own value, honoured as given); when the request leaves it
+    to the engine, the chunks after the first RAMP up to it: each is at most the audio already sent (5, 5, 10, 20,
+    25, ...), so the next chunk is ready before the listener has played what came before, as long as the engine
+    runs faster than real time (a 0.4 s first chunk followed at once by a 2 s one underruns at any RTF > 0.2);
   - at the end, whatever is left (a final partial chunk);
   - non-streaming requests are decoded once, when they finish (the fewest passes).
 The codec keeps a per-request streaming state, so chunk boundaries never change the audio: the concatenated
@@ -54,6 +57,7 @@ class CodecStream:
     chunks_done: int = 0                                        # chunks launched
     in_flight: int = 0                                          # chunks launched but not collected
     finished: bool = False                                      # the talker produced its last frame
+    ramp: bool = False                                          # chunks grow from the first up to chunk_frames
 
     def next_chunk_size(self) -> int:
         """Frames to decode now (0 = wait for more)."""
@@ -61,7 +65,12 @@ class CodecStream:
             return self.num_pending
         if not self.stream:
             return 0
-        want = self.initial_frames if self.chunks_done == 0 else self.chunk_frames
+        if self.chunks_done == 0:
+            want = self.initial_frames
+        elif self.ramp:
+            want = min(self.chunk_frames, max(self.initial_frames, self.frames_done))
+        else:
+            want = self.chunk_frames
         return want if self.num_pending >= want else 0
 
     @property
@@ -102,7 +111,8 @@ class CodecExecutor:
             num_active: int, prefix_frames: torch.Tensor | None = None) -> None:
         init = initial_frames if initial_frames is not None else initial_frames_for_load(num_active)
         self.streams[request_id] = CodecStream(request_id, stream, max(1, init),
-                                               max(1, chunk_frames or self.chunk_frames), prefix_frames=prefix_frames)
+                                               max(1, chunk_frames or self.chunk_frames), prefix_frames=prefix_frames,
+                                               ramp=chunk_frames is None)
 
     def remove(self, request_id: str) -> None:
         """Drop a request's codec state at once (finished or aborted); chunks still in flight are discarded."""
