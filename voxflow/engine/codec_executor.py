@@ -101,9 +101,10 @@ class _SyncPending:
 
 
 class CodecExecutor:
-    def __init__(self, codec: CodecModel, chunk_frames: int = 25):
+    def __init__(self, codec: CodecModel, chunk_frames: int = 25, ramp: bool = True):
         self.codec = codec
         self.chunk_frames = chunk_frames
+        self.ramp = ramp
         self.streams: dict[str, CodecStream] = {}
         self._launched: deque[tuple[Any, list[tuple[CodecStream, int, int, int]]]] = deque()
 
@@ -112,7 +113,7 @@ class CodecExecutor:
         init = initial_frames if initial_frames is not None else initial_frames_for_load(num_active)
         self.streams[request_id] = CodecStream(request_id, stream, max(1, init),
                                                max(1, chunk_frames or self.chunk_frames), prefix_frames=prefix_frames,
-                                               ramp=chunk_frames is None)
+                                               ramp=self.ramp and chunk_frames is None)
 
     def remove(self, request_id: str) -> None:
         """Drop a request's codec state at once (finished or aborted); chunks still in flight are discarded."""

@@ -1,0 +1,56 @@
+"""The README's results table, generated from committed `voxflow bench` result files (and their PNG plots).
+
+    python benchmarks/scripts/results_table.py benchmarks/results/h200/2026-11-29-*/ [--plots]
+
+One row per measured level: run folder, label and stack tags, model, level, first-packet latency p50 / p99,
+RTF (mean; lower is faster), audio seconds per wall second, share of streams without underrun, peak GPU memory
+of the engine (when the result recorded it). `--plots` (re)writes each result's PNGs beside it.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+
+def _model(result: dict) -> str:
+    path = (result.get("target", {}).get("engine", {}).get("config", {}) or {}).get("model", "")
+    name = os.path.basename(str(path).rstrip("/"))
+    return {"real-1.7b": "1.7B", "real-0.6b": "0.6B"}.get(name, name or "?")
+
+
+def rows(paths: list[str]) -> list[str]:
+    out = ["| run | label | model | level | TTFP p50 / p99 (ms) | RTF | audio-s/s | no underrun | peak GPU mem |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+        stats = result.get("target", {}).get("engine", {}).get("stats", {}) or {}
+        peak = stats.get("peak_gpu_memory_bytes") or (stats.get("startup") or {}).get("peak_gpu_memory_bytes")
+        mem = f"{peak / 2**30:.1f} GiB" if peak else "—"
+        for level in result["levels"]:
+            s = level["summary"]
+            cont = s.get("continuity") or {}
+            out.append(f"| {os.path.basename(os.path.dirname(path))} | {result.get('label') or '—'} | {_model(result)} "
+                       f"| {level['level'].get('key', '?')} | {s['ttfp_s']['p50'] * 1e3:.0f} / {s['ttfp_s']['p99'] * 1e3:.0f} "
+                       f"| {s['rtf']['mean']:.3f} | {s['audio_throughput']:.1f} "
+                       f"| {cont.get('no_underrun_rate', float('nan')) * 100:.0f}% | {mem} |")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    plots = "--plots" in argv
+    folders = [a for a in argv if a != "--plots"]
+    paths = sorted(p for d in folders for p in glob.glob(os.path.join(d, "*.json")))
+    print("\n".join(rows(paths)))
+    if plots:
+        from voxflow.bench.plots import write_plots
+        for p in paths:
+            with open(p, encoding="utf-8") as f:
+                write_plots(json.load(f), p[: -len(".json")])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
