@@ -381,3 +381,22 @@ def test_codec_runner_icl_prefix_is_consumed_silently(base):
     # The official proportional cut may keep one extra leading sample (generate.decode_to_wav).
     assert got.shape[0] == 7 * 1920 and want.shape[0] - got.shape[0] in (0, 1)
     assert np.abs(got - want[-got.shape[0]:]).max() <= 1e-5
+
+
+def test_decode_variant_tracks_the_attached_requests_warp_settings(cv):
+    """The graph variant (which sampling work can be skipped exactly) follows attach / detach."""
+    plugin = Qwen3TTSPlugin(cv, max_slots=4)
+    assert plugin.decode_variant() == (False, False, (None, False), (None, False))
+    a = plugin.prepare(speech("Hello.", 5, greedy=False, top_k=50))
+    b = plugin.prepare(speech("Hello.", 5, greedy=False, top_k=7, top_p=0.8))
+    plugin.attach(0, a)
+    assert plugin.decode_variant()[:3] == (True, True, (64, False))
+    plugin.attach(1, b)
+    assert plugin.decode_variant()[2] == (64, True)
+    plugin.detach(0)
+    assert plugin.decode_variant()[2] == (8, True)            # 7 -> the next power of two
+    plugin.detach(1)
+    assert plugin.decode_variant() == (False, False, (None, False), (None, False))
+    off = plugin.prepare(speech("Hello.", 5, greedy=False, top_k=0))
+    plugin.attach(2, off)
+    assert plugin.decode_variant()[2] == (None, False)         # top-k disabled somewhere: full sort

@@ -184,3 +184,24 @@ def test_validation_and_defaults():
     S.SamplingParams(do_sample=False, temperature=0.0).validate()  # greedy ignores the temperature
     p = S.SamplingParams.from_defaults(GenerationDefaults(top_p=0.8), seed=3)
     assert (p.top_p, p.temperature, p.repetition_penalty, p.seed, p.min_new_tokens) == (0.8, 0.9, 1.05, 3, 2)
+
+
+def test_warp_hints_skip_work_without_changing_results():
+    """The engine's host-side hints (a top-k bound -> `topk` instead of a full sort; no top-p in use -> the
+    stage skipped) give exactly the logits of the plain warp for every sampling row."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, 300, generator=g) * 3
+    logits[0, :40] = 1.0                                           # ties at the top-k boundary
+    top_k = [1, 7, 50, 33, 50, 12]
+    plain = S.WarpParams.build([True] * 6, [0.7, 1.0, 0.9, 1.3, 0.5, 1.0], top_k, [1.0] * 6, "cpu")
+    hinted = S.WarpParams.build([True] * 6, [0.7, 1.0, 0.9, 1.3, 0.5, 1.0], top_k, [1.0] * 6, "cpu")
+    hinted.top_k_max, hinted.any_top_p = 64, False
+    assert torch.equal(S.warp_logits(logits, plain), S.warp_logits(logits, hinted))
+    with_p = S.WarpParams.build([True] * 6, [1.0] * 6, top_k, [1.0, 0.8, 0.95, 1.0, 0.5, 0.99], "cpu")
+    expected = S.warp_logits(logits, with_p)
+    with_p.top_k_max = 50
+    assert torch.equal(S.warp_logits(logits, with_p), expected)
+    # a bound below some row's k is a lie the caller must not tell: that row's filter differs
+    wrong = S.WarpParams.build([True] * 6, [0.7, 1.0, 0.9, 1.3, 0.5, 1.0], top_k, [1.0] * 6, "cpu")
+    wrong.top_k_max = 8
+    assert not torch.equal(S.warp_logits(logits, wrong), S.warp_logits(logits, plain))

@@ -21,6 +21,8 @@ from typing import Callable
 
 import torch
 
+from voxflow.kernels import use_kernels
+
 from .sampling import WarpParams, process_talker_logits, warp_logits
 
 MASK32 = 0xFFFFFFFF
@@ -72,7 +74,11 @@ def _vocab_hash(vocab: int, device: torch.device) -> torch.Tensor:
 
 
 def uniform_noise(keys: torch.Tensor, frame: torch.Tensor, codebook: int, vocab: int) -> torch.Tensor:
-    """[B, vocab] float32 in (0, 1): keys [B] (seed_key), frame [B] long, one codebook index for the batch."""
+    """[B, vocab] float32 in (0, 1): keys [B] (seed_key), frame [B] long, one codebook index for the batch.
+    On a GPU one Triton kernel computes the same bits (voxflow/kernels/uniform_noise.py)."""
+    if use_kernels(keys):
+        from voxflow.kernels.uniform_noise import uniform_noise as fused
+        return fused(keys, frame, codebook, vocab)
     stream = hash32(keys ^ hash32((frame * 16 + codebook) & MASK32))
     bits = hash32(stream[:, None] ^ _vocab_hash(vocab, keys.device)[None, :])
     # 23 bits: (m + 0.5) / 2^23 is exact in fp32 and never reaches 0 or 1, so the Gumbel transform stays finite.

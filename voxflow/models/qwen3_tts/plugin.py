@@ -30,7 +30,7 @@ import binascii
 import hashlib
 import os
 import random
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,7 +44,7 @@ from .batch_sampling import residual_sample_fn, seed_key, select_c0
 from .generate import SynthesisRequest, VoiceClonePrompt, make_voice_clone_prompt, prepare
 from .model import Qwen3TTS
 from .position_keys import position_keys
-from .sampling import SamplingParams, suppress_mask
+from .sampling import SamplingParams, WarpParams, suppress_mask
 from .slots import SlotTable
 
 _PUBLIC_TASK = {"custom_voice": "custom_voice", "voice_design": "voice_design", "base": "voice_clone"}
@@ -87,6 +87,8 @@ class Qwen3TTSPlugin:
         self._attached: list[PreparedRequest | None] = [None] * max_slots
         self._true = torch.ones((), dtype=torch.bool, device=self.device)   # a Python True would sync to copy
         self._sampling = [0, 0]      # attached requests that sample c0 / codes 1..15 (host counters)
+        # Per stage: (top_k, uses top-p) of the attached sampling requests -> what the warp can skip (exactly).
+        self._warp_settings: list[Counter] = [Counter(), Counter()]
         self._voice_cache: OrderedDict[tuple, VoiceClonePrompt] = OrderedDict()
         self._voice_cache_size = voice_cache_size
 
@@ -188,6 +190,29 @@ class Qwen3TTSPlugin:
     def _count_sampling(self, params: SamplingParams, delta: int) -> None:
         self._sampling[0] += delta * bool(params.do_sample)
         self._sampling[1] += delta * bool(params.subtalker_do_sample)
+        stages = ((params.do_sample, params.top_k, params.top_p),
+                  (params.subtalker_do_sample, params.subtalker_top_k, params.subtalker_top_p))
+        for counter, (samples, top_k, top_p) in zip(self._warp_settings, stages):
+            if samples:
+                key = (int(top_k), top_p < 1.0)
+                counter[key] += delta
+                if counter[key] <= 0:
+                    del counter[key]
+
+    def _warp_hint(self, stage: int) -> tuple[int | None, bool]:
+        """(top_k bound as a power of two, or None when some sampling request has top-k off or very large;
+        whether any sampling request uses top-p) for stage 0 (c0) or 1 (codes 1..15)."""
+        settings = list(self._warp_settings[stage])
+        if not settings:
+            return None, False
+        ks = [k for k, _ in settings]
+        k_max = None if min(ks) <= 0 or max(ks) > 1024 else 1 << (max(ks) - 1).bit_length()
+        return k_max, any(p for _, p in settings)
+
+    @staticmethod
+    def _hinted(params: WarpParams, hint: tuple[int | None, bool]) -> WarpParams:
+        params.top_k_max, params.any_top_p = hint
+        return params
 
     def resume_embeds(self, slot: int) -> torch.Tensor:
         prepared = self._attached[slot]
@@ -209,9 +234,10 @@ class Qwen3TTSPlugin:
         """Changes when slot buffers are reallocated (CUDA graphs holding the old ones must be recaptured)."""
         return self.slots.version
 
-    def decode_variant(self) -> tuple[bool, bool]:
-        """Which sampling stages any attached request uses (a greedy-only batch skips the sampling math)."""
-        return self._sampling[0] > 0, self._sampling[1] > 0
+    def decode_variant(self) -> tuple:
+        """Which sampling stages any attached request uses (a greedy-only batch skips the sampling math), and per
+        stage the warp hints (top-k bound, top-p in use): work skipped exactly, never results changed."""
+        return self._sampling[0] > 0, self._sampling[1] > 0, self._warp_hint(0), self._warp_hint(1)
 
     @torch.no_grad()
     def prefill(self, slot: int, embeds: torch.Tensor, start: int, kv: PagedKVContext, last: bool) -> None:
@@ -256,7 +282,7 @@ class Qwen3TTSPlugin:
         zero = torch.zeros(len(slot_list), dtype=torch.long, device=self.device)
         states = [self._attached[slot].state for slot in slot_list]
         c0 = select_c0(logits, s.seen[rows], zero, s.penalty[rows], s.min_new_tokens[rows], self.suppress,
-                       s.talker_params(rows), s.key[rows], zero, self.eos_id,
+                       self._hinted(s.talker_params(rows), self._warp_hint(0)), s.key[rows], zero, self.eos_id,
                        any(st.params.do_sample for st in states))
         s.c0[rows] = c0
         s.seen.index_put_((rows, c0), self._true)
@@ -270,10 +296,10 @@ class Qwen3TTSPlugin:
         rows = slots.to(device=self.device, dtype=torch.long)
         c0, h, fed, keys = s.c0[rows], s.h[rows], s.fed[rows], s.key[rows]
         # Host-side knowledge only (no sync): skip the sampling math when no attached request samples.
-        t_sampling, cp_sampling = self.decode_variant()
+        t_sampling, cp_sampling, t_hint, cp_hint = self.decode_variant()
 
         # 1. codes 1..15 of the pending frame `fed`, then the frame is complete
-        sample_fn = residual_sample_fn(s.cp_params(rows), keys, fed, cp_sampling)
+        sample_fn = residual_sample_fn(self._hinted(s.cp_params(rows), cp_hint), keys, fed, cp_sampling)
         residual, _ = talker.predict_residual_codes(h, c0, sample_fn)
         frame = torch.cat((c0[:, None], residual), dim=1)                        # [B, 16]
 
@@ -287,7 +313,7 @@ class Qwen3TTSPlugin:
         nxt = fed + 1
         logits = talker.codec_logits(hidden)[:, -1]
         c0_next = select_c0(logits, s.seen[rows], nxt, s.penalty[rows], s.min_new_tokens[rows], self.suppress,
-                            s.talker_params(rows), keys, nxt, self.eos_id, t_sampling)
+                            self._hinted(s.talker_params(rows), t_hint), keys, nxt, self.eos_id, t_sampling)
 
         # 4. scatter the state back
         s.record_frame(rows, fed, frame)

@@ -92,6 +92,9 @@ class WarpParams:
     temperature: torch.Tensor   # float32
     top_k: torch.Tensor         # int64, 0 = off
     top_p: torch.Tensor         # float64 (kept in double so 1 - top_p rounds like transformers'), 1 = off
+    # Host-side knowledge that lets the batched engine skip work (results are identical either way):
+    top_k_max: int | None = None    # every SAMPLING row has 0 < top_k <= this: top-k from `topk`, not a full sort
+    any_top_p: bool = True          # False: no sampling row uses top-p, the stage is skipped
 
     @classmethod
     def build(cls, do_sample, temperature, top_k, top_p, device) -> "WarpParams":
@@ -105,7 +108,8 @@ class WarpParams:
 
     def select_rows(self, rows: torch.Tensor) -> "WarpParams":
         return WarpParams(*(t.index_select(0, rows) for t in
-                            (self.do_sample, self.temperature, self.top_k, self.top_p)))
+                            (self.do_sample, self.temperature, self.top_k, self.top_p)),
+                          top_k_max=self.top_k_max, any_top_p=self.any_top_p)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,14 +148,20 @@ def apply_temperature(logits: torch.Tensor, temperature: torch.Tensor) -> torch.
     return logits / temperature.to(logits.dtype)[:, None]
 
 
-def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor, k_max: int | None = None) -> torch.Tensor:
     """Keep, per row, the logits >= the k-th largest (ties at the boundary survive, as in transformers).
 
     k = 0 disables the filter for that row (the threshold becomes the row minimum, which removes nothing).
+    k_max: a bound on k over the rows that matter: the k_max largest (`topk`, much cheaper than sorting the whole
+    vocabulary) hold every threshold; rows with a larger k get a meaningless threshold and must be ignored.
     """
     vocab = logits.shape[-1]
     k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).clamp(1, vocab)
-    ranked = torch.sort(logits, dim=-1, descending=True).values
+    if k_max is not None and 0 < k_max < vocab:
+        ranked = torch.topk(logits, k_max, dim=-1).values
+        k = k.clamp(max=k_max)
+    else:
+        ranked = torch.sort(logits, dim=-1, descending=True).values
     threshold = ranked.gather(-1, (k - 1)[:, None])
     return logits.masked_fill(logits < threshold, float("-inf"))
 
@@ -173,8 +183,8 @@ def apply_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 def warp_logits(logits: torch.Tensor, params: WarpParams) -> torch.Tensor:
     """Temperature, top-k, top-p (the sampling-only stages)."""
     logits = apply_temperature(logits, params.temperature)
-    logits = apply_top_k(logits, params.top_k)
-    return apply_top_p(logits, params.top_p)
+    logits = apply_top_k(logits, params.top_k, params.top_k_max)
+    return apply_top_p(logits, params.top_p) if params.any_top_p else logits
 
 
 def process_talker_logits(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Tensor,
