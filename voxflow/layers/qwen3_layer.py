@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache, LayerKVCache, attention_bias, eager_attention
 from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm
@@ -48,7 +49,14 @@ class Qwen3Attention(nn.Module):
         else:
             if cache is not None:
                 k, v = cache.append(k, v)
-            out = eager_attention(q, k, v, bias, self.scale)
+            out = None
+            if bias is None and use_kernels(q):
+                # One query over a small contiguous cache (the code predictor's steps): one fused kernel.
+                from voxflow.kernels import dense_decode_attention as dense
+                if dense.supported(q, k):
+                    out = dense.dense_decode_attention(q, k, v, self.scale)
+            if out is None:
+                out = eager_attention(q, k, v, bias, self.scale)
         return self.o_proj(out.reshape(b, s, -1))
 
 

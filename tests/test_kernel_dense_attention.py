@@ -1,0 +1,46 @@
+"""The single-query dense-cache attention kernel (the code predictor's) against eager attention, on the CPU
+through Triton's interpreter (in a subprocess: TRITON_INTERPRET must be set before triton is first imported).
+
+Tolerances: fp32 <= 2e-6 absolute on O(1) outputs (summation order only); bf16 <= 2e-2 (the eager path rounds
+scores and weights to bf16, the kernel keeps them in fp32)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+IN_CHILD = os.environ.get("VOXFLOW_DENSE_CHILD") == "1"
+
+
+def check_against_eager():
+    from voxflow.kernels.dense_decode_attention import dense_decode_attention, supported
+    from voxflow.layers.attention import eager_attention
+    g = torch.Generator().manual_seed(0)
+    for dtype, tol in ((torch.float32, 2e-6), (torch.bfloat16, 2e-2)):
+        for b, hq, hkv, t, d in ((3, 4, 2, 1, 16), (2, 6, 2, 17, 32), (1, 4, 4, 16, 16), (2, 8, 2, 35, 16)):
+            # q as the layer makes it: a transposed view of [B, S, H, D]
+            q = torch.randn(b, 1, hq, d, generator=g).to(dtype).transpose(1, 2)
+            k = torch.randn(b, hkv, t, d, generator=g).to(dtype)
+            v = torch.randn(b, hkv, t, d, generator=g).to(dtype)
+            assert supported(q, k)
+            want = eager_attention(q, k, v, None, d ** -0.5).float()
+            got = dense_decode_attention(q, k, v, d ** -0.5)
+            assert got.shape == (b, 1, hq, d) and got.dtype == dtype
+            err = (got.float() - want).abs().max().item()
+            assert err <= tol, (dtype, b, hq, hkv, t, d, err)
+
+
+if IN_CHILD:
+    def test_child_against_eager():
+        check_against_eager()
+else:
+    def test_dense_kernel_under_the_interpreter_matches_eager_attention():
+        env = {**os.environ, "TRITON_INTERPRET": "1", "VOXFLOW_DENSE_CHILD": "1"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q",
+                               "-p", "no:cacheprovider"], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "1 passed" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]

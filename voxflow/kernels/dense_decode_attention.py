@@ -1,0 +1,68 @@
+"""Single-query attention over a small contiguous KV cache (the code predictor's: at most 16 positions) in one
+Triton kernel, beside its torch reference (`voxflow.layers.attention.eager_attention`).
+
+The code predictor runs 15 single-token steps per frame through 5 layers; eager attention is ~8 kernels each
+(GQA repeat of k and v, q.k^T, scale, softmax, cast, p.v, transpose): ~600 launches a frame for a few hundred
+flops. Here one program per (row, KV head) loads the group's query heads once, streams the keys/values in tiles
+with an fp32 online softmax, and writes [B, 1, Hq, D] directly. Numerics: scores, softmax and the weighted sum in
+fp32 (the eager bf16 path rounds scores and weights to bf16 in between), so bf16 results agree to bf16 rounding,
+fp32 results to ~1e-6.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dense_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, T, scale,
+                         sq_b, sq_h, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h,
+                         GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, D)
+    t = tl.arange(0, BLOCK_T)
+    gmask = g < GROUPS
+    heads = kvh * GROUPS + g
+    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=gmask[:, None], other=0.0)
+    q = q.to(tl.float32)
+    m = tl.full((GP,), float("-inf"), tl.float32)
+    l = tl.zeros((GP,), tl.float32)
+    acc = tl.zeros((GP, D), tl.float32)
+    for start in range(0, T, BLOCK_T):
+        tt = start + t
+        tmask = tt < T
+        k = tl.load(k_ptr + b * sk_b + kvh * sk_h + tt[:, None] * sk_t + d[None, :], mask=tmask[:, None], other=0.0)
+        s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2) * scale           # [GP, BLOCK_T]
+        s = tl.where(tmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + b * sv_b + kvh * sv_h + tt[:, None] * sv_t + d[None, :], mask=tmask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+        m = m_new
+    out = acc / l[:, None]
+    tl.store(out_ptr + b * so_b + heads[:, None] * so_h + d[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=gmask[:, None])
+
+
+def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
+    d = q.shape[-1]
+    return q.dim() == 4 and q.shape[2] == 1 and d >= 16 and d & (d - 1) == 0 and q.shape[1] % k.shape[1] == 0
+
+
+def dense_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [B, Hq, 1, D], k/v [B, Hkv, T, D] (any strides with a unit last stride) -> [B, 1, Hq, D] in q's dtype."""
+    b, hq, _, d = q.shape
+    hkv, t = k.shape[1], k.shape[2]
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    groups = hq // hkv
+    out = torch.empty(b, 1, hq, d, dtype=q.dtype, device=q.device)
+    _dense_decode_kernel[(b, hkv)](q, k, v, out, t, float(scale),
+                                   q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
+                                   v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(2),
+                                   GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_T=16)
+    return out
