@@ -57,6 +57,7 @@ def test_process_and_inprocess_give_the_same_audio_and_info():
             assert final.reason is FinishReason.ERROR and final.error_kind == "invalid_request"
             health = await proc.health()
             assert health["alive"] and health["stats"]["running"] == 0
+            assert proc.startup["kv_cache_blocks"] == 128 and proc.startup["startup_seconds"] >= 0
     asyncio.run(main())
 
 

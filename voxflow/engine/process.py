@@ -61,7 +61,8 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
         except BaseException as e:
             _last_words(sock, "startup_error", e)
             return
-        sock.send(wire.pack(["ready", {"pid": os.getpid()}]))
+        startup = getattr(core, "startup", None)        # graph capture seconds, peak GPU memory, KV pool ...
+        sock.send(wire.pack(["ready", {"pid": os.getpid(), "startup": startup}]))
         driver = CoreDriver(core)
         try:
             _serve(sock, driver)
@@ -147,6 +148,7 @@ class ProcessEngineClient(EngineClient):
         self._reader: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
         self._call_waiters: dict[int, asyncio.Future] = {}
+        self.startup: dict | None = None        # the engine's startup report (KV pool, graph capture, memory)
         self._tokens = itertools.count()
         self._stopping = False
         self._pid: int | None = None
@@ -209,6 +211,9 @@ class ProcessEngineClient(EngineClient):
             raise EngineStartupError(f"engine failed to start: {msg[1]}\n{msg[2]}")
         if msg[0] != "ready":
             raise EngineStartupError(f"unexpected first message from the engine: {msg[0]!r}")
+        self.startup = (msg[1] or {}).get("startup")
+        if self.startup:
+            log.info("engine ready: %s", self.startup)
 
     # ---- talking to the engine -----------------------------------------------------------------------------
     def _send(self, msg: list) -> None:
