@@ -88,7 +88,7 @@ class Qwen3DecoderStack(nn.Module):
                               cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps)
             for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, getattr(cfg, "max_position_embeddings", None))
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers))

@@ -30,14 +30,35 @@ class RotaryEmbedding(nn.Module):
     `inv_freq` is a non-persistent buffer: it is derived from the config and never in a checkpoint.
     """
 
-    def __init__(self, head_dim: int, theta: float):
+    def __init__(self, head_dim: int, theta: float, max_positions: int | None = None):
         super().__init__()
         self.head_dim = head_dim
         self.theta = theta
+        self.max_positions = max_positions
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta), persistent=False)
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @torch.no_grad()
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if positions.is_cuda and self.max_positions:
+            # On a GPU, a lookup into a table computed once (by the very same ops, so the same bits) costs two
+            # gathers instead of ~7 kernels per call; the code predictor alone calls this 15 times a frame.
+            # Positions are < max_position_embeddings by construction (the engine's max_model_len is smaller).
+            table = self._table(positions.device, dtype)
+            if table is not None:
+                return table[0][positions], table[1][positions]
+        return self._compute(positions, dtype)
+
+    def _table(self, device: torch.device, dtype: torch.dtype):
+        key = (str(device), dtype)
+        if key not in self._tables:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                return None                   # never allocate inside a graph capture: compute directly
+            positions = torch.arange(self.max_positions, device=device)
+            self._tables[key] = self._compute(positions, dtype)
+        return self._tables[key]
+
+    def _compute(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         if self.inv_freq.device.type == "meta":
             # Built on the meta device and loaded from a checkpoint: derived buffers are not loaded.
             self.inv_freq = rope_inv_freq(self.head_dim, self.theta).to(positions.device)
