@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The issue-6 target workloads on one H200, in stages that each fit one device call (<= 10 min):
+#   STAGE=tests   all GPU tests (tests/gpu)
+#   STAGE=http    1.7B through `voxflow serve` (streamed pcm over HTTP on loopback): c=1, c=16, c=64
+#   STAGE=stack   1.7B offline stacked comparison at c=1 and c=64: eager / graphs / graphs+kernels /
+#                 + batched prefill / + chunk ramp (everything on) / + bf16 codec
+#   STAGE=small   0.6B c=64 with a 2 GB KV pool and the bf16 codec (the <= 8 GB target), 1.7B c=128
+#   STAGE=official  the official qwen-tts at 1.7B c=1 in the same run (wheels in .whl/, see
+#                   h200_official_and_0p6b.sh), then voxflow c=1 offline right after it
+# Usage (repo root, on the GPU machine): STAGE=http OUT=results_dir bash benchmarks/scripts/h200_targets.sh
+set -uo pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+OUT=${OUT:-/tmp/out}
+STAGE=${STAGE:-tests}
+mkdir -p "$OUT"
+common="--dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress"
+b() { python3 -m voxflow.bench $common "$@" 2>&1 | grep -v "^\s*$" | tail -4; }
+ckpt() { [ -d "/tmp/real-$1" ] || python3 -m voxflow.tools.real_size_checkpoint --out "/tmp/real-$1" \
+           --variant custom_voice --size "$2" | tail -1; }
+case "$STAGE" in
+tests)
+  timeout 560 python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tail -30 | tee "$OUT/gpu_tests.txt" ;;
+http)
+  ckpt 1.7b 1.7B
+  python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 \
+      > "$OUT/serve_log.txt" 2>&1 &
+  for _ in $(seq 240); do curl -sf http://127.0.0.1:8000/ready > /dev/null && break; sleep 1; done
+  b --base-url http://127.0.0.1:8000 --label http-full --concurrency 1 --num-prompts 3 --num-warmups 1 \
+    --output "$OUT/h200_1p7b_http_c1.json"
+  b --base-url http://127.0.0.1:8000 --label http-full --concurrency 16,64 --num-prompts 64 --num-warmups 8 \
+    --output "$OUT/h200_1p7b_http_c16_c64.json"
+  kill %1; wait ;;
+stack)
+  ckpt 1.7b 1.7B
+  for cfg in "eager:cuda_graphs=false kernels=false batch_prefill=false chunk_ramp=false" \
+             "graphs:kernels=false batch_prefill=false chunk_ramp=false" \
+             "graphs-kernels:batch_prefill=false chunk_ramp=false" \
+             "graphs-kernels-batchprefill:chunk_ramp=false" "full:" "full-bf16codec:codec_dtype=bfloat16"; do
+    label=${cfg%%:*}; args=""
+    for kv in ${cfg#*:}; do args="$args --engine-arg $kv"; done
+    levels="--concurrency 1,64 --num-prompts 16"; [ "$label" = eager ] && levels="--concurrency 64 --num-prompts 64"
+    b --model /tmp/real-1.7b --device cuda --label "$label" --tag "stack=$label" $args $levels --num-warmups 4 \
+      --max-num-seqs 64 --output "$OUT/h200_1p7b_stack_${label}.json"
+  done ;;
+small)
+  ckpt 0.6b 0.6B
+  b --model /tmp/real-0.6b --device cuda --label full-bf16codec --engine-arg codec_dtype=bfloat16 \
+    --engine-arg kv_cache_bytes=2000000000 --concurrency 64 --num-prompts 64 --num-warmups 8 --max-num-seqs 64 \
+    --output "$OUT/h200_0p6b_offline_c64.json"
+  ckpt 1.7b 1.7B
+  b --model /tmp/real-1.7b --device cuda --label full --concurrency 128,256 --num-prompts 256 --num-warmups 8 \
+    --max-num-seqs 256 --output "$OUT/h200_1p7b_offline_best.json" ;;
+official)
+  ckpt 1.7b 1.7B
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  printf 'class Transformer:\n    pass\n' > /tmp/site/sox.py
+  PYTHONPATH=/tmp/site:$PWD python3 tools/bench_official.py --model /tmp/real-1.7b --device cuda:0 \
+      --dtype bfloat16 --num-prompts 2 --num-warmups 1 --max-new-tokens 151 --ignore-eos --no-plots \
+      --output "$OUT/h200_1p7b_official_c1.json" 2>&1 | tail -4
+  b --model /tmp/real-1.7b --device cuda --label full --concurrency 1 --num-prompts 3 --num-warmups 1 \
+    --output "$OUT/h200_1p7b_offline_full_c1_same_run.json" ;;
+esac
