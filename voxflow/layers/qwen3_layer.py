@@ -4,6 +4,10 @@ Layer: x + attn(norm(x)), then h + swiglu(norm(h)). Attention projects q/k/v wit
 per-head RMSNorm to q and k (over head_dim, *before* RoPE), rotates, and attends with grouped KV heads.
 State-dict names follow the checkpoints: `self_attn.{q,k,v,o}_proj`, `self_attn.{q,k}_norm`, `mlp.*`,
 `input_layernorm`, `post_attention_layernorm`; a stack has `layers.N.*` and `norm`.
+
+On CUDA (kernel switch on) two fused kernels cut launches, same numerics: q_norm + k_norm + RoPE in one
+(voxflow/kernels/qk_norm_rope.py) and the post-attention residual add + norm in one (`add_rms_norm`). Everywhere
+else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from torch import nn
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache, LayerKVCache, attention_bias, eager_attention
 from voxflow.layers.mlp import SwiGLU
-from voxflow.layers.rms_norm import RMSNorm
+from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -34,14 +38,27 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
 
+    def _norm_rope(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [B, S, Hq, D], k [B, S, Hkv, D] (projections viewed per head) -> per-head-normed, rotated
+        q [B, Hq, S, D], k [B, Hkv, S, D] (transposed views)."""
+        if use_kernels(q):
+            # q_norm, k_norm and RoPE in one launch (three with the per-op kernels), same numerics.
+            from voxflow.kernels import qk_norm_rope as fused   # imported lazily: CPU runs never load Triton
+            qw, kw = self.q_norm.weight, self.k_norm.weight
+            if fused.supported(q, k, qw, kw, cos, sin):
+                q, k = fused.qk_norm_rope(q, k, qw, kw, cos, sin, self.q_norm.eps, self.k_norm.eps)
+                return q.transpose(1, 2), k.transpose(1, 2)
+        q = self.q_norm(q).transpose(1, 2)
+        k = self.k_norm(k).transpose(1, 2)
+        return apply_rotary(q, k, cos, sin)
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
         per_head = (b, s, -1, self.head_dim)
-        q = self.q_norm(self.q_proj(x).view(per_head)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(per_head)).transpose(1, 2)
+        q, k = self._norm_rope(self.q_proj(x).view(per_head), self.k_proj(x).view(per_head), cos, sin)
         v = self.v_proj(x).view(per_head).transpose(1, 2)
-        q, k = apply_rotary(q, k, cos, sin)
         attend = getattr(cache, "attend", None)
         if attend is not None:
             # A cache that attends itself (the paged view: it may run a fused kernel straight from its pages).
@@ -71,7 +88,15 @@ class Qwen3DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, bias)
+        h = self.self_attn(self.input_layernorm(x), cos, sin, cache, bias)
+        if use_kernels(x):
+            # The residual add fused into the post-attention norm: one launch instead of two. The sum is
+            # rounded to the activation dtype before it is normalised, as `x = x + h` then the norm would be
+            # (and x + h == h + x exactly), so the residual stream carries the same bits.
+            norm = self.post_attention_layernorm
+            normed, x = add_rms_norm(x, h, norm.weight, norm.eps)
+            return x + self.mlp(normed)
+        x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

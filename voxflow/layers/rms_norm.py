@@ -30,7 +30,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual), x + residual): the residual add fused into the norm where the kernel runs.
 
-    Not used by the decoder layer yet; exposed so the layer can switch to it without changing numerics.
+    The decoder layer uses it for the post-attention residual + norm (a + b == b + a: the residual is unchanged).
     """
     if use_kernels(x):
         from voxflow.kernels import rms_norm as fused
