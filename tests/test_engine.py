@@ -392,3 +392,22 @@ def test_engine_chosen_chunks_ramp_up_so_playback_never_waits():
     assert sizes == [2, 2, 4, 8, 8, 6]                            # ramp 2 -> 2 -> 4 -> 8, regular 8, final 6
     _, _, ref_wav = reference("custom_voice", req)
     assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
+
+
+@pytest.mark.parametrize("eager", [0, 4])
+def test_first_audio_fast_path_changes_timing_not_audio(eager):
+    """Lightly loaded, the step that completes a stream's first frames is read at once and its chunk waited for:
+    the first chunk then leaves in the step right after the prefill; the audio is the same either way."""
+    core = make_engine(eager_first_chunk=eager)
+    req = greedy("Hello world.", 9, voice="vivian", request_id="r", streaming=StreamingOptions(initial_chunk_frames=1))
+    core.add_request(req)
+    steps, first_at, outs = 0, None, []
+    while core.has_work():
+        steps += 1
+        for o in core.step():
+            outs.append(o)
+            if isinstance(o, AudioChunk) and first_at is None:
+                first_at = steps
+    assert first_at == (2 if eager else 3)        # prefill, decode frame 0 (+ one step late without the fast path)
+    _, _, ref_wav = reference("custom_voice", req)
+    assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL

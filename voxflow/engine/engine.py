@@ -59,6 +59,8 @@ class EngineConfig:
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
+    eager_first_chunk: int = 4                 # up to this many running requests, a step with a stream still
+                                               # waiting for its first audio is read at once (0: never)
 
 
 class QueueFullError(RuntimeError):
@@ -244,14 +246,23 @@ class EngineCore:
         t["launch_decode"] += t3 - t2
         if previous is not None:
             self._collect_decode(previous)
+        newest = previous
+        first_audio = (launched is not None and len(launched.seqs) <= self.config.eager_first_chunk
+                       and self._awaits_first_chunk(launched))
+        if first_audio:
+            # A lightly loaded engine with a stream still waiting for its first audio: read this step at once and
+            # wait for its codec chunk (a step or two of latency less; the GPU idles for the host's bookkeeping
+            # during these few steps only; under load the one-step-late read and overlap win).
+            self._collect_decode(launched)
+            newest, self._inflight = launched, None
         t4 = time.perf_counter()
         t["collect_decode"] += t4 - t3
-        # Chunks of frames up to the previous step: the codec stream waits only for that step, not this one.
-        self.codec_exec.launch(after=previous.event if previous is not None else None)
+        # Chunks of frames up to the newest collected step: the codec stream waits only for that step.
+        self.codec_exec.launch(after=newest.event if newest is not None else None)
         t5 = time.perf_counter()
         t["codec_launch"] += t5 - t4
         idle = launched is None and not sched.prefill
-        for dc in self.codec_exec.collect(block=idle):
+        for dc in self.codec_exec.collect(block=idle or first_audio):
             live = self.live.get(dc.request_id)
             if live is not None:
                 outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
@@ -317,6 +328,10 @@ class EngineCore:
         out = self.runner.run([s.slot for s in seqs], [s.block_table for s in seqs], [s.num_computed for s in seqs],
                               [bm.slot_mapping(s, s.num_computed - 1, s.num_computed)[0] for s in seqs])
         return self.flags.launch([self.live[s.request_id] for s in seqs], out)
+
+    def _awaits_first_chunk(self, inflight: InflightDecode) -> bool:
+        return any(live.chunks_out == 0 and live.request.streaming.stream and not live.talker_done
+                   for live in inflight.seqs)
 
     def _collect_decode(self, inflight: InflightDecode) -> None:
         """Step N - 1's results: frames to the codec; finished requests give back their KV blocks and slot."""
