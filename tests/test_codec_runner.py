@@ -235,3 +235,17 @@ def test_engine_loader_sizes_the_pool_and_casts_only_the_decoder():
     assert 15 < snr_db(ref, pcm) < 80
     with pytest.raises(ValueError, match="codec_dtype"):
         load(os.path.join(TINY, "custom_voice"), codec_dtype="bf16")
+
+
+def test_codec_max_batch_splits_big_groups_without_changing_audio():
+    from voxflow.models.qwen3_tts.engine_loader import load
+    _, codec = load(os.path.join(TINY, "custom_voice"), max_slots=8, codec_max_batch=3)
+    assert codec.batch_buckets == (1, 2, 3)
+    dec = load_codec_decoder(os.path.join(TINY, "custom_voice"))
+    codes = [codes_for(6, seed=20 + i) for i in range(5)]
+    states = [codec.new_state(None) for _ in codes]
+    pcm, _ = codec.decode(states, codes, final=[True] * 5)             # one group of 5 -> calls of 3 and 2
+    for c, p in zip(codes, pcm):
+        assert np.abs(one_pass(dec, c) - p).max() <= 1e-5
+    with pytest.raises(ValueError, match="codec_max_batch"):
+        load(os.path.join(TINY, "custom_voice"), codec_max_batch=0)

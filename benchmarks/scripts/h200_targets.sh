@@ -4,7 +4,8 @@
 #   STAGE=http    1.7B through `voxflow serve` (streamed pcm over HTTP on loopback): c=1, c=16, c=64
 #   STAGE=stack   1.7B offline stacked comparison at c=1 and c=64: eager / graphs / graphs+kernels /
 #                 + batched prefill / + chunk ramp (everything on) / + bf16 codec
-#   STAGE=small   0.6B c=64 with a 2 GB KV pool and the bf16 codec (the <= 8 GB target), 1.7B c=128
+#   STAGE=small   0.6B c=64 with a 2 GB KV pool, the bf16 codec and codec calls of <= 16 requests (the <= 8 GB
+#                 target), then 1.7B at c=128 and c=256 (best concurrency)
 #   STAGE=official  the official qwen-tts at 1.7B c=1 in the same run (wheels in .whl/, see
 #                   h200_official_and_0p6b.sh), then voxflow c=1 offline right after it
 # Usage (repo root, on the GPU machine): STAGE=http OUT=results_dir bash benchmarks/scripts/h200_targets.sh
@@ -44,7 +45,7 @@ stack)
   done ;;
 small)
   ckpt 0.6b 0.6B
-  b --model /tmp/real-0.6b --device cuda --label full-bf16codec --engine-arg codec_dtype=bfloat16 \
+  b --model /tmp/real-0.6b --device cuda --label full-bf16codec --engine-arg codec_dtype=bfloat16 --engine-arg codec_max_batch=16 \
     --engine-arg kv_cache_bytes=2000000000 --concurrency 64 --num-prompts 64 --num-warmups 8 --max-num-seqs 64 \
     --output "$OUT/h200_0p6b_offline_c64.json"
   ckpt 1.7b 1.7B

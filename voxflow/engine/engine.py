@@ -57,6 +57,7 @@ class EngineConfig:
     cuda_graphs: bool = True                   # on a GPU: the per-frame step (and the codec) as CUDA graphs
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
+    codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
     eager_first_chunk: int = 4                 # up to this many running requests, a step with a stream still
@@ -152,6 +153,8 @@ class EngineCore:
             options["codec_dtype"] = config.codec_dtype
         if not config.cuda_graphs:
             options["codec_cuda_graphs"] = False
+        if config.codec_max_batch is not None:
+            options["codec_max_batch"] = config.codec_max_batch
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
                                        max_slots=config.max_num_seqs, **options)
         return cls(model, codec, config)
