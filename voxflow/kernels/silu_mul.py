@@ -23,12 +23,16 @@ _BLOCK = 1024
 
 
 @triton.jit
-def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, n, PRECISE_EXP: tl.constexpr, BLOCK: tl.constexpr):
+def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, n, width, stride_g, stride_u, PRECISE_EXP: tl.constexpr,
+                     BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
+    # Rows of `width` elements with their own row strides: gate and up may be the two halves of one fused
+    # gate|up projection output (no copy to make them contiguous).
+    row, col = offs // width, offs % width
     dtype = gate_ptr.dtype.element_ty
-    g = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(up_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(gate_ptr + row * stride_g + col, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(up_ptr + row * stride_u + col, mask=mask, other=0.0).to(tl.float32)
     if PRECISE_EXP:
         e = libdevice.exp(-g)     # expf, as torch's kernel; tl.exp is the faster ex2.approx
     else:
@@ -44,13 +48,19 @@ def supported(gate: torch.Tensor, up: torch.Tensor) -> bool:
     return not (torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad))
 
 
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """[rows, width] with a unit last stride: a view when the layout allows (e.g. a half of a fused output)."""
+    r = t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
+    return r if r.stride(-1) == 1 else r.contiguous()
+
+
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, element-wise; result is contiguous with gate's shape."""
-    gate, up = gate.contiguous(), up.contiguous()
-    out = torch.empty_like(gate)
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     n = gate.numel()
     if n:
+        g, u = _rows(gate), _rows(up)
         _silu_mul_kernel[(triton.cdiv(n, _BLOCK),)](
-            gate, up, out, n, PRECISE_EXP=gate.is_cuda, BLOCK=_BLOCK, num_warps=4,
-            enable_fp_fusion=False)   # keep silu * up a rounded product, never folded into anything
+            g, u, out, n, gate.shape[-1], g.stride(0), u.stride(0), PRECISE_EXP=gate.is_cuda, BLOCK=_BLOCK,
+            num_warps=4, enable_fp_fusion=False)   # keep silu * up a rounded product, never folded into anything
     return out

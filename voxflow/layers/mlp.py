@@ -1,7 +1,8 @@
 """SwiGLU feed-forward block of Qwen3: down(silu(gate(x)) * up(x)), no biases.
 
-On CUDA (kernel switch on) silu(gate) * up is one Triton kernel (voxflow/kernels/silu_mul.py, same rounding);
-everywhere else the torch expression runs unchanged.
+On CUDA (kernel switch on) gate and up are one GEMM over a fused weight (fused_linear.py) and silu(gate) * up is
+one Triton kernel reading the two halves of its output (voxflow/kernels/silu_mul.py, same rounding); everywhere
+else the torch expression runs unchanged.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.kernels import use_kernels
+from voxflow.layers.fused_linear import fuse_weights, still_fused
 
 
 class SwiGLU(nn.Module):
@@ -20,9 +22,21 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self._gate_up = None                  # the fused gate|up weight (GPU path), made on first use
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_proj(x), self.up_proj(x)
+        if use_kernels(x):
+            pair = [self.gate_proj, self.up_proj]
+            if not still_fused(self._gate_up, pair):
+                self._gate_up = fuse_weights(pair)
+            if self._gate_up is not None:
+                gate_up = F.linear(x, self._gate_up)
+                i = self.gate_proj.out_features
+                gate, up = gate_up[..., :i], gate_up[..., i:]
+            else:
+                gate, up = self.gate_proj(x), self.up_proj(x)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
         if use_kernels(gate):
             from voxflow.kernels import silu_mul as fused   # imported lazily: CPU runs never load Triton code
             if fused.supported(gate, up):

@@ -12,10 +12,12 @@ else the plain torch code below runs unchanged.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache, LayerKVCache, attention_bias, eager_attention
+from voxflow.layers.fused_linear import fuse_weights, still_fused
 from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
@@ -37,6 +39,19 @@ class Qwen3Attention(nn.Module):
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
+        self._qkv = None                      # the fused q|k|v weight (GPU path), made on first use
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v projections; on the GPU path one GEMM over the fused q|k|v weight, sliced (views)."""
+        if use_kernels(x):
+            trio = [self.q_proj, self.k_proj, self.v_proj]
+            if not still_fused(self._qkv, trio):
+                self._qkv = fuse_weights(trio)
+            if self._qkv is not None:
+                qkv = F.linear(x, self._qkv)
+                nq, nk = self.q_proj.out_features, self.k_proj.out_features
+                return qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def _norm_rope(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,8 +72,9 @@ class Qwen3Attention(nn.Module):
                 bias: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
         per_head = (b, s, -1, self.head_dim)
-        q, k = self._norm_rope(self.q_proj(x).view(per_head), self.k_proj(x).view(per_head), cos, sin)
-        v = self.v_proj(x).view(per_head).transpose(1, 2)
+        q, k, v = self._project(x)
+        q, k = self._norm_rope(q.view(per_head), k.view(per_head), cos, sin)
+        v = v.view(per_head).transpose(1, 2)
         attend = getattr(cache, "attend", None)
         if attend is not None:
             # A cache that attends itself (the paged view: it may run a fused kernel straight from its pages).

@@ -1,0 +1,59 @@
+"""Fused q|k|v and gate|up weights (the GPU path): views without extra memory, same outputs, detected when stale;
+silu*mul reading the two halves of one fused output (Triton interpreter, in a subprocess)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from voxflow.layers.fused_linear import fuse_weights, still_fused
+
+IN_CHILD = os.environ.get("VOXFLOW_FUSED_CHILD") == "1"
+
+
+def test_fused_weight_views_and_outputs():
+    torch.manual_seed(0)
+    lins = [nn.Linear(32, n, bias=False) for n in (48, 16, 16)]
+    x = torch.randn(3, 5, 32)
+    separate = [lin(x) for lin in lins]
+    fused = fuse_weights(lins)
+    assert fused.shape == (80, 32) and still_fused(fused, lins)
+    assert all(lin.weight.data_ptr() >= fused.data_ptr() for lin in lins)          # views: no copy kept
+    out = torch.nn.functional.linear(x, fused)
+    for got, want in zip((out[..., :48], out[..., 48:64], out[..., 64:]), separate):
+        assert torch.allclose(got, want, atol=1e-6, rtol=0)
+    with torch.no_grad():
+        lins[1].weight.copy_(torch.ones(16, 32))                                     # loading writes the fused one
+    assert torch.equal(fused[48:64], torch.ones(16, 32)) and still_fused(fused, lins)
+    lins[2].weight.data = torch.zeros(16, 32)                                        # replaced: no longer fused
+    assert not still_fused(fused, lins) and not still_fused(None, lins)
+
+
+def check_silu_mul_on_fused_halves():
+    from voxflow.kernels.silu_mul import silu_mul
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        gate_up = (torch.randn(2, 3, 2 * 40, generator=g) * 3).to(dtype)
+        gate, up = gate_up[..., :40], gate_up[..., 40:]
+        got = silu_mul(gate, up)
+        assert got.is_contiguous() and got.shape == (2, 3, 40)
+        assert torch.equal(got, silu_mul(gate.contiguous(), up.contiguous()))       # strides change nothing
+        want = (torch.nn.functional.silu(gate.float()) * up.float())
+        assert (got.float() - want).abs().max().item() <= 0.05 * want.abs().max().item()
+
+
+if IN_CHILD:
+    def test_child_silu_mul_on_fused_halves():
+        check_silu_mul_on_fused_halves()
+else:
+    def test_silu_mul_on_fused_halves_under_the_interpreter():
+        pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+        env = {**os.environ, "TRITON_INTERPRET": "1", "VOXFLOW_FUSED_CHILD": "1"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q",
+                               "-p", "no:cacheprovider", "-k", "child"], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0 and "1 passed" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]

@@ -1,0 +1,40 @@
+"""Several bias-free Linear layers that read the same input, as ONE weight (one GEMM launch instead of several).
+
+`fuse_weights(linears)` concatenates their weights once and makes each Linear's weight a VIEW of its rows: no
+extra memory, the state dict keeps its names, and loading into a Linear writes the fused weight. Used on the GPU
+path only (q|k|v of attention, gate|up of the MLP); the outputs are column slices of the one GEMM's output. The
+per-element dot products are the same, but a wider GEMM may pick another cuBLAS kernel, so results can differ in
+the last bits from separate GEMMs (held to tolerances in tests/gpu).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def fuse_weights(linears: list[nn.Linear]) -> torch.Tensor | None:
+    """The fused [sum of out_features, in_features] weight (None while a CUDA graph is being captured: never
+    allocate there)."""
+    w0 = linears[0].weight
+    if w0.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    fused = torch.cat([lin.weight.detach() for lin in linears])
+    at = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight.data = fused[at:at + n]
+        at += n
+    return fused
+
+
+def still_fused(fused: torch.Tensor | None, linears: list[nn.Linear]) -> bool:
+    """True while every Linear's weight is still the view made by `fuse_weights` (not replaced since)."""
+    if fused is None:
+        return False
+    at = 0
+    for lin in linears:
+        w = lin.weight
+        if w.data_ptr() != fused.data_ptr() + at * fused.stride(0) * fused.element_size() or w.dtype != fused.dtype:
+            return False
+        at += w.shape[0]
+    return True
