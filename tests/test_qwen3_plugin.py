@@ -400,3 +400,18 @@ def test_decode_variant_tracks_the_attached_requests_warp_settings(cv):
     off = plugin.prepare(speech("Hello.", 5, greedy=False, top_k=0))
     plugin.attach(2, off)
     assert plugin.decode_variant()[2] == (None, False)         # top-k disabled somewhere: full sort
+
+
+def test_startup_variants_are_the_default_sampling_one_and_greedy(cv):
+    plugin = Qwen3TTSPlugin(cv, max_slots=2)
+    default, greedy = plugin.startup_variants()
+    assert greedy == (False, False, (None, False), (None, False))
+    req = plugin.prepare(speech("Hello.", 5, greedy=False))          # the model's default sampling settings
+    plugin.attach(0, req)
+    assert plugin.decode_variant() == default
+    plugin.detach(0)
+    assert plugin.decode_variant() == greedy                        # startup_variants left no trace
+    plugin.force_variant(default)
+    assert plugin.decode_variant() == default
+    plugin.force_variant(None)
+    assert plugin.decode_variant() == greedy

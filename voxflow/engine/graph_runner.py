@@ -176,16 +176,27 @@ class DecodeRunner:
         self.stats.capture_seconds += time.perf_counter() - started
 
     def capture(self, batch_sizes: list[int] | None = None, widths: list[int] | None = None) -> float:
-        """Capture graphs up front (startup) for these batch buckets and table widths; returns seconds spent."""
+        """Capture graphs up front (startup) for these batch buckets and table widths, for every variant the model
+        expects to run (`model.startup_variants()`, e.g. its default sampling settings; else the current one);
+        returns seconds spent."""
         if not self.cuda_graphs:
             return 0.0
         before = self.stats.capture_seconds
         self._check_epoch()
         widths = [self.max_width] if self.fixed_width else sorted({self._width_for(w) for w in (widths or [1])})
-        for b in sorted({self.bucket_for(b) for b in (batch_sizes or self.buckets)}):
-            for w in widths:
-                key = (b, w, self.model.decode_variant())
-                if key not in self._graphs:
-                    self._capture(key)
+        variants = getattr(self.model, "startup_variants", lambda: [None])()
+        for variant in variants:
+            force = getattr(self.model, "force_variant", None)
+            if variant is not None and force is not None:
+                force(variant)
+            try:
+                for b in sorted({self.bucket_for(b) for b in (batch_sizes or self.buckets)}):
+                    for w in widths:
+                        key = (b, w, self.model.decode_variant())
+                        if key not in self._graphs:
+                            self._capture(key)
+            finally:
+                if variant is not None and force is not None:
+                    force(None)
         torch.cuda.synchronize()
         return self.stats.capture_seconds - before

@@ -89,6 +89,7 @@ class Qwen3TTSPlugin:
         self._sampling = [0, 0]      # attached requests that sample c0 / codes 1..15 (host counters)
         # Per stage: (top_k, uses top-p) of the attached sampling requests -> what the warp can skip (exactly).
         self._warp_settings: list[Counter] = [Counter(), Counter()]
+        self._forced_variant: tuple | None = None
         self._voice_cache: OrderedDict[tuple, VoiceClonePrompt] = OrderedDict()
         self._voice_cache_size = voice_cache_size
 
@@ -237,7 +238,24 @@ class Qwen3TTSPlugin:
     def decode_variant(self) -> tuple:
         """Which sampling stages any attached request uses (a greedy-only batch skips the sampling math), and per
         stage the warp hints (top-k bound, top-p in use): work skipped exactly, never results changed."""
+        if self._forced_variant is not None:
+            return self._forced_variant
         return self._sampling[0] > 0, self._sampling[1] > 0, self._warp_hint(0), self._warp_hint(1)
+
+    def startup_variants(self) -> list[tuple]:
+        """The variants worth capturing before any request arrives: requests with the model's default sampling
+        settings (generation_config.json) alone, and greedy-only batches."""
+        params = SamplingParams.from_defaults(self.model.generation)
+        saved = [list(self._sampling), [c.copy() for c in self._warp_settings]]
+        self._count_sampling(params, +1)
+        default = (self._sampling[0] > 0, self._sampling[1] > 0, self._warp_hint(0), self._warp_hint(1))
+        self._sampling, self._warp_settings = saved
+        return [default, (False, False, (None, False), (None, False))]
+
+    def force_variant(self, variant: tuple | None) -> None:
+        """Make decode take `variant`'s path whatever is attached (graph capture at startup); None: back to normal.
+        Only for capture: a variant that skips work some attached request needs would change its results."""
+        self._forced_variant = variant
 
     @torch.no_grad()
     def prefill(self, slot: int, embeds: torch.Tensor, start: int, kv: PagedKVContext, last: bool) -> None:
