@@ -2,17 +2,16 @@
 silu*mul reading the two halves of one fused output (Triton interpreter, in a subprocess)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from torch import nn
 
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
 from voxflow.layers.fused_linear import fuse_weights, still_fused
 
-IN_CHILD = os.environ.get("VOXFLOW_FUSED_CHILD") == "1"
+CHILD_FLAG = "VOXFLOW_FUSED_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
 
 
 def test_fused_weight_views_and_outputs():
@@ -52,8 +51,4 @@ if IN_CHILD:
 else:
     def test_silu_mul_on_fused_halves_under_the_interpreter():
         pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
-        env = {**os.environ, "TRITON_INTERPRET": "1", "VOXFLOW_FUSED_CHILD": "1"}
-        proc = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q",
-                               "-p", "no:cacheprovider", "-k", "child"], env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert proc.returncode == 0 and "1 passed" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+        run_child(__file__, CHILD_FLAG)

@@ -5,16 +5,15 @@ Tolerances: fp32 <= 2e-6 absolute on O(1) outputs (summation order only); bf16 <
 scores and weights to bf16, the kernel keeps them in fp32)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
 pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
 
-IN_CHILD = os.environ.get("VOXFLOW_DENSE_CHILD") == "1"
+CHILD_FLAG = "VOXFLOW_DENSE_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
 
 
 def check_against_eager():
@@ -40,7 +39,4 @@ if IN_CHILD:
         check_against_eager()
 else:
     def test_dense_kernel_under_the_interpreter_matches_eager_attention():
-        env = {**os.environ, "TRITON_INTERPRET": "1", "VOXFLOW_DENSE_CHILD": "1"}
-        proc = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q",
-                               "-p", "no:cacheprovider"], env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0 and "1 passed" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+        run_child(__file__, CHILD_FLAG)

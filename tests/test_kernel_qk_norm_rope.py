@@ -18,13 +18,10 @@ Tolerances (measured under the interpreter on 8x16 tokens x 24 heads, head dims 
 """
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-
 import pytest
 import torch
+
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
 
 pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
 
@@ -34,7 +31,7 @@ from voxflow.layers import rotary as rotary_layer  # noqa: E402
 from voxflow.layers.attention import KVCache, attention_bias  # noqa: E402
 
 CHILD_FLAG = "VOXFLOW_INTERPRETED_QK_NORM_ROPE_TESTS"
-IN_CHILD = os.environ.get(CHILD_FLAG) == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+IN_CHILD = in_child(CHILD_FLAG)
 ROW_EPS = {torch.float32: 8, torch.bfloat16: 1, torch.float16: 1}
 MIN_BIT_EQUAL = {torch.float32: 0.5, torch.bfloat16: 0.99, torch.float16: 0.99}
 # (B, S, Hq, Hkv, D): the talker / code predictor heads (16/8 x 128) at decode and prefill, the tiny
@@ -44,14 +41,7 @@ SHAPES = [(2, 1, 16, 8, 128), (1, 3, 16, 8, 128), (2, 3, 4, 2, 16), (3, 2, 4, 2,
 
 if not IN_CHILD:
     def test_qk_norm_rope_under_the_triton_interpreter():
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {**os.environ, "TRITON_INTERPRET": "1", CHILD_FLAG: "1"}
-        cmd = [sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q", "-p", "no:cacheprovider"]
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
-        report = (proc.stdout + proc.stderr)[-8000:]
-        assert proc.returncode == 0, f"interpreted kernel tests failed (rc {proc.returncode}):\n{report}"
-        summary = proc.stdout.strip().splitlines()[-1]
-        assert re.match(r"\d+ passed in ", summary), report       # all ran: nothing skipped or deselected
+        run_child(__file__, CHILD_FLAG)
 
 
 @pytest.fixture(scope="module")

@@ -2,16 +2,15 @@
 interpreter in a subprocess, since TRITON_INTERPRET must be set before triton is first imported; GPU: tests/gpu)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
 pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
 
-IN_CHILD = os.environ.get("VOXFLOW_NOISE_CHILD") == "1"
+CHILD_FLAG = "VOXFLOW_NOISE_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
 
 
 def cases():
@@ -36,7 +35,4 @@ if IN_CHILD:
         check_bit_exact()
 else:
     def test_noise_kernel_under_the_interpreter_is_bit_exact():
-        env = {**os.environ, "TRITON_INTERPRET": "1", "VOXFLOW_NOISE_CHILD": "1"}
-        proc = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q",
-                               "-p", "no:cacheprovider"], env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0 and "1 passed" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+        run_child(__file__, CHILD_FLAG)

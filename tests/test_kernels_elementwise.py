@@ -23,14 +23,11 @@ tests; in the outer process only the launcher is.
 """
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
+
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
 
 pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
 
@@ -40,7 +37,7 @@ from voxflow.layers import rotary as rotary_layer  # noqa: E402
 from voxflow.layers.qwen3_layer import Qwen3DecoderLayer  # noqa: E402
 
 CHILD_FLAG = "VOXFLOW_INTERPRETED_KERNEL_TESTS"
-IN_CHILD = os.environ.get(CHILD_FLAG) == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+IN_CHILD = in_child(CHILD_FLAG)
 DTYPES = (torch.float32, torch.bfloat16)
 NORM_ULP = {torch.float32: 8, torch.bfloat16: 2}
 SILU_ULP = {torch.float32: 8, torch.bfloat16: 1}
@@ -48,14 +45,7 @@ SILU_ULP = {torch.float32: 8, torch.bfloat16: 1}
 
 if not IN_CHILD:
     def test_kernels_under_the_triton_interpreter():
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {**os.environ, "TRITON_INTERPRET": "1", CHILD_FLAG: "1"}
-        cmd = [sys.executable, "-m", "pytest", os.path.abspath(__file__), "-o", "addopts=", "-q", "-p", "no:cacheprovider"]
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
-        report = (proc.stdout + proc.stderr)[-8000:]
-        assert proc.returncode == 0, f"interpreted kernel tests failed (rc {proc.returncode}):\n{report}"
-        summary = proc.stdout.strip().splitlines()[-1]
-        assert re.match(r"\d+ passed in ", summary), report       # all ran: nothing skipped or deselected
+        run_child(__file__, CHILD_FLAG)
 
 
 @pytest.fixture(scope="module")
