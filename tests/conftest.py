@@ -7,9 +7,13 @@ fixtures were dumped from (voxflow/tools/tiny_set.py, tools/oracle/dump_goldens.
 """
 import os
 import shutil
+import sys
 import tempfile
 
 import torch
+
+# Shared test helpers (float_compare.py, interpreter_child.py) importable from tests/gpu as well.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 _made_here = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from float_compare import ulp_distance  # tests/float_compare.py
 from interpreter_child import in_child, run_child  # tests/interpreter_child.py
 
 pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
@@ -48,18 +49,6 @@ if not IN_CHILD:
 def fused():
     from voxflow.kernels import qk_norm_rope
     return qk_norm_rope
-
-
-def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in units in the last place of their (common) dtype, element-wise; finite inputs."""
-    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
-    int_dtype, magnitude = {torch.float32: (torch.int32, 0x7FFFFFFF), torch.bfloat16: (torch.int16, 0x7FFF),
-                            torch.float16: (torch.int16, 0x7FFF)}[a.dtype]
-
-    def ordered(t):   # IEEE bit patterns -> integers in the order of the values (+0 and -0 both 0)
-        i = t.contiguous().view(int_dtype).to(torch.int64)
-        return torch.where(i < 0, -(i & magnitude), i)
-    return (ordered(a) - ordered(b)).abs()
 
 
 def assert_matches(got, expect, dtype):

@@ -27,6 +27,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from float_compare import assert_within_ulp  # tests/float_compare.py
 from interpreter_child import in_child, run_child  # tests/interpreter_child.py
 
 pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
@@ -54,24 +55,6 @@ def kernels():
 
     from voxflow.kernels import rms_norm, rotary, silu_mul
     return SimpleNamespace(rms_norm=rms_norm, rotary=rotary, silu_mul=silu_mul)
-
-
-def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in units in the last place of their (common) dtype, element-wise; finite inputs."""
-    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
-    int_dtype, magnitude = {torch.float32: (torch.int32, 0x7FFFFFFF), torch.bfloat16: (torch.int16, 0x7FFF),
-                            torch.float16: (torch.int16, 0x7FFF)}[a.dtype]
-
-    def ordered(t):   # IEEE bit patterns -> integers in the order of the values (+0 and -0 both 0)
-        i = t.contiguous().view(int_dtype).to(torch.int64)
-        return torch.where(i < 0, -(i & magnitude), i)
-    return (ordered(a) - ordered(b)).abs()
-
-
-def assert_within_ulp(got, expect, ulps):
-    assert got.shape == expect.shape and got.dtype == expect.dtype, (got.shape, got.dtype, expect.dtype)
-    dist = ulp_distance(got, expect)
-    assert int(dist.max()) <= ulps, f"max {int(dist.max())} ulp > {ulps} (max abs {(got - expect).abs().max()})"
 
 
 def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -15,6 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from float_compare import assert_within_ulp  # tests/float_compare.py
+
 import voxflow.kernels as switch
 from voxflow.kernels import rms_norm as k_norm
 from voxflow.kernels import rotary as k_rotary
@@ -43,25 +45,6 @@ def reference_numerics(monkeypatch):
     on = switch.kernels_enabled()
     yield
     switch.set_kernels_enabled(on)
-
-
-def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in units in the last place of their (common) dtype, element-wise; finite inputs."""
-    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
-    int_dtype, magnitude = {torch.float32: (torch.int32, 0x7FFFFFFF), torch.bfloat16: (torch.int16, 0x7FFF),
-                            torch.float16: (torch.int16, 0x7FFF)}[a.dtype]
-
-    def ordered(t):
-        i = t.contiguous().view(int_dtype).to(torch.int64)
-        return torch.where(i < 0, -(i & magnitude), i)
-    return (ordered(a) - ordered(b)).abs()
-
-
-def assert_within_ulp(got, expect, ulps):
-    assert got.shape == expect.shape and got.dtype == expect.dtype, (got.shape, got.dtype, expect.dtype)
-    dist = ulp_distance(got, expect)
-    exact = (dist == 0).float().mean().item()
-    assert int(dist.max()) <= ulps, f"max {int(dist.max())} ulp > {ulps} ({exact:.1%} bit-equal)"
 
 
 def reference_rms_norm(x, w, eps):

@@ -189,13 +189,6 @@ class CodecExecutor:
                     out.append(DecodedChunk(s.request_id, pcm, first, n, index))
         return out
 
-    def run(self, finished: set[str] = frozenset()) -> list[DecodedChunk]:
-        """Synchronous convenience: mark `finished`, launch what is due, wait for it."""
-        for rid in finished:
-            self.finish(rid)
-        self.launch()
-        return self.collect(block=True)
-
     @staticmethod
     def _take(s: CodecStream, n: int) -> list[torch.Tensor]:
         """The next n pending frames as the pieces they arrived in (views, no copy): the codec assembles them on
