@@ -33,6 +33,8 @@ http)
   kill %1; wait ;;
 stack)
   ckpt 1.7b 1.7B
+  python3 -m voxflow.tools.codec_snr --model /tmp/real-1.7b --dtype bfloat16 --device cuda --frames 150 2>&1 \
+      | tail -3 | tee "$OUT/codec_snr_bf16.txt"
   for cfg in "eager:cuda_graphs=false kernels=false batch_prefill=false chunk_ramp=false" \
              "graphs:kernels=false batch_prefill=false chunk_ramp=false" \
              "graphs-kernels:batch_prefill=false chunk_ramp=false" \
