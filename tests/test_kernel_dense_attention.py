@@ -34,9 +34,39 @@ def check_against_eager():
             assert err <= tol, (dtype, b, hq, hkv, t, d, err)
 
 
+def check_append_against_eager():
+    """The append variant: attends over the cached prefix plus the new token, and writes the token into the cache."""
+    from voxflow.kernels.dense_decode_attention import dense_decode_attention_append
+    from voxflow.layers.attention import eager_attention
+    g = torch.Generator().manual_seed(1)
+    for dtype, tol in ((torch.float32, 2e-6), (torch.bfloat16, 2e-2)):
+        for b, hq, hkv, length, d in ((3, 4, 2, 0, 16), (2, 6, 2, 5, 32), (1, 4, 4, 15, 16)):
+            cache_k = torch.randn(b, hkv, 16, d, generator=g).to(dtype)
+            cache_v = torch.randn(b, hkv, 16, d, generator=g).to(dtype)
+            q = torch.randn(b, 1, hq, d, generator=g).to(dtype).transpose(1, 2)
+            k_new = torch.randn(b, 1, hkv, d, generator=g).to(dtype).transpose(1, 2)   # views, as the layer has
+            v_new = torch.randn(b, 1, hkv, d, generator=g).to(dtype).transpose(1, 2)
+            keys = torch.cat((cache_k[:, :, :length], k_new), dim=2)
+            values = torch.cat((cache_v[:, :, :length], v_new), dim=2)
+            untouched = cache_k[:, :, length + 1:].clone()
+            want = eager_attention(q, keys, values, None, d ** -0.5).float()
+            got = dense_decode_attention_append(q, k_new, v_new, cache_k, cache_v, length, d ** -0.5)
+            err = (got.float() - want).abs().max().item()
+            assert err <= tol, (dtype, b, hq, hkv, length, d, err)
+            assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)
+            assert torch.equal(cache_k[:, :, length + 1:], untouched)
+    full = torch.zeros(1, 2, 4, 16)
+    with pytest.raises(ValueError, match="no room"):
+        dense_decode_attention_append(torch.zeros(1, 2, 1, 16), torch.zeros(1, 2, 1, 16), torch.zeros(1, 2, 1, 16),
+                                      full, full.clone(), 4, 0.25)
+
+
 if IN_CHILD:
     def test_child_against_eager():
         check_against_eager()
+
+    def test_child_append_against_eager():
+        check_append_against_eager()
 else:
     def test_dense_kernel_under_the_interpreter_matches_eager_attention():
         run_child(__file__, CHILD_FLAG)

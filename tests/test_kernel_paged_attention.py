@@ -85,7 +85,28 @@ def run_kernel_cases() -> None:
         torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
+        check_append(q, k_pool, v_pool, tables, ctx, scale, splits, out, rtol, atol, i)
         print(f"case {i} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
+
+
+def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, expect, rtol, atol, i):
+    """The fused-write variant: each row's last token handed over in k_new / v_new with its slot blanked (NaN)
+    in the pools. Same output as the plain call; afterwards the pools hold the token again. An empty row (batch
+    padding) writes to a spare page and attends to nothing."""
+    bs = k_pool.shape[1]
+    spare = next(p for p in range(k_pool.shape[0]) if p not in tables)
+    slots = torch.tensor([int(tables[b, (n - 1) // bs]) * bs + (n - 1) % bs if n > 0 else spare * bs
+                          for b, n in enumerate(ctx.tolist())])
+    flat_k, flat_v = k_pool.view(-1, *k_pool.shape[2:]), v_pool.view(-1, *v_pool.shape[2:])
+    k_new, v_new = flat_k[slots].clone(), flat_v[slots].clone()
+    k_app, v_app = k_pool.clone(), v_pool.clone()
+    k_app.view(-1, *k_pool.shape[2:])[slots] = float("nan")
+    v_app.view(-1, *v_pool.shape[2:])[slots] = float("nan")
+    out = pda.paged_decode_attention(q, k_app, v_app, tables, ctx, scale, num_splits=splits,
+                                     k_new=k_new, v_new=v_new, slots=slots)
+    torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
+    for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
+        assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
@@ -148,8 +169,13 @@ def fake_kernel(monkeypatch):
     """Kernels 'on' for CPU tensors, the kernel replaced by its reference; records the calls."""
     calls = []
 
-    def kernel(*args):
+    def kernel(*args, k_new=None, v_new=None, slots=None):
         calls.append(args)
+        # what the kernel does with the new token: write it, then attend over the whole context
+        k_pool, v_pool = args[1], args[2]
+        if k_new is not None:
+            k_pool.view(-1, *k_pool.shape[2:])[slots] = k_new
+            v_pool.view(-1, *v_pool.shape[2:])[slots] = v_new
         return pda.paged_decode_attention_ref(*args)
 
     monkeypatch.setattr(pa, "use_kernels", lambda t: True)

@@ -6,9 +6,12 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch", [1, 64])
-def test_dense_decode_attention_matches_eager(dtype, tol, batch):
+def test_dense_decode_attention_matches_eager(dtype, batch):
+    """fp32: within 1e-5 of eager attention. bf16: the kernel keeps scores, softmax and the sum in fp32 and rounds
+    once, so it must be within one bf16 rounding (2^-8 relative, + 1e-3 absolute) of the fp32 attention of the same
+    bf16 inputs (eager bf16 rounds the weights too and can be 2 ulps off, which is why it is not the yardstick)."""
     from voxflow.kernels.dense_decode_attention import dense_decode_attention
     from voxflow.layers.attention import eager_attention
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -16,9 +19,10 @@ def test_dense_decode_attention_matches_eager(dtype, tol, batch):
         q = torch.randn(batch, 1, 16, 128, device="cuda").to(dtype).transpose(1, 2)
         k = torch.randn(batch, 8, t, 128, device="cuda", dtype=dtype)
         v = torch.randn(batch, 8, t, 128, device="cuda", dtype=dtype)
-        want = eager_attention(q, k, v, None, 128 ** -0.5).float()
+        want = eager_attention(q.float(), k.float(), v.float(), None, 128 ** -0.5)
         got = dense_decode_attention(q, k, v, 128 ** -0.5).float()
-        assert (got - want).abs().max().item() <= tol
+        tol = 1e-5 if dtype == torch.float32 else want.abs() * 2.0 ** -8 + 1e-3
+        assert ((got - want).abs() <= tol).all(), (t, (got - want).abs().max().item())
 
 
 def test_dense_decode_attention_in_a_cuda_graph():
@@ -34,3 +38,23 @@ def test_dense_decode_attention_in_a_cuda_graph():
     q.normal_(), k.normal_(), v.normal_()
     graph.replay()
     assert (out - eager_attention(q, k, v, None, 0.1)).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dense_decode_attention_append_matches_eager_and_fills_the_cache(dtype):
+    """The append variant at the real shapes: same tolerance rule as above; the cache gets the new token."""
+    from voxflow.kernels.dense_decode_attention import dense_decode_attention_append
+    from voxflow.layers.attention import eager_attention
+    for length in (0, 1, 8, 15):
+        cache_k = torch.randn(64, 8, 16, 128, device="cuda", dtype=dtype)
+        cache_v = torch.randn(64, 8, 16, 128, device="cuda", dtype=dtype)
+        q = torch.randn(64, 1, 16, 128, device="cuda").to(dtype).transpose(1, 2)
+        k_new = torch.randn(64, 1, 8, 128, device="cuda").to(dtype).transpose(1, 2)
+        v_new = torch.randn(64, 1, 8, 128, device="cuda").to(dtype).transpose(1, 2)
+        keys = torch.cat((cache_k[:, :, :length], k_new), dim=2)
+        values = torch.cat((cache_v[:, :, :length], v_new), dim=2)
+        want = eager_attention(q.float(), keys.float(), values.float(), None, 128 ** -0.5)
+        got = dense_decode_attention_append(q, k_new, v_new, cache_k, cache_v, length, 128 ** -0.5).float()
+        tol = 1e-5 if dtype == torch.float32 else want.abs() * 2.0 ** -8 + 1e-3
+        assert ((got - want).abs() <= tol).all(), (length, (got - want).abs().max().item())
+        assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)

@@ -4,7 +4,9 @@ Triton kernel, beside its torch reference (`voxflow.layers.attention.eager_atten
 The code predictor runs 15 single-token steps per frame through 5 layers; eager attention is ~8 kernels each
 (GQA repeat of k and v, q.k^T, scale, softmax, cast, p.v, transpose): ~600 launches a frame for a few hundred
 flops. Here one program per (row, KV head) loads the group's query heads once, streams the keys/values in tiles
-with an fp32 online softmax, and writes [B, 1, Hq, D] directly. Numerics: scores, softmax and the weighted sum in
+with an fp32 online softmax, and writes [B, 1, Hq, D] directly. `dense_decode_attention_append` also takes the
+step's new key/value, attends to it from registers and writes it into a preallocated cache (the code predictor's
+StaticKVCache), so the append costs no kernels of its own. Numerics: scores, softmax and the weighted sum in
 fp32 (the eager bf16 path rounds scores and weights to bf16 in between), so bf16 results agree to bf16 rounding,
 fp32 results to ~1e-6.
 """
@@ -16,9 +18,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _dense_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, T, scale,
-                         sq_b, sq_h, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h,
-                         GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr):
+def _dense_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, kn_ptr, vn_ptr, T, scale,
+                         sq_b, sq_h, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, skn_b, skn_h, svn_b, svn_h,
+                         GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr,
+                         APPEND: tl.constexpr):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     g = tl.arange(0, GP)
@@ -44,6 +47,19 @@ def _dense_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, T, scale,
         v = tl.load(v_ptr + b * sv_b + kvh * sv_h + tt[:, None] * sv_t + d[None, :], mask=tmask[:, None], other=0.0)
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         m = m_new
+    if APPEND:
+        # The new token: attended from registers (the cache's first T positions are the old ones) and written to
+        # cache position T for the next steps -- the append that was two copy kernels.
+        kn = tl.load(kn_ptr + b * skn_b + kvh * skn_h + d)
+        vn = tl.load(vn_ptr + b * svn_b + kvh * svn_h + d)
+        tl.store(k_ptr + b * sk_b + kvh * sk_h + T * sk_t + d, kn)
+        tl.store(v_ptr + b * sv_b + kvh * sv_h + T * sv_t + d, vn)
+        s = tl.sum(q * kn.to(tl.float32)[None, :], axis=1) * scale                          # [GP]
+        m_new = tl.maximum(m, s)
+        p = tl.exp(s - m_new)
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + p
+        acc = acc * alpha[:, None] + p[:, None] * vn.to(tl.float32)[None, :]
     out = acc / l[:, None]
     tl.store(out_ptr + b * so_b + heads[:, None] * so_h + d[None, :], out.to(out_ptr.dtype.element_ty),
              mask=gmask[:, None])
@@ -56,13 +72,34 @@ def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 def dense_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """q [B, Hq, 1, D], k/v [B, Hkv, T, D] (any strides with a unit last stride) -> [B, 1, Hq, D] in q's dtype."""
+    return _launch(q, k, v, k.shape[2], scale, None, None)
+
+
+def dense_decode_attention_append(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
+                                  v_cache: torch.Tensor, length: int, scale: float) -> torch.Tensor:
+    """Attention of q over the cache's first `length` positions plus the new token (k_new / v_new [B, Hkv, 1, D]),
+    which is also written to cache position `length`: k_cache / v_cache [B, Hkv, >= length + 1, D] are updated in
+    place. Same result as appending then calling `dense_decode_attention` on the first length + 1 positions."""
+    if k_cache.shape[2] <= length:
+        raise ValueError(f"cache of {k_cache.shape[2]} positions has no room at position {length}")
+    return _launch(q, k_cache, v_cache, length, scale, k_new, v_new)
+
+
+def _launch(q, k, v, t, scale, k_new, v_new) -> torch.Tensor:
     b, hq, _, d = q.shape
-    hkv, t = k.shape[1], k.shape[2]
+    hkv = k.shape[1]
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    append = k_new is not None
+    if append:
+        k_new, v_new = (x if x.stride(-1) == 1 else x.contiguous() for x in (k_new, v_new))
+    else:
+        k_new, v_new = k, v                          # unused (APPEND is compiled out)
     groups = hq // hkv
     out = torch.empty(b, 1, hq, d, dtype=q.dtype, device=q.device)
-    _dense_decode_kernel[(b, hkv)](q, k, v, out, t, float(scale),
+    _dense_decode_kernel[(b, hkv)](q, k, v, out, k_new, v_new, t, float(scale),
                                    q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
                                    v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(2),
-                                   GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_T=16)
+                                   k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
+                                   GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_T=16,
+                                   APPEND=append)
     return out

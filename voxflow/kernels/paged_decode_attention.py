@@ -23,9 +23,11 @@ decode is bound by reading K/V, and fp32 inputs then stay true fp32 (no TF32).
 
 Split-K ("flash-decoding"): one program per (row, KV head) is too few to keep the GPU's memory system busy
 (B * Hkv = 512 programs at B = 64 is under 8 warps per SM), so the token range [0, W * block_size) is cut into
-`num_splits` equal chunks, each program writes its chunk's unnormalised (max, sum, accumulator), and a second
+`num_splits` chunks, each program writes its chunk's unnormalised (max, sum, accumulator), and a second
 small kernel merges them. The split count depends only on host-known numbers (B, Hkv, W, the GPU's SM count),
-never on the lengths, so graph capture still works; chunks past a row's length simply run zero iterations.
+never on the lengths, so graph capture still works; each row's own length is cut into the chunks on the device
+(a 200-token context at B = 1 runs as ~13 one-tile programs per KV head, not one 13-tile program), and chunks
+past it run zero iterations.
 
 A row with context_lens 0 (e.g. batch padding) yields zeros, never NaN, and never touches its table.
 """
@@ -70,14 +72,16 @@ if triton is not None:
     @triton.jit
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
-            scale_log2, tokens_per_split,
+            kn_ptr, vn_ptr, slot_ptr,
+            scale_log2,
             stride_qb, stride_qh, stride_qd,
+            stride_knb, stride_knh, stride_vnb, stride_vnh,
             stride_kblk, stride_kpos, stride_kh, stride_kd,
             stride_vblk, stride_vpos, stride_vh, stride_vd,
             stride_tb, stride_tw,
             stride_ob, stride_oh, stride_od,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr):
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr):
         row = tl.program_id(0)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
@@ -92,8 +96,14 @@ if triton is not None:
                     mask=q_mask, other=0.0).to(tl.float32)                                  # [G, D]
 
         ctx = tl.load(lens_ptr + row).to(tl.int32)
+        if APPEND:
+            # The new token (the context's last) comes in kn/vn: the pages hold the ctx - 1 before it.
+            ctx = tl.maximum(ctx - 1, 0)
+        # Each row's OWN context is cut into NUM_SPLITS chunks of whole tiles (bounds read on the device): a short
+        # context then spreads over the splits too, instead of sitting in the first chunk of the table's width.
+        tokens_per_split = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
         lo = split * tokens_per_split
-        hi = tl.minimum(lo + tokens_per_split, ctx)        # a runtime bound: read on the device, per row
+        hi = tl.minimum(lo + tokens_per_split, ctx)
         m = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max of the log2-scaled scores
         s_sum = tl.zeros([BLOCK_G], tl.float32)            # running sum of exp2(score - m)
         acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)     # running sum of exp2(score - m) * v
@@ -118,6 +128,27 @@ if triton is not None:
                         + d[None, :] * stride_vd, mask=kv_mask, other=0.0).to(tl.float32)   # [N, D]
             acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
             m = m_new
+
+        if APPEND:
+            # Split 0 writes the new token's key/value into its page slot (the KV write that was two scatter
+            # kernels per layer) and attends to it from registers; no program reads that slot in this call.
+            if split == 0:
+                kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
+                vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
+                slot = tl.load(slot_ptr + row).to(tl.int64)
+                page, pos = slot // PAGE, slot % PAGE
+                tl.store(k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd,
+                         kn.to(k_ptr.dtype.element_ty), mask=d_ok)
+                tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
+                         vn.to(v_ptr.dtype.element_ty), mask=d_ok)
+                if tl.load(lens_ptr + row) > 0:
+                    score = tl.sum(q * kn.to(tl.float32)[None, :], axis=1) * scale_log2                 # [G]
+                    m_new = tl.maximum(m, score)
+                    alpha = tl.exp2(m - m_new)
+                    p_new = tl.exp2(score - m_new)
+                    s_sum = s_sum * alpha + p_new
+                    acc = acc * alpha[:, None] + p_new[:, None] * vn.to(tl.float32)[None, :]
+                    m = m_new
 
         if NUM_SPLITS == 1:
             # No token (empty row): s_sum == 0 and acc == 0, so the output is 0 instead of 0 / 0.
@@ -183,8 +214,13 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
 
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                           block_n: int | None = None, num_warps: int = 2) -> torch.Tensor:
+                           block_n: int | None = None, num_warps: int = 2, k_new: torch.Tensor | None = None,
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
+
+    k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
+    kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
+    same result as writing it first and calling without them.
 
     num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
     group). num_warps: Triton's launch option.
@@ -210,12 +246,19 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
-    # Each split gets a whole number of tiles.
-    tokens_per_split = math.ceil(max(max_tokens, 1) / (num_splits * block_n)) * block_n
 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
+    append = k_new is not None
+    if append:
+        if v_new is None or slots is None or k_new.shape != (batch, num_kv_heads, head_dim) \
+                or v_new.shape != k_new.shape or slots.shape != (batch,):
+            raise ValueError("k_new / v_new [B, Hkv, D] and slots [B] go together")
+        k_new, v_new = (x if x.stride(-1) == 1 else x.contiguous() for x in (k_new, v_new))
+    else:
+        k_new = v_new = q                  # unused (APPEND is compiled out)
+        slots = context_lens
     if num_splits > 1:
         part_m = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
         part_l = torch.empty_like(part_m)
@@ -223,14 +266,15 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     else:
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc,
-        scale * math.log2(math.e), tokens_per_split,
+        q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
+        scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
+        k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         *k_pool.stride(), *v_pool.stride(),
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, num_warps=num_warps)
+        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, num_warps=num_warps)
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),

@@ -22,7 +22,9 @@ def _lowbias32(x):
     return x ^ (x >> 16)
 
 
-@triton.jit
+# No specialisation of `codebook`: Triton turns an int argument equal to 1 into a compile-time constant (a Python
+# int, which has no `.to`), and one compiled kernel for all 16 codebooks is what we want anyway.
+@triton.jit(do_not_specialize=["codebook"])
 def _uniform_noise_kernel(keys_ptr, frame_ptr, out_ptr, codebook, vocab, stride_out, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)

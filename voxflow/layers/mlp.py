@@ -24,12 +24,16 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
         self._gate_up = None                  # the fused gate|up weight (GPU path), made on first use
 
+    def fused_gate_up(self) -> torch.Tensor | None:
+        """The fused gate|up weight (made on first use; None while a CUDA graph is being captured before it exists)."""
+        pair = [self.gate_proj, self.up_proj]
+        if not still_fused(self._gate_up, pair):
+            self._gate_up = fuse_weights(pair)
+        return self._gate_up
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if use_kernels(x):
-            pair = [self.gate_proj, self.up_proj]
-            if not still_fused(self._gate_up, pair):
-                self._gate_up = fuse_weights(pair)
-            if self._gate_up is not None:
+            if self.fused_gate_up() is not None:
                 gate_up = F.linear(x, self._gate_up)
                 i = self.gate_proj.out_features
                 gate, up = gate_up[..., :i], gate_up[..., i:]
@@ -37,6 +41,10 @@ class SwiGLU(nn.Module):
                 gate, up = self.gate_proj(x), self.up_proj(x)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down(gate, up)
+
+    def down(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """down_proj(silu(gate) * up)."""
         if use_kernels(gate):
             from voxflow.kernels import silu_mul as fused   # imported lazily: CPU runs never load Triton code
             if fused.supported(gate, up):

@@ -7,8 +7,8 @@ mask from `attention_mask [B, T]` over all T key slots, the queries being the la
 `LayerKVCache`, get `append` + `eager_attention` instead). `PagedKVView` satisfies that without touching the stack:
 
 - `attend` writes the new tokens' k/v [B, Hkv, S, D] into the layer's pages at `slot_mapping`, then
-  - decode (S == 1) with kernels on (`use_kernels(q)`: CUDA tensor, Triton, switch on): the kernel reads each row's
-    pages in place up to context_lens[b]. `bias` is not read: for one query it only says "the row's last
+  - decode (S == 1) with kernels on (`use_kernels(q)`: CUDA tensor, Triton, switch on): the kernel writes the new
+    token into its slot and reads each row's pages in place up to context_lens[b]. `bias` is not read: for one query it only says "the row's last
     context_lens[b] slots", which is exactly what the kernel attends to;
   - otherwise the reference: `append` (below) and `eager_attention` with the given bias;
 - `append` writes, then gathers each row's whole context through its block table, RIGHT-aligned into
@@ -54,11 +54,12 @@ class PagedLayerView:
             from voxflow.kernels.paged_decode_attention import paged_decode_attention
             p = self.parent
             k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
-            p.write(k_pool, k)
-            p.write(v_pool, v)
             tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
             lens = p.kv.context_lens.to(q.device)
-            out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale)
+            # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
+            out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
+                                         k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
+                                         slots=p.write_index)
             return out[:, None]
         keys, values = self.append(k, v)
         return eager_attention(q, keys, values, bias, scale)

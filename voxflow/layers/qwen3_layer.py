@@ -22,6 +22,12 @@ from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
 
+# Decode batches up to this many tokens take the skinny-GEMM layer path (kernels on); down_proj with its fused
+# prologue only at one token (H200 timings: above these the per-program prologue recompute costs more than it
+# saves, e.g. 57 us instead of ~6 for a down_proj at 64 rows).
+SKINNY_MAX_ROWS = 8
+SKINNY_GATED_MAX_ROWS = 1
+
 
 class Qwen3Attention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, eps: float):
@@ -41,16 +47,23 @@ class Qwen3Attention(nn.Module):
         self.k_norm = RMSNorm(head_dim, eps)
         self._qkv = None                      # the fused q|k|v weight (GPU path), made on first use
 
+    def fused_qkv(self) -> torch.Tensor | None:
+        """The fused q|k|v weight (made on first use; None while a CUDA graph is being captured before it exists)."""
+        trio = [self.q_proj, self.k_proj, self.v_proj]
+        if not still_fused(self._qkv, trio):
+            self._qkv = fuse_weights(trio)
+        return self._qkv
+
+    def split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        nq, nk = self.q_proj.out_features, self.k_proj.out_features
+        return qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v projections; on the GPU path one GEMM over the fused q|k|v weight, sliced (views)."""
         if use_kernels(x):
-            trio = [self.q_proj, self.k_proj, self.v_proj]
-            if not still_fused(self._qkv, trio):
-                self._qkv = fuse_weights(trio)
-            if self._qkv is not None:
-                qkv = F.linear(x, self._qkv)
-                nq, nk = self.q_proj.out_features, self.k_proj.out_features
-                return qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+            fused = self.fused_qkv()
+            if fused is not None:
+                return self.split_qkv(F.linear(x, fused))
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def _norm_rope(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -70,9 +83,14 @@ class Qwen3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
-        b, s, _ = x.shape
+        return self.o_proj(self.attend(*self._project(x), cos, sin, cache, bias))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               cache: LayerKVCache | None, bias: torch.Tensor | None) -> torch.Tensor:
+        """Projections q [B, S, Hq * D], k / v [B, S, Hkv * D] -> attention output [B, S, Hq * D] (before o_proj):
+        per-head norms, RoPE, the cache, attention."""
+        b, s, _ = q.shape
         per_head = (b, s, -1, self.head_dim)
-        q, k, v = self._project(x)
         q, k = self._norm_rope(q.view(per_head), k.view(per_head), cos, sin)
         v = v.view(per_head).transpose(1, 2)
         attend = getattr(cache, "attend", None)
@@ -90,7 +108,7 @@ class Qwen3Attention(nn.Module):
                     out = dense.dense_decode_attention(q, k, v, self.scale)
             if out is None:
                 out = eager_attention(q, k, v, bias, self.scale)
-        return self.o_proj(out.reshape(b, s, -1))
+        return out.reshape(b, s, -1)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -104,6 +122,10 @@ class Qwen3DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
+        if use_kernels(x) and x.shape[0] * x.shape[1] <= SKINNY_MAX_ROWS:
+            out = self._forward_skinny(x, cos, sin, cache, bias)
+            if out is not None:
+                return out
         h = self.self_attn(self.input_layernorm(x), cos, sin, cache, bias)
         if use_kernels(x):
             # The residual add fused into the post-attention norm: one launch instead of two. The sum is
@@ -114,6 +136,34 @@ class Qwen3DecoderLayer(nn.Module):
             return x + self.mlp(normed)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+    def _forward_skinny(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
+                        bias: torch.Tensor | None) -> torch.Tensor | None:
+        """The layer for a few rows (decode steps), with the skinny decode GEMM (voxflow/kernels/skinny_linear.py)
+        where it beats cuBLAS plus the separate element-wise launch (measured on an H200, bf16: see
+        benchmarks/results/h200/2026-12-01-fused-decode/tune_skinny_linear.txt): o_proj with the residual add in
+        its epilogue (cuBLAS picks a split-K kernel + reduce there), and at one row down_proj with silu * up in its
+        prologue and the residual add in its epilogue. q|k|v and gate|up stay on cuBLAS after the norm kernel: at
+        these widths cuBLAS streams W faster than the fused norm prologue does. Same rounding points as the
+        unfused path. None: not applicable here."""
+        from voxflow.kernels import skinny_linear as sk
+        attn, mlp = self.self_attn, self.mlp
+        qkv_w, gate_up_w = attn.fused_qkv(), mlp.fused_gate_up()
+        b, s, hidden = x.shape
+        rows = x.reshape(b * s, hidden)
+        if qkv_w is None or gate_up_w is None or not sk.supported(rows, attn.o_proj.weight):
+            return None
+        qkv = F.linear(self.input_layernorm(x), qkv_w)
+        out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(b * s, -1)
+        rows = sk.skinny_linear(out, attn.o_proj.weight, residual=rows)
+        gate_up = F.linear(self.post_attention_layernorm(rows), gate_up_w)
+        if b * s <= SKINNY_GATED_MAX_ROWS:
+            rows = sk.skinny_linear(gate_up, mlp.down_proj.weight, gated=True, residual=rows)
+        else:
+            i = mlp.gate_proj.out_features
+            rows = rows + mlp.down(gate_up[..., :i], gate_up[..., i:])
+        return rows.view(b, s, hidden)
 
 
 class Qwen3DecoderStack(nn.Module):
@@ -135,21 +185,27 @@ class Qwen3DecoderStack(nn.Module):
         return KVCache(len(self.layers))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [B, S, H], positions [B, S] (RoPE positions of the new tokens) -> normed hidden [B, S, H].
+                attention_mask: torch.Tensor | None = None, final_norm: bool = True,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x [B, S, H], positions [B, S] (RoPE positions of the new tokens) -> normed hidden [B, S, H]
+        (un-normed with final_norm=False: for a caller that fuses the norm into its next GEMM).
+        rope: the positions' cos / sin [1 or B, S, D] when the caller has them already (positions then unused).
 
         cache: appended to in place (None: no cache, the S tokens attend only among themselves).
         attention_mask: [B, T] (1/True = real token) over *all* T = cached + S key slots; None = no padding.
         """
         b, s, _ = x.shape
         past = cache.seq_len if cache is not None else 0
-        if positions.shape != (b, s):
+        if rope is not None:
+            cos, sin = rope
+        elif positions.shape != (b, s):
             raise ValueError(f"positions has shape {tuple(positions.shape)}, expected {(b, s)}")
-        cos, sin = self.rotary(positions, x.dtype)
+        else:
+            cos, sin = self.rotary(positions, x.dtype)
         bias = attention_bias(s, past + s, attention_mask, batch=b, dtype=x.dtype, device=x.device)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache[i] if cache is not None else None, bias)
-        return self.norm(x)
+        return self.norm(x) if final_norm else x
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

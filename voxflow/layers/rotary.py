@@ -49,6 +49,15 @@ class RotaryEmbedding(nn.Module):
                 return table[0][positions], table[1][positions]
         return self._compute(positions, dtype)
 
+    @torch.no_grad()
+    def prefix(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [1, n, D] of positions 0..n-1: views of the GPU table when there is one (no kernel at all),
+        else computed. For callers whose positions are the same small range every time (the code predictor)."""
+        table = self._table(device, dtype) if device.type == "cuda" and self.max_positions else None
+        if table is not None and n <= table[0].shape[0]:
+            return table[0][None, :n], table[1][None, :n]
+        return self._compute(torch.arange(n, device=device)[None], dtype)
+
     def _table(self, device: torch.device, dtype: torch.dtype):
         key = (str(device), dtype)
         if key not in self._tables:

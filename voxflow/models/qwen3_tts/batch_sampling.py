@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch.profiler import record_function
 
 from voxflow.kernels import use_kernels
 
@@ -100,6 +101,9 @@ def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Ten
     """c0 ids [B] from raw talker logits [B, V]: repetition penalty, min-length EOS rule, suppression (all rows),
     then argmax (greedy rows) or temperature / top-k / top-p + Gumbel-max (sampling rows)."""
     processed = process_talker_logits(logits, seen, num_generated, penalty, min_new_tokens, suppress, eos_id)
+    fused = _fused_select(processed, params, keys, frame, 0, any_sampling)
+    if fused is not None:
+        return fused
     greedy = processed.argmax(dim=-1)
     if not any_sampling:
         return greedy
@@ -107,16 +111,34 @@ def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Ten
     return torch.where(params.do_sample, sampled, greedy)
 
 
+def _fused_select(logits: torch.Tensor, params: WarpParams, keys: torch.Tensor, frame: torch.Tensor, codebook: int,
+                  any_sampling: bool) -> torch.Tensor | None:
+    """On the GPU: the whole selection (greedy argmax, or temperature / top-k / top-p / Gumbel-max per row) in one
+    kernel with the same results (voxflow/kernels/select_tokens.py). None where it does not apply."""
+    if not use_kernels(logits):
+        return None
+    from voxflow.kernels import select_tokens as fused
+    if not fused.supported(logits):
+        return None
+    do_sample = params.do_sample if any_sampling else torch.zeros_like(params.do_sample)
+    return fused.select_tokens(logits, do_sample, params.temperature, params.top_k, params.top_p, keys, frame,
+                               codebook, params.any_top_p and any_sampling)
+
+
 def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tensor,
                        any_sampling: bool = True) -> Callable[[torch.Tensor, int], torch.Tensor]:
     """The `sample_fn(logits [B, 2048], j)` that `CodePredictor.predict` calls for codebook j + 1."""
 
     def sample(logits: torch.Tensor, j: int) -> torch.Tensor:
-        logits = logits.to(torch.float32)
-        greedy = logits.argmax(dim=-1)
-        if not any_sampling:
-            return greedy
-        sampled = gumbel_argmax(warp_logits(logits, params), keys, frame, j + 1)
-        return torch.where(params.do_sample, sampled, greedy)
+        with record_function("cp_sampling"):           # a named range in profiles
+            picked = _fused_select(logits, params, keys, frame, j + 1, any_sampling)
+            if picked is not None:
+                return picked
+            logits = logits.to(torch.float32)
+            greedy = logits.argmax(dim=-1)
+            if not any_sampling:
+                return greedy
+            sampled = gumbel_argmax(warp_logits(logits, params), keys, frame, j + 1)
+            return torch.where(params.do_sample, sampled, greedy)
 
     return sample

@@ -18,8 +18,10 @@ from typing import Callable
 import torch
 from torch import nn
 
+from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
-from voxflow.layers.qwen3_layer import Qwen3DecoderStack
+from voxflow.layers.qwen3_layer import SKINNY_GATED_MAX_ROWS, Qwen3DecoderStack
+from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
@@ -48,7 +50,13 @@ class CodePredictor(nn.Module):
         else:
             self.small_to_mtp_projection = nn.Identity()
 
-    def new_cache(self) -> KVCache:
+    def new_cache(self, like: torch.Tensor | None = None) -> KVCache | StaticKVCache:
+        """The KV cache of one frame's pass. On the kernel path (`like` on a GPU) a preallocated one that the
+        fused attention kernel appends to; elsewhere the growing reference cache."""
+        if like is not None and use_kernels(like):
+            cfg = self.cfg
+            return StaticKVCache(cfg.num_hidden_layers, like.shape[0], cfg.num_key_value_heads, cfg.num_code_groups,
+                                 cfg.head_dim, like.dtype, like.device)
         return self.model.new_cache()
 
     def embed_residual(self, codes: torch.Tensor) -> torch.Tensor:
@@ -56,11 +64,26 @@ class CodePredictor(nn.Module):
         return torch.stack([self.model.codec_embedding[g](codes[..., g]) for g in range(self.num_residual)],
                            dim=-2)
 
-    def forward(self, inputs_embeds: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None
-                ) -> torch.Tensor:
+    def forward(self, inputs_embeds: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None = None,
+                final_norm: bool = True, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """inputs_embeds [B, S, H_talker] -> normed hidden [B, S, H_cp]. No padding: every row of a
         code-predictor batch is at the same step."""
-        return self.model(self.small_to_mtp_projection(inputs_embeds), positions, cache)
+        return self.model(self.small_to_mtp_projection(inputs_embeds), positions, cache, final_norm=final_norm,
+                          rope=rope)
+
+    def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
+        """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), and
+        the final norm inside lm_head[j]'s GEMM for the last position only (one launch, same rounding:
+        voxflow/kernels/skinny_linear.py)."""
+        s = x.shape[1]
+        cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
+        last = self(x, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
+        head, norm = self.lm_head[j].weight, self.model.norm
+        if last.shape[0] <= SKINNY_GATED_MAX_ROWS:       # one row: the fused norm prologue beats norm + cuBLAS
+            from voxflow.kernels import skinny_linear as sk
+            if sk.supported(last, head):
+                return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)
+        return self.lm_head[j](norm(last))
 
     @torch.no_grad()
     def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn
@@ -73,17 +96,21 @@ class CodePredictor(nn.Module):
         """
         b = h_last.shape[0]
         device = h_last.device
-        cache = self.new_cache()
+        cache = self.new_cache(like=h_last)
+        kernels = use_kernels(h_last)
+        rope = self.model.rotary.prefix(self.cfg.num_code_groups, device, h_last.dtype) if kernels else None
         x = torch.stack((h_last, c0_embed), dim=1)
-        positions = torch.arange(2, device=device).expand(b, 2)
-        hidden = self(x, positions, cache)
-        # The head runs on both prefill positions, as the reference does, so its GEMM has the same shape.
-        step_logits = self.lm_head[0](hidden)[:, -1]
         codes, logits = [], []
         for j in range(self.num_residual):
             if j > 0:
                 x = self.model.codec_embedding[j - 1](codes[-1])[:, None]
-                positions = torch.full((b, 1), j + 1, dtype=torch.long, device=device)
+            start = 0 if j == 0 else j + 1          # position of x's first token (the prefill covers 0 and 1)
+            if kernels:
+                step_logits = self._kernel_step_logits(x, start, cache, rope, j)
+            else:
+                positions = torch.arange(start, start + x.shape[1], device=device).expand(b, -1)
+                # The head runs on every position of the step (both prefill ones), as the reference does, so its
+                # GEMM has the reference's shape.
                 step_logits = self.lm_head[j](self(x, positions, cache))[:, -1]
             logits.append(step_logits)
             codes.append(sample_fn(step_logits, j).to(torch.long))

@@ -1,0 +1,88 @@
+"""The code predictor's whole kernel path (preallocated KV cache with the fused append attention, RoPE rows from the
+prefix table, the skinny-GEMM decoder layers with norm / silu / residual fused in, the final norm inside lm_head)
+against its reference path, on CPU tensors through Triton's interpreter (in a subprocess, see interpreter_child).
+
+A code predictor at small but kernel-supported shapes (hidden 64, 4 query / 2 KV heads of 16, two layers, vocab
+256, 5 code groups: 4 steps instead of 15, to keep the interpreter run short). Teacher-forced (sample_fn returns fixed codes, so both paths see the same inputs at every step): fp32 logits
+within 1e-4 of the reference's max |logit| (only summation orders differ), bf16 within 5e-2 of it (per-op bf16
+rounding on both sides, different orders); greedy fp32: the same codes.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+CHILD_FLAG = "VOXFLOW_CP_PATH_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
+
+
+def small_code_predictor(dtype):
+    from voxflow.models.qwen3_tts.code_predictor import CodePredictor
+    from voxflow.models.qwen3_tts.config import CodePredictorConfig
+    cfg = CodePredictorConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6,
+                              max_position_embeddings=4096, vocab_size=256, num_code_groups=5)
+    torch.manual_seed(0)
+    cp = CodePredictor(cfg, talker_hidden_size=96)          # a talker wider than the predictor: the projection runs
+    for name, p in cp.named_parameters():
+        if name.endswith("norm.weight"):
+            p.data.uniform_(0.5, 1.5)
+        elif p.dim() == 2:
+            p.data.normal_(0, 0.1)
+    return cp.to(dtype).eval()
+
+
+def run(cp, h, c0, kernels: bool, forced: torch.Tensor | None):
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    mods = (layer_mod, cache_mod, cp_mod)
+    saved = [m.use_kernels for m in mods]
+    for m in mods:
+        m.use_kernels = (lambda t: True) if kernels else (lambda t: False)
+    try:
+        def sample(logits, j):
+            return forced[:, j] if forced is not None else logits.argmax(-1)
+        return cp.predict(h, c0, sample)
+    finally:
+        for m, f in zip(mods, saved):
+            m.use_kernels = f
+
+
+def check_kernel_path_against_reference():
+    from voxflow.models.qwen3_tts.code_predictor import CodePredictor
+    calls = []
+    real = CodePredictor._kernel_step_logits
+    CodePredictor._kernel_step_logits = lambda self, *a: (calls.append(1), real(self, *a))[1]
+    g = torch.Generator().manual_seed(1)
+    # One row: every fused GEMM of the path (o_proj + residual, silu*up + down_proj + residual, norm + lm_head);
+    # three rows: o_proj's only (SKINNY_GATED_MAX_ROWS).
+    for rows, dtype, tol in ((1, torch.float32, 1e-4), (1, torch.bfloat16, 5e-2), (3, torch.float32, 1e-4)):
+        cp = small_code_predictor(dtype)
+        h = torch.randn(rows, 96, generator=g).to(dtype)
+        c0 = torch.randn(rows, 96, generator=g).to(dtype)
+        forced = torch.randint(0, 256, (rows, 4), generator=g)
+        calls.clear()
+        codes_k, logits_k = run(cp, h, c0, True, forced)
+        assert len(calls) == 4, "the kernel path did not run"
+        codes_r, logits_r = run(cp, h, c0, False, forced)
+        assert torch.equal(codes_k, forced) and torch.equal(codes_r, forced)
+        err = (logits_k.float() - logits_r.float()).abs().max().item()
+        assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
+        if dtype == torch.float32:
+            greedy_k, _ = run(cp, h, c0, True, None)
+            greedy_r, _ = run(cp, h, c0, False, None)
+            assert torch.equal(greedy_k, greedy_r)
+    CodePredictor._kernel_step_logits = real
+
+
+if IN_CHILD:
+    def test_child_kernel_path_against_reference():
+        check_kernel_path_against_reference()
+else:
+    def test_code_predictor_kernel_path_under_the_interpreter():
+        run_child(__file__, CHILD_FLAG)

@@ -1,0 +1,132 @@
+"""The fused token-selection kernel == batch_sampling's torch pipeline (fp32 cast, greedy argmax, temperature,
+top-k, top-p, counter-based Gumbel-max), id for id, on the CPU through Triton's interpreter (in a subprocess:
+TRITON_INTERPRET must be set before triton is first imported; GPU: tests/gpu).
+
+Exact equality holds on these seeds, top-p rows included: the kernel's top-p differs from apply_top_p only at the
+nucleus boundary (value ties, ulp-level cumulative sums; see the kernel's docstring), and a draw changes only when
+the noise then picks that boundary token (~0.3% of bf16 rows sampling with top-p, from value ties; tests/gpu
+checks such rows against a value-threshold nucleus)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+CHILD_FLAG = "VOXFLOW_SELECT_TOKENS_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
+
+
+def reference(logits, do_sample, temperature, top_k, top_p, keys, frame, codebook, use_top_p):
+    """The unfused pipeline the kernel replaces (batch_sampling.select_c0 / residual_sample_fn)."""
+    from voxflow.models.qwen3_tts.batch_sampling import gumbel_argmax
+    from voxflow.models.qwen3_tts.sampling import WarpParams, warp_logits
+    l32 = logits.to(torch.float32)
+    greedy = l32.argmax(dim=-1)
+    params = WarpParams(do_sample, temperature, top_k, top_p, top_k_max=None, any_top_p=use_top_p)
+    sampled = gumbel_argmax(warp_logits(l32, params), keys, frame, codebook)
+    return torch.where(do_sample, sampled, greedy)
+
+
+def make_case(g, batch, vocab, dtype, use_top_p, device="cpu"):
+    """Mixed greedy / sampling rows with the settings users pick, -inf entries and value ties."""
+    logits = torch.randn(batch, vocab, generator=g) * 2.5
+    if vocab > 2048:                            # the talker: only codes and EOS, EOS sometimes masked (min length)
+        from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, suppress_mask
+        logits.masked_fill_(suppress_mask(vocab), float("-inf"))
+        logits[1::3, CODEC_EOS_ID] = float("-inf")
+    else:                                       # a few scattered -inf entries
+        logits[torch.rand(batch, vocab, generator=g) < 0.01] = float("-inf")
+    logits[0, 5] = logits[0, 9] = logits[0].max() + 1.0     # a tied maximum: lowest index wins (greedy, top_k=1)
+    logits[-1, :64] = logits[-1].max() + 0.25                # a plateau of 64 ties across the top-k boundary (40)
+    do_sample = torch.rand(batch, generator=g) < 0.75
+    do_sample[0] = do_sample[-1] = True
+    pick = lambda options, dt: torch.tensor(options, dtype=dt)[torch.randint(0, len(options), (batch,), generator=g)]
+    temperature = pick([0.9, 1.0, 1.3], torch.float32)
+    top_k = pick([0, 1, 50, vocab, vocab + 7], torch.long)
+    top_k[0], top_k[-1] = 1, 40
+    top_p = pick([1.0, 0.8, 0.95], torch.float64)
+    top_p[-1] = 1.0     # (a nucleus boundary inside the plateau would hit the documented tie difference)
+    if not use_top_p:                           # the caller's contract: no sampling row uses top-p
+        top_p = torch.where(do_sample, torch.ones_like(top_p), top_p)
+    keys = torch.randint(0, 2 ** 32, (batch,), generator=g)
+    frame = torch.randint(0, 4096, (batch,), generator=g)
+    frame[0] = 2 ** 40 + 3                      # wraps like the reference's 32-bit mask
+    return [t.to(device) for t in (logits.to(dtype), do_sample, temperature, top_k, top_p, keys, frame)]
+
+
+def _fast_interpreter_xor():
+    """tl.sort compare-and-swaps through an xor reduction, which the interpreter runs element by element in Python
+    (~8 s per sort of 2048); give it numpy's. Exact (xor is associative), so the kernel's semantics are unchanged;
+    without the hooks it is only slower."""
+    from triton.runtime import interpreter
+    import triton.language as tl
+    ops, xor = getattr(interpreter, "ReduceOps", None), getattr(tl.standard, "_xor_combine", None)
+    if ops is None or xor is None:
+        return
+    slow = ops.apply_impl
+
+    def apply_impl(self, input):
+        if self.combine_fn is xor:
+            data = input[0].handle.data
+            return self.to_tensor(np.bitwise_xor.reduce(data, axis=self.axis, keepdims=self.keep_dims), input[0].dtype)
+        return slow(self, input)
+
+    ops.apply_impl = apply_impl
+
+
+def check_matches_reference():
+    from voxflow.kernels.select_tokens import select_tokens, supported
+    g = torch.Generator().manual_seed(0)
+    for vocab in (2048, 3072):
+        for dtype in (torch.float32, torch.bfloat16):
+            for use_top_p, codebook in ((False, 1), (True, 0 if vocab > 2048 else 15)):
+                args = make_case(g, 12, vocab, dtype, use_top_p)
+                assert supported(args[0])
+                got = select_tokens(*args, codebook, use_top_p)
+                want = reference(*args, codebook, use_top_p)
+                assert got.dtype == torch.long and got.shape == want.shape
+                assert torch.equal(got, want), (vocab, dtype, use_top_p, (got != want).nonzero().flatten().tolist())
+
+
+def check_single_rows_and_codebooks():
+    """B = 1 (the latency case) over several codebooks and frames: the noise counters reach the kernel intact."""
+    from voxflow.kernels.select_tokens import select_tokens
+    g = torch.Generator().manual_seed(1)
+    logits, do_sample, temperature, top_k, top_p, keys, frame = make_case(g, 1, 2048, torch.float32, True)
+    top_k[0], top_p[0] = 0, 0.95
+    for codebook in (1, 2, 7, 15):
+        for f in (0, 1, 12345):
+            frame.fill_(f)
+            got = select_tokens(logits, do_sample, temperature, top_k, top_p, keys, frame, codebook, True)
+            assert torch.equal(got, reference(logits, do_sample, temperature, top_k, top_p, keys, frame, codebook,
+                                              True)), (codebook, f)
+
+
+def check_supported():
+    from voxflow.kernels.select_tokens import supported
+    assert supported(torch.zeros(2, 3072, dtype=torch.bfloat16)) and supported(torch.zeros(1, 4096))
+    assert supported(torch.zeros(4, 2048, dtype=torch.float16))
+    assert not supported(torch.zeros(2, 4097))                       # the row must fit in registers
+    assert not supported(torch.zeros(3, 2048)[:, ::2])                # unit last stride
+    assert not supported(torch.zeros(2048)) and not supported(torch.zeros(2, 2, 16))
+    assert not supported(torch.zeros(2, 2048, dtype=torch.float64))
+
+
+if IN_CHILD:
+    _fast_interpreter_xor()
+
+    def test_child_matches_reference():
+        check_matches_reference()
+
+    def test_child_single_rows_and_codebooks():
+        check_single_rows_and_codebooks()
+
+    def test_child_supported():
+        check_supported()
+else:
+    def test_select_tokens_kernel_under_the_interpreter_matches_reference():
+        run_child(__file__, CHILD_FLAG)

@@ -1,0 +1,209 @@
+"""The skinny decode GEMM with fused prologue/epilogue (voxflow/kernels/skinny_linear.py) against the unfused torch
+expression, on the CPU under Triton's interpreter (in a subprocess: TRITON_INTERPRET must be set before triton is
+first imported; see tests/interpreter_child.py).
+
+Reference: the torch code the kernel replaces, in the same dtype, with the spec's rounding points: a = x |
+rms_norm(x, nw) (voxflow/layers/rms_norm.py's expression) | silu(gate) * up; y = F.linear(a, w); y = y + bias;
+y = residual + y. Tolerances:
+- fp32: max |got - ref| <= 1e-5 * max |ref| per case. Only the fp32 summation order differs (the GEMM's and the
+  norm's sum of squares); observed ~1e-7 relative.
+- bf16, against an fp32 reference built from the same-dtype GEMM input a (so it measures the kernel's GEMM and
+  epilogue roundings, not the prologue's): |got - ref32| <= 2^-7 * (|a| @ |w|^T + |bias| + |residual|). Each of
+  the <= 3 roundings (y, + bias, + residual) is within 2^-9 of a value bounded by that sum, and the margin also
+  covers the rare 1-ulp difference of a norm-prologue element (its sum of squares is summed in another order).
+- bf16, against the same-dtype reference: NOT bit-exact in general. torch's fp32 accumulation order differs from
+  the kernel's, so the pre-rounding value can straddle a bf16 rounding boundary (1 ulp of y), and a residual or
+  bias add that cancels turns that ulp of y into many ulps of the result. So: plain GEMMs within 1 ulp
+  (assert_within_ulp), and every case >= 90% bit-equal (observed ~99%). The latter is what catches a misplaced
+  rounding point (e.g. adding the bias before rounding y would differ in a large fraction of elements).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from float_compare import assert_within_ulp, ulp_distance  # tests/float_compare.py
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+CHILD_FLAG = "VOXFLOW_SKINNY_LINEAR_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
+SHAPES = ((64, 128), (96, 64), (128, 256))          # (N, K)
+ROWS = (1, 3, 16, 33, 64)
+VARIANTS = ("plain", "bias", "residual", "norm", "norm+residual", "gated", "gated+residual", "out=residual+bias")
+EPS = 1e-6
+
+
+def make_inputs(variant: str, m: int, n: int, k: int, dtype: torch.dtype, g: torch.Generator) -> dict:
+    """Random inputs for one variant: y ~ O(1), a residual stream a few times larger."""
+    gated = variant.startswith("gated")
+    x = torch.randn(m, 2 * k if gated else k, generator=g)
+    if gated:
+        x[:, :k] *= 3                                   # gates across silu's curved range
+    args = dict(x=x.to(dtype), w=(torch.randn(n, k, generator=g) * k ** -0.5).to(dtype), gated=gated)
+    if "bias" in variant:
+        args["bias"] = torch.randn(n, generator=g).to(dtype)
+    if "residual" in variant:
+        # a row-strided view, as a slice of a wider buffer would be
+        args["residual"] = (torch.randn(m, n + 8, generator=g) * 4).to(dtype)[:, :n]
+    if variant.startswith("norm"):
+        args["norm_weight"] = (torch.randn(k, generator=g) * 0.5 + 1).to(dtype)
+    return args
+
+
+def reference(x, w, *, bias=None, residual=None, norm_weight=None, gated=False):
+    """(same-dtype result, fp32 result from the same-dtype GEMM input, the element-wise error scale)."""
+    if norm_weight is not None:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + EPS)
+        a = norm_weight * x32.to(x.dtype)
+    elif gated:
+        gate, up = x.chunk(2, dim=-1)
+        a = F.silu(gate) * up
+    else:
+        a = x
+    y, y32 = F.linear(a, w), F.linear(a.float(), w.float())
+    scale = a.float().abs() @ w.float().abs().t()
+    if bias is not None:
+        y, y32, scale = y + bias, y32 + bias.float(), scale + bias.float().abs()
+    if residual is not None:
+        y, y32, scale = residual + y, residual.float() + y32, scale + residual.float().abs()
+    return y, y32, scale
+
+
+def run_variant(variant: str, args: dict, config: dict | None = None) -> torch.Tensor:
+    from voxflow.kernels.skinny_linear import skinny_linear, supported
+    assert supported(args["x"], args["w"], gated=args["gated"])
+    if variant.startswith("out="):
+        res = args["residual"]
+        got = skinny_linear(**args, eps=EPS, out=res, config=config)
+        assert got is res                                 # written in place into the residual stream
+        return got
+    return skinny_linear(**args, eps=EPS, config=config)
+
+
+def check(variant: str, args: dict, got: torch.Tensor, want: tuple, label) -> float:
+    """Asserts the tolerances of the module docstring; returns the bit-equal fraction."""
+    y, y32, scale = want
+    m, n = args["x"].shape[0], args["w"].shape[0]
+    assert got.shape == (m, n) and got.dtype == args["x"].dtype, (label, got.shape, got.dtype)
+    if got.dtype == torch.float32:
+        err = (got - y).abs().max().item()
+        assert err <= 1e-5 * y.abs().max().item(), (label, err)
+        return 1.0
+    err32 = (got.float() - y32).abs()
+    assert (err32 <= 2.0 ** -7 * scale).all(), (label, (err32 / scale).max().item())
+    if variant == "plain":
+        assert_within_ulp(got, y, 1)
+    exact = (ulp_distance(got, y) == 0).float().mean().item()
+    assert exact >= 0.9, (label, exact)
+    return exact
+
+
+def check_variants(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(0)
+    for n, k in SHAPES:
+        for m in ROWS:
+            for variant in VARIANTS:
+                args = make_inputs(variant, m, n, k, dtype, g)
+                want = reference(**args)                  # before the in-place variant overwrites the residual
+                check(variant, args, run_variant(variant, args), want, (dtype, n, k, m, variant))
+
+
+# Config overrides: the other GEMM path at each M (dot at tiny M, register FMAs at large M), small tiles that
+# loop over K several times, and the deterministic split-K (with every prologue/epilogue it must carry over).
+OVERRIDES = (
+    (3, "bias", dict(USE_DOT=True, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)),
+    (33, "norm+residual", dict(USE_DOT=False, BLOCK_M=64, BLOCK_N=8, BLOCK_K=16)),
+    (1, "norm", dict(BLOCK_K=16, BLOCK_N=32)),
+    (5, "gated+residual", dict(SPLIT_K=2)),
+    (16, "out=residual+bias", dict(SPLIT_K=4)),
+    (64, "norm", dict(SPLIT_K=2, BLOCK_K=32)),
+)
+
+
+def check_config_overrides(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(1)
+    n, k = 96, 128
+    for m, variant, config in OVERRIDES:
+        args = make_inputs(variant, m, n, k, dtype, g)
+        keep = {key: v.clone() if torch.is_tensor(v) else v for key, v in args.items()}
+        want = reference(**args)
+        got = run_variant(variant, args, config)
+        check(variant, args, got, want, (dtype, m, variant, config))
+        again = run_variant(variant, keep, config)        # deterministic: the same bits on a second run
+        assert torch.equal(got, again), (dtype, m, variant, config)
+
+
+if IN_CHILD:
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_child_variants(dtype):
+        check_variants(dtype)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_child_config_overrides(dtype):
+        check_config_overrides(dtype)
+else:
+    def test_skinny_linear_under_the_interpreter_matches_torch():
+        run_child(__file__, CHILD_FLAG)
+
+
+# Validation runs before any launch: these need no interpreter (and run in both processes).
+
+def test_supported_accepts_the_real_shapes():
+    from voxflow.kernels.skinny_linear import supported
+    for k, n in ((1024, 4096), (2048, 1024), (2048, 12288), (2048, 3072)):
+        assert supported(torch.zeros(64, k, dtype=torch.bfloat16), torch.zeros(n, k, dtype=torch.bfloat16))
+    for k, n in ((3072, 1024), (6144, 2048)):                    # down_proj reading a gate|up output
+        x = torch.zeros(2, 2 * k)
+        assert supported(x, torch.zeros(n, k), gated=True) and not supported(x, torch.zeros(n, k))
+    assert supported(torch.zeros(3, 200)[:, 8:136], torch.zeros(32, 128))       # a row-strided view
+
+
+def test_supported_rejections():
+    from voxflow.kernels.skinny_linear import MAX_M, supported
+    w = torch.zeros(32, 64)
+    rejected = {
+        "3-D x": (torch.zeros(1, 2, 64), w),
+        "no rows": (torch.zeros(0, 64), w),
+        "too many rows": (torch.zeros(MAX_M + 1, 64), w),
+        "K mismatch": (torch.zeros(2, 48), w),
+        "K % 16": (torch.zeros(2, 40), torch.zeros(32, 40)),
+        "dtype mismatch": (torch.zeros(2, 64, dtype=torch.bfloat16), w),
+        "float64": (torch.zeros(2, 64, dtype=torch.float64), w.double()),
+        "column-strided x": (torch.zeros(64, 2).t(), w),
+        "non-contiguous w": (torch.zeros(2, 64), torch.zeros(64, 32).t()),
+        "meta device": (torch.zeros(2, 64, device="meta"), torch.zeros(32, 64, device="meta")),
+    }
+    for why, (x, wt) in rejected.items():
+        assert not supported(x, wt), why
+    assert not supported(torch.zeros(2, 64), w, gated=True)                        # needs 2K columns
+    with torch.enable_grad():
+        assert not supported(torch.zeros(2, 64, requires_grad=True), w)
+
+
+def test_bad_inputs_raise_clear_errors():
+    from voxflow.kernels.skinny_linear import skinny_linear
+    x, w = torch.zeros(4, 64), torch.zeros(32, 64)
+    square = torch.zeros(4, 64)
+    cases = [
+        (dict(x=torch.zeros(4, 48), w=w), "columns"),
+        (dict(x=torch.zeros(65, 64), w=w), "rows"),
+        (dict(x=torch.zeros(4, 128), w=w, gated=True, norm_weight=torch.ones(64)), "mutually exclusive"),
+        (dict(x=x, w=w, bias=torch.zeros(31)), "bias"),
+        (dict(x=x, w=w, bias=torch.zeros(32, dtype=torch.bfloat16)), "bias"),
+        (dict(x=x, w=w, norm_weight=torch.ones(32)), "norm_weight"),
+        (dict(x=x, w=w, residual=torch.zeros(4, 31)), "residual"),
+        (dict(x=x, w=w, residual=torch.zeros(32, 4).t()), "residual"),
+        (dict(x=x, w=w, out=torch.zeros(4, 32, dtype=torch.bfloat16)), "out"),
+        (dict(x=square, w=torch.zeros(64, 64), out=square), "share memory"),        # out over x itself
+        (dict(x=x, w=w, config=dict(BLOCK_Q=4)), "unknown config"),
+        (dict(x=x, w=w, config=dict(BLOCK_M=2)), "does not fit"),
+        (dict(x=x, w=w, config=dict(SPLIT_K=3)), "does not fit"),
+        (dict(x=x, w=w, config=dict(USE_DOT=True, BLOCK_M=16, BLOCK_N=8)), "does not fit"),
+    ]
+    for kwargs, match in cases:
+        with pytest.raises(ValueError, match=match):
+            skinny_linear(**kwargs)

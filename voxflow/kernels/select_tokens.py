@@ -1,0 +1,112 @@
+"""One decode-step token draw of batched sampling (`models/qwen3_tts/batch_sampling`) in one Triton kernel.
+
+The torch pipeline for one draw (fp32 cast, greedy argmax, temperature, top-k, optional top-p, the counter-based
+noise, Gumbel transform, argmax, where) is ~12 small kernels, and a Qwen3-TTS frame makes 16 draws. Here one
+program owns one row, holds it whole in registers (V <= 4096, padded to a power of two with -inf) and does all of
+it, writing only the [B] ids. It computes
+
+    greedy  = argmax(fp32(logits))                                       (lowest index wins ties, as torch)
+    warped  = warp_logits(fp32(logits))                                  (temperature, top-k, top-p)
+    sampled = argmax(warped - log(-log(u)))   u = batch_sampling.uniform_noise bits (same hash, same counters)
+    ids     = do_sample ? sampled : greedy
+
+Numerics against the reference:
+- temperature: IEEE fp32 division; top-k: the k-th largest value from one ascending sort, values >= it survive
+  (boundary ties too, as in apply_top_k) -- exact. Noise bits: exact. The Gumbel transform uses the precise
+  log on CUDA (libdevice logf, as torch's), so without top-p the ids equal the reference's bit for bit.
+- top-p (transformers' rule of apply_top_p): the kept set is a suffix of the ascending order, so the kernel keeps
+  the values >= the smallest kept one. Two differences, both at the nucleus boundary only: (1) exact value ties
+  there (frequent in bf16) all survive, where the reference keeps or drops each tied copy by its (unspecified)
+  sort position; (2) softmax and cumulative sum run in another summation order, so a token whose cumulative
+  probability is within a few ulp of the cut (1 - top_p) can be kept on one side and dropped on the other.
+  Either changes the draw only if the noise then picks that boundary token: measured under the interpreter, 3 of
+  ~900 bf16 rows sampling with top-p 0.8 / 0.95 differed (all value ties), 0 of ~900 fp32 ones.
+- Under Triton's interpreter (CPU) log and exp are numpy's, not torch's, so a near-tie of two scores can flip.
+- NaN logits are not supported (the reference's softmax would be NaN too).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from voxflow.kernels.uniform_noise import _lowbias32
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_VOCAB = 4096
+
+
+# No specialisation of `codebook` (an int argument equal to 1 would become a Python int without `.to`): one
+# compiled kernel serves all 16 codebooks.
+@triton.jit(do_not_specialize=["codebook"])
+def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, keys_ptr, frame_ptr,
+                          out_ptr, codebook, vocab, stride_row, USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=offs < vocab,
+                other=float("-inf")).to(tl.float32)
+    ids = tl.argmax(x, 0, tie_break_left=True)
+    if tl.load(do_sample_ptr + row) != 0:          # greedy rows skip everything below
+        w = tl.div_rn(x, tl.load(temperature_ptr + row).to(tl.float32))
+        # One ascending sort serves both filters; the -inf padding sorts to the front and never matters.
+        asc = tl.sort(w)
+        k = tl.load(top_k_ptr + row)
+        k = tl.minimum(tl.maximum(tl.where(k > 0, k, vocab), 1), vocab)
+        thr = tl.max(tl.where(offs == BLOCK - k, asc, float("-inf")), 0)      # the k-th largest
+        if USE_TOP_P:
+            top_p = tl.load(top_p_ptr + row).to(tl.float64)
+            if top_p < 1.0:
+                # 1 - top_p in double, rounded once to fp32: transformers' Python-float threshold.
+                cut = (1.0 - top_p).to(tl.float32)
+                # Top-k filtered row, still ascending (what apply_top_p sorts); its softmax and cumulative sum.
+                filt = tl.where(asc >= thr, asc, float("-inf"))
+                if PRECISE:
+                    e = libdevice.exp(filt - tl.max(filt, 0))   # expf, as torch's softmax
+                else:
+                    e = tl.exp(filt - tl.max(filt, 0))          # the interpreter has no libdevice
+                cumulative = tl.cumsum(tl.div_rn(e, tl.sum(e, 0)), 0)
+                # Kept: cumulative > cut, and always the largest (the last slot); the kept set is a suffix.
+                kept = (cumulative > cut) | (offs == BLOCK - 1)
+                thr = tl.maximum(thr, tl.min(tl.where(kept, filt, float("inf")), 0))
+        w = tl.where(w >= thr, w, float("-inf"))
+        # The noise of batch_sampling.uniform_noise / kernels/uniform_noise.py, bit for bit.
+        key = tl.load(keys_ptr + row).to(tl.uint32)
+        frame = tl.load(frame_ptr + row).to(tl.uint32)
+        stream = _lowbias32(key ^ _lowbias32(frame * 16 + codebook.to(tl.uint32)))
+        v = offs.to(tl.uint32)
+        bits = _lowbias32(stream ^ _lowbias32(v * 0x9E3779B9 + 0x632BE5AB))
+        u = ((bits >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+        if PRECISE:
+            gumbel = libdevice.log(-libdevice.log(u))     # logf, as torch.log; tl.log is the approximate lg2
+        else:
+            gumbel = tl.log(-tl.log(u))
+        ids = tl.argmax(w - gumbel, 0, tie_break_left=True)   # filtered (-inf) stays -inf
+    tl.store(out_ptr + row, ids.to(tl.int64))
+
+
+def supported(logits: torch.Tensor) -> bool:
+    """[B, V] with a unit last stride, 1 <= V <= 4096 (the row lives in registers), a float dtype."""
+    return (logits.dim() == 2 and logits.stride(-1) == 1 and 1 <= logits.shape[-1] <= MAX_VOCAB
+            and logits.dtype in _DTYPES)
+
+
+def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                  top_p: torch.Tensor, keys: torch.Tensor, frame: torch.Tensor, codebook: int,
+                  use_top_p: bool, num_warps: int | None = None) -> torch.Tensor:
+    """ids [B] int64 for logits [B, V] (see `supported`): do_sample [B] bool, temperature [B] float32, top_k [B]
+    int64 (0 = off), top_p [B] float64 (1 = off), keys [B] (seed_key, < 2^32), frame [B] int64, one codebook for
+    the batch. use_top_p=False skips the top-p stage (only valid when no sampling row has top_p < 1, as
+    WarpParams.any_top_p). No host sync: capturable in a CUDA graph."""
+    b, vocab = logits.shape
+    out = torch.empty(b, dtype=torch.long, device=logits.device)
+    if b:
+        block = triton.next_power_of_2(vocab)
+        _select_tokens_kernel[(b,)](
+            logits, do_sample.contiguous().view(torch.uint8), temperature.contiguous(), top_k.contiguous(),
+            top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
+            USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, BLOCK=block,
+            num_warps=num_warps or (8 if block >= 2048 else 4),
+            enable_fp_fusion=False)   # every product / sum rounded as in the torch ops
+    return out

@@ -1,0 +1,64 @@
+"""A preallocated KV cache for short, fixed-length decodes (the code predictor: 16 positions per frame).
+
+`KVCache` (attention.py) grows by concatenation: two copy kernels per layer and step, and a new allocation each
+time. Here each layer owns [B, Hkv, max_len, D] buffers from the start and a Python-int length (the code predictor's
+steps are unrolled, so every step's position is known on the host and a CUDA graph captures fixed offsets).
+
+The cache attends itself (`attend`, the hook Qwen3Attention calls when a cache has one): on the kernel path a
+single-token step is one fused kernel that attends over the cached positions plus the new token and writes the
+new key/value into the buffers (voxflow/kernels/dense_decode_attention.py); otherwise (a multi-token step, a
+mask, CPU) the new keys/values are copied in and eager attention runs over the filled prefix — the same values
+`KVCache.append` + eager attention would see.
+"""
+from __future__ import annotations
+
+import torch
+
+from voxflow.kernels import use_kernels
+from voxflow.layers.attention import eager_attention
+
+
+class StaticLayerKVCache:
+    def __init__(self, batch: int, num_kv_heads: int, max_len: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device):
+        self.k = torch.empty(batch, num_kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.length = 0
+
+    @property
+    def seq_len(self) -> int:
+        return self.length
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               scale: float) -> torch.Tensor:
+        """q [B, Hq, S, D], new k/v [B, Hkv, S, D] -> [B, S, Hq, D]; the new keys/values are kept."""
+        s, start = k.shape[2], self.length
+        if start + s > self.k.shape[2]:
+            raise ValueError(f"static KV cache of {self.k.shape[2]} positions cannot take {start + s}")
+        self.length = start + s
+        if bias is None and s == 1 and use_kernels(q):
+            from voxflow.kernels import dense_decode_attention as dense
+            if dense.supported(q, k):
+                return dense.dense_decode_attention_append(q, k, v, self.k, self.v, start, scale)
+        self.k[:, :, start:start + s] = k
+        self.v[:, :, start:start + s] = v
+        return eager_attention(q, self.k[:, :, :start + s], self.v[:, :, :start + s], bias, scale)
+
+
+class StaticKVCache:
+    """One StaticLayerKVCache per decoder layer (the KVCache interface: indexing, len, seq_len)."""
+
+    def __init__(self, num_layers: int, batch: int, num_kv_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device):
+        self.layers = [StaticLayerKVCache(batch, num_kv_heads, max_len, head_dim, dtype, device)
+                       for _ in range(num_layers)]
+
+    def __getitem__(self, i: int) -> StaticLayerKVCache:
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def seq_len(self) -> int:
+        return self.layers[0].seq_len if self.layers else 0
