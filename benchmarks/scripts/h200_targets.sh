@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
 # The issue-6 target workloads on one H200, in stages that each fit one device call (<= 10 min):
+#   STAGE=profile  1.7B step time with graphs at c=1 and c=64, kernels per step, GPU time by stage
 #   STAGE=tests   all GPU tests (tests/gpu)
 #   STAGE=http    1.7B through `voxflow serve` (streamed pcm over HTTP on loopback): c=1, c=16, c=64
 #   STAGE=stack   1.7B offline stacked comparison at c=1 and c=64: eager / graphs / graphs+kernels /
 #                 + batched prefill / + chunk ramp (everything on) / + bf16 codec
 #   STAGE=small   0.6B c=64 with a 2 GB KV pool, the bf16 codec and codec calls of <= 16 requests (the <= 8 GB
 #                 target), then 1.7B at c=128 and c=256 (best concurrency)
-#   STAGE=official  the official qwen-tts at 1.7B c=1 in the same run (wheels in .whl/, see
-#                   h200_official_and_0p6b.sh), then voxflow c=1 offline right after it
+#   STAGE=official  the official qwen-tts at 1.7B c=1 in the same run, then voxflow c=1 offline right after it
+# The http and official stages need the wheels of benchmarks/scripts/device_wheels.sh (run it here, then
+# `carry: [".whl"]`): the device image has no FastAPI/uvicorn/pydantic/pyzmq and no qwen-tts.
 # Usage (repo root, on the GPU machine): STAGE=http OUT=results_dir bash benchmarks/scripts/h200_targets.sh
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+if [ -d .whl ] && [ ! -d /tmp/site ]; then
+  # Wheels the device image lacks (serving stack, official qwen-tts): benchmarks/scripts/device_wheels.sh, carried
+  # as .whl/. The official package's `sox` import (only its unreleased 25 Hz tokenizer uses it) is stubbed.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  printf 'class Transformer:\n    pass\n' > /tmp/site/sox.py
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+[ -d /tmp/site ] && export PYTHONPATH=$PYTHONPATH:/tmp/site
 OUT=${OUT:-/tmp/out}
 STAGE=${STAGE:-tests}
 mkdir -p "$OUT"
-common="--dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress"
+common="--dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots"
 b() { python3 -m voxflow.bench $common "$@" 2>&1 | grep -v "^\s*$" | tail -4; }
 ckpt() { [ -d "/tmp/real-$1" ] || python3 -m voxflow.tools.real_size_checkpoint --out "/tmp/real-$1" \
            --variant custom_voice --size "$2" | tail -1; }
 case "$STAGE" in
+profile)
+  ckpt 1.7b 1.7B
+  timeout ${PROFILE_TIMEOUT:-400} python3 benchmarks/scripts/profile_step.py /tmp/real-1.7b 1,64 2>&1 | grep -v Warning \
+      | tee "$OUT/profile_1p7b.txt" ;;
 tests)
-  timeout 560 python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tail -30 | tee "$OUT/gpu_tests.txt" ;;
+  timeout ${TEST_TIMEOUT:-560} python3 -m pytest -q -rs -p no:cacheprovider tests/gpu > "$OUT/gpu_tests.txt" 2>&1
+  tail -n 30 "$OUT/gpu_tests.txt" ;;
 http)
   ckpt 1.7b 1.7B
   python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 \
@@ -55,8 +70,6 @@ small)
     --max-num-seqs 256 --output "$OUT/h200_1p7b_offline_best.json" ;;
 official)
   ckpt 1.7b 1.7B
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  printf 'class Transformer:\n    pass\n' > /tmp/site/sox.py
   PYTHONPATH=/tmp/site:$PWD python3 tools/bench_official.py --model /tmp/real-1.7b --device cuda:0 \
       --dtype bfloat16 --num-prompts 2 --num-warmups 1 --max-new-tokens 151 --ignore-eos --no-plots \
       --output "$OUT/h200_1p7b_official_c1.json" 2>&1 | tail -4

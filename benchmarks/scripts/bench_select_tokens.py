@@ -1,0 +1,51 @@
+"""GPU time of one fused token draw (voxflow/kernels/select_tokens.py) by num_warps, batch and vocabulary, against
+the torch pipeline it replaces: CUDA-graph replays of 16 back-to-back draws (one decode step's worth).
+
+    python benchmarks/scripts/bench_select_tokens.py
+"""
+import torch
+
+from voxflow.kernels.select_tokens import select_tokens
+from voxflow.models.qwen3_tts.batch_sampling import gumbel_argmax
+from voxflow.models.qwen3_tts.sampling import WarpParams, warp_logits
+
+
+def timed(fn, reps=20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(16):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps / 16 * 1e3       # us per draw
+
+
+def main() -> None:
+    for b in (1, 16, 64):
+        for vocab in (2048, 3072):
+            logits = torch.randn(b, vocab, device="cuda", dtype=torch.bfloat16)
+            p = WarpParams(torch.ones(b, dtype=torch.bool, device="cuda"), torch.full((b,), 0.9, device="cuda"),
+                           torch.full((b,), 50, dtype=torch.long, device="cuda"),
+                           torch.ones(b, dtype=torch.float64, device="cuda"), top_k_max=64, any_top_p=False)
+            keys = torch.arange(b, device="cuda")
+            frame = torch.zeros(b, dtype=torch.long, device="cuda")
+            row = [f"B={b:3d} V={vocab}"]
+            for warps in (1, 2, 4, 8):
+                us = timed(lambda: select_tokens(logits, p.do_sample, p.temperature, p.top_k, p.top_p, keys, frame,
+                                                 3, False, num_warps=warps))
+                row.append(f"w{warps} {us:6.1f} us")
+            torch_us = timed(lambda: torch.where(p.do_sample, gumbel_argmax(warp_logits(logits.float(), p), keys,
+                                                                             frame, 3), logits.float().argmax(-1)))
+            row.append(f"torch {torch_us:6.1f} us")
+            print("  ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

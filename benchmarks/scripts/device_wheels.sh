@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Wheels that the H200 device image lacks, for the `http` and `official` stages of h200_targets.sh, downloaded into
+# .whl/ (git-ignored through .git/info/exclude; carried with `carry: [".whl"]`, ~25 MB). Installed there with
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+#   export PYTHONPATH=/tmp/site        (h200_targets.sh keeps it, ahead of nothing but the repo)
+# The image already has numpy, torch, triton, anyio, click, h11, httpx, msgpack, einops, lazy-loader, numba,
+# scikit-learn, accelerate, onnxruntime, torchaudio, prometheus-client (see the device KINDS.md package list).
+# Learned the hard way (2026-12-01): fastapi >= 0.16x imports opentelemetry; pooch needs platformdirs; soundfile
+# needs cffi.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .git/info && grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64
+           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any"
+# serving: voxflow serve (FastAPI app in the API process, the engine in another process over ZeroMQ)
+serve="fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0
+       typing-inspection==0.4.5 typing_extensions==4.16.0 opentelemetry-api==1.45.2 uvicorn==0.54.0
+       python-multipart==0.0.34 pyzmq==27.3.0 websockets==17.4 sniffio==1.3.1 soundfile==0.14.0 cffi==2.1.1
+       pycparser==3.12"
+# the official qwen-tts 0.1.1 oracle (tools/bench_official.py) and its pinned transformers
+official="qwen-tts==0.1.1 transformers==4.57.3 tokenizers==0.22.1 huggingface_hub==0.36.0 librosa==0.11.0
+          audioread==3.1.0 soxr==1.1.0 pooch==1.9.0 platformdirs decorator==5.3.1"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $platforms \
+    -d .whl $serve $official
+du -sh .whl
