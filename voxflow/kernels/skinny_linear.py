@@ -14,10 +14,10 @@ a residual add after o_proj and down_proj, cuBLAS's split-K reduce). Here one la
 Numerics: the rounding points of the unfused torch code, in x's dtype. Norm: voxflow/layers/rms_norm.py
 (fp32 statistics, x * rsqrt(mean(x^2) + eps) rounded to dtype, times the weight, rounded). Gated:
 voxflow/kernels/silu_mul.py (fp32 g / (1 + exp(-g)) with expf and an IEEE division, rounded, times up, rounded).
-GEMM: fp32 accumulation, rounded to dtype; + bias rounded; residual + y rounded. What is NOT the reference's:
+GEMM: fp32 accumulation (+ bias, as F.linear's cuBLAS epilogue), rounded to dtype; residual + y rounded. What is
+NOT the reference's:
 the order of the fp32 sums (the GEMM's and the norm's sum of squares), so fp32 results agree to ~1e-6 relative
 and bf16 results can differ by an ulp where the fp32 value sits near a rounding boundary (tests say how much).
-Note: cuBLAS adds a bias inside its fp32 epilogue (one rounding); the spec here rounds y before the bias add.
 
 Launch config: `launch_config(m, n, k, dtype)`, a small deterministic function (no autotuner: CUDA-graph
 capturable, same kernel every call); `skinny_linear(..., config=...)` overrides it (benchmarks/scripts/
@@ -60,14 +60,15 @@ def _silu_mul(g, u, DTYPE: tl.constexpr, PRECISE_EXP: tl.constexpr):
 @triton.jit
 def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
               HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] fp32 sums -> round, + bias, residual + y (each rounded as torch would), store."""
+    """[BLOCK_M, BLOCK_N] fp32 sums (+ bias) -> round, residual + y (rounded, as torch would), store."""
     dtype = out_ptr.dtype.element_ty
     n_mask = offs_n < N
     mask = (offs_m[:, None] < M) & n_mask[None, :]
-    y = round_to(acc, dtype)
     if HAS_BIAS:
+        # Added to the fp32 sums before the one rounding, as cuBLAS's bias epilogue (F.linear(x, w, bias)) does.
         b = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        y = round_to(y + b[None, :], dtype)
+        acc = acc + b[None, :]
+    y = round_to(acc, dtype)
     if HAS_RES:
         # Read and written by this program only, element for element: `out` may alias `residual`.
         r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
