@@ -411,3 +411,19 @@ def test_first_audio_fast_path_changes_timing_not_audio(eager):
     assert first_at == (2 if eager else 3)        # prefill, decode frame 0 (+ one step late without the fast path)
     _, _, ref_wav = reference("custom_voice", req)
     assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
+
+
+def test_first_audio_latency_is_split_into_its_parts():
+    """stats()["ttfp_breakdown_ms"]: the mean of each TTFP part over the requests that got audio; the parts after
+    the prompt build add up to the time from queueing to the first chunk (the final record's own timestamps)."""
+    core = make_engine()
+    assert core.stats()["ttfp_breakdown_ms"] == {}
+    reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(2)]
+    results = drive(core, {0: reqs[:1], 3: reqs[1:]})
+    parts = core.stats()["ttfp_breakdown_ms"]
+    assert list(parts) == ["prepare", "queue_and_prefill", "first_frame", "first_chunk"]
+    assert all(v >= 0 for v in parts.values()) and parts["prepare"] > 0
+    finals = [results[r.request_id][-1] for r in reqs]
+    waited_ms = sum(f.first_chunk_at - f.arrived_at for f in finals) / len(finals) * 1e3
+    after_prepare = parts["queue_and_prefill"] + parts["first_frame"] + parts["first_chunk"]
+    assert abs(after_prepare - waited_ms) <= 0.05 + 1e-3 * waited_ms

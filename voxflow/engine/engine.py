@@ -64,6 +64,12 @@ class EngineConfig:
                                                # waiting for its first audio is read at once (0: never)
 
 
+# First-audio latency, in order: building the prompt (tokenizer, voice, embeddings: before the request is queued),
+# waiting + prefill (until the host has launched its last prefill chunk), until its first frame is read back (the
+# first decode step(s), with the prefill's GPU work), until its first PCM chunk is out (the codec).
+TTFP_PARTS = ("prepare", "queue_and_prefill", "first_frame", "first_chunk")
+
+
 class QueueFullError(RuntimeError):
     """The engine's queue is full: retry later (HTTP 429/503)."""
 
@@ -81,6 +87,9 @@ class _Live:
     samples_out: int = 0
     chunks_out: int = 0
     first_chunk_at: float | None = None
+    prepare_seconds: float = 0.0
+    prefilled_at: float | None = None      # the host finished launching its last prefill chunk
+    first_frame_at: float | None = None    # its first frame was read back
     finish_reason: FinishReason | None = None
     extra: dict = field(default_factory=dict)
 
@@ -119,6 +128,9 @@ class EngineCore:
         self.live: dict[str, _Live] = {}
         self.steps = 0
         self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
+        # Where first-audio latency goes, summed over the requests that got audio (see `_note_first_audio`).
+        self._ttfp_parts = dict.fromkeys(TTFP_PARTS, 0.0)
+        self._ttfp_count = 0
         # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
         self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
                                       "codec_launch", "codec_collect"), 0.0)
@@ -170,13 +182,17 @@ class EngineCore:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         if self.scheduler.num_waiting >= self.config.max_waiting:
             raise QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting requests)")
+        t_in = time.monotonic()
         prepared = self.model.prepare(request)
+        prepare_seconds = time.monotonic() - t_in
         if prepared.prompt_len + prepared.max_frames > self.config.max_model_len:
             raise ValueError(f"the request may need {prepared.prompt_len + prepared.max_frames} positions (prompt "
                              f"{prepared.prompt_len} + up to {prepared.max_frames} frames) but this engine serves at "
                              f"most {self.config.max_model_len}; shorten the input or lower max_new_tokens")
         seq = Sequence.from_prepared(prepared)
-        self.live[request.request_id] = _Live(request, prepared, seq, time.monotonic())
+        live = _Live(request, prepared, seq, time.monotonic())
+        live.prepare_seconds = prepare_seconds
+        self.live[request.request_id] = live
         self.scheduler.add(seq)
 
     def abort(self, request_id: str) -> list[Output]:
@@ -212,7 +228,9 @@ class EngineCore:
         return {**memory, "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
                 "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup,
-                "step_seconds": {k: round(v, 3) for k, v in self.timings.items()}}
+                "step_seconds": {k: round(v, 3) for k, v in self.timings.items()},
+                "ttfp_breakdown_ms": {k: round(v / self._ttfp_count * 1e3, 2) for k, v in self._ttfp_parts.items()}
+                if self._ttfp_count else {}}
 
     def shutdown(self) -> None:
         for rid in list(self.live):
@@ -322,9 +340,12 @@ class EngineCore:
             for c, e in zip(chunks, embeds):
                 kv = self._kv([c.seq.block_table], [c.end], [bm.slot_mapping(c.seq, c.start, c.end)])
                 self.model.prefill(c.seq.slot, e[c.start:c.end], c.start, kv, c.is_last)
+        now = time.monotonic()
         for live, c in items:
             if c.is_last:
                 live.extra.pop("resume_embeds", None)
+                if live.prefilled_at is None:
+                    live.prefilled_at = now
 
     def _launch_decode(self, seqs: list[Sequence]) -> InflightDecode:
         bm = self.block_manager
@@ -347,6 +368,8 @@ class EngineCore:
                 continue            # aborted since, or the extra decode of a request that finished a step earlier
             self.codec_exec.push(rid, inflight.frames[i:i + 1])
             live.frames_out += 1
+            if live.first_frame_at is None:
+                live.first_frame_at = time.monotonic()
             if finished[i]:
                 live.finish_reason = FinishReason.EOS if eos[i] else FinishReason.LENGTH
                 self._release_talker(live)
@@ -358,6 +381,7 @@ class EngineCore:
         now = time.monotonic()
         if live.first_chunk_at is None:
             live.first_chunk_at = now
+            self._note_first_audio(live)
         live.samples_out += pcm.shape[0]
         live.chunks_out += 1
         return AudioChunk(live.request.request_id, index, pcm_bytes(pcm, live.request.pcm_format),
@@ -371,6 +395,17 @@ class EngineCore:
         if seq.status is not SeqStatus.FINISHED:
             self.scheduler.finish(seq)
         live.talker_done = True
+
+    def _note_first_audio(self, live: _Live) -> None:
+        """Split this request's first-audio latency into TTFP_PARTS (host clock; the GPU's work shows up in the
+        part whose host wait covered it). Requests preempted before their first audio count from their first try."""
+        marks = (live.arrived_at, live.prefilled_at, live.first_frame_at, live.first_chunk_at)
+        if any(m is None for m in marks):
+            return
+        parts = (live.prepare_seconds, marks[1] - marks[0], marks[2] - marks[1], marks[3] - marks[2])
+        for name, value in zip(TTFP_PARTS, parts):
+            self._ttfp_parts[name] += max(0.0, value)
+        self._ttfp_count += 1
 
     def _retire(self, live: _Live, error: str | None = None) -> FinalRecord:
         rid = live.request.request_id
