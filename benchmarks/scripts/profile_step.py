@@ -76,10 +76,12 @@ def main() -> None:
         ms = timed(core, 50)
         host = {k: round((core.timings[k] - before[k]) / 50 * 1e3, 2) for k in before}
         print(f"c={c} {extra}: {ms:.2f} ms per step with CUDA graphs; host ms/step by phase: {host}", flush=True)
+        # 30 steps: long enough to hold a codec burst (at c=64 the streams start together and decode their 25-frame
+        # chunks in the same step, every 25 steps).
         with profile(activities=ACTIVITIES[-1:]) as prof:
-            timed(core, 10)
+            timed(core, 30)
         print(f"c={c} graph replays:")
-        kernel_summary(prof, 10)
+        kernel_summary(prof, 30)
         del core
         sync()
         if i == 0:
