@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxflow.kernels import use_kernels
+
 StreamTensors = dict[str, torch.Tensor]
 
 
@@ -99,14 +101,34 @@ class CausalConvTranspose1d(StreamingModule):
 
 
 class SnakeBeta(nn.Module):
-    """x + sin^2(x * e^alpha) / e^beta (alpha and beta are stored as logarithms). Pointwise: no state."""
+    """x + sin^2(x * e^alpha) / e^beta (alpha and beta are stored as logarithms). Pointwise: no state.
+
+    On CUDA (kernel switch on) one Triton pass instead of five element-wise kernels, same bits
+    (voxflow/kernels/snake_beta.py); its per-channel terms are computed by the same torch ops, once per weight
+    version, outside any CUDA-graph capture."""
 
     def __init__(self, channels: int):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self._terms: tuple | None = None
+
+    def _channel_terms(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(e^alpha, 1 / (e^beta + 1e-9)) per channel, exactly as forward's torch expression forms them."""
+        key = tuple((p.data_ptr(), p._version, p.dtype) for p in (self.alpha, self.beta))
+        if self._terms is not None and self._terms[0] == key:
+            return self._terms[1], self._terms[2]
+        a, inv = torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9)
+        if not (a.is_cuda and torch.cuda.is_current_stream_capturing()):   # never keep graph-pool memory
+            self._terms = (key, a, inv)
+        return a, inv
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        if use_kernels(x):
+            from voxflow.kernels import snake_beta as fused   # imported lazily: CPU runs never load Triton code
+            a, inv = self._channel_terms()
+            if fused.supported(x, a, inv):
+                return fused.snake_beta(x, a, inv)
         alpha = torch.exp(self.alpha)[None, :, None]
         beta = torch.exp(self.beta)[None, :, None]
         return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)

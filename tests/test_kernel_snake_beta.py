@@ -1,0 +1,87 @@
+"""The codec's fused SnakeBeta activation (voxflow/kernels/snake_beta.py) against the torch module, on CPU tensors
+through Triton's interpreter (in a subprocess, see tests/interpreter_child.py).
+
+Tolerances: the interpreter's sin is numpy's, torch's CPU sin its own vectorised one: a 1-ulp difference in sin(t)
+becomes a few ulp of the scaled square, which near cancellation (x ~ -inv * sin^2) is many ulp of a tiny output.
+So the error is bounded against the terms' scale: |got - ref| <= 4 * eps(dtype) * (|x| + inv) per element, and
+>= 90% of the elements bit-equal (same rounding points). On CUDA both use sinf and the GPU test holds them
+bit-exact.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from float_compare import ulp_distance  # tests/float_compare.py
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+CHILD_FLAG = "VOXFLOW_SNAKE_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
+
+
+def assert_close_to(got, want, x, inv):
+    eps = torch.finfo(want.dtype).eps
+    bound = 4 * eps * (x.float().abs() + inv.float()[None, :, None])
+    err = (got.float() - want.float()).abs()
+    assert (err <= bound).all(), (err / bound).max().item()
+    assert (ulp_distance(got, want) == 0).float().mean().item() >= 0.9
+
+
+def module(channels, dtype, seed):
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import SnakeBeta
+    torch.manual_seed(seed)
+    m = SnakeBeta(channels)
+    m.alpha.data.uniform_(-1.0, 1.0)
+    m.beta.data.uniform_(-1.0, 1.0)
+    return m.to(dtype).eval().requires_grad_(False)
+
+
+def check_against_the_module():
+    from voxflow.kernels.snake_beta import snake_beta, supported
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        for b, c, t in ((1, 3, 5), (2, 16, 1500), (3, 7, 1025)):
+            m = module(c, dtype, seed=c)
+            x = (torch.randn(b, c, t, generator=g) * 3).to(dtype)
+            a, inv = m._channel_terms()
+            assert supported(x, a, inv)
+            want = m(x)                                                   # the torch expression (CPU)
+            assert_close_to(snake_beta(x, a, inv), want, x, inv)
+            strided = torch.randn(b, t, c, generator=g).to(dtype).transpose(1, 2)[:, :, :]   # channel stride 1
+            assert not supported(strided, a, inv)                         # unit last stride only
+            sliced = x[:, :, 1:]                                          # row stride != T: strides followed
+            assert_close_to(snake_beta(sliced, a, inv), m(sliced), sliced, inv)
+
+
+def check_module_dispatch_and_term_cache():
+    """The module calls the kernel when kernels are on for x, with terms computed once per weight version."""
+    import voxflow.models.qwen3_tts.codec_decoder_blocks as blocks
+    m = module(4, torch.float32, seed=1)
+    x = torch.randn(2, 4, 9)
+    want = m(x)
+    saved = blocks.use_kernels
+    blocks.use_kernels = lambda t: True
+    try:
+        got = m(x)
+        terms = m._terms
+        assert terms is not None and m(x) is not None and m._terms is terms           # cached
+        with torch.no_grad():
+            m.alpha.add_(0.5)                                                          # new weight version
+        m(x)
+        assert m._terms is not terms
+    finally:
+        blocks.use_kernels = saved
+    assert_close_to(got, want, x, terms[2])
+
+
+if IN_CHILD:
+    def test_child_against_the_module():
+        check_against_the_module()
+
+    def test_child_dispatch_and_cache():
+        check_module_dispatch_and_term_cache()
+else:
+    def test_snake_beta_kernel_under_the_interpreter():
+        run_child(__file__, CHILD_FLAG)
