@@ -427,3 +427,20 @@ def test_first_audio_latency_is_split_into_its_parts():
     waited_ms = sum(f.first_chunk_at - f.arrived_at for f in finals) / len(finals) * 1e3
     after_prepare = parts["queue_and_prefill"] + parts["first_frame"] + parts["first_chunk"]
     assert abs(after_prepare - waited_ms) <= 0.05 + 1e-3 * waited_ms
+
+
+@pytest.mark.parametrize("name", ["custom_voice", "voice_design", "base"])
+def test_warmup_requests_run_before_serving_and_leave_no_trace(name):
+    """The model's warm-up requests (run at startup on a GPU; forced here) go through the engine and leave it as
+    new: no live request, every block free, counters, step timings and TTFP parts at zero."""
+    core = make_engine(name, warmup_requests=True)
+    assert "warmup_error" not in core.startup and core.startup["warmup_seconds"] > 0
+    stats = core.stats()
+    assert stats["steps"] == 0 and stats["finished"] == 0 and stats["audio_seconds"] == 0.0
+    assert stats["ttfp_breakdown_ms"] == {} and not any(stats["step_seconds"].values())
+    assert_all_released(core)
+    results = drive(core, {0: [greedy("Hello.", 4, voice="vivian" if name == "custom_voice" else None,
+                                      instructions="A calm voice." if name == "voice_design" else None,
+                                      request_id="after")]} if name != "base" else {})
+    if name != "base":
+        assert results["after"][-1].reason == FinishReason.LENGTH

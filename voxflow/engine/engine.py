@@ -62,6 +62,8 @@ class EngineConfig:
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
     eager_first_chunk: int = 4                 # up to this many running requests, a step with a stream still
                                                # waiting for its first audio is read at once (0: never)
+    warmup_requests: bool | None = None        # run the model's warm-up requests before serving (None: on a GPU
+                                               # with capture_at_start, where first use compiles kernels)
 
 
 # First-audio latency, in order: building the prompt (tokenizer, voice, embeddings: before the request is queued),
@@ -150,10 +152,38 @@ class EngineCore:
             with torch.no_grad():
                 self.startup["graph_capture_seconds"] = round(self.runner.capture(widths=[1, 2, 4, 8, 16]), 3)
             self.startup["graphs"] = self.runner.stats.graphs
+        on_gpu = torch.device(self.model.device).type == "cuda"
         warm = getattr(self.codec, "warmup", None)
-        if warm is not None and torch.device(self.model.device).type == "cuda" and cfg.capture_at_start:
+        if warm is not None and on_gpu and cfg.capture_at_start:
             frame_counts = sorted({1, 2, 5, 10, cfg.chunk_frames})
             self.startup["codec_capture_seconds"] = round(warm(self.runner.buckets, frame_counts), 3)
+        wanted = cfg.warmup_requests if cfg.warmup_requests is not None else (on_gpu and cfg.capture_at_start)
+        if wanted and hasattr(self.model, "warmup_requests"):
+            self._run_warmup()
+
+    def _run_warmup(self) -> None:
+        """The model's warm-up requests (one alone, then the rest together), outputs dropped, then every counter
+        back to zero: the stats describe served requests only. A failure is reported, not fatal."""
+        t0 = time.perf_counter()
+        requests = self.model.warmup_requests()
+        try:
+            for group in (requests[:1], requests[1:]):
+                for request in group:
+                    self.add_request(request)
+                while self.has_work():
+                    self.step()
+        except Exception as e:                                      # noqa: BLE001 - reported in the startup record
+            log.warning("warm-up requests failed: %s", e)
+            self.startup["warmup_error"] = str(e)
+            for rid in list(self.live):
+                self.abort(rid)
+        self.steps = 0
+        self.stats_counters = dict.fromkeys(self.stats_counters, 0)
+        self.stats_counters["audio_seconds"] = 0.0
+        self._ttfp_parts = dict.fromkeys(TTFP_PARTS, 0.0)
+        self._ttfp_count = 0
+        self.timings = dict.fromkeys(self.timings, 0.0)
+        self.startup["warmup_seconds"] = round(time.perf_counter() - t0, 3)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "EngineCore":

@@ -125,6 +125,10 @@ class TTSModel(Protocol):
     def decode_variant(self) -> Any:
         """A hashable naming the code path decode takes now (graphs are captured per variant)."""
 
+    # Optional: warmup_requests() -> [SpeechRequest]: short, valid requests for this model that the engine runs
+    # before serving (engine._run_warmup), so that the first user request pays no lazy initialisation or kernel
+    # compilation on the prefill path.
+
 
 class CodecModel(Protocol):
     """The codec side: frames -> PCM, stateful per request, batched across requests."""

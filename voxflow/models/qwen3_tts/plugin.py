@@ -38,7 +38,7 @@ import torch
 from torch.profiler import record_function
 
 from voxflow.engine.model_api import DecodeOutput, KVSpec, PagedKVContext, PreparedRequest
-from voxflow.engine.request import SpeechRequest
+from voxflow.engine.request import SamplingOptions, SpeechRequest
 from voxflow.layers.paged_attention import PagedKVView
 
 from .batch_sampling import residual_sample_fn, seed_key, select_c0
@@ -138,6 +138,23 @@ class Qwen3TTSPlugin:
             max_frames=max_new_tokens - 1, state=state, codec_prefix_frames=ref_codes,
             info=dict(layout=prompt.layout, language=prompt.language, speaker=prompt.speaker,
                       instruction_dropped=prompt.instruction_dropped))
+
+    def warmup_requests(self) -> list[SpeechRequest]:
+        """Three short requests of this model's task (a preset speaker / a voice description / a one-second clip
+        as an x-vector-only clone), default sampling: the engine runs the first alone and the other two together,
+        which takes the single and the batched prefill paths and the first-c0 draw through their first use."""
+        model = self.model
+        kw: dict = {}
+        if model.task == "custom_voice":
+            kw["voice"] = model.speakers[0]
+        elif model.task == "voice_design":
+            kw["instructions"] = "A calm, clear voice."
+        else:
+            ramp = np.linspace(0.0, 1.0, model.sample_rate, dtype=np.float32)
+            kw.update(ref_audio=(0.1 * np.sin(2 * np.pi * 220.0 * ramp)).astype("<f4").tobytes(), x_vector_only=True)
+        texts = ("Warming up.", "Warming up the batched prefill.", "And its second row.")
+        return [SpeechRequest(text=t, sampling=SamplingOptions(max_new_tokens=3), request_id=f"warmup-{i}", **kw)
+                for i, t in enumerate(texts)]
 
     def describe(self) -> dict:
         model = self.model
