@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
+from skinny_reference import EPS, reference  # tests/skinny_reference.py
 from float_compare import assert_within_ulp, ulp_distance  # tests/float_compare.py
 from interpreter_child import in_child, run_child  # tests/interpreter_child.py
 
@@ -33,7 +33,6 @@ IN_CHILD = in_child(CHILD_FLAG)
 SHAPES = ((64, 128), (96, 64), (128, 256))          # (N, K)
 ROWS = (1, 3, 16, 33, 64)
 VARIANTS = ("plain", "bias", "residual", "norm", "norm+residual", "gated", "gated+residual", "out=residual+bias")
-EPS = 1e-6
 
 
 def make_inputs(variant: str, m: int, n: int, k: int, dtype: torch.dtype, g: torch.Generator) -> dict:
@@ -51,27 +50,6 @@ def make_inputs(variant: str, m: int, n: int, k: int, dtype: torch.dtype, g: tor
     if variant.startswith("norm"):
         args["norm_weight"] = (torch.randn(k, generator=g) * 0.5 + 1).to(dtype)
     return args
-
-
-def reference(x, w, *, bias=None, residual=None, norm_weight=None, gated=False):
-    """(same-dtype result, fp32 result from the same-dtype GEMM input, the element-wise error scale)."""
-    if norm_weight is not None:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + EPS)
-        a = norm_weight * x32.to(x.dtype)
-    elif gated:
-        gate, up = x.chunk(2, dim=-1)
-        a = F.silu(gate) * up
-    else:
-        a = x
-    y = F.linear(a, w, bias)                     # the bias inside the GEMM's epilogue: one rounding
-    y32 = F.linear(a.float(), w.float(), bias.float() if bias is not None else None)
-    scale = a.float().abs() @ w.float().abs().t()
-    if bias is not None:
-        scale = scale + bias.float().abs()
-    if residual is not None:
-        y, y32, scale = residual + y, residual.float() + y32, scale + residual.float().abs()
-    return y, y32, scale
 
 
 def run_variant(variant: str, args: dict, config: dict | None = None) -> torch.Tensor:

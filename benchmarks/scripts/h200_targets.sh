@@ -34,7 +34,7 @@ profile)
   timeout ${PROFILE_TIMEOUT:-400} python3 benchmarks/scripts/profile_step.py /tmp/real-1.7b 1,64 2>&1 | grep -v Warning \
       | tee "$OUT/profile_1p7b.txt" ;;
 tests)
-  timeout ${TEST_TIMEOUT:-560} python3 -m pytest -q -rs -p no:cacheprovider tests/gpu > "$OUT/gpu_tests.txt" 2>&1
+  timeout ${TEST_TIMEOUT:-560} python3 -m pytest -q -rs -n 4 -p no:cacheprovider tests/gpu > "$OUT/gpu_tests.txt" 2>&1   # -n: Triton compiles in parallel (xdist is on the device image)
   tail -n 30 "$OUT/gpu_tests.txt" ;;
 http)
   ckpt 1.7b 1.7B

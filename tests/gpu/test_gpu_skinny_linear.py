@@ -9,13 +9,12 @@ reduced-precision split-K reduction is switched off for the reference (it would 
 """
 import pytest
 import torch
-import torch.nn.functional as F
 
+from skinny_reference import EPS, reference  # tests/skinny_reference.py
 from float_compare import ulp_distance  # tests/float_compare.py
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
 
-EPS = 1e-6
 # (name, K, N, the prologue/epilogue the layer fuses into this GEMM)
 SHAPES = (
     ("cp.qkv", 1024, 4096, "norm"),
@@ -56,27 +55,6 @@ def make_inputs(variant, m, n, k, dtype, seed=0):
     if variant.startswith("norm"):
         args["norm_weight"] = (torch.randn(k, device="cuda", generator=g) * 0.5 + 1).to(dtype)
     return args
-
-
-def reference(x, w, *, bias=None, residual=None, norm_weight=None, gated=False):
-    """(same-dtype torch result, fp32 result of the same-dtype GEMM input, element-wise error scale)."""
-    if norm_weight is not None:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + EPS)
-        a = norm_weight * x32.to(x.dtype)
-    elif gated:
-        gate, up = x.chunk(2, dim=-1)
-        a = F.silu(gate) * up
-    else:
-        a = x
-    y = F.linear(a, w, bias)                     # the bias inside the GEMM's epilogue: one rounding
-    y32 = F.linear(a.float(), w.float(), bias.float() if bias is not None else None)
-    scale = a.float().abs() @ w.float().abs().t()
-    if bias is not None:
-        scale = scale + bias.float().abs()
-    if residual is not None:
-        y, y32, scale = residual + y, residual.float() + y32, scale + residual.float().abs()
-    return y, y32, scale
 
 
 def check(variant, got, want, label):

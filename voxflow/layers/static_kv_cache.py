@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from voxflow.kernels import use_kernels
-from voxflow.layers.attention import eager_attention
+from voxflow.layers.attention import KVCache, eager_attention
 
 
 class StaticLayerKVCache:
@@ -45,20 +45,10 @@ class StaticLayerKVCache:
         return eager_attention(q, self.k[:, :, :start + s], self.v[:, :, :start + s], bias, scale)
 
 
-class StaticKVCache:
-    """One StaticLayerKVCache per decoder layer (the KVCache interface: indexing, len, seq_len)."""
+class StaticKVCache(KVCache):
+    """One StaticLayerKVCache per decoder layer (indexing, len and seq_len as KVCache)."""
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device):
         self.layers = [StaticLayerKVCache(batch, num_kv_heads, max_len, head_dim, dtype, device)
                        for _ in range(num_layers)]
-
-    def __getitem__(self, i: int) -> StaticLayerKVCache:
-        return self.layers[i]
-
-    def __len__(self) -> int:
-        return len(self.layers)
-
-    @property
-    def seq_len(self) -> int:
-        return self.layers[0].seq_len if self.layers else 0
