@@ -1,6 +1,6 @@
-"""The code predictor's whole kernel path (preallocated KV cache with the fused append attention, RoPE rows from the
-prefix table, the skinny-GEMM decoder layers with norm / silu / residual fused in, the final norm inside lm_head)
-against its reference path, on CPU tensors through Triton's interpreter (in a subprocess, see interpreter_child).
+"""The code predictor's whole kernel path (preallocated KV cache with q/k norms, RoPE, append and attention in one
+kernel, RoPE rows from the prefix table, the skinny-GEMM decoder layers with norm / silu / residual fused in, the
+final norm inside lm_head) against its reference path, on CPU tensors through Triton's interpreter (in a subprocess, see interpreter_child).
 
 A code predictor at small but kernel-supported shapes (hidden 64, 4 query / 2 KV heads of 16, two layers, vocab
 256, 5 code groups: 4 steps instead of 15, to keep the interpreter run short). Teacher-forced (sample_fn returns fixed codes, so both paths see the same inputs at every step): fp32 logits
@@ -54,10 +54,13 @@ def run(cp, h, c0, kernels: bool, forced: torch.Tensor | None):
 
 
 def check_kernel_path_against_reference():
+    from voxflow.kernels import dense_decode_norm_rope as fused_attention
     from voxflow.models.qwen3_tts.code_predictor import CodePredictor
-    calls = []
+    calls, attention_calls = [], []
     real = CodePredictor._kernel_step_logits
     CodePredictor._kernel_step_logits = lambda self, *a: (calls.append(1), real(self, *a))[1]
+    real_attention = fused_attention.norm_rope_attend_append
+    fused_attention.norm_rope_attend_append = lambda *a: (attention_calls.append(1), real_attention(*a))[1]
     g = torch.Generator().manual_seed(1)
     # One row: every fused GEMM of the path (o_proj + residual, silu*up + down_proj + residual, norm + lm_head);
     # three rows: o_proj's only (SKINNY_GATED_MAX_ROWS).
@@ -67,8 +70,10 @@ def check_kernel_path_against_reference():
         c0 = torch.randn(rows, 96, generator=g).to(dtype)
         forced = torch.randint(0, 256, (rows, 4), generator=g)
         calls.clear()
+        attention_calls.clear()
         codes_k, logits_k = run(cp, h, c0, True, forced)
         assert len(calls) == 4, "the kernel path did not run"
+        assert len(attention_calls) == 2 * 3, "the fused norm/RoPE/attention kernel did not run (2 layers x 3 steps)"
         codes_r, logits_r = run(cp, h, c0, False, forced)
         assert torch.equal(codes_k, forced) and torch.equal(codes_r, forced)
         err = (logits_k.float() - logits_r.float()).abs().max().item()
@@ -78,6 +83,7 @@ def check_kernel_path_against_reference():
             greedy_r, _ = run(cp, h, c0, False, None)
             assert torch.equal(greedy_k, greedy_r)
     CodePredictor._kernel_step_logits = real
+    fused_attention.norm_rope_attend_append = real_attention
 
 
 if IN_CHILD:

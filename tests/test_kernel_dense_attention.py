@@ -61,7 +61,40 @@ def check_append_against_eager():
                                       full, full.clone(), 4, 0.25)
 
 
+def check_norm_rope_append_against_the_two_kernels_it_fuses():
+    """q/k norms + RoPE + append + attention in one kernel == the reference norms/RoPE then eager attention; the
+    cache gets the normed, rotated key (bit-equal to the qk_norm_rope kernel's) and the raw value."""
+    from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append, supported
+    from voxflow.kernels.qk_norm_rope import qk_norm_rope
+    from voxflow.layers.attention import eager_attention
+    from voxflow.layers.rotary import RotaryEmbedding
+    g = torch.Generator().manual_seed(2)
+    for dtype, tol in ((torch.float32, 2e-6), (torch.bfloat16, 2e-2)):
+        for b, hq, hkv, length, d in ((2, 4, 2, 0, 16), (3, 6, 2, 7, 32), (1, 4, 4, 15, 16)):
+            qkv = torch.randn(b, 1, (hq + 2 * hkv) * d, generator=g).to(dtype)       # a fused projection's output
+            q = qkv[..., :hq * d].view(b, 1, hq, d)
+            k = qkv[..., hq * d:(hq + hkv) * d].view(b, 1, hkv, d)
+            v = qkv[..., (hq + hkv) * d:].view(b, 1, hkv, d)
+            qw, kw = (torch.rand(d, generator=g) + 0.5).to(dtype), (torch.rand(d, generator=g) + 0.5).to(dtype)
+            cos, sin = RotaryEmbedding(d, 1e6)(torch.tensor([[length]]), dtype)          # [1, 1, D]
+            cache_k = torch.randn(b, hkv, 16, d, generator=g).to(dtype)
+            cache_v = torch.randn(b, hkv, 16, d, generator=g).to(dtype)
+            assert supported(q, k, v, qw, kw, cos, sin)
+            qn, kn = qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6, 1e-6)                   # [B, 1, H, D]
+            keys = torch.cat((cache_k[:, :, :length], kn.transpose(1, 2)), dim=2)
+            values = torch.cat((cache_v[:, :, :length], v.transpose(1, 2)), dim=2)
+            want = eager_attention(qn.transpose(1, 2).float(), keys.float(), values.float(), None, d ** -0.5)
+            got = norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, cache_k, cache_v, length,
+                                          d ** -0.5)
+            err = (got.float() - want).abs().max().item()
+            assert err <= tol, (dtype, b, hq, hkv, length, d, err)
+            assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)
+
+
 if IN_CHILD:
+    def test_child_norm_rope_append():
+        check_norm_rope_append_against_the_two_kernels_it_fuses()
+
     def test_child_against_eager():
         check_against_eager()
 

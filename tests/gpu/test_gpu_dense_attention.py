@@ -58,3 +58,33 @@ def test_dense_decode_attention_append_matches_eager_and_fills_the_cache(dtype):
         tol = 1e-5 if dtype == torch.float32 else want.abs() * 2.0 ** -8 + 1e-3
         assert ((got - want).abs() <= tol).all(), (length, (got - want).abs().max().item())
         assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
+    """Code-predictor shapes (16 / 8 heads of 128): the cache gets exactly qk_norm_rope's key; the output is within
+    the dense kernel's tolerance of fp32 attention over the same normed inputs."""
+    from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append, supported
+    from voxflow.kernels.qk_norm_rope import qk_norm_rope
+    from voxflow.layers.attention import eager_attention
+    from voxflow.layers.rotary import RotaryEmbedding
+    for length in (0, 1, 14):
+        qkv = torch.randn(batch, 1, 32 * 128, device="cuda").to(dtype)
+        q, k, v = qkv[..., :2048].view(batch, 1, 16, 128), qkv[..., 2048:3072].view(batch, 1, 8, 128), \
+            qkv[..., 3072:].view(batch, 1, 8, 128)
+        qw = (torch.rand(128, device="cuda") + 0.5).to(dtype)
+        kw = (torch.rand(128, device="cuda") + 0.5).to(dtype)
+        cos, sin = RotaryEmbedding(128, 1e6).to("cuda")(torch.tensor([[length]], device="cuda"), dtype)
+        cache_k = torch.randn(batch, 8, 16, 128, device="cuda", dtype=dtype)
+        cache_v = torch.randn(batch, 8, 16, 128, device="cuda", dtype=dtype)
+        assert supported(q, k, v, qw, kw, cos, sin)
+        qn, kn = qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6, 1e-6)
+        keys = torch.cat((cache_k[:, :, :length], kn.transpose(1, 2)), dim=2)
+        values = torch.cat((cache_v[:, :, :length], v.transpose(1, 2)), dim=2)
+        want = eager_attention(qn.transpose(1, 2).float(), keys.float(), values.float(), None, 128 ** -0.5)
+        got = norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, cache_k, cache_v, length,
+                                      128 ** -0.5).float()
+        tol = 1e-5 if dtype == torch.float32 else want.abs() * 2.0 ** -8 + 1e-3
+        assert ((got - want).abs() <= tol).all(), (length, (got - want).abs().max().item())
+        assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)

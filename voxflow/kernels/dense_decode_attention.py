@@ -18,19 +18,12 @@ import triton.language as tl
 
 
 @triton.jit
-def _dense_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, kn_ptr, vn_ptr, T, scale,
-                         sq_b, sq_h, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, skn_b, skn_h, svn_b, svn_h,
-                         GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr,
-                         APPEND: tl.constexpr):
-    b = tl.program_id(0)
-    kvh = tl.program_id(1)
-    g = tl.arange(0, GP)
+def _attend_cached(q, k_ptr, v_ptr, b, kvh, T, scale, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
+                   GP: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr):
+    """fp32 queries q [GP, D] of one (row, KV head) over cache positions [0, T): the online-softmax state
+    (running max m, running sum l, unnormalised accumulator acc)."""
     d = tl.arange(0, D)
     t = tl.arange(0, BLOCK_T)
-    gmask = g < GROUPS
-    heads = kvh * GROUPS + g
-    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=gmask[:, None], other=0.0)
-    q = q.to(tl.float32)
     m = tl.full((GP,), float("-inf"), tl.float32)
     l = tl.zeros((GP,), tl.float32)
     acc = tl.zeros((GP, D), tl.float32)
@@ -47,6 +40,24 @@ def _dense_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, kn_ptr, vn_ptr, T, scale,
         v = tl.load(v_ptr + b * sv_b + kvh * sv_h + tt[:, None] * sv_t + d[None, :], mask=tmask[:, None], other=0.0)
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         m = m_new
+    return m, l, acc
+
+
+@triton.jit
+def _dense_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, kn_ptr, vn_ptr, T, scale,
+                         sq_b, sq_h, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, skn_b, skn_h, svn_b, svn_h,
+                         GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr,
+                         APPEND: tl.constexpr):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, D)
+    gmask = g < GROUPS
+    heads = kvh * GROUPS + g
+    q = tl.load(q_ptr + b * sq_b + heads[:, None] * sq_h + d[None, :], mask=gmask[:, None], other=0.0)
+    q = q.to(tl.float32)
+    m, l, acc = _attend_cached(q, k_ptr, v_ptr, b, kvh, T, scale, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
+                               GP, D, BLOCK_T)
     if APPEND:
         # The new token: attended from registers (the cache's first T positions are the old ones) and written to
         # cache position T for the next steps -- the append that was two copy kernels.

@@ -91,6 +91,14 @@ class Qwen3Attention(nn.Module):
         per-head norms, RoPE, the cache, attention."""
         b, s, _ = q.shape
         per_head = (b, s, -1, self.head_dim)
+        attend_raw = getattr(cache, "attend_raw", None)
+        if attend_raw is not None and s == 1 and bias is None and use_kernels(q):
+            # A cache that takes the raw projections (the code predictor's static cache): norms, RoPE, the append
+            # and attention in one kernel.
+            out = attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), self.q_norm, self.k_norm, cos,
+                             sin, self.scale)
+            if out is not None:
+                return out.reshape(b, s, -1)
         q, k = self._norm_rope(q.view(per_head), k.view(per_head), cos, sin)
         v = v.view(per_head).transpose(1, 2)
         attend = getattr(cache, "attend", None)

@@ -1,0 +1,95 @@
+"""A code-predictor decode step's whole attention core in one Triton kernel: per-head q/k RMSNorm, RoPE, the
+append of the new key/value to the preallocated cache, and single-query attention over the cache.
+
+Before, each of the 75 code-predictor layer steps of a frame launched two kernels for this (qk_norm_rope.py, then
+dense_decode_attention.py's append variant), ~3 us each on an H200 at batch 1. Here one program per (row, KV
+head) runs the same two computations back to back: it normalises and rotates its group's query heads into a small
+scratch buffer and the new key straight into cache position T (the shared `_norm_rope_heads`, so the bits are
+qk_norm_rope's), copies the new value, and after a block barrier attends over positions [0, T] exactly as the
+dense kernel does (`_attend_cached`). The KV heads of a row are disjoint, so no program reads what another writes.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from voxflow.kernels.dense_decode_attention import _attend_cached
+from voxflow.kernels.dense_decode_attention import supported as attention_supported
+from voxflow.kernels.qk_norm_rope import _norm_rope_heads
+from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
+
+
+@triton.jit
+def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, k_ptr, v_ptr, out_ptr,
+                             T, scale, half, inv_d, q_eps, k_eps,
+                             sqr_b, sqr_h, skr_b, skr_h, svr_b, svr_h, cos_sb, sin_sb, sqs_b, sqs_h,
+                             sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h,
+                             GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                             BLOCK_T: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    dh = tl.arange(0, BLOCK_HALF)
+    dh_mask = dh < half
+    c1 = tl.load(cos_ptr + b * cos_sb + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
+    c2 = tl.load(cos_ptr + b * cos_sb + half + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
+    s1 = tl.load(sin_ptr + b * sin_sb + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
+    s2 = tl.load(sin_ptr + b * sin_sb + half + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
+    h0 = kvh * GROUPS
+    # 1. the new token: q heads of the group -> scratch, k -> cache position T (normed, rotated), v -> position T
+    _norm_rope_heads(qr_ptr, qs_ptr, qw_ptr, b, 0, h0, h0 + GROUPS, sqr_b, 0, sqr_h, sqs_b, 0, sqs_h,
+                     c1, c2, s1, s2, dh, dh_mask, half, inv_d, q_eps, GP)
+    _norm_rope_heads(kr_ptr, k_ptr + T * sk_t, kw_ptr, b, 0, kvh, kvh + 1, skr_b, 0, skr_h, sk_b, 0, sk_h,
+                     c1, c2, s1, s2, dh, dh_mask, half, inv_d, k_eps, 2)
+    d = tl.arange(0, D)
+    vn = tl.load(vr_ptr + b * svr_b + kvh * svr_h + d)
+    tl.store(v_ptr + b * sv_b + kvh * sv_h + T * sv_t + d, vn)
+    tl.debug_barrier()          # the stores above are read back below by other threads of this program
+    # 2. attention over positions [0, T] (the new one included) with the normed, rotated queries
+    g = tl.arange(0, GP)
+    gmask = g < GROUPS
+    heads = h0 + g
+    q = tl.load(qs_ptr + b * sqs_b + heads[:, None] * sqs_h + d[None, :], mask=gmask[:, None], other=0.0)
+    m, l, acc = _attend_cached(q.to(tl.float32), k_ptr, v_ptr, b, kvh, T + 1, scale, sk_b, sk_h, sk_t,
+                               sv_b, sv_h, sv_t, GP, D, BLOCK_T)
+    out = acc / l[:, None]
+    tl.store(out_ptr + b * so_b + heads[:, None] * so_h + d[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=gmask[:, None])
+
+
+def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+              cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Raw projections q [B, 1, Hq, D], k / v [B, 1, Hkv, D] (per-head views), norm weights [D], cos / sin
+    [1 or B, 1, D]: where both fused kernels it stands for would run (unit-stride head dim)."""
+    if not norm_rope_supported(q, k, q_weight, k_weight, cos, sin):
+        return False
+    if q.shape[1] != 1 or v.shape != k.shape or v.dtype != q.dtype or any(t.stride(-1) != 1 for t in (q, k, v)):
+        return False
+    return attention_supported(q.transpose(1, 2), k.transpose(1, 2))
+
+
+def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                            k_weight: torch.Tensor, q_eps: float, k_eps: float, cos: torch.Tensor, sin: torch.Tensor,
+                            k_cache: torch.Tensor, v_cache: torch.Tensor, length: int, scale: float) -> torch.Tensor:
+    """attention(rope(norm(q)), cache[:length] + [rope(norm(k))], cache[:length] + [v]) -> [B, 1, Hq, D]; the new
+    key / value are written at cache position `length` (k_cache / v_cache [B, Hkv, >= length + 1, D])."""
+    b, _, hq, d = q.shape
+    hkv = k.shape[2]
+    if k_cache.shape[2] <= length:
+        raise ValueError(f"cache of {k_cache.shape[2]} positions has no room at position {length}")
+    groups = hq // hkv
+    scratch = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
+    out = torch.empty(b, 1, hq, d, dtype=q.dtype, device=q.device)
+    half = d // 2
+    _norm_rope_attend_kernel[(b, hkv)](
+        q, k, v, q_weight.contiguous(), k_weight.contiguous(), cos, sin, scratch, k_cache, v_cache, out,
+        length, float(scale), half, 1.0 / d, float(q_eps), float(k_eps),
+        q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2),
+        cos.stride(0) if cos.shape[0] > 1 else 0, sin.stride(0) if sin.shape[0] > 1 else 0,
+        scratch.stride(0), scratch.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), out.stride(0), out.stride(2),
+        GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_HALF=triton.next_power_of_2(half),
+        BLOCK_T=16,
+        enable_fp_fusion=False)   # qk_norm_rope's rounding: no fma contraction in the norm and the rotation
+    return out
