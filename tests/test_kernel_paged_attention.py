@@ -231,5 +231,19 @@ def test_qwen3_attention_uses_the_cache_attend_hook(fake_kernel, monkeypatch):
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
 
 
+
+def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):
+    """One new token with kernels on: the stack gets no attention mask and the view never builds its [B, T] key
+    bookkeeping; otherwise (kernels off, or a multi-token chunk) the key_valid mask the reference path needs."""
+    kv, gen = decode_setup()
+    x = torch.randn(3, 1, 32, generator=gen)
+    view = PagedKVView(kv, 1)
+    assert view.attention_mask(x) is None and "_token" not in view.__dict__
+    monkeypatch.setattr(pa, "use_kernels", lambda t: False)
+    mask = view.attention_mask(x)
+    assert mask is not None and mask.shape == (3, view.num_keys)
+    assert torch.equal(mask.sum(1), kv.context_lens)          # each row's real slots, right-aligned
+
+
 if __name__ == "__main__":
     run_kernel_cases()

@@ -74,12 +74,27 @@ class PagedKVView:
         if kv.slot_mapping.shape != (batch, num_new):
             raise ValueError(f"slot_mapping has shape {tuple(kv.slot_mapping.shape)}, expected {(batch, num_new)}")
         self.num_keys = width * kv.block_size
-        device = tables.device
-        # Key slot t of row b holds token j = t - (T - len_b); j < 0 is left padding.
-        self._token = (torch.arange(self.num_keys, device=device)[None, :]
-                       - (self.num_keys - kv.context_lens.to(device=device, dtype=torch.long))[:, None])
-        self.key_valid = self._token >= 0                                    # [B, T]
-        self.write_index = kv.slot_mapping.to(device=device, dtype=torch.long).reshape(-1)
+        self.write_index = kv.slot_mapping.to(device=tables.device, dtype=torch.long).reshape(-1)
+
+    @functools.cached_property
+    def _token(self) -> torch.Tensor:
+        """[B, T]: key slot t of row b holds token j = t - (T - len_b); j < 0 is left padding."""
+        device = self.kv.block_tables.device
+        return (torch.arange(self.num_keys, device=device)[None, :]
+                - (self.num_keys - self.kv.context_lens.to(device=device, dtype=torch.long))[:, None])
+
+    @functools.cached_property
+    def key_valid(self) -> torch.Tensor:
+        """[B, T] real key slots (the stack's attention_mask for the reference path)."""
+        return self._token >= 0
+
+    def attention_mask(self, like: torch.Tensor) -> torch.Tensor | None:
+        """What to pass the stack as `attention_mask`: None when every layer takes the decode kernel (one new token,
+        kernels on for tensors like `like`), which reads each row's own length and needs no mask -- so no mask is
+        built at all; else `key_valid`."""
+        if self.num_new == 1 and use_kernels(like):
+            return None
+        return self.key_valid
 
     @functools.cached_property
     def gather_index(self) -> torch.Tensor:

@@ -346,7 +346,7 @@ class Qwen3TTSPlugin:
             x = talker.embed_frame(frame) + s.text_part(rows, fed, self.tts_pad)
             view = PagedKVView(kv, 1)
             positions = (s.prompt_len[rows] + fed)[:, None]
-            hidden = talker(x[:, None], positions, view, view.key_valid)
+            hidden = talker(x[:, None], positions, view, view.attention_mask(x))
 
         # 3. c0 of frame fed + 1 (fed + 1 c0 ids generated so far)
         with record_function("c0_sampling"):
