@@ -22,11 +22,12 @@ from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
 
 @triton.jit
 def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, k_ptr, v_ptr, out_ptr,
-                             T, scale, half, inv_d, q_eps, k_eps,
+                             T, T1, scale, half, inv_d, q_eps, k_eps,
                              sqr_b, sqr_h, skr_b, skr_h, svr_b, svr_h, cos_sb, sin_sb, sqs_b, sqs_h,
                              sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h,
                              GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_HALF: tl.constexpr,
                              BLOCK_T: tl.constexpr):
+    # (T1 = T + 1, passed in: a loop bound computed in the kernel trips Triton 3.6's interpreter)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     dh = tl.arange(0, BLOCK_HALF)
@@ -50,7 +51,7 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
     gmask = g < GROUPS
     heads = h0 + g
     q = tl.load(qs_ptr + b * sqs_b + heads[:, None] * sqs_h + d[None, :], mask=gmask[:, None], other=0.0)
-    m, l, acc = _attend_cached(q.to(tl.float32), k_ptr, v_ptr, b, kvh, T + 1, scale, sk_b, sk_h, sk_t,
+    m, l, acc = _attend_cached(q.to(tl.float32), k_ptr, v_ptr, b, kvh, T1, scale, sk_b, sk_h, sk_t,
                                sv_b, sv_h, sv_t, GP, D, BLOCK_T)
     out = acc / l[:, None]
     tl.store(out_ptr + b * so_b + heads[:, None] * so_h + d[None, :], out.to(out_ptr.dtype.element_ty),
@@ -83,7 +84,7 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
     half = d // 2
     _norm_rope_attend_kernel[(b, hkv)](
         q, k, v, q_weight.contiguous(), k_weight.contiguous(), cos, sin, scratch, k_cache, v_cache, out,
-        length, float(scale), half, 1.0 / d, float(q_eps), float(k_eps),
+        length, length + 1, float(scale), half, 1.0 / d, float(q_eps), float(k_eps),
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2),
         cos.stride(0) if cos.shape[0] > 1 else 0, sin.stride(0) if sin.shape[0] > 1 else 0,
         scratch.stride(0), scratch.stride(1),

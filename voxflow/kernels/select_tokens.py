@@ -46,13 +46,15 @@ def _kth_largest(w, k):
     fp32 value it encodes. The value the k-th slot of a descending sort holds, for far fewer barriers than a
     bitonic sort of the row (top-p needs the sorted row anyway and keeps that path)."""
     bits = w.to(tl.uint32, bitcast=True)
-    keys = tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)       # negative: all bits flipped; else the sign
+    # Negative: all bits flipped; else the sign bit set. (XOR with all ones rather than `~`: Triton 3.6 lowers `~`
+    # on uint32 through a -1 that does not fit.)
+    keys = tl.where((bits >> 31) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
     result = tl.full([], 0, tl.uint32)
     for b in tl.static_range(31, -1, -1):
         trial = result | (1 << b)
         count = tl.sum((keys >= trial).to(tl.int32), 0)
         result = tl.where(count >= k, trial, result)
-    value_bits = tl.where((result >> 31) != 0, result & 0x7FFFFFFF, ~result)
+    value_bits = tl.where((result >> 31) != 0, result & 0x7FFFFFFF, result ^ 0xFFFFFFFF)
     return value_bits.to(tl.float32, bitcast=True)
 
 
