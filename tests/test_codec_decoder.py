@@ -376,3 +376,18 @@ def test_load_tiny_checkpoint():
     assert wav.shape == (12 * UP,) and torch.isfinite(wav).all() and wav.std() > 0
     streamed = stream_in_chunks(dec, codes[0], [5, 1, 6])
     assert max_diff(streamed, wav) <= TOL
+
+
+def test_codebook_table_is_made_once_per_weight_version():
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import Codebook
+    cb = Codebook(8, 4)
+    with torch.no_grad():
+        cb.embedding_sum.normal_()
+        cb.cluster_usage.uniform_(0.5, 2.0)
+    first = cb.embeddings()
+    assert cb.embeddings() is first                                   # kept
+    assert torch.equal(first, cb.embedding_sum / cb.cluster_usage.clamp(min=1e-5)[:, None])
+    with torch.no_grad():
+        cb.cluster_usage.mul_(2.0)                                    # new weight version: made again
+    again = cb.embeddings()
+    assert again is not first and torch.allclose(again, first / 2.0)

@@ -189,15 +189,25 @@ class DecoderBlock(nn.Module):
 
 
 class Codebook(nn.Module):
-    """EMA codebook as stored by training: the entries are embedding_sum / cluster_usage."""
+    """EMA codebook as stored by training: the entries are embedding_sum / cluster_usage.
+
+    The division is done once per weight version and kept (the same tensor ops, so the same values), not in every
+    decode call; never kept when first made inside a CUDA-graph capture (graph-pool memory)."""
 
     def __init__(self, size: int, dim: int):
         super().__init__()
         self.cluster_usage = nn.Parameter(torch.ones(size))
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+        self._table: tuple | None = None
 
     def embeddings(self) -> torch.Tensor:
-        return self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in (self.cluster_usage, self.embedding_sum))
+        if self._table is not None and self._table[0] == key:
+            return self._table[1]
+        table = self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
+        if not (table.is_cuda and torch.cuda.is_current_stream_capturing()):
+            self._table = (key, table)
+        return table
 
 
 class _CodebookHolder(nn.Module):
