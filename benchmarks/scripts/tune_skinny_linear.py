@@ -25,25 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from voxflow.kernels.silu_mul import silu_mul
-from voxflow.kernels.skinny_linear import launch_config, skinny_linear
+from voxflow.kernels.skinny_linear import QWEN3_TTS_SHAPES, launch_config, skinny_linear
 from voxflow.layers.rms_norm import rms_norm
 
 DTYPE = torch.bfloat16
 ROWS = (1, 4, 16, 64)
-# (name, K, N, what the layer fuses into this GEMM)
-SHAPES = (
-    ("cp.qkv", 1024, 4096, "norm"),
-    ("cp.o", 2048, 1024, "residual"),
-    ("cp.gate_up", 1024, 6144, "norm"),
-    ("cp.down", 3072, 1024, "gated+residual"),
-    ("cp.lm_head", 1024, 2048, "norm"),
-    ("talker.qkv", 2048, 4096, "norm"),
-    ("talker.o", 2048, 2048, "residual"),
-    ("talker.gate_up", 2048, 12288, "norm"),
-    ("talker.down", 6144, 2048, "gated+residual"),
-    ("talker.codec_head", 2048, 3072, "norm"),
-    ("projection", 2048, 1024, "bias"),
-)
+SHAPES = QWEN3_TTS_SHAPES
 L2_BYTES = 128 << 20          # rotate weights over > 2x the H200's L2
 
 

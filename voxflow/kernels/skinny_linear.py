@@ -43,6 +43,21 @@ from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 64
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# The Qwen3-TTS 1.7B decode GEMMs this kernel was tuned and is tested on (GPU test, benchmarks/scripts/
+# tune_skinny_linear.py): (name, K, N, the prologue/epilogue the layer could fuse into it).
+QWEN3_TTS_SHAPES = (
+    ("cp.qkv", 1024, 4096, "norm"),
+    ("cp.o", 2048, 1024, "residual"),
+    ("cp.gate_up", 1024, 6144, "norm"),
+    ("cp.down", 3072, 1024, "gated+residual"),
+    ("cp.lm_head", 1024, 2048, "norm"),
+    ("talker.qkv", 2048, 4096, "norm"),
+    ("talker.o", 2048, 2048, "residual"),
+    ("talker.gate_up", 2048, 12288, "norm"),
+    ("talker.down", 6144, 2048, "gated+residual"),
+    ("talker.codec_head", 2048, 3072, "norm"),
+    ("projection", 2048, 1024, "bias"),
+)
 _CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "USE_DOT", "SPLIT_K", "num_warps", "num_stages")
 
 
