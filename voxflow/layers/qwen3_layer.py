@@ -5,9 +5,11 @@ per-head RMSNorm to q and k (over head_dim, *before* RoPE), rotates, and attends
 State-dict names follow the checkpoints: `self_attn.{q,k,v,o}_proj`, `self_attn.{q,k}_norm`, `mlp.*`,
 `input_layernorm`, `post_attention_layernorm`; a stack has `layers.N.*` and `norm`.
 
-On CUDA (kernel switch on) two fused kernels cut launches, same numerics: q_norm + k_norm + RoPE in one
-(voxflow/kernels/qk_norm_rope.py) and the post-attention residual add + norm in one (`add_rms_norm`). Everywhere
-else the plain torch code below runs unchanged.
+On CUDA (kernel switch on) fused kernels cut launches, same rounding points: q_norm + k_norm + RoPE in one
+(voxflow/kernels/qk_norm_rope.py), the post-attention residual add + norm in one (`add_rms_norm`), and for decode
+batches of a few rows the skinny GEMMs with the residual add / silu * up fused in (`_forward_skinny`); a cache
+with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself.
+Everywhere else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
 
@@ -144,7 +146,6 @@ class Qwen3DecoderLayer(nn.Module):
             return x + self.mlp(normed)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
-
 
     def _forward_skinny(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                         bias: torch.Tensor | None) -> torch.Tensor | None:
