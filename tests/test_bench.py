@@ -438,10 +438,10 @@ def test_schema_is_stable(fake, tmp_path):
     assert set(res) == set(report.RESULT_KEYS)
     lv = res["levels"][0]
     assert set(lv) == set(report.LEVEL_KEYS) and set(lv["level"]) == set(report.LEVEL_DESC_KEYS)
-    assert set(lv["summary"]) == set(report.SUMMARY_KEYS)
+    assert set(lv["summary"]) == set(report.SUMMARY_KEYS + report.SUMMARY_OPTIONAL_KEYS)
     assert set(lv["summary"]["continuity"]) == set(report.CONTINUITY_KEYS)
     assert set(lv["summary"]["ttfp_s"]) == set(report.STATS_KEYS)
-    assert all(set(r) == set(report.RECORD_KEYS) for r in lv["requests"])
+    assert all(set(r) == set(report.RECORD_KEYS + report.RECORD_OPTIONAL_KEYS) for r in lv["requests"])
     for k in ("version", "git_commit", "git_dirty"):
         assert k in res["tool"]
     for k in ("cpu_count", "torch", "cuda_available", "gpus"):
@@ -513,6 +513,11 @@ def test_offline_mode_on_tiny_checkpoint(tmp_path):
     for r in lv["requests"]:
         assert r["sample_rate_source"] == "engine" and r["chunk_bytes"][0] == 1920 * 2   # 1-frame first chunk
         assert 0 < r["ttfp_s"] <= r["end_s"] and r["chunk_times_s"] == sorted(r["chunk_times_s"])
+        # the engine's split of the first-audio latency: its parts add up to the measured TTFP (same clock)
+        parts = r["ttfp_parts_s"]
+        assert list(parts) == ["prepare", "queue_and_prefill", "first_frame", "first_chunk"]
+        assert sum(parts.values()) == pytest.approx(r["ttfp_s"], abs=2e-3)
+    assert set(s["ttfp_breakdown_ms"]) == set(lv["requests"][0]["ttfp_parts_s"])
     assert res["target"]["kind"] == "offline" and res["target"]["engine"]["config"]["chunk_frames"] == 2
     assert res["hardware"]["where"] == "engine" and res["model"]["sample_rate"] == 24000
 

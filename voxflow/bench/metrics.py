@@ -58,6 +58,7 @@ class RequestRecord:
     audio_bytes: int = 0
     text_chars: int = 0
     request_id: str | None = None       # server's X-Request-Id, or the engine request id
+    ttfp_parts_s: dict | None = None    # offline: the engine's split of its first-audio latency (TTFP_PARTS)
 
     @property
     def ok(self) -> bool:
@@ -167,11 +168,19 @@ def summarize(records: Sequence[RequestRecord], wall_s: float | None = None, *, 
         "chunks_per_request": stats(len(r.chunk_times_s) for r in ok),
         "first_chunk_audio_s": stats(r.chunk_bytes[0] / r.bytes_per_s for r in streamed
                                      if r.chunk_bytes and r.bytes_per_s),
+        # offline runs: the mean of each part of the engine's first-audio latency, measured requests only
+        "ttfp_breakdown_ms": _ttfp_breakdown([r.ttfp_parts_s for r in ok if r.ttfp_parts_s]),
         "sample_rates": sorted({r.sample_rate for r in ok if r.sample_rate}),
         "continuity": _continuity([r.continuity(jitter_buffer_s) for r in streamed], jitter_buffer_s,
                                   thresholds_s),
     }
     return summary
+
+
+def _ttfp_breakdown(parts: list[dict]) -> dict | None:
+    if not parts:
+        return None
+    return {name: _r(sum(p[name] for p in parts) / len(parts) * 1e3, 3) for name in parts[0]}
 
 
 def _continuity(cs: list[Continuity | None], jitter_buffer_s: float, thresholds_s: Sequence[float]) -> dict | None:

@@ -185,6 +185,7 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
                 continue
             del inflight[out.request_id]
             rec.end_s = out.finished_at - arrival
+            rec.ttfp_parts_s = getattr(out, "ttfp_parts", None)
             reason = getattr(out.reason, "value", out.reason)
             if reason == "error":
                 rec.error, rec.error_detail = f"engine_{out.error_kind or 'error'}", (out.error or "")[:300]

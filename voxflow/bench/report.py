@@ -42,6 +42,9 @@ STATS_KEYS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
 RECORD_KEYS = ("index", "prompt_id", "warmup", "stream", "start_s", "scheduled_s", "status", "error",
                "error_detail", "sample_rate", "sample_rate_source", "channels", "first_byte_s", "end_s",
                "chunk_times_s", "chunk_bytes", "audio_bytes", "text_chars", "request_id", "ttfp_s", "audio_s", "rtf")
+# Added after the first results were published: written by every run now, not required of older files.
+SUMMARY_OPTIONAL_KEYS = ("ttfp_breakdown_ms",)
+RECORD_OPTIONAL_KEYS = ("ttfp_parts_s",)
 CONTINUITY_KEYS = ("num_streams", "jitter_buffer_s", "no_underrun_rate", "underrun_requests", "worst_underrun_s",
                    "max_underrun_s", "ok_rate", "viable_chunk_share", "all_viable_rate")
 
@@ -243,6 +246,11 @@ def markdown_table(result: dict) -> str:
                      f"{_ms(s['inter_chunk_gap_s']['p99'])} | {_pct(c.get('no_underrun_rate'))} | "
                      f"{_ms(c.get('worst_underrun_s'))} | {_f(s['audio_duration_s']['mean'])} |"
                      + (_quality_cell(s.get("quality")) if has_q else ""))
+    for lv in result["levels"]:
+        parts = lv["summary"].get("ttfp_breakdown_ms")
+        if parts:
+            lines.append(f"- {lv['level']['key']}: engine TTFP breakdown, mean ms: "
+                         + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in parts.items()))
     lines.append("")
     lines.append("RTF = E2E latency / audio duration: lower is faster, < 1 is faster than real time. "
                  "audio-s/s = audio seconds per wall second. Warm-up requests excluded.")

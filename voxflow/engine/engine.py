@@ -426,15 +426,23 @@ class EngineCore:
             self.scheduler.finish(seq)
         live.talker_done = True
 
-    def _note_first_audio(self, live: _Live) -> None:
-        """Split this request's first-audio latency into TTFP_PARTS (host clock; the GPU's work shows up in the
-        part whose host wait covered it). Requests preempted before their first audio count from their first try."""
+    @staticmethod
+    def _ttfp_parts_of(live: _Live) -> dict | None:
+        """This request's first-audio latency split into TTFP_PARTS, seconds (host clock; the GPU's work shows up
+        in the part whose host wait covered it; a request preempted before its first audio counts from its first
+        try). None before its first audio."""
         marks = (live.arrived_at, live.prefilled_at, live.first_frame_at, live.first_chunk_at)
         if any(m is None for m in marks):
-            return
+            return None
         parts = (live.prepare_seconds, marks[1] - marks[0], marks[2] - marks[1], marks[3] - marks[2])
-        for name, value in zip(TTFP_PARTS, parts):
-            self._ttfp_parts[name] += max(0.0, value)
+        return {name: max(0.0, value) for name, value in zip(TTFP_PARTS, parts)}
+
+    def _note_first_audio(self, live: _Live) -> None:
+        parts = self._ttfp_parts_of(live)
+        if parts is None:
+            return
+        for name, value in parts.items():
+            self._ttfp_parts[name] += value
         self._ttfp_count += 1
 
     def _retire(self, live: _Live, error: str | None = None) -> FinalRecord:
@@ -451,4 +459,5 @@ class EngineCore:
         self.stats_counters["audio_seconds"] += seconds
         return FinalRecord(rid, reason, Usage(prompt_tokens=live.prepared.prompt_len, frames=live.frames_out,
                                               audio_seconds=seconds),
-                           error=error, arrived_at=live.arrived_at, first_chunk_at=live.first_chunk_at)
+                           error=error, arrived_at=live.arrived_at, first_chunk_at=live.first_chunk_at,
+                           ttfp_parts=self._ttfp_parts_of(live))

@@ -90,6 +90,7 @@ class FinalRecord:
     arrived_at: float = 0.0
     first_chunk_at: float | None = None
     finished_at: float = field(default_factory=time.monotonic)
+    ttfp_parts: dict | None = None         # where its first-audio latency went, seconds (engine.TTFP_PARTS)
 
 
 _counter = itertools.count()
