@@ -92,6 +92,32 @@ def check_matches_reference():
                 assert torch.equal(got, want), (vocab, dtype, use_top_p, (got != want).nonzero().flatten().tolist())
 
 
+def check_talker_processing_matches_select_c0():
+    """talker=: the c0 draw from RAW talker logits equals batch_sampling.select_c0's torch path (repetition penalty
+    on seen ids, EOS barred before min_new_tokens, suppression, then the draw)."""
+    from voxflow.kernels.select_tokens import select_tokens
+    from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, process_talker_logits, suppress_mask
+    g = torch.Generator().manual_seed(3)
+    vocab = 3072
+    for dtype in (torch.float32, torch.bfloat16):
+        raw = (torch.randn(10, vocab, generator=g) * 2.5).to(dtype)
+        raw[:, CODEC_EOS_ID] = raw.max() + 1.0                       # EOS would win wherever it is allowed
+        _, do_sample, temperature, top_k, top_p, keys, frame = make_case(g, 10, vocab, dtype, False)
+        seen = torch.rand(10, vocab, generator=g) < 0.05
+        penalty = torch.tensor([1.0, 1.05, 1.3, 2.0, 1.05] * 2, dtype=torch.float32)
+        num_generated = torch.tensor([0, 3, 10, 2, 50] * 2)
+        min_new_tokens = torch.tensor([2, 2, 2, 2 ** 62, 0] * 2)      # rows 0, 3, 5, 8 too early: EOS barred
+        suppress = suppress_mask(vocab)
+        processed = process_talker_logits(raw, seen, num_generated, penalty, min_new_tokens, suppress, CODEC_EOS_ID)
+        want = reference(processed, do_sample, temperature, top_k, top_p, keys, frame, 0, False)
+        got = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
+                            talker=(seen, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID))
+        assert torch.equal(got, want), (dtype, (got != want).nonzero().flatten().tolist())
+        greedy = ~do_sample
+        too_early = num_generated < min_new_tokens
+        assert ((got[greedy & ~too_early] == CODEC_EOS_ID).all() and (got[too_early] != CODEC_EOS_ID).all())
+
+
 def check_single_rows_and_codebooks():
     """B = 1 (the latency case) over several codebooks and frames: the noise counters reach the kernel intact."""
     from voxflow.kernels.select_tokens import select_tokens
@@ -117,6 +143,9 @@ def check_supported():
 
 
 if IN_CHILD:
+    def test_child_talker_processing():
+        check_talker_processing_matches_select_c0()
+
     _fast_interpreter_xor()
 
     def test_child_matches_reference():

@@ -75,3 +75,24 @@ def test_select_tokens_in_a_cuda_graph():
         graph.replay()
         assert torch.equal(out, select_tokens(*static, 1, True))    # the replay read the new inputs
         check(out.clone(), static, 1, True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_talker_processing_in_the_kernel_matches_select_c0(dtype, batch):
+    """talker=: raw talker logits in, the same c0 ids as process_talker_logits + the torch draw (no top-p)."""
+    from voxflow.kernels.select_tokens import select_tokens
+    from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, process_talker_logits, suppress_mask
+    g = torch.Generator().manual_seed(batch)
+    for step in range(8):
+        raw, do_sample, temperature, top_k, top_p, keys, frame = make_case(g, batch, 3072, dtype, False, "cuda")
+        seen = (torch.rand(batch, 3072, generator=g) < 0.05).cuda()
+        penalty = torch.tensor([1.0, 1.05, 1.3, 2.0], device="cuda")[torch.arange(batch) % 4]
+        num_generated = torch.full((batch,), step, device="cuda")
+        min_new_tokens = torch.tensor([0, 4, 2 ** 62], device="cuda")[torch.arange(batch) % 3]
+        suppress = suppress_mask(3072, device="cuda")
+        processed = process_talker_logits(raw, seen, num_generated, penalty, min_new_tokens, suppress, CODEC_EOS_ID)
+        want = reference(processed, do_sample, temperature, top_k, top_p, keys, frame, 0, False)
+        got = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
+                            talker=(seen, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID))
+        assert torch.equal(got, want), (step, (got != want).nonzero().flatten().tolist())

@@ -40,11 +40,13 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
-    for top_p in (False, True):
-        out.append((f"select_tokens top_p={top_p}", select_tokens._select_tokens_kernel,
+    for top_p, talker in ((False, False), (True, False), (False, True)):
+        out.append((f"select_tokens top_p={top_p} talker={talker}", select_tokens._select_tokens_kernel,
                     dict(logits_ptr=bf, do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
-                         top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64),
-                    dict(USE_TOP_P=top_p, PRECISE=True, BLOCK=4096), dict(num_warps=8, enable_fp_fusion=False)))
+                         top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
+                         penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8")),
+                    dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, BLOCK=4096),
+                    dict(num_warps=8, enable_fp_fusion=False)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)
         out.append((f"snake_beta {dt}", snake_beta._snake_beta_kernel,

@@ -10,6 +10,10 @@ it, writing only the [B] ids. It computes
     sampled = argmax(warped - log(-log(u)))   u = batch_sampling.uniform_noise bits (same hash, same counters)
     ids     = do_sample ? sampled : greedy
 
+With `talker=` (the c0 draw) the kernel first applies sampling.process_talker_logits -- repetition penalty on the
+ids already generated, EOS barred before min_new_tokens, the suppressed ids -- the same fp32 operations (another
+~14 small kernels a step before).
+
 Numerics against the reference:
 - temperature: IEEE fp32 division; top-k: the k-th largest value, values >= it survive (boundary ties too, as in
   apply_top_k) -- exact. Without top-p it comes from a 32-step radix select (on an H200 the full-row bitonic sort
@@ -60,14 +64,26 @@ def _kth_largest(w, k):
 
 # No specialisation of `codebook` (an int argument equal to 1 would become a Python int without `.to`): one
 # compiled kernel serves all 16 codebooks.
-@triton.jit(do_not_specialize=["codebook"])
+@triton.jit(do_not_specialize=["codebook", "eos_id"])
 def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, keys_ptr, frame_ptr,
-                          out_ptr, codebook, vocab, stride_row, USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr,
+                          out_ptr, codebook, vocab, stride_row,
+                          seen_ptr, penalty_ptr, num_gen_ptr, min_new_ptr, suppress_ptr, eos_id, stride_seen,
+                          USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
                           BLOCK: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=offs < vocab,
                 other=float("-inf")).to(tl.float32)
+    if TALKER:
+        # sampling.process_talker_logits, op for op: repetition penalty on the ids seen so far (x * p below zero,
+        # x / p above, IEEE division), EOS barred before min_new_tokens, the suppressed ids removed.
+        p = tl.load(penalty_ptr + row).to(tl.float32)
+        seen = tl.load(seen_ptr + row.to(tl.int64) * stride_seen + offs, mask=offs < vocab, other=0) != 0
+        x = tl.where(seen, tl.where(x < 0, x * p, tl.div_rn(x, p)), x)
+        too_early = tl.load(num_gen_ptr + row) < tl.load(min_new_ptr + row)
+        x = tl.where((offs == eos_id) & too_early, float("-inf"), x)
+        suppressed = tl.load(suppress_ptr + offs, mask=offs < vocab, other=0) != 0
+        x = tl.where(suppressed, float("-inf"), x)
     ids = tl.argmax(x, 0, tie_break_left=True)
     if tl.load(do_sample_ptr + row) != 0:          # greedy rows skip everything below
         w = tl.div_rn(x, tl.load(temperature_ptr + row).to(tl.float32))
@@ -117,19 +133,28 @@ def supported(logits: torch.Tensor) -> bool:
 
 def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                   top_p: torch.Tensor, keys: torch.Tensor, frame: torch.Tensor, codebook: int,
-                  use_top_p: bool, num_warps: int | None = None) -> torch.Tensor:
+                  use_top_p: bool, num_warps: int | None = None, talker: tuple | None = None) -> torch.Tensor:
     """ids [B] int64 for logits [B, V] (see `supported`): do_sample [B] bool, temperature [B] float32, top_k [B]
     int64 (0 = off), top_p [B] float64 (1 = off), keys [B] (seed_key, < 2^32), frame [B] int64, one codebook for
-    the batch. use_top_p=False skips the top-p stage (only valid when no sampling row has top_p < 1, as
+    the batch. talker: the talker's logit processing first (see below). use_top_p=False skips the top-p stage (only valid when no sampling row has top_p < 1, as
     WarpParams.any_top_p). No host sync: capturable in a CUDA graph."""
     b, vocab = logits.shape
     out = torch.empty(b, dtype=torch.long, device=logits.device)
+    if talker is not None:
+        # (seen [B, V] bool, penalty [B], num_generated [B], min_new_tokens [B], suppress [V] bool, eos_id): the
+        # talker's logit processing (sampling.process_talker_logits) applied first, in the kernel.
+        seen, penalty, num_generated, min_new_tokens, suppress, eos_id = talker
+        seen = seen if seen.stride(-1) == 1 else seen.contiguous()
+        extra = (seen.view(torch.uint8), penalty.to(torch.float32).contiguous(), num_generated.contiguous(),
+                 min_new_tokens.contiguous(), suppress.contiguous().view(torch.uint8), int(eos_id), seen.stride(0))
+    else:
+        extra = (logits, logits, logits, logits, logits, 0, 0)          # unused (TALKER is compiled out)
     if b:
         block = triton.next_power_of_2(vocab)
         _select_tokens_kernel[(b,)](
             logits, do_sample.contiguous().view(torch.uint8), temperature.contiguous(), top_k.contiguous(),
             top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
-            USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, BLOCK=block,
+            *extra, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None, BLOCK=block,
             num_warps=num_warps or (8 if block >= 2048 else 4),
             enable_fp_fusion=False)   # every product / sum rounded as in the torch ops
     return out

@@ -100,10 +100,11 @@ def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Ten
               frame: torch.Tensor, eos_id: int, any_sampling: bool = True) -> torch.Tensor:
     """c0 ids [B] from raw talker logits [B, V]: repetition penalty, min-length EOS rule, suppression (all rows),
     then argmax (greedy rows) or temperature / top-k / top-p + Gumbel-max (sampling rows)."""
-    processed = process_talker_logits(logits, seen, num_generated, penalty, min_new_tokens, suppress, eos_id)
-    fused = _fused_select(processed, params, keys, frame, 0, any_sampling)
+    talker = (seen, penalty, num_generated, min_new_tokens, suppress, eos_id)
+    fused = _fused_select(logits, params, keys, frame, 0, any_sampling, talker)   # processing included
     if fused is not None:
         return fused
+    processed = process_talker_logits(logits, seen, num_generated, penalty, min_new_tokens, suppress, eos_id)
     greedy = processed.argmax(dim=-1)
     if not any_sampling:
         return greedy
@@ -112,9 +113,10 @@ def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Ten
 
 
 def _fused_select(logits: torch.Tensor, params: WarpParams, keys: torch.Tensor, frame: torch.Tensor, codebook: int,
-                  any_sampling: bool) -> torch.Tensor | None:
-    """On the GPU: the whole selection (greedy argmax, or temperature / top-k / top-p / Gumbel-max per row) in one
-    kernel with the same results (voxflow/kernels/select_tokens.py). None where it does not apply."""
+                  any_sampling: bool, talker: tuple | None = None) -> torch.Tensor | None:
+    """On the GPU: the whole selection (greedy argmax, or temperature / top-k / top-p / Gumbel-max per row; with
+    `talker`, the talker's logit processing first) in one kernel with the same results
+    (voxflow/kernels/select_tokens.py). None where it does not apply."""
     if not use_kernels(logits):
         return None
     from voxflow.kernels import select_tokens as fused
@@ -122,7 +124,7 @@ def _fused_select(logits: torch.Tensor, params: WarpParams, keys: torch.Tensor, 
         return None
     do_sample = params.do_sample if any_sampling else torch.zeros_like(params.do_sample)
     return fused.select_tokens(logits, do_sample, params.temperature, params.top_k, params.top_p, keys, frame,
-                               codebook, params.any_top_p and any_sampling)
+                               codebook, params.any_top_p and any_sampling, talker=talker)
 
 
 def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tensor,
