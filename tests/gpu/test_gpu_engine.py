@@ -24,7 +24,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
-def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True):
+def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS):
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda", dtype=dtype,
                                                max_num_seqs=8, num_kv_blocks=512, block_size=16,
                                                cuda_graphs=cuda_graphs, kernels=kernels))
@@ -33,7 +33,7 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True):
     push = core.codec_exec.push
     core.codec_exec.push = lambda rid, f: (frames.setdefault(rid, []).append(f.clone()), push(rid, f))
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
-                          sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(TEXTS)]
+                          sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(texts)]
     results = run_offline(core, reqs)
     return {r.request.request_id: (torch.cat(frames[r.request.request_id]), r.audio()) for r in results}
 
@@ -55,3 +55,12 @@ def test_gpu_fp32_engine_equals_cpu_reference(cuda_graphs, kernels):
         assert codes.shape[0] == 30
         assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
         assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
+
+
+def test_gpu_fp32_single_request_equals_cpu_reference():
+    """One request alone (the c=1 path: the one-row skinny GEMMs -- down_proj with silu * up, the code predictor's
+    norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop."""
+    got = engine_codes("float32", True, True, texts=TEXTS[1:2])
+    codes, wav = reference(TEXTS[1])
+    assert torch.equal(got["0"][0].cpu(), codes)
+    assert np.abs(got["0"][1] - wav).max() <= 1e-4
