@@ -252,3 +252,17 @@ def test_kv_cache_select_rows():
     cache[1].append(k, k)
     cache.select_rows(torch.tensor([2, 0]))
     assert cache.seq_len == 2 and cache[1].k[:, 0, 0, 0].tolist() == [2.0, 0.0]
+
+
+@pytest.mark.parametrize("cp_hidden", [16, 32])          # with and without the projection to the predictor
+def test_frame_embedding_from_the_code_predictor_pass_equals_embed_frame(cp_hidden):
+    """predict_residual_codes(frame_embed=True) gives embed_frame of the completed frame bit for bit (the same
+    lookups, stacked in the same order and summed), and the same codes."""
+    t = make_talker(cp_hidden=cp_hidden, seed=3)
+    g = torch.Generator().manual_seed(4)
+    h = torch.randn(3, 32, generator=g)
+    c0 = torch.tensor([1, 7, 2047])
+    codes, _ = t.predict_residual_codes(h, c0, greedy)
+    codes_again, frame_embed = t.predict_residual_codes(h, c0, greedy, frame_embed=True)
+    assert torch.equal(codes_again, codes)
+    assert torch.equal(frame_embed, t.embed_frame(torch.cat((c0[:, None], codes), dim=1)))

@@ -99,13 +99,16 @@ class CodePredictor(nn.Module):
         return self.lm_head[j](norm(last))
 
     @torch.no_grad()
-    def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn
+    def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """One frame's residual codes.
 
         h_last [B, H]: talker hidden state (after its final norm) at the position that produced c0.
         c0_embed [B, H]: the talker's codec embedding of c0.
-        Returns codes [B, 15] (codebooks 1..15) and the raw logits [B, 15, vocab] each was drawn from.
+        Returns codes [B, 15] (codebooks 1..15) and the raw logits [B, 15, vocab] each was drawn from; with
+        frame_embed, the logits are not kept and the second value is instead the sum of the frame's 16 input
+        embeddings [B, H] (what Talker.embed_frame computes, from the lookups this pass already made: the same
+        rows stacked in the same order and summed, so the same bits).
         """
         b = h_last.shape[0]
         device = h_last.device
@@ -113,7 +116,7 @@ class CodePredictor(nn.Module):
         kernels = use_kernels(h_last)
         rope = self.model.rotary.prefix(self.cfg.num_code_groups, device, h_last.dtype) if kernels else None
         x = torch.stack((h_last, c0_embed), dim=1)
-        codes, logits = [], []
+        codes, logits, inputs = [], [], []
         for j in range(self.num_residual):
             if j > 0:
                 x = self.model.codec_embedding[j - 1](codes[-1])[:, None]
@@ -125,6 +128,12 @@ class CodePredictor(nn.Module):
                 # The head runs on every position of the step (both prefill ones), as the reference does, so its
                 # GEMM has the reference's shape.
                 step_logits = self.lm_head[j](self(x, positions, cache))[:, -1]
-            logits.append(step_logits)
+            if not frame_embed:
+                logits.append(step_logits)
             codes.append(sample_fn(step_logits, j).to(torch.long))
+            if frame_embed:
+                inputs.append(x[:, -1])
+        if frame_embed:
+            inputs.append(self.model.codec_embedding[self.num_residual - 1](codes[-1]))     # the last code's row
+            return torch.stack(codes, dim=1), torch.stack(inputs, dim=-2).sum(dim=-2)
         return torch.stack(codes, dim=1), torch.stack(logits, dim=1)

@@ -338,12 +338,12 @@ class Qwen3TTSPlugin:
         # (The named ranges show up in profiles, not in CUDA graphs.)
         with record_function("code_predictor"):
             sample_fn = residual_sample_fn(self._hinted(s.cp_params(rows), cp_hint), keys, fed, cp_sampling)
-            residual, _ = talker.predict_residual_codes(h, c0, sample_fn)
+            residual, frame_embed = talker.predict_residual_codes(h, c0, sample_fn, frame_embed=True)
             frame = torch.cat((c0[:, None], residual), dim=1)                    # [B, 16]
 
         # 2. feed it back at position P + fed, on the paged cache
         with record_function("talker"):
-            x = talker.embed_frame(frame) + s.text_part(rows, fed, self.tts_pad)
+            x = frame_embed + s.text_part(rows, fed, self.tts_pad)             # == talker.embed_frame(frame) + ...
             view = PagedKVView(kv, 1)
             positions = (s.prompt_len[rows] + fed)[:, None]
             hidden = talker(x[:, None], positions, view, view.attention_mask(x))
