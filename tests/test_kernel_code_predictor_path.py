@@ -2,8 +2,9 @@
 kernel, RoPE rows from the prefix table, the skinny-GEMM decoder layers with norm / silu / residual fused in, the
 final norm inside lm_head) against its reference path, on CPU tensors through Triton's interpreter (in a subprocess, see interpreter_child).
 
-A code predictor at small but kernel-supported shapes (hidden 64, 4 query / 2 KV heads of 16, two layers, vocab
-256, 5 code groups: 4 steps instead of 15, to keep the interpreter run short). Teacher-forced (sample_fn returns fixed codes, so both paths see the same inputs at every step): fp32 logits
+A code predictor at small but kernel-supported shapes (hidden 64, 4 query / 2 KV heads of 32, two layers, vocab
+256, 5 code groups: 4 steps instead of 15, to keep the interpreter run short). Teacher-forced (sample_fn returns
+fixed codes, so both paths see the same inputs at every step): fp32 logits
 within 1e-4 of the reference's max |logit| (only summation orders differ), bf16 within 5e-2 of it (per-op bf16
 rounding on both sides, different orders); greedy fp32: the same codes.
 """
@@ -23,8 +24,10 @@ IN_CHILD = in_child(CHILD_FLAG)
 def small_code_predictor(dtype):
     from voxflow.models.qwen3_tts.code_predictor import CodePredictor
     from voxflow.models.qwen3_tts.config import CodePredictorConfig
+    # 4 heads of 32: the attention output (128) is twice the hidden size, as in the 1.7B code predictor (2048 vs
+    # 1024), so o_proj's input is not hidden-wide.
     cfg = CodePredictorConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                              num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6,
+                              num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=1e6,
                               max_position_embeddings=4096, vocab_size=256, num_code_groups=5)
     torch.manual_seed(0)
     cp = CodePredictor(cfg, talker_hidden_size=96)          # a talker wider than the predictor: the projection runs
@@ -61,6 +64,11 @@ def check_kernel_path_against_reference():
     CodePredictor._kernel_step_logits = lambda self, *a: (calls.append(1), real(self, *a))[1]
     real_attention = fused_attention.norm_rope_attend_append
     fused_attention.norm_rope_attend_append = lambda *a: (attention_calls.append(1), real_attention(*a))[1]
+    from voxflow.kernels import skinny_linear as sk
+    gemms = []
+    real_skinny = sk.skinny_linear
+    sk.skinny_linear = lambda x, w, **kw: (gemms.append((tuple(w.shape), kw.get("gated", False))),
+                                           real_skinny(x, w, **kw))[1]
     g = torch.Generator().manual_seed(1)
     # One row: every fused GEMM of the path (o_proj + residual, silu*up + down_proj + residual, norm + lm_head);
     # three rows: o_proj's only (SKINNY_GATED_MAX_ROWS).
@@ -71,9 +79,13 @@ def check_kernel_path_against_reference():
         forced = torch.randint(0, 256, (rows, 4), generator=g)
         calls.clear()
         attention_calls.clear()
+        gemms.clear()
         codes_k, logits_k = run(cp, h, c0, True, forced)
         assert len(calls) == 4, "the kernel path did not run"
         assert len(attention_calls) == 2 * 3, "the fused norm/RoPE/attention kernel did not run (2 layers x 3 steps)"
+        # o_proj (128 -> 64, residual) in every layer and step; down_proj with silu*up only at one row, 3 steps
+        assert gemms.count(((64, 128), False)) == 2 * 4
+        assert gemms.count(((64, 128), True)) == (2 * 3 if rows == 1 else 0)
         codes_r, logits_r = run(cp, h, c0, False, forced)
         assert torch.equal(codes_k, forced) and torch.equal(codes_r, forced)
         err = (logits_k.float() - logits_r.float()).abs().max().item()
@@ -84,6 +96,7 @@ def check_kernel_path_against_reference():
             assert torch.equal(greedy_k, greedy_r)
     CodePredictor._kernel_step_logits = real
     fused_attention.norm_rope_attend_append = real_attention
+    sk.skinny_linear = real_skinny
 
 
 if IN_CHILD:

@@ -159,16 +159,22 @@ class Qwen3DecoderLayer(nn.Module):
         from voxflow.kernels import skinny_linear as sk
         attn, mlp = self.self_attn, self.mlp
         qkv_w, gate_up_w = attn.fused_qkv(), mlp.fused_gate_up()
+        if qkv_w is None or gate_up_w is None:
+            return None
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
-        if qkv_w is None or gate_up_w is None or not sk.supported(rows, attn.o_proj.weight):
-            return None
         qkv = F.linear(self.input_layernorm(x), qkv_w)
+        # (the attention output is Hq * head_dim wide, which need not be the hidden size: 2048 vs 1024 in the
+        # 1.7B code predictor)
         out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(b * s, -1)
-        rows = sk.skinny_linear(out, attn.o_proj.weight, residual=rows)
+        o_w, down_w = attn.o_proj.weight, mlp.down_proj.weight
+        if sk.supported(out, o_w):
+            rows = sk.skinny_linear(out, o_w, residual=rows)
+        else:
+            rows = rows + F.linear(out, o_w)
         gate_up = F.linear(self.post_attention_layernorm(rows), gate_up_w)
-        if b * s <= SKINNY_GATED_MAX_ROWS:
-            rows = sk.skinny_linear(gate_up, mlp.down_proj.weight, gated=True, residual=rows)
+        if b * s <= SKINNY_GATED_MAX_ROWS and sk.supported(gate_up, down_w, gated=True):
+            rows = sk.skinny_linear(gate_up, down_w, gated=True, residual=rows)
         else:
             i = mlp.gate_proj.out_features
             rows = rows + mlp.down(gate_up[..., :i], gate_up[..., i:])
