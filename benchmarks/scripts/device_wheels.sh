@@ -6,7 +6,7 @@
 # The image already has numpy, torch, triton, anyio, click, h11, httpx, msgpack, einops, lazy-loader, numba,
 # scikit-learn, accelerate, onnxruntime, torchaudio, prometheus-client (see the device KINDS.md package list).
 # Learned the hard way (2026-12-01): fastapi >= 0.16x imports opentelemetry; pooch needs platformdirs; soundfile
-# needs cffi.
+# needs cffi. `check_device_wheels.sh` checks the serving set here, without device time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .git/info && grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
