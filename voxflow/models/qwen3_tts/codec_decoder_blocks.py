@@ -21,6 +21,20 @@ from voxflow.kernels import use_kernels
 StreamTensors = dict[str, torch.Tensor]
 
 
+def _per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make):
+    """`make()` (a tensor or tuple of tensors derived from `params`), kept on `owner` and made again only when a
+    parameter is replaced or changed in place. Never kept when made inside a CUDA-graph capture: that memory belongs
+    to the graph's pool."""
+    key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+    cached = owner._derived
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    value = make()
+    if not (params[0].is_cuda and torch.cuda.is_current_stream_capturing()):
+        owner._derived = (key, value)
+    return value
+
+
 class StreamingModule(nn.Module):
     """A block that carries context between streaming calls."""
 
@@ -111,17 +125,12 @@ class SnakeBeta(nn.Module):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
-        self._terms: tuple | None = None
+        self._derived: tuple | None = None
 
     def _channel_terms(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(e^alpha, 1 / (e^beta + 1e-9)) per channel, exactly as forward's torch expression forms them."""
-        key = tuple((p.data_ptr(), p._version, p.dtype) for p in (self.alpha, self.beta))
-        if self._terms is not None and self._terms[0] == key:
-            return self._terms[1], self._terms[2]
-        a, inv = torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9)
-        if not (a.is_cuda and torch.cuda.is_current_stream_capturing()):   # never keep graph-pool memory
-            self._terms = (key, a, inv)
-        return a, inv
+        return _per_weight_version(self, (self.alpha, self.beta),
+                                   lambda: (torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9)))
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
         if use_kernels(x):
@@ -198,16 +207,11 @@ class Codebook(nn.Module):
         super().__init__()
         self.cluster_usage = nn.Parameter(torch.ones(size))
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
-        self._table: tuple | None = None
+        self._derived: tuple | None = None
 
     def embeddings(self) -> torch.Tensor:
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in (self.cluster_usage, self.embedding_sum))
-        if self._table is not None and self._table[0] == key:
-            return self._table[1]
-        table = self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
-        if not (table.is_cuda and torch.cuda.is_current_stream_capturing()):
-            self._table = (key, table)
-        return table
+        return _per_weight_version(self, (self.cluster_usage, self.embedding_sum),
+                                   lambda: self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None])
 
 
 class _CodebookHolder(nn.Module):
