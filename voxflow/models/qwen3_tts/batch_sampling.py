@@ -101,7 +101,7 @@ def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Ten
     """c0 ids [B] from raw talker logits [B, V]: repetition penalty, min-length EOS rule, suppression (all rows),
     then argmax (greedy rows) or temperature / top-k / top-p + Gumbel-max (sampling rows)."""
     talker = (seen, penalty, num_generated, min_new_tokens, suppress, eos_id)
-    fused = _fused_select(logits, params, keys, frame, 0, any_sampling, talker)   # processing included
+    fused = _fused_select(logits, _kernel_params(params, logits, any_sampling), keys, frame, 0, talker)
     if fused is not None:
         return fused
     processed = process_talker_logits(logits, seen, num_generated, penalty, min_new_tokens, suppress, eos_id)
@@ -112,28 +112,39 @@ def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Ten
     return torch.where(params.do_sample, sampled, greedy)
 
 
-def _fused_select(logits: torch.Tensor, params: WarpParams, keys: torch.Tensor, frame: torch.Tensor, codebook: int,
-                  any_sampling: bool, talker: tuple | None = None) -> torch.Tensor | None:
-    """On the GPU: the whole selection (greedy argmax, or temperature / top-k / top-p / Gumbel-max per row; with
-    `talker`, the talker's logit processing first) in one kernel with the same results
-    (voxflow/kernels/select_tokens.py). None where it does not apply."""
-    if not use_kernels(logits):
+def _kernel_params(params: WarpParams, like: torch.Tensor, any_sampling: bool) -> WarpParams | None:
+    """The selection kernel's view of a stage's settings, made once per stage (not per draw): without sampling
+    requests, every row greedy and no top-p. None off the kernel path."""
+    if not use_kernels(like):
+        return None
+    if any_sampling:
+        return params
+    return WarpParams(torch.zeros_like(params.do_sample), params.temperature, params.top_k, params.top_p,
+                      any_top_p=False)
+
+
+def _fused_select(logits: torch.Tensor, params: WarpParams | None, keys: torch.Tensor, frame: torch.Tensor,
+                  codebook: int, talker: tuple | None = None) -> torch.Tensor | None:
+    """On the GPU (params from `_kernel_params`): the whole selection (greedy argmax, or temperature / top-k /
+    top-p / Gumbel-max per row; with `talker`, the talker's logit processing first) in one kernel with the same
+    results (voxflow/kernels/select_tokens.py). None where it does not apply."""
+    if params is None:
         return None
     from voxflow.kernels import select_tokens as fused
     if not fused.supported(logits):
         return None
-    do_sample = params.do_sample if any_sampling else torch.zeros_like(params.do_sample)
-    return fused.select_tokens(logits, do_sample, params.temperature, params.top_k, params.top_p, keys, frame,
-                               codebook, params.any_top_p and any_sampling, talker=talker)
+    return fused.select_tokens(logits, params.do_sample, params.temperature, params.top_k, params.top_p, keys, frame,
+                               codebook, params.any_top_p, talker=talker)
 
 
 def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tensor,
                        any_sampling: bool = True) -> Callable[[torch.Tensor, int], torch.Tensor]:
     """The `sample_fn(logits [B, 2048], j)` that `CodePredictor.predict` calls for codebook j + 1."""
+    kernel_params = _kernel_params(params, keys, any_sampling)       # once for the frame's 15 draws
 
     def sample(logits: torch.Tensor, j: int) -> torch.Tensor:
         with record_function("cp_sampling"):           # a named range in profiles
-            picked = _fused_select(logits, params, keys, frame, j + 1, any_sampling)
+            picked = _fused_select(logits, kernel_params, keys, frame, j + 1)
             if picked is not None:
                 return picked
             logits = logits.to(torch.float32)
