@@ -71,7 +71,7 @@ def check_kernel_path_against_reference():
                                            real_skinny(x, w, **kw))[1]
     g = torch.Generator().manual_seed(1)
     # One row: every fused GEMM of the path (o_proj + residual, silu*up + down_proj + residual, norm + lm_head);
-    # three rows: o_proj's only (SKINNY_GATED_MAX_ROWS).
+    # three rows: o_proj's only (SKINNY_PROLOGUE_MAX_ROWS).
     for rows, dtype, tol in ((1, torch.float32, 1e-4), (1, torch.bfloat16, 5e-2), (3, torch.float32, 1e-4)):
         cp = small_code_predictor(dtype)
         h = torch.randn(rows, 96, generator=g).to(dtype)

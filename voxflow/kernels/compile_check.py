@@ -36,7 +36,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import dense_decode_attention as dense
     from voxflow.kernels import dense_decode_norm_rope as dense_nr
     from voxflow.kernels import paged_decode_attention as paged
-    from voxflow.kernels import qk_norm_rope, rms_norm, rotary, select_tokens, silu_mul, skinny_linear, snake_beta
+    from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
     from voxflow.kernels import uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
@@ -86,7 +86,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 dict(HAS_RESIDUAL=True, BLOCK=2048), dict(enable_fp_fusion=False)))
     out.append(("silu_mul", silu_mul._silu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf),
                 dict(PRECISE_EXP=True, BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
-    del rotary  # (its kernel's signature is covered by the GPU tests; kept out to keep this list short)
     return out
 
 

@@ -33,8 +33,9 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if use_kernels(x):
-            if self.fused_gate_up() is not None:
-                gate_up = F.linear(x, self._gate_up)
+            fused = self.fused_gate_up()
+            if fused is not None:
+                gate_up = F.linear(x, fused)
                 i = self.gate_proj.out_features
                 gate, up = gate_up[..., :i], gate_up[..., i:]
             else:

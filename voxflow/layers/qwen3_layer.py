@@ -24,11 +24,11 @@ from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
 
-# Decode batches up to this many tokens take the skinny-GEMM layer path (kernels on); down_proj with its fused
-# prologue only at one token (H200 timings: above these the per-program prologue recompute costs more than it
-# saves, e.g. 57 us instead of ~6 for a down_proj at 64 rows).
+# Decode batches up to this many tokens take the skinny-GEMM layer path (kernels on); GEMMs with a fused prologue
+# (down_proj's silu * up, the code predictor's norm + lm_head) only at one token (H200 timings: above these the
+# per-program prologue recompute costs more than it saves, e.g. 57 us instead of ~6 for a down_proj at 64 rows).
 SKINNY_MAX_ROWS = 8
-SKINNY_GATED_MAX_ROWS = 1
+SKINNY_PROLOGUE_MAX_ROWS = 1
 
 
 class Qwen3Attention(nn.Module):
@@ -173,7 +173,7 @@ class Qwen3DecoderLayer(nn.Module):
         else:
             rows = rows + F.linear(out, o_w)
         gate_up = F.linear(self.post_attention_layernorm(rows), gate_up_w)
-        if b * s <= SKINNY_GATED_MAX_ROWS and sk.supported(gate_up, down_w, gated=True):
+        if b * s <= SKINNY_PROLOGUE_MAX_ROWS and sk.supported(gate_up, down_w, gated=True):
             rows = sk.skinny_linear(gate_up, down_w, gated=True, residual=rows)
         else:
             i = mlp.gate_proj.out_features

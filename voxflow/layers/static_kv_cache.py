@@ -44,7 +44,6 @@ class StaticLayerKVCache:
         self.v[:, :, start:start + s] = v
         return eager_attention(q, self.k[:, :, :start + s], self.v[:, :, :start + s], bias, scale)
 
-
     def attend_raw(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm, k_norm, cos: torch.Tensor,
                    sin: torch.Tensor, scale: float) -> torch.Tensor | None:
         """A single-token step from the raw projections (q [B, 1, Hq, D], k / v [B, 1, Hkv, D], per-head views):

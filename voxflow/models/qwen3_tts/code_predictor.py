@@ -20,7 +20,7 @@ from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
-from voxflow.layers.qwen3_layer import SKINNY_GATED_MAX_ROWS, Qwen3DecoderStack
+from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
 from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
 
@@ -92,7 +92,7 @@ class CodePredictor(nn.Module):
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         last = self(x, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
         head, norm = self.lm_head[j].weight, self.model.norm
-        if last.shape[0] <= SKINNY_GATED_MAX_ROWS:       # one row: the fused norm prologue beats norm + cuBLAS
+        if last.shape[0] <= SKINNY_PROLOGUE_MAX_ROWS:    # one row: the fused norm prologue beats norm + cuBLAS
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):
                 return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)

@@ -150,8 +150,8 @@ class Qwen3TTSPlugin:
         elif model.task == "voice_design":
             kw["instructions"] = "A calm, clear voice."
         else:
-            ramp = np.linspace(0.0, 1.0, model.sample_rate, dtype=np.float32)
-            kw.update(ref_audio=(0.1 * np.sin(2 * np.pi * 220.0 * ramp)).astype("<f4").tobytes(), x_vector_only=True)
+            t = np.linspace(0.0, 1.0, model.sample_rate, dtype=np.float32)          # one second: a quiet 220 Hz tone
+            kw.update(ref_audio=(0.1 * np.sin(2 * np.pi * 220.0 * t)).astype("<f4").tobytes(), x_vector_only=True)
         texts = ("Warming up.", "Warming up the batched prefill.", "And its second row.")
         return [SpeechRequest(text=t, sampling=SamplingOptions(max_new_tokens=3), request_id=f"warmup-{i}", **kw)
                 for i, t in enumerate(texts)]
