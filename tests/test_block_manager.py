@@ -177,3 +177,15 @@ def test_concurrent_twin_blocks_keep_one_published_copy():
     bm.free(a)
     assert bm.num_cached_blocks == 1
     bm.check_invariants()
+
+
+def test_default_kv_bytes_caps_the_pool_by_free_gpu_memory():
+    from voxflow.engine.block_manager import DEFAULT_KV_FREE_FRACTION, DEFAULT_POSITIONS_PER_SEQ, default_kv_bytes
+    per_token = 28 * 2 * 8 * 128 * 2                      # the 1.7B talker in bf16
+    # CPU (no free-memory figure): room for every slot.
+    assert default_kv_bytes(per_token, 4, None) == per_token * 4 * DEFAULT_POSITIONS_PER_SEQ
+    # 256 slots on a GPU with 130 GB free: capped at the fraction, not the 120 GB the slots would ask.
+    free = 130 * 10**9
+    assert default_kv_bytes(per_token, 256, free) == int(free * DEFAULT_KV_FREE_FRACTION)
+    # A few slots fit under the cap: unchanged.
+    assert default_kv_bytes(per_token, 8, free) == per_token * 8 * DEFAULT_POSITIONS_PER_SEQ

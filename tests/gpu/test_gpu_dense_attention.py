@@ -63,7 +63,7 @@ def test_dense_decode_attention_append_matches_eager_and_fills_the_cache(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch", [1, 64])
 def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
-    """Code-predictor shapes (16 / 8 heads of 128): the cache gets exactly qk_norm_rope's key; the output is within
+    """Code-predictor shapes (16 / 8 heads of 128): the cache gets qk_norm_rope's key; the output is within
     the dense kernel's tolerance of fp32 attention over the same normed inputs."""
     from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append, supported
     from voxflow.kernels.qk_norm_rope import qk_norm_rope
@@ -87,4 +87,11 @@ def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
                                       128 ** -0.5).float()
         tol = 1e-5 if dtype == torch.float32 else want.abs() * 2.0 ** -8 + 1e-3
         assert ((got - want).abs() <= tol).all(), (length, (got - want).abs().max().item())
-        assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)
+        # Values are copied, so bit-equal. Keys: bf16 rounds both kernels' fp32 norm + RoPE to the same value; in fp32
+        # the two kernels' compiled arithmetic (FMA contraction, reduction order) may differ in the last bits, as the
+        # device run of 2026-12-01 showed, so fp32 keys are held to a few ulps instead.
+        assert torch.equal(cache_v[:, :, :length + 1], values)
+        if dtype == torch.bfloat16:
+            assert torch.equal(cache_k[:, :, :length + 1], keys)
+        else:
+            torch.testing.assert_close(cache_k[:, :, :length + 1], keys, rtol=1e-6, atol=1e-6)

@@ -36,6 +36,21 @@ def num_blocks_for(memory_bytes: int, kv_spec: "KVSpec", block_size: int) -> int
     return max(0, int(memory_bytes) // (kv_spec.bytes_per_token * block_size))
 
 
+DEFAULT_POSITIONS_PER_SEQ = 4096      # ~5 min of audio at 12.5 frames/s, plus its prompt
+DEFAULT_KV_FREE_FRACTION = 0.4        # of the GPU memory free after the weights: the rest is for the codec's
+                                      # activations (they grow with the batch), graphs and the allocator's slack
+
+
+def default_kv_bytes(bytes_per_token: int, max_num_seqs: int, free_bytes: int | None) -> int:
+    """The KV pool's size when the operator gave none: room for every slot to hold DEFAULT_POSITIONS_PER_SEQ, but on a
+    GPU at most DEFAULT_KV_FREE_FRACTION of its free memory (at 256 slots the first rule alone asks 120 GB for the
+    1.7B talker, and the codec then runs out of memory; the scheduler preempts when a smaller pool fills up)."""
+    want = bytes_per_token * max_num_seqs * DEFAULT_POSITIONS_PER_SEQ
+    if free_bytes is None:
+        return want
+    return min(want, int(free_bytes * DEFAULT_KV_FREE_FRACTION))
+
+
 def blocks_for(num_positions: int, block_size: int) -> int:
     return -(-num_positions // block_size)
 

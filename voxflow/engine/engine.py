@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..audio.io import pcm_bytes
-from .block_manager import BlockManager, blocks_for, num_blocks_for
+from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_blocks_for
 from .codec_executor import CodecExecutor
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
@@ -48,7 +48,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048         # positions computed per step (decodes + prefill chunks)
     prefill_chunk_size: int | None = 512       # most prompt positions of one request per step
     block_size: int = 16                       # positions per KV page
-    kv_cache_bytes: int | None = None          # memory for the KV pool (default: enough for max_num_seqs x 4096)
+    kv_cache_bytes: int | None = None          # memory for the KV pool (default: block_manager.default_kv_bytes)
     num_kv_blocks: int | None = None           # or an explicit number of pages (tests: a tiny pool)
     max_model_len: int = 10240                 # most KV positions of one request (prompt + frames)
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
@@ -106,7 +106,8 @@ class EngineCore:
         if config.num_kv_blocks is not None:
             num_blocks = config.num_kv_blocks
         else:
-            budget = config.kv_cache_bytes or model.kv_spec.bytes_per_token * config.max_num_seqs * 4096
+            free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+            budget = config.kv_cache_bytes or default_kv_bytes(model.kv_spec.bytes_per_token, config.max_num_seqs, free)
             num_blocks = num_blocks_for(budget, model.kv_spec, config.block_size)
         spec = model.kv_spec
         # One page more than the block manager hands out: the scratch page padded decode rows write to.
