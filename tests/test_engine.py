@@ -444,3 +444,31 @@ def test_warmup_requests_run_before_serving_and_leave_no_trace(name):
                                       request_id="after")]} if name != "base" else {})
     if name != "base":
         assert results["after"][-1].reason == FinishReason.LENGTH
+
+
+@pytest.mark.parametrize("max_tokens", [96, 40])
+def test_prefill_runner_static_shapes_equal_the_reference(max_tokens):
+    """The prefill-graph path (voxflow/engine/prefill_runner.py), run eagerly on the CPU: whole prompts padded to a
+    length bucket (and the batch to a batch bucket) in static buffers give every request the reference's codes.
+    With a 40-token budget only the 32-position bucket fits, and the longer prompt takes the eager path."""
+    name = "custom_voice_1b7"
+    core = make_engine(name, prefill_graphs=True, max_num_batched_tokens=max_tokens)
+    runner = core.prefill_runner
+    assert runner is not None and not runner.cuda_graphs
+    reqs = [greedy("Hello world.", 10, voice="vivian", request_id="a"),
+            greedy("Speak.", 7, voice="eric", language="auto", request_id="b"),
+            greedy("This is a tiny test.", 9, voice="serena", instructions="Speak happily.", request_id="c"),
+            greedy("The quick brown fox jumps over the lazy dog, twice over, and then once more for luck.", 6,
+                   voice="ryan", language="english", request_id="d")]
+    used = []
+    run = runner.run
+    runner.run = lambda key, items: (used.append((key, len(items))), run(key, items))
+    if max_tokens == 96:
+        results = drive(core, {0: reqs[:2], 2: reqs[2:]})
+        assert any(n == 2 for _, n in used)               # two prompts padded into one batch bucket
+    else:                                                 # one at a time; the 36-position prompt runs eagerly
+        results = drive(core, {0: reqs[:1], 3: reqs[1:2], 5: reqs[2:3], 7: reqs[3:]})
+        assert [n for _, n in used] == [1, 1, 1]
+    assert all(key[0] >= n and key in runner.shapes for key, n in used)
+    assert_engine_matches_reference(name, core, results, reqs)
+    assert_all_released(core)

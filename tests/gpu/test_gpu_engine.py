@@ -34,7 +34,10 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
     core.codec_exec.push = lambda rid, f: (frames.setdefault(rid, []).append(f.clone()), push(rid, f))
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
                           sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(texts)]
+    replays = core.prefill_runner.stats.replays if cuda_graphs else 0
     results = run_offline(core, reqs)
+    if cuda_graphs:            # the prompts went through the prefill CUDA graphs (voxflow/engine/prefill_runner.py)
+        assert core.prefill_runner.stats.replays > replays
     return {r.request.request_id: (torch.cat(frames[r.request.request_id]), r.audio()) for r in results}
 
 

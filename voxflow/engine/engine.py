@@ -31,6 +31,7 @@ from .codec_executor import CodecExecutor
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PagedKVContext, PreparedRequest, TTSModel
+from .prefill_runner import PrefillItem, PrefillRunner
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SeqStatus, Sequence
@@ -60,6 +61,9 @@ class EngineConfig:
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
+    prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
+                                               # None: with cuda_graphs on a GPU. True on a CPU: the same padded
+                                               # path, eagerly (tests)
     eager_first_chunk: int = 4                 # up to this many running requests, a step with a stream still
                                                # waiting for its first audio is read at once (0: never)
     warmup_requests: bool | None = None        # run the model's warm-up requests before serving (None: on a GPU
@@ -125,6 +129,11 @@ class EngineCore:
                                    # the paged attention kernel reads only real pages: one table width fits all
                                    fixed_width=device.type == "cuda" and kernels_enabled())
         self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
+        want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
+                               else config.cuda_graphs and device.type == "cuda")
+        self.prefill_runner = (PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
+                                             config.max_num_batched_tokens, config.max_num_seqs, config.cuda_graphs)
+                               if want_prefill_graphs and hasattr(model, "prefill_forward") else None)
         self.flags = FlagBuffers(self.runner.buckets[-1], device)
         self._inflight: InflightDecode | None = None
         self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
@@ -153,6 +162,9 @@ class EngineCore:
             with torch.no_grad():
                 self.startup["graph_capture_seconds"] = round(self.runner.capture(widths=[1, 2, 4, 8, 16]), 3)
             self.startup["graphs"] = self.runner.stats.graphs
+        if self.prefill_runner is not None and self.prefill_runner.cuda_graphs and cfg.capture_at_start:
+            self.startup["prefill_graph_capture_seconds"] = round(self.prefill_runner.capture(), 3)
+            self.startup["prefill_graphs"] = self.prefill_runner.stats.graphs
         on_gpu = torch.device(self.model.device).type == "cuda"
         warm = getattr(self.codec, "warmup", None)
         if warm is not None and on_gpu and cfg.capture_at_start:
@@ -359,7 +371,13 @@ class EngineCore:
         bm = self.block_manager
         items = [(self.live[c.seq.request_id], c) for c in chunks]
         embeds = [self._prefill_embeds(live, c.end) for live, c in items]
-        if len(items) > 1 and self.config.batch_prefill and hasattr(self.model, "prefill_batch"):
+        graph_key = (self.prefill_runner.key_for([(c.start, c.end - c.start) for c in chunks])
+                     if self.prefill_runner is not None and (len(chunks) == 1 or self.config.batch_prefill) else None)
+        if graph_key is not None:
+            self.prefill_runner.run(graph_key, [
+                PrefillItem(c.seq.slot, e[c.start:c.end], c.seq.block_table, bm.slot_mapping(c.seq, c.start, c.end),
+                            c.is_last) for c, e in zip(chunks, embeds)])
+        elif len(items) > 1 and self.config.batch_prefill and hasattr(self.model, "prefill_batch"):
             size = max(c.end - c.start for c in chunks)
             # Left padding of shorter chunks writes its (unused) K/V into the scratch page.
             mapping = [[self.scratch_slot] * (size - (c.end - c.start)) + bm.slot_mapping(c.seq, c.start, c.end)

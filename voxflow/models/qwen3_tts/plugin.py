@@ -304,12 +304,29 @@ class Qwen3TTSPlugin:
             n = embeds.shape[0]
             x[i, size - n:] = embeds.to(device=self.device, dtype=dtype)
             positions[i, size - n:] = torch.arange(start, start + n, device=self.device)
-        view = PagedKVView(kv, size)
-        hidden = self.talker(x, positions, view, view.key_valid)
-        rows = [i for i, (slot, _, _, last) in enumerate(chunks) if last and self._attached[slot].state.needs_first_c0]
-        if rows:
-            h = hidden[rows, -1]
-            self._first_c0([chunks[i][0] for i in rows], self.talker.codec_logits(h), h)
+        hidden = self.prefill_forward(x, positions, kv)
+        self.prefill_outputs([(slot, last) for slot, _, _, last in chunks], hidden[:, -1])
+
+    # The prefill split in two for the engine's prefill CUDA graphs (voxflow/engine/prefill_runner.py): the talker
+    # forward over left-padded inputs (capturable: device tensors only, shapes fixed by the inputs), then the
+    # first-c0 draw from each row's last position (host bookkeeping, outside any graph).
+    def prefill_input_spec(self) -> tuple[int, torch.dtype]:
+        """(hidden size, dtype) of the talker inputs `prefill_forward` takes."""
+        return self.talker.cfg.hidden_size, self.model.dtype
+
+    def prefill_forward(self, x: torch.Tensor, positions: torch.Tensor, kv: PagedKVContext) -> torch.Tensor:
+        """x [B, S, H] left-padded prompt embeddings, positions [B, S] -> talker hidden states [B, S, H]; writes the
+        K/V of all B x S positions where `kv.slot_mapping` says."""
+        view = PagedKVView(kv, x.shape[1])
+        return self.talker(x, positions, view, view.key_valid)
+
+    def prefill_outputs(self, rows: list[tuple[int, bool]], last_hidden: torch.Tensor) -> None:
+        """After `prefill_forward`: rows (slot, last chunk?) with each row's last-position hidden state [B, H]; the
+        first c0 of the slots whose prompt is now complete."""
+        picked = [i for i, (slot, last) in enumerate(rows) if last and self._attached[slot].state.needs_first_c0]
+        if picked:
+            h = last_hidden[picked]
+            self._first_c0([rows[i][0] for i in picked], self.talker.codec_logits(h), h)
 
     def _first_c0(self, slot_list: list[int], logits: torch.Tensor, h: torch.Tensor) -> None:
         """c0 of frame 0 for these slots from their last prompt position's logits [n, V] and hidden state [n, H]."""
