@@ -63,6 +63,8 @@ def main() -> None:
     steps = until_first_chunks(core, ids, prof_first=True)
     print(f"{batch} at once: steps until every first chunk (host ms, outputs): {steps}")
     print("  engine ttfp_breakdown_ms (all requests so far):", core.stats().get("ttfp_breakdown_ms"))
+    if core.prefill_runner is not None:
+        print("  prefill graphs:", core.prefill_runner.stats)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,58 @@
+"""The streaming codec decoder alone on the GPU: time per call and the top kernels, for B streams decoding a chunk of
+n frames each (the engine's shapes: 1-frame steps, 25-frame regular chunks), replayed from the runner's CUDA graphs,
+in each precision setting asked for.
+
+    python benchmarks/scripts/profile_codec.py MODEL_DIR BATCH SETTING[,SETTING...]
+    SETTING: fp32 (convolutions in TF32, PyTorch's default) | fp32-strict (no TF32) | bf16, each optionally with
+             +bench (cudnn.benchmark: cuDNN times its algorithms once per shape before the capture)
+"""
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from profile_step import kernel_summary  # noqa: E402
+
+from voxflow.models.registry import load_for_engine  # noqa: E402
+
+
+def run(model: str, batch: int, setting: str) -> None:
+    base, _, extra = setting.partition("+")
+    torch.backends.cudnn.allow_tf32 = base != "fp32-strict"
+    torch.backends.cudnn.benchmark = extra == "bench"
+    dtype = "bfloat16" if base == "bf16" else "float32"
+    _, codec = load_for_engine(model, device="cuda", dtype="bfloat16", max_slots=batch, codec_dtype=dtype)
+    t = time.perf_counter()
+    codec.warmup([batch], [1, 25])
+    print(f"{setting}: graph capture {time.perf_counter() - t:.1f} s", flush=True)
+    states = [codec.new_state(None) for _ in range(batch)]
+    for n in (1, 25):
+        frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(batch)]
+        for _ in range(3):
+            codec.decode(states, frames)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(10):
+            codec.decode(states, frames)
+        ms = (time.perf_counter() - t) / 10 * 1e3
+        print(f"{setting} B={batch} n={n}: {ms:.2f} ms per call, {ms / (batch * n) * 1e3:.1f} us per stream-frame "
+              f"({batch * n * 0.08 / ms * 1e3:.0f} audio-s per s of codec time)", flush=True)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                codec.decode(states, frames)
+        kernel_summary(prof, 3, top=12)
+    for s in states:
+        codec.release(s)
+    del codec
+    torch.cuda.empty_cache()
+
+
+def main() -> None:
+    for setting in sys.argv[3].split(","):
+        run(sys.argv[1], int(sys.argv[2]), setting)
+
+
+if __name__ == "__main__":
+    main()
