@@ -76,9 +76,48 @@ def check_module_dispatch_and_term_cache():
     assert_close_to(got, want, x, terms[1][1])
 
 
+def check_bias_fusions():
+    """The convolution bias folded into SnakeBeta's pass and into the residual add: the same values as the separate
+    adds (bias_residual's two rounded adds are exact float ops, so bit-equal); a residual unit's fused path equals
+    its plain one."""
+    from voxflow.kernels.snake_beta import bias_residual, bias_residual_supported, snake_beta, supported
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import ResidualUnit
+    import voxflow.models.qwen3_tts.codec_decoder_blocks as blocks
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        m = module(6, dtype, seed=3)
+        x = (torch.randn(2, 6, 700, generator=g) * 3).to(dtype)
+        bias = torch.randn(6, generator=g).to(dtype)
+        a, inv = m._channel_terms()
+        assert supported(x, a, inv, bias) and not supported(x, a, inv, bias.float() if dtype != torch.float32
+                                                                  else bias.double())
+        shifted = x + bias[:, None]
+        assert_close_to(snake_beta(x, a, inv, bias), m(shifted), shifted, inv)
+        h = torch.randn(2, 6, 700, generator=g).to(dtype)
+        assert bias_residual_supported(h, bias, x)
+        assert torch.equal(bias_residual(h, bias, x), (h + bias[:, None]) + x)
+    torch.manual_seed(0)
+    unit = ResidualUnit(5, dilation=3).eval().requires_grad_(False)
+    for act in (unit.act1, unit.act2):
+        act.alpha.data.uniform_(-1.0, 1.0)
+        act.beta.data.uniform_(-1.0, 1.0)
+    x = torch.randn(2, 5, 300, generator=g)
+    want = unit(x)
+    saved = blocks.use_kernels
+    blocks.use_kernels = lambda t: True
+    try:
+        got = unit(x)
+    finally:
+        blocks.use_kernels = saved
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 if IN_CHILD:
     def test_child_against_the_module():
         check_against_the_module()
+
+    def test_child_bias_fusions():
+        check_bias_fusions()
 
     def test_child_dispatch_and_cache():
         check_module_dispatch_and_term_cache()

@@ -49,8 +49,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(num_warps=8, enable_fp_fusion=False)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)
-        out.append((f"snake_beta {dt}", snake_beta._snake_beta_kernel,
-                    dict(x_ptr=p, a_ptr=p, inv_ptr=p, out_ptr=p), dict(PRECISE=True, BLOCK=1024),
+        for has_bias in (False, True):
+            out.append((f"snake_beta {dt} bias={has_bias}", snake_beta._snake_beta_kernel,
+                        dict(x_ptr=p, a_ptr=p, inv_ptr=p, bias_ptr=p, out_ptr=p),
+                        dict(HAS_BIAS=has_bias, PRECISE=True, BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
+        out.append((f"bias_residual {dt}", snake_beta._bias_residual_kernel,
+                    dict(h_ptr=p, bias_ptr=p, x_ptr=p, out_ptr=p), dict(BLOCK=1024),
                     dict(num_warps=4, enable_fp_fusion=False)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")

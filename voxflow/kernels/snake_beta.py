@@ -5,7 +5,10 @@ The torch expression (`models/qwen3_tts/codec_decoder_blocks.SnakeBeta`) runs fi
 upsampling stack (up to 1536 channels at 24 kHz / 2^k) that traffic was a large share of the codec's GPU time
 (H200 profile, 2026-11-29: sin / pow / mul / add kernels of 45-290 us each). Here one pass reads x once and writes
 y once. The per-channel a = exp(alpha) and 1 / (exp(beta) + 1e-9) are computed by the caller with the reference's
-own torch ops ([C] values, bit-identical).
+own torch ops ([C] values, bit-identical). The preceding convolution's bias can be added in the same pass
+(`bias=`), and `bias_residual` adds a residual unit's last bias and its input in one pass: PyTorch adds a
+convolution's bias as a separate broadcast pass (non-vectorised: 56 calls and 14 ms of a 111 ms 64 x 25-frame codec
+call on the H200, benchmarks/results/h200/2026-12-01-session4/codec_run4.txt).
 
 Numerics: the reference's rounding points in the activation dtype (t = x * a, sin t, its square, the scaled
 square, the sum: each rounded as torch stores it), fp32 arithmetic in between, no FMA contraction. On CUDA sin is
@@ -26,8 +29,8 @@ _BLOCK = 1024
 
 
 @triton.jit
-def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, C, T, stride_b, stride_c, PRECISE: tl.constexpr,
-                       BLOCK: tl.constexpr):
+def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, bias_ptr, out_ptr, C, T, stride_b, stride_c, HAS_BIAS: tl.constexpr,
+                       PRECISE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)                     # (batch, channel) pair
     b, c = row // C, row % C
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -35,6 +38,8 @@ def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, C, T, stride_b, stride_c,
     dtype = x_ptr.dtype.element_ty
     base = b.to(tl.int64) * stride_b + c.to(tl.int64) * stride_c
     x = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:                               # the previous convolution's bias, rounded as its output would be
+        x = round_to(x + tl.load(bias_ptr + c).to(tl.float32), dtype)
     a = tl.load(a_ptr + c).to(tl.float32)
     inv = tl.load(inv_ptr + c).to(tl.float32)
     t = round_to(x * a, dtype)
@@ -49,24 +54,60 @@ def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, C, T, stride_b, stride_c,
     tl.store(out_ptr + out_base + offs, y.to(dtype), mask=mask)
 
 
-def supported(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor) -> bool:
-    """x [B, C, T] with a unit last stride, a / inv [C] in x's dtype, one device, no autograd graph to record."""
+def supported(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """x [B, C, T] with a unit last stride, a / inv (/ bias) [C] in x's dtype, one device, no autograd graph to
+    record."""
     if x.dim() != 3 or x.stride(-1) != 1 or x.dtype not in _DTYPES:
         return False
-    if a.shape != (x.shape[1],) or inv.shape != a.shape or a.dtype != x.dtype or inv.dtype != x.dtype:
-        return False
-    if a.device != x.device or inv.device != x.device:
+    terms = (a, inv) if bias is None else (a, inv, bias)
+    if any(t.shape != (x.shape[1],) or t.dtype != x.dtype or t.device != x.device for t in terms):
         return False
     return not (torch.is_grad_enabled() and x.requires_grad)
 
 
-def snake_beta(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
-    """x + inv * sin(x * a)^2 per channel (a, inv [C] broadcast over B and T); a new contiguous tensor."""
+def snake_beta(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor, bias: torch.Tensor | None = None
+               ) -> torch.Tensor:
+    """x + inv * sin(x * a)^2 per channel (a, inv [C] broadcast over B and T); a new contiguous tensor.
+    bias [C]: x is a convolution's output without its bias, which is added first (rounded, as the convolution would
+    have stored it): the bias add's own pass over the activation is saved."""
     bsz, c, t = x.shape
     out = torch.empty((bsz, c, t), dtype=x.dtype, device=x.device)
     if out.numel():
         a, inv = a.contiguous(), inv.contiguous()
+        bias_arg = a if bias is None else bias.contiguous()       # not read without HAS_BIAS
         _snake_beta_kernel[(bsz * c, triton.cdiv(t, _BLOCK))](
-            x, a, inv, out, c, t, x.stride(0), x.stride(1), PRECISE=x.is_cuda, BLOCK=_BLOCK, num_warps=4,
+            x, a, inv, bias_arg, out, c, t, x.stride(0), x.stride(1), HAS_BIAS=bias is not None,
+            PRECISE=x.is_cuda, BLOCK=_BLOCK, num_warps=4,
             enable_fp_fusion=False)            # the scaled square and the sum stay two rounded operations
+    return out
+
+
+@triton.jit
+def _bias_residual_kernel(h_ptr, bias_ptr, x_ptr, out_ptr, C, T, BLOCK: tl.constexpr):
+    row = tl.program_id(0)                     # (batch, channel) pair; all three tensors contiguous [B, C, T]
+    c = row % C
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < T
+    dtype = h_ptr.dtype.element_ty
+    base = row.to(tl.int64) * T
+    h = tl.load(h_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+    h = round_to(h + tl.load(bias_ptr + c).to(tl.float32), dtype)
+    tl.store(out_ptr + base + offs, round_to(h + x, dtype).to(dtype), mask=mask)
+
+
+def bias_residual_supported(h: torch.Tensor, bias: torch.Tensor, x: torch.Tensor) -> bool:
+    return (h.dim() == 3 and h.shape == x.shape and h.is_contiguous() and x.is_contiguous() and h.dtype == x.dtype
+            and h.dtype in _DTYPES and bias.shape == (h.shape[1],) and bias.dtype == h.dtype
+            and h.device == x.device == bias.device and not (torch.is_grad_enabled() and h.requires_grad))
+
+
+def bias_residual(h: torch.Tensor, bias: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(h + bias per channel) + x, each sum rounded to the dtype as the separate torch adds round them, in one pass:
+    a residual unit's last (bias-less) convolution output h, its bias, and the unit's input x, all [B, C, T]."""
+    bsz, c, t = h.shape
+    out = torch.empty_like(h)
+    if out.numel():
+        _bias_residual_kernel[(bsz * c, triton.cdiv(t, _BLOCK))](h, bias.contiguous(), x, out, c, t, BLOCK=_BLOCK,
+                                                                 num_warps=4, enable_fp_fusion=False)
     return out

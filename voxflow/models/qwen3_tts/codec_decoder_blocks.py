@@ -65,16 +65,18 @@ class CausalConv1d(StreamingModule):
             return {}
         return {self.state_key: torch.zeros(batch, self.conv.in_channels, self.context, device=device, dtype=dtype)}
 
-    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
-        if self.context == 0:
-            return self.conv(x)
-        if state is None:
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None, bias: bool = True) -> torch.Tensor:
+        """bias=False: the output without the bias (a caller that adds it inside its next fused pass)."""
+        if self.context and state is None:
             x = F.pad(x, (self.context, 0))
-        else:
+        elif self.context:
             x = torch.cat([state[self.state_key], x], dim=-1)
             # clone: a view would keep this whole call's activation buffer alive inside the state
             state[self.state_key] = x[..., x.shape[-1] - self.context:].clone()
-        return self.conv(x)
+        if bias:
+            return self.conv(x)
+        c = self.conv
+        return F.conv1d(x, c.weight, None, c.stride, 0, c.dilation, c.groups)
 
 
 class CausalConvTranspose1d(StreamingModule):
@@ -132,12 +134,16 @@ class SnakeBeta(nn.Module):
         return _per_weight_version(self, (self.alpha, self.beta),
                                    lambda: (torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9)))
 
-    def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None, bias: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """bias [C]: x is a convolution's output still without its bias (added first, in the same pass)."""
         if use_kernels(x):
             from voxflow.kernels import snake_beta as fused   # imported lazily: CPU runs never load Triton code
             a, inv = self._channel_terms()
-            if fused.supported(x, a, inv):
-                return fused.snake_beta(x, a, inv)
+            if fused.supported(x, a, inv, bias):
+                return fused.snake_beta(x, a, inv, bias)
+        if bias is not None:
+            x = x + bias[:, None]
         alpha = torch.exp(self.alpha)[None, :, None]
         beta = torch.exp(self.beta)[None, :, None]
         return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
@@ -171,6 +177,15 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        if use_kernels(x):
+            # Both convolutions' biases ride along in the next fused pass (act2's SnakeBeta, the residual add) instead
+            # of PyTorch's separate broadcast add after each convolution; same rounding points, same values.
+            from voxflow.kernels import snake_beta as fused
+            h = self.act2(self.conv1(self.act1(x), state, bias=False), bias=self.conv1.conv.bias)
+            h = self.conv2(h, state, bias=False)
+            if fused.bias_residual_supported(h, self.conv2.conv.bias, x):
+                return fused.bias_residual(h, self.conv2.conv.bias, x)
+            return (h + self.conv2.conv.bias[:, None]) + x
         h = self.conv1(self.act1(x), state)
         h = self.conv2(self.act2(h), state)
         return h + x
