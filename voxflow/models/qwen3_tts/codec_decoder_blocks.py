@@ -101,6 +101,15 @@ class CausalConvTranspose1d(StreamingModule):
         return {self.state_key: torch.zeros(batch, self.conv.out_channels, self.overlap, device=device, dtype=dtype)}
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
+        if use_kernels(x):
+            # On the GPU: one GEMM + overlap-add instead of cuDNN's slow transposed-convolution kernel.
+            from voxflow.layers.conv_transpose_gemm import conv_transpose_gemm
+            streaming = state is not None and self.overlap > 0
+            y, tail = conv_transpose_gemm(x, self.conv.weight, self.conv.bias, self.stride,
+                                          state[self.state_key] if streaming else None)
+            if streaming:
+                state[self.state_key] = tail
+            return y
         if state is None or self.overlap == 0:
             y = self.conv(x)
             return y[..., : y.shape[-1] - self.overlap]
