@@ -73,9 +73,12 @@ class CausalConv1d(StreamingModule):
             x = torch.cat([state[self.state_key], x], dim=-1)
             # clone: a view would keep this whole call's activation buffer alive inside the state
             state[self.state_key] = x[..., x.shape[-1] - self.context:].clone()
+        c = self.conv
+        if c.out_channels == 1 and c.groups == 1 and x.dtype != torch.float32 and use_kernels(x):
+            from voxflow.layers.one_channel_conv import one_channel_conv1d     # the final layer (see its docstring)
+            return one_channel_conv1d(x, c.weight, c.bias if bias else None, c.dilation[0])
         if bias:
             return self.conv(x)
-        c = self.conv
         return F.conv1d(x, c.weight, None, c.stride, 0, c.dilation, c.groups)
 
 
