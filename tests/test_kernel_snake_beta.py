@@ -101,15 +101,27 @@ def check_bias_fusions():
     for act in (unit.act1, unit.act2):
         act.alpha.data.uniform_(-1.0, 1.0)
         act.beta.data.uniform_(-1.0, 1.0)
+    unit.conv1.state_key, unit.conv2.state_key = "conv1", "conv2"
     x = torch.randn(2, 5, 300, generator=g)
     want = unit(x)
     saved = blocks.use_kernels
     blocks.use_kernels = lambda t: True
     try:
         got = unit(x)
+        # streamed in pieces (act1 written after conv1's carried context in one buffer): the one-pass output
+        state = {**unit.conv1.init_state(2, "cpu", torch.float32), **unit.conv2.init_state(2, "cpu", torch.float32)}
+        streamed = torch.cat([unit(x[..., a:e], state) for a, e in ((0, 7), (7, 100), (100, 300))], -1)
     finally:
         blocks.use_kernels = saved
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(streamed, want, rtol=1e-5, atol=1e-5)
+    # snake_beta into a slice of a larger buffer (the out= path)
+    m = module(5, torch.float32, seed=4)
+    a, inv = m._channel_terms()
+    buf = torch.full((2, 5, 310), 7.0)
+    snake_beta(x, a, inv, out=buf[..., 10:])
+    assert (buf[..., :10] == 7.0).all()
+    assert_close_to(buf[..., 10:], m(x), x, inv)
 
 
 if IN_CHILD:

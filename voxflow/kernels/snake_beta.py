@@ -29,8 +29,8 @@ _BLOCK = 1024
 
 
 @triton.jit
-def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, bias_ptr, out_ptr, C, T, stride_b, stride_c, HAS_BIAS: tl.constexpr,
-                       PRECISE: tl.constexpr, BLOCK: tl.constexpr):
+def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, bias_ptr, out_ptr, C, T, stride_b, stride_c, out_stride_b,
+                       out_stride_c, HAS_BIAS: tl.constexpr, PRECISE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)                     # (batch, channel) pair
     b, c = row // C, row % C
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -50,7 +50,7 @@ def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, bias_ptr, out_ptr, C, T, stride_b,
     s = round_to(s, dtype)
     s2 = round_to(s * s, dtype)
     y = round_to(x + round_to(inv * s2, dtype), dtype)
-    out_base = row.to(tl.int64) * T
+    out_base = b.to(tl.int64) * out_stride_b + c.to(tl.int64) * out_stride_c
     tl.store(out_ptr + out_base + offs, y.to(dtype), mask=mask)
 
 
@@ -65,18 +65,24 @@ def supported(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor, bias: torch.T
     return not (torch.is_grad_enabled() and x.requires_grad)
 
 
-def snake_beta(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor, bias: torch.Tensor | None = None
-               ) -> torch.Tensor:
-    """x + inv * sin(x * a)^2 per channel (a, inv [C] broadcast over B and T); a new contiguous tensor.
+def snake_beta(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor, bias: torch.Tensor | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """x + inv * sin(x * a)^2 per channel (a, inv [C] broadcast over B and T); a new contiguous tensor, or written
+    into `out` ([B, C, T] with a unit last stride, e.g. a slice of a buffer that already holds a convolution's left
+    context: the concatenation's copy is saved).
     bias [C]: x is a convolution's output without its bias, which is added first (rounded, as the convolution would
     have stored it): the bias add's own pass over the activation is saved."""
     bsz, c, t = x.shape
-    out = torch.empty((bsz, c, t), dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty((bsz, c, t), dtype=x.dtype, device=x.device)
+    elif out.shape != x.shape or out.stride(-1) != 1 or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"out must be {tuple(x.shape)} {x.dtype} with a unit last stride")
     if out.numel():
         a, inv = a.contiguous(), inv.contiguous()
         bias_arg = a if bias is None else bias.contiguous()       # not read without HAS_BIAS
         _snake_beta_kernel[(bsz * c, triton.cdiv(t, _BLOCK))](
-            x, a, inv, bias_arg, out, c, t, x.stride(0), x.stride(1), HAS_BIAS=bias is not None,
+            x, a, inv, bias_arg, out, c, t, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+            HAS_BIAS=bias is not None,
             PRECISE=x.is_cuda, BLOCK=_BLOCK, num_warps=4,
             enable_fp_fusion=False)            # the scaled square and the sum stay two rounded operations
     return out

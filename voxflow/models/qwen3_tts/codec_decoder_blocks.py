@@ -65,14 +65,22 @@ class CausalConv1d(StreamingModule):
             return {}
         return {self.state_key: torch.zeros(batch, self.conv.in_channels, self.context, device=device, dtype=dtype)}
 
-    def forward(self, x: torch.Tensor, state: StreamTensors | None = None, bias: bool = True) -> torch.Tensor:
-        """bias=False: the output without the bias (a caller that adds it inside its next fused pass)."""
+    def with_context(self, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+        """x with its left context in front (zeros, or the stream's carried samples, which it then replaces)."""
         if self.context and state is None:
-            x = F.pad(x, (self.context, 0))
-        elif self.context:
+            return F.pad(x, (self.context, 0))
+        if self.context:
             x = torch.cat([state[self.state_key], x], dim=-1)
             # clone: a view would keep this whole call's activation buffer alive inside the state
             state[self.state_key] = x[..., x.shape[-1] - self.context:].clone()
+        return x
+
+    def forward(self, x: torch.Tensor, state: StreamTensors | None = None, bias: bool = True, padded: bool = False
+                ) -> torch.Tensor:
+        """bias=False: the output without the bias (a caller that adds it inside its next fused pass).
+        padded=True: x already starts with the left context (`with_context`), and `state` is not used."""
+        if not padded:
+            x = self.with_context(x, state)
         c = self.conv
         if c.out_channels == 1 and c.groups == 1 and x.dtype != torch.float32 and use_kernels(x):
             from voxflow.layers.one_channel_conv import one_channel_conv1d     # the final layer (see its docstring)
@@ -193,7 +201,8 @@ class ResidualUnit(nn.Module):
             # Both convolutions' biases ride along in the next fused pass (act2's SnakeBeta, the residual add) instead
             # of PyTorch's separate broadcast add after each convolution; same rounding points, same values.
             from voxflow.kernels import snake_beta as fused
-            h = self.act2(self.conv1(self.act1(x), state, bias=False), bias=self.conv1.conv.bias)
+            h = self.act2(self.conv1(self._act1_with_context(x, state), None, bias=False, padded=True),
+                          bias=self.conv1.conv.bias)
             h = self.conv2(h, state, bias=False)
             if fused.bias_residual_supported(h, self.conv2.conv.bias, x):
                 return fused.bias_residual(h, self.conv2.conv.bias, x)
@@ -201,6 +210,26 @@ class ResidualUnit(nn.Module):
         h = self.conv1(self.act1(x), state)
         h = self.conv2(self.act2(h), state)
         return h + x
+
+    def _act1_with_context(self, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+        """act1(x) written straight after conv1's left context (the stream's carried samples, or zeros) in one
+        buffer, which conv1 then reads unpadded: the concatenation's copy of the whole activation is saved. The
+        stream's new context is taken from the buffer's end."""
+        from voxflow.kernels import snake_beta as fused
+        ctx = self.conv1.context
+        a, inv = self.act1._channel_terms()
+        if not fused.supported(x, a, inv):
+            return self.conv1.with_context(self.act1(x), state)
+        b, c, t = x.shape
+        buf = torch.empty(b, c, ctx + t, dtype=x.dtype, device=x.device)
+        if state is None:
+            buf[..., :ctx].zero_()
+        else:
+            buf[..., :ctx].copy_(state[self.conv1.state_key])
+        fused.snake_beta(x, a, inv, out=buf[..., ctx:])
+        if state is not None:
+            state[self.conv1.state_key] = buf[..., t:].clone()
+        return buf
 
 
 class DecoderBlock(nn.Module):
