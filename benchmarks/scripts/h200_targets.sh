@@ -8,6 +8,8 @@
 #   STAGE=small   0.6B c=64 with a 2 GB KV pool, the bf16 codec and codec calls of <= 16 requests (the <= 8 GB
 #                 target), then 1.7B at c=128 and c=256 (best concurrency)
 #   STAGE=official  the official qwen-tts at 1.7B c=1 in the same run, then voxflow c=1 offline right after it
+#   STAGE=codec    the streaming codec alone at 64 streams: time per call and top kernels, fp32 (TF32) and bf16
+#   STAGE=prefill  a new request's first-packet split and the host time of its prefill step, alone and 16 at once
 # The http and official stages need the wheels of benchmarks/scripts/device_wheels.sh (run it here, then
 # `carry: [".whl"]`): the device image has no FastAPI/uvicorn/pydantic/pyzmq and no qwen-tts.
 # Usage (repo root, on the GPU machine): STAGE=http OUT=results_dir bash benchmarks/scripts/h200_targets.sh
@@ -33,6 +35,14 @@ profile)
   ckpt 1.7b 1.7B
   timeout ${PROFILE_TIMEOUT:-400} python3 benchmarks/scripts/profile_step.py /tmp/real-1.7b 1,64 2>&1 | grep -v Warning \
       | tee "$OUT/profile_1p7b.txt" ;;
+codec)
+  ckpt 1.7b 1.7B
+  timeout ${CODEC_TIMEOUT:-200} python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 64 ${CODEC_SETTINGS:-fp32,bf16} 2>&1 \
+      | grep -v Warning | tee "$OUT/profile_codec.txt" | grep "B=64" ;;
+prefill)
+  ckpt 1.7b 1.7B
+  timeout ${PREFILL_TIMEOUT:-150} python3 benchmarks/scripts/profile_prefill.py /tmp/real-1.7b 16 2>&1 | grep -v Warning \
+      | tee "$OUT/profile_prefill.txt" | grep -v "^ " | tail -12 ;;
 tests)
   timeout ${TEST_TIMEOUT:-560} python3 -m pytest -q -rs -n 4 -p no:cacheprovider tests/gpu > "$OUT/gpu_tests.txt" 2>&1   # -n: Triton compiles in parallel (xdist is on the device image)
   tail -n 30 "$OUT/gpu_tests.txt" ;;
@@ -45,7 +55,7 @@ http)
     --output "$OUT/h200_1p7b_http_c1.json"
   b --base-url http://127.0.0.1:8000 --label http-full --concurrency 16,64 --num-prompts 64 --num-warmups 8 \
     --output "$OUT/h200_1p7b_http_c16_c64.json"
-  kill %1; wait ;;
+  kill %1; wait ;;            # (a `pkill -f` on the command line would also match the calling shell)
 stack)
   ckpt 1.7b 1.7B
   python3 -m voxflow.tools.codec_snr --model /tmp/real-1.7b --dtype bfloat16 --device cuda --frames 150 2>&1 \
