@@ -29,7 +29,7 @@ from .graph_runner import RunnerStats, width_bucket
 from .model_api import PagedKVContext
 
 PREFILL_LENGTHS = (32, 64, 128, 256)
-PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
+PREFILL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
 @dataclass
