@@ -195,6 +195,18 @@ def test_streamed_wav_header_and_pcm_headers(http):
     assert size == len(r.content) - 44
 
 
+def test_server_timing_splits_the_first_audio(http):
+    """Streamed and whole responses say where their first audio's time went inside the server (the bench reads
+    it): handler -> engine, engine -> first chunk, chunk -> API. Durations only, no claims about their size."""
+    from voxflow.bench.client import parse_server_timing
+    for body in (speech(response_format="pcm", stream_format="audio"), speech(response_format="pcm")):
+        with http.stream("POST", "/v1/audio/speech", json=body) as r:
+            assert r.status_code == 200
+            timing = parse_server_timing(r.headers["server-timing"])
+            r.read()
+        assert set(timing) == {"api", "engine", "relay"} and all(v >= 0 for v in timing.values())
+
+
 def _sse_events(r: httpx.Response) -> list[dict]:
     events = []
     for line in r.iter_lines():
@@ -287,8 +299,12 @@ def test_auth(server, http):
 
 
 def test_health_and_root(http):
+    http.post("/v1/audio/speech", json=speech(response_format="pcm"))
     r = http.get("/health")
     assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["engine"]["running"] == 0
+    # the engine's own split of first-audio latency (an HTTP benchmark records it after its run)
+    assert set(r.json()["engine"]["ttfp_breakdown_ms"]) == {"prepare", "queue_and_prefill", "first_frame",
+                                                            "first_chunk"}
     assert http.get("/").json()["model"] == MODEL
 
 
@@ -418,6 +434,55 @@ def test_engine_states_map_to_http_errors():
         m = metrics(c)
         assert m[("voxflow_requests_rejected_total", (("reason", "queue_full"),))] == 1
         assert m[("voxflow_requests_rejected_total", (("reason", "unavailable"),))] == 1
+
+
+class HeldEngine(ScriptedEngine):
+    """Emits a request's first chunk at once and the rest only when `release()` is called (from any thread)."""
+
+    def _submit(self, request):
+        rid = request.request_id
+        pcm = np.full(1920, 0.1, "<f4").tobytes()
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self._route_outputs, [AudioChunk(rid, 0, pcm, 24000, 1920, 0, 1)])
+        rest = [AudioChunk(rid, 1, pcm, 24000, 1920, 1, 1),
+                FinalRecord(rid, FinishReason.EOS, Usage(prompt_tokens=5, frames=2, audio_seconds=0.16))]
+        self.release = lambda: loop.call_soon_threadsafe(self._route_outputs, rest)
+
+
+def test_first_chunk_reaches_the_client_before_the_second_exists():
+    """The first audio leaves the server as soon as the engine has it: nothing (response buffering, an encoder
+    holding samples back) waits for more audio before sending it."""
+    engine = HeldEngine()
+    body = {"model": "scripted", "voice": "vivian", "input": "hi", "stream_format": "audio"}
+    with ServerThread(create_app(engine, ServerSettings(model_name="scripted"))) as srv, \
+            httpx.Client(base_url=srv.url, timeout=HANG) as c:
+        for fmt, first_bytes in (("pcm", 1920 * 2), ("wav", 44 + 1920 * 2)):
+            with c.stream("POST", "/v1/audio/speech", json={**body, "response_format": fmt}) as r:
+                pieces = r.iter_raw()
+                got = b""
+                while len(got) < first_bytes:       # the engine's second chunk does not exist yet
+                    got += next(pieces)
+                engine.release()
+                got += b"".join(pieces)
+            assert r.status_code == 200 and len(got) == first_bytes + 1920 * 2
+
+
+def test_first_speech_request_pays_no_one_time_costs(monkeypatch):
+    """A fresh server's first speech request is served like the next ones: FastAPI's one-time read of the
+    endpoint's source (inspect.getsourcelines, ~17 ms on the test CPU) happened when the app was created."""
+    import inspect
+
+    import fastapi.routing
+    getattr(fastapi.routing, "_endpoint_context_cache", {}).clear()     # as in a fresh process
+    app = create_app(ScriptedEngine(), ServerSettings(model_name="scripted"))
+    reads = []
+    real = inspect.getsourcelines
+    monkeypatch.setattr(inspect, "getsourcelines", lambda obj: reads.append(obj) or real(obj))
+    with ServerThread(app) as srv, httpx.Client(base_url=srv.url, timeout=HANG) as c:
+        r = c.post("/v1/audio/speech", json={"model": "scripted", "voice": "vivian", "response_format": "pcm",
+                                             "stream_format": "audio", "input": "fine"})
+        assert r.status_code == 200
+    assert reads == []
 
 
 def test_voice_clone_inputs_reach_the_engine():

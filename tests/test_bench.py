@@ -265,6 +265,23 @@ def test_request_and_level_math():
     assert metrics.summarize([])["audio_throughput"] is None
 
 
+def test_server_timing_split_of_ttfp():
+    """A server's Server-Timing header per request, and the level's mean split of TTFP: the server's parts plus
+    what the client measured beyond them."""
+    from voxflow.bench.client import parse_server_timing
+    assert parse_server_timing("api;dur=0.25, engine;desc=\"x\";dur=40, relay;dur=0.75") == \
+        {"api": 0.25, "engine": 40.0, "relay": 0.75}
+    assert parse_server_timing(None) is None and parse_server_timing("cache, db;dur=abc") is None
+    a = _rec(0, [0.050, 0.1], [100, 100], 0.2)
+    b = _rec(1, [0.070, 0.1], [100, 100], 0.2)
+    a.server_timing_ms = {"api": 1.0, "engine": 40.0, "relay": 1.0}
+    b.server_timing_ms = {"api": 1.0, "engine": 60.0, "relay": 1.0}
+    other = _rec(2, [0.2], [100], 0.3)                                   # a server without the header
+    split = metrics.summarize([a, b, other])["ttfp_server_split_ms"]
+    assert split == pytest.approx({"api": 1.0, "engine": 50.0, "relay": 1.0, "http_and_client": 8.0})
+    assert metrics.summarize([other])["ttfp_server_split_ms"] is None
+
+
 def test_readers_find_audio_bytes():
     w = readers.WavReader()
     data = wav_header(22050, 0xFFFFFFFF - 36)[:44] + b"\x01\x02" * 10
@@ -558,6 +575,11 @@ def test_smoke_against_voxflow_app(tmp_path):
     assert s["audio_duration_s"]["mean"] == pytest.approx(5 * 1920 / 24000)
     assert all(r["sample_rate_source"] == "x-sample-rate" for r in level(res, "c=1")["requests"])
     assert res["target"]["model"] == "tiny" and res["model"]["sample_rate"] == 24000
+    # where TTFP went: the server's split per request, its mean per level, the engine's own split from /health
+    assert all(set(r["server_timing_ms"]) == {"api", "engine", "relay"} for r in level(res, "c=1")["requests"])
+    assert set(s["ttfp_server_split_ms"]) == {"api", "engine", "relay", "http_and_client"}
+    md = (tmp_path / "res.md").read_text()
+    assert "where TTFP went" in md and "the server's engine, TTFP breakdown" in md
 
 
 # ================================================================================================ baseline runner

@@ -14,6 +14,7 @@ is full, both with Retry-After), and the engine's own validation (the first engi
 answering: a ValueError there comes back as a FinalRecord(ERROR) and becomes a 400 with its message). After the
 first byte, a failure can only be signalled in-band (SSE error event) or by cutting the connection (raw audio:
 the chunked body never completes). A client that goes away closes the engine iterator: the request is aborted.
+A `Server-Timing` header says where the first audio's time went inside the server (SpeechJob.server_timing).
 """
 from __future__ import annotations
 
@@ -109,6 +110,9 @@ class SpeechJob:
         self.final: FinalRecord | None = None
         self.closed = False
         self.encoder = None
+        self.arrived_at = arrived
+        self.submitted_at: float | None = None      # handed to the engine
+        self.first_out_at: float | None = None      # its first output reached this process
 
     @classmethod
     async def start(cls, state: AppState, plan: SpeechPlan, arrived: float) -> "SpeechJob":
@@ -117,7 +121,9 @@ class SpeechJob:
         try:
             job.gen = state.engine.generate(plan.request).__aiter__()
             try:
+                job.submitted_at = time.monotonic()     # generate() submits on its first step
                 job.first = await job.gen.__anext__()
+                job.first_out_at = time.monotonic()
             except EngineUnavailableError as e:
                 _reject(state, "unavailable")
                 raise APIError(503, f"the engine cannot take requests now ({e}); retry later",
@@ -158,6 +164,18 @@ class SpeechJob:
             audio = self.final.usage.audio_seconds if self.final is not None else None
             self.tracker.finish(status, reason, audio_seconds=audio if status == 200 else None)
 
+    def server_timing(self) -> dict[str, str]:
+        """A Server-Timing header splitting the first audio's time inside this server (ms): `api` (handler start
+        to the engine), `engine` (to its first chunk; the engine stamps chunks with the same host clock) and
+        `relay` (that chunk to this process). Whatever else a client measures went to HTTP and the client itself:
+        `voxflow bench` records it per request to show where its TTFP goes."""
+        first = self.first
+        if not isinstance(first, AudioChunk) or self.submitted_at is None or self.first_out_at is None:
+            return {}
+        parts = (("api", self.submitted_at - self.arrived_at), ("engine", first.emitted_at - self.submitted_at),
+                 ("relay", self.first_out_at - first.emitted_at))
+        return {"Server-Timing": ", ".join(f"{name};dur={max(0.0, s) * 1e3:.2f}" for name, s in parts)}
+
     def usage(self) -> dict:
         u = self.final.usage if self.final is not None else None
         inp, out = (u.prompt_tokens, u.frames) if u is not None else (0, 0)
@@ -192,7 +210,7 @@ class SpeechJob:
             raise
         self.tracker.sent(len(pcm) / self.plan.sample_rate)
         await self.close(200)
-        headers = self.plan.headers(self.encoder)
+        headers = {**self.plan.headers(self.encoder), **self.server_timing()}
         headers["X-Usage"] = json.dumps(self.usage(), separators=(",", ":"))
         return Response(data, media_type=self.encoder.content_type, headers=headers)
 
@@ -212,6 +230,7 @@ class SpeechJob:
             body, media_type = self._audio(), self.encoder.content_type
             headers = {}
         headers.update(self.plan.headers(self.encoder))
+        headers.update(self.server_timing())
         return EngineStreamResponse(body, media_type=media_type, headers=headers, job=self)
 
     async def _encoded(self) -> AsyncIterator[bytes]:

@@ -8,10 +8,11 @@ load shape alone decides how many requests are in flight). Per level:
 Warm-up requests run first at the same shape and are recorded but excluded from every statistic.
 
 Per request: `perf_counter()` just before sending (the body is encoded beforehand; a new connection's set-up
-counts, as for any client), then the arrival of every response read (no content decoding); the readers (readers.py) say which bytes are audio. Failures
-are recorded by kind, never raised: http_<status> (429, 503, 500, ...), connect_error, read_error (connection
-dropped or body incomplete), timeout, stream_error (SSE error event, bad WAV), no_audio (200 without samples),
-client_error (anything else).
+counts, as for any client), then the arrival of every response read (no content decoding); the readers
+(readers.py) say which bytes are audio. A `Server-Timing` header (voxflow: where the first audio's time went
+inside the server) is recorded. Failures are recorded by kind, never raised: http_<status> (429, 503, 500, ...),
+connect_error, read_error (connection dropped or body incomplete), timeout, stream_error (SSE error event, bad
+WAV), no_audio (200 without samples), client_error (anything else).
 """
 from __future__ import annotations
 
@@ -165,6 +166,7 @@ class HttpSender:
             async with self.client.stream("POST", self.opts.endpoint, content, self.headers) as resp:
                 rec.status = resp.status
                 rec.request_id = resp.headers.get("x-request-id")
+                rec.server_timing_ms = parse_server_timing(resp.headers.get("server-timing"))
                 if resp.status != 200:
                     body = await resp.aread()
                     rec.end_s = time.perf_counter() - t0
@@ -225,6 +227,22 @@ class HttpSender:
             w.setsampwidth(2)
             w.setframerate(rec.sample_rate)
             w.writeframes(pcm)
+
+
+def parse_server_timing(value: str | None) -> dict | None:
+    """`Server-Timing: api;dur=0.31, engine;dur=44.2` -> {"api": 0.31, "engine": 44.2} (ms); None when absent.
+    voxflow sends it with the split of a request's first audio inside the server (routes_speech.py)."""
+    out = {}
+    for metric in (value or "").split(","):
+        name, *params = [p.strip() for p in metric.split(";")]
+        for p in params:
+            key, _, dur = p.partition("=")
+            if name and key.lower() == "dur":
+                try:
+                    out[name] = float(dur.strip('"'))
+                except ValueError:
+                    pass
+    return out or None
 
 
 def _int(x) -> int | None:

@@ -59,6 +59,7 @@ class RequestRecord:
     text_chars: int = 0
     request_id: str | None = None       # server's X-Request-Id, or the engine request id
     ttfp_parts_s: dict | None = None    # offline: the engine's split of its first-audio latency (TTFP_PARTS)
+    server_timing_ms: dict | None = None    # HTTP: the server's Server-Timing header (voxflow: api, engine, relay)
 
     @property
     def ok(self) -> bool:
@@ -170,6 +171,8 @@ def summarize(records: Sequence[RequestRecord], wall_s: float | None = None, *, 
                                      if r.chunk_bytes and r.bytes_per_s),
         # offline runs: the mean of each part of the engine's first-audio latency, measured requests only
         "ttfp_breakdown_ms": _ttfp_breakdown([r.ttfp_parts_s for r in ok if r.ttfp_parts_s]),
+        # HTTP runs against voxflow: where TTFP went, mean ms (the server's parts, then the rest of TTFP)
+        "ttfp_server_split_ms": _server_split([r for r in ok if r.server_timing_ms and r.ttfp_s is not None]),
         "sample_rates": sorted({r.sample_rate for r in ok if r.sample_rate}),
         "continuity": _continuity([r.continuity(jitter_buffer_s) for r in streamed], jitter_buffer_s,
                                   thresholds_s),
@@ -181,6 +184,18 @@ def _ttfp_breakdown(parts: list[dict]) -> dict | None:
     if not parts:
         return None
     return {name: _r(sum(p[name] for p in parts) / len(parts) * 1e3, 3) for name in parts[0]}
+
+
+def _server_split(recs: list[RequestRecord]) -> dict | None:
+    """Mean of each Server-Timing part, and `http_and_client`: what the client measured beyond them (request and
+    response on the wire, HTTP parsing and routing before the handler, the client's own reading)."""
+    if not recs:
+        return None
+    names = list(dict.fromkeys(k for r in recs for k in r.server_timing_ms))
+    out = {k: _r(sum(r.server_timing_ms.get(k, 0.0) for r in recs) / len(recs), 3) for k in names}
+    rest = [r.ttfp_s * 1e3 - sum(r.server_timing_ms.values()) for r in recs]
+    out["http_and_client"] = _r(sum(rest) / len(rest), 3)
+    return out
 
 
 def _continuity(cs: list[Continuity | None], jitter_buffer_s: float, thresholds_s: Sequence[float]) -> dict | None:

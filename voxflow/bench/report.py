@@ -43,8 +43,8 @@ RECORD_KEYS = ("index", "prompt_id", "warmup", "stream", "start_s", "scheduled_s
                "error_detail", "sample_rate", "sample_rate_source", "channels", "first_byte_s", "end_s",
                "chunk_times_s", "chunk_bytes", "audio_bytes", "text_chars", "request_id", "ttfp_s", "audio_s", "rtf")
 # Added after the first results were published: written by every run now, not required of older files.
-SUMMARY_OPTIONAL_KEYS = ("ttfp_breakdown_ms",)
-RECORD_OPTIONAL_KEYS = ("ttfp_parts_s",)
+SUMMARY_OPTIONAL_KEYS = ("ttfp_breakdown_ms", "ttfp_server_split_ms")
+RECORD_OPTIONAL_KEYS = ("ttfp_parts_s", "server_timing_ms")
 CONTINUITY_KEYS = ("num_streams", "jitter_buffer_s", "no_underrun_rate", "underrun_requests", "worst_underrun_s",
                    "max_underrun_s", "ok_rate", "viable_chunk_share", "all_viable_rate")
 
@@ -224,6 +224,16 @@ def _quality_cell(q: dict | None) -> str:
     return f" {_f(q.get('mean_wer'), 3)} / {_pct(q.get('ok_rate'))} ({q.get('num_scored', 0)}) |"
 
 
+def _server_engine_breakdown(result: dict) -> dict | None:
+    """HTTP runs: the voxflow server's engine TTFP breakdown (mean ms since the engine started, read from /health
+    after the run); None for other servers and offline runs."""
+    health = ((result.get("target") or {}).get("server_info") or {}).get("health_after") or {}
+    body = health.get("body")
+    engine = body.get("engine") if isinstance(body, dict) else None
+    parts = engine.get("ttfp_breakdown_ms") if isinstance(engine, dict) else None
+    return parts if isinstance(parts, dict) and parts else None
+
+
 def markdown_table(result: dict) -> str:
     lines = []
     t = result["target"]
@@ -251,6 +261,14 @@ def markdown_table(result: dict) -> str:
         if parts:
             lines.append(f"- {lv['level']['key']}: engine TTFP breakdown, mean ms: "
                          + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in parts.items()))
+        split = lv["summary"].get("ttfp_server_split_ms")
+        if split:
+            lines.append(f"- {lv['level']['key']}: where TTFP went (server's Server-Timing), mean ms: "
+                         + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in split.items()))
+    engine = _server_engine_breakdown(result)
+    if engine:
+        lines.append("- the server's engine, TTFP breakdown since it started (its /health after the run), mean ms: "
+                     + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in engine.items()))
     lines.append("")
     lines.append("RTF = E2E latency / audio duration: lower is faster, < 1 is faster than real time. "
                  "audio-s/s = audio seconds per wall second. Warm-up requests excluded.")
