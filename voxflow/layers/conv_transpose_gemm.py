@@ -21,7 +21,7 @@ import torch
 
 
 @contextlib.contextmanager
-def _matmul_tf32(allowed: bool):
+def matmul_tf32(allowed: bool):
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = allowed
     try:
@@ -40,7 +40,7 @@ def conv_transpose_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     overlap = k - stride
     if not 0 <= overlap <= stride:
         raise ValueError(f"needs stride <= kernel <= 2 * stride, got kernel {k}, stride {stride}")
-    with _matmul_tf32(torch.backends.cudnn.allow_tf32):
+    with matmul_tf32(torch.backends.cudnn.allow_tf32):
         g = torch.matmul(x.transpose(1, 2), weight.reshape(cin, cout * k)).view(b, t, cout, k)
     g = g.permute(0, 2, 1, 3)                                   # [B, Cout, T, k] (a view)
     y = torch.empty(b, cout, t, stride, dtype=x.dtype, device=x.device)

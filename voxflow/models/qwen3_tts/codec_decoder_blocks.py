@@ -85,6 +85,11 @@ class CausalConv1d(StreamingModule):
         if c.out_channels == 1 and c.groups == 1 and x.dtype != torch.float32 and use_kernels(x):
             from voxflow.layers.one_channel_conv import one_channel_conv1d     # the final layer (see its docstring)
             return one_channel_conv1d(x, c.weight, c.bias if bias else None, c.dilation[0])
+        k = c.kernel_size[0]
+        if c.groups == 1 and k > 1 and use_kernels(x):
+            from voxflow.layers import conv_im2col          # low-rate layers: one GEMM beats cuDNN's pick
+            if conv_im2col.fits(x, k):
+                return conv_im2col.conv1d_im2col(x, c.weight, c.bias if bias else None, c.dilation[0])
         if bias:
             return self.conv(x)
         return F.conv1d(x, c.weight, None, c.stride, 0, c.dilation, c.groups)
