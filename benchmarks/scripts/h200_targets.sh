@@ -53,8 +53,11 @@ http)
   for _ in $(seq 240); do curl -sf http://127.0.0.1:8000/ready > /dev/null && break; sleep 1; done
   b --base-url http://127.0.0.1:8000 --label http-full --concurrency 1 --num-prompts 3 --num-warmups 1 \
     --output "$OUT/h200_1p7b_http_c1.json"
-  b --base-url http://127.0.0.1:8000 --label http-full --concurrency 16,64 --num-prompts 64 --num-warmups 8 \
-    --output "$OUT/h200_1p7b_http_c16_c64.json"
+  b --base-url http://127.0.0.1:8000 --label http-full --concurrency 16 --num-prompts 64 --num-warmups 8 \
+    --output "$OUT/h200_1p7b_http_c16.json"
+  # three waves of 64: the sustained rate, not one wave's ramp-up and tail
+  b --base-url http://127.0.0.1:8000 --label http-full --concurrency 64 --num-prompts 192 --num-warmups 8 \
+    --output "$OUT/h200_1p7b_http_c64.json"
   kill %1; wait ;;            # (a `pkill -f` on the command line would also match the calling shell)
 stack)
   ckpt 1.7b 1.7B
@@ -73,15 +76,15 @@ stack)
 small)
   ckpt 0.6b 0.6B
   b --model /tmp/real-0.6b --device cuda --label full-bf16codec --engine-arg codec_dtype=bfloat16 --engine-arg codec_max_batch=16 \
-    --engine-arg kv_cache_bytes=2000000000 --concurrency 64 --num-prompts 64 --num-warmups 8 --max-num-seqs 64 \
+    --engine-arg kv_cache_bytes=2000000000 --concurrency 64 --num-prompts 192 --num-warmups 8 --max-num-seqs 64 \
     --output "$OUT/h200_0p6b_offline_c64.json"
   ckpt 1.7b 1.7B
-  b --model /tmp/real-1.7b --device cuda --label full --concurrency 128,256 --num-prompts 256 --num-warmups 8 \
+  b --model /tmp/real-1.7b --device cuda --label full --concurrency 128,256 --num-prompts 512 --num-warmups 8 \
     --max-num-seqs 256 --output "$OUT/h200_1p7b_offline_best.json" ;;
 official)
   ckpt 1.7b 1.7B
   PYTHONPATH=/tmp/site:$PWD python3 tools/bench_official.py --model /tmp/real-1.7b --device cuda:0 \
-      --dtype bfloat16 --num-prompts 2 --num-warmups 1 --max-new-tokens 151 --ignore-eos --no-plots \
+      --dtype bfloat16 --num-prompts ${OFFICIAL_PROMPTS:-2} --num-warmups 1 --max-new-tokens 151 --ignore-eos --no-plots \
       --output "$OUT/h200_1p7b_official_c1.json" 2>&1 | tail -4
   b --model /tmp/real-1.7b --device cuda --label full --concurrency 1 --num-prompts 3 --num-warmups 1 \
     --output "$OUT/h200_1p7b_offline_full_c1_same_run.json" ;;
