@@ -15,9 +15,18 @@ import sys
 
 
 def _model(result: dict) -> str:
-    path = (result.get("target", {}).get("engine", {}).get("config", {}) or {}).get("model", "")
+    target = result.get("target") or {}
+    # offline runs: the engine's model folder; HTTP runs: the first model the server lists; else the target's model
+    path = ((target.get("engine") or {}).get("config") or {}).get("model")
+    if not path:
+        listed = (((target.get("server_info") or {}).get("models") or {}).get("body") or {}).get("data") or [{}]
+        path = listed[0].get("id") or target.get("model") or ""
     name = os.path.basename(str(path).rstrip("/"))
     return {"real-1.7b": "1.7B", "real-0.6b": "0.6B"}.get(name, name or "?")
+
+
+def _pct(rate) -> str:
+    return "—" if rate is None else f"{rate * 100:.0f}%"      # not a streamed run (the official package)
 
 
 def rows(paths: list[str]) -> list[str]:
@@ -26,7 +35,7 @@ def rows(paths: list[str]) -> list[str]:
     for path in paths:
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
-        stats = result.get("target", {}).get("engine", {}).get("stats", {}) or {}
+        stats = ((result.get("target") or {}).get("engine") or {}).get("stats") or {}
         peak = stats.get("peak_gpu_memory_bytes") or (stats.get("startup") or {}).get("peak_gpu_memory_bytes")
         mem = f"{peak / 2**30:.1f} GiB" if peak else "—"
         for level in result["levels"]:
@@ -35,7 +44,7 @@ def rows(paths: list[str]) -> list[str]:
             out.append(f"| {os.path.basename(os.path.dirname(path))} | {result.get('label') or '—'} | {_model(result)} "
                        f"| {level['level'].get('key', '?')} | {s['ttfp_s']['p50'] * 1e3:.0f} / {s['ttfp_s']['p99'] * 1e3:.0f} "
                        f"| {s['rtf']['mean']:.3f} | {s['audio_throughput']:.1f} "
-                       f"| {cont.get('no_underrun_rate', float('nan')) * 100:.0f}% | {mem} |")
+                       f"| {_pct(cont.get('no_underrun_rate'))} | {mem} |")
     return out
 
 
