@@ -7,6 +7,9 @@ A code predictor at small but kernel-supported shapes (hidden 64, 4 query / 2 KV
 fixed codes, so both paths see the same inputs at every step): fp32 logits
 within 1e-4 of the reference's max |logit| (only summation orders differ), bf16 within 5e-2 of it (per-op bf16
 rounding on both sides, different orders); greedy fp32: the same codes.
+
+Both kernel paths: the per-layer one (CP_FUSED_LAYER off: seven launches a layer) and the four-kernel layer of
+voxflow/kernels/cp_layer.py (on, the default), each spied on to show it ran where it should.
 """
 from __future__ import annotations
 
@@ -57,6 +60,16 @@ def run(cp, h, c0, kernels: bool, forced: torch.Tensor | None):
 
 
 def check_kernel_path_against_reference():
+    """The per-layer kernel path (fused layer switch off)."""
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    saved, cp_mod.CP_FUSED_LAYER = cp_mod.CP_FUSED_LAYER, False
+    try:
+        _check_per_layer_kernel_path()
+    finally:
+        cp_mod.CP_FUSED_LAYER = saved
+
+
+def _check_per_layer_kernel_path():
     from voxflow.kernels import dense_decode_norm_rope as fused_attention
     from voxflow.models.qwen3_tts.code_predictor import CodePredictor
     calls, attention_calls = [], []
@@ -99,9 +112,82 @@ def check_kernel_path_against_reference():
     sk.skinny_linear = real_skinny
 
 
+def check_fused_layer_path_against_reference():
+    """The four-kernel layer path (voxflow/kernels/cp_layer.py, CP_FUSED_LAYER on) and the one-pass norm + lm_head:
+    taken on every single-token step (spied: layer_step per layer and step, and neither the per-layer attention
+    kernel nor the skinny norm prologue on those steps), logits within the same tolerances as above, greedy codes
+    equal to the reference's in fp32 and bf16. One row, and three rows with the row limit raised."""
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import attention_o_proj, cp_layer, norm_linear
+    from voxflow.kernels import dense_decode_norm_rope as fused_attention
+    from voxflow.kernels import skinny_linear as sk
+    spies = {"layer_step": [], "attention_o_proj": [], "norm_linear": [], "per_layer_attention": [], "skinny": []}
+    patched = [(cp_layer, "layer_step"), (attention_o_proj, "attention_o_proj"), (norm_linear, "norm_linear"),
+               (fused_attention, "norm_rope_attend_append"), (sk, "skinny_linear")]
+    saved = [getattr(m, name) for m, name in patched] + [cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS,
+                                                         cp_mod.CP_NORM_LINEAR_LM_HEAD]
+    saved_configs = dict(cp_layer.CONFIGS)
+
+    def spy(key, real):
+        def wrapper(*a, **kw):
+            spies[key].append((kw.get("swiglu", False), kw.get("gated", False), kw.get("norm_weight") is not None,
+                               kw.get("bias") is not None))
+            return real(*a, **kw)
+        return wrapper
+    for (m, name), key, real in zip(patched, spies, saved):
+        setattr(m, name, spy(key, real))
+    cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS = True, 4
+    # Few wide programs: the interpreter's cost is per program (the kernel tests cover the GPU configs).
+    cp_layer.CONFIGS.update(qkv=dict(BLOCK_N=64), attention_o_proj=dict(BLOCK_N=64), gate_up=dict(BLOCK_N=64),
+                            lm_head=dict(BLOCK_N=64))
+    try:
+        g = torch.Generator().manual_seed(2)
+        # (lm_head after the fused layers: skinny_linear's norm prologue, or norm_linear with the switch on)
+        for rows, dtype, tol, nl_head in ((1, torch.float32, 1e-4, False), (1, torch.bfloat16, 5e-2, True),
+                                          (3, torch.float32, 1e-4, True)):
+            cp_mod.CP_NORM_LINEAR_LM_HEAD = nl_head
+            cp = small_code_predictor(dtype)
+            h = torch.randn(rows, 96, generator=g).to(dtype)
+            c0 = torch.randn(rows, 96, generator=g).to(dtype)
+            for v in spies.values():
+                v.clear()
+            codes_k, logits_k = run(cp, h, c0, True, None)
+            steps = 3                                     # 4 code groups: a 2-token prefill, then 3 single-token steps
+            assert len(spies["layer_step"]) == 2 * steps, "the fused layer path did not run (2 layers x 3 steps)"
+            assert len(spies["attention_o_proj"]) == 2 * steps
+            # per layer step: q|k|v and gate|up (swiglu); per single-token step: lm_head (switch on)
+            assert spies["norm_linear"].count((True, False, False, False)) == 2 * steps
+            assert spies["norm_linear"].count((False, False, False, False)) == 2 * steps + (steps if nl_head else 0)
+            assert not spies["per_layer_attention"], "the per-layer attention kernel ran on a single-token step"
+            # skinny: down_proj + residual per layer step (plain, its input made by gate|up's kernel); the prefill's
+            # o_proj per layer (2 tokens: no silu*up prologue on its down_proj), (one row) lm_head with the norm
+            # prologue (the single-token steps' too with the switch off); the input projection (bias) on every step
+            skinny = spies["skinny"]
+            assert skinny.count((False, False, False, False)) == 2 * steps + 2
+            assert skinny.count((False, True, False, False)) == 0
+            head_prologue = (1 + (0 if nl_head else steps)) if rows == 1 else 0
+            assert skinny.count((False, False, True, False)) == head_prologue
+            prefill_bias = 1 if 2 * rows <= cp_mod.SKINNY_BIAS_MAX_ROWS else 0
+            assert skinny.count((False, False, False, True)) == steps + prefill_bias
+            assert len(skinny) == 2 * steps + 2 + steps + prefill_bias + head_prologue
+            # greedy on both paths: equal codes mean both saw the same inputs at every step, so the logits compare
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            assert torch.equal(codes_k, codes_r), (rows, dtype)
+            err = (logits_k.float() - logits_r.float()).abs().max().item()
+            assert err <= tol * logits_r.float().abs().max().item(), (rows, dtype, err)
+    finally:
+        for (m, name), real in zip(patched, saved):
+            setattr(m, name, real)
+        cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_NORM_LINEAR_LM_HEAD = saved[-3:]
+        cp_layer.CONFIGS.update(saved_configs)
+
+
 if IN_CHILD:
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
+
+    def test_child_fused_layer_path_against_reference():
+        check_fused_layer_path_against_reference()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

@@ -5,7 +5,7 @@ front end or ptxas rejects only shows on the device, where time is scarce. `comp
 compiler (front end, LLVM, ptxas as bundled with the triton wheel) for a GPU target with representative
 signatures and constexpr configurations, no GPU needed. Used by tests/test_kernels_compile.py and as
 
-    python -m voxflow.kernels.compile_check
+    python -m voxflow.kernels.compile_check      (also prints registers / spill stack bytes per thread)
 """
 from __future__ import annotations
 
@@ -22,12 +22,16 @@ def _ptr(t: str) -> str:
     return "*" + t
 
 
-def compile_kernel(fn, types: dict, constexprs: dict, target: GPUTarget = HOPPER, **options) -> dict:
-    """Compile `fn` (an @triton.jit function) for `target`; arguments not named in `types` are i32 scalars."""
+def compile_kernel(fn, types: dict, constexprs: dict, target: GPUTarget = HOPPER, aligned: tuple = (),
+                   **options) -> dict:
+    """Compile `fn` (an @triton.jit function) for `target`; arguments not named in `types` are i32 scalars.
+    `aligned`: arguments the JIT would specialize as divisible by 16 (16-byte-aligned pointers, integers that are
+    multiples of 16), which decides whether loads vectorize; without it the code is the unaligned fallback."""
     params = list(inspect.signature(fn.fn).parameters)
     signature = {p: ("constexpr" if p in constexprs else types.get(p, "i32")) for p in params}
     source = ASTSource(fn=fn, signature=signature,
-                       constexprs={(params.index(k),): v for k, v in constexprs.items()})
+                       constexprs={(params.index(k),): v for k, v in constexprs.items()},
+                       attrs={(params.index(k),): [["tt.divisibility", 16]] for k in aligned})
     return triton.compile(source, target=target, options=options).asm
 
 
@@ -66,6 +70,18 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
             consts.update({k: v for k, v in cfg.items() if k.isupper()})
             out.append((f"skinny_linear m={m} {'+'.join(k for k in fused)}", skinny_linear._skinny_linear_kernel,
                         skinny_types, consts, dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])))
+    # The code predictor's fused layer kernels as the JIT specializes them at batch 1 (M == 1 a constant, aligned
+    # pointers and strides), and at 4 rows.
+    for name, m, n, k, swiglu in (("q|k|v", 1, 4096, 1024, False), ("gate|up", 1, 3072, 1024, True),
+                                  ("lm_head", 1, 2048, 1024, False), ("q|k|v m=4", 4, 4096, 1024, False),
+                                  ("gate|up m=4", 4, 3072, 1024, True)):
+        out.append((f"norm_linear {name}", *norm_linear_case(m, n, k, swiglu)))
+    out.append(("norm_linear down+residual (no norm)", *norm_linear_case(1, 1024, 3072, False, norm=False,
+                                                                         residual=True)))
+    for block_h, block_n, m in ((2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (2, 64, 4)):
+        out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
+                    *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
+    out.append(("cp_step_persistent (5 layers, m=1)", *cp_step_persistent_case(1)))
     out.append(("dense_decode_norm_rope", dense_nr._norm_rope_attend_kernel,
                 dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
                      k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32"),
@@ -93,18 +109,99 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     return out
 
 
-def compile_all(target: GPUTarget = HOPPER) -> dict[str, str | None]:
-    """name -> None when it compiled to a cubin, else the error."""
+def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None = None, norm: bool = True,
+                     residual: bool = False) -> tuple:
+    """(kernel, types, constexprs, options) of norm_linear.py's kernel as launched for [m, k] x [n(, x2), k]."""
+    from voxflow.kernels import norm_linear
+    cfg = {**norm_linear.launch_config(m, n, k, swiglu), **(config or {})}
+    bf = _ptr("bf16")
+    consts = dict(NORM=norm, SWIGLU=swiglu, HAS_RES=residual, PRECISE_EXP=True, BLOCK_M=triton.next_power_of_2(m),
+                  BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"])
+    if m == 1:
+        consts["M"] = 1
+    ptrs = ("x_ptr", "g_ptr", "w_ptr", "res_ptr", "out_ptr")
+    return (norm_linear._norm_linear_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"}, consts,
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                 aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
+
+
+def attention_o_proj_case(m: int, config: dict | None = None) -> tuple:
+    """(kernel, types, constexprs, options) of attention_o_proj.py's kernel at the 1.7B code predictor's shapes."""
+    from voxflow.kernels import attention_o_proj
+    cfg = {**attention_o_proj.launch_config(1024, 16), **(config or {})}
+    bf = _ptr("bf16")
+    consts = dict(HQ=16, HKV=8, D=128, HALF=64, BLOCK_H=cfg["BLOCK_H"], BLOCK_T=16, BLOCK_N=cfg["BLOCK_N"])
+    if m == 1:
+        consts["M"] = 1
+    ptrs = ("qkv_ptr", "res_ptr", "wo_ptr", "qw_ptr", "kw_ptr", "cos_ptr", "sin_ptr", "kc_ptr", "vc_ptr", "out_ptr")
+    return (attention_o_proj._attention_o_proj_kernel,
+            {**{p: bf for p in ptrs}, "ws_ptr": _ptr("fp32"), "cnt_ptr": _ptr("i32"), "scale": "fp32",
+             "inv_d": "fp32", "q_eps": "fp32", "k_eps": "fp32"}, consts,
+            dict(num_warps=cfg["num_warps"], enable_fp_fusion=False,
+                 aligned=ptrs + ("ws_ptr", "cnt_ptr", "N", "s_qkv", "s_res", "s_out", "cos_sb", "sin_sb", "sk_b",
+                                 "sk_h", "sk_t", "sv_b", "sv_h", "sv_t")))
+
+
+def resource_usage(cubin: bytes) -> str:
+    """Registers and stack (spill) bytes per thread of a cubin, from the cuobjdump bundled with Triton ('' when it
+    is not there): e.g. 'REG:128 STACK:0'."""
+    import os
+    import subprocess
+    import tempfile
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return ""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "REG:" in line:
+            return " ".join(w for w in line.split() if w.startswith(("REG:", "STACK:")))
+    return ""
+
+
+def cp_step_persistent_case(m: int, config: dict | None = None) -> tuple:
+    """(kernel, types, constexprs, options) of cp_step_persistent.py's kernel at the 1.7B code predictor's shapes."""
+    from voxflow.kernels import cp_step_persistent as ps
+    cfg = {**ps.DEFAULT_CONFIG, **(config or {})}
+    bf = _ptr("bf16")
+    ptrs = ("rows_ptr", "qkv_ptr", "h_ptr", "act_ptr", "logits_ptr", "in_norm_ptr", "qkv_w_ptr", "q_norm_ptr",
+            "k_norm_ptr", "o_w_ptr", "post_norm_ptr", "gate_up_w_ptr", "down_w_ptr", "kc_ptr", "vc_ptr",
+            "head_norm_ptr", "head_w_ptr", "cos_ptr", "sin_ptr")
+    types = {**{p: bf for p in ptrs}, "sync_ptr": _ptr("i32"), "offs_ptr": _ptr("i64"), "x_off": "i64",
+             "ws_ptr": _ptr("fp32"), "cnt_ptr": _ptr("i32")}
+    types.update({k: "fp32" for k in ("h_float", "in_eps", "post_eps", "head_eps", "q_eps", "k_eps", "scale",
+                                      "inv_d")})
+    consts = dict(NUM_LAYERS=5, HQ=16, HKV=8, D=128, HALF=64, BLOCK_T=16, PRECISE_EXP=True,
+                  BLOCK_M=triton.next_power_of_2(m), QKV_BN=cfg["qkv_bn"], QKV_BK=cfg["qkv_bk"], O_BN=cfg["o_bn"],
+                  O_BH=cfg["o_bh"], GU_BN=cfg["gu_bn"], GU_BK=cfg["gu_bk"], DOWN_BN=cfg["down_bn"],
+                  DOWN_BK=cfg["down_bk"], HEAD_BN=cfg["head_bn"], HEAD_BK=cfg["head_bk"], MAX_SPIN=ps.MAX_SPIN)
+    if m == 1:
+        consts["M"] = 1
+    aligned = ptrs + ("sync_ptr", "offs_ptr", "ws_ptr", "cnt_ptr", "x_off", "H", "I", "V", "s_rows", "s_qkv", "s_h",
+                      "s_act", "s_logits", "cos_sb", "sin_sb", "sk_l", "sk_b", "sk_h", "sk_t", "sv_l", "sv_b", "sv_h",
+                      "sv_t")
+    return ps._cp_step_kernel, types, consts, dict(num_warps=cfg["num_warps"], enable_fp_fusion=False,
+                                                   aligned=aligned)
+
+
+def compile_all(target: GPUTarget = HOPPER, usage: bool = False) -> dict[str, str | None]:
+    """name -> None when it compiled to a cubin, else the error (usage: name -> 'ok REG:.. STACK:..' instead of
+    None, for the command line)."""
     results = {}
     for name, fn, types, consts, options in cases():
         try:
             asm = compile_kernel(fn, types, consts, target, **options)
-            results[name] = None if asm.get("cubin") else "no cubin produced"
+            if not asm.get("cubin"):
+                results[name] = "no cubin produced"
+            else:
+                results[name] = f"ok {resource_usage(asm['cubin'])}" if usage else None
         except Exception as e:  # noqa: BLE001 - reported per kernel
             results[name] = f"{type(e).__name__}: {e}"[:2000]
     return results
 
 
 if __name__ == "__main__":
-    for kernel, error in compile_all().items():
-        print(f"{kernel:44s} {'ok' if error is None else 'FAILED: ' + error}")
+    for kernel, result in compile_all(usage=True).items():
+        print(f"{kernel:44s} {result if result.startswith('ok') else 'FAILED: ' + result}")

@@ -20,14 +20,24 @@ from voxflow.layers.attention import KVCache, eager_attention
 
 class StaticLayerKVCache:
     def __init__(self, batch: int, num_kv_heads: int, max_len: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device):
-        self.k = torch.empty(batch, num_kv_heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = torch.empty_like(self.k)
+                 device: torch.device, k: torch.Tensor | None = None, v: torch.Tensor | None = None):
+        """k / v: the [B, Hkv, max_len, D] buffers to use (views of a stack's shared buffers), else allocated."""
+        self.k = k if k is not None else torch.empty(batch, num_kv_heads, max_len, head_dim, dtype=dtype,
+                                                     device=device)
+        self.v = v if v is not None else torch.empty_like(self.k)
         self.length = 0
 
     @property
     def seq_len(self) -> int:
         return self.length
+
+    def claim(self) -> int:
+        """The next position, for a kernel that writes one token's key/value there itself (the code predictor's
+        fused layer step, voxflow/kernels/cp_layer.py); the cache counts it as filled from now on."""
+        if self.length >= self.k.shape[2]:
+            raise ValueError(f"static KV cache of {self.k.shape[2]} positions is full")
+        start, self.length = self.length, self.length + 1
+        return start
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                scale: float) -> torch.Tensor:
@@ -58,9 +68,13 @@ class StaticLayerKVCache:
 
 
 class StaticKVCache(KVCache):
-    """One StaticLayerKVCache per decoder layer (indexing, len and seq_len as KVCache)."""
+    """One StaticLayerKVCache per decoder layer (indexing, len and seq_len as KVCache). The layers' buffers are
+    views of one [L, B, Hkv, max_len, D] tensor each for keys and values (`k_all` / `v_all`), so a kernel that runs
+    all layers in one launch (voxflow/kernels/cp_step_persistent.py) finds layer i's at a fixed stride."""
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device):
-        self.layers = [StaticLayerKVCache(batch, num_kv_heads, max_len, head_dim, dtype, device)
-                       for _ in range(num_layers)]
+        self.k_all = torch.empty(num_layers, batch, num_kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v_all = torch.empty_like(self.k_all)
+        self.layers = [StaticLayerKVCache(batch, num_kv_heads, max_len, head_dim, dtype, device, self.k_all[i],
+                                          self.v_all[i]) for i in range(num_layers)]

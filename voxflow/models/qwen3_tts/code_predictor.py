@@ -13,6 +13,7 @@ State-dict keys (checkpoint prefix `talker.code_predictor.` removed): `model.lay
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import torch
@@ -25,6 +26,24 @@ from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
 
 SKINNY_BIAS_MAX_ROWS = 4     # H200: the skinny GEMM beats cuBLAS's bias GEMM up to 4 rows (5.9 vs 8.7 us at 4)
+# The kernel path's single-token steps run each decoder layer as four fused kernels (voxflow/kernels/cp_layer.py:
+# norm folded into q|k|v, attention + o_proj + residual, norm folded into gate|up with silu * up, down + residual)
+# for up to CP_FUSED_MAX_ROWS rows. Off: the per-layer path of Qwen3DecoderLayer (seven launches a layer).
+# OFF by default: correct on the H200 (tests/gpu/test_gpu_cp_layer.py) but slower there, 34.2 vs 30.8 us a layer
+# step and 3.00 vs 2.69 ms a frame's predict, because attention + o_proj in one kernel (every o_proj program redoes
+# the attention) takes 14.9 us against 8.5 for the two kernels it replaces; the norm-folded q|k|v (4.6 vs 6.8 us),
+# gate|up + silu * up (5.8 vs 7.7) and down (4.9 vs 6.5) each win (benchmarks/results/h200/2026-12-01-session4/
+# tune_cp_layer.txt). Since then attention_o_proj.py splits the heads over the programs (each does 1/8 of the
+# attention, partial o_proj sums added by the last program of each column block) and the q|k|v / gate|up / down
+# tiles take the measured best (4 rows): to be timed again before this turns on. VOXFLOW_CP_FUSED_LAYER=1: on.
+CP_FUSED_LAYER = os.environ.get("VOXFLOW_CP_FUSED_LAYER", "0") == "1"
+CP_FUSED_MAX_ROWS = 1
+# After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
+# skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
+CP_NORM_LINEAR_LM_HEAD = False
+# EXPERIMENTAL (off): with the fused layer path on, the whole single-token step (layers + norm + lm_head) as ONE
+# persistent kernel with grid barriers (voxflow/kernels/cp_step_persistent.py) instead of 21 launches.
+CP_PERSISTENT_STEP = False
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -85,18 +104,73 @@ class CodePredictor(nn.Module):
         return proj(x)
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
-        """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), and
-        the final norm inside lm_head[j]'s GEMM for the last position only (one launch, same rounding:
-        voxflow/kernels/skinny_linear.py)."""
-        s = x.shape[1]
+        """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
+        single-token steps through the fused layer kernels (`_fused_layers`, when on and applicable), and the
+        final norm inside lm_head[j]'s GEMM for the last position only (one launch: skinny_linear.py's norm
+        prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD)."""
+        b, s, _ = x.shape
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
-        last = self(x, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
+        h = self._project(x)
+        last = None
+        fused = CP_FUSED_LAYER and s == 1 and b <= CP_FUSED_MAX_ROWS
+        if fused and CP_PERSISTENT_STEP:
+            logits = self._persistent_step(h.view(b, -1), cos, sin, cache, j)
+            if logits is not None:
+                return logits
+        if fused:
+            last = self._fused_layers(h.view(b, -1), cos, sin, cache)
+        if last is None:
+            last = self.model(h, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
         head, norm = self.lm_head[j].weight, self.model.norm
+        if fused and CP_NORM_LINEAR_LM_HEAD:
+            from voxflow.kernels import cp_layer, norm_linear as nl
+            if nl.supported(last, head, norm.weight):
+                return nl.norm_linear(last, head, norm.weight, norm.eps, config=cp_layer.CONFIGS["lm_head"])
         if last.shape[0] <= SKINNY_PROLOGUE_MAX_ROWS:    # one row: the fused norm prologue beats norm + cuBLAS
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):
                 return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)
         return self.lm_head[j](norm(last))
+
+    def _fused_layers(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
+        """The decoder layers on one new token per row (rows [B, H], projected) through voxflow/kernels/
+        cp_layer.py's four kernels a layer -> un-normed hidden [B, H]; None (nothing run, the cache untouched) when
+        they do not apply: no static cache, weights not fused yet (first use inside a graph capture), sizes."""
+        from voxflow.kernels import cp_layer
+        if not isinstance(cache, StaticKVCache):
+            return None
+        weights = [_layer_weights(layer) for layer in self.model.layers]
+        if any(w is None for w in weights) or not all(
+                cp_layer.supported(rows, w, cos, sin, c.k, c.v) and c.length < c.k.shape[2]
+                for w, c in zip(weights, cache.layers)):
+            return None
+        for w, c in zip(weights, cache.layers):
+            rows = cp_layer.layer_step(rows, w, cos, sin, c.k, c.v, c.claim())
+        return rows
+
+    def _persistent_step(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, j: int
+                         ) -> torch.Tensor | None:
+        """The single-token step through voxflow/kernels/cp_step_persistent.py -> logits [B, vocab] (rows are not
+        written); None (nothing run) where it does not apply. The layer-offset table is made once per set of
+        weights, outside a capture."""
+        from voxflow.kernels import cp_step_persistent as ps
+        if not isinstance(cache, StaticKVCache) or len({c.length for c in cache.layers}) != 1:
+            return None
+        weights = [_layer_weights(layer) for layer in self.model.layers]
+        head, norm = self.lm_head[j].weight, self.model.norm
+        if any(w is None for w in weights) or not ps.supported(rows, weights, cache, cos, sin, head, norm.weight):
+            return None
+        key = tuple(getattr(w, f).data_ptr() for w in weights for f in ps.FIELDS)
+        cached = getattr(self, "_persistent_offsets", None)
+        if cached is None or cached[0] != key:
+            if torch.cuda.is_current_stream_capturing():
+                return None                               # never copy host -> device inside a capture
+            offsets = ps.layer_offsets(weights)
+            if offsets is None:
+                return None
+            self._persistent_offsets = cached = (key, offsets)
+        return ps.cp_step_persistent(rows, weights, cached[1], cache, cache.layers[0].length, cos, sin, head,
+                                     norm.weight, norm.eps)
 
     @torch.no_grad()
     def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False
@@ -137,3 +211,17 @@ class CodePredictor(nn.Module):
             inputs.append(self.model.codec_embedding[self.num_residual - 1](codes[-1]))     # the last code's row
             return torch.stack(codes, dim=1), torch.stack(inputs, dim=-2).sum(dim=-2)
         return torch.stack(codes, dim=1), torch.stack(logits, dim=1)
+
+
+def _layer_weights(layer):
+    """A Qwen3DecoderLayer's tensors for voxflow/kernels/cp_layer.py (None while its fused weights do not exist)."""
+    from voxflow.kernels.cp_layer import LayerWeights
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, gate_up = attn.fused_qkv(), mlp.fused_gate_up()
+    if qkv is None or gate_up is None:
+        return None
+    return LayerWeights(input_norm=layer.input_layernorm.weight, input_eps=layer.input_layernorm.eps, qkv=qkv,
+                        q_norm=attn.q_norm.weight, q_eps=attn.q_norm.eps, k_norm=attn.k_norm.weight,
+                        k_eps=attn.k_norm.eps, o=attn.o_proj.weight, post_norm=layer.post_attention_layernorm.weight,
+                        post_eps=layer.post_attention_layernorm.eps, gate_up=gate_up, down=mlp.down_proj.weight,
+                        num_heads=attn.num_heads, scale=attn.scale)

@@ -1,0 +1,260 @@
+"""The code predictor's four-kernel decode layer (voxflow/kernels/cp_layer.py: norm_linear.py, attention_o_proj.py,
+skinny_linear.py) on CUDA at the real 1.7B shapes, against the plain torch code (kernel switch off) with the
+tolerances of tests/test_kernel_cp_layer.py (its docstring says why), plus what only the GPU can show:
+
+- the launch configs the heuristic picks at 1, 2 and 4 rows, and the tuning script's candidate overrides;
+- attention_o_proj against the two kernels it replaces (dense_decode_norm_rope + skinny o_proj): the new value
+  bit-equal, the new key within 1 ulp, the output >= 99% bit-equal in bf16 (fp32 sums in other orders can flip a
+  rounding; under the interpreter the old kernels' `.to(bf16)` truncates, so this comparison is GPU-only);
+- a whole layer (fp32 and bf16) and five layers x 14 steps captured in a CUDA graph, replayed on new inputs;
+- CodePredictor.predict at the 1.7B shapes with CP_FUSED_LAYER on vs off: the fused layer ran on every
+  single-token step, fp32 greedy codes equal, bf16 teacher-forced logits within 5e-2 of max |logit| (the CPU
+  test's bound) and greedy codes equal up to the first near-tie (random weights make near-ties likely: where the
+  codes first differ, the fused path's pick must be within twice the logit error of the reference's maximum).
+"""
+import contextlib
+import copy
+
+import pytest
+import torch
+
+import voxflow.kernels as switch
+from cp_layer_reference import (EPS, REAL, attention_inputs, attention_reference, clone_cache, make_cache, make_layer,
+                                norm_linear_inputs, norm_linear_reference)
+from float_compare import ulp_distance
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
+
+DEV = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def exact_references():
+    """fp32 references without TF32, bf16 ones without reduced-precision split-K sums; the kernel switch kept."""
+    m = torch.backends.cuda.matmul
+    saved = m.allow_tf32, m.allow_bf16_reduced_precision_reduction, switch.kernels_enabled()
+    m.allow_tf32, m.allow_bf16_reduced_precision_reduction = False, False
+    yield
+    m.allow_tf32, m.allow_bf16_reduced_precision_reduction = saved[:2]
+    switch.set_kernels_enabled(saved[2])
+
+
+@contextlib.contextmanager
+def torch_only():
+    on = switch.kernels_enabled()
+    switch.set_kernels_enabled(False)
+    try:
+        yield
+    finally:
+        switch.set_kernels_enabled(on)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 2, 4])
+@pytest.mark.parametrize("name,n,swiglu", [("qkv", 4096, False), ("gate_up", 3072, True), ("lm_head", 2048, False)])
+def test_norm_linear_real_shapes(name, n, swiglu, m, dtype):
+    from voxflow.kernels.norm_linear import norm_linear
+    x, w, nw = norm_linear_inputs(m, n, 1024, dtype, swiglu, device=DEV)
+    got = norm_linear(x, w, nw, EPS, swiglu=swiglu)
+    with torch_only():
+        y, y32, scale = norm_linear_reference(x, w, nw, swiglu)
+    if dtype == torch.float32:
+        assert (got - y).abs().max().item() <= 1e-5 * y.abs().max().item()
+    else:
+        bound = 2.0 ** -7 * scale if swiglu else 2.0 ** -8 * y32.abs() + 2.0 ** -12 * scale
+        assert ((got.float() - y32).abs() <= bound).all(), ((got.float() - y32).abs() / scale).max().item()
+        assert ((got.float() - y.float()).abs() <= 2.0 ** -7 * scale).all()
+    assert torch.equal(got, norm_linear(x, w, nw, EPS, swiglu=swiglu))          # deterministic
+
+
+@pytest.mark.parametrize("config", [dict(BLOCK_N=4), dict(BLOCK_N=16, num_warps=8), dict(BLOCK_K=512),
+                                    dict(BLOCK_K=256, num_stages=3), dict(num_stages=1), dict(BLOCK_N=32, num_warps=8)])
+def test_norm_linear_config_overrides(config):
+    from voxflow.kernels.norm_linear import norm_linear
+    for n, swiglu in ((4096, False), (3072, True)):
+        x, w, nw = norm_linear_inputs(1, n, 1024, torch.bfloat16, swiglu, seed=1, device=DEV)
+        with torch_only():
+            _, y32, scale = norm_linear_reference(x, w, nw, swiglu)
+        got = norm_linear(x, w, nw, EPS, swiglu=swiglu, config=config)
+        assert ((got.float() - y32).abs() <= 2.0 ** -7 * scale).all(), (config, swiglu)
+
+
+def _run_attention(a, config=None):
+    from voxflow.kernels.attention_o_proj import attention_o_proj
+    return attention_o_proj(a["qkv"], a["residual"], a["w_o"], a["q_weight"], a["k_weight"], EPS, EPS, a["cos"],
+                            a["sin"], a["k_cache"], a["v_cache"], a["length"], a["num_heads"], a["scale"],
+                            config=config)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 4])
+def test_attention_o_proj_matches_torch(m, dtype):
+    for length in (0, 1, 8, 14, 15):
+        a = attention_inputs(REAL, m, length, dtype, seed=length, per_row_rope=m > 1, device=DEV)
+        k_before, v_before = a["k_cache"].clone(), a["v_cache"].clone()
+        with torch_only():
+            want, want32, scale, keys, values = attention_reference(a)
+        got = _run_attention(a)
+        if dtype == torch.float32:
+            assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item(), length
+            new_k = a["k_cache"][:, :, length]
+            assert (new_k - keys[:, :, length]).abs().max().item() <= 1e-5 * new_k.abs().max().item()
+        else:
+            assert ((got.float() - want32).abs() <= 2.0 ** -7 * scale).all(), length
+            assert (ulp_distance(got, want) == 0).float().mean().item() >= 0.95, length
+            # the key: qk_norm_rope's rounding; on the GPU rsqrt / sum order may flip a rare bf16 rounding
+            assert (ulp_distance(a["k_cache"][:, :, length], keys[:, :, length]) <= 1).all()
+        assert torch.equal(a["v_cache"][:, :, length], values[:, :, length])
+        for c, before in ((a["k_cache"], k_before), (a["v_cache"], v_before)):
+            assert torch.equal(c[:, :, :length], before[:, :, :length])
+            assert torch.equal(c[:, :, length + 1:], before[:, :, length + 1:])
+
+
+@pytest.mark.parametrize("config", [dict(BLOCK_H=1, BLOCK_N=32), dict(BLOCK_H=4, BLOCK_N=128),
+                                    dict(BLOCK_H=8, BLOCK_N=128, num_warps=8), dict(BLOCK_N=16), dict(BLOCK_N=128),
+                                    dict(BLOCK_H=16, BLOCK_N=8), dict(num_warps=8), dict(num_warps=2)])
+def test_attention_o_proj_config_overrides(config):
+    a = attention_inputs(REAL, 2, 9, torch.bfloat16, seed=3, device=DEV)
+    with torch_only():
+        _, want32, scale, keys, _ = attention_reference(a)
+    got = _run_attention(a, config)
+    assert ((got.float() - want32).abs() <= 2.0 ** -7 * scale).all(), config
+    assert (ulp_distance(a["k_cache"][:, :, 9], keys[:, :, 9]) <= 1).all()
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_attention_o_proj_matches_the_two_kernels_it_replaces(m):
+    from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append
+    from voxflow.kernels.skinny_linear import skinny_linear
+    for length in (0, 7, 15):
+        a = attention_inputs(REAL, m, length, torch.bfloat16, seed=10 + length, device=DEV)
+        kc, vc = a["k_cache"].clone(), a["v_cache"].clone()
+        hq, hkv, d = 16, 8, 128
+        qkv = a["qkv"]
+        q = qkv[:, :hq * d].view(m, 1, hq, d)
+        k = qkv[:, hq * d:(hq + hkv) * d].view(m, 1, hkv, d)
+        v = qkv[:, (hq + hkv) * d:].view(m, 1, hkv, d)
+        out = norm_rope_attend_append(q, k, v, a["q_weight"], a["k_weight"], EPS, EPS, a["cos"], a["sin"], kc, vc,
+                                      length, a["scale"])
+        old = skinny_linear(out.reshape(m, -1), a["w_o"], residual=a["residual"])
+        got = _run_attention(a)
+        # the same formulas; the fp32 sum of squares may be reduced in another tree order (other layouts)
+        assert (ulp_distance(a["k_cache"], kc) <= 1).all() and torch.equal(a["v_cache"], vc), length
+        assert (ulp_distance(got, old) == 0).float().mean().item() >= 0.99, length
+
+
+def _layer_step(layer, x, cos, sin, cache):
+    from voxflow.kernels import cp_layer
+    from voxflow.models.qwen3_tts.code_predictor import _layer_weights
+    w = _layer_weights(layer)
+    assert cp_layer.supported(x, w, cos, sin, cache.k, cache.v)
+    return cp_layer.layer_step(x, w, cos, sin, cache.k, cache.v, cache.claim())
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 4])
+def test_layer_matches_the_torch_layer(m, dtype):
+    from voxflow.layers.rotary import RotaryEmbedding
+    for length in (0, 1, 14):
+        layer = make_layer(REAL, dtype, seed=length, device=DEV)
+        g = torch.Generator(device=DEV).manual_seed(length)
+        x = (torch.randn(m, REAL["hidden"], generator=g, device=DEV) * 4).to(dtype)
+        cos, sin = RotaryEmbedding(128, 1e6, 64).to(DEV)._compute(torch.tensor([[length]], device=DEV), dtype)
+        cache = make_cache(REAL, m, length, dtype, device=DEV)
+        ref_cache = clone_cache(cache)
+        with torch_only():
+            want = layer(x[:, None], cos, sin, ref_cache, None)[:, 0]
+        got = _layer_step(layer, x, cos, sin, cache)
+        if dtype == torch.float32:
+            assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item(), length
+            continue
+        layer32 = copy.deepcopy(layer).float()
+        cache32 = make_cache(REAL, m, length, dtype, device=DEV)
+        cache32.k, cache32.v = cache32.k.float(), cache32.v.float()
+        with torch_only():
+            want32 = layer32(x.float()[:, None], cos.float(), sin.float(), cache32, None)[:, 0]
+        err_fused = (got.float() - want32).abs().max().item()
+        err_ref = (want.float() - want32).abs().max().item()
+        assert err_fused <= 1.5 * err_ref + 2.0 ** -9 * want32.abs().max().item(), (length, err_fused, err_ref)
+
+
+@torch.no_grad()
+def test_five_layers_in_a_cuda_graph():
+    """Five layers x 14 steps (cache lengths 1..14) captured once; new inputs and weights in place; one replay
+    gives what the same steps give eagerly."""
+    from voxflow.layers.rotary import RotaryEmbedding
+    from voxflow.layers.static_kv_cache import StaticKVCache
+    dtype, m = torch.bfloat16, 1
+    layers = [make_layer(REAL, dtype, seed=i, device=DEV) for i in range(5)]
+    cos_all, sin_all = RotaryEmbedding(128, 1e6, 64).to(DEV).prefix(16, torch.device(DEV), dtype)
+    x0 = (torch.randn(m, REAL["hidden"], device=DEV) * 4).to(dtype)
+    cache = StaticKVCache(5, m, 8, 16, 128, dtype, torch.device(DEV))
+
+    def frame():
+        for c in cache.layers:
+            c.length = 1
+        x = x0
+        for t in range(1, 15):
+            for layer, c in zip(layers, cache.layers):
+                x = _layer_step(layer, x, cos_all[:, t:t + 1], sin_all[:, t:t + 1], c)
+        return x
+    for c in cache.layers:
+        c.k.normal_()
+        c.v.normal_()
+    frame()                                               # compile, fuse the weights, outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = frame()
+    x0.copy_((torch.randn(m, REAL["hidden"], device=DEV) * 4).to(dtype))
+    layers[2].mlp.down_proj.weight.data.mul_(0.5)
+    layers[3].self_attn.o_proj.weight.data.mul_(-1)
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = out.clone()
+    assert torch.equal(replayed, frame())
+
+
+@torch.no_grad()
+def test_predict_fused_layer_on_vs_off():
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import cp_layer
+    from voxflow.models.qwen3_tts.config import CodePredictorConfig
+    cfg = CodePredictorConfig(hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
+                              num_key_value_heads=8, head_dim=128, rms_norm_eps=EPS, rope_theta=1e6,
+                              max_position_embeddings=65536, vocab_size=2048, num_code_groups=16)
+    saved = cp_mod.CP_FUSED_LAYER, cp_layer.layer_step
+    calls = []
+    cp_layer.layer_step = lambda *a, **kw: (calls.append(1), saved[1](*a, **kw))[1]
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(0)
+            cp = cp_mod.CodePredictor(cfg, talker_hidden_size=2048)
+            for name, p in cp.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.data.uniform_(0.5, 1.5)
+                elif p.dim() == 2:
+                    p.data.normal_(0, p.shape[1] ** -0.5)
+            cp = cp.to(device=DEV, dtype=dtype).eval()
+            h, c0 = (torch.randn(1, 2048, device=DEV) * 2).to(dtype), torch.randn(1, 2048, device=DEV).to(dtype)
+            greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
+            cp_mod.CP_FUSED_LAYER = False
+            codes_off, logits_off = cp.predict(h, c0, greedy)
+            forced = lambda logits, j: codes_off[:, j]              # noqa: E731
+            cp_mod.CP_FUSED_LAYER = True
+            calls.clear()
+            codes_on, _ = cp.predict(h, c0, greedy)
+            assert len(calls) == 5 * 14, "the fused layer did not run on every single-token step"
+            _, logits_forced = cp.predict(h, c0, forced)
+            err = (logits_forced.float() - logits_off.float()).abs().max().item()
+            assert err <= 5e-2 * logits_off.float().abs().max().item(), (dtype, err)
+            if dtype == torch.float32:
+                assert torch.equal(codes_on, codes_off)
+            elif not torch.equal(codes_on, codes_off):
+                # bf16 may pick another code only where the reference's top two logits are within the error bound
+                j = int((codes_on != codes_off)[0].nonzero()[0])
+                step = logits_off[0, j].float()
+                assert step[codes_on[0, j]] >= step.max() - 2 * err, (j, codes_on, codes_off)
+    finally:
+        cp_mod.CP_FUSED_LAYER, cp_layer.layer_step = saved
