@@ -94,4 +94,5 @@ def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
         if dtype == torch.bfloat16:
             assert torch.equal(cache_k[:, :, :length + 1], keys)
         else:
-            torch.testing.assert_close(cache_k[:, :, :length + 1], keys, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(cache_k[:, :, :length + 1], keys, rtol=4e-6, atol=1e-6)   # ~32 ulps: the
+            # norm sums 128 squares in another order; a wrong norm or rotation is off by O(1)
