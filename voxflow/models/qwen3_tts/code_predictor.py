@@ -29,13 +29,14 @@ SKINNY_BIAS_MAX_ROWS = 4     # H200: the skinny GEMM beats cuBLAS's bias GEMM up
 # The kernel path's single-token steps run each decoder layer as four fused kernels (voxflow/kernels/cp_layer.py:
 # norm folded into q|k|v, attention + o_proj + residual, norm folded into gate|up with silu * up, down + residual)
 # for up to CP_FUSED_MAX_ROWS rows. Off: the per-layer path of Qwen3DecoderLayer (seven launches a layer).
-# OFF by default: correct on the H200 (tests/gpu/test_gpu_cp_layer.py) but slower there, 34.2 vs 30.8 us a layer
-# step and 3.00 vs 2.69 ms a frame's predict, because attention + o_proj in one kernel (every o_proj program redoes
-# the attention) takes 14.9 us against 8.5 for the two kernels it replaces; the norm-folded q|k|v (4.6 vs 6.8 us),
-# gate|up + silu * up (5.8 vs 7.7) and down (4.9 vs 6.5) each win (benchmarks/results/h200/2026-12-01-session4/
-# tune_cp_layer.txt). Since then attention_o_proj.py splits the heads over the programs (each does 1/8 of the
-# attention, partial o_proj sums added by the last program of each column block) and the q|k|v / gate|up / down
-# tiles take the measured best (4 rows): to be timed again before this turns on. VOXFLOW_CP_FUSED_LAYER=1: on.
+# OFF by default. The first version was correct on the H200 (tests/gpu/test_gpu_cp_layer.py) but slower there:
+# 34.2 vs 30.8 us a layer step, 3.00 vs 2.69 ms a frame's predict, because attention + o_proj in one kernel (every
+# o_proj program redid the whole attention) took 14.9 us against 8.5 for the two kernels it replaces, while the
+# norm-folded q|k|v (4.6 vs 6.8 us), gate|up + silu * up (5.8 vs 7.7) and down (4.9 vs 6.5) each won
+# (tune_cp_layer.txt in benchmarks/results/h200/2026-12-01-prefill-graphs-codec/). Since then attention_o_proj.py
+# splits the heads over the programs (each does 1/8 of the attention, partial o_proj sums added by the last program
+# of each column block) and the q|k|v / gate|up / down tiles take the measured best (4 rows): not yet timed on the
+# GPU, so it stays off until it is. VOXFLOW_CP_FUSED_LAYER=1 turns it on.
 CP_FUSED_LAYER = os.environ.get("VOXFLOW_CP_FUSED_LAYER", "0") == "1"
 CP_FUSED_MAX_ROWS = 1
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
