@@ -107,6 +107,25 @@ def make_layer(shape, dtype, seed=0, device="cpu"):
     return layer.to(device=device, dtype=dtype).eval()
 
 
+def make_code_predictor(dtype, device, seed=0):
+    """The 1.7B code predictor (5 layers, hidden 1024, talker hidden 2048) with scaled random weights, for the GPU
+    tests that run `CodePredictor.predict` with the fused paths on and off."""
+    from voxflow.models.qwen3_tts.code_predictor import CodePredictor
+    from voxflow.models.qwen3_tts.config import CodePredictorConfig
+    cfg = CodePredictorConfig(hidden_size=REAL["hidden"], intermediate_size=REAL["inter"], num_hidden_layers=5,
+                              num_attention_heads=REAL["heads"], num_key_value_heads=REAL["kv_heads"],
+                              head_dim=REAL["head_dim"], rms_norm_eps=EPS, rope_theta=1e6,
+                              max_position_embeddings=65536, vocab_size=2048, num_code_groups=16)
+    torch.manual_seed(seed)
+    cp = CodePredictor(cfg, talker_hidden_size=2048)
+    for name, p in cp.named_parameters():
+        if name.endswith("norm.weight"):
+            p.data.uniform_(0.5, 1.5)
+        elif p.dim() == 2:
+            p.data.normal_(0, p.shape[1] ** -0.5)
+    return cp.to(device=device, dtype=dtype).eval()
+
+
 def make_cache(shape, m, length, dtype, seed=0, device="cpu"):
     """A StaticLayerKVCache of `m` rows with `length` random positions filled."""
     from voxflow.layers.static_kv_cache import StaticLayerKVCache

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import voxflow.kernels as switch
-from cp_layer_reference import (EPS, REAL, attention_inputs, attention_reference, clone_cache, make_cache, make_layer,
-                                norm_linear_inputs, norm_linear_reference)
+from cp_layer_reference import (EPS, REAL, attention_inputs, attention_reference, clone_cache, make_cache,
+                                make_code_predictor, make_layer, norm_linear_inputs, norm_linear_reference)
 from float_compare import ulp_distance
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
@@ -220,23 +220,12 @@ def test_five_layers_in_a_cuda_graph():
 def test_predict_fused_layer_on_vs_off():
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import cp_layer
-    from voxflow.models.qwen3_tts.config import CodePredictorConfig
-    cfg = CodePredictorConfig(hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
-                              num_key_value_heads=8, head_dim=128, rms_norm_eps=EPS, rope_theta=1e6,
-                              max_position_embeddings=65536, vocab_size=2048, num_code_groups=16)
     saved = cp_mod.CP_FUSED_LAYER, cp_layer.layer_step
     calls = []
     cp_layer.layer_step = lambda *a, **kw: (calls.append(1), saved[1](*a, **kw))[1]
     try:
         for dtype in (torch.float32, torch.bfloat16):
-            torch.manual_seed(0)
-            cp = cp_mod.CodePredictor(cfg, talker_hidden_size=2048)
-            for name, p in cp.named_parameters():
-                if name.endswith("norm.weight"):
-                    p.data.uniform_(0.5, 1.5)
-                elif p.dim() == 2:
-                    p.data.normal_(0, p.shape[1] ** -0.5)
-            cp = cp.to(device=DEV, dtype=dtype).eval()
+            cp = make_code_predictor(dtype, DEV)
             h, c0 = (torch.randn(1, 2048, device=DEV) * 2).to(dtype), torch.randn(1, 2048, device=DEV).to(dtype)
             greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
             cp_mod.CP_FUSED_LAYER = False

@@ -11,7 +11,7 @@ one launch per phase, which the CPU interpreter tests hold to torch):
 import pytest
 import torch
 
-from cp_layer_reference import EPS, REAL, make_layer
+from cp_layer_reference import EPS, REAL, make_code_predictor, make_layer
 from float_compare import ulp_distance
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
@@ -108,18 +108,7 @@ def test_persistent_step_in_a_cuda_graph():
 def test_predict_persistent_step_on_vs_off():
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import cp_step_persistent as ps
-    from voxflow.models.qwen3_tts.config import CodePredictorConfig
-    cfg = CodePredictorConfig(hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
-                              num_key_value_heads=8, head_dim=128, rms_norm_eps=EPS, rope_theta=1e6,
-                              max_position_embeddings=65536, vocab_size=2048, num_code_groups=16)
-    torch.manual_seed(0)
-    cp = cp_mod.CodePredictor(cfg, talker_hidden_size=2048)
-    for name, p in cp.named_parameters():
-        if name.endswith("norm.weight"):
-            p.data.uniform_(0.5, 1.5)
-        elif p.dim() == 2:
-            p.data.normal_(0, p.shape[1] ** -0.5)
-    cp = cp.to(device=DEV, dtype=torch.float32).eval()
+    cp = make_code_predictor(torch.float32, DEV)
     h, c0 = torch.randn(1, 2048, device=DEV) * 2, torch.randn(1, 2048, device=DEV)
     greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
     saved = cp_mod.CP_PERSISTENT_STEP, ps.cp_step_persistent

@@ -117,9 +117,9 @@ class PrefillRunner:
             tb[i, :len(item.block_table)] = item.block_table
             ln[i] = n
             x[i, length - n:].copy_(item.embeds)
-        for name, buf in self._dev.items():
-            used = {"positions": bsz * length, "mapping": bsz * length, "tables": bsz * width, "lens": bsz}[name]
-            buf[:used].copy_(host[name][:used], non_blocking=True)
+        used = {"positions": bsz * length, "mapping": bsz * length, "tables": bsz * width, "lens": bsz}
+        for name, buf in self._dev.items():                 # only the prefix this shape reads
+            buf[:used[name]].copy_(host[name][:used[name]], non_blocking=True)
         if self.cuda_graphs:
             self._check_epoch()
             graph, out = self._graphs[key]
@@ -162,6 +162,7 @@ class PrefillRunner:
             self._make_buffers()
         self._check_epoch()
         started = time.perf_counter()
+        side = torch.cuda.Stream()
         for key in sorted(self.shapes, key=lambda k: -k[0] * k[1]):      # largest first: the pool fits them all
             if key in self._graphs:
                 continue
@@ -170,7 +171,6 @@ class PrefillRunner:
             self._pad_only()
             d = self._dev
             d["tables"][:bsz * width].view(bsz, width)[:, 0] = self.scratch_block
-            side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), torch.no_grad():
                 self._forward(bsz, length)          # warm-up: lazy initialisation, kernel compilation

@@ -279,10 +279,9 @@ class Qwen3TTSPlugin:
     def prefill(self, slot: int, embeds: torch.Tensor, start: int, kv: PagedKVContext, last: bool) -> None:
         st: Qwen3RequestState = self._attached[slot].state
         n = embeds.shape[0]
-        view = PagedKVView(kv, n)
         positions = torch.arange(start, start + n, device=self.device)[None]
         x = embeds.to(device=self.device, dtype=self.model.dtype)[None]
-        hidden = self.talker(x, positions, view, view.key_valid)
+        hidden = self.prefill_forward(x, positions, kv)
         if last and st.needs_first_c0:
             # The head runs on the whole chunk, as the reference does on the whole prompt (same GEMM when
             # unchunked), so a lone prefill gives the reference's first c0 bit for bit.
