@@ -6,7 +6,7 @@
 3. (first concurrency only) the same steps run eagerly, grouped by the named ranges of the decode step
    (code_predictor / cp_sampling / talker / c0_sampling) to split the GPU time by stage.
 
-    python benchmarks/scripts/profile_step.py MODEL_DIR CONCURRENCY[,CONCURRENCY...] [KEY=VALUE engine args]
+    python benchmarks/scripts/profile_step.py MODEL_DIR CONCURRENCY[,CONCURRENCY...] [--no-eager] [KEY=VALUE engine args]
 """
 import sys
 import time
@@ -69,7 +69,8 @@ def kernel_summary(prof, steps: int, top: int = 25) -> None:
 def main() -> None:
     model = sys.argv[1]
     levels = [int(c) for c in sys.argv[2].split(",")]
-    extra = parse_engine_args(sys.argv[3:])
+    eager = "--no-eager" not in sys.argv[3:]
+    extra = parse_engine_args([a for a in sys.argv[3:] if a != "--no-eager"])
     for i, c in enumerate(levels):
         core = engine(model, c, True, extra)
         before = dict(core.timings)
@@ -84,7 +85,7 @@ def main() -> None:
         kernel_summary(prof, 30)
         del core
         sync()
-        if i == 0:
+        if i == 0 and eager:
             core = engine(model, c, False, extra)
             with profile(activities=ACTIVITIES) as prof:
                 timed(core, 10)

@@ -27,6 +27,7 @@ import torch
 
 from .graph_runner import RunnerStats, width_bucket
 from .model_api import PagedKVContext
+from .priority_replay import GraphReplayer
 
 PREFILL_LENGTHS = (32, 64, 128, 256)
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -43,7 +44,7 @@ class PrefillItem:
 
 class PrefillRunner:
     def __init__(self, model, k_cache, v_cache, block_size: int, scratch_block: int, max_tokens: int,
-                 max_batch: int, cuda_graphs: bool):
+                 max_batch: int, cuda_graphs: bool, high_priority: bool = False):
         self.model = model
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_size = block_size
@@ -51,6 +52,7 @@ class PrefillRunner:
         self.scratch_block = scratch_block
         self.device = torch.device(model.device)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self._replayer = GraphReplayer(self.device, high_priority and self.cuda_graphs)
         # Shapes: B x L within the step's token budget (the scheduler never gives more), B within the model slots.
         self.shapes = [(b, n) for n in PREFILL_LENGTHS for b in PREFILL_BATCHES
                        if b * n <= max_tokens and b <= max(max_batch, 1)]
@@ -123,7 +125,7 @@ class PrefillRunner:
         if self.cuda_graphs:
             self._check_epoch()
             graph, out = self._graphs[key]
-            graph.replay()
+            self._replayer.replay(graph)
             self.stats.replays += 1
         else:
             out = self._forward(bsz, length)

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch.profiler import record_function
 
+from voxflow.engine.host_to_device import tensor_to
 from voxflow.engine.model_api import DecodeOutput, KVSpec, PagedKVContext, PreparedRequest
 from voxflow.engine.request import SamplingOptions, SpeechRequest
 from voxflow.layers.paged_attention import PagedKVView
@@ -330,7 +331,7 @@ class Qwen3TTSPlugin:
     def _first_c0(self, slot_list: list[int], logits: torch.Tensor, h: torch.Tensor) -> None:
         """c0 of frame 0 for these slots from their last prompt position's logits [n, V] and hidden state [n, H]."""
         s = self.slots
-        rows = torch.tensor(slot_list, device=self.device)
+        rows = tensor_to(slot_list, self.device)          # no blocking copy: the decode in flight goes on
         zero = torch.zeros(len(slot_list), dtype=torch.long, device=self.device)
         states = [self._attached[slot].state for slot in slot_list]
         c0 = select_c0(logits, s.seen[rows], zero, s.penalty[rows], s.min_new_tokens[rows], self.suppress,

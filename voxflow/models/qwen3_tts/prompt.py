@@ -37,6 +37,7 @@ from typing import Optional, Protocol, runtime_checkable
 
 import torch
 
+from ...engine.host_to_device import tensor_to, to_device
 from .config import TASKS, Qwen3TTSConfig
 
 # Chat templates of the official wrapper (qwen_tts/inference/qwen3_tts_model.py).
@@ -268,7 +269,7 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
     device = getattr(embedder, "device", None) or torch.device("cpu")
 
     def embed_text(ids: list[int]) -> torch.Tensor:
-        return embedder.embed_text(torch.tensor(ids, dtype=torch.long, device=device))
+        return embedder.embed_text(tensor_to(ids, device))
 
     t_instr = embed_text(instruct_ids) if instruct_ids else None
     t_special = embed_text([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
@@ -278,18 +279,17 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
     # --- codec prefix: [think/lang ids] [speaker]? [codec_pad, codec_bos]
     tc = config.talker
     think = codec_think_ids(config, language, speaker)
-    c_think_pad_bos = embedder.embed_codec(torch.tensor(think + [tc.codec_pad_id, tc.codec_bos_id],
-                                                        dtype=torch.long, device=device))
+    c_think_pad_bos = embedder.embed_codec(tensor_to(think + [tc.codec_pad_id, tc.codec_bos_id], device))
     c_think, c_pad, c_bos = c_think_pad_bos[:-2], c_think_pad_bos[-2:-1], c_think_pad_bos[-1:]
     codec_ids: list[Optional[int]] = list(think)
     rows = [c_think]
     if speaker is not None:
         spk_id = tc.spk_id[speaker]
-        rows.append(embedder.embed_codec(torch.tensor([spk_id], dtype=torch.long, device=device)))
+        rows.append(embedder.embed_codec(tensor_to([spk_id], device)))
         codec_ids.append(spk_id)
     elif task == "base":
         # The raw x-vector takes the speaker slot (no lookup), in the talker's dtype.
-        rows.append(x_vector.reshape(1, hidden).to(device=device, dtype=c_think.dtype))
+        rows.append(to_device(x_vector.reshape(1, hidden), device, c_think.dtype))
         codec_ids.append(None)
     rows.append(c_pad)
     codec_ids += [tc.codec_pad_id, tc.codec_bos_id]
@@ -305,7 +305,7 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
     # --- text block and trailing-text queue
     if icl:
         text_seq = torch.cat([embed_text(ref_body + body_ids), tts_eos], dim=0)     # T1 rows
-        frames = embedder.embed_frame(ref_codes.to(device=device, dtype=torch.long))
+        frames = embedder.embed_frame(to_device(ref_codes, device, torch.long))
         codec_seq = torch.cat([c_bos, frames.to(c_bos.dtype)], dim=0)              # T2 = R + 1 rows
         t1, t2 = text_seq.shape[0], codec_seq.shape[0]
         if non_streaming:
