@@ -325,7 +325,8 @@ class Qwen3TTSPlugin:
         first c0 of the slots whose prompt is now complete."""
         picked = [i for i, (slot, last) in enumerate(rows) if last and self._attached[slot].state.needs_first_c0]
         if picked:
-            h = last_hidden[picked]
+            # index_select with device indices: indexing by a Python list would copy it in blocking
+            h = last_hidden if len(picked) == len(rows) else last_hidden.index_select(0, tensor_to(picked, self.device))
             self._first_c0([rows[i][0] for i in picked], self.talker.codec_logits(h), h)
 
     def _first_c0(self, slot_list: list[int], logits: torch.Tensor, h: torch.Tensor) -> None:

@@ -74,25 +74,21 @@ class SlotTable:
             self.trailing, self.history = grown
             self.version += 1
         self.trailing[slot, :trailing.shape[0]] = trailing.to(self.trailing)
-        self.trailing_len[slot] = trailing.shape[0]
-        self.prompt_len[slot] = prompt_len
-        self.max_frames[slot] = max_frames
-        self.key[slot] = key
-        # Greedy rows get a neutral temperature, as WarpParams.build does, so their (unused) warp stays finite.
-        self.t_do_sample[slot] = params.do_sample
-        self.t_temperature[slot] = params.temperature if params.do_sample else 1.0
-        self.t_top_k[slot] = int(params.top_k)
-        self.t_top_p[slot] = params.top_p
-        self.cp_do_sample[slot] = params.subtalker_do_sample
-        self.cp_temperature[slot] = params.subtalker_temperature if params.subtalker_do_sample else 1.0
-        self.cp_top_k[slot] = int(params.subtalker_top_k)
-        self.cp_top_p[slot] = params.subtalker_top_p
-        self.penalty[slot] = params.repetition_penalty
-        self.min_new_tokens[slot] = NEVER if ignore_eos else params.min_new_tokens
-        self.c0[slot] = 0
-        self.h[slot] = 0
-        self.fed[slot] = 0
-        self.seen[slot] = False
+        # fill_ on the slot's element, not `t[slot] = value`: item assignment copies the value in as a host
+        # tensor, a blocking copy that waits for the decode step in flight (tests/gpu/test_gpu_no_host_sync.py).
+        values = {
+            "trailing_len": trailing.shape[0], "prompt_len": prompt_len, "max_frames": max_frames, "key": key,
+            # Greedy rows get a neutral temperature, as WarpParams.build does, so their (unused) warp stays finite.
+            "t_do_sample": params.do_sample, "t_temperature": params.temperature if params.do_sample else 1.0,
+            "t_top_k": int(params.top_k), "t_top_p": params.top_p,
+            "cp_do_sample": params.subtalker_do_sample,
+            "cp_temperature": params.subtalker_temperature if params.subtalker_do_sample else 1.0,
+            "cp_top_k": int(params.subtalker_top_k), "cp_top_p": params.subtalker_top_p,
+            "penalty": params.repetition_penalty, "min_new_tokens": NEVER if ignore_eos else params.min_new_tokens,
+            "c0": 0, "h": 0, "fed": 0, "seen": False,
+        }
+        for name, value in values.items():
+            getattr(self, name)[slot].fill_(value)
 
     def snapshot(self, slot: int, max_frames: int) -> dict[str, torch.Tensor]:
         """Device copies of the slot's evolving state (no host sync), for `restore` after preemption."""
