@@ -3,10 +3,6 @@
 q/k norm + RoPE + cache append + attention + o_proj + residual) against the plain torch code, on the CPU under
 Triton's interpreter (in a subprocess, see tests/interpreter_child.py). References: tests/cp_layer_reference.py.
 
-Also the experimental persistent step (cp_step_persistent.py): its phased version (one launch per phase, the same
-tile functions) on two tiny layers + norm + lm_head vs torch, and the persistent kernel run as a single program
-(the only grid the interpreter can run through grid barriers) bit-equal to the phased launches.
-
 Shapes: a tiny layer (hidden 64, 4 q / 2 kv heads of 32: the attention output twice the hidden size, as in the
 1.7B model) with the GPU launch configs and with overrides (a multi-step K loop, a partial last N tile, one query
 head per tile, all heads in one tile), and one case per kernel at the real 1.7B code-predictor shapes with wide
@@ -51,7 +47,7 @@ WIDE_ATT = dict(BLOCK_N=256, BLOCK_H=16)   # 4 programs, all heads in each (no p
 
 
 def check_norm_linear(dtype, m, n, k, swiglu, config, seed=0, plain_residual=False):
-    """plain_residual: no norm, + a residual (the persistent step's down_proj), out written over the residual."""
+    """plain_residual: no norm, + a residual (a down_proj-like skinny GEMM), out written over the residual."""
     from voxflow.kernels.norm_linear import norm_linear, supported
     x, w, nw = norm_linear_inputs(m, n, k, dtype, swiglu, seed)
     if plain_residual:
@@ -187,72 +183,6 @@ TINY_WIDE = dict(qkv=dict(BLOCK_N=64), attention_o_proj=dict(BLOCK_N=64), gate_u
                  down=dict(BLOCK_N=64))
 
 
-@torch.no_grad()
-def check_phased_step(dtype, m=1, length=5):
-    """cp_step_persistent.cp_step_phased (the persistent step's phases, one launch each, with its tile functions):
-    two tiny layers + final norm + lm_head vs the torch layers, norm and head; and the persistent kernel itself as
-    a single program, bit-equal to the phased launches."""
-    from voxflow.kernels import cp_step_persistent as ps
-    from voxflow.layers.rms_norm import rms_norm
-    from voxflow.layers.rotary import RotaryEmbedding
-    from voxflow.layers.static_kv_cache import StaticKVCache
-    layers = [make_layer(TINY, dtype, seed=i) for i in range(2)]
-    g = torch.Generator().manual_seed(7)
-    x = (torch.randn(m, TINY["hidden"], generator=g) * 4).to(dtype)
-    head_w = (torch.randn(256, TINY["hidden"], generator=g) * TINY["hidden"] ** -0.5).to(dtype)
-    head_norm = (torch.rand(TINY["hidden"], generator=g) + 0.5).to(dtype)
-    cos, sin = RotaryEmbedding(TINY["head_dim"], 1e6, 64)._compute(torch.tensor([[length]]), dtype)
-    cache = StaticKVCache(2, m, TINY["kv_heads"], TINY["cache"], TINY["head_dim"], dtype, torch.device("cpu"))
-    cache.k_all.normal_()
-    cache.v_all.normal_()
-    for c in cache.layers:
-        c.length = length
-    ref_layers = [clone_cache(c) for c in cache.layers]
-
-    def torch_step(layers, caches, x, cos, sin):
-        h = x[:, None]
-        for layer, c in zip(layers, caches):
-            h = layer(h, cos, sin, c, None)
-        return torch.nn.functional.linear(rms_norm(h[:, 0], head_norm.to(h.dtype), EPS), head_w.to(h.dtype))
-    want = torch_step(layers, ref_layers, x, cos, sin)
-    weights = [_layer_weights(layer) for layer in layers]
-    rows = x.clone()
-    config = dict(qkv_bn=64, qkv_bk=64, o_bn=32, o_bh=2, gu_bn=64, gu_bk=32, down_bn=32, down_bk=64, head_bn=128,
-                  head_bk=64)
-    persistent_cache = StaticKVCache(2, m, TINY["kv_heads"], TINY["cache"], TINY["head_dim"], dtype,
-                                     torch.device("cpu"))
-    persistent_cache.k_all.copy_(cache.k_all)
-    persistent_cache.v_all.copy_(cache.v_all)
-    for c in persistent_cache.layers:
-        c.length = length
-    got = ps.cp_step_phased(rows, weights, cache, length, cos, sin, head_w, head_norm, EPS, config=config)
-    assert torch.equal(rows, x), "the input rows must be left alone"
-    assert all(c.length == length + 1 for c in cache.layers)
-    # The persistent kernel as one program (the interpreter runs programs one after another, so only a grid of one
-    # passes its barriers): the same tiles in the same order, so the same bits as the phased launches.
-    sync = torch.zeros(2, dtype=torch.int32)
-    offsets = ps.layer_offsets(weights)
-    one = ps.cp_step_persistent(rows, weights, offsets, persistent_cache, length, cos, sin, head_w, head_norm, EPS,
-                                config={**config, "programs": 1}, sync=sync)
-    assert sync.tolist() == [4 * 2, 0]
-    assert torch.equal(one, got) and torch.equal(rows, x)
-    assert torch.equal(persistent_cache.k_all, cache.k_all) and torch.equal(persistent_cache.v_all, cache.v_all)
-    # the first layer's new value is the raw projection of the same input: equal (fp32: up to the GEMM's order)
-    v_new, v_ref = cache.layers[0].v[:, :, length], ref_layers[0].v[:, :, length]
-    assert (v_new - v_ref).abs().max().item() <= (1e-5 if dtype == torch.float32 else 2.0 ** -6) * v_ref.abs().max()
-    if dtype == torch.float32:
-        assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
-        return
-    layers32 = [copy.deepcopy(layer).float() for layer in layers]
-    caches32 = [clone_cache(c) for c in ref_layers]
-    for c in caches32:
-        c.k, c.v, c.length = c.k.float(), c.v.float(), length
-    want32 = torch_step(layers32, caches32, x.float(), cos.float(), sin.float())
-    err_fused = (got.float() - want32).abs().max().item()
-    err_ref = (want.float() - want32).abs().max().item()
-    assert err_fused <= 1.5 * err_ref + 2.0 ** -9 * want32.abs().max().item(), (err_fused, err_ref)
-
-
 def check_layer_cases(dtype):
     check_layer(TINY, dtype, 1, 1)                                   # the GPU launch configs
     for length in (0, 14):
@@ -273,10 +203,6 @@ if IN_CHILD:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_child_layer(dtype):
         check_layer_cases(dtype)
-
-    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-    def test_child_phased_step(dtype):
-        check_phased_step(dtype)
 else:
     def test_cp_layer_kernels_under_the_interpreter_match_torch():
         run_child(__file__, CHILD_FLAG)

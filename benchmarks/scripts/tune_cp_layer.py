@@ -8,13 +8,11 @@ replaces, on a GPU, at the 1.7B shapes (hidden 1024, intermediate 3072, 16 q / 8
                 attention, o_proj, residual; cache length 8)
      gate_up    norm_linear swiglu (act = silu(gate) * up)        vs  rms_norm + cuBLAS gate|up
      down       skinny_linear plain + residual (reads act)        vs  skinny_linear gated + residual (reads gate|up)
-                (and norm_linear without a norm, + residual: the persistent step's down phase)
      lm_head    norm_linear                                       vs  skinny_linear with its norm prologue
    W rotated over enough copies to exceed the L2 cache (in a step every layer's W comes from HBM).
 2. A whole frame's layer steps: 5 layers x 14 single-token steps (cache lengths 1..14, distinct weights per layer),
    old layer (Qwen3DecoderLayer.forward, kernels on) vs new (cp_layer.layer_step), us per layer step.
-3. CodePredictor.predict (15 codes of a frame, greedy) with CP_FUSED_LAYER off / on / on with the experimental
-   CP_PERSISTENT_STEP (one launch a step, voxflow/kernels/cp_step_persistent.py), us per frame.
+3. CodePredictor.predict (15 codes of a frame, greedy) with CP_FUSED_LAYER off / on, us per frame.
 
 Times are GPU times of back-to-back CUDA-graph replays (tune_skinny_linear.bench). Each candidate's output is
 checked against the heuristic config's (bf16 tolerance) before it is timed. At the end: the best configs as a
@@ -178,15 +176,6 @@ def kernel_sweeps(m: int, budget_end: float, verbose: bool) -> dict:
                          lambda: sk.skinny_linear(gate_up, wd.next(), gated=True, residual=res), n_copies,
                          budget_end, verbose)
 
-    # the same down_proj through norm_linear's kernel without a norm (what the persistent step's down phase runs)
-    base = nl.launch_config(m, H, I)
-    cands = variants(base, [dict(BLOCK_K=1024), dict(BLOCK_N=4, BLOCK_K=1024), dict(BLOCK_N=16), dict(num_warps=8),
-                            dict(BLOCK_K=512, num_stages=3), dict(num_stages=1)])
-    best["down_norm_linear"] = sweep(
-        f"down (norm_linear) m={m}", cands,
-        lambda cfg: (lambda: nl.norm_linear(act, wd.next(), None, 0.0, residual=res, config=cfg)),
-        lambda: sk.skinny_linear(gate_up, wd.next(), gated=True, residual=res), n_copies, budget_end, verbose)
-
     # attention + o_proj + residual (cache length 8) vs the fused norm/RoPE/attention kernel + skinny o_proj
     wo = Rot([rand(H, HQ * D, scale=(HQ * D) ** -0.5) for _ in range(copies_for(H * HQ * D * 2))])
     qkv = rand(m, n_qkv, scale=2.0)
@@ -276,8 +265,8 @@ def layer_steps(m: int) -> tuple[float, float]:
 
 @torch.no_grad()
 def predict_frames(m: int) -> tuple[list[float], list[bool]]:
-    """us per CodePredictor.predict (one frame: 15 codes) for: CP_FUSED_LAYER off, on (four kernels a layer), on
-    with CP_PERSISTENT_STEP (one launch a step); and whether each variant's greedy codes equal the first's."""
+    """us per CodePredictor.predict (one frame: 15 codes) for: CP_FUSED_LAYER off, on (four kernels a layer); and
+    whether each variant's greedy codes equal the first's."""
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.models.qwen3_tts.config import CodePredictorConfig
     cfg = CodePredictorConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=5, num_attention_heads=HQ,
@@ -291,26 +280,21 @@ def predict_frames(m: int) -> tuple[list[float], list[bool]]:
             p.data.normal_(0, p.shape[1] ** -0.5)
     cp = cp.to(device=DEVICE, dtype=DTYPE).eval()
     h, c0 = rand(m, 2048), rand(m, 2048)
-    saved = cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_PERSISTENT_STEP
+    saved = cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS
     times, codes = [], []
     try:
-        for fused, persistent in ((False, False), (True, False), (True, True)):
-            cp_mod.CP_FUSED_LAYER, cp_mod.CP_PERSISTENT_STEP = fused, persistent
+        for fused in (False, True):
+            cp_mod.CP_FUSED_LAYER = fused
             cp_mod.CP_FUSED_MAX_ROWS = max(m, saved[1])
             out = {}
 
             def frame():
                 out["codes"] = cp.predict(h, c0, lambda logits, j: logits.argmax(-1))[0]
-            try:
-                times.append(bench(frame, 1))
-                codes.append(out["codes"].clone())            # (after the last replay of the graph)
-            except Exception as e:  # noqa: BLE001 - e.g. the experimental persistent kernel failing
-                print(f"  predict fused={fused} persistent={persistent}: {type(e).__name__}: {str(e)[:160]}")
-                times.append(float("nan"))
-                codes.append(None)
+            times.append(bench(frame, 1))
+            codes.append(out["codes"].clone())                # (after the last replay of the graph)
     finally:
-        cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_PERSISTENT_STEP = saved
-    return times, [c is not None and torch.equal(c, codes[0]) for c in codes]
+        cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS = saved
+    return times, [torch.equal(c, codes[0]) for c in codes]
 
 
 def main() -> None:
@@ -338,14 +322,12 @@ def main() -> None:
     for m in rows:
         old, new = layer_steps(m)
         print(f"{m:>4} | {old:14.2f} | {new:14.2f} | {old / new:5.2f}")
-    print(f"\n{'rows':>4} | {'predict, fused off':>18} | {'4 kernels/layer':>15} | {'persistent step':>15} | "
-          f"same greedy codes")
+    print(f"\n{'rows':>4} | {'predict, fused off':>18} | {'4 kernels/layer':>15} | same greedy codes")
     for m in rows:
-        (old, new, persistent), same = predict_frames(m)
-        print(f"{m:>4} | {old:18.1f} | {new:9.1f} x{old / new:4.2f} | {persistent:9.1f} x{old / persistent:4.2f} | "
-              f"{same[1:]}")
+        (old, new), same = predict_frames(m)
+        print(f"{m:>4} | {old:18.1f} | {new:9.1f} x{old / new:4.2f} | {same[1]}")
     for m, b in bests.items():
-        cfgs = {k: v[0] for k, v in b.items() if v[1] < 0.97 * v[2] and k != "down_norm_linear"}
+        cfgs = {k: v[0] for k, v in b.items() if v[1] < 0.97 * v[2]}
         print(f"\nm={m}: configs that beat the heuristic by > 3% (cp_layer.CONFIGS): {cfgs or 'none'}")
     print(f"\n{time.time() - t0:.0f} s in all.")
 

@@ -23,8 +23,8 @@ the new normed, rotated keys and raw values into cache position T (each KV head 
 group); every tile attends to the new token from registers and reads only positions < T, so nothing reads what is
 being written. The counters (`tile_counters`, int32 per column block) are reset by the tile that consumed them.
 
-The body is `_attention_o_proj_tile`, shared with voxflow/kernels/cp_step_persistent.py (CG: the q|k|v row and the
-residual through L2 only, as other programs of that launch wrote them).
+The body is `_attention_o_proj_tile` (one tile; CG, off in the kernel below, would read the q|k|v row and the
+residual through L2 only, for a launch whose other programs wrote them).
 
 Registers per thread (sm_90, bf16, M = 1, aligned as the JIT specializes; `python -m voxflow.kernels.compile_check`
 prints them): ~110 at the default (2 heads x 64 columns, 4 warps), ~62 at 1 x 32, ~179 at 16 x 8; 4 heads x 128
@@ -137,8 +137,8 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
     and their share of o_proj for columns [nt * BLOCK_N, + BLOCK_N), all M rows. With one head block the tile
     finishes its columns itself; else it stores fp32 partial sums to ws [M, HQ / BLOCK_H, N] and the last of the
     column block's head-block tiles to arrive (a counter per column block, reset by that tile) adds the partials in
-    head-block order (deterministic), then the residual. Tiles with nt == 0 append the new keys / values. Shared by
-    the kernel below and the persistent step kernel, whose programs loop over tiles."""
+    head-block order (deterministic), then the residual. Tiles with nt == 0 append the new keys / values. The kernel
+    below runs one tile a program."""
     NHB: tl.constexpr = HQ // BLOCK_H
     hb = tile % NHB
     nt = tile // NHB

@@ -81,7 +81,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     for block_h, block_n, m in ((2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (2, 64, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
-    out.append(("cp_step_persistent (5 layers, m=1)", *cp_step_persistent_case(1)))
     out.append(("dense_decode_norm_rope", dense_nr._norm_rope_attend_kernel,
                 dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
                      k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32"),
@@ -159,31 +158,6 @@ def resource_usage(cubin: bytes) -> str:
         if "REG:" in line:
             return " ".join(w for w in line.split() if w.startswith(("REG:", "STACK:")))
     return ""
-
-
-def cp_step_persistent_case(m: int, config: dict | None = None) -> tuple:
-    """(kernel, types, constexprs, options) of cp_step_persistent.py's kernel at the 1.7B code predictor's shapes."""
-    from voxflow.kernels import cp_step_persistent as ps
-    cfg = {**ps.DEFAULT_CONFIG, **(config or {})}
-    bf = _ptr("bf16")
-    ptrs = ("rows_ptr", "qkv_ptr", "h_ptr", "act_ptr", "logits_ptr", "in_norm_ptr", "qkv_w_ptr", "q_norm_ptr",
-            "k_norm_ptr", "o_w_ptr", "post_norm_ptr", "gate_up_w_ptr", "down_w_ptr", "kc_ptr", "vc_ptr",
-            "head_norm_ptr", "head_w_ptr", "cos_ptr", "sin_ptr")
-    types = {**{p: bf for p in ptrs}, "sync_ptr": _ptr("i32"), "offs_ptr": _ptr("i64"), "x_off": "i64",
-             "ws_ptr": _ptr("fp32"), "cnt_ptr": _ptr("i32")}
-    types.update({k: "fp32" for k in ("h_float", "in_eps", "post_eps", "head_eps", "q_eps", "k_eps", "scale",
-                                      "inv_d")})
-    consts = dict(NUM_LAYERS=5, HQ=16, HKV=8, D=128, HALF=64, BLOCK_T=16, PRECISE_EXP=True,
-                  BLOCK_M=triton.next_power_of_2(m), QKV_BN=cfg["qkv_bn"], QKV_BK=cfg["qkv_bk"], O_BN=cfg["o_bn"],
-                  O_BH=cfg["o_bh"], GU_BN=cfg["gu_bn"], GU_BK=cfg["gu_bk"], DOWN_BN=cfg["down_bn"],
-                  DOWN_BK=cfg["down_bk"], HEAD_BN=cfg["head_bn"], HEAD_BK=cfg["head_bk"], MAX_SPIN=ps.MAX_SPIN)
-    if m == 1:
-        consts["M"] = 1
-    aligned = ptrs + ("sync_ptr", "offs_ptr", "ws_ptr", "cnt_ptr", "x_off", "H", "I", "V", "s_rows", "s_qkv", "s_h",
-                      "s_act", "s_logits", "cos_sb", "sin_sb", "sk_l", "sk_b", "sk_h", "sk_t", "sv_l", "sv_b", "sv_h",
-                      "sv_t")
-    return ps._cp_step_kernel, types, consts, dict(num_warps=cfg["num_warps"], enable_fp_fusion=False,
-                                                   aligned=aligned)
 
 
 def compile_all(target: GPUTarget = HOPPER, usage: bool = False) -> dict[str, str | None]:

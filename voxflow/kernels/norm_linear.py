@@ -28,9 +28,8 @@ once (8 x 1024 bf16 = 16 KB a program, ~4 programs per SM at N = 4096). `launch_
 (CUDA-graph capturable); benchmarks/scripts/tune_cp_layer.py times alternatives on the GPU.
 
 Also, without a norm weight, a plain skinny GEMM with an optional residual epilogue (residual + round(y), rounded:
-skinny_linear.py's rounding points), which the persistent step uses for down_proj. The body is `_norm_linear_tile`
-(one BLOCK_N tile of output columns), shared with voxflow/kernels/cp_step_persistent.py, whose programs loop over
-tiles and load what other programs wrote through L2 only (CG).
+skinny_linear.py's rounding points). The body is `_norm_linear_tile` (one BLOCK_N tile of output columns; CG, off
+in the kernel below, would load x and the residual through L2 only, for a launch whose other programs wrote them).
 
 Registers per thread (sm_90, bf16, M = 1, as the JIT specializes aligned pointers / strides; `python -m
 voxflow.kernels.compile_check` prints them): ~44 at the q|k|v default (4 x 1024), ~64 at gate|up's (2 x 4 x 512),
@@ -56,7 +55,7 @@ _CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 @triton.jit
 def _load(ptrs, mask, CG: tl.constexpr):
     """tl.load (0 where masked), through L2 only when CG: data another program of the same launch wrote
-    (cp_step_persistent.py; L1 is not coherent across SMs)."""
+    (L1 is not coherent across SMs)."""
     if CG:
         return tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
     else:
@@ -77,8 +76,7 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
                       k_float, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr,
                       PRECISE_EXP: tl.constexpr, CG: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Output columns [tile * BLOCK_N, + BLOCK_N) of all M rows (shared by the kernel below and the persistent
-    step kernel, whose programs loop over tiles)."""
+    """Output columns [tile * BLOCK_N, + BLOCK_N) of all M rows (the kernel below runs one tile a program)."""
     dtype = x_ptr.dtype.element_ty
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)

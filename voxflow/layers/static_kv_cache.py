@@ -69,8 +69,8 @@ class StaticLayerKVCache:
 
 class StaticKVCache(KVCache):
     """One StaticLayerKVCache per decoder layer (indexing, len and seq_len as KVCache). The layers' buffers are
-    views of one [L, B, Hkv, max_len, D] tensor each for keys and values (`k_all` / `v_all`), so a kernel that runs
-    all layers in one launch (voxflow/kernels/cp_step_persistent.py) finds layer i's at a fixed stride."""
+    views of one [L, B, Hkv, max_len, D] tensor each for keys and values (`k_all` / `v_all`): two allocations a
+    frame, not two a layer."""
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device):

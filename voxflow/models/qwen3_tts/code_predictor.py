@@ -29,22 +29,15 @@ SKINNY_BIAS_MAX_ROWS = 4     # H200: the skinny GEMM beats cuBLAS's bias GEMM up
 # The kernel path's single-token steps run each decoder layer as four fused kernels (voxflow/kernels/cp_layer.py:
 # norm folded into q|k|v, attention + o_proj + residual, norm folded into gate|up with silu * up, down + residual)
 # for up to CP_FUSED_MAX_ROWS rows. Off: the per-layer path of Qwen3DecoderLayer (seven launches a layer).
-# OFF by default. The first version was correct on the H200 (tests/gpu/test_gpu_cp_layer.py) but slower there:
-# 34.2 vs 30.8 us a layer step, 3.00 vs 2.69 ms a frame's predict, because attention + o_proj in one kernel (every
-# o_proj program redid the whole attention) took 14.9 us against 8.5 for the two kernels it replaces, while the
-# norm-folded q|k|v (4.6 vs 6.8 us), gate|up + silu * up (5.8 vs 7.7) and down (4.9 vs 6.5) each won
-# (tune_cp_layer.txt in benchmarks/results/h200/2026-12-01-prefill-graphs-codec/). Since then attention_o_proj.py
-# splits the heads over the programs (each does 1/8 of the attention, partial o_proj sums added by the last program
-# of each column block) and the q|k|v / gate|up / down tiles take the measured best (4 rows): not yet timed on the
-# GPU, so it stays off until it is. VOXFLOW_CP_FUSED_LAYER=1 turns it on.
-CP_FUSED_LAYER = os.environ.get("VOXFLOW_CP_FUSED_LAYER", "0") == "1"
+# ON by default: with attention_o_proj.py splitting the heads over the programs (a first version that redid the
+# whole attention in every program was slower), H200, bf16, 1.7B, one row: 22.25 vs 28.42 us a layer step, 2.21 vs
+# 2.47 ms a frame's predict, greedy codes equal (benchmarks/results/h200/2026-12-01-session5/tune_cp_rows1.txt).
+# VOXFLOW_CP_FUSED_LAYER=0 turns it off.
+CP_FUSED_LAYER = os.environ.get("VOXFLOW_CP_FUSED_LAYER", "1") == "1"
 CP_FUSED_MAX_ROWS = 1
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
-# EXPERIMENTAL (off): with the fused layer path on, the whole single-token step (layers + norm + lm_head) as ONE
-# persistent kernel with grid barriers (voxflow/kernels/cp_step_persistent.py) instead of 21 launches.
-CP_PERSISTENT_STEP = False
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -114,10 +107,6 @@ class CodePredictor(nn.Module):
         h = self._project(x)
         last = None
         fused = CP_FUSED_LAYER and s == 1 and b <= CP_FUSED_MAX_ROWS
-        if fused and CP_PERSISTENT_STEP:
-            logits = self._persistent_step(h.view(b, -1), cos, sin, cache, j)
-            if logits is not None:
-                return logits
         if fused:
             last = self._fused_layers(h.view(b, -1), cos, sin, cache)
         if last is None:
@@ -148,30 +137,6 @@ class CodePredictor(nn.Module):
         for w, c in zip(weights, cache.layers):
             rows = cp_layer.layer_step(rows, w, cos, sin, c.k, c.v, c.claim())
         return rows
-
-    def _persistent_step(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, j: int
-                         ) -> torch.Tensor | None:
-        """The single-token step through voxflow/kernels/cp_step_persistent.py -> logits [B, vocab] (rows are not
-        written); None (nothing run) where it does not apply. The layer-offset table is made once per set of
-        weights, outside a capture."""
-        from voxflow.kernels import cp_step_persistent as ps
-        if not isinstance(cache, StaticKVCache) or len({c.length for c in cache.layers}) != 1:
-            return None
-        weights = [_layer_weights(layer) for layer in self.model.layers]
-        head, norm = self.lm_head[j].weight, self.model.norm
-        if any(w is None for w in weights) or not ps.supported(rows, weights, cache, cos, sin, head, norm.weight):
-            return None
-        key = tuple(getattr(w, f).data_ptr() for w in weights for f in ps.FIELDS)
-        cached = getattr(self, "_persistent_offsets", None)
-        if cached is None or cached[0] != key:
-            if torch.cuda.is_current_stream_capturing():
-                return None                               # never copy host -> device inside a capture
-            offsets = ps.layer_offsets(weights)
-            if offsets is None:
-                return None
-            self._persistent_offsets = cached = (key, offsets)
-        return ps.cp_step_persistent(rows, weights, cached[1], cache, cache.layers[0].length, cos, sin, head,
-                                     norm.weight, norm.eps)
 
     @torch.no_grad()
     def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False
