@@ -59,8 +59,6 @@ class EngineConfig:
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
-    codec_sm_count: int | None = None          # on a GPU: the codec's kernels on at most this many SMs, so the
-                                               # talker's small kernels always find free ones (sm_limited_stream.py)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     talker_priority: bool = True               # on a GPU: talker graphs replay on a high-priority stream, so the
                                                # codec's big kernels beside them yield free SMs to the per-frame
@@ -155,8 +153,6 @@ class EngineCore:
                                       "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
-        if hasattr(codec, "stream_info"):
-            self.startup.update(codec.stream_info())
         self._warm_up()
         self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
         if device.type == "cuda":
@@ -219,8 +215,6 @@ class EngineCore:
             options["codec_cuda_graphs"] = False
         if config.codec_max_batch is not None:
             options["codec_max_batch"] = config.codec_max_batch
-        if config.codec_sm_count is not None:
-            options["codec_sm_count"] = config.codec_sm_count
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
                                        max_slots=config.max_num_seqs, **options)
         return cls(model, codec, config)

@@ -39,7 +39,6 @@ import numpy as np
 import torch
 
 from ...engine.host_to_device import to_device
-from ...engine.sm_limited_stream import SMLimitedStream
 from .codec_decoder import CodecDecoder
 from .codec_graphs import CodecGraphs
 from .codec_pool import CodecRow, CodecStatePool
@@ -99,13 +98,12 @@ class Qwen3CodecRunner:
     """Streaming codec decode for up to `max_rows` live requests (the engine's max_num_seqs).
 
     cuda_graphs: replay captured CUDA graphs (CUDA only; ignored on CPU). batch_buckets / frame_buckets: the
-    padded shapes (see the module docstring); None turns that padding / splitting off. sm_count: run on at most
-    that many SMs (voxflow/engine/sm_limited_stream.py; None: all).
+    padded shapes (see the module docstring); None turns that padding / splitting off.
     """
 
     def __init__(self, model, *, max_rows: int = 32, cuda_graphs: bool = True,
                  batch_buckets: Sequence[int] | None = BATCH_BUCKETS,
-                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS, sm_count: int | None = None):
+                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS):
         self.decoder: CodecDecoder = model.codec_decoder
         self.sample_rate = model.sample_rate
         self.samples_per_frame = model.samples_per_frame
@@ -123,9 +121,7 @@ class Qwen3CodecRunner:
             batch_buckets = tuple(b for b in sizes if b < max_rows) + tuple(b for b in sizes if b >= max_rows)[:1]
         self.batch_buckets = batch_buckets
         self.cuda = self.device.type == "cuda"
-        # sm_count: the codec's kernels confined to that many SMs (a green context), so the talker keeps the rest.
-        self._stream = SMLimitedStream(self.device, sm_count) if self.cuda else None
-        self.stream = self._stream.stream if self.cuda else None
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.graphs = CodecGraphs(self.pool, self.stream) if self.cuda and cuda_graphs else None
 
     @classmethod
@@ -134,12 +130,6 @@ class Qwen3CodecRunner:
         model = types.SimpleNamespace(codec_decoder=decoder, sample_rate=sample_rate,
                                       samples_per_frame=decoder.total_upsample)
         return cls(model, **kwargs)
-
-    def stream_info(self) -> dict:
-        """For the startup report: the codec stream's SM limit (None: all SMs) and why a limit asked for is not in
-        force (None when it is, or none was asked)."""
-        s = self._stream
-        return {"codec_sm_count": s.num_sms if s else None, "codec_sm_fallback": s.fallback_reason if s else None}
 
     # ---- the CodecModel contract -------------------------------------------------------------------------
     @torch.no_grad()

@@ -6,8 +6,7 @@ keeps its slot while running, prefilling or preempted, and its codec state lives
 "bfloat16" is measured against it by `python -m voxflow.tools.codec_snr`. `codec_cuda_graphs=False` makes the
 codec run its steps eagerly on a GPU (no effect on a CPU). `codec_max_batch` caps how many requests one codec
 call decodes (bigger groups are split): the codec's activations grow with the batch (a 64 x 25-frame call holds
-GBs of upsampled feature maps), so a memory-bound deployment trades a few more calls for a smaller peak. `codec_sm_count` confines the codec's
-kernels to that many SMs (voxflow/engine/sm_limited_stream.py).
+GBs of upsampled feature maps), so a memory-bound deployment trades a few more calls for a smaller peak.
 """
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ CODEC_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
-         codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
-         codec_sm_count: int | None = None):
+         codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
@@ -36,6 +34,5 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
         if codec_max_batch < 1:
             raise ValueError(f"codec_max_batch must be >= 1, got {codec_max_batch}")
         buckets = tuple(b for b in BATCH_BUCKETS if b < codec_max_batch) + (codec_max_batch,)
-    codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets,
-                             sm_count=codec_sm_count)
+    codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets)
     return Qwen3TTSPlugin(model, max_slots=max_slots), codec
