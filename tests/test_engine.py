@@ -6,6 +6,7 @@ and the audio must still equal what the eager loop of generate.py produces for e
 """
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -427,6 +428,28 @@ def test_first_audio_latency_is_split_into_its_parts():
     waited_ms = sum(f.first_chunk_at - f.arrived_at for f in finals) / len(finals) * 1e3
     after_prepare = parts["queue_and_prefill"] + parts["first_frame"] + parts["first_chunk"]
     assert abs(after_prepare - waited_ms) <= 0.05 + 1e-3 * waited_ms
+
+
+def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_path):
+    """trace_steps: a JSON line per served step whose counts add up to what the engine did (requests added, decode
+    rows = frames made, chunks and final records out), with step numbers in order."""
+    path = tmp_path / "steps.jsonl"
+    core = make_engine(trace_steps=str(path))
+    reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(3)]
+    results = drive(core, {0: reqs[:2], 4: reqs[2:]})
+    core.shutdown()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(1, core.steps + 1))
+    assert sum(r["added"] for r in lines) == 3 and lines[0]["added"] == 2 and lines[0]["prepare_ms"] > 0
+    outs = [o for rs in results.values() for o in rs]
+    assert sum(r["chunks"] for r in lines) == sum(isinstance(o, AudioChunk) for o in outs)
+    assert sum(r["finished"] for r in lines) == 3
+    # Every frame handed to the codec came from a traced decode row (the one-step-late extra decode makes more).
+    assert sum(r["decode"] for r in lines) >= sum(len(codes_of(core, r.request_id)) for r in reqs)
+    assert all((r["prefill"] > 0) == (r["prefill_tokens"] > 0) for r in lines) and sum(r["prefill"] for r in lines) >= 3
+    assert all(b["t"] >= a["t"] for a, b in zip(lines, lines[1:]))
+    assert set(lines[0]["ms"]) == {"schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
+                                   "codec_collect"}
 
 
 @pytest.mark.parametrize("name", ["custom_voice", "voice_design", "base"])

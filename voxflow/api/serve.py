@@ -56,6 +56,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-kernels", action="store_true", help="plain PyTorch instead of the fused Triton kernels")
     p.add_argument("--codec-dtype", choices=["float32", "bfloat16"], default=None,
                    help="codec decoder precision (default float32)")
+    p.add_argument("--trace-steps", metavar="PATH", default=None,
+                   help="append one JSON line per engine step to PATH (timings, batch sizes: step_trace.py)")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
     p.add_argument("--default-voice", help="voice used when a request names an OpenAI voice the model lacks")
     p.add_argument("--allowed-local-media-path", help="ref_audio may name files under this folder only")
@@ -117,6 +119,8 @@ def engine_config_from_args(args):
         extra["kernels"] = False
     if getattr(args, "codec_dtype", None):
         extra["codec_dtype"] = args.codec_dtype
+    if getattr(args, "trace_steps", None):
+        extra["trace_steps"] = args.trace_steps
     return EngineConfig(model=args.model, device=device, dtype=dtype, max_num_seqs=args.max_num_seqs, **extra)
 
 

@@ -29,12 +29,14 @@ from ..audio.io import pcm_bytes
 from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_blocks_for
 from .codec_executor import CodecExecutor
 from .graph_runner import DecodeRunner
+from .host_to_device import tensor_to, to_device
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PagedKVContext, PreparedRequest, TTSModel
 from .prefill_runner import PrefillItem, PrefillRunner
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SeqStatus, Sequence
+from .step_trace import StepTrace
 
 Output = AudioChunk | FinalRecord
 log = logging.getLogger("voxflow.engine")
@@ -71,6 +73,7 @@ class EngineConfig:
                                                # waiting for its first audio is read at once (0: never)
     warmup_requests: bool | None = None        # run the model's warm-up requests before serving (None: on a GPU
                                                # with capture_at_start, where first use compiles kernels)
+    trace_steps: str | None = None             # append one JSON line per step to this file (step_trace.py)
 
 
 # First-audio latency, in order: building the prompt (tokenizer, voice, embeddings: before the request is queued),
@@ -153,7 +156,9 @@ class EngineCore:
                                       "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
+        self.trace: StepTrace | None = None
         self._warm_up()
+        self.trace = StepTrace(config.trace_steps) if config.trace_steps else None    # after warm-up: served steps only
         self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
         if device.type == "cuda":
             self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)
@@ -242,6 +247,8 @@ class EngineCore:
         live.prepare_seconds = prepare_seconds
         self.live[request.request_id] = live
         self.scheduler.add(seq)
+        if self.trace is not None:
+            self.trace.note_added(prepare_seconds)
 
     def abort(self, request_id: str) -> list[Output]:
         """Stop a request at once (client gone); returns its final record (empty if unknown/finished)."""
@@ -287,6 +294,9 @@ class EngineCore:
         if self._inflight is not None:
             self._inflight.wait()
             self._inflight = None
+        if self.trace is not None:
+            self.trace.close()
+            self.trace = None
 
     # ---- one step ---------------------------------------------------------------------------------------
     def step(self) -> list[Output]:
@@ -327,7 +337,7 @@ class EngineCore:
         t4 = time.perf_counter()
         t["collect_decode"] += t4 - t3
         # Chunks of frames up to the newest collected step: the codec stream waits only for that step.
-        self.codec_exec.launch(after=newest.event if newest is not None else None)
+        codec_launched = self.codec_exec.launch(after=newest.event if newest is not None else None)
         t5 = time.perf_counter()
         t["codec_launch"] += t5 - t4
         idle = launched is None and not sched.prefill
@@ -337,8 +347,26 @@ class EngineCore:
                 outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
-        t["codec_collect"] += time.perf_counter() - t5
+        t6 = time.perf_counter()
+        t["codec_collect"] += t6 - t5
+        if self.trace is not None:
+            marks = (t0, t1, t2, t3, t4, t5, t6)
+            self.trace.write({
+                "step": self.steps, "t": round(self._mono_at(t0), 6),
+                "ms": {k: round((b - a) * 1e3, 3) for k, a, b in zip(
+                    ("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch", "codec_collect"),
+                    marks, marks[1:])},
+                "decode": len(sched.decode), "prefill": len(sched.prefill),
+                "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
+                "chunks": sum(isinstance(o, AudioChunk) for o in outputs),
+                "finished": sum(isinstance(o, FinalRecord) for o in outputs),
+                "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting})
         return outputs
+
+    @staticmethod
+    def _mono_at(perf: float) -> float:
+        """A perf_counter reading on the monotonic clock (the one requests' timestamps use)."""
+        return time.monotonic() - (time.perf_counter() - perf)
 
     def _kv(self, block_tables: list[list[int]], context_lens: list[int], slot_mapping: list[list[int]]):
         # Table width rounded up to a power of two: a few static shapes instead of one per block boundary.
@@ -348,9 +376,9 @@ class EngineCore:
         for i, t in enumerate(block_tables):
             tables[i, :len(t)] = torch.tensor(t, dtype=torch.long)
         device = self.model.device
-        return PagedKVContext(self.k_cache, self.v_cache, self.config.block_size, tables.to(device),
-                              torch.tensor(context_lens, dtype=torch.long, device=device),
-                              torch.tensor(slot_mapping, dtype=torch.long, device=device))
+        # Non-blocking copies: a blocking one would wait for the decode step in flight (host_to_device.py).
+        return PagedKVContext(self.k_cache, self.v_cache, self.config.block_size, to_device(tables, device),
+                              tensor_to(context_lens, device), tensor_to(slot_mapping, device))
 
     def _prefill_embeds(self, live: _Live, end: int) -> torch.Tensor:
         """The request's prefill input (attaching it to its slot and codec stream at its first chunk)."""

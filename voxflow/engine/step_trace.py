@@ -1,0 +1,31 @@
+"""Per-step trace of the engine loop, one JSON line per step (`EngineConfig.trace_steps` / `voxflow serve
+--trace-steps PATH`): where a request's first-audio latency goes under load is a matter of which steps it waited
+for and how long each took, which the summed counters of /health cannot show.
+
+A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase of the step, as EngineCore.timings),
+"decode" (rows), "prefill" (chunks), "prefill_tokens", "added" (requests queued since the previous step),
+"prepare_ms" (their summed prepare time), "codec_launched" (chunks started), "chunks" (chunks out),
+"finished" (final records out), "running", "waiting"}.
+"""
+from __future__ import annotations
+
+import json
+
+
+class StepTrace:
+    def __init__(self, path: str):
+        self._file = open(path, "a", buffering=1, encoding="utf-8")      # line-buffered: readable while serving
+        self._added = 0
+        self._prepare_s = 0.0
+
+    def note_added(self, prepare_seconds: float) -> None:
+        self._added += 1
+        self._prepare_s += prepare_seconds
+
+    def write(self, record: dict) -> None:
+        record.update(added=self._added, prepare_ms=round(self._prepare_s * 1e3, 3))
+        self._added, self._prepare_s = 0, 0.0
+        self._file.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
