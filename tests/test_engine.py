@@ -214,10 +214,18 @@ def test_abort_mid_stream_frees_blocks_slot_and_codec_state():
     assert_all_released(core)
 
 
-def test_prefix_cache_reuses_voice_clone_prompt_blocks():
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "prefill-runner"])
+def test_prefix_cache_reuses_voice_clone_prompt_blocks(graphs):
+    """A prompt whose prefix is cached computes only the rest into its pages and gives the reference's codes: on
+    the model's eager path, and through the prefill runner (the whole prompt recomputed, the cached positions'
+    K/V sent to the scratch slot, the cached pages read through the block table)."""
     t = np.arange(24000) / 24000
     ref = (0.2 * np.sin(2 * np.pi * 150 * t)).astype("<f4").tobytes()
-    core = make_engine("base", block_size=4)
+    core = make_engine("base", block_size=4, prefill_graphs=graphs)
+    runs = []
+    if graphs:
+        run = core.prefill_runner.run
+        core.prefill_runner.run = lambda key, items: (runs.append(items), run(key, items))
     first = greedy("Hello world.", 8, ref_audio=ref, ref_text="The quick brown fox.", request_id="first")
     again = greedy("Hello world.", 8, ref_audio=ref, ref_text="The quick brown fox.", request_id="again")
     other = greedy("This is a test.", 8, ref_audio=ref, ref_text="The quick brown fox.", request_id="other")
@@ -242,6 +250,11 @@ def test_prefix_cache_reuses_voice_clone_prompt_blocks():
         ref_codes, _, _ = reference("base", req)
         assert torch.equal(codes_of(core, req.request_id), ref_codes)
     assert np.array_equal(audio_of(out["again"]), audio_of(results["first"]))
+    if graphs:                      # every prompt went through the runner; the cached positions wrote nowhere
+        assert [len(items) for items in runs] == [1, 1, 1]
+        scratch = [sum(s == core.scratch_slot for s in items[0].slot_mapping) for items in runs]
+        assert scratch == [0, seq.num_cached, seq_other.num_cached]
+        assert all(items[0].embeds.shape[0] == len(items[0].slot_mapping) for items in runs)
     assert_all_released(core)
 
 

@@ -407,9 +407,11 @@ class EngineCore:
         graph_key = (self.prefill_runner.key_for([(c.start, c.end - c.start) for c in chunks])
                      if self.prefill_runner is not None and (len(chunks) == 1 or self.config.batch_prefill) else None)
         if graph_key is not None:
+            # Each chunk from position 0: what is already cached is recomputed into the scratch slot (prefill_runner.py)
             self.prefill_runner.run(graph_key, [
-                PrefillItem(c.seq.slot, e[c.start:c.end], c.seq.block_table, bm.slot_mapping(c.seq, c.start, c.end),
-                            c.is_last) for c, e in zip(chunks, embeds)])
+                PrefillItem(c.seq.slot, e[:c.end], c.seq.block_table,
+                            [self.scratch_slot] * c.start + bm.slot_mapping(c.seq, c.start, c.end), c.is_last)
+                for c, e in zip(chunks, embeds)])
         elif len(items) > 1 and self.config.batch_prefill and hasattr(self.model, "prefill_batch"):
             size = max(c.end - c.start for c in chunks)
             # Left padding of shorter chunks writes its (unused) K/V into the scratch page.

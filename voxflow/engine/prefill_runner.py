@@ -4,10 +4,13 @@ Why: run eagerly, a 28-layer talker prefill is ~700 kernel launches and ~35 ms o
 of GPU work (measured: benchmarks/results/h200/2026-12-01-session4/prefill_run3.txt), and that host time is most of
 a lone request's first-packet latency. Replayed from a graph it is one launch.
 
-`PrefillRunner.key_for(chunks)` says whether a step's prefill chunks fit a graph: every chunk starts at position
-0 (a whole prompt, no cached prefix: the attention context is then just the chunk, and the table width follows
-from the length bucket), at most `max(lengths)` positions long, at most `max(batches)` chunks. Anything else
-(prefix-cache hits, long prompts split into chunks, re-prefills after preemption) runs the model's eager path.
+`PrefillRunner.key_for(chunks)` says whether a step's prefill chunks fit a graph: each chunk is run from position 0
+to its end (at most `max(lengths)` positions), at most `max(batches)` chunks. A chunk that starts later (a
+prefix-cache hit, the rest of a prompt split into chunks, a re-prefill after preemption) is run whole, with the
+positions already in the cache mapped to the scratch slot: their K/V are recomputed but written nowhere, while
+the attention reads the cached pages through the block table, so the new positions see exactly the context they
+would see computed alone. Recomputing a few hundred positions costs the GPU far less than the eager path costs
+the host. Anything longer runs the model's eager path.
 
 `run(key, items)` left-pads each chunk to the length bucket and the batch to the batch bucket, exactly as the
 model's batched prefill does (padding positions write their K/V into the engine's scratch page and are never part
@@ -29,16 +32,16 @@ from .graph_runner import RunnerStats, width_bucket
 from .model_api import PagedKVContext
 from .priority_replay import GraphReplayer
 
-PREFILL_LENGTHS = (32, 64, 128, 256)
+PREFILL_LENGTHS = (32, 64, 128, 256, 512)      # B x L within the step's token budget: 512 at B <= 4
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
 @dataclass
 class PrefillItem:
     slot: int
-    embeds: torch.Tensor          # [n, H] the chunk's input embeddings (positions 0 .. n-1)
+    embeds: torch.Tensor          # [n, H] input embeddings of positions 0 .. n-1 (the chunk's end)
     block_table: list[int]
-    slot_mapping: list[int]       # n flat KV slots
+    slot_mapping: list[int]       # n flat KV slots (the scratch slot for positions already in the cache)
     last: bool                    # the prompt's last chunk (the first c0 is drawn after it)
 
 
@@ -83,10 +86,11 @@ class PrefillRunner:
 
     # ---- which chunks fit -------------------------------------------------------------------------------------
     def key_for(self, chunks: list[tuple[int, int]]) -> tuple[int, int] | None:
-        """chunks: (start, length) of each; the (batch, length) bucket they fit, or None (run them eagerly)."""
-        if not self.shapes or any(start != 0 for start, _ in chunks):
+        """chunks: (start, length) of each; the (batch, length) bucket that holds each from position 0 to its end, or
+        None (run them eagerly)."""
+        if not self.shapes:
             return None
-        longest = max(n for _, n in chunks)
+        longest = max(start + n for start, n in chunks)
         for key in self.shapes:                         # ordered by length, then batch: the smallest fit first
             if key[1] >= longest and key[0] >= len(chunks):
                 return key if (not self.cuda_graphs or key in self._graphs) else None
