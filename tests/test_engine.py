@@ -482,11 +482,13 @@ def test_warmup_requests_run_before_serving_and_leave_no_trace(name):
         assert results["after"][-1].reason == FinishReason.LENGTH
 
 
-@pytest.mark.parametrize("max_tokens", [96, 40])
-def test_prefill_runner_static_shapes_equal_the_reference(max_tokens):
+@pytest.mark.parametrize("max_tokens,mixed", [(96, False), (40, False), (96, True)], ids=["96", "40", "96-mixed"])
+def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed):
     """The prefill-graph path (voxflow/engine/prefill_runner.py), run eagerly on the CPU: whole prompts padded to a
     length bucket (and the batch to a batch bucket) in static buffers give every request the reference's codes.
-    With a 40-token budget only the 32-position bucket fits, and the longer prompt takes the eager path."""
+    With a 40-token budget only the 32-position bucket fits, and the longer prompt takes the eager path. Mixed:
+    three prompts in one step that no single bucket holds within 96 tokens run as two replays, the two short ones
+    in a (2, 32) bucket, then the long one in a (1, 64) bucket."""
     name = "custom_voice_1b7"
     core = make_engine(name, prefill_graphs=True, max_num_batched_tokens=max_tokens)
     runner = core.prefill_runner
@@ -499,7 +501,11 @@ def test_prefill_runner_static_shapes_equal_the_reference(max_tokens):
     used = []
     run = runner.run
     runner.run = lambda key, items: (used.append((key, len(items))), run(key, items))
-    if max_tokens == 96:
+    if mixed:
+        reqs = [reqs[0], reqs[1], reqs[3]]
+        results = drive(core, {0: reqs})
+        assert used[:2] == [((2, 32), 2), ((1, 64), 1)]
+    elif max_tokens == 96:
         results = drive(core, {0: reqs[:2], 2: reqs[2:]})
         assert any(n == 2 for _, n in used)               # two prompts padded into one batch bucket
     else:                                                 # one at a time; the 36-position prompt runs eagerly

@@ -399,37 +399,68 @@ class EngineCore:
         return live.prepared.prompt_embeds
 
     def _run_prefills(self, chunks) -> None:
-        """This step's prefill chunks: one talker forward for all of them when the model can (a lone chunk, or a
-        model without `prefill_batch`, runs on its own)."""
-        bm = self.block_manager
+        """This step's prefill chunks, in the scheduler's order (a chunk may reuse prefix blocks an earlier chunk of
+        the same step computes: block_manager's ordering rule). With the prefill runner: consecutive chunks that fit
+        one CUDA graph run as one replay, a chunk no graph fits runs eagerly in its place. Without it: one talker
+        forward for all when the model can (a lone chunk, or a model without `prefill_batch`, runs on its own)."""
         items = [(self.live[c.seq.request_id], c) for c in chunks]
-        embeds = [self._prefill_embeds(live, c.end) for live, c in items]
-        graph_key = (self.prefill_runner.key_for([(c.start, c.end - c.start) for c in chunks])
-                     if self.prefill_runner is not None and (len(chunks) == 1 or self.config.batch_prefill) else None)
-        if graph_key is not None:
-            # Each chunk from position 0: what is already cached is recomputed into the scratch slot (prefill_runner.py)
-            self.prefill_runner.run(graph_key, [
-                PrefillItem(c.seq.slot, e[:c.end], c.seq.block_table,
-                            [self.scratch_slot] * c.start + bm.slot_mapping(c.seq, c.start, c.end), c.is_last)
-                for c, e in zip(chunks, embeds)])
-        elif len(items) > 1 and self.config.batch_prefill and hasattr(self.model, "prefill_batch"):
-            size = max(c.end - c.start for c in chunks)
-            # Left padding of shorter chunks writes its (unused) K/V into the scratch page.
-            mapping = [[self.scratch_slot] * (size - (c.end - c.start)) + bm.slot_mapping(c.seq, c.start, c.end)
-                       for c in chunks]
-            kv = self._kv([c.seq.block_table for c in chunks], [c.end for c in chunks], mapping)
-            self.model.prefill_batch([(c.seq.slot, e[c.start:c.end], c.start, c.is_last)
-                                      for c, e in zip(chunks, embeds)], kv)
+        pairs = [(c, self._prefill_embeds(live, c.end)) for live, c in items]
+        if self.prefill_runner is not None and (len(chunks) == 1 or self.config.batch_prefill):
+            self._prefill_through_graphs(pairs)
+        elif len(pairs) > 1 and self.config.batch_prefill and hasattr(self.model, "prefill_batch"):
+            self._prefill_eager_batch(pairs)
         else:
-            for c, e in zip(chunks, embeds):
-                kv = self._kv([c.seq.block_table], [c.end], [bm.slot_mapping(c.seq, c.start, c.end)])
-                self.model.prefill(c.seq.slot, e[c.start:c.end], c.start, kv, c.is_last)
+            for pair in pairs:
+                self._prefill_eager(*pair)
         now = time.monotonic()
         for live, c in items:
             if c.is_last:
                 live.extra.pop("resume_embeds", None)
                 if live.prefilled_at is None:
                     live.prefilled_at = now
+
+    def _prefill_through_graphs(self, pairs) -> None:
+        """Runs of consecutive chunks, each as large as one graph holds (a wave of prompts of mixed lengths may need
+        a short-prompt graph and a long-prompt one: no single (batch x length) bucket fits the step's budget)."""
+        runner = self.prefill_runner
+
+        def key(group):
+            return runner.key_for([(c.start, c.end - c.start) for c, _ in group]) if group else None
+
+        group: list = []
+        for pair in pairs:
+            if key(group + [pair]) is not None:
+                group.append(pair)
+                continue
+            if group:
+                self._prefill_graph(key(group), group)
+            group = [pair] if key([pair]) is not None else []
+            if not group:
+                self._prefill_eager(*pair)
+        if group:
+            self._prefill_graph(key(group), group)
+
+    def _prefill_graph(self, graph_key, pairs) -> None:
+        # Each chunk from position 0: what is already cached is recomputed into the scratch slot (prefill_runner.py)
+        bm = self.block_manager
+        self.prefill_runner.run(graph_key, [
+            PrefillItem(c.seq.slot, e[:c.end], c.seq.block_table,
+                        [self.scratch_slot] * c.start + bm.slot_mapping(c.seq, c.start, c.end), c.is_last)
+            for c, e in pairs])
+
+    def _prefill_eager_batch(self, pairs) -> None:
+        bm = self.block_manager
+        chunks = [c for c, _ in pairs]
+        size = max(c.end - c.start for c in chunks)
+        # Left padding of shorter chunks writes its (unused) K/V into the scratch page.
+        mapping = [[self.scratch_slot] * (size - (c.end - c.start)) + bm.slot_mapping(c.seq, c.start, c.end)
+                   for c in chunks]
+        kv = self._kv([c.seq.block_table for c in chunks], [c.end for c in chunks], mapping)
+        self.model.prefill_batch([(c.seq.slot, e[c.start:c.end], c.start, c.is_last) for c, e in pairs], kv)
+
+    def _prefill_eager(self, c, e) -> None:
+        kv = self._kv([c.seq.block_table], [c.end], [self.block_manager.slot_mapping(c.seq, c.start, c.end)])
+        self.model.prefill(c.seq.slot, e[c.start:c.end], c.start, kv, c.is_last)
 
     def _launch_decode(self, seqs: list[Sequence]) -> InflightDecode:
         bm = self.block_manager
