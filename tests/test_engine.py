@@ -482,15 +482,17 @@ def test_warmup_requests_run_before_serving_and_leave_no_trace(name):
         assert results["after"][-1].reason == FinishReason.LENGTH
 
 
-@pytest.mark.parametrize("max_tokens,mixed", [(96, False), (40, False), (96, True)], ids=["96", "40", "96-mixed"])
-def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed):
+@pytest.mark.parametrize("max_tokens,mixed,chunk", [(96, False, None), (40, False, None), (96, True, None),
+                                                    (96, False, 16)], ids=["96", "40", "96-mixed", "96-chunked"])
+def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed, chunk):
     """The prefill-graph path (voxflow/engine/prefill_runner.py), run eagerly on the CPU: whole prompts padded to a
     length bucket (and the batch to a batch bucket) in static buffers give every request the reference's codes.
     With a 40-token budget only the 32-position bucket fits, and the longer prompt takes the eager path. Mixed:
     three prompts in one step that no single bucket holds within 96 tokens run as two replays, the two short ones
-    in a (2, 32) bucket, then the long one in a (1, 64) bucket."""
+    in a (2, 32) bucket, then the long one in a (1, 64) bucket. Chunked: prompts prefilled 16 positions a step, every
+    chunk through the runner from position 0 (a first chunk's request already holds all its prompt's pages)."""
     name = "custom_voice_1b7"
-    core = make_engine(name, prefill_graphs=True, max_num_batched_tokens=max_tokens)
+    core = make_engine(name, prefill_graphs=True, max_num_batched_tokens=max_tokens, prefill_chunk_size=chunk)
     runner = core.prefill_runner
     assert runner is not None and not runner.cuda_graphs
     reqs = [greedy("Hello world.", 10, voice="vivian", request_id="a"),
@@ -505,6 +507,10 @@ def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed):
         reqs = [reqs[0], reqs[1], reqs[3]]
         results = drive(core, {0: reqs})
         assert used[:2] == [((2, 32), 2), ((1, 64), 1)]
+    elif chunk:
+        reqs = [reqs[3], reqs[0]]
+        results = drive(core, {0: reqs[:1], 1: reqs[1:]})
+        assert sum(n for _, n in used) >= 4                 # the 36-position prompt in 16 + 16 + 4, then "a"
     elif max_tokens == 96:
         results = drive(core, {0: reqs[:2], 2: reqs[2:]})
         assert any(n == 2 for _, n in used)               # two prompts padded into one batch bucket

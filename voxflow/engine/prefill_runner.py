@@ -120,7 +120,9 @@ class PrefillRunner:
             n = item.embeds.shape[0]
             pos[i, length - n:] = range(n)
             mp[i, length - n:] = item.slot_mapping
-            tb[i, :len(item.block_table)] = item.block_table
+            # Only the pages of positions [0, n): a prompt's earlier chunk already holds all of its pages.
+            pages = item.block_table[:width]
+            tb[i, :len(pages)] = pages
             ln[i] = n
             x[i, length - n:].copy_(item.embeds)
         used = {"positions": bsz * length, "mapping": bsz * length, "tables": bsz * width, "lens": bsz}
