@@ -32,7 +32,8 @@ from .graph_runner import RunnerStats, width_bucket
 from .model_api import PagedKVContext
 from .priority_replay import GraphReplayer
 
-PREFILL_LENGTHS = (32, 64, 128, 256, 512)      # B x L within the step's token budget: 512 at B <= 4
+# B x L within the step's token budget (2048 by default: 512 for up to 4 prompts, 2048 for one).
+PREFILL_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -70,15 +71,9 @@ class PrefillRunner:
         rows = max(b for b, _ in self.shapes)
         width = max(self._width(n) for _, n in self.shapes)
         hidden, dtype = self.model.prefill_input_spec()
-        pin = self.device.type == "cuda"
-        # Host staging in two sets used alternately (the previous prefill's copies may still be reading one).
-        self._host = [dict(positions=torch.zeros(tokens, dtype=torch.long, pin_memory=pin),
-                           mapping=torch.zeros(tokens, dtype=torch.long, pin_memory=pin),
-                           tables=torch.zeros(rows * width, dtype=torch.long, pin_memory=pin),
-                           lens=torch.zeros(rows, dtype=torch.long, pin_memory=pin)) for _ in range(2)]
-        self._dev = {k: torch.zeros_like(v, device=self.device) for k, v in self._host[0].items()}
+        sizes = {"positions": tokens, "mapping": tokens, "tables": rows * width, "lens": rows}
+        self._dev = {k: torch.zeros(n, dtype=torch.long, device=self.device) for k, n in sizes.items()}
         self._x = torch.zeros(tokens, hidden, dtype=dtype, device=self.device)
-        self._flip = 0
         self._buffers_made = True
 
     def _width(self, length: int) -> int:
@@ -103,12 +98,16 @@ class PrefillRunner:
             self._make_buffers()
         bsz, length = key
         width = self._width(length)
-        host = self._host[self._flip]
-        self._flip ^= 1
-        pos = host["positions"].numpy()[:bsz * length].reshape(bsz, length)
-        mp = host["mapping"].numpy()[:bsz * length].reshape(bsz, length)
-        tb = host["tables"].numpy()[:bsz * width].reshape(bsz, width)
-        ln = host["lens"].numpy()[:bsz]
+        # Fresh pinned staging every run, from PyTorch's caching host allocator, which hands a block out again only
+        # after the copies reading it have run. (Two fixed sets used in turn were not enough: a step may replay
+        # several prefill graphs while the GPU is still behind, and a third run overwrote the first one's inputs
+        # before its copy ran: wrong lengths and an out-of-bounds gather on the H200.)
+        used = {"positions": bsz * length, "mapping": bsz * length, "tables": bsz * width, "lens": bsz}
+        host = {k: torch.empty(n, dtype=torch.long, pin_memory=self.device.type == "cuda") for k, n in used.items()}
+        pos = host["positions"].numpy().reshape(bsz, length)
+        mp = host["mapping"].numpy().reshape(bsz, length)
+        tb = host["tables"].numpy().reshape(bsz, width)
+        ln = host["lens"].numpy()
         pos.fill(0)
         mp.fill(self.scratch_slot)
         tb.fill(-1)
@@ -125,9 +124,8 @@ class PrefillRunner:
             tb[i, :len(pages)] = pages
             ln[i] = n
             x[i, length - n:].copy_(item.embeds)
-        used = {"positions": bsz * length, "mapping": bsz * length, "tables": bsz * width, "lens": bsz}
         for name, buf in self._dev.items():                 # only the prefix this shape reads
-            buf[:used[name]].copy_(host[name][:used[name]], non_blocking=True)
+            buf[:used[name]].copy_(host[name], non_blocking=True)
         if self.cuda_graphs:
             self._check_epoch()
             graph, out = self._graphs[key]
