@@ -35,6 +35,8 @@ def rows(paths: list[str]) -> list[str]:
     for path in paths:
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
+        if "levels" not in result:          # not a bench result (e.g. a saved /health answer)
+            continue
         stats = ((result.get("target") or {}).get("engine") or {}).get("stats") or {}
         peak = stats.get("peak_gpu_memory_bytes") or (stats.get("startup") or {}).get("peak_gpu_memory_bytes")
         mem = f"{peak / 2**30:.1f} GiB" if peak else "—"
@@ -57,7 +59,9 @@ def main(argv: list[str]) -> int:
         from voxflow.bench.plots import write_plots
         for p in paths:
             with open(p, encoding="utf-8") as f:
-                write_plots(json.load(f), p[: -len(".json")])
+                result = json.load(f)
+            if "levels" in result:
+                write_plots(result, p[: -len(".json")])
     return 0
 
 

@@ -62,9 +62,10 @@ class EngineConfig:
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
-    talker_priority: bool = True               # on a GPU: talker graphs replay on a high-priority stream, so the
+    talker_priority: bool = False              # on a GPU: talker graphs replay on a high-priority stream, so the
                                                # codec's big kernels beside them yield free SMs to the per-frame
-                                               # step first (priority_replay.py)
+                                               # step first (priority_replay.py). Off: no gain measured at c=64 on
+                                               # an H200 (9.52 vs 9.34 ms a step), 0.8 ms more host time a step
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
     prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
                                                # None: with cuda_graphs on a GPU. True on a CPU: the same padded

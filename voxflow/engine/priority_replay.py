@@ -7,6 +7,10 @@ the two streams were meant to give turns into the sum of both. The GPU's block s
 pending blocks of the higher-priority stream first (running blocks are never preempted), so the per-frame step
 keeps its pace and the codec fills the gaps.
 
+Measured (H200, 1.7B, c=64, benchmarks/results/h200/2026-12-01-session5/profile_{prio,noprio}.txt): no gain, 9.52
+vs 9.34 ms a step, the host 0.8 ms slower launching; the codec's running blocks hold the SMs long enough that
+dispatch order does not matter. So it is off by default (EngineConfig.talker_priority), kept for other GPUs/loads.
+
 A graph launched into a stream runs at that stream's priority. The replay stream first waits for the caller's
 current stream (inputs copied there) and the caller's stream then waits for the replay (outputs read there), so
 callers see the same ordering as a replay on their own stream.
