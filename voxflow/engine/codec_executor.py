@@ -149,6 +149,10 @@ class CodecExecutor:
             n = s.next_chunk_size()
             if n > 0:
                 due.setdefault(n, []).append(s)
+        fresh = [s for group in due.values() for s in group if s.state is None]
+        if len(fresh) > 1 and hasattr(self.codec, "new_states"):      # a burst of first chunks: one reset pass
+            for s, state in zip(fresh, self.codec.new_states([s.prefix_frames for s in fresh])):
+                s.state = state
         launched = 0
         for n, group in due.items():
             frames, final = [], []

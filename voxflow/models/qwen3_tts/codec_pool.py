@@ -27,6 +27,7 @@ import weakref
 import torch
 
 from .codec_decoder import CodecDecoder
+from ...engine.host_to_device import to_device
 from .codec_streaming import CodecStreamState, init_stream_state, stream_decode
 
 
@@ -81,15 +82,24 @@ class CodecStatePool:
 
     def allocate(self) -> CodecRow:
         """Take a free row and reset it to the initial state (on the current stream)."""
+        return self.allocate_many(1)[0]
+
+    def allocate_many(self, n: int) -> list[CodecRow]:
+        """Take n free rows (all or none) and reset them in one pass: one copy per state tensor for all of them
+        (a burst of new streams would otherwise cost n x the ~30 state tensors in launches)."""
         with self._lock:
-            if not self._free:
+            if len(self._free) < n:
                 raise CodecPoolFullError(
-                    f"no free codec state row: all {self.max_rows} rows are held by live streams (the pool is sized "
-                    "from the engine's max_num_seqs; is a finished request's codec state never released?)")
-            row = self._free.pop()
-        handle = CodecRow(row, self)
-        self.reset(self._row_ids[row: row + 1])
-        return handle
+                    f"no free codec state row for {n} new stream(s): {len(self._free)} of {self.max_rows} rows free "
+                    "(the pool is sized from the engine's max_num_seqs; is a finished request's codec state never "
+                    "released?)")
+            rows = [self._free.pop() for _ in range(n)]
+        handles = [CodecRow(row, self) for row in rows]
+        if n == 1:
+            self.reset(self._row_ids[rows[0]: rows[0] + 1])
+        elif n > 1:
+            self.reset(to_device(torch.tensor(rows, dtype=torch.long), self.device))
+        return handles
 
     def _give_back(self, row: int) -> None:
         with self._lock:

@@ -132,15 +132,20 @@ class Qwen3CodecRunner:
         return cls(model, **kwargs)
 
     # ---- the CodecModel contract -------------------------------------------------------------------------
-    @torch.no_grad()
     def new_state(self, prefix_frames: torch.Tensor | None) -> CodecRow:
         """A free pool row reset to a fresh stream; `prefix_frames` [R, 16] are decoded into it silently.
         Raises CodecPoolFullError when every row is held."""
+        return self.new_states([prefix_frames])[0]
+
+    @torch.no_grad()
+    def new_states(self, prefixes: list[torch.Tensor | None]) -> list[CodecRow]:
+        """`new_state` for several streams at once (all rows or none): the rows are reset in one pass."""
         with self._on_stream(None):
-            handle = self.pool.allocate()
-            if prefix_frames is not None and prefix_frames.shape[0] > 0:
-                self._enqueue([handle], [[prefix_frames]], [False], want_audio=False)
-        return handle
+            handles = self.pool.allocate_many(len(prefixes))
+            primed = [(h, p) for h, p in zip(handles, prefixes) if p is not None and p.shape[0] > 0]
+            for handle, prefix in primed:
+                self._enqueue([handle], [[prefix]], [False], want_audio=False)
+        return handles
 
     def release(self, state: CodecRow) -> None:
         """Give the request's row back (idempotent). Work already queued for it still completes correctly."""
