@@ -189,6 +189,30 @@ def _optional_str(value, name: str) -> Optional[str]:
     return value if value != "" else None
 
 
+class _IdsOnDevice:
+    """Token-id lists uploaded together; `of(ids)` is a device view of an uploaded list equal to `ids`, or of a
+    contiguous piece of one (e.g. body_ids[1:]), found by value. Anything else is uploaded on its own."""
+
+    def __init__(self, device, lists: list[list[int]]):
+        self.device = device
+        self.lists = [list(x) for x in lists]
+        self.starts, at = [], 0
+        for x in self.lists:
+            self.starts.append(at)
+            at += len(x)
+        flat = [i for x in self.lists for i in x]
+        self.flat = tensor_to(flat, device) if flat else None
+
+    def of(self, ids: list[int]) -> torch.Tensor:
+        ids = list(ids)
+        n = len(ids)
+        for x, start in zip(self.lists, self.starts):
+            for offset in (0, len(x) - n):               # a prefix or a suffix of an uploaded list
+                if n and 0 <= offset and x[offset: offset + n] == ids:
+                    return self.flat[start + offset: start + offset + n]
+        return tensor_to(ids, self.device)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Builder
 
@@ -267,9 +291,17 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
     # pieces): a matmul's rounding can depend on how many rows it is given, and matching the grouping keeps the
     # prompt bit-identical to the official one on CPU fp32.
     device = getattr(embedder, "device", None) or torch.device("cpu")
+    tc = config.talker
+    think = codec_think_ids(config, language, speaker)
+    # Every id list this prompt embeds goes to the device in ONE copy (a copy per list cost a pinned staging
+    # block and a launch each); the embedding calls below take slices of it, grouped as before.
+    ids_on_device = _IdsOnDevice(device, [
+        instruct_ids or [], [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id], role_ids,
+        think + [tc.codec_pad_id, tc.codec_bos_id], [tc.spk_id[speaker]] if speaker is not None else [],
+        ref_body + body_ids, body_ids])
 
     def embed_text(ids: list[int]) -> torch.Tensor:
-        return embedder.embed_text(tensor_to(ids, device))
+        return embedder.embed_text(ids_on_device.of(ids))
 
     t_instr = embed_text(instruct_ids) if instruct_ids else None
     t_special = embed_text([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
@@ -277,15 +309,13 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
     t_role = embed_text(role_ids)
 
     # --- codec prefix: [think/lang ids] [speaker]? [codec_pad, codec_bos]
-    tc = config.talker
-    think = codec_think_ids(config, language, speaker)
-    c_think_pad_bos = embedder.embed_codec(tensor_to(think + [tc.codec_pad_id, tc.codec_bos_id], device))
+    c_think_pad_bos = embedder.embed_codec(ids_on_device.of(think + [tc.codec_pad_id, tc.codec_bos_id]))
     c_think, c_pad, c_bos = c_think_pad_bos[:-2], c_think_pad_bos[-2:-1], c_think_pad_bos[-1:]
     codec_ids: list[Optional[int]] = list(think)
     rows = [c_think]
     if speaker is not None:
         spk_id = tc.spk_id[speaker]
-        rows.append(embedder.embed_codec(tensor_to([spk_id], device)))
+        rows.append(embedder.embed_codec(ids_on_device.of([spk_id])))
         codec_ids.append(spk_id)
     elif task == "base":
         # The raw x-vector takes the speaker slot (no lookup), in the talker's dtype.
