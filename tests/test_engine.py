@@ -217,15 +217,15 @@ def test_abort_mid_stream_frees_blocks_slot_and_codec_state():
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "prefill-runner"])
 def test_prefix_cache_reuses_voice_clone_prompt_blocks(graphs):
     """A prompt whose prefix is cached computes only the rest into its pages and gives the reference's codes: on
-    the model's eager path, and through the prefill runner (the whole prompt recomputed, the cached positions'
-    K/V sent to the scratch slot, the cached pages read through the block table)."""
+    the model's eager path, and through the prefill runner (the new positions as the graph's queries, the cached
+    ones read from the pages through the block table)."""
     t = np.arange(24000) / 24000
     ref = (0.2 * np.sin(2 * np.pi * 150 * t)).astype("<f4").tobytes()
     core = make_engine("base", block_size=4, prefill_graphs=graphs)
     runs = []
     if graphs:
         run = core.prefill_runner.run
-        core.prefill_runner.run = lambda key, items: (runs.append(items), run(key, items))
+        core.prefill_runner.run = lambda key, items: (runs.append((key, items)), run(key, items))
     first = greedy("Hello world.", 8, ref_audio=ref, ref_text="The quick brown fox.", request_id="first")
     again = greedy("Hello world.", 8, ref_audio=ref, ref_text="The quick brown fox.", request_id="again")
     other = greedy("This is a test.", 8, ref_audio=ref, ref_text="The quick brown fox.", request_id="other")
@@ -250,11 +250,9 @@ def test_prefix_cache_reuses_voice_clone_prompt_blocks(graphs):
         ref_codes, _, _ = reference("base", req)
         assert torch.equal(codes_of(core, req.request_id), ref_codes)
     assert np.array_equal(audio_of(out["again"]), audio_of(results["first"]))
-    if graphs:                      # every prompt went through the runner; the cached positions wrote nowhere
-        assert [len(items) for items in runs] == [1, 1, 1]
-        scratch = [sum(s == core.scratch_slot for s in items[0].slot_mapping) for items in runs]
-        assert scratch == [0, seq.num_cached, seq_other.num_cached]
-        assert all(items[0].embeds.shape[0] == len(items[0].slot_mapping) for items in runs)
+    if graphs:                      # every prompt went through the runner, the hits from their cached length on
+        assert [len(items) for _, items in runs] == [1, 1, 1]
+        assert [items[0].start for _, items in runs] == [0, seq.num_cached, seq_other.num_cached]
     assert_all_released(core)
 
 
@@ -482,17 +480,40 @@ def test_warmup_requests_run_before_serving_and_leave_no_trace(name):
         assert results["after"][-1].reason == FinishReason.LENGTH
 
 
+def test_same_step_prefix_reuse_keeps_the_prefill_order():
+    """Two identical prompts and a shorter one in one step: the second reuses the pages the first computes in that
+    same step (block_manager's ordering rule), so the step's chunks keep their order (no sorting by length) and
+    every request still gets the reference's codes through the prefill runner."""
+    name = "custom_voice_1b7"
+    core = make_engine(name, prefill_graphs=True, block_size=4)
+    long = "The quick brown fox jumps over the lazy dog, twice over, and then once more for luck."
+    reqs = [greedy(long, 6, voice="ryan", language="english", request_id="x"),
+            greedy(long, 6, voice="ryan", language="english", request_id="y"),
+            greedy("Speak.", 6, voice="eric", language="auto", request_id="z")]
+    orders = []
+    independent = core._independent
+    core._independent = lambda chunks: (orders.append(independent(chunks)), orders[-1])[1]
+    results = drive(core, {0: reqs})
+    assert orders[0] is False                                   # "y" reads what "x" writes in the same step
+    assert_engine_matches_reference(name, core, results, reqs)
+    assert_all_released(core)
+
+
 @pytest.mark.parametrize("max_tokens,mixed,chunk", [(96, False, None), (40, False, None), (96, True, None),
                                                     (96, False, 16)], ids=["96", "40", "96-mixed", "96-chunked"])
 def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed, chunk):
     """The prefill-graph path (voxflow/engine/prefill_runner.py), run eagerly on the CPU: whole prompts padded to a
     length bucket (and the batch to a batch bucket) in static buffers give every request the reference's codes.
-    With a 40-token budget only the 32-position bucket fits, and the longer prompt takes the eager path. Mixed:
+    With a 40-token budget only 32-query buckets exist (a longer prompt's chunks replay as queries over their
+    context, one that arrives whole runs eagerly). Mixed:
     three prompts in one step that no single bucket holds within 96 tokens run as two replays, the two short ones
-    in a (2, 32) bucket, then the long one in a (1, 64) bucket. Chunked: prompts prefilled 16 positions a step, every
+    in a (2, 32) bucket (2 pages of 16), then the long one alone. Chunked: prompts prefilled 16 positions a step, every
     chunk through the runner from position 0 (a first chunk's request already holds all its prompt's pages)."""
     name = "custom_voice_1b7"
-    core = make_engine(name, prefill_graphs=True, max_num_batched_tokens=max_tokens, prefill_chunk_size=chunk)
+    # Mixed: pages of 16, so the three prompts share no full page (with pages of 4 their common template prefix is
+    # a same-step reuse, which keeps the order).
+    core = make_engine(name, prefill_graphs=True, max_num_batched_tokens=max_tokens, prefill_chunk_size=chunk,
+                       block_size=16 if mixed else 4)
     runner = core.prefill_runner
     assert runner is not None and not runner.cuda_graphs
     reqs = [greedy("Hello world.", 10, voice="vivian", request_id="a"),
@@ -503,10 +524,10 @@ def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed, chu
     used = []
     run = runner.run
     runner.run = lambda key, items: (used.append((key, len(items))), run(key, items))
-    if mixed:
-        reqs = [reqs[0], reqs[1], reqs[3]]
+    if mixed:                 # the long one first: independent chunks are sorted, the two short ones share a bucket
+        reqs = [reqs[3], reqs[0], reqs[1]]
         results = drive(core, {0: reqs})
-        assert used[:2] == [((2, 32), 2), ((1, 64), 1)]
+        assert used[0] == ((2, 32, 2), 2) and used[1][1] == 1     # then the long one (or its first chunk) alone
     elif chunk:
         reqs = [reqs[3], reqs[0]]
         results = drive(core, {0: reqs[:1], 1: reqs[1:]})
@@ -514,9 +535,10 @@ def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed, chu
     elif max_tokens == 96:
         results = drive(core, {0: reqs[:2], 2: reqs[2:]})
         assert any(n == 2 for _, n in used)               # two prompts padded into one batch bucket
-    else:                                                 # one at a time; the 36-position prompt runs eagerly
+    else:                     # one at a time, 32-query buckets only: the 36-position prompt is cut by the budget
         results = drive(core, {0: reqs[:1], 3: reqs[1:2], 5: reqs[2:3], 7: reqs[3:]})
-        assert [n for _, n in used] == [1, 1, 1]
+        assert [n for _, n in used] == [1] * len(used) and len(used) >= 3
+        assert all(key[1] == 32 for key, _ in used)
     assert all(key[0] >= n and key in runner.shapes for key, n in used)
     assert_engine_matches_reference(name, core, results, reqs)
     assert_all_released(core)

@@ -422,32 +422,43 @@ class EngineCore:
 
     def _prefill_through_graphs(self, pairs) -> None:
         """Runs of consecutive chunks, each as large as one graph holds (a wave of prompts of mixed lengths may need
-        a short-prompt graph and a long-prompt one: no single (batch x length) bucket fits the step's budget)."""
+        a short-prompt graph and a long-prompt one: no single bucket fits the step's budget). When no chunk reuses
+        pages another one computes in this step, they go shortest first, so that similar lengths share a bucket."""
         runner = self.prefill_runner
 
-        def key(group):
-            return runner.key_for([(c.start, c.end - c.start) for c, _ in group]) if group else None
+        def plan(group):
+            return runner.plan([(c.start, c.end) for c, _ in group]) if group else None
 
+        if self._independent([c for c, _ in pairs]):
+            pairs = sorted(pairs, key=lambda p: p[0].end - p[0].start)     # similar lengths share a bucket
         group: list = []
         for pair in pairs:
-            if key(group + [pair]) is not None:
+            if plan(group + [pair]) is not None:
                 group.append(pair)
                 continue
             if group:
-                self._prefill_graph(key(group), group)
-            group = [pair] if key([pair]) is not None else []
+                self._prefill_graph(plan(group), group)
+            group = [pair] if plan([pair]) is not None else []
             if not group:
                 self._prefill_eager(*pair)
         if group:
-            self._prefill_graph(key(group), group)
+            self._prefill_graph(plan(group), group)
 
-    def _prefill_graph(self, graph_key, pairs) -> None:
-        # Each chunk from position 0: what is already cached is recomputed into the scratch slot (prefill_runner.py)
+    def _independent(self, chunks) -> bool:
+        """No chunk reads a page (of its cached prefix) that an earlier chunk of this step writes: any order works."""
+        bs, written = self.config.block_size, set()
+        for c in chunks:
+            table = c.seq.block_table
+            if c.start and not written.isdisjoint(table[: -(-c.start // bs)]):
+                return False
+            written.update(table[c.start // bs: -(-c.end // bs)])
+        return True
+
+    def _prefill_graph(self, key, pairs) -> None:
         bm = self.block_manager
-        self.prefill_runner.run(graph_key, [
-            PrefillItem(c.seq.slot, e[:c.end], c.seq.block_table,
-                        [self.scratch_slot] * c.start + bm.slot_mapping(c.seq, c.start, c.end), c.is_last)
-            for c, e in pairs])
+        self.prefill_runner.run(key, [
+            PrefillItem(c.seq.slot, e, c.start, c.end, c.seq.block_table, bm.slot_mapping(c.seq, c.start, c.end),
+                        c.is_last) for c, e in pairs])
 
     def _prefill_eager_batch(self, pairs) -> None:
         bm = self.block_manager

@@ -1,22 +1,21 @@
-"""New requests' prompt prefill at static shapes, replayed from CUDA graphs: one per (batch bucket, length bucket).
+"""Prompt prefill at static shapes, replayed from CUDA graphs: one per (batch, query length, context width) bucket.
 
 Why: run eagerly, a 28-layer talker prefill is ~700 kernel launches and ~35 ms of host time on an H200 for ~2 ms
 of GPU work (measured: benchmarks/results/h200/2026-12-01-session4/prefill_run3.txt), and that host time is most of
 a lone request's first-packet latency. Replayed from a graph it is one launch.
 
-`PrefillRunner.key_for(chunks)` says whether a step's prefill chunks fit a graph: each chunk is run from position 0
-to its end (at most `max(lengths)` positions), at most `max(batches)` chunks. A chunk that starts later (a
-prefix-cache hit, the rest of a prompt split into chunks, a re-prefill after preemption) is run whole, with the
-positions already in the cache mapped to the scratch slot: their K/V are recomputed but written nowhere, while
-the attention reads the cached pages through the block table, so the new positions see exactly the context they
-would see computed alone. Recomputing a few hundred positions costs the GPU far less than the eager path costs
-the host. Anything longer runs the model's eager path.
+`PrefillRunner.plan(chunks)` picks the cheapest graph that holds a step's prefill chunks (start, end): each chunk's
+new positions [start, end) are the queries (at most `L` of them), attending to the row's whole context [0, end)
+read from the pages (at most `W` pages). That covers whole prompts and the new part of a prefix-cache hit alike,
+so the cached part is never computed again (voice-clone prompts share long reference prefixes), and a prompt's
+later chunks. Anything longer runs the model's eager path. Shapes: every (B, L) with B x L within the step's token
+budget at the width L needs, plus wider contexts (W up to 1024 positions) for short query lengths.
 
-`run(key, items)` left-pads each chunk to the length bucket and the batch to the batch bucket, exactly as the
-model's batched prefill does (padding positions write their K/V into the engine's scratch page and are never part
-of any context; padding rows are all scratch), writes the inputs into static buffers, replays the graph (or, on a
-CPU, runs the same padded forward eagerly so that tests exercise it), and hands each row's last hidden state to
-`model.prefill_outputs` (the first c0 draw: host bookkeeping, outside the graph).
+`run(key, items)` left-pads each chunk to the length bucket and the batch to the batch bucket, exactly as
+the model's batched prefill does (padding positions write their K/V into the engine's scratch page and are never
+part of any context; padding rows are all scratch), writes the inputs into static buffers, replays the graph (or,
+on a CPU, runs the same padded forward eagerly so that tests exercise it), and hands each row's last hidden state
+to `model.prefill_outputs` (the first c0 draw: host bookkeeping, outside the graph).
 
 The model provides `prefill_input_spec() -> (hidden, dtype)`, `prefill_forward(x [B, L, H], positions [B, L],
 kv) -> hidden [B, L, H]` (capturable: device tensors only) and `prefill_outputs(rows, last_hidden)`.
@@ -35,14 +34,21 @@ from .priority_replay import GraphReplayer
 # B x L within the step's token budget (2048 by default: 512 for up to 4 prompts, 2048 for one).
 PREFILL_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+# Wider contexts for short query lengths (prefix-cache hits: a short new part after a long cached prefix), in
+# positions, with at most SUFFIX_MAX_KEYS gathered key positions per shape (B x context: bounds the graph's memory).
+SUFFIX_LENGTHS = (32, 64, 128)
+SUFFIX_CONTEXTS = (256, 512, 1024)
+SUFFIX_MAX_KEYS = 16384
 
 
 @dataclass
 class PrefillItem:
     slot: int
-    embeds: torch.Tensor          # [n, H] input embeddings of positions 0 .. n-1 (the chunk's end)
+    embeds: torch.Tensor          # [>= end, H] the sequence's input embeddings from position 0
+    start: int                    # the chunk: positions [start, end) are new; [0, start) are already in the pages
+    end: int
     block_table: list[int]
-    slot_mapping: list[int]       # n flat KV slots (the scratch slot for positions already in the cache)
+    slot_mapping: list[int]       # end - start flat KV slots, for positions [start, end)
     last: bool                    # the prompt's last chunk (the first c0 is drawn after it)
 
 
@@ -58,20 +64,24 @@ class PrefillRunner:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self._replayer = GraphReplayer(self.device, high_priority and self.cuda_graphs)
         # Shapes: B x L within the step's token budget (the scheduler never gives more), B within the model slots.
-        self.shapes = [(b, n) for n in PREFILL_LENGTHS for b in PREFILL_BATCHES
-                       if b * n <= max_tokens and b <= max(max_batch, 1)]
+        batches = [b for b in PREFILL_BATCHES if b <= max(max_batch, 1)]
+        shapes = {(b, n, self._width(n)) for n in PREFILL_LENGTHS for b in batches if b * n <= max_tokens}
+        shapes |= {(b, n, self._width(c)) for n in SUFFIX_LENGTHS for c in SUFFIX_CONTEXTS for b in batches
+                   if b * n <= max_tokens and b * c <= SUFFIX_MAX_KEYS and c > n}
+        # Cheapest first (computed positions, then gathered context): plan() takes the first that fits.
+        self.shapes = sorted(shapes, key=lambda k: (k[0] * k[1], k[2], k[1]))
         self.stats = RunnerStats()
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._graphs: dict[tuple[int, int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
         self._epoch = getattr(model, "graph_epoch", 0)
         self._buffers_made = False
 
     def _make_buffers(self) -> None:
-        tokens = max(b * n for b, n in self.shapes)
-        rows = max(b for b, _ in self.shapes)
-        width = max(self._width(n) for _, n in self.shapes)
+        tokens = max(b * n for b, n, _ in self.shapes)
+        rows = max(b for b, _, _ in self.shapes)
         hidden, dtype = self.model.prefill_input_spec()
-        sizes = {"positions": tokens, "mapping": tokens, "tables": rows * width, "lens": rows}
+        sizes = {"positions": tokens, "mapping": tokens, "tables": max(b * w for b, _, w in self.shapes),
+                 "lens": rows}
         self._dev = {k: torch.zeros(n, dtype=torch.long, device=self.device) for k, n in sizes.items()}
         self._x = torch.zeros(tokens, hidden, dtype=dtype, device=self.device)
         self._buffers_made = True
@@ -80,24 +90,26 @@ class PrefillRunner:
         return width_bucket(-(-length // self.block_size))
 
     # ---- which chunks fit -------------------------------------------------------------------------------------
-    def key_for(self, chunks: list[tuple[int, int]]) -> tuple[int, int] | None:
-        """chunks: (start, length) of each; the (batch, length) bucket that holds each from position 0 to its end, or
-        None (run them eagerly)."""
-        if not self.shapes:
-            return None
-        longest = max(start + n for start, n in chunks)
-        for key in self.shapes:                         # ordered by length, then batch: the smallest fit first
-            if key[1] >= longest and key[0] >= len(chunks):
-                return key if (not self.cuda_graphs or key in self._graphs) else None
+    def plan(self, chunks: list[tuple[int, int]]) -> tuple[int, int, int] | None:
+        """chunks: (start, end) of each -> the cheapest (batch, length, width) bucket that holds them, or None (run
+        them eagerly)."""
+        queries = max(end - start for start, end in chunks)
+        pages = -(-max(end for _, end in chunks) // self.block_size)
+        for key in self.shapes:
+            b, length, width = key
+            if b >= len(chunks) and length >= queries and width >= pages:
+                if self.cuda_graphs and key not in self._graphs:
+                    continue
+                return key
         return None
 
     # ---- one prefill --------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def run(self, key: tuple[int, int], items: list[PrefillItem]) -> None:
+    def run(self, key: tuple[int, int, int], items: list[PrefillItem]) -> None:
+        """Prefill the chunks with the graph of `key` (from `plan`)."""
         if not self._buffers_made:
             self._make_buffers()
-        bsz, length = key
-        width = self._width(length)
+        bsz, length, width = key
         # Fresh pinned staging every run, from PyTorch's caching host allocator, which hands a block out again only
         # after the copies reading it have run. (Two fixed sets used in turn were not enough: a step may replay
         # several prefill graphs while the GPU is still behind, and a third run overwrote the first one's inputs
@@ -116,14 +128,14 @@ class PrefillRunner:
         x = self._x[:bsz * length].view(bsz, length, -1)
         x.zero_()
         for i, item in enumerate(items):
-            n = item.embeds.shape[0]
-            pos[i, length - n:] = range(n)
+            n = item.end - item.start
+            pos[i, length - n:] = range(item.start, item.end)
             mp[i, length - n:] = item.slot_mapping
-            # Only the pages of positions [0, n): a prompt's earlier chunk already holds all of its pages.
+            # Only the pages of positions [0, end): a prompt's first chunk already holds all of its pages.
             pages = item.block_table[:width]
             tb[i, :len(pages)] = pages
-            ln[i] = n
-            x[i, length - n:].copy_(item.embeds)
+            ln[i] = item.end
+            x[i, length - n:].copy_(item.embeds[item.start:item.end])
         for name, buf in self._dev.items():                 # only the prefix this shape reads
             buf[:used[name]].copy_(host[name], non_blocking=True)
         if self.cuda_graphs:
@@ -132,12 +144,12 @@ class PrefillRunner:
             self._replayer.replay(graph)
             self.stats.replays += 1
         else:
-            out = self._forward(bsz, length)
+            out = self._forward(bsz, length, width)
             self.stats.eager_steps += 1
         self.model.prefill_outputs([(item.slot, item.last) for item in items], out[:len(items), -1])
 
-    def _forward(self, bsz: int, length: int) -> torch.Tensor:
-        d, width = self._dev, self._width(length)
+    def _forward(self, bsz: int, length: int, width: int) -> torch.Tensor:
+        d = self._dev
         kv = PagedKVContext(self.k_cache, self.v_cache, self.block_size, d["tables"][:bsz * width].view(bsz, width),
                             d["lens"][:bsz], d["mapping"][:bsz * length].view(bsz, length))
         return self.model.prefill_forward(self._x[:bsz * length].view(bsz, length, -1),
@@ -169,21 +181,21 @@ class PrefillRunner:
         self._check_epoch()
         started = time.perf_counter()
         side = torch.cuda.Stream()
-        for key in sorted(self.shapes, key=lambda k: -k[0] * k[1]):      # largest first: the pool fits them all
+        # Largest first (positions, then context): the shared pool then fits all the others.
+        for key in sorted(self.shapes, key=lambda k: (-k[0] * k[1], -k[0] * k[2])):
             if key in self._graphs:
                 continue
-            bsz, length = key
-            width = self._width(length)
+            bsz, length, width = key
             self._pad_only()
             d = self._dev
             d["tables"][:bsz * width].view(bsz, width)[:, 0] = self.scratch_block
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), torch.no_grad():
-                self._forward(bsz, length)          # warm-up: lazy initialisation, kernel compilation
+                self._forward(bsz, length, width)   # warm-up: lazy initialisation, kernel compilation
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.no_grad(), torch.cuda.graph(graph, pool=self._pool):
-                out = self._forward(bsz, length)
+                out = self._forward(bsz, length, width)
             self._graphs[key] = (graph, out)
             self.stats.graphs += 1
         torch.cuda.synchronize()
