@@ -461,6 +461,24 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     assert all(b["t"] >= a["t"] for a, b in zip(lines, lines[1:]))
     assert set(lines[0]["ms"]) == {"schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
                                    "codec_collect"}
+    assert all(r["gc_ms"] >= 0 for r in lines)
+
+
+def test_step_trace_counts_time_in_the_garbage_collector(tmp_path):
+    """gc_ms: the collector's time since the previous line (a full collection over a big heap is not free), and
+    the trace unhooks itself from the collector when closed."""
+    import gc
+
+    from voxflow.engine.step_trace import StepTrace
+    path = tmp_path / "t.jsonl"
+    trace = StepTrace(str(path))
+    heap = [[i] for i in range(300_000)]            # something for a full collection to walk
+    gc.collect()
+    trace.write({"step": 1})
+    trace.close()
+    del heap
+    assert json.loads(path.read_text().splitlines()[0])["gc_ms"] > 0
+    assert trace._on_gc not in gc.callbacks
 
 
 @pytest.mark.parametrize("name", ["custom_voice", "voice_design", "base"])

@@ -20,6 +20,7 @@ in turn watches its parent's sentinel and exits if the API process disappears (n
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import multiprocessing
@@ -61,6 +62,10 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
         except BaseException as e:
             _last_words(sock, "startup_error", e)
             return
+        # Everything built so far (weights, graphs, tokenizer, caches) lives as long as the process: out of the
+        # garbage collector's sight, so that a collection while serving scans only what requests create.
+        gc.collect()
+        gc.freeze()
         startup = getattr(core, "startup", None)        # graph capture seconds, peak GPU memory, KV pool ...
         sock.send(wire.pack(["ready", {"pid": os.getpid(), "startup": startup}]))
         driver = CoreDriver(core)

@@ -5,11 +5,14 @@ for and how long each took, which the summed counters of /health cannot show.
 A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase of the step, as EngineCore.timings),
 "decode" (rows), "prefill" (chunks), "prefill_tokens", "added" (requests queued since the previous step),
 "prepare_ms" (their summed prepare time), "codec_launched" (chunks started), "chunks" (chunks out),
-"finished" (final records out), "running", "waiting"}.
+"finished" (final records out), "running", "waiting", "gc_ms" (time in Python's garbage collector since the
+previous step: a collection pass over a serving process's heap can take milliseconds)}.
 """
 from __future__ import annotations
 
+import gc
 import json
+import time
 
 
 class StepTrace:
@@ -17,15 +20,27 @@ class StepTrace:
         self._file = open(path, "a", buffering=1, encoding="utf-8")      # line-buffered: readable while serving
         self._added = 0
         self._prepare_s = 0.0
+        self._gc_s = 0.0
+        self._gc_started: float | None = None
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started is not None:
+            self._gc_s += time.perf_counter() - self._gc_started
+            self._gc_started = None
 
     def note_added(self, prepare_seconds: float) -> None:
         self._added += 1
         self._prepare_s += prepare_seconds
 
     def write(self, record: dict) -> None:
-        record.update(added=self._added, prepare_ms=round(self._prepare_s * 1e3, 3))
-        self._added, self._prepare_s = 0, 0.0
+        record.update(added=self._added, prepare_ms=round(self._prepare_s * 1e3, 3), gc_ms=round(self._gc_s * 1e3, 3))
+        self._added, self._prepare_s, self._gc_s = 0, 0.0, 0.0
         self._file.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         self._file.close()
