@@ -2,7 +2,8 @@
 # The issue-6 target workloads on one H200, in stages that each fit one device call (<= 10 min):
 #   STAGE=profile  1.7B step time with graphs at c=1 and c=64, kernels per step, GPU time by stage
 #   STAGE=tests   all GPU tests (tests/gpu)
-#   STAGE=http    1.7B through `voxflow serve` (streamed pcm over HTTP on loopback): c=1, c=16, c=64
+#   STAGE=http    1.7B through `voxflow serve` (streamed pcm over HTTP on loopback): c=1, c=16, c=64, with the
+#                 engine's step trace (steps_http.jsonl.gz)
 #   STAGE=stack   1.7B offline stacked comparison at c=1 and c=64: eager / graphs / graphs+kernels /
 #                 + batched prefill / + chunk ramp (everything on) / + bf16 codec
 #   STAGE=small   0.6B c=64 with a 2 GB KV pool, the bf16 codec and codec calls of <= 16 requests (the <= 8 GB
@@ -49,7 +50,7 @@ tests)
 http)
   ckpt 1.7b 1.7B
   python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 \
-      > "$OUT/serve_log.txt" 2>&1 &
+      --trace-steps "$OUT/steps_http.jsonl" > "$OUT/serve_log.txt" 2>&1 &
   for _ in $(seq 240); do curl -sf http://127.0.0.1:8000/ready > /dev/null && break; sleep 1; done
   b --base-url http://127.0.0.1:8000 --label http-full --concurrency 1 --num-prompts 3 --num-warmups 1 \
     --output "$OUT/h200_1p7b_http_c1.json"
@@ -58,7 +59,8 @@ http)
   # three waves of 64: the sustained rate, not one wave's ramp-up and tail
   b --base-url http://127.0.0.1:8000 --label http-full --concurrency 64 --num-prompts 192 --num-warmups 8 \
     --output "$OUT/h200_1p7b_http_c64.json"
-  kill %1; wait ;;            # (a `pkill -f` on the command line would also match the calling shell)
+  curl -s http://127.0.0.1:8000/health > "$OUT/health_after_http.json"
+  kill %1; wait; gzip -f "$OUT/steps_http.jsonl" ;;   # (a `pkill -f` on the command line would also match the calling shell)
 stack)
   ckpt 1.7b 1.7B
   python3 -m voxflow.tools.codec_snr --model /tmp/real-1.7b --dtype bfloat16 --device cuda --frames 150 2>&1 \
