@@ -462,6 +462,9 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     assert set(lines[0]["ms"]) == {"schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
                                    "codec_collect"}
     assert all(r["gc_ms"] >= 0 for r in lines)
+    import pstats                   # the prompt builds were profiled: the model's prepare is in the statistics
+    stats = pstats.Stats(str(path) + ".prepare.pstats")
+    assert any(func[2] == "prepare" and calls[1] >= 3 for func, calls in stats.stats.items())
 
 
 def test_step_trace_counts_time_in_the_garbage_collector(tmp_path):

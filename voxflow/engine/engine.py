@@ -237,7 +237,11 @@ class EngineCore:
         if self.scheduler.num_waiting >= self.config.max_waiting:
             raise QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting requests)")
         t_in = time.monotonic()
-        prepared = self.model.prepare(request)
+        if self.trace is not None:
+            with self.trace.profiling_prepare():
+                prepared = self.model.prepare(request)
+        else:
+            prepared = self.model.prepare(request)
         prepare_seconds = time.monotonic() - t_in
         if prepared.prompt_len + prepared.max_frames > self.config.max_model_len:
             raise ValueError(f"the request may need {prepared.prompt_len + prepared.max_frames} positions (prompt "

@@ -7,9 +7,15 @@ A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase o
 "prepare_ms" (their summed prepare time), "codec_launched" (chunks started), "chunks" (chunks out),
 "finished" (final records out), "running", "waiting", "gc_ms" (time in Python's garbage collector since the
 previous step: a collection pass over a serving process's heap can take milliseconds)}.
+
+Building a request's prompt (the model's `prepare`, on the engine thread) is also profiled (cProfile, only while
+tracing) and the statistics are written beside the trace at close, `PATH.prepare.pstats` (read them with
+`python -m pstats`): it took 2.5-3.8 ms a request inside the serving engine against 0.9 ms alone on an H200.
 """
 from __future__ import annotations
 
+import contextlib
+import cProfile
 import gc
 import json
 import time
@@ -23,6 +29,16 @@ class StepTrace:
         self._gc_s = 0.0
         self._gc_started: float | None = None
         gc.callbacks.append(self._on_gc)
+        self._path = path
+        self._prepare_profile = cProfile.Profile()
+
+    @contextlib.contextmanager
+    def profiling_prepare(self):
+        self._prepare_profile.enable()
+        try:
+            yield
+        finally:
+            self._prepare_profile.disable()
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -44,3 +60,5 @@ class StepTrace:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         self._file.close()
+        if self._prepare_profile.getstats():
+            self._prepare_profile.dump_stats(self._path + ".prepare.pstats")
