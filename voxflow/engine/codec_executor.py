@@ -9,7 +9,9 @@ Streaming policy (per request):
     25, ...), so the next chunk is ready before the listener has played what came before, as long as the engine
     runs faster than real time (a 0.4 s first chunk followed at once by a 2 s one underruns at any RTF > 0.2);
   - at the end, whatever is left (a final partial chunk);
-  - non-streaming requests are decoded once, when they finish (the fewest passes).
+  - non-streaming requests are decoded once, when they finish (the fewest passes);
+  - per launch, chunks go least-audio-sent first, and past `max_frames_per_launch` frames regular chunks wait for a
+    later launch (bursts of aligned chunk boundaries are spread over a few steps).
 The codec keeps a per-request streaming state, so chunk boundaries never change the audio: the concatenated
 chunks equal a one-pass decode of all frames.
 
@@ -103,10 +105,12 @@ class _SyncPending:
 
 
 class CodecExecutor:
-    def __init__(self, codec: CodecModel, chunk_frames: int = 25, ramp: bool = True):
+    def __init__(self, codec: CodecModel, chunk_frames: int = 25, ramp: bool = True,
+                 max_frames_per_launch: int | None = None):
         self.codec = codec
         self.chunk_frames = chunk_frames
         self.ramp = ramp
+        self.max_frames_per_launch = max_frames_per_launch
         self.streams: dict[str, CodecStream] = {}
         self._launched: deque[tuple[Any, list[tuple[CodecStream, int, int, int]]]] = deque()
 
@@ -144,11 +148,23 @@ class CodecExecutor:
     def launch(self, after: Any = None) -> int:
         """Start decoding every chunk that is due; returns how many chunks were launched. `after`: an event the
         codec's stream waits for before it reads the frames (None: everything queued so far)."""
+        ready = [(s, n) for s in self.streams.values() if (n := s.next_chunk_size()) > 0]
+        # Least audio sent first (first chunks ahead of everything: the codec stream runs calls in launch order).
+        ready.sort(key=lambda sn: sn[0].frames_done)
+        if self.max_frames_per_launch is not None:
+            # Past the budget, regular chunks wait for a later launch: their streams have seconds of audio queued,
+            # while streams that started together reach their chunk boundaries together, and one call for all of
+            # them (64 x 25 frames: ~90 ms on an H200) stalls the talker for several steps and every first chunk
+            # queued behind it. First and final chunks never wait; at least one regular chunk goes per launch.
+            budget, kept = self.max_frames_per_launch, []
+            for s, n in ready:
+                if s.chunks_done == 0 or s.finished or budget > 0:
+                    kept.append((s, n))
+                    budget -= n
+            ready = kept
         due: dict[int, list[CodecStream]] = {}
-        for s in self.streams.values():
-            n = s.next_chunk_size()
-            if n > 0:
-                due.setdefault(n, []).append(s)
+        for s, n in ready:
+            due.setdefault(n, []).append(s)
         fresh = [s for group in due.values() for s in group if s.state is None]
         if len(fresh) > 1 and hasattr(self.codec, "new_states"):      # a burst of first chunks: one reset pass
             for s, state in zip(fresh, self.codec.new_states([s.prefix_frames for s in fresh])):

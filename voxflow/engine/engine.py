@@ -56,6 +56,8 @@ class EngineConfig:
     max_model_len: int = 10240                 # most KV positions of one request (prompt + frames)
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
     chunk_ramp: bool = True                    # chunks after the first grow up to chunk_frames (codec_executor)
+    codec_frames_per_step: int | None = 400    # most frames of regular chunks a step sends to the codec (the rest
+                                               # wait a step or two; first and final chunks never); None: no limit
     max_waiting: int = 1024                    # queue limit; add_request raises QueueFullError beyond it
     cuda_graphs: bool = True                   # on a GPU: the per-frame step (and the codec) as CUDA graphs
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
@@ -128,7 +130,8 @@ class EngineCore:
         self.block_manager = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
                                                    config.prefill_chunk_size), self.block_manager)
-        self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp)
+        self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
+                                        max_frames_per_launch=config.codec_frames_per_step)
         from ..kernels import kernels_enabled
         max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,

@@ -1,0 +1,84 @@
+"""The codec stage's launch policy (voxflow/engine/codec_executor.py) against a fake codec that records its calls:
+least audio sent first, a per-launch frame budget for regular chunks that never holds back first or final chunks,
+and every frame decoded exactly once, in order, whatever the budget."""
+import numpy as np
+import torch
+
+from voxflow.engine.codec_executor import CodecExecutor
+
+
+class RecordingCodec:
+    """decode(): PCM = the frames' first codes as float32, one sample per frame; remembers each call's requests."""
+    sample_rate = 1
+    samples_per_frame = 1
+
+    def __init__(self):
+        self.calls: list[list[tuple[int, int]]] = []          # per call: (stream id, frames)
+
+    def new_state(self, prefix_frames):
+        return object()
+
+    def decode(self, states, frames):
+        self.calls.append([(int(f[0, 0]) // 1000, f.shape[0]) for f in frames])       # the stream, from its codes
+        return [f[:, 0].float().numpy() for f in frames], states
+
+
+def frames_of(stream: int, start: int, n: int) -> torch.Tensor:
+    codes = torch.zeros(n, 16, dtype=torch.long)
+    codes[:, 0] = stream * 1000 + torch.arange(start, start + n)
+    return codes
+
+
+def run(budget, steps=80, streams=8):
+    codec = RecordingCodec()
+    ex = CodecExecutor(codec, chunk_frames=25, ramp=True, max_frames_per_launch=budget)
+    made = {i: 0 for i in range(streams)}
+    pcm = {i: [] for i in range(streams)}
+    launches = []
+    for step in range(steps):
+        for i in range(streams):
+            if step == 0:
+                ex.add(str(i), stream=True, initial_frames=2, chunk_frames=None, num_active=streams)
+            if str(i) in ex.streams and made[i] < 60:
+                ex.push(str(i), frames_of(i, made[i], 1))
+                made[i] += 1
+                if made[i] == 60:
+                    ex.finish(str(i))
+        before = len(codec.calls)
+        ex.launch()
+        launches.append(codec.calls[before:])
+        for dc in ex.collect(block=True):
+            pcm[int(dc.request_id)].append(dc.pcm)
+    return codec, launches, pcm
+
+
+def test_every_frame_is_decoded_once_in_order_whatever_the_budget():
+    for budget in (None, 60, 1):
+        _, _, pcm = run(budget)
+        for i, chunks in pcm.items():
+            got = np.concatenate(chunks)
+            assert np.array_equal(got, i * 1000 + np.arange(60, dtype=np.float32)), (budget, i)
+
+
+def test_a_burst_of_aligned_chunks_is_spread_and_first_chunks_never_wait():
+    _, unlimited, _ = run(None)
+    _, limited, _ = run(60)
+    frames = lambda launch: sum(n for call in launch for _, n in call)          # noqa: E731
+    assert max(frames(x) for x in unlimited) >= 8 * 25 - 8     # streams that start together hit 25 together
+    # with the budget, a launch holds at most the budget plus one chunk that started below it (and finals)
+    assert max(frames(x) for x in limited[:40]) <= 60 + 25
+    # the first chunks of all 8 streams go in their first launch
+    first = limited[1]
+    assert sorted(sid for call in first for sid, n in call if n == 2) == list(range(8))
+
+
+def test_least_audio_sent_goes_first():
+    # within one launch, calls (one per chunk size) come in order of the audio their streams have sent
+    ex = CodecExecutor(RecordingCodec(), chunk_frames=25, max_frames_per_launch=None)
+    ex.add("old", stream=True, initial_frames=1, chunk_frames=5, num_active=2)
+    ex.add("new", stream=True, initial_frames=2, chunk_frames=None, num_active=2)
+    ex.streams["old"].frames_done, ex.streams["old"].chunks_done = 40, 8
+    ex.push("old", frames_of(0, 40, 5))
+    ex.push("new", frames_of(1, 0, 2))
+    ex.launch()
+    assert [n for call in ex.codec.calls for _, n in call] == [2, 5]      # the new stream's first chunk first
