@@ -2,6 +2,7 @@
 least audio sent first, a per-launch frame budget for regular chunks that never holds back first or final chunks,
 and every frame decoded exactly once, in order, whatever the budget."""
 import numpy as np
+import pytest
 import torch
 
 from voxflow.engine.codec_executor import CodecExecutor
@@ -82,3 +83,35 @@ def test_least_audio_sent_goes_first():
     ex.push("new", frames_of(1, 0, 2))
     ex.launch()
     assert [n for call in ex.codec.calls for _, n in call] == [2, 5]      # the new stream's first chunk first
+
+
+def test_first_and_final_chunks_do_not_use_up_the_budget_of_regular_ones():
+    """A big non-streaming request finishing every launch (its one final chunk) neither holds back a streaming
+    request's regular chunk nor goes ahead of a new stream's first chunk."""
+    ex = CodecExecutor(RecordingCodec(), chunk_frames=25, max_frames_per_launch=100)
+    ex.add("1", stream=True, initial_frames=1, chunk_frames=25, num_active=2)
+    ex.streams["1"].chunks_done, ex.streams["1"].frames_done = 3, 60        # mid-stream: regular chunks of 25
+    held = 0
+    for k in range(10):
+        big = f"{100 + k}"
+        ex.add(big, stream=False, initial_frames=None, chunk_frames=None, num_active=2)
+        ex.push(big, frames_of(100 + k, 0, 450))
+        ex.finish(big)
+        ex.push("1", frames_of(1, 60 + 25 * k, 25))
+        if k == 5:
+            ex.add("2", stream=True, initial_frames=2, chunk_frames=None, num_active=3)
+            ex.push("2", frames_of(2, 0, 2))
+        before = len(ex.codec.calls)
+        ex.launch()
+        calls = ex.codec.calls[before:]
+        streams = [sid for call in calls for sid, _ in call]
+        held += 1 not in streams
+        if k == 5:
+            assert streams[0] == 2                               # the new stream's first chunk leads the launch
+        ex.collect(block=True)
+    assert held == 0 and ex.streams["1"].num_pending == 0
+
+
+def test_the_budget_must_be_positive():
+    with pytest.raises(ValueError, match="max_frames_per_launch must be >= 1"):
+        CodecExecutor(RecordingCodec(), max_frames_per_launch=0)

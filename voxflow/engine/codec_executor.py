@@ -107,6 +107,8 @@ class _SyncPending:
 class CodecExecutor:
     def __init__(self, codec: CodecModel, chunk_frames: int = 25, ramp: bool = True,
                  max_frames_per_launch: int | None = None):
+        if max_frames_per_launch is not None and max_frames_per_launch < 1:
+            raise ValueError(f"max_frames_per_launch must be >= 1 (or None: no limit), got {max_frames_per_launch}")
         self.codec = codec
         self.chunk_frames = chunk_frames
         self.ramp = ramp
@@ -149,18 +151,23 @@ class CodecExecutor:
         """Start decoding every chunk that is due; returns how many chunks were launched. `after`: an event the
         codec's stream waits for before it reads the frames (None: everything queued so far)."""
         ready = [(s, n) for s in self.streams.values() if (n := s.next_chunk_size()) > 0]
-        # Least audio sent first (first chunks ahead of everything: the codec stream runs calls in launch order).
-        ready.sort(key=lambda sn: sn[0].frames_done)
+        # Streams' first chunks ahead of everything (the codec stream runs calls in launch order), then the least
+        # audio sent first.
+        ready.sort(key=lambda sn: (not (sn[0].stream and sn[0].chunks_done == 0), sn[0].frames_done))
         if self.max_frames_per_launch is not None:
             # Past the budget, regular chunks wait for a later launch: their streams have seconds of audio queued,
             # while streams that started together reach their chunk boundaries together, and one call for all of
             # them (64 x 25 frames: ~90 ms on an H200) stalls the talker for several steps and every first chunk
-            # queued behind it. First and final chunks never wait; at least one regular chunk goes per launch.
-            budget, kept = self.max_frames_per_launch, []
+            # queued behind it. First and final chunks never wait and are not charged to the budget; at least one
+            # regular chunk goes per launch, so none waits for ever.
+            budget, kept, regular_sent = self.max_frames_per_launch, [], False
             for s, n in ready:
-                if s.chunks_done == 0 or s.finished or budget > 0:
+                if s.chunks_done == 0 or s.finished:
+                    kept.append((s, n))
+                elif budget > 0 or not regular_sent:
                     kept.append((s, n))
                     budget -= n
+                    regular_sent = True
             ready = kept
         due: dict[int, list[CodecStream]] = {}
         for s, n in ready:

@@ -57,7 +57,8 @@ class EngineConfig:
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
     chunk_ramp: bool = True                    # chunks after the first grow up to chunk_frames (codec_executor)
     codec_frames_per_step: int | None = 400    # most frames of regular chunks a step sends to the codec (the rest
-                                               # wait a step or two; first and final chunks never); None: no limit
+                                               # wait a step or two; first and final chunks never, and are not
+                                               # counted); None: no limit
     max_waiting: int = 1024                    # queue limit; add_request raises QueueFullError beyond it
     cuda_graphs: bool = True                   # on a GPU: the per-frame step (and the codec) as CUDA graphs
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
