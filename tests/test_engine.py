@@ -512,8 +512,8 @@ def test_same_step_prefix_reuse_keeps_the_prefill_order():
             greedy(long, 6, voice="ryan", language="english", request_id="y"),
             greedy("Speak.", 6, voice="eric", language="auto", request_id="z")]
     orders = []
-    independent = core._independent
-    core._independent = lambda chunks: (orders.append(independent(chunks)), orders[-1])[1]
+    independent = core.prefill.independent
+    core.prefill.independent = lambda chunks: (orders.append(independent(chunks)), orders[-1])[1]
     results = drive(core, {0: reqs})
     assert orders[0] is False                                   # "y" reads what "x" writes in the same step
     assert_engine_matches_reference(name, core, results, reqs)

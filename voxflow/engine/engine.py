@@ -29,10 +29,10 @@ from ..audio.io import pcm_bytes
 from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_blocks_for
 from .codec_executor import CodecExecutor
 from .graph_runner import DecodeRunner
-from .host_to_device import tensor_to, to_device
 from .inflight import FlagBuffers, InflightDecode
-from .model_api import CodecModel, PagedKVContext, PreparedRequest, TTSModel
-from .prefill_runner import PrefillItem, PrefillRunner
+from .model_api import CodecModel, PreparedRequest, TTSModel
+from .prefill_dispatch import PrefillDispatch
+from .prefill_runner import PrefillRunner
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SeqStatus, Sequence
@@ -147,6 +147,8 @@ class EngineCore:
                                              config.max_num_batched_tokens, config.max_num_seqs, config.cuda_graphs,
                                              high_priority=config.talker_priority)
                                if want_prefill_graphs and hasattr(model, "prefill_forward") else None)
+        self.prefill = PrefillDispatch(model, self.k_cache, self.v_cache, self.block_manager, config.block_size,
+                                       self.scratch_slot, self.prefill_runner, config.batch_prefill)
         self.flags = FlagBuffers(self.runner.buckets[-1], device)
         self._inflight: InflightDecode | None = None
         self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
@@ -377,18 +379,6 @@ class EngineCore:
         """A perf_counter reading on the monotonic clock (the one requests' timestamps use)."""
         return time.monotonic() - (time.perf_counter() - perf)
 
-    def _kv(self, block_tables: list[list[int]], context_lens: list[int], slot_mapping: list[list[int]]):
-        # Table width rounded up to a power of two: a few static shapes instead of one per block boundary.
-        width = max(len(t) for t in block_tables)
-        width = 1 << (width - 1).bit_length()
-        tables = torch.full((len(block_tables), width), -1, dtype=torch.long)
-        for i, t in enumerate(block_tables):
-            tables[i, :len(t)] = torch.tensor(t, dtype=torch.long)
-        device = self.model.device
-        # Non-blocking copies: a blocking one would wait for the decode step in flight (host_to_device.py).
-        return PagedKVContext(self.k_cache, self.v_cache, self.config.block_size, to_device(tables, device),
-                              tensor_to(context_lens, device), tensor_to(slot_mapping, device))
-
     def _prefill_embeds(self, live: _Live, end: int) -> torch.Tensor:
         """The request's prefill input (attaching it to its slot and codec stream at its first chunk)."""
         seq = live.seq
@@ -408,79 +398,15 @@ class EngineCore:
         return live.prepared.prompt_embeds
 
     def _run_prefills(self, chunks) -> None:
-        """This step's prefill chunks, in the scheduler's order (a chunk may reuse prefix blocks an earlier chunk of
-        the same step computes: block_manager's ordering rule). With the prefill runner: consecutive chunks that fit
-        one CUDA graph run as one replay, a chunk no graph fits runs eagerly in its place. Without it: one talker
-        forward for all when the model can (a lone chunk, or a model without `prefill_batch`, runs on its own)."""
+        """This step's prefill chunks, attached and given their inputs here, run by `PrefillDispatch`."""
         items = [(self.live[c.seq.request_id], c) for c in chunks]
-        pairs = [(c, self._prefill_embeds(live, c.end)) for live, c in items]
-        if self.prefill_runner is not None and (len(chunks) == 1 or self.config.batch_prefill):
-            self._prefill_through_graphs(pairs)
-        elif len(pairs) > 1 and self.config.batch_prefill and hasattr(self.model, "prefill_batch"):
-            self._prefill_eager_batch(pairs)
-        else:
-            for pair in pairs:
-                self._prefill_eager(*pair)
+        self.prefill.run([(c, self._prefill_embeds(live, c.end)) for live, c in items])
         now = time.monotonic()
         for live, c in items:
             if c.is_last:
                 live.extra.pop("resume_embeds", None)
                 if live.prefilled_at is None:
                     live.prefilled_at = now
-
-    def _prefill_through_graphs(self, pairs) -> None:
-        """Runs of consecutive chunks, each as large as one graph holds (a wave of prompts of mixed lengths may need
-        a short-prompt graph and a long-prompt one: no single bucket fits the step's budget). When no chunk reuses
-        pages another one computes in this step, they go shortest first, so that similar lengths share a bucket."""
-        runner = self.prefill_runner
-
-        def plan(group):
-            return runner.plan([(c.start, c.end) for c, _ in group]) if group else None
-
-        if self._independent([c for c, _ in pairs]):
-            pairs = sorted(pairs, key=lambda p: p[0].end - p[0].start)     # similar lengths share a bucket
-        group: list = []
-        for pair in pairs:
-            if plan(group + [pair]) is not None:
-                group.append(pair)
-                continue
-            if group:
-                self._prefill_graph(plan(group), group)
-            group = [pair] if plan([pair]) is not None else []
-            if not group:
-                self._prefill_eager(*pair)
-        if group:
-            self._prefill_graph(plan(group), group)
-
-    def _independent(self, chunks) -> bool:
-        """No chunk reads a page (of its cached prefix) that an earlier chunk of this step writes: any order works."""
-        bs, written = self.config.block_size, set()
-        for c in chunks:
-            table = c.seq.block_table
-            if c.start and not written.isdisjoint(table[: -(-c.start // bs)]):
-                return False
-            written.update(table[c.start // bs: -(-c.end // bs)])
-        return True
-
-    def _prefill_graph(self, key, pairs) -> None:
-        bm = self.block_manager
-        self.prefill_runner.run(key, [
-            PrefillItem(c.seq.slot, e, c.start, c.end, c.seq.block_table, bm.slot_mapping(c.seq, c.start, c.end),
-                        c.is_last) for c, e in pairs])
-
-    def _prefill_eager_batch(self, pairs) -> None:
-        bm = self.block_manager
-        chunks = [c for c, _ in pairs]
-        size = max(c.end - c.start for c in chunks)
-        # Left padding of shorter chunks writes its (unused) K/V into the scratch page.
-        mapping = [[self.scratch_slot] * (size - (c.end - c.start)) + bm.slot_mapping(c.seq, c.start, c.end)
-                   for c in chunks]
-        kv = self._kv([c.seq.block_table for c in chunks], [c.end for c in chunks], mapping)
-        self.model.prefill_batch([(c.seq.slot, e[c.start:c.end], c.start, c.is_last) for c, e in pairs], kv)
-
-    def _prefill_eager(self, c, e) -> None:
-        kv = self._kv([c.seq.block_table], [c.end], [self.block_manager.slot_mapping(c.seq, c.start, c.end)])
-        self.model.prefill(c.seq.slot, e[c.start:c.end], c.start, kv, c.is_last)
 
     def _launch_decode(self, seqs: list[Sequence]) -> InflightDecode:
         bm = self.block_manager

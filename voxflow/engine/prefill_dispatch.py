@@ -1,0 +1,97 @@
+"""How a step's prefill chunks run, in the scheduler's order (a chunk may reuse prefix pages an earlier chunk of the
+same step computes: block_manager's ordering rule).
+
+With the prefill runner (CUDA graphs, prefill_runner.py): consecutive chunks that fit one graph run as one replay,
+and a chunk no graph fits runs eagerly in its place; when no chunk reads a page another one writes in this step,
+they go shortest first, so that similar lengths share a bucket. Without it: one eager talker forward for all
+chunks when the model can (`prefill_batch`), else one forward per chunk.
+
+A pair is (scheduler.PrefillChunk, the sequence's input embeddings from position 0).
+"""
+from __future__ import annotations
+
+import torch
+
+from .host_to_device import tensor_to, to_device
+from .model_api import PagedKVContext
+from .prefill_runner import PrefillItem
+
+
+class PrefillDispatch:
+    def __init__(self, model, k_cache, v_cache, block_manager, block_size: int, scratch_slot: int, runner,
+                 batch_prefill: bool):
+        self.model, self.k_cache, self.v_cache = model, k_cache, v_cache
+        self.block_manager, self.block_size, self.scratch_slot = block_manager, block_size, scratch_slot
+        self.runner, self.batch_prefill = runner, batch_prefill
+
+    def run(self, pairs) -> None:
+        if self.runner is not None and (len(pairs) == 1 or self.batch_prefill):
+            self._through_graphs(pairs)
+        elif len(pairs) > 1 and self.batch_prefill and hasattr(self.model, "prefill_batch"):
+            self._eager_batch(pairs)
+        else:
+            for pair in pairs:
+                self._eager(*pair)
+
+    def _through_graphs(self, pairs) -> None:
+        """Runs of consecutive chunks, each as large as one graph holds (a wave of prompts of mixed lengths may need
+        a short-prompt graph and a long-prompt one: no single bucket fits the step's budget)."""
+        def plan(group):
+            return self.runner.plan([(c.start, c.end) for c, _ in group]) if group else None
+
+        if self.independent([c for c, _ in pairs]):
+            pairs = sorted(pairs, key=lambda p: p[0].end - p[0].start)     # similar lengths share a bucket
+        group: list = []
+        for pair in pairs:
+            if plan(group + [pair]) is not None:
+                group.append(pair)
+                continue
+            if group:
+                self._graph(plan(group), group)
+            group = [pair] if plan([pair]) is not None else []
+            if not group:
+                self._eager(*pair)
+        if group:
+            self._graph(plan(group), group)
+
+    def independent(self, chunks) -> bool:
+        """No chunk reads a page (of its cached prefix) that an earlier chunk of this step writes: any order works."""
+        bs, written = self.block_size, set()
+        for c in chunks:
+            table = c.seq.block_table
+            if c.start and not written.isdisjoint(table[: -(-c.start // bs)]):
+                return False
+            written.update(table[c.start // bs: -(-c.end // bs)])
+        return True
+
+    def _graph(self, key, pairs) -> None:
+        bm = self.block_manager
+        self.runner.run(key, [
+            PrefillItem(c.seq.slot, e, c.start, c.end, c.seq.block_table, bm.slot_mapping(c.seq, c.start, c.end),
+                        c.is_last) for c, e in pairs])
+
+    def _eager_batch(self, pairs) -> None:
+        bm = self.block_manager
+        chunks = [c for c, _ in pairs]
+        size = max(c.end - c.start for c in chunks)
+        # Left padding of shorter chunks writes its (unused) K/V into the scratch page.
+        mapping = [[self.scratch_slot] * (size - (c.end - c.start)) + bm.slot_mapping(c.seq, c.start, c.end)
+                   for c in chunks]
+        kv = self._kv([c.seq.block_table for c in chunks], [c.end for c in chunks], mapping)
+        self.model.prefill_batch([(c.seq.slot, e[c.start:c.end], c.start, c.is_last) for c, e in pairs], kv)
+
+    def _eager(self, c, e) -> None:
+        kv = self._kv([c.seq.block_table], [c.end], [self.block_manager.slot_mapping(c.seq, c.start, c.end)])
+        self.model.prefill(c.seq.slot, e[c.start:c.end], c.start, kv, c.is_last)
+
+    def _kv(self, block_tables: list[list[int]], context_lens: list[int], slot_mapping: list[list[int]]):
+        # Table width rounded up to a power of two: a few static shapes instead of one per block boundary.
+        width = max(len(t) for t in block_tables)
+        width = 1 << (width - 1).bit_length()
+        tables = torch.full((len(block_tables), width), -1, dtype=torch.long)
+        for i, t in enumerate(block_tables):
+            tables[i, :len(t)] = torch.tensor(t, dtype=torch.long)
+        device = self.model.device
+        # Non-blocking copies: a blocking one would wait for the decode step in flight (host_to_device.py).
+        return PagedKVContext(self.k_cache, self.v_cache, self.block_size, to_device(tables, device),
+                              tensor_to(context_lens, device), tensor_to(slot_mapping, device))
