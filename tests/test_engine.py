@@ -501,6 +501,34 @@ def test_warmup_requests_run_before_serving_and_leave_no_trace(name):
         assert results["after"][-1].reason == FinishReason.LENGTH
 
 
+def test_voice_clone_in_bfloat16_runs_and_shares_its_prefix():
+    """Base (voice clone) requests in bf16, the GPU's default dtype: from reference audio (x-vector only and ICL)
+    and from a stored voice. The voice's prefix-cache keys come from the host data it was made from (reading a bf16
+    x-vector back to hash it failed, and would stall the host behind the decode in flight): a repeat of the same
+    clip hits the cache through the reference frames, and the stored form of a voice decodes the same codes."""
+    t = np.arange(24000) / 24000
+    ref = (0.2 * np.sin(2 * np.pi * 150 * t)).astype("<f4").tobytes()
+    core = make_engine("base", block_size=4, dtype="bfloat16")
+    icl = dict(ref_audio=ref, ref_text="The quick brown fox.")
+    reqs = [greedy("Hello world.", 6, ref_audio=ref, x_vector_only=True, request_id="xvec"),
+            greedy("Hello world.", 6, **icl, request_id="icl")]
+    results = drive(core, {0: reqs})
+    again = greedy("Hello world.", 6, **icl, request_id="again")
+    core.add_request(again)
+    seq = core.scheduler.get("again")
+    results.update(drive(core, {0: []}))
+    frames = len(core.model.model.codec_encoder.encode(torch.from_numpy(np.frombuffer(ref, "<f4").copy())))
+    assert seq.num_cached > frames                          # past the reference frames: keyed by the clip
+    assert torch.equal(codes_of(core, "again"), codes_of(core, "icl"))
+    stored = core.create_voice(ref, "The quick brown fox.", False)
+    core.add_request(greedy("Hello world.", 6, voice_clone_prompt=stored, request_id="stored"))
+    results.update(drive(core, {0: []}))
+    assert torch.equal(codes_of(core, "stored"), codes_of(core, "icl"))
+    for rid in ("xvec", "icl", "again", "stored"):
+        assert len(codes_of(core, rid)) == 5 and results[rid][-1].error is None
+    assert_all_released(core)
+
+
 def test_same_step_prefix_reuse_keeps_the_prefill_order():
     """Two identical prompts and a shorter one in one step: the second reuses the pages the first computes in that
     same step (block_manager's ordering rule), so the step's chunks keep their order (no sorting by length) and

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .codec_decoder import official_decode
+from .position_keys import content_key
 from .prompt import Prompt, PromptRequest, build_prompt
 from .sampling import RequestSampler, SamplingParams
 
@@ -30,6 +31,9 @@ class VoiceClonePrompt:
     x_vector: torch.Tensor                 # [H] speaker embedding
     ref_codes: torch.Tensor | None         # [R, 16] reference frames (ICL mode), None in x-vector-only mode
     ref_text: str | None                   # transcript of the reference (ICL mode)
+    # A content key of x_vector and ref_codes, made from the host data they were computed from (equal keys: equal
+    # tensors), so that prefix caching never reads them back from the device (position_keys.py).
+    key: int | None = None
 
 
 @dataclass
@@ -76,7 +80,11 @@ def make_voice_clone_prompt(model, ref_audio_24k: np.ndarray, ref_text: str | No
         raise ValueError("reference audio must be a non-empty mono clip")
     x_vector = model.speaker_encoder.extract_xvector(wav.to(model.device))
     ref_codes = None if x_vector_only else model.codec_encoder.encode(wav.to(model.device))
-    return VoiceClonePrompt(x_vector=x_vector, ref_codes=ref_codes, ref_text=None if x_vector_only else ref_text)
+    # Both are functions of the clip alone (and of the weights, fixed for a model).
+    key = content_key(("clip", wav.numpy().tobytes(), bool(x_vector_only)))
+    return VoiceClonePrompt(x_vector=x_vector, ref_codes=ref_codes, ref_text=None if x_vector_only else ref_text,
+                            key=key)
+
 
 
 def sampling_params(model, req: SynthesisRequest) -> SamplingParams:

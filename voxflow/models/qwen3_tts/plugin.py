@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.profiler import record_function
 
-from voxflow.engine.host_to_device import tensor_to
+from voxflow.engine.host_to_device import tensor_to, to_device
 from voxflow.engine.model_api import DecodeOutput, KVSpec, PagedKVContext, PreparedRequest
 from voxflow.engine.request import SamplingOptions, SpeechRequest
 from voxflow.layers.paged_attention import PagedKVView
@@ -45,7 +45,7 @@ from voxflow.layers.paged_attention import PagedKVView
 from .batch_sampling import residual_sample_fn, seed_key, select_c0
 from .generate import SynthesisRequest, VoiceClonePrompt, make_voice_clone_prompt, prepare
 from .model import Qwen3TTS
-from .position_keys import position_keys
+from .position_keys import content_key, position_keys
 from .sampling import SamplingParams, WarpParams, suppress_mask
 from .slots import SlotTable
 
@@ -131,7 +131,11 @@ class Qwen3TTSPlugin:
             repetition_penalty=s.repetition_penalty, max_new_tokens=s.max_new_tokens)
         prompt, params, max_new_tokens, clone = prepare(model, synth)
         ref_codes = clone.ref_codes if clone is not None else None
-        keys = position_keys(prompt, clone.x_vector if clone is not None else None, ref_codes)
+        if clone is not None and clone.key is None:
+            raise ValueError("a voice-clone prompt without a content key (make it with make_voice_clone_prompt or "
+                             "voice_from_data)")
+        keys = position_keys(prompt, clone.key if clone is not None else None,
+                             ref_codes.shape[0] if ref_codes is not None else 0)
         state = Qwen3RequestState(params=params, trailing_text=prompt.trailing_text, ignore_eos=s.ignore_eos,
                                   seed=params.seed)
         return PreparedRequest(
@@ -412,9 +416,11 @@ def voice_from_data(data: dict, device, dtype) -> VoiceClonePrompt:
             raise ValueError("x-vector size does not match its header")
         codes = None
         if data.get("ref_codes"):
-            codes = torch.from_numpy(np.frombuffer(base64.b64decode(data["ref_codes"]), dtype="<i2")
-                                     .reshape(int(data["frames"]), 16).astype(np.int64)).to(device)
+            codes = np.frombuffer(base64.b64decode(data["ref_codes"]), dtype="<i2").reshape(int(data["frames"]), 16)
     except (KeyError, TypeError, ValueError, binascii.Error) as e:
         raise ValueError(f"voice_clone_prompt is not a valid stored voice: {e}") from None
-    x_vector = torch.from_numpy(x.copy()).to(device=device, dtype=dtype)
-    return VoiceClonePrompt(x_vector=x_vector, ref_codes=codes, ref_text=data.get("ref_text"))
+    key = content_key(("stored", x.tobytes(), None if codes is None else codes.tobytes()))
+    # Non-blocking copies (host_to_device.py): this runs on the engine thread while a decode step is in flight.
+    x_vector = to_device(torch.from_numpy(x.copy()), device, dtype)
+    ref_codes = None if codes is None else to_device(torch.from_numpy(codes.astype(np.int64)), device)
+    return VoiceClonePrompt(x_vector=x_vector, ref_codes=ref_codes, ref_text=data.get("ref_text"), key=key)

@@ -5,7 +5,9 @@ A prompt position is the sum of a text part and a codec part (prompt.py). The ke
     text part   ("T", group, id): a text id embedded in a call over the ids `group` (build_prompt embeds
                 text in groups — instruction, role, text body — and a GEMM's rounding can depend on its row
                 count, so the group is part of the identity; the fixed special rows are ("S", name))
-    codec part  ("C", id) a codec-table row, ("X", digest of the x-vector bytes), ("F", the 16 frame codes)
+    codec part  ("C", id) a codec-table row, ("X", voice key) the x-vector, ("F", voice key, i) reference frame i
+                (the voice key is VoiceClonePrompt.key, a hash of the host data the voice was computed from: the
+                tensors themselves live on the device and reading them back would stall the host)
 The layout walk below mirrors build_prompt block by block; `position_keys` checks the count against the
 prompt's length. Keys are in [0, 2^63) so that they fit an int64 tensor.
 """
@@ -13,28 +15,25 @@ from __future__ import annotations
 
 import hashlib
 
-import torch
-
 from .prompt import REF_TAIL_LEN, ROLE_LEN, TEXT_TAIL_LEN, Prompt
 
 
-def _digest(obj) -> int:
+def content_key(obj) -> int:
+    """A 63-bit content hash of repr(obj) (fits an int64)."""
     return int.from_bytes(hashlib.blake2b(repr(obj).encode(), digest_size=8).digest(), "little") >> 1
 
 
 def _text(ids: list[int]) -> list[tuple]:
-    group = _digest(tuple(ids))
+    group = content_key(tuple(ids))
     return [("T", group, int(i)) for i in ids]
 
 
-def position_keys(prompt: Prompt, x_vector: torch.Tensor | None = None,
-                  ref_codes: torch.Tensor | None = None) -> list[int]:
+def position_keys(prompt: Prompt, voice_key: int | None = None, num_ref_frames: int = 0) -> list[int]:
+    """voice_key: VoiceClonePrompt.key of a Base prompt's voice (its x-vector and its num_ref_frames frames)."""
     bos, eos, pad = ("S", "bos"), ("S", "eos"), ("S", "pad")
     codec_ids = prompt.codec_ids
     c_pad, c_bos = ("C", codec_ids[-2]), ("C", codec_ids[-1])
-    x_key = None
-    if x_vector is not None:
-        x_key = ("X", _digest(x_vector.detach().cpu().contiguous().numpy().tobytes()))
+    x_key = ("X", voice_key) if voice_key is not None else None
 
     # (text part, codec part) per position, in build_prompt's block order.
     rows: list[tuple] = []
@@ -53,7 +52,7 @@ def position_keys(prompt: Prompt, x_vector: torch.Tensor | None = None,
     elif layout in ("icl_streaming", "icl_non_streaming"):
         ref_body = prompt.ref_ids[ROLE_LEN:-REF_TAIL_LEN]
         text_seq = _text(ref_body + body) + [eos]
-        codec_seq = [c_bos] + [("F", tuple(int(c) for c in frame)) for frame in ref_codes.tolist()]
+        codec_seq = [c_bos] + [("F", voice_key, i) for i in range(num_ref_frames)]
         if layout == "icl_non_streaming":
             rows += [(t, c_pad) for t in text_seq] + [(pad, c) for c in codec_seq]
         else:
@@ -64,4 +63,4 @@ def position_keys(prompt: Prompt, x_vector: torch.Tensor | None = None,
 
     if len(rows) != prompt.length:
         raise AssertionError(f"position keys cover {len(rows)} positions, the prompt has {prompt.length}")
-    return [_digest(r) for r in rows]
+    return [content_key(r) for r in rows]
