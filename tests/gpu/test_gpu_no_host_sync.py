@@ -10,6 +10,7 @@ import os
 import traceback
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,12 +22,11 @@ TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
-def serve_round(core: EngineCore, tag: str) -> dict[str, int]:
+def serve_round(core: EngineCore, tag: str, voice: dict) -> dict[str, int]:
     """Two requests at once, two more joining while they run (prefill beside running decodes); streamed chunks."""
     def add(i: int, text: str) -> None:
-        core.add_request(SpeechRequest(text=text, voice="vivian", request_id=f"{tag}{i}",
-                                       streaming=StreamingOptions(stream=True),
-                                       sampling=SamplingOptions(max_new_tokens=40, ignore_eos=True)))
+        core.add_request(SpeechRequest(text=text, request_id=f"{tag}{i}", streaming=StreamingOptions(stream=True),
+                                       sampling=SamplingOptions(max_new_tokens=40, ignore_eos=True), **voice))
     add(0, TEXTS[0])
     add(1, TEXTS[1])
     chunks: dict[str, int] = {}
@@ -41,10 +41,19 @@ def serve_round(core: EngineCore, tag: str) -> dict[str, int]:
     return chunks
 
 
-def test_gpu_serving_loop_has_no_hidden_synchronisation(monkeypatch):
-    core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda",
+@pytest.mark.parametrize("model", ["custom_voice", "base"])
+def test_gpu_serving_loop_has_no_hidden_synchronisation(monkeypatch, model):
+    """custom_voice: a preset speaker; base: a stored voice-clone voice (ICL: x-vector and reference frames), made
+    before the measured round (computing a voice from a clip is GPU work that reads its results back)."""
+    core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, model), device="cuda",
                                                dtype="bfloat16", max_num_seqs=8, num_kv_blocks=512))
-    serve_round(core, "warm")          # first use: lazy initialisation and compilation may synchronise
+    if model == "base":
+        t = np.linspace(0.0, 1.0, core.sample_rate, dtype=np.float32)
+        clip = (0.1 * np.sin(2 * np.pi * 220.0 * t)).astype("<f4").tobytes()
+        voice = {"voice_clone_prompt": core.create_voice(clip, "A short reference clip.", False)}
+    else:
+        voice = {"voice": "vivian"}
+    serve_round(core, "warm", voice)   # first use: lazy initialisation and compilation may synchronise
     # "warn" rather than "error": every synchronising call site is collected (with where it came from) in one run.
     sites = []
 
@@ -59,7 +68,7 @@ def test_gpu_serving_loop_has_no_hidden_synchronisation(monkeypatch):
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            chunks = serve_round(core, "run")
+            chunks = serve_round(core, "run", voice)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     assert not sites, "synchronising calls on the serving path:\n" + "\n".join(sorted(set(sites)))
