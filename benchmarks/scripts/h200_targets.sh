@@ -11,6 +11,7 @@
 #   STAGE=official  the official qwen-tts at 1.7B c=1 in the same run, then voxflow c=1 offline right after it
 #   STAGE=codec    the streaming codec alone at 64 streams: time per call and top kernels, fp32 (TF32) and bf16
 #   STAGE=prefill  a new request's first-packet split and the host time of its prefill step, alone and 16 at once
+#   STAGE=clone   a Base model (voice clone, ICL with a 3 s reference) offline at c=1 and c=16
 # The http and official stages need the wheels of benchmarks/scripts/device_wheels.sh (run it here, then
 # `carry: [".whl"]`): the device image has no FastAPI/uvicorn/pydantic/pyzmq and no qwen-tts.
 # Usage (repo root, on the GPU machine): STAGE=http OUT=results_dir bash benchmarks/scripts/h200_targets.sh
@@ -83,6 +84,13 @@ small)
   ckpt 1.7b 1.7B
   b --model /tmp/real-1.7b --device cuda --label full --concurrency 128,256 --num-prompts 512 --num-warmups 8 \
     --max-num-seqs 256 --output "$OUT/h200_1p7b_offline_best.json" ;;
+clone)
+  # Base (voice clone, ICL) 1.7B offline at c=1 and c=16 with the bench's generated 3 s reference clip and its
+  # transcript; repeated requests share the reference prefix in the KV cache.
+  [ -d /tmp/real-1.7b-base ] || python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-1.7b-base \
+      --variant base --size 1.7B | tail -1
+  b --model /tmp/real-1.7b-base --device cuda --label full-clone --task voice_clone --concurrency 1,16 \
+    --num-prompts 32 --num-warmups 2 --max-num-seqs 64 --output "$OUT/h200_1p7b_clone_offline.json" ;;
 official)
   ckpt 1.7b 1.7B
   PYTHONPATH=/tmp/site:$PWD python3 tools/bench_official.py --model /tmp/real-1.7b --device cuda:0 \
