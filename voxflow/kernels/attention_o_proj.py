@@ -23,8 +23,7 @@ the new normed, rotated keys and raw values into cache position T (each KV head 
 group); every tile attends to the new token from registers and reads only positions < T, so nothing reads what is
 being written. The counters (`tile_counters`, int32 per column block) are reset by the tile that consumed them.
 
-The body is `_attention_o_proj_tile` (one tile; CG, off in the kernel below, would read the q|k|v row and the
-residual through L2 only, for a launch whose other programs wrote them).
+The body is `_attention_o_proj_tile` (one tile a program).
 
 Registers per thread (sm_90, bf16, M = 1, aligned as the JIT specializes; `python -m voxflow.kernels.compile_check`
 prints them): ~110 at the default (2 heads x 64 columns, 4 warps), ~62 at 1 x 32, ~179 at 16 x 8; 4 heads x 128
@@ -44,7 +43,6 @@ import torch
 import triton
 import triton.language as tl
 
-from voxflow.kernels.norm_linear import _load, _load_all
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 8
@@ -69,7 +67,7 @@ def _norm_rope_halves(x1, x2, w1, w2, c1, c2, s1, s2, inv_d, eps, DTYPE: tl.cons
 def _heads_o_proj(h0, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_d, q_eps, k_eps,
                   qw1, qw2, kw1, kw2, c1, c2, s1, s2, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                   HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                  BLOCK_T: tl.constexpr, CG: tl.constexpr):
+                  BLOCK_T: tl.constexpr):
     """Query heads [h0, h0 + BLOCK_H) of row b: their attention output, times this tile's rows of W_o over those
     heads' columns -> the fp32 partial o_proj sums [BLOCK_N] (column block nt == 0 also appends the new keys /
     values)."""
@@ -85,12 +83,12 @@ def _heads_o_proj(h0, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_
     # the new token: the query heads, and per query head its group's key (normed and rotated once per query head:
     # a few redundant FMAs instead of a broadcast across a head axis) and value
     qp = row + heads[:, None] * D + dh[None, :]
-    q1, q2 = _norm_rope_halves(_load_all(qp, CG).to(tl.float32), _load_all(qp + HALF, CG).to(tl.float32), qw1, qw2,
+    q1, q2 = _norm_rope_halves(tl.load(qp).to(tl.float32), tl.load(qp + HALF).to(tl.float32), qw1, qw2,
                                c1, c2, s1, s2, inv_d, q_eps, dtype)
     kp = row + HQD + kvh[:, None] * D + dh[None, :]
-    k1, k2 = _norm_rope_halves(_load_all(kp, CG).to(tl.float32), _load_all(kp + HALF, CG).to(tl.float32), kw1, kw2,
+    k1, k2 = _norm_rope_halves(tl.load(kp).to(tl.float32), tl.load(kp + HALF).to(tl.float32), kw1, kw2,
                                c1, c2, s1, s2, inv_d, k_eps, dtype)
-    vn = _load_all(row + HQD + HKV * D + kvh[:, None] * D + d[None, :], CG)    # [BLOCK_H, D]
+    vn = tl.load(row + HQD + HKV * D + kvh[:, None] * D + d[None, :])    # [BLOCK_H, D]
     if nt == 0:
         first = (heads % GROUPS == 0)[:, None]                          # each KV head written once
         kn = kc_ptr + b * sk_b + kvh[:, None] * sk_h + T * sk_t + dh[None, :]
@@ -120,10 +118,10 @@ def _heads_o_proj(h0, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_
 
 
 @triton.jit
-def _residual_epilogue(acc, res_ptr, out_ptr, offs_n, n_mask, CG: tl.constexpr):
+def _residual_epilogue(acc, res_ptr, out_ptr, offs_n, n_mask):
     """fp32 o_proj sums -> round, residual + y rounded (skinny_linear's epilogue), store."""
     dtype = out_ptr.dtype.element_ty
-    r = _load(res_ptr + offs_n, n_mask, CG).to(tl.float32)
+    r = tl.load(res_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + offs_n, round_to(r + round_to(acc, dtype), dtype).to(dtype), mask=n_mask)
 
 
@@ -132,7 +130,7 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
                            ws_ptr, cnt_ptr, M, N, T, scale, inv_d, q_eps, k_eps,
                            s_qkv, s_res, s_out, cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                            HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
-                           BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, CG: tl.constexpr):
+                           BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
     """Tile = (head block hb, column block nt), hb fastest: the attention of query heads [hb * BLOCK_H, + BLOCK_H)
     and their share of o_proj for columns [nt * BLOCK_N, + BLOCK_N), all M rows. With one head block the tile
     finishes its columns itself; else it stores fp32 partial sums to ws [M, HQ / BLOCK_H, N] and the last of the
@@ -158,9 +156,9 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
         s2 = tl.load(sin_ptr + b * sin_sb + HALF + dh).to(tl.float32)[None, :]
         part = _heads_o_proj(hb * BLOCK_H, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_d, q_eps, k_eps,
                              qw1, qw2, kw1, kw2, c1, c2, s1, s2, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
-                             HQ, HKV, D, HALF, BLOCK_H, BLOCK_T, CG)
+                             HQ, HKV, D, HALF, BLOCK_H, BLOCK_T)
         if NHB == 1:
-            _residual_epilogue(part, res_ptr + b * s_res, out_ptr + b * s_out, offs_n, n_mask, CG)
+            _residual_epilogue(part, res_ptr + b * s_res, out_ptr + b * s_out, offs_n, n_mask)
         else:
             tl.store(ws_ptr + (b * NHB + hb) * N + offs_n, part, mask=n_mask)
     if NHB > 1:
@@ -171,7 +169,7 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
                 acc = tl.zeros((BLOCK_N,), tl.float32)
                 for j in tl.static_range(NHB):
                     acc += tl.load(ws_ptr + (b * NHB + j) * N + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
-                _residual_epilogue(acc, res_ptr + b * s_res, out_ptr + b * s_out, offs_n, n_mask, CG)
+                _residual_epilogue(acc, res_ptr + b * s_res, out_ptr + b * s_out, offs_n, n_mask)
             tl.atomic_xchg(cnt_ptr + nt, 0, sem="relaxed", scope="gpu")   # ready for the next launch
 
 
@@ -184,7 +182,7 @@ def _attention_o_proj_kernel(qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, 
     _attention_o_proj_tile(tl.program_id(0), qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, kc_ptr,
                            vc_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, T, scale, inv_d, q_eps, k_eps, s_qkv, s_res, s_out,
                            cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, HQ, HKV, D, HALF, BLOCK_H, BLOCK_T,
-                           BLOCK_N, False)
+                           BLOCK_N)
 
 
 _COUNTERS: dict = {}

@@ -28,8 +28,7 @@ once (8 x 1024 bf16 = 16 KB a program, ~4 programs per SM at N = 4096). `launch_
 (CUDA-graph capturable); benchmarks/scripts/tune_cp_layer.py times alternatives on the GPU.
 
 Also, without a norm weight, a plain skinny GEMM with an optional residual epilogue (residual + round(y), rounded:
-skinny_linear.py's rounding points). The body is `_norm_linear_tile` (one BLOCK_N tile of output columns; CG, off
-in the kernel below, would load x and the residual through L2 only, for a launch whose other programs wrote them).
+skinny_linear.py's rounding points). The body is `_norm_linear_tile` (one BLOCK_N tile of output columns).
 
 Registers per thread (sm_90, bf16, M = 1, as the JIT specializes aligned pointers / strides; `python -m
 voxflow.kernels.compile_check` prints them): ~44 at the q|k|v default (4 x 1024), ~64 at gate|up's (2 x 4 x 512),
@@ -53,28 +52,9 @@ _CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 
 
 @triton.jit
-def _load(ptrs, mask, CG: tl.constexpr):
-    """tl.load (0 where masked), through L2 only when CG: data another program of the same launch wrote
-    (L1 is not coherent across SMs)."""
-    if CG:
-        return tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
-    else:
-        return tl.load(ptrs, mask=mask, other=0.0)
-
-
-@triton.jit
-def _load_all(ptrs, CG: tl.constexpr):
-    """`_load` without a mask."""
-    if CG:
-        return tl.load(ptrs, cache_modifier=".cg")
-    else:
-        return tl.load(ptrs)
-
-
-@triton.jit
 def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm, stride_om,
                       k_float, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr,
-                      PRECISE_EXP: tl.constexpr, CG: tl.constexpr,
+                      PRECISE_EXP: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Output columns [tile * BLOCK_N, + BLOCK_N) of all M rows (the kernel below runs one tile a program)."""
     dtype = x_ptr.dtype.element_ty
@@ -99,7 +79,7 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
         if SWIGLU:
             wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None], other=0.0).to(tl.float32)
         if BLOCK_M == 1:
-            a = _load(x_ptr + kk, kk < K, CG).to(tl.float32)
+            a = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
             if NORM:
                 sq += a * a
                 a = a * tl.load(g_ptr + kk).to(tl.float32)          # exact in fp32 for 16-bit x and g
@@ -107,7 +87,7 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
             if SWIGLU:
                 acc_u += tl.sum(wu * a[None, :], axis=1)
         else:
-            a = _load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], m_mask[:, None], CG).to(tl.float32)
+            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
             if NORM:
                 sq += a * a
                 a = a * tl.load(g_ptr + kk).to(tl.float32)[None, :]
@@ -135,9 +115,9 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
     if HAS_RES:
         # Read and written by this tile only, element for element: `out` may alias the residual.
         if BLOCK_M == 1:
-            r = _load(res_ptr + offs_n, n_mask, CG)
+            r = tl.load(res_ptr + offs_n, mask=n_mask, other=0.0)
         else:
-            r = _load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask, CG)
+            r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
         y = round_to(r.to(tl.float32) + y, dtype)
     tl.store(out_ptr + rows, y.to(dtype), mask=mask)
 
@@ -148,7 +128,7 @@ def _norm_linear_kernel(x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_x
                         PRECISE_EXP: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     _norm_linear_tile(tl.program_id(0), x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm,
-                      stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, False, BLOCK_M, BLOCK_N, BLOCK_K)
+                      stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 def _pow2_floor(v: int) -> int:
