@@ -65,10 +65,6 @@ class EngineConfig:
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
-    talker_priority: bool = False              # on a GPU: talker graphs replay on a high-priority stream, so the
-                                               # codec's big kernels beside them yield free SMs to the per-frame
-                                               # step first (priority_replay.py). Off: no gain measured at c=64 on
-                                               # an H200 (9.52 vs 9.34 ms a step), 0.8 ms more host time a step
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
     prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
                                                # None: with cuda_graphs on a GPU. True on a CPU: the same padded
@@ -138,14 +134,12 @@ class EngineCore:
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
                                    max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
                                    # the paged attention kernel reads only real pages: one table width fits all
-                                   fixed_width=device.type == "cuda" and kernels_enabled(),
-                                   high_priority=config.talker_priority)
+                                   fixed_width=device.type == "cuda" and kernels_enabled())
         self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
         want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
                                else config.cuda_graphs and device.type == "cuda")
         self.prefill_runner = (PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
-                                             config.max_num_batched_tokens, config.max_num_seqs, config.cuda_graphs,
-                                             high_priority=config.talker_priority)
+                                             config.max_num_batched_tokens, config.max_num_seqs, config.cuda_graphs)
                                if want_prefill_graphs and hasattr(model, "prefill_forward") else None)
         self.prefill = PrefillDispatch(model, self.k_cache, self.v_cache, self.block_manager, config.block_size,
                                        self.scratch_slot, self.prefill_runner, config.batch_prefill)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import torch
 
 from .model_api import DecodeOutput, PagedKVContext, TTSModel
-from .priority_replay import GraphReplayer
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -56,7 +55,7 @@ class RunnerStats:
 
 class DecodeRunner:
     def __init__(self, model: TTSModel, k_cache, v_cache, block_size: int, max_batch: int, max_width: int,
-                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False, high_priority: bool = False):
+                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False):
         self.model = model
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_size = block_size
@@ -66,7 +65,6 @@ class DecodeRunner:
         self.fixed_width = fixed_width          # attention kernels read only real pages: one width fits all
         self.scratch_block = scratch_block
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        self._replayer = GraphReplayer(self.device, high_priority and self.cuda_graphs)
         self.stats = RunnerStats()
         B, W = self.buckets[-1], self.max_width
         pin = self.device.type == "cuda"
@@ -113,7 +111,7 @@ class DecodeRunner:
             if key not in self._graphs:
                 self._capture(key)
             graph, out = self._graphs[key]
-            self._replayer.replay(graph)
+            graph.replay()
             self.stats.replays += 1
         else:
             out = self._decode(bucket, width)

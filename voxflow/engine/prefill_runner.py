@@ -29,7 +29,6 @@ import torch
 
 from .graph_runner import RunnerStats, width_bucket
 from .model_api import PagedKVContext
-from .priority_replay import GraphReplayer
 
 # B x L within the step's token budget (2048 by default: 512 for up to 4 prompts, 2048 for one).
 PREFILL_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
@@ -54,7 +53,7 @@ class PrefillItem:
 
 class PrefillRunner:
     def __init__(self, model, k_cache, v_cache, block_size: int, scratch_block: int, max_tokens: int,
-                 max_batch: int, cuda_graphs: bool, high_priority: bool = False):
+                 max_batch: int, cuda_graphs: bool):
         self.model = model
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_size = block_size
@@ -62,7 +61,6 @@ class PrefillRunner:
         self.scratch_block = scratch_block
         self.device = torch.device(model.device)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        self._replayer = GraphReplayer(self.device, high_priority and self.cuda_graphs)
         # Shapes: B x L within the step's token budget (the scheduler never gives more), B within the model slots.
         batches = [b for b in PREFILL_BATCHES if b <= max(max_batch, 1)]
         shapes = {(b, n, self._width(n)) for n in PREFILL_LENGTHS for b in batches if b * n <= max_tokens}
@@ -141,7 +139,7 @@ class PrefillRunner:
         if self.cuda_graphs:
             self._check_epoch()
             graph, out = self._graphs[key]
-            self._replayer.replay(graph)
+            graph.replay()
             self.stats.replays += 1
         else:
             out = self._forward(bsz, length, width)
