@@ -42,17 +42,20 @@ class PrefillDispatch:
         if self.independent([c for c, _ in pairs]):
             pairs = sorted(pairs, key=lambda p: p[0].end - p[0].start)     # similar lengths share a bucket
         group: list = []
+        key = None                              # the graph the current group fits
         for pair in pairs:
-            if plan(group + [pair]) is not None:
-                group.append(pair)
+            grown = plan(group + [pair])
+            if grown is not None:
+                group, key = group + [pair], grown
                 continue
             if group:
-                self._graph(plan(group), group)
-            group = [pair] if plan([pair]) is not None else []
+                self._graph(key, group)
+            key = plan([pair])
+            group = [pair] if key is not None else []
             if not group:
                 self._eager(*pair)
         if group:
-            self._graph(plan(group), group)
+            self._graph(key, group)
 
     def independent(self, chunks) -> bool:
         """No chunk reads a page (of its cached prefix) that an earlier chunk of this step writes: any order works."""
