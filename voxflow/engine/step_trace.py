@@ -10,7 +10,8 @@ previous step: a collection pass over a serving process's heap can take millisec
 
 Building a request's prompt (the model's `prepare`, on the engine thread) is also profiled (cProfile, only while
 tracing) and the statistics are written beside the trace at close, `PATH.prepare.pstats` (read them with
-`python -m pstats`): it took 2.5-3.8 ms a request inside the serving engine against 0.9 ms alone on an H200.
+`python -m pstats`): it took 2.5-3.8 ms a request inside the serving engine against 0.9 ms alone on an H200. The
+profiler slows Python code, so a traced run's `prepare_ms` (and its first packets) read higher than an untraced one.
 """
 from __future__ import annotations
 
