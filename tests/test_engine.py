@@ -445,7 +445,7 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     """trace_steps: a JSON line per served step whose counts add up to what the engine did (requests added, decode
     rows = frames made, chunks and final records out), with step numbers in order."""
     path = tmp_path / "steps.jsonl"
-    core = make_engine(trace_steps=str(path))
+    core = make_engine(trace_steps=str(path), trace_profile_prepare=True)
     reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(3)]
     results = drive(core, {0: reqs[:2], 4: reqs[2:]})
     core.shutdown()

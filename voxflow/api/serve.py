@@ -58,6 +58,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="codec decoder precision (default float32)")
     p.add_argument("--trace-steps", metavar="PATH", default=None,
                    help="append one JSON line per engine step to PATH (timings, batch sizes: step_trace.py)")
+    p.add_argument("--trace-profile-prepare", action="store_true",
+                   help="with --trace-steps: also profile the prompt builds (PATH.prepare.pstats; slows them)")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
     p.add_argument("--default-voice", help="voice used when a request names an OpenAI voice the model lacks")
     p.add_argument("--allowed-local-media-path", help="ref_audio may name files under this folder only")
@@ -121,6 +123,7 @@ def engine_config_from_args(args):
         extra["codec_dtype"] = args.codec_dtype
     if getattr(args, "trace_steps", None):
         extra["trace_steps"] = args.trace_steps
+        extra["trace_profile_prepare"] = bool(getattr(args, "trace_profile_prepare", False))
     return EngineConfig(model=args.model, device=device, dtype=dtype, max_num_seqs=args.max_num_seqs, **extra)
 
 

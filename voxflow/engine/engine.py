@@ -74,6 +74,7 @@ class EngineConfig:
     warmup_requests: bool | None = None        # run the model's warm-up requests before serving (None: on a GPU
                                                # with capture_at_start, where first use compiles kernels)
     trace_steps: str | None = None             # append one JSON line per step to this file (step_trace.py)
+    trace_profile_prepare: bool = False        # with trace_steps: also cProfile the prompt builds (slows them)
 
 
 # First-audio latency, in order: building the prompt (tokenizer, voice, embeddings: before the request is queued),
@@ -159,7 +160,7 @@ class EngineCore:
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
         self.trace: StepTrace | None = None
         self._warm_up()
-        self.trace = StepTrace(config.trace_steps) if config.trace_steps else None    # after warm-up: served steps only
+        self.trace = StepTrace(config.trace_steps, config.trace_profile_prepare) if config.trace_steps else None    # after warm-up: served steps only
         self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
         if device.type == "cuda":
             self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)

@@ -8,10 +8,11 @@ A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase o
 "finished" (final records out), "running", "waiting", "gc_ms" (time in Python's garbage collector since the
 previous step: a collection pass over a serving process's heap can take milliseconds)}.
 
-Building a request's prompt (the model's `prepare`, on the engine thread) is also profiled (cProfile, only while
-tracing) and the statistics are written beside the trace at close, `PATH.prepare.pstats` (read them with
-`python -m pstats`): it took 2.5-3.8 ms a request inside the serving engine against 0.9 ms alone on an H200. The
-profiler slows Python code, so a traced run's `prepare_ms` (and its first packets) read higher than an untraced one.
+With `profile_prepare` (`EngineConfig.trace_profile_prepare`, `voxflow serve --trace-profile-prepare`), building a
+request's prompt (the model's `prepare`, on the engine thread) is also profiled with cProfile and the statistics are
+written beside the trace at close, `PATH.prepare.pstats` (read them with `python -m pstats`): it took 2.5-3.8 ms a
+request inside the serving engine against 0.9 ms alone on an H200. Off by default: the profiler slows Python code,
+so a profiled run's prepare times and first packets read high.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import time
 
 
 class StepTrace:
-    def __init__(self, path: str):
+    def __init__(self, path: str, profile_prepare: bool = False):
         self._file = open(path, "a", buffering=1, encoding="utf-8")      # line-buffered: readable while serving
         self._added = 0
         self._prepare_s = 0.0
@@ -31,10 +32,13 @@ class StepTrace:
         self._gc_started: float | None = None
         gc.callbacks.append(self._on_gc)
         self._path = path
-        self._prepare_profile = cProfile.Profile()
+        self._prepare_profile = cProfile.Profile() if profile_prepare else None
 
     @contextlib.contextmanager
     def profiling_prepare(self):
+        if self._prepare_profile is None:
+            yield
+            return
         self._prepare_profile.enable()
         try:
             yield
@@ -61,5 +65,5 @@ class StepTrace:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         self._file.close()
-        if self._prepare_profile.getstats():
+        if self._prepare_profile is not None and self._prepare_profile.getstats():
             self._prepare_profile.dump_stats(self._path + ".prepare.pstats")
