@@ -4,7 +4,8 @@ in each precision setting asked for.
 
     python benchmarks/scripts/profile_codec.py MODEL_DIR BATCH SETTING[,SETTING...]
     SETTING: fp32 (convolutions in TF32, PyTorch's default) | fp32-strict (no TF32) | bf16, each optionally with
-             +bench (cudnn.benchmark: cuDNN times its algorithms once per shape before the capture)
+             +bench (cudnn.benchmark: cuDNN times its algorithms once per shape before the capture) and/or
+             +ncl (the waveform stack in [B, C, T] layout: codec_waveform_cl.py's channels-last path off)
 """
 import sys
 import time
@@ -15,13 +16,15 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from profile_step import kernel_summary  # noqa: E402
 
+from voxflow.models.qwen3_tts import codec_waveform_cl  # noqa: E402
 from voxflow.models.registry import load_for_engine  # noqa: E402
 
 
 def run(model: str, batch: int, setting: str) -> None:
-    base, _, extra = setting.partition("+")
+    base, *extra = setting.split("+")
     torch.backends.cudnn.allow_tf32 = base != "fp32-strict"
-    torch.backends.cudnn.benchmark = extra == "bench"
+    torch.backends.cudnn.benchmark = "bench" in extra
+    codec_waveform_cl.ENABLED = "ncl" not in extra
     dtype = "bfloat16" if base == "bf16" else "float32"
     _, codec = load_for_engine(model, device="cuda", dtype="bfloat16", max_slots=batch, codec_dtype=dtype)
     t = time.perf_counter()
@@ -42,7 +45,7 @@ def run(model: str, batch: int, setting: str) -> None:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 codec.decode(states, frames)
-        kernel_summary(prof, 3, top=12)
+        kernel_summary(prof, 3, top=16)
     for s in states:
         codec.release(s)
     del codec

@@ -131,6 +131,19 @@ def test_bf16_streaming_snr_against_fp32_one_pass(dec):
     assert exact["max_abs_err"] <= TOL, exact
 
 
+# fp32 weights with TF32 convolutions and matmuls (the serving default: PyTorch's default for convolutions; the
+# channels-last kernels and the GEMMs follow it) against plain fp32: TF32 keeps 10 mantissa bits to bf16's 7, so
+# ~18 dB above bf16's ~28 dB is expected; 35 dB leaves room and still fails a path that lost precision elsewhere.
+TF32_MIN_SNR_DB = 35.0
+
+
+def test_tf32_streaming_snr_against_fp32_one_pass(dec):
+    result = measure(dec, torch.float32, 150, seed=0, tf32=True)
+    print(result)
+    assert result["tf32"] and result["cuda_graphs"]
+    assert result["snr_db"] is not None and result["snr_db"] >= TF32_MIN_SNR_DB, result
+
+
 def test_decode_async_on_the_codec_stream_equals_sync_decode(dec):
     codes = [codes_for(n, seed=40 + i) for i, n in enumerate((25, 25, 10))]
     sync_runner = Qwen3CodecRunner.from_decoder(dec, max_rows=4)
@@ -188,9 +201,11 @@ def test_warmup_captures_the_bucketed_shapes(dec):
 
 
 def test_fused_codec_kernels_equal_the_plain_torch_decoder(dec, monkeypatch):
-    """The codec's GPU-only paths (transposed convolutions as GEMM + overlap-add, biases folded into SnakeBeta and the
-    residual add) against the same decoder with every kernel switched off (plain cuDNN / PyTorch), fp32 with TF32
-    off, streamed through the graphed runner: within TOL (the GEMM sums in another order than cuDNN's kernel)."""
+    """The codec's GPU-only paths (the channels-last waveform stack of codec_waveform_cl.py with its Triton
+    convolutions, transposed convolutions as GEMM + overlap-add, biases folded into SnakeBeta and the residual add)
+    against the same decoder with every kernel switched off (plain cuDNN / PyTorch), fp32 with TF32 off, streamed
+    through the graphed runner: within TOL (the GEMMs sum in another order than cuDNN's kernels). Then the same
+    with the channels-last stack off (the [B, C, T] kernel path)."""
     import voxflow.kernels as switch
     fused = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True)
     got, codes = run_plan(fused)
@@ -200,3 +215,10 @@ def test_fused_codec_kernels_equal_the_plain_torch_decoder(dec, monkeypatch):
     for k in PLAN:
         assert np.abs(got[k] - want[k]).max() <= TOL, k
         assert want[k].std() > 0.05
+    from voxflow.models.qwen3_tts import codec_waveform_cl
+    monkeypatch.setattr(switch, "_enabled", True)
+    monkeypatch.setattr(codec_waveform_cl, "ENABLED", False)
+    ncl = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True)
+    got_ncl, _ = run_plan(ncl)
+    for k in PLAN:
+        assert np.abs(got_ncl[k] - want[k]).max() <= TOL, k

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 
+import torch
+
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -41,7 +43,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import dense_decode_norm_rope as dense_nr
     from voxflow.kernels import paged_decode_attention as paged
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
-    from voxflow.kernels import uniform_noise
+    from voxflow.kernels import causal_conv, uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     for top_p, talker in ((False, False), (True, False), (False, True)):
@@ -60,6 +62,22 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"bias_residual {dt}", snake_beta._bias_residual_kernel,
                     dict(h_ptr=p, bias_ptr=p, x_ptr=p, out_ptr=p), dict(BLOCK=1024),
                     dict(num_warps=4, enable_fp_fusion=False)))
+    for dt in ("fp32", "bf16"):
+        p = _ptr(dt)
+        dtype = torch.float32 if dt == "fp32" else torch.bfloat16
+        out.append((f"snake_channels_last {dt}", causal_conv._snake_cl_kernel,
+                    dict(x_ptr=p, a_ptr=p, inv_ptr=p, out_ptr=p), dict(PRECISE=True, BLOCK=1024),
+                    dict(num_warps=4, enable_fp_fusion=False)))
+        for cin, cout, k, epilogue in ((96, 96, 7, "SNAKE"), (192, 192, 1, "RESIDUAL"), (96, 1, 7, None)):
+            cfg = causal_conv.launch_config(cin, cout, dtype)
+            consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE",
+                          RESIDUAL=epilogue == "RESIDUAL", PRECISE=True,
+                          DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
+                          EVEN_K=cin % cfg["BLOCK_K"] == 0,
+                          **{key: v for key, v in cfg.items() if key.isupper()})
+            out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}", causal_conv._conv_cl_kernel,
+                        dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
+                        dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")
     for m in (1, 4, 8, 64):

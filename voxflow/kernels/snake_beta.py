@@ -29,6 +29,20 @@ _BLOCK = 1024
 
 
 @triton.jit
+def snake(x, a, inv, DTYPE: tl.constexpr, PRECISE: tl.constexpr):
+    """x + inv * sin(x * a)^2 on fp32 values (a, inv broadcast against x), rounded where torch stores in DTYPE.
+    Shared with the channels-last convolution kernels (causal_conv.py), which apply it in their prologue/epilogue."""
+    t = round_to(x * a, DTYPE)
+    if PRECISE:
+        s = libdevice.sin(t)                   # sinf, as torch's CUDA kernel
+    else:
+        s = tl.sin(t)                          # the interpreter has no libdevice
+    s = round_to(s, DTYPE)
+    s2 = round_to(s * s, DTYPE)
+    return round_to(x + round_to(inv * s2, DTYPE), DTYPE)
+
+
+@triton.jit
 def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, bias_ptr, out_ptr, C, T, stride_b, stride_c, out_stride_b,
                        out_stride_c, HAS_BIAS: tl.constexpr, PRECISE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)                     # (batch, channel) pair
@@ -42,14 +56,7 @@ def _snake_beta_kernel(x_ptr, a_ptr, inv_ptr, bias_ptr, out_ptr, C, T, stride_b,
         x = round_to(x + tl.load(bias_ptr + c).to(tl.float32), dtype)
     a = tl.load(a_ptr + c).to(tl.float32)
     inv = tl.load(inv_ptr + c).to(tl.float32)
-    t = round_to(x * a, dtype)
-    if PRECISE:
-        s = libdevice.sin(t)                   # sinf, as torch's CUDA kernel
-    else:
-        s = tl.sin(t)                          # the interpreter has no libdevice
-    s = round_to(s, dtype)
-    s2 = round_to(s * s, dtype)
-    y = round_to(x + round_to(inv * s2, dtype), dtype)
+    y = snake(x, a, inv, dtype, PRECISE)
     out_base = b.to(tl.int64) * out_stride_b + c.to(tl.int64) * out_stride_c
     tl.store(out_ptr + out_base + offs, y.to(dtype), mask=mask)
 

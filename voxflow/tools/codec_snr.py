@@ -14,6 +14,7 @@ Only the codec decoder is loaded (DIR/speech_tokenizer), not the talker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -66,20 +67,34 @@ def streamed(runner: Qwen3CodecRunner, codes: torch.Tensor, first: int = 1, chun
     return np.concatenate(pieces)
 
 
+@contextlib.contextmanager
+def _tf32(allowed: bool):
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def measure(decoder: CodecDecoder, dtype: torch.dtype, frames: int, *, seed: int = 0, first: int = 1,
-            chunk: int = 25, cuda_graphs: bool = True) -> dict:
-    """SNR / max abs error of the streamed `dtype` decode against the one-pass fp32 decode of the same codes."""
+            chunk: int = 25, cuda_graphs: bool = True, tf32: bool = False) -> dict:
+    """SNR / max abs error of the streamed `dtype` decode against the one-pass fp32 decode of the same codes.
+    tf32: the streamed decode's fp32 convolutions and matmuls may use TF32 (PyTorch's default for convolutions, the
+    serving default); the reference never does."""
     cfg = decoder.config
     codes = torch.randint(0, cfg.codebook_size, (frames, cfg.num_quantizers),
                           generator=torch.Generator().manual_seed(seed))
     device = next(decoder.parameters()).device
-    with torch.no_grad():
+    with torch.no_grad(), _tf32(False):
         ref = decoder(codes.T[None].to(device))[0, 0].float().cpu().numpy()
     candidate = decoder if dtype == torch.float32 else cast_decoder(decoder, dtype)
     runner = Qwen3CodecRunner.from_decoder(candidate, max_rows=1, cuda_graphs=cuda_graphs)
-    got = streamed(runner, codes, first, chunk)
+    with _tf32(tf32):
+        got = streamed(runner, codes, first, chunk)
     snr = snr_db(ref, got)
-    return {"dtype": str(dtype).removeprefix("torch."), "device": str(device), "frames": frames, "seed": seed,
+    return {"dtype": str(dtype).removeprefix("torch."), "tf32": tf32, "device": str(device), "frames": frames,
+            "seed": seed,
             "first_chunk": first, "chunk": chunk, "cuda_graphs": runner.graphs is not None,
             "snr_db": None if math.isinf(snr) else round(snr, 3),
             "max_abs_err": float(np.abs(ref - got).max()),
@@ -96,16 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first", type=int, default=1, help="frames of the first streamed chunk")
     ap.add_argument("--chunk", type=int, default=25, help="frames of the following chunks")
     ap.add_argument("--no-graphs", action="store_true", help="eager decode steps even on CUDA")
+    ap.add_argument("--tf32", action="store_true",
+                    help="float32 with TF32 convolutions and matmuls (the serving default) against plain fp32")
     args = ap.parse_args(argv)
-    if args.device.startswith("cuda"):
-        # The reference must be plain fp32: no TF32 in the fp32 matmuls and convolutions.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
     decoder = load_codec_decoder(args.model, args.device)
     result = measure(decoder, getattr(torch, args.dtype), args.frames, seed=args.seed, first=args.first,
-                     chunk=args.chunk, cuda_graphs=not args.no_graphs)
+                     chunk=args.chunk, cuda_graphs=not args.no_graphs, tf32=args.tf32)
     snr = "identical" if result["snr_db"] is None else f"{result['snr_db']:.2f} dB"
-    print(f"{result['dtype']} streamed vs fp32 one pass, {args.frames} frames on {result['device']}: SNR {snr}, "
+    print(f"{result['dtype']}{' (TF32)' if args.tf32 else ''} streamed vs fp32 one pass, {args.frames} frames on {result['device']}: SNR {snr}, "
           f"max abs error {result['max_abs_err']:.3g}")
     print(json.dumps(result))
     return 0

@@ -18,6 +18,7 @@ from torch import nn
 from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm
 
+from . import codec_waveform_cl
 from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock, SnakeBeta,
                                    SplitDequantizer, StreamingModule, StreamTensors)
 from .config import CodecDecoderConfig
@@ -187,8 +188,11 @@ class CodecDecoder(nn.Module):
         for stage in self.upsample:
             for layer in stage:
                 h = layer(h, state)
-        for layer in self.decoder:
-            h = layer(h, state)
+        if codec_waveform_cl.supported(h):
+            h = codec_waveform_cl.waveform_stack(self.decoder, h, state)     # GPU: channels-last, fused kernels
+        else:
+            for layer in self.decoder:
+                h = layer(h, state)
         return h.clamp(-1.0, 1.0)
 
     @torch.no_grad()

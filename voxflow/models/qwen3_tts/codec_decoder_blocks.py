@@ -59,6 +59,7 @@ class CausalConv1d(StreamingModule):
         super().__init__()
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
+        self._derived: tuple | None = None     # the weight as the channels-last kernel reads it (codec_waveform_cl)
 
     def init_state(self, batch, device, dtype):
         if self.context == 0:
@@ -110,6 +111,7 @@ class CausalConvTranspose1d(StreamingModule):
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
         self.stride = stride
         self.overlap = kernel_size - stride
+        self._derived: tuple | None = None     # the weight as one GEMM operand (codec_waveform_cl)
 
     def init_state(self, batch, device, dtype):
         if self.overlap == 0:

@@ -1,0 +1,114 @@
+"""Tile configurations of the channels-last codec convolutions (voxflow/kernels/causal_conv.py) at the shapes of a
+64-stream x 25-frame codec call on the real-size decoder, then the whole codec call with the winners.
+
+    PYTHONPATH=$PWD python benchmarks/scripts/tune_causal_conv.py [BATCH] [FRAMES]
+
+Prints per (Cin, Cout, k, dtype) the time of each candidate and a TUNED table to paste into causal_conv.py.
+"""
+import sys
+import time
+
+import torch
+
+from voxflow.kernels import causal_conv
+
+B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+FRAMES = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+# (channels, samples a frame) of the four upsampling blocks' residual units, and the output conv
+STAGES = ((768, 32), (384, 160), (192, 640), (96, 1920))
+CANDIDATES = {
+    torch.float32: [(128, 128, 32, 8, 3), (128, 128, 32, 8, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
+                    (128, 128, 16, 8, 4), (256, 128, 32, 8, 3), (128, 32, 32, 4, 4), (256, 64, 32, 8, 3)],
+    torch.bfloat16: [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+                     (256, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 32, 64, 4, 4), (256, 64, 64, 8, 3)],
+}
+
+
+def timed(fn, reps=5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def tune() -> dict:
+    table = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for c, per_frame in STAGES:
+            t = per_frame * FRAMES
+            for cout, k, d, epi in ((c, 7, 3, "snake"), (c, 1, 1, "residual")) + (((1, 7, 1, None),) if c == 96 else ()):
+                x = torch.randn(B, t + (k - 1) * d, c, device="cuda").to(dtype)
+                w = causal_conv.pack_weight((torch.randn(cout, c, k, device="cuda") / (c * k) ** 0.5).to(dtype))
+                bias = torch.zeros(cout, device="cuda", dtype=dtype)
+                kw = {}
+                if epi == "snake":
+                    kw["snake_terms"] = (torch.ones(cout, device="cuda", dtype=dtype),) * 2
+                if epi == "residual":
+                    kw["residual"] = torch.randn(B, t, cout, device="cuda").to(dtype)
+                results = []
+                for bt, bn, bk, warps, stages in CANDIDATES[dtype]:
+                    if bn > 32 and cout <= 32:
+                        continue
+                    cfg = dict(BLOCK_T=bt, BLOCK_N=min(bn, max(16, triton_pow2(cout))), BLOCK_K=min(bk, max(16, triton_pow2(c))),
+                               num_warps=warps, num_stages=stages)
+                    causal_conv.TUNED[(c, cout, k, dtype)] = cfg
+                    try:
+                        ms = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **kw))
+                    except Exception as e:                       # out of shared memory / registers
+                        print(f"  {cfg}: failed ({type(e).__name__})", flush=True)
+                        continue
+                    flops = 2 * B * t * c * cout * k
+                    results.append((ms, cfg))
+                    print(f"{str(dtype)[6:]:8s} {c:4d}->{cout:<4d} k={k} rows={B * t:8d} {cfg}: {ms:8.3f} ms "
+                          f"{flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
+                best = min(results, key=lambda r: r[0])
+                table[(c, cout, k, dtype)] = best[1]
+                causal_conv.TUNED[(c, cout, k, dtype)] = best[1]
+                print(f"BEST {str(dtype)[6:]} {c}->{cout} k={k}: {best[0]:.3f} ms {best[1]}", flush=True)
+    return table
+
+
+def triton_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def codec_call(dtype) -> None:
+    from voxflow.models.qwen3_tts.codec_decoder import CodecDecoder
+    from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
+    from voxflow.models.qwen3_tts.config import CodecConfig
+    from voxflow.models.qwen3_tts.weights import load_into, split_prefix
+    from voxflow.tools.tiny_checkpoint import DEFAULT_SEED, codec_tensors, real_codec_config
+    cfg = real_codec_config()
+    tensors = {k: torch.from_numpy(v) for k, v in codec_tensors(cfg, DEFAULT_SEED).items() if k.startswith("decoder.")}
+    with torch.device("cuda"):
+        dec = CodecDecoder(CodecConfig.from_dict(cfg).decoder)
+    load_into(dec, split_prefix(tensors, "decoder."), what="codec", prefix="decoder.")
+    dec = dec.to(dtype).eval().requires_grad_(False)
+    runner = Qwen3CodecRunner.from_decoder(dec, max_rows=B)
+    states = [runner.new_state(None) for _ in range(B)]
+    for n in (1, 10, FRAMES):
+        frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(B)]
+        for _ in range(2):
+            runner.decode(states, frames)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            runner.decode(states, frames)
+        ms = (time.perf_counter() - t0) / 5 * 1e3
+        print(f"codec {str(dtype)[6:]} B={B} n={n}: {ms:.2f} ms per call, {ms / (B * n) * 1e3:.1f} us per stream-frame",
+              flush=True)
+
+
+if __name__ == "__main__":
+    table = tune()
+    print("TUNED = {")
+    for (c, cout, k, dtype), cfg in table.items():
+        print(f"    ({c}, {cout}, {k}, torch.{str(dtype)[6:]}): {cfg},")
+    print("}")
+    for dtype in (torch.float32, torch.bfloat16):
+        codec_call(dtype)

@@ -1,0 +1,137 @@
+"""The channels-last codec kernels (voxflow/kernels/causal_conv.py) and the waveform stack built on them
+(voxflow/models/qwen3_tts/codec_waveform_cl.py) against the plain PyTorch modules, on CPU tensors through Triton's
+interpreter (in a subprocess, see tests/interpreter_child.py).
+
+Tolerances: fp32 convolutions sum in another order than PyTorch's (and the interpreter's dot is numpy's fp32
+matmul): 1e-5 relative to the sum of |terms|. bf16: both sides compute in fp32 and round where torch stores, so they
+differ where an fp32 sum lands on the other side of a bf16 rounding boundary: within 2 bf16 ulps of the output
+(2^-7 relative) plus the input rounding of the reference's own bf16 convolution, which is rounded again before
+the epilogue. The waveform stack streamed in pieces must equal the plain decoder's one pass within 1e-4 (fp32; the
+same bound test_codec_decoder.py holds streaming to).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+CHILD_FLAG = "VOXFLOW_CAUSAL_CONV_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
+
+
+def snake_ref(x, a, inv):
+    """SnakeBeta on [B, C, T] with per-channel a / inv (the module's torch expression)."""
+    return x + inv[None, :, None] * torch.sin(x * a[None, :, None]).pow(2)
+
+
+def check_conv_against_torch():
+    from voxflow.kernels.causal_conv import conv1d_channels_last, launch_config, pack_weight
+    g = torch.Generator().manual_seed(0)
+    # (B, T, Cin, Cout, k, dilation): masked channel tiles (96 -> 128), k blocks not dividing Cin, T not a multiple
+    # of the 128-row tile, the 1x1 conv, the one-channel output conv
+    shapes = ((2, 130, 24, 24, 7, 3), (1, 50, 40, 96, 7, 9), (3, 129, 48, 20, 1, 1), (2, 70, 12, 1, 7, 1))
+    for dtype in (torch.float32, torch.bfloat16):
+        for b, t, cin, cout, k, d in shapes:
+            ctx = (k - 1) * d
+            x_ncl = (torch.randn(b, cin, ctx + t, generator=g)).to(dtype)
+            w = (torch.randn(cout, cin, k, generator=g) / (cin * k) ** 0.5).to(dtype)
+            bias = (torch.randn(cout, generator=g) * 0.1).to(dtype)
+            a = (torch.rand(cout, generator=g) + 0.5).to(dtype)
+            inv = (torch.rand(cout, generator=g) + 0.5).to(dtype)
+            res_ncl = torch.randn(b, cout, t, generator=g).to(dtype)
+            x = x_ncl.transpose(1, 2).contiguous()
+            packed = pack_weight(w)
+            assert packed.shape == (k, cout, cin) and launch_config(cin, cout, dtype)["BLOCK_N"] >= 16
+            exact = F.conv1d(x_ncl.double(), w.double(), None, dilation=d)          # [B, Cout, T], no rounding
+            scale = F.conv1d(x_ncl.double().abs(), w.double().abs(), None, dilation=d)
+            for epilogue in ("bias", "snake", "residual"):
+                kwargs = {}
+                want = (exact.to(dtype).double() + bias.double()[None, :, None]).to(dtype)
+                if epilogue == "snake":
+                    kwargs["snake_terms"] = (a, inv)
+                    want = snake_ref(want.float(), a.float(), inv.float()).to(dtype)
+                if epilogue == "residual":
+                    kwargs["residual"] = res_ncl.transpose(1, 2).contiguous()
+                    want = (want.float() + res_ncl.float()).to(dtype)
+                got = conv1d_channels_last(x, packed, bias, d, **kwargs)
+                assert got.shape == (b, t, cout) and got.dtype == dtype
+                got = got.transpose(1, 2).double()
+                if dtype == torch.float32:
+                    bound = 1e-5 * (scale + 1.0)
+                else:
+                    # conv rounding (the reference stores the bf16 conv first) + 2 ulps of what follows
+                    mag = (scale + want.double().abs() + 1.0)
+                    bound = 2.0 ** -6 * mag
+                if epilogue == "snake":                   # sin's slope <= a * 2 inv: an input error grows by it
+                    bound = bound * (1 + 2 * (a.double() * inv.double()))[None, :, None]
+                err = (got - want.double()).abs()
+                assert (err <= bound).all(), (dtype, (b, t, cin, cout, k, d), epilogue, (err / bound).max().item())
+                assert want.abs().max() > 0.1                     # not a comparison of zeros
+
+
+def check_snake_channels_last():
+    from voxflow.kernels.causal_conv import snake_channels_last
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        for b, t, c in ((2, 33, 5), (1, 300, 96)):
+            x = (torch.randn(b, t, c, generator=g) * 3).to(dtype)
+            a = (torch.rand(c, generator=g) + 0.5).to(dtype)
+            inv = (torch.rand(c, generator=g) + 0.5).to(dtype)
+            want = snake_ref(x.transpose(1, 2).float(), a.float(), inv.float()).transpose(1, 2)
+            eps = torch.finfo(dtype).eps
+            bound = 8 * eps * (x.float().abs() + inv.float() + 1)
+            assert ((snake_channels_last(x, a, inv).float() - want).abs() <= bound).all()
+            buf = torch.full((b, t + 4, c), 7.0, dtype=dtype)          # into rows after a context
+            snake_channels_last(x, a, inv, out=buf[:, 4:])
+            assert (buf[:, :4] == 7.0).all()
+            assert ((buf[:, 4:].float() - want).abs() <= bound).all()
+
+
+def check_waveform_stack_streams_like_the_plain_decoder():
+    """A small decoder with the real rates (1920 samples a frame) and random weights: the channels-last stack,
+    streamed a frame at a time, equals the plain decoder's one pass; without state, its one pass too."""
+    from test_codec_decoder import random_decoder               # tests/test_codec_decoder.py
+    from voxflow.models.qwen3_tts import codec_waveform_cl
+    from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
+    dec = random_decoder(seed=3).requires_grad_(False)
+    codes = torch.randint(0, 2048, (1, 16, 2), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = dec(codes)                                        # plain path (CPU)
+        h = dec.pre_conv(dec.quantizer(codes))
+        h = dec.pre_transformer(h.transpose(1, 2)).transpose(1, 2)
+        for stage in dec.upsample:
+            for layer in stage:
+                h = layer(h)
+        one_pass = codec_waveform_cl.waveform_stack(dec.decoder, h, None).clamp(-1, 1)
+        state = init_stream_state(dec, 1).tensors
+        pieces = []
+        for a, e in ((0, 1), (1, 2)):
+            h = dec.pre_conv(dec.quantizer(codes[..., a:e]), state)
+            h = dec.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
+            for stage in dec.upsample:
+                for layer in stage:
+                    h = layer(h, state)
+            pieces.append(codec_waveform_cl.waveform_stack(dec.decoder, h, state).clamp(-1, 1))
+    streamed = torch.cat(pieces, dim=-1)
+    assert want.shape == one_pass.shape == streamed.shape == (1, 1, 2 * 1920)
+    assert want.std() > 0.05
+    torch.testing.assert_close(one_pass, want, rtol=0, atol=1e-4)
+    torch.testing.assert_close(streamed, want, rtol=0, atol=1e-4)
+
+
+if IN_CHILD:
+    def test_child_conv_against_torch():
+        check_conv_against_torch()
+
+    def test_child_snake_channels_last():
+        check_snake_channels_last()
+
+    def test_child_waveform_stack():
+        check_waveform_stack_streams_like_the_plain_decoder()
+else:
+    def test_channels_last_codec_kernels_under_the_interpreter():
+        run_child(__file__, CHILD_FLAG)

@@ -1,0 +1,204 @@
+"""Channels-last ([B, T, C]) 1-D convolutions and SnakeBeta for the codec decoder's high-rate stack, in Triton.
+
+Why: the decoder's upsampling blocks run 96-768-channel convolutions at up to 24 kHz; in PyTorch's [B, C, T] layout
+cuDNN ran them as sm80 TF32 kernels with layout conversions around each one (nchwToNhwc / nhwcToNchw: 5.7 ms of a
+90 ms 64 x 25-frame call on the H200), and every bias, activation and residual add was another full pass over
+activations of up to a GB (benchmarks/results/h200/2026-12-01-session4/codec_run5_after_fusions.txt). Here a
+convolution is one implicit GEMM over channels-last rows: output row t of a k-tap convolution with dilation d is
+sum_j x[t + j*d] @ W_j, so each tile of rows loads k shifted row blocks of the (left-padded) input, and the epilogue
+adds the bias, and optionally applies the next SnakeBeta or adds the residual, before the single store.
+
+Numerics: products and sums in fp32 (fp32 inputs multiply in TF32 when cuDNN's convolutions may,
+`torch.backends.cudnn.allow_tf32`, PyTorch's default; bf16 inputs on bf16 tensor cores), the output rounded to the
+activation dtype where torch would store it: the bias-less convolution, + bias, the SnakeBeta steps (snake_beta.py's
+rounding points), + residual. The GPU tests hold the whole stack to the plain PyTorch decoder.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from voxflow.kernels.rms_norm import round_to
+from voxflow.kernels.snake_beta import snake
+
+_DTYPES = (torch.float32, torch.bfloat16)
+
+
+@triton.jit
+def _snake_cl_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, N, C, x_sb, out_sb,
+                     PRECISE: tl.constexpr, BLOCK: tl.constexpr):
+    # One sequence's [T, C] rows are contiguous: element e is channel e % C (no masked channel lanes).
+    b = tl.program_id(1).to(tl.int64)
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = e < N
+    c = e % C
+    dtype = out_ptr.dtype.element_ty
+    x = tl.load(x_ptr + b * x_sb + e, mask=mask, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    inv = tl.load(inv_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + b * out_sb + e, snake(x, a, inv, dtype, PRECISE).to(dtype), mask=mask)
+
+
+@triton.jit
+def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
+                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
+                    KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
+                    RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
+                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Output rows of all B sequences numbered b * T + t, so short sequences (low rates, 1-frame calls) fill tiles.
+    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_ok = r < ROWS
+    bb = (r // T).to(tl.int64)
+    tt = (r % T).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    col_ok = cols < COUT
+    dtype = out_ptr.dtype.element_ty
+    x_rows = x_ptr + (bb * x_sb + tt * x_st)[:, None]
+    acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+    # One flat loop over (tap, input-channel block), so the software pipeline spans the taps. The weight tile is
+    # read K-major ([k, Cout, Cin] rows) and transposed in registers: the layout wgmma wants for TF32 operands.
+    for it in range(0, KSIZE * NK):
+        j = it // NK
+        kk = (it - j * NK) * BLOCK_K + ks
+        w_ptrs = w_ptr + (j * COUT + cols)[:, None] * CIN + kk[None, :]
+        if EVEN_K:
+            a = tl.load(x_rows + j * DILATION * x_st + kk[None, :], mask=row_ok[:, None], other=0.0)
+            w = tl.load(w_ptrs, mask=col_ok[:, None], other=0.0)
+        else:
+            k_ok = kk < CIN
+            a = tl.load(x_rows + j * DILATION * x_st + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_ptrs, mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        if DOT_IN_FP32:                        # the interpreter's dot does not take bf16 operands
+            a = a.to(tl.float32)
+            w = w.to(tl.float32)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
+    h = round_to(acc, dtype)                                        # the bias-less convolution, as stored
+    if HAS_BIAS:
+        h = round_to(h + tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :], dtype)
+    if SNAKE:
+        av = tl.load(a_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        iv = tl.load(inv_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        h = snake(h, av, iv, dtype, PRECISE)
+    mask = row_ok[:, None] & col_ok[None, :]
+    if RESIDUAL:
+        res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
+        h = round_to(h + res.to(tl.float32), dtype)
+    tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
+
+
+def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int) -> dict:
+    return dict(BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
+
+
+# (cin, cout, k, dtype) -> launch config: the fastest of eight candidates for each of the real-size decoder's
+# shapes in a 64-stream x 25-frame call on an H200 (benchmarks/scripts/tune_causal_conv.py,
+# benchmarks/results/h200/2026-12-01-session6/tune_causal_conv.txt). Other shapes: `launch_config`'s rule.
+TUNED: dict = {
+    (768, 768, 7, torch.float32): _cfg(128, 128, 32, 8, 4), (768, 768, 1, torch.float32): _cfg(64, 128, 32, 4, 4),
+    (384, 384, 7, torch.float32): _cfg(128, 128, 32, 8, 4), (384, 384, 1, torch.float32): _cfg(256, 128, 32, 8, 3),
+    (192, 192, 7, torch.float32): _cfg(128, 64, 32, 4, 4), (192, 192, 1, torch.float32): _cfg(128, 64, 32, 4, 4),
+    (96, 96, 7, torch.float32): _cfg(128, 128, 32, 8, 4), (96, 96, 1, torch.float32): _cfg(64, 128, 32, 4, 4),
+    (96, 1, 7, torch.float32): _cfg(128, 16, 32, 4, 4),
+    (768, 768, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 4), (768, 768, 1, torch.bfloat16): _cfg(64, 128, 64, 4, 4),
+    (384, 384, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 3), (384, 384, 1, torch.bfloat16): _cfg(256, 128, 64, 8, 3),
+    (192, 192, 7, torch.bfloat16): _cfg(128, 32, 64, 4, 4), (192, 192, 1, torch.bfloat16): _cfg(128, 64, 64, 4, 4),
+    (96, 96, 7, torch.bfloat16): _cfg(128, 32, 64, 4, 4), (96, 96, 1, torch.bfloat16): _cfg(256, 128, 64, 8, 3),
+    (96, 1, 7, torch.bfloat16): _cfg(128, 16, 64, 4, 4),
+}
+
+
+def launch_config(cin: int, cout: int, dtype: torch.dtype, k: int = 7) -> dict:
+    """Tile sizes for a [rows, cin] x [cin, cout] implicit GEMM: 128 rows; the widest of 128 / 64 output channels
+    that divides cout (96 -> one masked 128 tile); k blocks of 32 (fp32) / 64 (bf16) channels."""
+    if (cin, cout, k, dtype) in TUNED:
+        return TUNED[(cin, cout, k, dtype)]
+    if cout % 128 == 0 or cout < 128:
+        block_n = max(16, min(128, triton.next_power_of_2(cout)))
+    else:
+        block_n = 64 if cout % 64 == 0 else 128
+    block_k = max(16, min(32 if dtype == torch.float32 else 64, triton.next_power_of_2(cin)))
+    return dict(BLOCK_T=128, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=8, num_stages=3)
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A conv weight [Cout, Cin, k] as the kernel reads it: [k, Cout, Cin], contiguous."""
+    return weight.permute(2, 0, 1).contiguous()
+
+
+def _unit_channel_stride(t: torch.Tensor) -> bool:
+    return t.stride(-1) == 1 or t.shape[-1] == 1
+
+
+def supported(x: torch.Tensor) -> bool:
+    return (x.dim() == 3 and x.dtype in _DTYPES and _unit_channel_stride(x)
+            and not (torch.is_grad_enabled() and x.requires_grad))
+
+
+def _dot_precision(x: torch.Tensor) -> str:
+    if x.dtype == torch.float32 and x.is_cuda and torch.backends.cudnn.allow_tf32:
+        return "tf32"
+    return "ieee"
+
+
+def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1,
+                         snake_terms: tuple[torch.Tensor, torch.Tensor] | None = None,
+                         residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Valid convolution over channels-last rows: x [B, T + (k-1)*dilation, Cin] (already left-padded, unit channel
+    stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] contiguous.
+    snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit channel
+    stride): added last."""
+    bsz, rows_in, cin = x.shape
+    k, cout, wcin = weight_packed.shape
+    if wcin != cin or not _unit_channel_stride(x) or not weight_packed.is_contiguous():
+        raise ValueError(f"x {tuple(x.shape)} (unit channel stride) and a contiguous [k, Cout, {cin}] weight needed")
+    t = rows_in - (k - 1) * dilation
+    if t < 0:
+        raise ValueError(f"{rows_in} input rows hold no output of a {k}-tap, dilation-{dilation} convolution")
+    out = torch.empty((bsz, t, cout), dtype=x.dtype, device=x.device)
+    if residual is not None and (residual.shape != out.shape or not _unit_channel_stride(residual)):
+        raise ValueError(f"residual must be {tuple(out.shape)} with a unit channel stride")
+    if out.numel() == 0:
+        return out
+    cfg = launch_config(cin, cout, x.dtype, k)
+    a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
+    res = residual if residual is not None else out                     # not read without RESIDUAL
+    grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
+    _conv_cl_kernel[grid](
+        x, weight_packed, bias if bias is not None else x, a, inv, res, out,
+        bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
+        res.stride(1), out.stride(0), out.stride(1),
+        KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
+        RESIDUAL=residual is not None, PRECISE=x.is_cuda, DOT_PRECISION=_dot_precision(x),
+        DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,
+        BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        enable_fp_fusion=False)                # SnakeBeta's rounded steps stay separate operations
+    return out
+
+
+def _rows_contiguous(t: torch.Tensor) -> bool:
+    """Each sequence's [T, C] rows one contiguous block (a batch stride may differ)."""
+    return (t.stride(-1) == 1 or t.shape[-1] == 1) and (t.stride(1) == t.shape[2] or t.shape[1] == 1)
+
+
+def snake_channels_last(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor, out: torch.Tensor | None = None
+                        ) -> torch.Tensor:
+    """SnakeBeta over channels-last rows: x [B, T, C] (each sequence's rows contiguous), a / inv [C] -> a new
+    contiguous tensor, or written into `out` ([B, T, C], each sequence's rows contiguous: e.g. the rows of a buffer
+    after a convolution's left context)."""
+    bsz, t, c = x.shape
+    if out is None:
+        out = torch.empty((bsz, t, c), dtype=x.dtype, device=x.device)
+    elif out.shape != x.shape or not _rows_contiguous(out) or out.dtype != x.dtype:
+        raise ValueError(f"out must be {tuple(x.shape)} {x.dtype} with each sequence's rows contiguous")
+    if not _rows_contiguous(x):
+        raise ValueError("x needs each sequence's [T, C] rows contiguous")
+    if out.numel():
+        block = 1024
+        _snake_cl_kernel[(triton.cdiv(t * c, block), bsz)](
+            x, a.contiguous(), inv.contiguous(), out, t * c, c, x.stride(0), out.stride(0),
+            PRECISE=x.is_cuda, BLOCK=block, num_warps=4, enable_fp_fusion=False)
+    return out

@@ -1,0 +1,102 @@
+"""The codec decoder's waveform stack on the GPU in channels-last layout: `CodecDecoder.decoder` (the first
+convolution, the four SnakeBeta upsampling blocks, the last SnakeBeta and the one-channel output convolution) with
+activations held as [B, T, C] rows between the layers.
+
+Why: these layers hold ~95% of the decoder's arithmetic (~4.8 of 5.0 GFLOP a frame) and activations up to 96
+channels x 1920 samples a frame; in [B, C, T] layout each convolution went through cuDNN with layout conversions and
+every bias, activation and residual add was a separate pass. Channels-last, a residual unit is three passes: the
+first SnakeBeta (written after the dilated convolution's left context), the dilated convolution with its bias and
+the second SnakeBeta in its epilogue, the 1x1 convolution with its bias and the residual add in its epilogue
+(voxflow/kernels/causal_conv.py); a transposed convolution is one GEMM whose rows are already channels-last.
+
+Same modules, same weights, same streaming state as the plain path (codec_decoder_blocks.py): each convolution's
+carried left context stays [B, C, context] in the state (read and written transposed: at most 54 samples), the
+transposed convolutions' spill [B, C, overlap]. The GPU tests hold this path to the plain PyTorch decoder.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from voxflow.kernels import use_kernels
+from voxflow.layers.conv_transpose_gemm import matmul_tf32
+
+from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderBlock, ResidualUnit, SnakeBeta,
+                                   StreamTensors, _per_weight_version)
+
+ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
+
+
+def supported(x: torch.Tensor) -> bool:
+    return ENABLED and use_kernels(x) and x.dtype in (torch.float32, torch.bfloat16)
+
+
+def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+    """`for layer in layers: h = layer(h, state)` for CodecDecoder.decoder, channels-last inside:
+    h [B, latent, T] -> waveform [B, 1, T * upsample] (not yet clamped)."""
+    first, *blocks, act, out_conv = layers
+    x = first(h, state).transpose(1, 2).contiguous()          # the low-rate first conv (im2col GEMM), then [B, T, C]
+    for block in blocks:
+        x = _block(block, x, state)
+    y = _conv(out_conv, _activated_with_context(act, out_conv, x, state))        # [B, T, 1]
+    return y.view(y.shape[0], 1, y.shape[1])
+
+
+def _block(block: DecoderBlock, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+    from voxflow.kernels.causal_conv import snake_channels_last
+    act, up, *units = block.block
+    x = _conv_transpose(up, snake_channels_last(x, *act._channel_terms()), state)
+    for unit in units:
+        x = _residual_unit(unit, x, state)
+    return x
+
+
+def _residual_unit(unit: ResidualUnit, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+    buf = _activated_with_context(unit.act1, unit.conv1, x, state)
+    h = _conv(unit.conv1, buf, snake_terms=unit.act2._channel_terms())
+    return _conv(unit.conv2, h, residual=x)
+
+
+def _activated_with_context(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor, state: StreamTensors | None
+                            ) -> torch.Tensor:
+    """[B, context + T, C]: the conv's carried left context (or zeros), then act(x) written straight after it; the
+    stream's new context is taken from its end."""
+    from voxflow.kernels.causal_conv import snake_channels_last
+    b, t, c = x.shape
+    ctx = conv.context
+    buf = torch.empty((b, ctx + t, c), dtype=x.dtype, device=x.device)
+    if state is None:
+        buf[:, :ctx].zero_()
+    else:
+        buf[:, :ctx].copy_(state[conv.state_key].transpose(1, 2))
+    snake_channels_last(x, *act._channel_terms(), out=buf[:, ctx:])
+    if state is not None and ctx:
+        state[conv.state_key] = buf[:, t:].transpose(1, 2).contiguous()
+    return buf
+
+
+def _conv(conv: CausalConv1d, x: torch.Tensor, **epilogue) -> torch.Tensor:
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
+    weight = conv.conv.weight
+    packed = _per_weight_version(conv, (weight,), lambda: pack_weight(weight))
+    return conv1d_channels_last(x, packed, conv.conv.bias, conv.conv.dilation[0], **epilogue)
+
+
+def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+    """The causal transposed conv on channels-last rows (conv_transpose_gemm.py's GEMM + overlap-add):
+    x [B, T, Cin] -> [B, T * stride, Cout]. Weight [Cin, Cout, k] as [Cin, k * Cout], so a GEMM row holds each tap's
+    output row, and output row t*s + j is G[t, j] (+ the spill G[t-1, s + j] for j < k - s) + bias."""
+    b, t, cin = x.shape
+    weight = up.conv.weight
+    cout, k, s, overlap = weight.shape[1], weight.shape[2], up.stride, up.overlap
+    packed = _per_weight_version(up, (weight,), lambda: weight.permute(0, 2, 1).reshape(cin, k * cout).contiguous())
+    with matmul_tf32(torch.backends.cudnn.allow_tf32):
+        g = torch.matmul(x.reshape(b * t, cin), packed).view(b, t, k, cout)
+    y = torch.empty((b, t, s, cout), dtype=x.dtype, device=x.device)
+    torch.add(g[:, :, :s], up.conv.bias, out=y)
+    if overlap:
+        y[:, 1:, :overlap] += g[:, :-1, s:]
+        if state is not None:
+            y[:, 0, :overlap] += state[up.state_key].transpose(1, 2)
+            state[up.state_key] = g[:, -1, s:].transpose(1, 2).contiguous()
+    return y.view(b, t * s, cout)
