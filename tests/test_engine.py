@@ -362,6 +362,13 @@ def test_stored_voice_prompt_replaces_reference_audio():
     assert np.abs(audio_of(results["clip"]) - audio_of(results["stored"])).max() <= AUDIO_ATOL
     with pytest.raises(ValueError, match="voice_clone_prompt"):
         core.add_request(greedy("Hi.", 5, voice_clone_prompt={"format": "qwen3_tts.voice.v1"}))
+    # reference codes outside the codebook: refused when the voice is read (on the host), not at decode time
+    import base64
+    bad = np.frombuffer(base64.b64decode(voice["ref_codes"]), dtype="<i2").copy()
+    bad[3] = 2048
+    with pytest.raises(ValueError, match=r"outside \[0, 2048\)"):
+        core.add_request(greedy("Hi.", 5, voice_clone_prompt={**voice, "ref_codes": base64.b64encode(
+            bad.tobytes()).decode()}))
     cv = make_engine("custom_voice")
     assert set(cv.info()["voices"]) >= {"vivian", "ryan"}
     with pytest.raises(ValueError, match="Base"):

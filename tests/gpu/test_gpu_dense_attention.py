@@ -92,7 +92,12 @@ def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
         # device run of 2026-12-01 showed, so fp32 keys are held to a few ulps instead.
         assert torch.equal(cache_v[:, :, :length + 1], values)
         if dtype == torch.bfloat16:
-            assert torch.equal(cache_k[:, :, :length + 1], keys)
+            # Both round an fp32 value to bf16; where the two fp32 values differ in their last bits (see below) and
+            # straddle a rounding boundary, the bf16 keys differ by one ulp (seen at batch 64 on the H200,
+            # 2026-12-01): at most one bf16 ulp, on a small share of the elements.
+            got_k, want_k = cache_k[:, :, :length + 1].float(), keys.float()
+            assert ((got_k - want_k).abs() <= want_k.abs() * 2.0 ** -7).all()
+            assert (got_k != want_k).float().mean().item() < 0.01
         else:
             torch.testing.assert_close(cache_k[:, :, :length + 1], keys, rtol=4e-6, atol=1e-6)   # ~32 ulps: the
             # norm sums 128 squares in another order; a wrong norm or rotation is off by O(1)

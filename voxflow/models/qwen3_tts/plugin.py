@@ -76,7 +76,7 @@ class Qwen3TTSPlugin:
         self.kv_spec = KVSpec(num_layers=tc.num_hidden_layers, num_kv_heads=tc.num_key_value_heads,
                               head_dim=tc.head_dim, dtype=model.dtype)
         self.eos_id = tc.codec_eos_token_id
-        codebook = tc.code_predictor.vocab_size
+        codebook = self.codebook_size = tc.code_predictor.vocab_size
         self.suppress = suppress_mask(tc.vocab_size, self.eos_id, codebook, self.device)
         with torch.no_grad():
             # tts_pad exactly as build_prompt embeds it (the same 3-row call), so padded frames match the reference.
@@ -112,7 +112,7 @@ class Qwen3TTSPlugin:
             ref_audio = _pcm_f32(request.ref_audio)
         if model.task == "base":
             if request.voice_clone_prompt is not None:
-                clone = voice_from_data(request.voice_clone_prompt, self.device, model.dtype)
+                clone = voice_from_data(request.voice_clone_prompt, self.device, model.dtype, self.codebook_size)
             elif ref_audio is None:
                 raise ValueError("voice_clone needs reference audio (ref_audio: float32 PCM at "
                                  f"{model.sample_rate} Hz) or a stored voice")
@@ -407,7 +407,7 @@ def voice_to_data(clone: VoiceClonePrompt) -> dict:
     return data
 
 
-def voice_from_data(data: dict, device, dtype) -> VoiceClonePrompt:
+def voice_from_data(data: dict, device, dtype, codebook_size: int = 2048) -> VoiceClonePrompt:
     try:
         if data.get("format") != "qwen3_tts.voice.v1":
             raise ValueError(f"unsupported voice format {data.get('format')!r}")
@@ -417,6 +417,9 @@ def voice_from_data(data: dict, device, dtype) -> VoiceClonePrompt:
         codes = None
         if data.get("ref_codes"):
             codes = np.frombuffer(base64.b64decode(data["ref_codes"]), dtype="<i2").reshape(int(data["frames"]), 16)
+            if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= codebook_size):   # on the host
+                raise ValueError(f"reference codes outside [0, {codebook_size}): [{int(codes.min())}, "
+                                 f"{int(codes.max())}]")
     except (KeyError, TypeError, ValueError, binascii.Error) as e:
         raise ValueError(f"voice_clone_prompt is not a valid stored voice: {e}") from None
     key = content_key(("stored", x.tobytes(), None if codes is None else codes.tobytes()))

@@ -269,7 +269,9 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
             if ref_codes.is_floating_point() or ref_codes.is_complex() or ref_codes.dtype == torch.bool:
                 raise PromptError("ref_codes must be an integer tensor")
             codebook = config.talker.code_predictor.vocab_size if config.talker.code_predictor else 2048
-            if int(ref_codes.min()) < 0 or int(ref_codes.max()) >= codebook:
+            # Host codes only: reading a GPU tensor's range would block until the decode step in flight ends. Codes on
+            # the GPU come from the codec encoder or a stored voice, whose range is checked on the host as it loads.
+            if not ref_codes.is_cuda and (int(ref_codes.min()) < 0 or int(ref_codes.max()) >= codebook):
                 raise PromptError(f"ref_codes values must lie in [0, {codebook}), got "
                                   f"[{int(ref_codes.min())}, {int(ref_codes.max())}]")
         elif ref_text is not None:
