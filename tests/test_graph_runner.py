@@ -60,3 +60,48 @@ def test_fixed_width_and_limits():
         runner.run(list(range(5)), [[1]] * 5, [1] * 5, [16] * 5)
     with pytest.raises(ValueError, match="exceeds"):
         runner.run([0], [list(range(17))], [1], [16])
+
+
+class _ReplayCounter:
+    def __init__(self):
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+
+
+class PrefillModel:
+    """Stands in for a TTSModel's prefill side; `graph_epoch` is what its slot-buffer reallocation bumps."""
+    device = "cpu"
+    graph_epoch = 0
+
+    def __init__(self):
+        self.outputs = []
+
+    def prefill_input_spec(self):
+        return 4, torch.float32
+
+    def prefill_outputs(self, rows, last_hidden):
+        self.outputs.append((rows, last_hidden.clone()))
+
+
+def test_prefill_graphs_are_kept_when_the_decode_buffers_are_reallocated():
+    """The prefill graphs read no per-slot decode buffer, so a model's graph_epoch change (decode buffers
+    reallocated) must neither drop them nor fail a replay planned before it (tests/gpu: the same on the GPU)."""
+    from voxflow.engine.prefill_runner import PrefillItem, PrefillRunner
+    model = PrefillModel()
+    runner = PrefillRunner(model, None, None, block_size=16, scratch_block=7, max_tokens=256, max_batch=4,
+                           cuda_graphs=False)
+    runner.cuda_graphs = True                 # as on CUDA: replay a stand-in graph with a static output
+    key = runner.shapes[0]
+    graph, out = _ReplayCounter(), torch.arange(key[0] * key[1] * 4, dtype=torch.float32).view(key[0], key[1], 4)
+    runner._graphs[key] = (graph, out)
+    item = PrefillItem(slot=2, embeds=torch.ones(3, 4), start=0, end=3, block_table=[5], slot_mapping=[80, 81, 82],
+                       last=True)
+    assert runner.plan([(0, 3)]) == key
+    model.graph_epoch += 1                    # e.g. a long text grew the slot buffers between plan and run
+    runner.run(key, [item])
+    runner.run(runner.plan([(0, 3)]), [item])
+    assert graph.replays == 2 and runner.stats.replays == 2 and key in runner._graphs
+    rows, last = model.outputs[-1]
+    assert rows == [(2, True)] and torch.equal(last, out[:1, -1])

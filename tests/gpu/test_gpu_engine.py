@@ -67,3 +67,28 @@ def test_gpu_fp32_single_request_equals_cpu_reference():
     codes, wav = reference(TEXTS[1])
     assert torch.equal(got["0"][0].cpu(), codes)
     assert np.abs(got["0"][1] - wav).max() <= 1e-4
+
+
+def test_gpu_prefill_graphs_survive_slot_buffer_growth():
+    """A request whose text is longer than the slot table's trailing-text buffer (256 positions) makes the model
+    reallocate its per-slot decode buffers (graph_epoch changes) while the others are served. The prefill graphs
+    read none of those buffers and must stay: the H200 voice-clone benchmark of 2026-12-01 crashed on a prefill
+    replay planned just before they were dropped (KeyError), and every later prompt would have run eagerly. The
+    decode graphs are captured again, into a new memory pool (capturing into the released one failed a PyTorch
+    assert in the same benchmark)."""
+    long_text = " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
+    core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda",
+                                               dtype="float32", max_num_seqs=8, num_kv_blocks=1024, block_size=16))
+    graphs, epoch = len(core.prefill_runner._graphs), core.model.graph_epoch
+    # Streaming-text prompts (non_streaming_mode=False) keep the text past the prompt in the slot's trailing buffer.
+    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
+                          non_streaming_mode=False, sampling=SamplingOptions(greedy=True, max_new_tokens=11))
+            for i, t in enumerate([TEXTS[0], long_text, TEXTS[2], TEXTS[3]])]
+    replays = core.prefill_runner.stats.replays
+    results = run_offline(core, reqs[:2])
+    results += run_offline(core, reqs[2:])                         # after the growth: still through the graphs
+    assert core.model.graph_epoch != epoch                         # the growth happened
+    assert len(core.prefill_runner._graphs) == graphs > 0
+    assert core.prefill_runner.stats.replays >= replays + 4
+    assert core.runner.stats.replays > 0 and core.runner._graphs                 # decode graphs captured again
+    assert all(r.audio().size > 0 for r in results) and len(results) == 4

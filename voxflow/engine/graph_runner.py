@@ -145,9 +145,13 @@ class DecodeRunner:
     def _check_epoch(self) -> None:
         epoch = getattr(self.model, "graph_epoch", 0)
         if epoch != self._epoch:
-            # The model reallocated state a graph reads or writes: every captured graph is stale.
+            # The model reallocated state a graph reads or writes: every captured graph is stale. New captures go
+            # to a new memory pool: once its last graph is gone PyTorch releases a pool, and capturing into the old
+            # handle again fails an internal assert (use_count > 0; the H200 voice-clone run of 2026-12-01).
             self._graphs.clear()
             self._epoch = epoch
+            if self.cuda_graphs:
+                self._pool = torch.cuda.graph_pool_handle()
 
     def _capture(self, key: tuple) -> None:
         """Capture the step for one shape. Warm-up and capture run on padding rows only (scratch slot, scratch

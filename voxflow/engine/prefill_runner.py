@@ -70,8 +70,11 @@ class PrefillRunner:
         self.shapes = sorted(shapes, key=lambda k: (k[0] * k[1], k[2], k[1]))
         self.stats = RunnerStats()
         self._graphs: dict[tuple[int, int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # No `graph_epoch` check here (unlike the decode graphs): `prefill_forward` reads only this runner's
+        # buffers, the KV pool and the weights, never the per-slot decode buffers whose reallocation bumps the epoch.
+        # Dropping these graphs then (a request with a long text grows the slot buffers) crashed a replay planned
+        # just before, and left every later prefill eager.
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
-        self._epoch = getattr(model, "graph_epoch", 0)
         self._buffers_made = False
 
     def _make_buffers(self) -> None:
@@ -137,7 +140,6 @@ class PrefillRunner:
         for name, buf in self._dev.items():                 # only the prefix this shape reads
             buf[:used[name]].copy_(host[name], non_blocking=True)
         if self.cuda_graphs:
-            self._check_epoch()
             graph, out = self._graphs[key]
             graph.replay()
             self.stats.replays += 1
@@ -154,12 +156,6 @@ class PrefillRunner:
                                           d["positions"][:bsz * length].view(bsz, length), kv)
 
     # ---- CUDA graphs ------------------------------------------------------------------------------------------
-    def _check_epoch(self) -> None:
-        epoch = getattr(self.model, "graph_epoch", 0)
-        if epoch != self._epoch:
-            self._graphs.clear()
-            self._epoch = epoch
-
     def _pad_only(self) -> None:
         """Every row padding (scratch page only): what warm-up and capture run on, so no request's KV is touched."""
         d = self._dev
@@ -176,7 +172,6 @@ class PrefillRunner:
             return 0.0
         if not self._buffers_made:
             self._make_buffers()
-        self._check_epoch()
         started = time.perf_counter()
         side = torch.cuda.Stream()
         # Largest first (positions, then context): the shared pool then fits all the others.
