@@ -91,6 +91,28 @@ def check_snake_channels_last():
             assert ((buf[:, 4:].float() - want).abs() <= bound).all()
 
 
+def check_overlap_add():
+    """The transposed convolution's overlap-add against the separate torch adds it replaces (conv_transpose_gemm's
+    order): bit-equal, the same two rounded adds per element."""
+    from voxflow.kernels.causal_conv import overlap_add_channels_last
+    g = torch.Generator().manual_seed(2)
+    for dtype in (torch.float32, torch.bfloat16):
+        for b, t, k, s, c in ((2, 5, 6, 3, 7), (1, 3, 16, 8, 20), (2, 4, 2, 2, 5)):
+            gemm = torch.randn(b, t, k, c, generator=g).to(dtype)
+            bias = torch.randn(c, generator=g).to(dtype)
+            ov = k - s
+            for tail in (None, torch.randn(b, c, ov, generator=g).to(dtype)):
+                want = torch.empty(b, t, s, c, dtype=dtype)
+                torch.add(gemm[:, :, :s], bias, out=want)
+                if ov:
+                    want[:, 1:, :ov] += gemm[:, :-1, s:]
+                    if tail is not None:
+                        want[:, 0, :ov] += tail.transpose(1, 2)
+                got = overlap_add_channels_last(gemm, bias, s, tail)
+                assert got.shape == (b, t * s, c)
+                assert torch.equal(got, want.view(b, t * s, c)), (dtype, (b, t, k, s, c), tail is None)
+
+
 def check_waveform_stack_streams_like_the_plain_decoder():
     """A small decoder with the real rates (1920 samples a frame) and random weights: the channels-last stack,
     streamed a frame at a time, equals the plain decoder's one pass; without state, its one pass too."""
@@ -129,6 +151,9 @@ if IN_CHILD:
 
     def test_child_snake_channels_last():
         check_snake_channels_last()
+
+    def test_child_overlap_add():
+        check_overlap_add()
 
     def test_child_waveform_stack():
         check_waveform_stack_streams_like_the_plain_decoder()

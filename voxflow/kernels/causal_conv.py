@@ -137,6 +137,56 @@ def supported(x: torch.Tensor) -> bool:
             and not (torch.is_grad_enabled() and x.requires_grad))
 
 
+@triton.jit
+def _overlap_add_kernel(g_ptr, bias_ptr, tail_ptr, y_ptr, ROWS, T, C, OV,
+                        S: tl.constexpr, K: tl.constexpr, HAS_TAIL: tl.constexpr,
+                        BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
+    # A tile of input rows r = b * T + t; per row its S output rows, flattened as q = j * C + c (contiguous in g's
+    # row of K * C values and in y's row of S * C): no per-element 64-bit division.
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    q = tl.arange(0, BLOCK_Q)
+    c = q % C
+    j = q // C
+    q_ok = q < S * C
+    mask = (r < ROWS)[:, None] & q_ok[None, :]
+    dtype = y_ptr.dtype.element_ty
+    r64 = r.to(tl.int64)
+    y = tl.load(g_ptr + (r64 * (K * C))[:, None] + q[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = round_to(y + tl.load(bias_ptr + c, mask=q_ok, other=0.0).to(tl.float32)[None, :], dtype)
+    t = r % T
+    spill_q = (j < OV)[None, :]
+    spill = tl.load(g_ptr + ((r64 - 1) * (K * C) + S * C)[:, None] + q[None, :],
+                    mask=mask & spill_q & (t > 0)[:, None], other=0.0).to(tl.float32)
+    if HAS_TAIL:                                                    # the previous call's spill, [B, C, OV]
+        b = (r // T).to(tl.int64)
+        spill += tl.load(tail_ptr + (b * C * OV)[:, None] + (c * OV + j)[None, :],
+                         mask=mask & spill_q & (t == 0)[:, None], other=0.0).to(tl.float32)
+    y = tl.where(spill_q, round_to(y + spill, dtype), y)
+    tl.store(y_ptr + (r64 * (S * C))[:, None] + q[None, :], y.to(dtype), mask=mask)
+
+
+def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, tail: torch.Tensor | None
+                              ) -> torch.Tensor:
+    """A transposed convolution's output rows from its GEMM: g [B, T, k, C] contiguous (input row t's contribution
+    to output rows t*stride + j, j < k), bias [C], tail [B, C, k - stride] (the previous call's spill, or None) ->
+    y [B, T * stride, C] with y[t*s + j] = g[t, j] + bias (+ g[t-1, s + j], or the tail at t = 0, for j < k - s):
+    one pass, rounded where the separate torch adds round (conv_transpose_gemm.py)."""
+    bsz, t, k, c = g.shape
+    overlap = k - stride
+    if not g.is_contiguous() or not 0 <= overlap <= stride:
+        raise ValueError(f"g must be contiguous [B, T, k, C] with stride <= k <= 2 * stride, got {tuple(g.shape)}")
+    y = torch.empty((bsz, t * stride, c), dtype=g.dtype, device=g.device)
+    rows = bsz * t
+    if y.numel():
+        block_q = triton.next_power_of_2(stride * c)
+        block_r = max(1, 4096 // block_q)
+        _overlap_add_kernel[(triton.cdiv(rows, block_r),)](
+            g, bias.contiguous(), tail.contiguous() if tail is not None else g, y, rows, t, c, overlap,
+            S=stride, K=k, HAS_TAIL=tail is not None and overlap > 0, BLOCK_R=block_r, BLOCK_Q=block_q,
+            num_warps=8 if block_r * block_q >= 4096 else 4, enable_fp_fusion=False)
+    return y
+
+
 def _dot_precision(x: torch.Tensor) -> str:
     if x.dtype == torch.float32 and x.is_cuda and torch.backends.cudnn.allow_tf32:
         return "tf32"

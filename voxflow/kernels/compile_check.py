@@ -68,6 +68,10 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"snake_channels_last {dt}", causal_conv._snake_cl_kernel,
                     dict(x_ptr=p, a_ptr=p, inv_ptr=p, out_ptr=p), dict(PRECISE=True, BLOCK=1024),
                     dict(num_warps=4, enable_fp_fusion=False)))
+        for has_tail in (False, True):
+            out.append((f"overlap_add_channels_last {dt} tail={has_tail}", causal_conv._overlap_add_kernel,
+                        dict(g_ptr=p, bias_ptr=p, tail_ptr=p, y_ptr=p),
+                        dict(S=3, K=6, HAS_TAIL=has_tail, BLOCK_R=8, BLOCK_Q=512), dict(num_warps=8, enable_fp_fusion=False)))
         for cin, cout, k, epilogue in ((96, 96, 7, "SNAKE"), (192, 192, 1, "RESIDUAL"), (96, 1, 7, None)):
             cfg = causal_conv.launch_config(cin, cout, dtype)
             consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE",
