@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 
 import pytest
 
@@ -31,10 +32,15 @@ class FakeCore:
         self.requests = {}          # rid -> [request, chunks sent]
         self.aborted = []
         self.is_shut_down = False
+        self.steps = 0
+        self.slow_adds_at = []      # steps taken before each "slow" request was added
 
     def add_request(self, request):
         if not request.text:
             raise ValueError("empty text")
+        if request.text == "slow":  # a prompt build longer than the engine loop's add budget per step
+            time.sleep(0.006)
+            self.slow_adds_at.append(self.steps)
         self.requests[request.request_id] = [request, 0]
 
     def abort(self, request_id):
@@ -50,6 +56,7 @@ class FakeCore:
         return bool(self._runnable())
 
     def step(self):
+        self.steps += 1
         outs = []
         for rid in self._runnable():
             request, sent = self.requests[rid]
@@ -64,7 +71,7 @@ class FakeCore:
         return outs
 
     def stats(self):
-        return {"running": len(self.requests), "aborted": list(self.aborted)}
+        return {"running": len(self.requests), "aborted": list(self.aborted), "slow_adds_at": list(self.slow_adds_at)}
 
     def shutdown(self):
         self.is_shut_down = True
@@ -174,6 +181,40 @@ def test_consumer_exit_and_explicit_abort_reach_the_engine(mode):
             stats = await eventually(lambda s: "gate" in s["aborted"], client)
             assert stats["running"] == 0
     run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_burst_of_arrivals_is_spread_over_steps(mode):
+    """While a stream runs, six requests whose prompt builds each outlast the loop's per-step add budget arrive at
+    once: the engine takes one, steps, takes the next (the running stream is not held up by all six builds), and
+    every one of them is served, in order."""
+    async def main():
+        async with make_client(mode) as client:
+            busy = client.generate(req(chunks=100000, rid="busy"))
+            await first_chunk(busy)
+            burst = [req("slow", chunks=1, rid=f"s{i}") for i in range(6)]
+            results = await asyncio.gather(*(collect(client, r) for r in burst))
+            assert all(shape(r)[-1][0] == FinishReason.EOS for r in results)
+            at = (await client.health())["stats"]["slow_adds_at"]
+            assert len(at) == 6 and at == sorted(at)
+            assert len(set(at)) >= 4, at            # all in one go would be one or two step counts
+            await client.abort("busy")
+    run(main())
+
+
+def test_add_budget_follows_the_engine_config():
+    import types
+    from voxflow.engine.inprocess import CoreDriver
+    core = FakeCore()
+    core.requests["busy"] = [req(chunks=5), 0]                    # has work
+    long_ago = time.monotonic() - 1.0
+    core.config = types.SimpleNamespace(add_seconds_per_step=0.004)
+    assert CoreDriver(core).may_take_more(time.monotonic()) and not CoreDriver(core).may_take_more(long_ago)
+    core.config.add_seconds_per_step = None                       # every arrival at once
+    assert CoreDriver(core).may_take_more(long_ago)
+    core.requests.clear()                                         # idle: always take the next command
+    core.config.add_seconds_per_step = 0.004
+    assert CoreDriver(core).may_take_more(long_ago)
 
 
 async def collect_from(stream):

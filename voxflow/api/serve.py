@@ -60,6 +60,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="append one JSON line per engine step to PATH (timings, batch sizes: step_trace.py)")
     p.add_argument("--trace-profile-prepare", action="store_true",
                    help="with --trace-steps: also profile the prompt builds (PATH.prepare.pstats; slows them)")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=none; for experiments")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
     p.add_argument("--default-voice", help="voice used when a request names an OpenAI voice the model lacks")
     p.add_argument("--allowed-local-media-path", help="ref_audio may name files under this folder only")
@@ -124,6 +126,8 @@ def engine_config_from_args(args):
     if getattr(args, "trace_steps", None):
         extra["trace_steps"] = args.trace_steps
         extra["trace_profile_prepare"] = bool(getattr(args, "trace_profile_prepare", False))
+    from voxflow.engine.engine_args import parse_engine_args
+    extra.update(parse_engine_args(getattr(args, "engine_arg", None)))
     return EngineConfig(model=args.model, device=device, dtype=dtype, max_num_seqs=args.max_num_seqs, **extra)
 
 
@@ -136,7 +140,11 @@ def run_serve(args) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
-    config = engine_config_from_args(args)
+    try:
+        config = engine_config_from_args(args)
+    except ValueError as e:                 # a bad --engine-arg: say which, no traceback
+        print(f"voxflow serve: {e}", file=sys.stderr)
+        return 2
     engine = ProcessEngineClient(functools.partial(build_core, config), startup_timeout=args.startup_timeout)
     server: uvicorn.Server | None = None
     failed: list[BaseException] = []

@@ -10,9 +10,7 @@ s16 PCM at the engine's sample rate. Records have the same shape as the HTTP one
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
-import typing
 
 from .client import Level, poisson_times
 from .metrics import RequestRecord
@@ -22,38 +20,12 @@ STREAM_ALIASES = {"initial_codec_chunk_frames": "initial_chunk_frames", "chunk_f
 
 
 def parse_engine_args(items: list[str] | None) -> dict:
-    """`--engine-arg key=value` (repeatable) -> EngineConfig fields, typed from the dataclass."""
-    from voxflow.engine.engine import EngineConfig
-    fields = {f.name: f for f in dataclasses.fields(EngineConfig)}
-    hints = typing.get_type_hints(EngineConfig)
-    out = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in fields:
-            raise WorkloadError(f"--engine-arg {item!r}: expected key=value with key one of "
-                                f"{', '.join(sorted(fields))}")
-        out[key] = _convert(raw.strip(), hints.get(key), item)
-    return out
-
-
-def _convert(raw: str, hint, item: str):
-    if raw.lower() in ("none", "null"):
-        return None
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    for t in args:
-        try:
-            if t is bool:
-                if raw.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if raw.lower() in ("0", "false", "no", "off"):
-                    return False
-                continue
-            if t in (int, float, str):
-                return t(raw)
-        except (TypeError, ValueError):
-            continue
-    raise WorkloadError(f"--engine-arg {item!r}: cannot read {raw!r} as {hint}")
+    """`--engine-arg key=value` (repeatable) -> EngineConfig fields (voxflow/engine/engine_args.py)."""
+    from voxflow.engine.engine_args import parse_engine_args as parse
+    try:
+        return parse(items)
+    except ValueError as e:
+        raise WorkloadError(str(e)) from None
 
 
 def build_engine(model: str, *, device: str = "cpu", dtype: str = "float32", max_num_seqs: int | None = None,

@@ -75,6 +75,9 @@ class EngineConfig:
                                                # with capture_at_start, where first use compiles kernels)
     trace_steps: str | None = None             # append one JSON line per step to this file (step_trace.py)
     trace_profile_prepare: bool = False        # with trace_steps: also cProfile the prompt builds (slows them)
+    add_seconds_per_step: float | None = 0.004  # while streams run, new requests taken until their prompt builds
+                                               # took this long, then a step (None: every arrival at once;
+                                               # engine/inprocess.py)
 
 
 # First-audio latency, in order: building the prompt (tokenizer, voice, embeddings: before the request is queued),

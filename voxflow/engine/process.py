@@ -100,7 +100,8 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
         if parent_fd is not None and parent_fd in events:
             driver.core.shutdown()      # API process gone: nobody to serve
             return
-        while True:
+        since = time.monotonic()
+        while driver.may_take_more(since):     # a burst of arrivals is spread over steps (inprocess.py)
             try:
                 msg = wire.unpack(sock.recv(zmq.NOBLOCK))
             except zmq.Again:
