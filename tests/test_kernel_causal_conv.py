@@ -32,8 +32,9 @@ def check_conv_against_torch():
     from voxflow.kernels.causal_conv import conv1d_channels_last, launch_config, pack_weight
     g = torch.Generator().manual_seed(0)
     # (B, T, Cin, Cout, k, dilation): masked channel tiles (96 -> 128), k blocks not dividing Cin, T not a multiple
-    # of the 128-row tile, the 1x1 conv, the one-channel output conv
-    shapes = ((2, 130, 24, 24, 7, 3), (1, 50, 40, 96, 7, 9), (3, 129, 48, 20, 1, 1), (2, 70, 12, 1, 7, 1))
+    # of the 128-row tile, the 1x1 conv, the one-channel output conv; Cin 64 / 128: whole k blocks (EVEN_K)
+    shapes = ((2, 130, 24, 24, 7, 3), (1, 50, 40, 96, 7, 9), (3, 129, 48, 20, 1, 1), (2, 70, 12, 1, 7, 1),
+              (2, 40, 64, 32, 7, 1), (1, 30, 128, 16, 1, 1))
     for dtype in (torch.float32, torch.bfloat16):
         for b, t, cin, cout, k, d in shapes:
             ctx = (k - 1) * d
@@ -45,7 +46,7 @@ def check_conv_against_torch():
             res_ncl = torch.randn(b, cout, t, generator=g).to(dtype)
             x = x_ncl.transpose(1, 2).contiguous()
             packed = pack_weight(w)
-            assert packed.shape == (k, cout, cin) and launch_config(cin, cout, dtype)["BLOCK_N"] >= 16
+            assert packed.shape == (k, cout, cin) and launch_config(cin, cout, dtype, k)["BLOCK_N"] >= 16
             exact = F.conv1d(x_ncl.double(), w.double(), None, dilation=d)          # [B, Cout, T], no rounding
             scale = F.conv1d(x_ncl.double().abs(), w.double().abs(), None, dilation=d)
             for epilogue in ("bias", "snake", "residual"):
@@ -160,3 +161,14 @@ if IN_CHILD:
 else:
     def test_channels_last_codec_kernels_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)
+
+    def test_channels_last_stack_is_not_taken_for_autograd(monkeypatch):
+        """The Triton kernels have no backward: with a graph to record, the decoder keeps the plain path."""
+        from voxflow.models.qwen3_tts import codec_waveform_cl
+        monkeypatch.setattr(codec_waveform_cl, "use_kernels", lambda t: True)     # as on CUDA
+        x = torch.randn(1, 8, 5)
+        assert codec_waveform_cl.supported(x)
+        with torch.enable_grad():
+            assert not codec_waveform_cl.supported(x.requires_grad_())
+        monkeypatch.setattr(codec_waveform_cl, "ENABLED", False)
+        assert not codec_waveform_cl.supported(x.detach())

@@ -9,6 +9,7 @@ import sys
 import time
 
 import torch
+import triton
 
 from voxflow.kernels import causal_conv
 
@@ -41,7 +42,8 @@ def tune() -> dict:
     for dtype in (torch.float32, torch.bfloat16):
         for c, per_frame in STAGES:
             t = per_frame * FRAMES
-            for cout, k, d, epi in ((c, 7, 3, "snake"), (c, 1, 1, "residual")) + (((1, 7, 1, None),) if c == 96 else ()):
+            convs = ((c, 7, 3, "snake"), (c, 1, 1, "residual")) + (((1, 7, 1, None),) if c == 96 else ())
+            for cout, k, d, epi in convs:
                 x = torch.randn(B, t + (k - 1) * d, c, device="cuda").to(dtype)
                 w = causal_conv.pack_weight((torch.randn(cout, c, k, device="cuda") / (c * k) ** 0.5).to(dtype))
                 bias = torch.zeros(cout, device="cuda", dtype=dtype)
@@ -54,8 +56,9 @@ def tune() -> dict:
                 for bt, bn, bk, warps, stages in CANDIDATES[dtype]:
                     if bn > 32 and cout <= 32:
                         continue
-                    cfg = dict(BLOCK_T=bt, BLOCK_N=min(bn, max(16, triton_pow2(cout))), BLOCK_K=min(bk, max(16, triton_pow2(c))),
-                               num_warps=warps, num_stages=stages)
+                    cfg = dict(BLOCK_T=bt, BLOCK_N=min(bn, max(16, triton.next_power_of_2(cout))),
+                               BLOCK_K=min(bk, max(16, triton.next_power_of_2(c))), num_warps=warps,
+                               num_stages=stages)
                     causal_conv.TUNED[(c, cout, k, dtype)] = cfg
                     try:
                         ms = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **kw))
@@ -66,15 +69,15 @@ def tune() -> dict:
                     results.append((ms, cfg))
                     print(f"{str(dtype)[6:]:8s} {c:4d}->{cout:<4d} k={k} rows={B * t:8d} {cfg}: {ms:8.3f} ms "
                           f"{flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
+                if not results:
+                    causal_conv.TUNED.pop((c, cout, k, dtype), None)
+                    print(f"NONE {str(dtype)[6:]} {c}->{cout} k={k}: every candidate failed", flush=True)
+                    continue
                 best = min(results, key=lambda r: r[0])
                 table[(c, cout, k, dtype)] = best[1]
                 causal_conv.TUNED[(c, cout, k, dtype)] = best[1]
                 print(f"BEST {str(dtype)[6:]} {c}->{cout} k={k}: {best[0]:.3f} ms {best[1]}", flush=True)
     return table
-
-
-def triton_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 def codec_call(dtype) -> None:

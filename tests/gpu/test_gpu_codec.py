@@ -140,7 +140,7 @@ TF32_MIN_SNR_DB = 35.0
 def test_tf32_streaming_snr_against_fp32_one_pass(dec):
     result = measure(dec, torch.float32, 150, seed=0, tf32=True)
     print(result)
-    assert result["tf32"] and result["cuda_graphs"]
+    assert result["cuda_graphs"] and result["max_abs_err"] > 0          # TF32 did change the audio
     assert result["snr_db"] is not None and result["snr_db"] >= TF32_MIN_SNR_DB, result
 
 
@@ -207,18 +207,37 @@ def test_fused_codec_kernels_equal_the_plain_torch_decoder(dec, monkeypatch):
     through the graphed runner: within TOL (the GEMMs sum in another order than cuDNN's kernels). Then the same
     with the channels-last stack off (the [B, C, T] kernel path)."""
     import voxflow.kernels as switch
+    from voxflow.models.qwen3_tts import codec_waveform_cl
+    calls = []
+    stack = codec_waveform_cl.waveform_stack
+    monkeypatch.setattr(codec_waveform_cl, "waveform_stack", lambda *a: calls.append(1) or stack(*a))
     fused = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True)
     got, codes = run_plan(fused)
+    assert calls                                                 # the channels-last stack did run (and was captured)
     monkeypatch.setattr(switch, "_enabled", False)
     plain = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True)
     want, _ = run_plan(plain)
     for k in PLAN:
         assert np.abs(got[k] - want[k]).max() <= TOL, k
         assert want[k].std() > 0.05
-    from voxflow.models.qwen3_tts import codec_waveform_cl
     monkeypatch.setattr(switch, "_enabled", True)
     monkeypatch.setattr(codec_waveform_cl, "ENABLED", False)
+    calls.clear()
     ncl = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True)
     got_ncl, _ = run_plan(ncl)
+    assert not calls
     for k in PLAN:
         assert np.abs(got_ncl[k] - want[k]).max() <= TOL, k
+
+
+def test_bf16_channels_last_stack_is_close_to_the_bf16_ncl_kernels(dec, monkeypatch):
+    """bf16: the channels-last stack against the [B, C, T] kernel path, streamed through the graphed runner. Both
+    round where torch stores; they differ only by summation order (and the output conv's rounding, see
+    causal_conv.py), so far above the 28 dB both keep against fp32."""
+    from voxflow.models.qwen3_tts import codec_waveform_cl
+    low = cast_decoder(dec, torch.bfloat16)
+    cl, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
+    monkeypatch.setattr(codec_waveform_cl, "ENABLED", False)
+    ncl, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
+    for k in PLAN:
+        assert snr_db(ncl[k], cl[k]) > 40.0, k

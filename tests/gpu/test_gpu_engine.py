@@ -79,7 +79,7 @@ def test_gpu_prefill_graphs_survive_slot_buffer_growth():
     long_text = " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda",
                                                dtype="float32", max_num_seqs=8, num_kv_blocks=1024, block_size=16))
-    graphs, epoch = len(core.prefill_runner._graphs), core.model.graph_epoch
+    graphs, epoch, pool = len(core.prefill_runner._graphs), core.model.graph_epoch, core.runner._pool
     # Streaming-text prompts (non_streaming_mode=False) keep the text past the prompt in the slot's trailing buffer.
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
                           non_streaming_mode=False, sampling=SamplingOptions(greedy=True, max_new_tokens=11))
@@ -90,5 +90,6 @@ def test_gpu_prefill_graphs_survive_slot_buffer_growth():
     assert core.model.graph_epoch != epoch                         # the growth happened
     assert len(core.prefill_runner._graphs) == graphs > 0
     assert core.prefill_runner.stats.replays >= replays + 4
-    assert core.runner.stats.replays > 0 and core.runner._graphs                 # decode graphs captured again
+    assert core.runner.stats.replays > 0 and core.runner._graphs                 # decode graphs captured again,
+    assert core.runner._pool is not pool                                          # into a new memory pool
     assert all(r.audio().size > 0 for r in results) and len(results) == 4

@@ -11,7 +11,8 @@ adds the bias, and optionally applies the next SnakeBeta or adds the residual, b
 Numerics: products and sums in fp32 (fp32 inputs multiply in TF32 when cuDNN's convolutions may,
 `torch.backends.cudnn.allow_tf32`, PyTorch's default; bf16 inputs on bf16 tensor cores), the output rounded to the
 activation dtype where torch would store it: the bias-less convolution, + bias, the SnakeBeta steps (snake_beta.py's
-rounding points), + residual. The GPU tests hold the whole stack to the plain PyTorch decoder.
+rounding points), + residual. (The one-channel output conv's [B, C, T] kernel path rounds each tap's product before
+its fp32 sum instead: the same class of error.) The GPU tests hold the whole stack to the plain PyTorch decoder.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _snake_cl_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, N, C, x_sb, out_sb,
                      PRECISE: tl.constexpr, BLOCK: tl.constexpr):
     # One sequence's [T, C] rows are contiguous: element e is channel e % C (no masked channel lanes).
     b = tl.program_id(1).to(tl.int64)
-    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)     # one long sequence may pass 2^31 values
     mask = e < N
     c = e % C
     dtype = out_ptr.dtype.element_ty
@@ -175,6 +176,8 @@ def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, 
     overlap = k - stride
     if not g.is_contiguous() or not 0 <= overlap <= stride:
         raise ValueError(f"g must be contiguous [B, T, k, C] with stride <= k <= 2 * stride, got {tuple(g.shape)}")
+    if bias.shape != (c,) or (tail is not None and tail.shape != (bsz, c, overlap)):
+        raise ValueError(f"bias must be [{c}] and tail [{bsz}, {c}, {overlap}]")
     y = torch.empty((bsz, t * stride, c), dtype=g.dtype, device=g.device)
     rows = bsz * t
     if y.numel():

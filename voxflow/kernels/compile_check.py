@@ -71,17 +71,18 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         for has_tail in (False, True):
             out.append((f"overlap_add_channels_last {dt} tail={has_tail}", causal_conv._overlap_add_kernel,
                         dict(g_ptr=p, bias_ptr=p, tail_ptr=p, y_ptr=p),
-                        dict(S=3, K=6, HAS_TAIL=has_tail, BLOCK_R=8, BLOCK_Q=512), dict(num_warps=8, enable_fp_fusion=False)))
-        for cin, cout, k, epilogue in ((96, 96, 7, "SNAKE"), (192, 192, 1, "RESIDUAL"), (96, 1, 7, None)):
-            cfg = causal_conv.launch_config(cin, cout, dtype)
-            consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE",
-                          RESIDUAL=epilogue == "RESIDUAL", PRECISE=True,
-                          DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
-                          EVEN_K=cin % cfg["BLOCK_K"] == 0,
-                          **{key: v for key, v in cfg.items() if key.isupper()})
-            out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}", causal_conv._conv_cl_kernel,
-                        dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
-                        dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)))
+                        dict(S=3, K=6, HAS_TAIL=has_tail, BLOCK_R=8, BLOCK_Q=512),
+                        dict(num_warps=8, enable_fp_fusion=False)))
+        # every tuned configuration, specialised as the JIT sees the decoder's calls (16-byte-aligned pointers,
+        # channel counts and strides multiples of 16), plus the one-channel output conv unaligned
+        for (cin, cout, k, tdt), cfg in causal_conv.TUNED.items():
+            if tdt != dtype:
+                continue
+            epilogue = "SNAKE" if k > 1 and cout > 1 else "RESIDUAL" if k == 1 else None
+            aligned = ("x_ptr", "w_ptr", "bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "out_ptr", "CIN", "x_sb", "x_st",
+                       "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
+            out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
+                        *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")
     for m in (1, 4, 8, 64):
@@ -128,6 +129,18 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("silu_mul", silu_mul._silu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf),
                 dict(PRECISE_EXP=True, BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
     return out
+
+
+def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg: dict, aligned: tuple) -> tuple:
+    """(kernel, types, constexprs, options) of causal_conv.py's convolution as conv1d_channels_last launches it."""
+    from voxflow.kernels import causal_conv
+    p = _ptr(dt)
+    consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
+                  PRECISE=True, DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
+                  EVEN_K=cin % cfg["BLOCK_K"] == 0, **{key: v for key, v in cfg.items() if key.isupper()})
+    return (causal_conv._conv_cl_kernel,
+            dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
 
 
 def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None = None, norm: bool = True,

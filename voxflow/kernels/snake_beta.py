@@ -31,7 +31,7 @@ _BLOCK = 1024
 @triton.jit
 def snake(x, a, inv, DTYPE: tl.constexpr, PRECISE: tl.constexpr):
     """x + inv * sin(x * a)^2 on fp32 values (a, inv broadcast against x), rounded where torch stores in DTYPE.
-    Shared with the channels-last convolution kernels (causal_conv.py), which apply it in their prologue/epilogue."""
+    Shared with the channels-last kernels (causal_conv.py): their SnakeBeta pass and the convolutions' epilogue."""
     t = round_to(x * a, DTYPE)
     if PRECISE:
         s = libdevice.sin(t)                   # sinf, as torch's CUDA kernel

@@ -69,8 +69,10 @@ def streamed(runner: Qwen3CodecRunner, codes: torch.Tensor, first: int = 1, chun
 
 @contextlib.contextmanager
 def _tf32(allowed: bool):
+    """cuDNN's TF32 switch as serving leaves it (PyTorch's default: on; the codec's own GEMMs follow it), matmul TF32
+    off as serving leaves it (the frame transformer's linears stay fp32)."""
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, allowed
     try:
         yield
     finally:
@@ -80,8 +82,8 @@ def _tf32(allowed: bool):
 def measure(decoder: CodecDecoder, dtype: torch.dtype, frames: int, *, seed: int = 0, first: int = 1,
             chunk: int = 25, cuda_graphs: bool = True, tf32: bool = False) -> dict:
     """SNR / max abs error of the streamed `dtype` decode against the one-pass fp32 decode of the same codes.
-    tf32: the streamed decode's fp32 convolutions and matmuls may use TF32 (PyTorch's default for convolutions, the
-    serving default); the reference never does."""
+    tf32: the streamed decode's fp32 convolutions (and the codec's GEMMs that follow cuDNN's switch) use TF32, as
+    serving runs them (PyTorch's default); the reference never does."""
     cfg = decoder.config
     codes = torch.randint(0, cfg.codebook_size, (frames, cfg.num_quantizers),
                           generator=torch.Generator().manual_seed(seed))
@@ -93,8 +95,8 @@ def measure(decoder: CodecDecoder, dtype: torch.dtype, frames: int, *, seed: int
     with _tf32(tf32):
         got = streamed(runner, codes, first, chunk)
     snr = snr_db(ref, got)
-    return {"dtype": str(dtype).removeprefix("torch."), "tf32": tf32, "device": str(device), "frames": frames,
-            "seed": seed,
+    return {"dtype": str(dtype).removeprefix("torch."), "tf32": tf32, "device": str(device),
+            "frames": frames, "seed": seed,
             "first_chunk": first, "chunk": chunk, "cuda_graphs": runner.graphs is not None,
             "snr_db": None if math.isinf(snr) else round(snr, 3),
             "max_abs_err": float(np.abs(ref - got).max()),
@@ -112,13 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=25, help="frames of the following chunks")
     ap.add_argument("--no-graphs", action="store_true", help="eager decode steps even on CUDA")
     ap.add_argument("--tf32", action="store_true",
-                    help="float32 with TF32 convolutions and matmuls (the serving default) against plain fp32")
+                    help="float32 with TF32 convolutions, as served (PyTorch's default), against plain fp32")
     args = ap.parse_args(argv)
     decoder = load_codec_decoder(args.model, args.device)
     result = measure(decoder, getattr(torch, args.dtype), args.frames, seed=args.seed, first=args.first,
                      chunk=args.chunk, cuda_graphs=not args.no_graphs, tf32=args.tf32)
     snr = "identical" if result["snr_db"] is None else f"{result['snr_db']:.2f} dB"
-    print(f"{result['dtype']}{' (TF32)' if args.tf32 else ''} streamed vs fp32 one pass, {args.frames} frames on {result['device']}: SNR {snr}, "
+    label = result["dtype"] + (" (TF32)" if args.tf32 else "")
+    print(f"{label} streamed vs fp32 one pass, {args.frames} frames on {result['device']}: SNR {snr}, "
           f"max abs error {result['max_abs_err']:.3g}")
     print(json.dumps(result))
     return 0

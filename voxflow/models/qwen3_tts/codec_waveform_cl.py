@@ -28,7 +28,11 @@ ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to
 
 
 def supported(x: torch.Tensor) -> bool:
-    return ENABLED and use_kernels(x) and x.dtype in (torch.float32, torch.bfloat16)
+    """On CUDA with kernels on, fp32 / bf16, and no autograd graph to record (the Triton kernels have no backward)."""
+    if not (ENABLED and use_kernels(x)):
+        return False
+    from voxflow.kernels.causal_conv import supported as kernels_take
+    return kernels_take(x)
 
 
 def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
@@ -67,7 +71,7 @@ def _activated_with_context(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor,
     buf = torch.empty((b, ctx + t, c), dtype=x.dtype, device=x.device)
     if state is None:
         buf[:, :ctx].zero_()
-    else:
+    elif ctx:
         buf[:, :ctx].copy_(state[conv.state_key].transpose(1, 2))
     snake_channels_last(x, *act._channel_terms(), out=buf[:, ctx:])
     if state is not None and ctx:
