@@ -338,6 +338,9 @@ def test_errors_voice_clone_inputs(tok):
     _err(tok, "integer", base, text="hi", x_vector=torch.zeros(H), ref_text="hello", ref_codes=codes.float())
     _err(tok, r"\[0, 2048\)", base, text="hi", x_vector=torch.zeros(H), ref_text="hello", ref_codes=codes + 2048)
     _err(tok, r"\[0, 2048\)", base, text="hi", x_vector=torch.zeros(H), ref_text="hello", ref_codes=codes - 1)
+    # host codes are checked even when marked known-good (only GPU codes skip the blocking read)
+    _err(tok, r"\[0, 2048\)", base, text="hi", x_vector=torch.zeros(H), ref_text="hello", ref_codes=codes + 2048,
+         ref_codes_checked=True)
 
 
 def test_error_tokenizer_that_breaks_the_template():

@@ -34,6 +34,7 @@ class VoiceClonePrompt:
     # A content key of x_vector and ref_codes, made from the host data they were computed from (equal keys: equal
     # tensors), so that prefix caching never reads them back from the device (position_keys.py).
     key: int | None = None
+    codes_checked: bool = False            # ref_codes lie in the codebook (the encoder's, or checked on the host)
 
 
 @dataclass
@@ -83,7 +84,7 @@ def make_voice_clone_prompt(model, ref_audio_24k: np.ndarray, ref_text: str | No
     # Both are functions of the clip alone (and of the weights, fixed for a model).
     key = content_key(("clip", wav.numpy().tobytes(), bool(x_vector_only)))
     return VoiceClonePrompt(x_vector=x_vector, ref_codes=ref_codes, ref_text=None if x_vector_only else ref_text,
-                            key=key)
+                            key=key, codes_checked=True)
 
 
 
@@ -118,7 +119,8 @@ def prepare(model, req: SynthesisRequest) -> tuple[Prompt, SamplingParams, int, 
         non_streaming_mode=req.non_streaming_mode,
         x_vector=clone.x_vector if clone is not None else None,
         ref_text=clone.ref_text if clone is not None else None,
-        ref_codes=clone.ref_codes if clone is not None else None)
+        ref_codes=clone.ref_codes if clone is not None else None,
+        ref_codes_checked=clone is not None and clone.codes_checked)
     with torch.no_grad():
         prompt = build_prompt(model.config, model.tokenizer, model.talker, prompt_req)
     return prompt, sampling_params(model, req), max_new_tokens, clone

@@ -426,4 +426,5 @@ def voice_from_data(data: dict, device, dtype, codebook_size: int = 2048) -> Voi
     # Non-blocking copies (host_to_device.py): this runs on the engine thread while a decode step is in flight.
     x_vector = to_device(torch.from_numpy(x.copy()), device, dtype)
     ref_codes = None if codes is None else to_device(torch.from_numpy(codes.astype(np.int64)), device)
-    return VoiceClonePrompt(x_vector=x_vector, ref_codes=ref_codes, ref_text=data.get("ref_text"), key=key)
+    return VoiceClonePrompt(x_vector=x_vector, ref_codes=ref_codes, ref_text=data.get("ref_text"), key=key,
+                            codes_checked=True)

@@ -82,6 +82,7 @@ class PromptRequest:
     x_vector: Optional[torch.Tensor] = None    # Base: speaker embedding [H]
     ref_text: Optional[str] = None             # Base ICL: transcript of the reference audio
     ref_codes: Optional[torch.Tensor] = None   # Base ICL: reference codec frames [R, 16]
+    ref_codes_checked: bool = False            # ref_codes known to lie in the codebook (see the range check)
 
 
 @dataclass
@@ -269,9 +270,10 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
             if ref_codes.is_floating_point() or ref_codes.is_complex() or ref_codes.dtype == torch.bool:
                 raise PromptError("ref_codes must be an integer tensor")
             codebook = config.talker.code_predictor.vocab_size if config.talker.code_predictor else 2048
-            # Host codes only: reading a GPU tensor's range would block until the decode step in flight ends. Codes on
-            # the GPU come from the codec encoder or a stored voice, whose range is checked on the host as it loads.
-            if not ref_codes.is_cuda and (int(ref_codes.min()) < 0 or int(ref_codes.max()) >= codebook):
+            # Skipped for GPU codes already known good (the codec encoder's, or a stored voice's, checked on the host
+            # as it loaded): reading a GPU tensor's range blocks until the decode step in flight ends.
+            if (not ref_codes.is_cuda or not request.ref_codes_checked) and (
+                    int(ref_codes.min()) < 0 or int(ref_codes.max()) >= codebook):
                 raise PromptError(f"ref_codes values must lie in [0, {codebook}), got "
                                   f"[{int(ref_codes.min())}, {int(ref_codes.max())}]")
         elif ref_text is not None:
