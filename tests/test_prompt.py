@@ -403,3 +403,46 @@ def test_lengths_base():
     assert p.layout == "icl_streaming" and p.length == 23 and p.trailing_text.shape[0] == 1
     p = _tiny_build("base", non_streaming_mode=True, **icl)
     assert p.length == 32 and p.trailing_text.shape[0] == 1
+
+
+class CachingEmbedder(FakeEmbedder):
+    """FakeEmbedder with the cache hooks of the Talker (prompt_constants, weights_version), counting lookups."""
+
+    def __init__(self):
+        super().__init__()
+        self.prompt_constants, self.version, self.calls = {}, 0, 0
+
+    def weights_version(self):
+        return self.version
+
+    def embed_text(self, ids):
+        self.calls += 1
+        return super().embed_text(ids)
+
+    def embed_codec(self, ids):
+        self.calls += 1
+        return super().embed_codec(ids)
+
+
+def test_fixed_prompt_parts_are_embedded_once_per_language_speaker_and_weights(tok):
+    emb = CachingEmbedder()
+
+    def prompt(text, speaker="vivian", language="english"):
+        before = emb.calls
+        p = build_prompt(make_config(), tok, emb, PromptRequest(text=text, speaker=speaker, language=language))
+        return p, emb.calls - before
+
+    want = build(tok, text="hello there", speaker="vivian", language="english")
+    first, n_first = prompt("hello there")
+    again, n_again = prompt("hello there")
+    other, _ = prompt("something else")
+    assert n_again < n_first and n_again == 1                    # only the request's own text
+    for p in (first, again):
+        assert_same(p.inputs_embeds, want.inputs_embeds)
+        assert_same(p.trailing_text, want.trailing_text)
+    assert_same(other.inputs_embeds[:4], want.inputs_embeds[:4])   # shared role rows
+    _, n_new_speaker = prompt("hello there", speaker="ryan")
+    assert n_new_speaker > 1                                     # another speaker row: its constants made once
+    emb.version += 1                                             # weights changed: everything made again
+    _, n_after = prompt("hello there")
+    assert n_after == n_first

@@ -214,6 +214,22 @@ class _IdsOnDevice:
         return tensor_to(ids, self.device)
 
 
+def _cached_constants(embedder, key: tuple, make):
+    """make() (embeddings of fixed id lists), kept in `embedder.prompt_constants` (a dict) under `key` and the
+    embedder's `weights_version()`, when the embedder has both; else made every time. The same computation on the
+    same ids: the same values as making them afresh."""
+    cache = getattr(embedder, "prompt_constants", None)
+    if cache is None or not hasattr(embedder, "weights_version"):
+        return make()
+    full = (key, embedder.weights_version())
+    value = cache.get(full)
+    if value is None:
+        if len(cache) >= 256:             # languages x speakers is small; bound it anyway
+            cache.clear()
+        value = cache[full] = make()
+    return value
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Builder
 
@@ -308,19 +324,28 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
         return embedder.embed_text(ids_on_device.of(ids))
 
     t_instr = embed_text(instruct_ids) if instruct_ids else None
-    t_special = embed_text([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
+    special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
+    spk_ids = [tc.spk_id[speaker]] if speaker is not None else []
+
+    def constants():
+        # The same ids every time for this language / speaker: kept by the embedder when it offers a cache
+        # (`prompt_constants`), so a request embeds only its own text.
+        return (embed_text(special), embed_text(role_ids),
+                embedder.embed_codec(ids_on_device.of(think + [tc.codec_pad_id, tc.codec_bos_id])),
+                embedder.embed_codec(ids_on_device.of(spk_ids)) if spk_ids else None)
+
+    t_special, t_role, c_think_pad_bos, c_spk = _cached_constants(
+        embedder, (tuple(special), tuple(role_ids), tuple(think), tc.codec_pad_id, tc.codec_bos_id, tuple(spk_ids)),
+        constants)
     tts_bos, tts_eos, tts_pad = t_special[0:1], t_special[1:2], t_special[2:3]
-    t_role = embed_text(role_ids)
 
     # --- codec prefix: [think/lang ids] [speaker]? [codec_pad, codec_bos]
-    c_think_pad_bos = embedder.embed_codec(ids_on_device.of(think + [tc.codec_pad_id, tc.codec_bos_id]))
     c_think, c_pad, c_bos = c_think_pad_bos[:-2], c_think_pad_bos[-2:-1], c_think_pad_bos[-1:]
     codec_ids: list[Optional[int]] = list(think)
     rows = [c_think]
     if speaker is not None:
-        spk_id = tc.spk_id[speaker]
-        rows.append(embedder.embed_codec(ids_on_device.of([spk_id])))
-        codec_ids.append(spk_id)
+        rows.append(c_spk)
+        codec_ids.append(spk_ids[0])
     elif task == "base":
         # The raw x-vector takes the speaker slot (no lookup), in the talker's dtype.
         rows.append(to_device(x_vector.reshape(1, hidden), device, c_think.dtype))

@@ -59,6 +59,16 @@ class Talker(nn.Module):
         self.text_projection = TextProjection(cfg.text_hidden_size, cfg.hidden_size)
         self.codec_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.code_predictor = CodePredictor(cfg.code_predictor, cfg.hidden_size)
+        # Prompt embeddings of fixed id lists (special tokens, role, language / speaker codec rows), kept by
+        # prompt.build_prompt under weights_version(): a request then embeds only its own text.
+        self.prompt_constants: dict = {}
+
+    def weights_version(self) -> tuple:
+        """Changes when a prompt-embedding weight is replaced or changed in place (or moved / cast)."""
+        return tuple((p.data_ptr(), p._version, p.dtype) for p in (
+            self.model.text_embedding.weight, self.model.codec_embedding.weight, self.text_projection.linear_fc1.weight,
+            self.text_projection.linear_fc1.bias, self.text_projection.linear_fc2.weight,
+            self.text_projection.linear_fc2.bias))
 
     @property
     def device(self) -> torch.device:
