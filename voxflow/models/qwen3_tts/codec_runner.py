@@ -290,16 +290,21 @@ class Qwen3CodecRunner:
         # engine pushes a frame a step).
         pieces = []
         zeros = torch.zeros((padded * total, q), dtype=torch.long, device=self.device)
+        recorded = set()
         for block in blocks:
             count = 0
             for f in block:
                 if f.device.type == "cuda":
                     # Made on the caller's stream, read here on the codec stream: keep the allocator from
-                    # handing its memory to someone else before this read has run.
-                    f.record_stream(self.stream)
+                    # handing its memory to someone else before this read has run. Once per underlying tensor:
+                    # the engine's pieces are rows of one step's frames (64 x 25 rows of 25 tensors at c=64).
+                    base = f if f._base is None else f._base
+                    if id(base) not in recorded:
+                        recorded.add(id(base))
+                        f.record_stream(self.stream)
                 else:
                     f = self._to_device(f)
-                pieces.append(f.to(torch.long))
+                pieces.append(f if f.dtype == torch.long else f.to(torch.long))
                 count += f.shape[0]
             if count < total:                   # a final chunk padded to its bucket
                 pieces.append(zeros[: total - count])
