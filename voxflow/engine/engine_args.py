@@ -8,7 +8,7 @@ import typing
 
 def parse_engine_args(items: list[str] | None) -> dict:
     """`--engine-arg key=value` (repeatable) -> EngineConfig fields, typed from the dataclass."""
-    from voxflow.engine.engine import EngineConfig
+    from voxflow.engine.config import EngineConfig
     fields = {f.name: f for f in dataclasses.fields(EngineConfig)}
     hints = typing.get_type_hints(EngineConfig)
     out = {}

@@ -1,0 +1,48 @@
+"""EngineConfig: everything an EngineCore is built from (model, memory, batching, streaming, GPU switches).
+
+Every field can be set from the command line as `--engine-arg KEY=VALUE` (`voxflow serve`, `voxflow bench`;
+engine_args.py), which is how the stacked comparisons switch pieces off one by one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    model: str                                 # model folder or hub id
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_num_seqs: int = 32                     # requests decoding at once (model slots)
+    max_num_batched_tokens: int = 2048         # positions computed per step (decodes + prefill chunks)
+    prefill_chunk_size: int | None = 512       # most prompt positions of one request per step
+    block_size: int = 16                       # positions per KV page
+    kv_cache_bytes: int | None = None          # memory for the KV pool (default: block_manager.default_kv_bytes)
+    num_kv_blocks: int | None = None           # or an explicit number of pages (tests: a tiny pool)
+    max_model_len: int = 10240                 # most KV positions of one request (prompt + frames)
+    chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
+    chunk_ramp: bool = True                    # chunks after the first grow up to chunk_frames (codec_executor)
+    codec_frames_per_step: int | None = 400    # most frames of regular chunks a step sends to the codec (the rest
+                                               # wait a step or two; first and final chunks never, and are not
+                                               # counted); None: no limit
+    max_waiting: int = 1024                    # queue limit; add_request raises QueueFullError beyond it
+    cuda_graphs: bool = True                   # on a GPU: the per-frame step (and the codec) as CUDA graphs
+    capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
+    codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
+    codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
+    codec_conv_programs: int | None = None     # experiment: the codec's channels-last convolutions on at most this
+                                               # many programs (~SMs), leaving the rest to the talker (None: no cap)
+    kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
+    batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
+    prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
+                                               # None: with cuda_graphs on a GPU. True on a CPU: the same padded
+                                               # path, eagerly (tests)
+    eager_first_chunk: int = 4                 # up to this many running requests, a step with a stream still
+                                               # waiting for its first audio is read at once (0: never)
+    warmup_requests: bool | None = None        # run the model's warm-up requests before serving (None: on a GPU
+                                               # with capture_at_start, where first use compiles kernels)
+    trace_steps: str | None = None             # append one JSON line per step to this file (step_trace.py)
+    trace_profile_prepare: bool = False        # with trace_steps: also cProfile the prompt builds (slows them)
+    add_seconds_per_step: float | None = 0.004  # while streams run, new requests taken until their prompt builds
+                                               # took this long, then a step (None: every arrival at once;
+                                               # engine/inprocess.py)
