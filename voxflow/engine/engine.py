@@ -18,6 +18,7 @@ It is single-threaded and knows nothing of HTTP or asyncio: `inprocess.py` / `pr
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -126,7 +127,8 @@ class EngineCore:
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
         self.trace: StepTrace | None = None
         self._warm_up()
-        self.trace = StepTrace(config.trace_steps, config.trace_profile_prepare) if config.trace_steps else None    # after warm-up: served steps only
+        # After warm-up: the trace holds served steps only.
+        self.trace = StepTrace(config.trace_steps, config.trace_profile_prepare) if config.trace_steps else None
         self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
         if device.type == "cuda":
             self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)
@@ -206,10 +208,7 @@ class EngineCore:
         if self.scheduler.num_waiting >= self.config.max_waiting:
             raise QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting requests)")
         t_in = time.monotonic()
-        if self.trace is not None:
-            with self.trace.profiling_prepare():
-                prepared = self.model.prepare(request)
-        else:
+        with self.trace.profiling_prepare() if self.trace is not None else contextlib.nullcontext():
             prepared = self.model.prepare(request)
         prepare_seconds = time.monotonic() - t_in
         if prepared.prompt_len + prepared.max_frames > self.config.max_model_len:

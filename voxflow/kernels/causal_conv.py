@@ -261,7 +261,7 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
     """Each sequence's [T, C] rows one contiguous block (a batch stride may differ)."""
-    return (t.stride(-1) == 1 or t.shape[-1] == 1) and (t.stride(1) == t.shape[2] or t.shape[1] == 1)
+    return _unit_channel_stride(t) and (t.stride(1) == t.shape[2] or t.shape[1] == 1)
 
 
 def snake_channels_last(x: torch.Tensor, a: torch.Tensor, inv: torch.Tensor, out: torch.Tensor | None = None

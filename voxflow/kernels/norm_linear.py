@@ -87,7 +87,8 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
             if SWIGLU:
                 acc_u += tl.sum(wu * a[None, :], axis=1)
         else:
-            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
+            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None],
+                        other=0.0).to(tl.float32)
             if NORM:
                 sq += a * a
                 a = a * tl.load(g_ptr + kk).to(tl.float32)[None, :]

@@ -23,6 +23,7 @@ import os
 import numpy as np
 import torch
 
+from voxflow.layers.conv_transpose_gemm import matmul_tf32
 from voxflow.models.qwen3_tts.codec_decoder import CodecDecoder
 from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
 from voxflow.models.qwen3_tts.config import load_configs
@@ -71,12 +72,13 @@ def streamed(runner: Qwen3CodecRunner, codes: torch.Tensor, first: int = 1, chun
 def _tf32(allowed: bool):
     """cuDNN's TF32 switch as serving leaves it (PyTorch's default: on; the codec's own GEMMs follow it), matmul TF32
     off as serving leaves it (the frame transformer's linears stay fp32)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, allowed
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = allowed
     try:
-        yield
+        with matmul_tf32(False):
+            yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        torch.backends.cudnn.allow_tf32 = saved
 
 
 def measure(decoder: CodecDecoder, dtype: torch.dtype, frames: int, *, seed: int = 0, first: int = 1,
@@ -95,9 +97,8 @@ def measure(decoder: CodecDecoder, dtype: torch.dtype, frames: int, *, seed: int
     with _tf32(tf32):
         got = streamed(runner, codes, first, chunk)
     snr = snr_db(ref, got)
-    return {"dtype": str(dtype).removeprefix("torch."), "tf32": tf32, "device": str(device),
-            "frames": frames, "seed": seed,
-            "first_chunk": first, "chunk": chunk, "cuda_graphs": runner.graphs is not None,
+    return {"dtype": str(dtype).removeprefix("torch."), "tf32": tf32, "device": str(device), "frames": frames,
+            "seed": seed, "first_chunk": first, "chunk": chunk, "cuda_graphs": runner.graphs is not None,
             "snr_db": None if math.isinf(snr) else round(snr, 3),
             "max_abs_err": float(np.abs(ref - got).max()),
             "ref_rms": float(np.sqrt(np.mean(ref.astype(np.float64) ** 2)))}

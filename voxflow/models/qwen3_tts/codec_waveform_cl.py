@@ -96,11 +96,11 @@ def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTen
     x [B, T, Cin] -> [B, T * stride, Cout]. Weight [Cin, Cout, k] as [Cin, k * Cout], so a GEMM row holds each tap's
     output row, and output row t*s + j is G[t, j] (+ the spill G[t-1, s + j] for j < k - s) + bias, added by one
     Triton pass (two strided PyTorch passes before: ~4 ms of a 64 x 25-frame bf16 call on the H200)."""
+    from voxflow.kernels.causal_conv import overlap_add_channels_last
     b, t, cin = x.shape
     weight = up.conv.weight
     cout, k, s, overlap = weight.shape[1], weight.shape[2], up.stride, up.overlap
     packed = _per_weight_version(up, (weight,), lambda: weight.permute(0, 2, 1).reshape(cin, k * cout).contiguous())
-    from voxflow.kernels.causal_conv import overlap_add_channels_last
     with matmul_tf32(torch.backends.cudnn.allow_tf32):
         g = torch.matmul(x.reshape(b * t, cin), packed).view(b, t, k, cout)
     tail = state[up.state_key] if state is not None and overlap else None

@@ -87,7 +87,6 @@ def make_voice_clone_prompt(model, ref_audio_24k: np.ndarray, ref_text: str | No
                             key=key, codes_checked=True)
 
 
-
 def sampling_params(model, req: SynthesisRequest) -> SamplingParams:
     overrides = {k: v for k, v in dict(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
                                        repetition_penalty=req.repetition_penalty).items() if v is not None}
