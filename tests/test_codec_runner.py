@@ -193,19 +193,23 @@ def test_pool_exhaustion_is_a_clear_error(dec):
 
 
 def test_new_states_reset_reused_rows_in_one_pass(dec):
-    """new_states: several rows (one with a voice-clone prefix) reset together, in rows that earlier streams left
-    dirty, decode exactly as fresh single new_state rows do; asking for more rows than are free takes none."""
+    """new_states: several rows (two with voice-clone prefixes, primed in one batch) reset together, in rows that
+    earlier streams left dirty, decode exactly as fresh single new_state rows do; asking for more rows than are
+    free takes none."""
     r = runner(dec, max_rows=3)
     dirty = [r.new_state(None) for _ in range(3)]
     r.decode(dirty, [codes_for(7, seed=i) for i in range(3)])
     for h in dirty:
         r.release(h)
-    prefix, codes = codes_for(6, seed=9), [codes_for(12, seed=10 + i) for i in range(3)]
-    states = r.new_states([None, prefix, None])
+    prefix, other, codes = codes_for(6, seed=9), codes_for(6, seed=8), [codes_for(12, seed=10 + i) for i in range(3)]
+    prefixes = [other, prefix, None]
+    shapes = record_steps(r)
+    states = r.new_states(prefixes)
+    assert shapes == [(2, 5), (2, 1)]                # both 6-frame references primed together: 5 + 1, batch 2
     assert sorted(s.row for s in states) == [0, 1, 2] and r.pool.num_free == 0
     got, _ = r.decode(states, codes)
     fresh = runner(dec, max_rows=3)
-    for i, p in enumerate([None, prefix, None]):
+    for i, p in enumerate(prefixes):
         want, _ = fresh.decode([fresh.new_state(p)], [codes[i]])
         assert np.abs(got[i] - want[0]).max() <= TOL, i          # batch of 3 vs 1: rounding only
     for s in states:
