@@ -453,6 +453,15 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     rows = frames made, chunks and final records out), with step numbers in order."""
     path = tmp_path / "steps.jsonl"
     core = make_engine(trace_steps=str(path), trace_profile_prepare=True)
+    run, calls = core.runner.run, []
+
+    def run_capturing_once(*args):
+        # A capture while serving (CUDA only) shows in its step's line: simulated as 50 ms on the third decode.
+        calls.append(1)
+        if len(calls) == 3:
+            core.runner.stats.capture_seconds += 0.05
+        return run(*args)
+    core.runner.run = run_capturing_once
     reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(3)]
     results = drive(core, {0: reqs[:2], 4: reqs[2:]})
     core.shutdown()
@@ -469,6 +478,8 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     assert set(lines[0]["ms"]) == {"schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
                                    "codec_collect"}
     assert all(r["gc_ms"] >= 0 for r in lines)
+    assert [r["capture_ms"] for r in lines if r["capture_ms"]] == [50.0]
+    assert [r["decode"] > 0 for r in lines if r["capture_ms"]] == [True]
     import pstats                   # the prompt builds were profiled: the model's prepare is in the statistics
     stats = pstats.Stats(str(path) + ".prepare.pstats")
     assert any(func[2] == "prepare" and calls[1] >= 3 for func, calls in stats.stats.items())

@@ -231,13 +231,16 @@ def test_fused_codec_kernels_equal_the_plain_torch_decoder(dec, monkeypatch):
 
 
 def test_bf16_channels_last_stack_is_close_to_the_bf16_ncl_kernels(dec, monkeypatch):
-    """bf16: the channels-last stack against the [B, C, T] kernel path, streamed through the graphed runner. Both
-    round where torch stores; they differ only by summation order (and the output conv's rounding, see
-    causal_conv.py), so far above the 28 dB both keep against fp32."""
+    """bf16: the channels-last stack against the [B, C, T] kernel path, streamed through the graphed runner, both
+    held to the fp32 decoder: the channels-last stack may round differently (summation order, the output conv's
+    rounding, see causal_conv.py) but must be no noisier than the [B, C, T] path by more than 1 dB. The two bf16
+    paths differ from each other by 34.3 dB on the H200 (2026-12-01), so they are also held to >= 30 dB apart."""
     from voxflow.models.qwen3_tts import codec_waveform_cl
+    want, _ = run_plan(Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True))
     low = cast_decoder(dec, torch.bfloat16)
     cl, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
     monkeypatch.setattr(codec_waveform_cl, "ENABLED", False)
     ncl, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
     for k in PLAN:
-        assert snr_db(ncl[k], cl[k]) > 40.0, k
+        assert snr_db(ncl[k], cl[k]) > 30.0, k
+        assert snr_db(want[k], cl[k]) >= snr_db(want[k], ncl[k]) - 1.0, k

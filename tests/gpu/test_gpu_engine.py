@@ -84,12 +84,14 @@ def test_gpu_prefill_graphs_survive_slot_buffer_growth():
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
                           non_streaming_mode=False, sampling=SamplingOptions(greedy=True, max_new_tokens=11))
             for i, t in enumerate([TEXTS[0], long_text, TEXTS[2], TEXTS[3]])]
-    replays = core.prefill_runner.stats.replays
     results = run_offline(core, reqs[:2])
-    results += run_offline(core, reqs[2:])                         # after the growth: still through the graphs
     assert core.model.graph_epoch != epoch                         # the growth happened
+    stats = core.prefill_runner.stats
+    replays, eager = stats.replays, stats.eager_steps
+    results += run_offline(core, reqs[2:])                         # after the growth: still through the graphs
     assert len(core.prefill_runner._graphs) == graphs > 0
-    assert core.prefill_runner.stats.replays >= replays + 4
+    # (a replay may hold several prompts: the H200 run of 2026-12-01 made one replay of both)
+    assert stats.replays > replays and stats.eager_steps == eager
     assert core.runner.stats.replays > 0 and core.runner._graphs                 # decode graphs captured again,
     assert core.runner._pool is not pool                                          # into a new memory pool
     assert all(r.audio().size > 0 for r in results) and len(results) == 4

@@ -276,6 +276,7 @@ class EngineCore:
         self.steps += 1
         outputs: list[Output] = []
         t = self.timings
+        captured_before = self._capture_seconds() if self.trace is not None else 0.0
         t0 = time.perf_counter()
         sched = self.scheduler.schedule()
         for rejection in sched.rejected:
@@ -333,8 +334,15 @@ class EngineCore:
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
                 "chunks": sum(isinstance(o, AudioChunk) for o in outputs),
                 "finished": sum(isinstance(o, FinalRecord) for o in outputs),
-                "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting})
+                "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
+                "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs
+
+    def _capture_seconds(self) -> float:
+        """Seconds the talker's graph runners (decode, prefill) have spent capturing CUDA graphs so far: a capture
+        while serving (a shape or sampling variant not captured at startup, or graphs dropped) stalls every stream."""
+        runners = (self.runner, self.prefill_runner)
+        return sum(r.stats.capture_seconds for r in runners if r is not None)
 
     @staticmethod
     def _mono_at(perf: float) -> float:
