@@ -540,11 +540,11 @@ def test_serve_arguments():
     assert s.allowed_local_media_path == "/media" and s.allowed_media_domains == ("a.com", "b.com", "c.com")
     cfg = engine_config_from_args(args)
     assert (cfg.model, cfg.max_num_seqs, cfg.device, cfg.dtype) == ("org/model", 4, "cpu", "float32")
-    assert cfg.add_seconds_per_step == 0.004
-    args = parser.parse_args(["serve", "m", "--device", "cpu", "--engine-arg", "add_seconds_per_step=none",
+    assert cfg.add_seconds_per_step is None
+    args = parser.parse_args(["serve", "m", "--device", "cpu", "--engine-arg", "add_seconds_per_step=0.004",
                               "--engine-arg", "chunk-frames=7"])
     cfg = engine_config_from_args(args)
-    assert cfg.add_seconds_per_step is None and cfg.chunk_frames == 7
+    assert cfg.add_seconds_per_step == 0.004 and cfg.chunk_frames == 7
     with pytest.raises(ValueError, match="nope"):
         engine_config_from_args(parser.parse_args(["serve", "m", "--device", "cpu", "--engine-arg", "nope=1"]))
 

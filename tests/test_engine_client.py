@@ -81,6 +81,14 @@ def make_fake_core():
     return FakeCore()
 
 
+def make_paced_fake_core():
+    """A FakeCore whose engine config turns on the loop's per-step add budget (off by default)."""
+    import types
+    core = FakeCore()
+    core.config = types.SimpleNamespace(add_seconds_per_step=0.004)
+    return core
+
+
 def make_broken_core():
     raise RuntimeError("no weights at /nowhere")
 
@@ -101,8 +109,8 @@ def run(coro):
     asyncio.run(asyncio.wait_for(coro, HANG))
 
 
-def make_client(mode) -> EngineClient:
-    return InProcessEngineClient(FakeCore()) if mode == "inprocess" else ProcessEngineClient(make_fake_core)
+def make_client(mode, factory=make_fake_core) -> EngineClient:
+    return InProcessEngineClient(factory()) if mode == "inprocess" else ProcessEngineClient(factory)
 
 
 async def collect(client, request):
@@ -187,9 +195,9 @@ def test_consumer_exit_and_explicit_abort_reach_the_engine(mode):
 def test_a_burst_of_arrivals_is_spread_over_steps(mode):
     """While a stream runs, six requests whose prompt builds each outlast the loop's per-step add budget arrive at
     once: the engine takes one, steps, takes the next (the running stream is not held up by all six builds), and
-    every one of them is served, in order."""
+    every one of them is served, in order (with the budget on: `add_seconds_per_step`)."""
     async def main():
-        async with make_client(mode) as client:
+        async with make_client(mode, make_paced_fake_core) as client:
             busy = client.generate(req(chunks=100000, rid="busy"))
             await first_chunk(busy)
             burst = [req("slow", chunks=1, rid=f"s{i}") for i in range(6)]

@@ -43,6 +43,6 @@ class EngineConfig:
                                                # with capture_at_start, where first use compiles kernels)
     trace_steps: str | None = None             # append one JSON line per step to this file (step_trace.py)
     trace_profile_prepare: bool = False        # with trace_steps: also cProfile the prompt builds (slows them)
-    add_seconds_per_step: float | None = 0.004  # while streams run, new requests taken until their prompt builds
+    add_seconds_per_step: float | None = None  # while streams run, new requests taken until their prompt builds
                                                # took this long, then a step (None: every arrival at once;
-                                               # engine/inprocess.py)
+                                               # engine/inprocess.py: off, it cost c=64 throughput on the H200)

@@ -27,11 +27,12 @@ from .request import FinalRecord, FinishReason, SpeechRequest
 log = logging.getLogger(__name__)
 
 
-# While streams run, the prompt builds of a burst of arrivals are spread over steps: new requests are taken until
-# `EngineConfig.add_seconds_per_step` went to them since the last step, the rest wait in the queue (nothing is lost
-# or reordered). On an H200 a wave of 16-64 arrivals took 45-115 ms of prompt builds in one go (session-6 step
-# trace), which stalled every running stream and held back the first arrivals' prefill until the last was built.
-DEFAULT_ADD_SECONDS_PER_STEP = 0.004
+# Optional pacing (`EngineConfig.add_seconds_per_step`, off by default): while streams run, the prompt builds of a
+# burst of arrivals are spread over steps: new requests are taken until that much time went to them since the last
+# step, the rest wait in the queue (nothing is lost or reordered). On an H200 a wave of 16-64 arrivals took 45-115 ms
+# of prompt builds in one go (session-6 step trace), stalling every running stream. Pacing at 4 ms measured (1.7B,
+# HTTP, session 7): c=16 TTFP p50 / p99 138 / 154 -> 105 / 145 ms, but c=64 446.1 -> 406.5 audio-s/s and p99
+# 326 -> 413 ms (more, smaller prefill steps), so it stays off unless an operator asks for it.
 
 
 class CoreDriver:
@@ -41,7 +42,7 @@ class CoreDriver:
         self.core = core
         self.live: set[str] = set()
         config = getattr(core, "config", None)
-        self.add_seconds = getattr(config, "add_seconds_per_step", DEFAULT_ADD_SECONDS_PER_STEP)
+        self.add_seconds = getattr(config, "add_seconds_per_step", None)
 
     def may_take_more(self, since: float) -> bool:
         """Whether to take another command before the next step (`since`: time.monotonic() after the last one)."""
