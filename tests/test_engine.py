@@ -609,13 +609,3 @@ def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed, chu
     assert all(key[0] >= n and key in runner.shapes for key, n in used)
     assert_engine_matches_reference(name, core, results, reqs)
     assert_all_released(core)
-
-
-def test_codec_conv_programs_reach_the_decoder():
-    """The engine option that caps the codec's channels-last convolutions (a GPU experiment) is handed to the
-    decoder, and a cap below one is refused."""
-    core = make_engine(codec_conv_programs=8)
-    assert core.codec.decoder.conv_programs == 8
-    assert make_engine().codec.decoder.conv_programs is None
-    with pytest.raises(ValueError, match="codec_conv_programs"):
-        make_engine(codec_conv_programs=0)

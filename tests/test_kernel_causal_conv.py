@@ -60,8 +60,6 @@ def check_conv_against_torch():
                     want = (want.float() + res_ncl.float()).to(dtype)
                 got = conv1d_channels_last(x, packed, bias, d, **kwargs)
                 assert got.shape == (b, t, cout) and got.dtype == dtype
-                # a capped grid (each program walks tiles) computes the same tiles: the same bits
-                assert torch.equal(conv1d_channels_last(x, packed, bias, d, max_programs=2, **kwargs), got)
                 got = got.transpose(1, 2).double()
                 if dtype == torch.float32:
                     bound = 1e-5 * (scale + 1.0)

@@ -190,8 +190,6 @@ class EngineCore:
             options["codec_cuda_graphs"] = False
         if config.codec_max_batch is not None:
             options["codec_max_batch"] = config.codec_max_batch
-        if config.codec_conv_programs is not None:
-            options["codec_conv_programs"] = config.codec_conv_programs
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
                                        max_slots=config.max_num_seqs, **options)
         return cls(model, codec, config)

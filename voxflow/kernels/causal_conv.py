@@ -43,39 +43,17 @@ def _snake_cl_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, N, C, x_sb, out_sb,
 
 @triton.jit
 def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st, TILES_T, TILES,
+                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
                     KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
                     RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr, PERSISTENT: tl.constexpr,
+                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    if PERSISTENT:
-        # A capped grid (`max_programs`): each program walks tiles, so the codec holds at most that many SMs and
-        # the talker's kernels on the other stream find free ones.
-        for tile in range(tl.program_id(0), TILES, tl.num_programs(0)):
-            _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, tile % TILES_T, tile // TILES_T,
-                       ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st, KSIZE, DILATION,
-                       HAS_BIAS, SNAKE, RESIDUAL, PRECISE, DOT_PRECISION, DOT_IN_FP32, EVEN_K, BLOCK_T, BLOCK_N,
-                       BLOCK_K)
-    else:
-        _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, tl.program_id(0), tl.program_id(1),
-                   ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st, KSIZE, DILATION,
-                   HAS_BIAS, SNAKE, RESIDUAL, PRECISE, DOT_PRECISION, DOT_IN_FP32, EVEN_K, BLOCK_T, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, pid_t, pid_n,
-               ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
-               KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-               RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
-               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One [BLOCK_T rows, BLOCK_N channels] output tile."""
     # Output rows of all B sequences numbered b * T + t, so short sequences (low rates, 1-frame calls) fill tiles.
-    r = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     row_ok = r < ROWS
     bb = (r // T).to(tl.int64)
     tt = (r % T).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < COUT
     dtype = out_ptr.dtype.element_ty
@@ -220,16 +198,13 @@ def _dot_precision(x: torch.Tensor) -> str:
 
 def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1,
                          snake_terms: tuple[torch.Tensor, torch.Tensor] | None = None,
-                         residual: torch.Tensor | None = None, max_programs: int | None = None) -> torch.Tensor:
+                         residual: torch.Tensor | None = None) -> torch.Tensor:
     """Valid convolution over channels-last rows: x [B, T + (k-1)*dilation, Cin] (already left-padded, unit channel
     stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] contiguous.
     snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit channel
-    stride): added last. max_programs: at most this many programs (each walks several tiles), to leave SMs to work
-    on other streams; None: one program per tile."""
+    stride): added last."""
     bsz, rows_in, cin = x.shape
     k, cout, wcin = weight_packed.shape
-    if max_programs is not None and max_programs < 1:
-        raise ValueError(f"max_programs must be >= 1 (or None), got {max_programs}")
     if wcin != cin or not _unit_channel_stride(x) or not weight_packed.is_contiguous():
         raise ValueError(f"x {tuple(x.shape)} (unit channel stride) and a contiguous [k, Cout, {cin}] weight needed")
     t = rows_in - (k - 1) * dilation
@@ -243,13 +218,11 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     cfg = launch_config(cin, cout, x.dtype, k)
     a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
     res = residual if residual is not None else out                     # not read without RESIDUAL
-    tiles_t, tiles_n = triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"])
-    persistent = max_programs is not None and tiles_t * tiles_n > max_programs
-    grid = (max_programs,) if persistent else (tiles_t, tiles_n)
+    grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
     _conv_cl_kernel[grid](
         x, weight_packed, bias if bias is not None else x, a, inv, res, out,
         bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
-        res.stride(1), out.stride(0), out.stride(1), tiles_t, tiles_t * tiles_n, PERSISTENT=persistent,
+        res.stride(1), out.stride(0), out.stride(1),
         KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
         RESIDUAL=residual is not None, PRECISE=x.is_cuda, DOT_PRECISION=_dot_precision(x),
         DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,

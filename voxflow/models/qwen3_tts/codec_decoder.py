@@ -173,7 +173,6 @@ class CodecDecoder(nn.Module):
             SnakeBeta(dims[-1]),
             CausalConv1d(dims[-1], 1, kernel_size=7),
         ])
-        self.conv_programs: int | None = None      # cap on the channels-last convolutions' programs (engine_loader)
         # Each stateful block stores its context under its own weight-name prefix.
         for name, module in self.named_modules():
             if isinstance(module, StreamingModule):
@@ -190,8 +189,7 @@ class CodecDecoder(nn.Module):
             for layer in stage:
                 h = layer(h, state)
         if codec_waveform_cl.supported(h):
-            # GPU: channels-last, fused kernels
-            h = codec_waveform_cl.waveform_stack(self.decoder, h, state, self.conv_programs)
+            h = codec_waveform_cl.waveform_stack(self.decoder, h, state)     # GPU: channels-last, fused kernels
         else:
             for layer in self.decoder:
                 h = layer(h, state)

@@ -35,34 +35,30 @@ def supported(x: torch.Tensor) -> bool:
     return kernels_take(x)
 
 
-def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors | None,
-                   max_programs: int | None = None) -> torch.Tensor:
+def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
     """`for layer in layers: h = layer(h, state)` for CodecDecoder.decoder, channels-last inside:
-    h [B, latent, T] -> waveform [B, 1, T * upsample] (not yet clamped). max_programs: the convolutions' cap
-    (causal_conv.conv1d_channels_last)."""
+    h [B, latent, T] -> waveform [B, 1, T * upsample] (not yet clamped)."""
     first, *blocks, act, out_conv = layers
     x = first(h, state).transpose(1, 2).contiguous()          # the low-rate first conv (im2col GEMM), then [B, T, C]
     for block in blocks:
-        x = _block(block, x, state, max_programs)
-    y = _conv(out_conv, _activated_with_context(act, out_conv, x, state), max_programs)        # [B, T, 1]
+        x = _block(block, x, state)
+    y = _conv(out_conv, _activated_with_context(act, out_conv, x, state))        # [B, T, 1]
     return y.view(y.shape[0], 1, y.shape[1])
 
 
-def _block(block: DecoderBlock, x: torch.Tensor, state: StreamTensors | None, max_programs: int | None
-           ) -> torch.Tensor:
+def _block(block: DecoderBlock, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
     from voxflow.kernels.causal_conv import snake_channels_last
     act, up, *units = block.block
     x = _conv_transpose(up, snake_channels_last(x, *act._channel_terms()), state)
     for unit in units:
-        x = _residual_unit(unit, x, state, max_programs)
+        x = _residual_unit(unit, x, state)
     return x
 
 
-def _residual_unit(unit: ResidualUnit, x: torch.Tensor, state: StreamTensors | None, max_programs: int | None
-                   ) -> torch.Tensor:
+def _residual_unit(unit: ResidualUnit, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
     buf = _activated_with_context(unit.act1, unit.conv1, x, state)
-    h = _conv(unit.conv1, buf, max_programs, snake_terms=unit.act2._channel_terms())
-    return _conv(unit.conv2, h, max_programs, residual=x)
+    h = _conv(unit.conv1, buf, snake_terms=unit.act2._channel_terms())
+    return _conv(unit.conv2, h, residual=x)
 
 
 def _activated_with_context(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor, state: StreamTensors | None
@@ -83,12 +79,11 @@ def _activated_with_context(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor,
     return buf
 
 
-def _conv(conv: CausalConv1d, x: torch.Tensor, max_programs: int | None, **epilogue) -> torch.Tensor:
+def _conv(conv: CausalConv1d, x: torch.Tensor, **epilogue) -> torch.Tensor:
     from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
     weight = conv.conv.weight
     packed = _per_weight_version(conv, (weight,), lambda: pack_weight(weight))
-    return conv1d_channels_last(x, packed, conv.conv.bias, conv.conv.dilation[0], max_programs=max_programs,
-                                **epilogue)
+    return conv1d_channels_last(x, packed, conv.conv.bias, conv.conv.dilation[0], **epilogue)
 
 
 def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:

@@ -7,8 +7,6 @@ keeps its slot while running, prefilling or preempted, and its codec state lives
 codec run its steps eagerly on a GPU (no effect on a CPU). `codec_max_batch` caps how many requests one codec
 call decodes (bigger groups are split): the codec's activations grow with the batch (a 64 x 25-frame call holds
 GBs of upsampled feature maps), so a memory-bound deployment trades a few more calls for a smaller peak.
-`codec_conv_programs` caps the GPU programs of the decoder's channels-last convolutions (codec_waveform_cl.py), an
-experiment in sharing the SMs with the talker's step on the other stream.
 """
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ CODEC_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
-         codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
-         codec_conv_programs: int | None = None):
+         codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
@@ -32,9 +29,6 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype))
     for p in model.codec_decoder.parameters():
         p.data = p.data.to(decoder_dtype)
-    if codec_conv_programs is not None and codec_conv_programs < 1:
-        raise ValueError(f"codec_conv_programs must be >= 1, got {codec_conv_programs}")
-    model.codec_decoder.conv_programs = codec_conv_programs
     buckets = BATCH_BUCKETS
     if codec_max_batch is not None:
         if codec_max_batch < 1:
