@@ -70,15 +70,15 @@ def test_gpu_fp32_single_request_equals_cpu_reference():
 
 
 def test_gpu_prefill_graphs_survive_slot_buffer_growth():
-    """A request whose text is longer than the slot table's trailing-text buffer (256 positions) makes the model
-    reallocate its per-slot decode buffers (graph_epoch changes) while the others are served. The prefill graphs
+    """A request whose text is longer than all of the slot table's trailing-text pages (2 slots x 256 rows) makes
+    the model reallocate them (graph_epoch changes) while the others are served. The prefill graphs
     read none of those buffers and must stay: the H200 voice-clone benchmark of 2026-12-01 crashed on a prefill
     replay planned just before they were dropped (KeyError), and every later prompt would have run eagerly. The
     decode graphs are captured again, into a new memory pool (capturing into the released one failed a PyTorch
     assert in the same benchmark)."""
-    long_text = " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
+    long_text = " ".join(["The quick brown fox jumps over the lazy dog."] * 60)          # 600 text rows
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda",
-                                               dtype="float32", max_num_seqs=8, num_kv_blocks=1024, block_size=16))
+                                               dtype="float32", max_num_seqs=2, num_kv_blocks=1024, block_size=16))
     graphs, epoch, pool = len(core.prefill_runner._graphs), core.model.graph_epoch, core.runner._pool
     # Streaming-text prompts (non_streaming_mode=False) keep the text past the prompt in the slot's trailing buffer.
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),

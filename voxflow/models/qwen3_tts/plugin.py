@@ -208,6 +208,7 @@ class Qwen3TTSPlugin:
         if prepared is None:
             return
         prepared.state.resume = self.slots.snapshot(slot, prepared.max_frames)
+        self.slots.release_text(slot)
         self._attached[slot] = None
         self._count_sampling(prepared.state.params, -1)
 

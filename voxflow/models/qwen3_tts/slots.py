@@ -6,14 +6,18 @@ Per slot:
     h             the talker hidden state that produced c0 (input of the code predictor)
     fed           frames completed and fed back so far (= index of the pending frame)
     prompt_len    P, so that the next talker position is P + fed
-    trailing      [L, H] trailing-text rows (+ trailing_len); row k is added to frame k's input, tts_pad after
+    trailing      L trailing-text rows (+ trailing_len); row k is added to frame k's input, tts_pad after. Kept
+                  in PAGES of TEXT_PAGE_ROWS rows shared by all slots (a page table per slot), so one long text takes
+                  pages the short ones leave free instead of growing every slot's buffer
     history       [F, 16] the frames fed back (int16), for re-prefill after preemption
     seen          [V] bool: c0 ids generated so far (repetition penalty)
     sampling      do_sample / temperature / top_k / top_p for c0 (t_*) and codes 1..15 (cp_*), penalty,
                   min_new_tokens (huge when ignore_eos: EOS is then never drawn), key (seed_key), max_frames
-The trailing and history buffers grow (at attach, never inside decode) to the longest request attached; a growth
-reallocates them, which bumps `version` (CUDA graphs that captured the old buffers must be recaptured), so they
-start large enough for real requests (256 trailing-text rows, 8192 frames).
+The text pages and the history grow (at attach, never inside decode) when a request needs more than they hold:
+a growth reallocates them, which bumps `version`, and every CUDA graph that captured the old buffers is captured
+again as its batch size comes up (150-260 ms each for the 1.7B talker on an H200: a stall of every stream). So they
+start large: as many text pages as 256 rows a slot (a text longer than that only needs others to be shorter; the
+session-7 voice-clone benchmark's first long text grew the per-slot buffers of the time) and 8192 frames.
 
 Row `max_slots` is a scratch row that no request owns: padded batch rows (CUDA-graph buckets) read and write it.
 """
@@ -21,9 +25,11 @@ from __future__ import annotations
 
 import torch
 
+from ...engine.host_to_device import tensor_to
 from .sampling import WarpParams
 
 NEVER = 1 << 62      # min_new_tokens that is never reached (ignore_eos)
+TEXT_PAGE_ROWS = 32  # trailing-text rows per page
 
 
 def _grow(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
@@ -48,7 +54,15 @@ class SlotTable:
         self.h = torch.zeros(n, hidden, dtype=dtype, **z)
         self.fed = torch.zeros(n, dtype=torch.long, **z)
         self.prompt_len = torch.zeros(n, dtype=torch.long, **z)
-        self.trailing = torch.zeros(n, trailing_cap, hidden, dtype=dtype, **z)
+        # Trailing text: `text_pages` [pages, TEXT_PAGE_ROWS, H] shared by all slots; slot s's row k is
+        # text_pages[text_table[s, k // TEXT_PAGE_ROWS], k % TEXT_PAGE_ROWS]. Page 0 is never handed out (the
+        # table's unused entries point at it: whatever a masked read finds there is discarded).
+        # A table row can hold every page: one slot may take them all (int64 [n, pages]: 260 KB at 64 slots).
+        pages = max_slots * -(-trailing_cap // TEXT_PAGE_ROWS)
+        self.text_pages = torch.zeros(1 + pages, TEXT_PAGE_ROWS, hidden, dtype=dtype, **z)
+        self.text_table = torch.zeros(n, pages, dtype=torch.long, **z)
+        self._free_pages = list(range(pages, 0, -1))            # host free list, popped from the end
+        self._slot_pages: dict[int, list[int]] = {}
         self.trailing_len = torch.zeros(n, dtype=torch.long, **z)
         self.history = torch.zeros(n, history_cap, num_groups, dtype=torch.int16, **z)
         self.seen = torch.zeros(n, vocab, dtype=torch.bool, **z)
@@ -69,11 +83,11 @@ class SlotTable:
     def load(self, slot: int, *, params, key: int, prompt_len: int, max_frames: int, ignore_eos: bool,
              trailing: torch.Tensor) -> None:
         """Write a request's constant data (params: sampling.SamplingParams) and reset its counters."""
-        grown = (_grow(self.trailing, 1, trailing.shape[0]), _grow(self.history, 1, max_frames))
-        if grown[0] is not self.trailing or grown[1] is not self.history:
-            self.trailing, self.history = grown
+        history = _grow(self.history, 1, max_frames)
+        if history is not self.history:
+            self.history = history
             self.version += 1
-        self.trailing[slot, :trailing.shape[0]] = trailing.to(self.trailing)
+        self._load_text(slot, trailing)
         # fill_ on the slot's element, not `t[slot] = value`: item assignment copies the value in as a host
         # tensor, a blocking copy that waits for the decode step in flight (tests/gpu/test_gpu_no_host_sync.py).
         values = {
@@ -89,6 +103,35 @@ class SlotTable:
         }
         for name, value in values.items():
             getattr(self, name)[slot].fill_(value)
+
+    def _load_text(self, slot: int, trailing: torch.Tensor) -> None:
+        """Give the slot pages for its L trailing-text rows and write them there (device ops only, no sync)."""
+        self.release_text(slot)
+        rows = trailing.shape[0]
+        need = -(-rows // TEXT_PAGE_ROWS)
+        if need > len(self._free_pages):
+            total = self.text_pages.shape[0]
+            more = max(need - len(self._free_pages), total)                     # at least double
+            self.text_pages = _grow(self.text_pages, 0, total + more)
+            self.text_table = _grow(self.text_table, 1, total + more - 1)
+            self._free_pages.extend(range(total, total + more))
+            self.version += 1
+        self.text_table[slot].zero_()
+        if need == 0:
+            return
+        pages = [self._free_pages.pop() for _ in range(need)]
+        self._slot_pages[slot] = pages
+        ids = tensor_to(pages, self.text_pages.device)
+        padded = torch.zeros(need * TEXT_PAGE_ROWS, trailing.shape[1], dtype=self.text_pages.dtype,
+                             device=self.text_pages.device)
+        padded[:rows] = trailing.to(padded)
+        self.text_pages[ids] = padded.view(need, TEXT_PAGE_ROWS, -1)
+        self.text_table[slot, :need] = ids
+
+    def release_text(self, slot: int) -> None:
+        """The slot's text pages back to the pool (at detach). A decode already queued that still reads them runs
+        before anything written to them later: every write here is queued on the same stream."""
+        self._free_pages.extend(reversed(self._slot_pages.pop(slot, [])))
 
     def snapshot(self, slot: int, max_frames: int) -> dict[str, torch.Tensor]:
         """Device copies of the slot's evolving state (no host sync), for `restore` after preemption."""
@@ -111,8 +154,9 @@ class SlotTable:
 
     def text_part(self, rows: torch.Tensor, frame: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         """[B, H]: trailing-text row `frame` of each slot, or tts_pad once its queue is used up."""
-        index = frame.clamp(max=self.trailing.shape[1] - 1)
-        text = self.trailing[rows, index]
+        index = frame.clamp(max=self.text_table.shape[1] * TEXT_PAGE_ROWS - 1)
+        pages = self.text_table[rows, index // TEXT_PAGE_ROWS]
+        text = self.text_pages[pages, index % TEXT_PAGE_ROWS]
         return torch.where((frame < self.trailing_len[rows])[:, None], text, pad.to(text))
 
     def record_frame(self, rows: torch.Tensor, frame_index: torch.Tensor, frame: torch.Tensor) -> None:
