@@ -24,11 +24,13 @@ torch.backends.cuda.matmul.allow_tf32 = False
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
-def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS):
+def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, **config):
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda", dtype=dtype,
                                                max_num_seqs=8, num_kv_blocks=512, block_size=16,
-                                               cuda_graphs=cuda_graphs, kernels=kernels))
+                                               cuda_graphs=cuda_graphs, kernels=kernels, **config))
     assert core.runner.cuda_graphs == cuda_graphs
+    if config.get("talker_high_priority"):
+        assert core._stream is not None and core._stream.priority < 0
     frames = {}
     push = core.codec_exec.push
     core.codec_exec.push = lambda rid, f: (frames.setdefault(rid, []).append(f.clone()), push(rid, f))
@@ -56,6 +58,17 @@ def test_gpu_fp32_engine_equals_cpu_reference(cuda_graphs, kernels):
     for i, text in enumerate(TEXTS):
         codes, wav = reference(text)
         assert codes.shape[0] == 30
+        assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
+        assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
+
+
+def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
+    """talker_high_priority: the whole engine (allocations, captures, prompts, steps) on a highest-priority stream
+    while the codec keeps its own: the same greedy codes and audio as the CPU loop (any missing ordering between
+    the streams would show as wrong or stale frames)."""
+    got = engine_codes("float32", texts=TEXTS, talker_high_priority=True)
+    for i, text in enumerate(TEXTS):
+        codes, wav = reference(text)
         assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
         assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
 
