@@ -76,6 +76,7 @@ class PrefillRunner:
         # just before, and left every later prefill eager.
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
         self._buffers_made = False
+        self._plans: dict[tuple[int, int, int], tuple[int, int, int] | None] = {}     # plan_for's answers
 
     def _make_buffers(self) -> None:
         tokens = max(b * n for b, n, _ in self.shapes)
@@ -94,15 +95,18 @@ class PrefillRunner:
     def plan(self, chunks: list[tuple[int, int]]) -> tuple[int, int, int] | None:
         """chunks: (start, end) of each -> the cheapest (batch, length, width) bucket that holds them, or None (run
         them eagerly)."""
-        queries = max(end - start for start, end in chunks)
-        pages = -(-max(end for _, end in chunks) // self.block_size)
-        for key in self.shapes:
-            b, length, width = key
-            if b >= len(chunks) and length >= queries and width >= pages:
-                if self.cuda_graphs and key not in self._graphs:
-                    continue
-                return key
-        return None
+        return self.plan_for(len(chunks), max(end - start for start, end in chunks), max(end for _, end in chunks))
+
+    def plan_for(self, count: int, queries: int, context: int) -> tuple[int, int, int] | None:
+        """`plan` for `count` chunks of at most `queries` new positions and `context` positions in all
+        (memoised: the dispatcher asks for many candidate groups a step)."""
+        pages = -(-context // self.block_size)
+        memo_key = (count, queries, pages)
+        if memo_key not in self._plans:
+            self._plans[memo_key] = next(
+                (key for key in self.shapes if key[0] >= count and key[1] >= queries and key[2] >= pages
+                 and not (self.cuda_graphs and key not in self._graphs)), None)
+        return self._plans[memo_key]
 
     # ---- one prefill --------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -191,6 +195,7 @@ class PrefillRunner:
                 out = self._forward(bsz, length, width)
             self._graphs[key] = (graph, out)
             self.stats.graphs += 1
+        self._plans.clear()                       # plan_for's answers depend on which graphs exist
         torch.cuda.synchronize()
         seconds = time.perf_counter() - started
         self.stats.capture_seconds += seconds
