@@ -609,3 +609,34 @@ def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed, chu
     assert all(key[0] >= n and key in runner.shapes for key, n in used)
     assert_engine_matches_reference(name, core, results, reqs)
     assert_all_released(core)
+
+
+def test_long_streaming_texts_read_their_pages_as_the_reference_reads_its_text():
+    """Trailing text in shared pages (qwen3_tts/slots.py): a streaming-text prompt of ~300 text rows (more than the
+    256 a slot once had: the H200 voice-clone run's first long text reallocated every slot's buffer and recaptured
+    the decode graphs) gets scattered pages (a short request's page freed just before), is served beside others
+    with graph_epoch unchanged, and all of them give the reference's codes for 119 frames (four pages read);
+    afterwards every page is free again."""
+    core = make_engine("custom_voice", max_num_seqs=4)
+    slots = core.model.slots
+    long = " ".join(["The quick brown fox jumps over the lazy dog."] * 30)
+    reqs = [greedy("Hello there, you.", 3, voice="vivian", non_streaming_mode=False, request_id="short"),
+            greedy("A second, longer sentence to keep going.", 40, voice="ryan", non_streaming_mode=False,
+                   request_id="mid"),
+            greedy(long, 120, voice="vivian", non_streaming_mode=False, request_id="long")]
+    assert core.model.prepare(reqs[2]).state.trailing_text.shape[0] > 256
+    pages, epoch, free = {}, core.model.graph_epoch, len(slots._free_pages)
+    load_text = slots._load_text
+
+    def recording(slot, trailing):
+        load_text(slot, trailing)
+        pages[trailing.shape[0]] = list(slots._slot_pages.get(slot, []))
+    slots._load_text = recording
+    results = drive(core, {0: reqs[:2], 8: reqs[2:]})
+    long_pages = pages[max(pages)]
+    assert long_pages != list(range(long_pages[0], long_pages[0] + len(long_pages)))      # not one contiguous run
+    assert core.model.graph_epoch == epoch
+    assert_engine_matches_reference("custom_voice", core, results, reqs)
+    assert len(slots._free_pages) == free and not slots._slot_pages
+    assert_all_released(core)
+

@@ -35,6 +35,11 @@ TEXT_PAGE_ROWS = 32  # trailing-text rows per page
 def _grow(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     if t.shape[dim] >= size:
         return t
+    if t.is_cuda:
+        # The old buffer is dropped while a decode queued on the current stream may still read it; it may have
+        # been allocated on another stream (the table is built while the model loads, the engine may step on a
+        # stream of its own: engine_stream.py), so tell the allocator to wait for this one before reusing it.
+        t.record_stream(torch.cuda.current_stream(t.device))
     shape = list(t.shape)
     shape[dim] = max(size, 2 * t.shape[dim])
     out = torch.zeros(shape, dtype=t.dtype, device=t.device)
@@ -130,7 +135,8 @@ class SlotTable:
 
     def release_text(self, slot: int) -> None:
         """The slot's text pages back to the pool (at detach). A decode already queued that still reads them runs
-        before anything written to them later: every write here is queued on the same stream."""
+        before their next owner's rows land there: `_load_text` queues those writes on the stream the decodes
+        run on."""
         self._free_pages.extend(reversed(self._slot_pages.pop(slot, [])))
 
     def snapshot(self, slot: int, max_frames: int) -> dict[str, torch.Tensor]:
