@@ -9,6 +9,7 @@ import os
 import numpy as np
 import torch
 
+from voxflow.engine import engine as engine_module
 from voxflow.engine import engine_stream
 from voxflow.engine.engine import EngineConfig, EngineCore
 from voxflow.engine.request import SamplingOptions, SpeechRequest
@@ -31,10 +32,12 @@ def test_engine_entry_points_run_on_the_engine_stream(monkeypatch):
         entered.append(current[0])
         yield
     monkeypatch.setattr(torch.cuda, "stream", recording)
+    monkeypatch.setattr(engine_module, "talker_stream", lambda device, high: sentinel if high else None)
+    current = ["constructor"]
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), max_num_seqs=2,
-                                               num_kv_blocks=64, block_size=16))
-    core._stream = sentinel
-    current = ["add_request"]
+                                               num_kv_blocks=64, block_size=16, talker_high_priority=True))
+    assert core._stream is sentinel
+    current[0] = "add_request"
     core.add_request(SpeechRequest(text="Hello.", voice="vivian", request_id="a",
                                    sampling=SamplingOptions(greedy=True, max_new_tokens=3)))
     current[0] = "step"
@@ -47,4 +50,4 @@ def test_engine_entry_points_run_on_the_engine_stream(monkeypatch):
         pass                                               # a CustomVoice model has no voice cloning: still entered
     current[0] = "abort"
     core.abort("gone")
-    assert {"add_request", "step", "create_voice", "abort"} <= set(entered)
+    assert {"constructor", "add_request", "step", "create_voice", "abort"} <= set(entered)

@@ -6,7 +6,7 @@ import itertools
 import random
 import types
 
-from voxflow.engine.prefill_dispatch import EAGER_COST, REPLAY_COST, PrefillDispatch
+from voxflow.engine.prefill_dispatch import EAGER_COST, EXACT_MAX_CHUNKS, REPLAY_COST, PrefillDispatch
 from voxflow.engine.prefill_runner import PrefillRunner
 
 
@@ -71,3 +71,16 @@ def test_a_chunk_no_graph_holds_runs_alone_and_eagerly():
     runs = d.cheapest_runs([(0, 20), (0, 900), (0, 25)])
     assert runs[1] == (None, [1])
     assert [idx for _, idx in runs] == [[0], [1], [2]]
+
+
+def test_many_short_chunks_fill_graphs_in_turn():
+    """Past EXACT_MAX_CHUNKS (prefix-cache hits: many short chunks) each graph is filled in turn: every chunk once,
+    in order, each run in the graph that holds it, a chunk no graph holds alone and eager."""
+    d = dispatch(max_tokens=2048, max_batch=64)
+    spans = [(100, 112)] * 40 + [(0, 3000)] + [(200, 230)] * 30
+    assert len(spans) > EXACT_MAX_CHUNKS
+    runs = d.cheapest_runs(spans)
+    assert [i for _, idx in runs for i in idx] == list(range(len(spans)))
+    assert [len(idx) for _, idx in runs] == [40, 1, 30] and runs[1][0] is None
+    for key, idx in (runs[0], runs[2]):
+        assert key == d.runner.plan([spans[i] for i in idx])

@@ -344,6 +344,11 @@ def test_equal_position_keys_mean_equal_embeddings(cv, base):
             seen[key] = row
     a, b, c = (p.position_keys for p in preps[:3])
     assert a == plugin.prepare(reqs[0]).position_keys
+    # a voice prompt's keys need the voice's own key (else two voices would share cached prompts)
+    from voxflow.models.qwen3_tts.position_keys import position_keys
+    prompt = prepare(base, SynthesisRequest(text="Hi.", ref_audio=ref_clip(), ref_text=REF_TEXT))[0]
+    with pytest.raises(ValueError, match="voice_key"):
+        position_keys(prompt, None, 3)
     first_diff = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     assert a[:first_diff] == b[:first_diff] and first_diff >= 3      # same role, then the speaker differs
     assert a[-2:] == c[-2:] and a != c                               # same tail (eos, bos) after other text

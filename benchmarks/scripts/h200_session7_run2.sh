@@ -3,6 +3,7 @@
 # prompt builds spread over steps), then c=16 / c=64 again with every arrival taken at once
 # (`--engine-arg add_seconds_per_step=none`, the session-6 behaviour): what the pacing buys or costs; then c=64 with
 # the codec's convolutions capped at 66 programs (`codec_conv_programs=66`, half the SMs): does the talker overlap?
+# (Kept as run: `codec_conv_programs` was removed after this measurement, commit a439ab4.)
 set -uo pipefail
 R=$OUT/r; mkdir -p $R; S=benchmarks/scripts/h200_targets.sh
 export PYTHONUNBUFFERED=1

@@ -2,7 +2,7 @@
 # Prepared in session 7 (no device for its last call) for the next session's first call, carry [".whl"]:
 #  1. GPU tests of what landed unmeasured: trailing text in shared pages (growth test, no-hidden-sync test with its
 #     Base stored voice), the engine on a high-priority stream (same codes as the CPU loop);
-#  2. the voice-clone benchmark with the step trace: no graph captures while serving expected (capture_ms);
+#  2. the voice-clone benchmark with the step trace: no talker graph captures while serving expected (capture_ms);
 #  3. HTTP c=16 / c=64 with the default engine, then with --engine-arg talker_high_priority=true: does the talker
 #     keep its pace while the codec runs (c=64 steps over 15 ms, audio-s/s, p99)?
 set -uo pipefail

@@ -61,7 +61,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-profile-prepare", action="store_true",
                    help="with --trace-steps: also profile the prompt builds (PATH.prepare.pstats; slows them)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=none; for experiments")
+                   help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=0.004; for experiments")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
     p.add_argument("--default-voice", help="voice used when a request names an OpenAI voice the model lacks")
     p.add_argument("--allowed-local-media-path", help="ref_audio may name files under this folder only")

@@ -7,8 +7,10 @@ H200 its large convolution kernels took every SM while the next talker step's sm
 overlapping. A higher-priority stream's thread blocks are scheduled first whenever SMs free up, so the talker step
 keeps its pace and the codec fills the rest of the GPU.
 
-EngineCore's GPU entry points run under `on_engine_stream`; anything else that touches the engine's tensors must
-order itself after them (the codec runner waits on the caller's current stream, which is this one inside a step).
+EngineCore's constructor and its GPU entry points (add_request, abort, create_voice, step) run under this stream;
+`shutdown`, `stats`, `info` and `has_work` queue no GPU work (they read host state, or wait on events). Anything else
+that touches the engine's tensors must order itself after them (the codec runner waits on the caller's current
+stream, which is this one inside a step; slot buffers dropped by a growth record it: qwen3_tts/slots.py).
 """
 from __future__ import annotations
 

@@ -27,13 +27,6 @@ from .request import FinalRecord, FinishReason, SpeechRequest
 log = logging.getLogger(__name__)
 
 
-# Optional pacing (`EngineConfig.add_seconds_per_step`, off by default): while streams run, the prompt builds of a
-# burst of arrivals are spread over steps: new requests are taken until that much time went to them since the last
-# step, the rest wait in the queue (nothing is lost or reordered). On an H200 a wave of 16-64 arrivals took 45-115 ms
-# of prompt builds in one go (session-6 step trace), stalling every running stream. Pacing at 4 ms measured (1.7B,
-# HTTP, session 7): c=16 TTFP p50 / p99 138 / 154 -> 105 / 145 ms, but c=64 446.1 -> 406.5 audio-s/s and p99
-# 326 -> 413 ms (more, smaller prefill steps), so it stays off unless an operator asks for it.
-
 
 class CoreDriver:
     """Owns an EngineCore (add_request / abort / step / has_work / stats / shutdown) on one thread."""
@@ -45,7 +38,14 @@ class CoreDriver:
         self.add_seconds = getattr(config, "add_seconds_per_step", None)
 
     def may_take_more(self, since: float) -> bool:
-        """Whether to take another command before the next step (`since`: time.monotonic() after the last one)."""
+        """Whether to take another command before the next step (`since`: time.monotonic() after the last one).
+
+        Optional pacing (`EngineConfig.add_seconds_per_step`, off by default): while streams run, the prompt builds
+        of a burst of arrivals are spread over steps: new requests are taken until that much time went to them
+        since the last step, the rest wait in the queue (nothing is lost or reordered). On an H200 a wave of 16-64
+        arrivals took 45-115 ms of prompt builds in one go (session-6 step trace), stalling every running stream.
+        Pacing at 4 ms measured (1.7B, HTTP, session 7): c=16 TTFP p50 / p99 138 / 154 -> 105 / 145 ms, but c=64
+        446.1 -> 406.5 audio-s/s and p99 326 -> 413 ms (more, smaller prefill steps): off unless asked for."""
         return (self.add_seconds is None or not self.core.has_work()
                 or time.monotonic() - since < self.add_seconds)
 

@@ -4,7 +4,8 @@ Why: run eagerly, a 28-layer talker prefill is ~700 kernel launches and ~35 ms o
 of GPU work (measured: benchmarks/results/h200/2026-12-01-session4/prefill_run3.txt), and that host time is most of
 a lone request's first-packet latency. Replayed from a graph it is one launch.
 
-`PrefillRunner.plan(chunks)` picks the cheapest graph that holds a step's prefill chunks (start, end): each chunk's
+`PrefillRunner.plan(chunks)` picks the cheapest graph that holds some prefill chunks (start, end) (prefill_dispatch.py
+decides which chunks of a step share a graph, through `plan_for`): each chunk's
 new positions [start, end) are the queries (at most `L` of them), attending to the row's whole context [0, end)
 read from the pages (at most `W` pages). That covers whole prompts and the new part of a prefix-cache hit alike,
 so the cached part is never computed again (voice-clone prompts share long reference prefixes), and a prompt's
@@ -103,6 +104,8 @@ class PrefillRunner:
         pages = -(-context // self.block_size)
         memo_key = (count, queries, pages)
         if memo_key not in self._plans:
+            if len(self._plans) >= 65536:             # exact values, not buckets: bound it
+                self._plans.clear()
             self._plans[memo_key] = next(
                 (key for key in self.shapes if key[0] >= count and key[1] >= queries and key[2] >= pages
                  and not (self.cuda_graphs and key not in self._graphs)), None)

@@ -101,7 +101,7 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
             driver.core.shutdown()      # API process gone: nobody to serve
             return
         since = time.monotonic()
-        while driver.may_take_more(since):     # a burst of arrivals is spread over steps (inprocess.py)
+        while driver.may_take_more(since):     # pacing, when configured, spreads a burst over steps (inprocess.py)
             try:
                 msg = wire.unpack(sock.recv(zmq.NOBLOCK))
             except zmq.Again:

@@ -61,6 +61,9 @@ def position_keys(prompt: Prompt, voice_key: int | None = None, num_ref_frames: 
     """voice_key: VoiceClonePrompt.key of a Base prompt's voice (its x-vector and its num_ref_frames frames)."""
     bos, eos, pad = (_part_key(("S", name)) for name in ("bos", "eos", "pad"))
     codec_ids = prompt.codec_ids
+    if voice_key is None and (None in codec_ids or prompt.layout.startswith("icl")):
+        # Without it every voice would get the same keys: another voice's cached prompt would be served.
+        raise ValueError("a prompt with a voice (x-vector or reference frames) needs its voice_key")
     c_pad, c_bos = _part_key(("C", codec_ids[-2])), _part_key(("C", codec_ids[-1]))
     x_key = _part_key(("X", voice_key))
 
