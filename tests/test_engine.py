@@ -640,3 +640,11 @@ def test_long_streaming_texts_read_their_pages_as_the_reference_reads_its_text()
     assert len(slots._free_pages) == free and not slots._slot_pages
     assert_all_released(core)
 
+
+def test_frame_history_holds_the_longest_request_the_engine_accepts():
+    """The slot table's frame history is sized by max_model_len (a request longer than the history would grow it
+    while serving, and every decode graph would be captured again)."""
+    core = make_engine(max_model_len=3000)
+    assert core.model.slots.history.shape[1] == 3000
+    assert make_engine().model.slots.history.shape[1] == EngineConfig(model="").max_model_len
+

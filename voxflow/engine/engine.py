@@ -189,7 +189,7 @@ class EngineCore:
         from ..kernels import set_kernels_enabled
         from ..models.registry import load_for_engine
         set_kernels_enabled(config.kernels)          # process-wide: one engine per process
-        options = {}
+        options = {"max_frames": config.max_model_len}     # no request it accepts outgrows the slot buffers
         if config.codec_dtype != "float32":
             options["codec_dtype"] = config.codec_dtype
         if not config.cuda_graphs:

@@ -7,6 +7,8 @@ keeps its slot while running, prefilling or preempted, and its codec state lives
 codec run its steps eagerly on a GPU (no effect on a CPU). `codec_max_batch` caps how many requests one codec
 call decodes (bigger groups are split): the codec's activations grow with the batch (a 64 x 25-frame call holds
 GBs of upsampled feature maps), so a memory-bound deployment trades a few more calls for a smaller peak.
+`max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
+makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ CODEC_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
-         codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None):
+         codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
+         max_frames: int | None = None):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
@@ -35,4 +38,4 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
             raise ValueError(f"codec_max_batch must be >= 1, got {codec_max_batch}")
         buckets = tuple(b for b in BATCH_BUCKETS if b < codec_max_batch) + (codec_max_batch,)
     codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets)
-    return Qwen3TTSPlugin(model, max_slots=max_slots), codec
+    return Qwen3TTSPlugin(model, max_slots=max_slots, max_frames=max_frames), codec

@@ -64,7 +64,7 @@ class Qwen3RequestState:
 
 
 class Qwen3TTSPlugin:
-    def __init__(self, model: Qwen3TTS, max_slots: int, voice_cache_size: int = 16):
+    def __init__(self, model: Qwen3TTS, max_slots: int, voice_cache_size: int = 16, max_frames: int | None = None):
         self.model = model
         self.talker = model.talker
         tc = model.config.talker
@@ -83,8 +83,9 @@ class Qwen3TTSPlugin:
             c = model.config
             ids = torch.tensor([c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id], device=self.device)
             self.tts_pad = self.talker.embed_text(ids)[2]
+        history = {} if max_frames is None else {"history_cap": max_frames}      # else slots.py's default
         self.slots = SlotTable(max_slots, tc.hidden_size, tc.vocab_size, tc.num_code_groups, model.dtype,
-                               self.device)
+                               self.device, **history)
         self.padding_slot = max_slots          # SlotTable's scratch row: padded rows of a bucketed decode batch
         self._attached: list[PreparedRequest | None] = [None] * max_slots
         self._true = torch.ones((), dtype=torch.bool, device=self.device)   # a Python True would sync to copy

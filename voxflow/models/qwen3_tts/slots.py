@@ -17,7 +17,8 @@ The text pages and the history grow (at attach, never inside decode) when a requ
 a growth reallocates them, which bumps `version`, and every CUDA graph that captured the old buffers is captured
 again as its batch size comes up (150-260 ms each for the 1.7B talker on an H200: a stall of every stream). So they
 start large: as many text pages as 256 rows a slot (a text longer than that only needs others to be shorter; the
-session-7 voice-clone benchmark's first long text grew the per-slot buffers of the time) and 8192 frames.
+session-7 voice-clone benchmark's first long text grew the per-slot buffers of the time) and as many frames as the
+engine lets a request have (its max_model_len; 8192 when built without one).
 
 Row `max_slots` is a scratch row that no request owns: padded batch rows (CUDA-graph buckets) read and write it.
 """
