@@ -115,3 +115,41 @@ def test_first_and_final_chunks_do_not_use_up_the_budget_of_regular_ones():
 def test_the_budget_must_be_positive():
     with pytest.raises(ValueError, match="max_frames_per_launch must be >= 1"):
         CodecExecutor(RecordingCodec(), max_frames_per_launch=0)
+
+
+class AsyncRecordingCodec(RecordingCodec):
+    """With decode_async and new_states (as the Qwen3 codec runner): remembers the `after` each call got."""
+
+    def __init__(self):
+        super().__init__()
+        self.afters: list[tuple[str, object]] = []
+
+    def new_state(self, prefix_frames, after=None):
+        self.afters.append(("new_state", after))
+        return object()
+
+    def new_states(self, prefixes, after=None):
+        self.afters.append(("new_states", after))
+        return [object() for _ in prefixes]
+
+    def decode_async(self, states, frames, final=None, after=None):
+        self.afters.append(("decode_async", after))
+        pcm, _ = self.decode(states, [torch.cat(p) for p in frames])
+        return type("Done", (), {"ready": lambda self: True, "result": lambda self: pcm})()
+
+
+def test_new_codec_states_wait_only_for_the_frames_event():
+    """A burst of first chunks resets its codec states after the same event as their frames' decode, not after all
+    the talker work queued so far (which includes the decode the engine has just launched: a step of delay)."""
+    codec = AsyncRecordingCodec()
+    ex = CodecExecutor(codec, chunk_frames=25, ramp=True, max_frames_per_launch=None)
+    for i in range(3):
+        ex.add(str(i), stream=True, initial_frames=1, chunk_frames=None, num_active=3)
+        ex.push(str(i), frames_of(i, 0, 1))
+    event = object()
+    assert ex.launch(after=event) == 3
+    assert codec.afters == [("new_states", event), ("decode_async", event)]
+    ex.add("late", stream=True, initial_frames=1, chunk_frames=None, num_active=4)
+    ex.push("late", frames_of(7, 0, 1))
+    ex.launch(after=None)                       # no event: the codec's default ordering, no `after` passed
+    assert codec.afters[-2:] == [("new_state", None), ("decode_async", None)]

@@ -173,15 +173,18 @@ class CodecExecutor:
         for s, n in ready:
             due.setdefault(n, []).append(s)
         fresh = [s for group in due.values() for s in group if s.state is None]
+        # An async codec orders new states after `after` too (their prefixes were made before it), not after all
+        # the talker work queued so far.
+        when = {"after": after} if after is not None and hasattr(self.codec, "decode_async") else {}
         if len(fresh) > 1 and hasattr(self.codec, "new_states"):      # a burst of first chunks: one reset pass
-            for s, state in zip(fresh, self.codec.new_states([s.prefix_frames for s in fresh])):
+            for s, state in zip(fresh, self.codec.new_states([s.prefix_frames for s in fresh], **when)):
                 s.state = state
         launched = 0
         for n, group in due.items():
             frames, final = [], []
             for s in group:
                 if s.state is None:
-                    s.state = self.codec.new_state(s.prefix_frames)
+                    s.state = self.codec.new_state(s.prefix_frames, **when)
                 frames.append(self._take(s, n))
                 final.append(s.finished and s.num_pending == 0)
             pending = self._decode(group, frames, final, after)

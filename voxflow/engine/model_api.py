@@ -148,6 +148,7 @@ class CodecModel(Protocol):
     #       with the PCM copied to host memory asynchronously; states are updated in place; final[i] says the
     #       state is never used again (its chunk may be padded to a captured shape).
     #   release(state): the request is gone; its state's memory may be reused.
-    #   new_states([prefix_frames | None, ...]) -> [state]: new_state for several requests at once (first chunks
-    #       of a burst of requests: one pass instead of one per request).
+    #   new_states([prefix_frames | None, ...], after=event) -> [state]: new_state for several requests at once
+    #       (first chunks of a burst of requests: one pass instead of one per request). With decode_async, both
+    #       new_state and new_states also take `after` (as decode_async: prefixes were complete when recorded).
     #   warmup(batch_sizes, frame_counts) -> seconds: capture CUDA graphs up front.

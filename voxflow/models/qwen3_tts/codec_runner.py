@@ -132,15 +132,19 @@ class Qwen3CodecRunner:
         return cls(model, **kwargs)
 
     # ---- the CodecModel contract -------------------------------------------------------------------------
-    def new_state(self, prefix_frames: torch.Tensor | None) -> CodecRow:
+    def new_state(self, prefix_frames: torch.Tensor | None, after: torch.cuda.Event | None = None) -> CodecRow:
         """A free pool row reset to a fresh stream; `prefix_frames` [R, 16] are decoded into it silently.
-        Raises CodecPoolFullError when every row is held."""
-        return self.new_states([prefix_frames])[0]
+        Raises CodecPoolFullError when every row is held. `after`: as in decode_async (the prefix must have been
+        complete when it was recorded)."""
+        return self.new_states([prefix_frames], after)[0]
 
     @torch.no_grad()
-    def new_states(self, prefixes: list[torch.Tensor | None]) -> list[CodecRow]:
-        """`new_state` for several streams at once (all rows or none): the rows are reset in one pass."""
-        with self._on_stream(None):
+    def new_states(self, prefixes: list[torch.Tensor | None], after: torch.cuda.Event | None = None
+                   ) -> list[CodecRow]:
+        """`new_state` for several streams at once (all rows or none): the rows are reset in one pass. Without
+        `after` the codec stream waits for everything queued on the caller's stream, in the engine's step the
+        decode it has just launched: the first chunks launched behind this reset waited a whole step for it."""
+        with self._on_stream(after):
             handles = self.pool.allocate_many(len(prefixes))
             primed = [(h, p) for h, p in zip(handles, prefixes) if p is not None and p.shape[0] > 0]
             if primed:
