@@ -1,12 +1,12 @@
-"""The slot table's trailing text in shared pages (slots.py): a long text borrows the pages that short ones leave
-free, so the buffers the decode CUDA graphs hold are not reallocated (a reallocation bumps `version`, and every
+"""The Qwen3 plugin's slot table (slots.py). Its scalars: a load writes exactly the request's row. Its trailing
+text in shared pages: a long text borrows the pages that short ones leave free, so the buffers the decode CUDA graphs hold are not reallocated (a reallocation bumps `version`, and every
 graph is captured again as its batch size comes up: a stall of every stream on the GPU). What each slot reads back
 must be exactly its own rows, then tts_pad."""
 from __future__ import annotations
 
 import torch
 
-from voxflow.models.qwen3_tts.slots import TEXT_PAGE_ROWS, SlotTable
+from voxflow.models.qwen3_tts.slots import NEVER, SCALARS, TEXT_PAGE_ROWS, SlotTable
 
 H = 4
 
@@ -66,3 +66,25 @@ def test_a_long_text_takes_free_pages_without_a_reallocation():
     load(t, 2, 0, seed=6)
     assert torch.equal(read_back(t, 2, 3), torch.full((3, H), -7.0))
     # the engine's serving path, long texts against the reference: tests/test_engine.py
+
+
+def test_a_load_writes_the_request_row_of_every_scalar_and_nothing_else():
+    t = table()
+    before = {k: v.clone() for k, v in t._scalars.items()}
+    params = type("P", (), dict(do_sample=True, temperature=0.7, top_k=33, top_p=0.9, subtalker_do_sample=False,
+                                subtalker_temperature=0.5, subtalker_top_k=5, subtalker_top_p=0.8,
+                                repetition_penalty=1.05, min_new_tokens=2))()
+    t.c0[1], t.fed[1], t.h[1], t.seen[1, 3] = 9, 4, 1.0, True            # a previous request's leftovers
+    t.load(1, params=params, key=12345, prompt_len=17, max_frames=99, ignore_eos=True,
+           trailing=torch.ones(5, H))
+    want = dict(c0=0, fed=0, prompt_len=17, trailing_len=5, t_top_k=33, cp_top_k=5, min_new_tokens=NEVER,
+                key=12345, max_frames=99, t_temperature=0.7, cp_temperature=1.0, penalty=1.05, t_top_p=0.9,
+                cp_top_p=0.8, t_do_sample=True, cp_do_sample=False)     # greedy stage: neutral temperature
+    assert set(want) == {name for names in SCALARS.values() for name in names}
+    for name, value in want.items():
+        got = getattr(t, name)[1].item()
+        assert got == (torch.tensor(value, dtype=getattr(t, name).dtype).item()), name
+    assert not t.h[1].any() and not t.seen[1].any()
+    for kind, tensor in t._scalars.items():                               # the other rows untouched
+        assert torch.equal(tensor[[0, 2, 3]], before[kind][[0, 2, 3]])
+
