@@ -5,7 +5,8 @@
 #  2. the voice-clone benchmark with the step trace: no talker graph captures while serving expected (capture_ms);
 #  3. HTTP c=16 / c=64 with the default engine, then with --engine-arg talker_high_priority=true: does the talker
 #     keep its pace while the codec runs (c=64 steps over 15 ms, audio-s/s, p99)? Then, time allowing, c=64 with
-#     smaller codec launches (codec_frames_per_step=200) and with the bf16 codec (how much the codec's cost matters).
+#     smaller codec launches (codec_frames_per_step=200) and with the bf16 codec (how much the codec's cost matters),
+#     and c=16 with the prompt builds profiled (why 2.1-2.5 ms a request in the server against 0.9 alone?).
 set -uo pipefail
 R=$OUT/r; mkdir -p $R; S=benchmarks/scripts/h200_targets.sh
 export PYTHONUNBUFFERED=1
@@ -32,10 +33,11 @@ print('clone steps', len(rows), 'with captures', [(r['step'], r['decode'], r['ca
 gzip $R/steps_clone.jsonl
 common="--dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots --base-url http://127.0.0.1:8000"
 b() { timeout 150 python3 -m voxflow.bench $common "$@" 2>&1 | grep -v "^\s*$" | tail -3; }
-for variant in default priority budget200 bf16codec; do
+for variant in default priority budget200 bf16codec profprep; do
   [ $SECONDS -gt 470 ] && { echo "skipped $variant (time)"; continue; }
   case $variant in
     default) extra="" ;;
+    profprep) extra="--trace-profile-prepare" ;;
     priority) extra="--engine-arg talker_high_priority=true" ;;
     budget200) extra="--engine-arg codec_frames_per_step=200" ;;
     bf16codec) extra="--engine-arg codec_dtype=bfloat16" ;;
@@ -44,10 +46,11 @@ for variant in default priority budget200 bf16codec; do
     --trace-steps $R/steps_http_$variant.jsonl > $R/serve_log_$variant.txt 2>&1 &
   srv=$!
   for _ in $(seq 150); do curl -sf http://127.0.0.1:8000/ready > /dev/null && break; sleep 1; done
-  case $variant in default|priority)
+  case $variant in default|priority|profprep)
     b --label http-$variant --concurrency 16 --num-prompts 64 --num-warmups 8 --output $R/h200_1p7b_http_c16_$variant.json ;;
   esac
-  b --label http-$variant --concurrency 64 --num-prompts 192 --num-warmups 8 --output $R/h200_1p7b_http_c64_$variant.json
+  [ $variant != profprep ] && \
+    b --label http-$variant --concurrency 64 --num-prompts 192 --num-warmups 8 --output $R/h200_1p7b_http_c64_$variant.json
   curl -s http://127.0.0.1:8000/health > $R/health_$variant.json
   kill $srv; wait $srv; gzip $R/steps_http_$variant.jsonl
 done
