@@ -448,11 +448,21 @@ def test_first_audio_latency_is_split_into_its_parts():
     assert abs(after_prepare - waited_ms) <= 0.05 + 1e-3 * waited_ms
 
 
-def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_path):
+def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_path, monkeypatch):
     """trace_steps: a JSON line per served step whose counts add up to what the engine did (requests added, decode
     rows = frames made, chunks and final records out), with step numbers in order."""
+    from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
+    codec_captured = [0.0]
+    monkeypatch.setattr(Qwen3CodecRunner, "capture_seconds", property(lambda self: codec_captured[0]))
     path = tmp_path / "steps.jsonl"
     core = make_engine(trace_steps=str(path), trace_profile_prepare=True)
+    decode_async = core.codec.decode_async
+
+    def decode_capturing_once(*args, **kwargs):
+        if codec_captured[0] == 0.0:                    # and a codec capture, 20 ms, on its first launch
+            codec_captured[0] = 0.02
+        return decode_async(*args, **kwargs)
+    core.codec.decode_async = decode_capturing_once
     run, calls = core.runner.run, []
 
     def run_capturing_once(*args):
@@ -478,8 +488,10 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     assert set(lines[0]["ms"]) == {"schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
                                    "codec_collect"}
     assert all(r["gc_ms"] >= 0 for r in lines)
-    assert [r["capture_ms"] for r in lines if r["capture_ms"]] == [50.0]
-    assert [r["decode"] > 0 for r in lines if r["capture_ms"]] == [True]
+    captures = [r for r in lines if r["capture_ms"]]
+    assert sorted(r["capture_ms"] for r in captures) == [20.0, 50.0]
+    assert all(r["decode"] > 0 for r in captures if r["capture_ms"] == 50.0)
+    assert all(r["codec_launched"] > 0 for r in captures if r["capture_ms"] == 20.0)
     import pstats                   # the prompt builds were profiled: the model's prepare is in the statistics
     stats = pstats.Stats(str(path) + ".prepare.pstats")
     assert any(func[2] == "prepare" and calls[1] >= 3 for func, calls in stats.stats.items())

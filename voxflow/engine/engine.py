@@ -347,10 +347,12 @@ class EngineCore:
         return outputs
 
     def _capture_seconds(self) -> float:
-        """Seconds the talker's graph runners (decode, prefill) have spent capturing CUDA graphs so far: a capture
-        while serving (a shape or sampling variant not captured at startup, or graphs dropped) stalls every stream."""
+        """Seconds spent capturing CUDA graphs so far, by the talker's runners (decode, prefill) and the codec
+        when it reports it: a capture while serving (a shape or sampling variant not captured at startup, or graphs
+        dropped) stalls every stream."""
         runners = (self.runner, self.prefill_runner)
-        return sum(r.stats.capture_seconds for r in runners if r is not None)
+        codec = getattr(self.codec, "capture_seconds", 0.0)
+        return sum(r.stats.capture_seconds for r in runners if r is not None) + codec
 
     @staticmethod
     def _mono_at(perf: float) -> float:

@@ -152,3 +152,4 @@ class CodecModel(Protocol):
     #       (first chunks of a burst of requests: one pass instead of one per request). With decode_async, both
     #       new_state and new_states also take `after` (as decode_async: prefixes were complete when recorded).
     #   warmup(batch_sizes, frame_counts) -> seconds: capture CUDA graphs up front.
+    #   capture_seconds: host seconds spent capturing CUDA graphs so far (the step trace's capture_ms).

@@ -5,9 +5,9 @@ for and how long each took, which the summed counters of /health cannot show.
 A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase of the step, as EngineCore.timings),
 "decode" (rows), "prefill" (chunks), "prefill_tokens", "added" (requests queued since the previous step),
 "prepare_ms" (their summed prepare time), "codec_launched" (chunks started), "chunks" (chunks out),
-"finished" (final records out), "running", "waiting", "capture_ms" (talker CUDA graphs captured during the
-step), "gc_ms" (time in Python's garbage collector since the previous step: a collection pass over a serving
-process's heap can take milliseconds)}.
+"finished" (final records out), "running", "waiting", "capture_ms" (CUDA graphs captured during the step:
+talker and codec), "gc_ms" (time in Python's garbage collector since the previous step: a collection pass over a
+serving process's heap can take milliseconds)}.
 
 With `profile_prepare` (`EngineConfig.trace_profile_prepare`, `voxflow serve --trace-profile-prepare`), building a
 request's prompt (the model's `prepare`, on the engine thread) is also profiled with cProfile and the statistics are

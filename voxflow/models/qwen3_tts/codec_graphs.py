@@ -21,6 +21,7 @@ talker) keep using CUDA while this thread captures.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +46,7 @@ class CodecGraphs:
         self.mempool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, int], _Captured] = {}
         self.num_quantizers = pool.decoder.config.num_quantizers
+        self.capture_seconds = 0.0          # host time spent capturing (the engine's step trace reads it)
 
     def __contains__(self, shape: tuple[int, int]) -> bool:
         return shape in self.graphs
@@ -64,6 +66,7 @@ class CodecGraphs:
         if key in self.graphs:
             return self.graphs[key]
         device = self.pool.device
+        started = time.perf_counter()
         with torch.cuda.stream(self.stream):
             rows = torch.full((batch,), self.pool.scratch_row, dtype=torch.long, device=device)
             codes = torch.zeros((batch, self.num_quantizers, frames), dtype=torch.long, device=device)
@@ -75,4 +78,5 @@ class CodecGraphs:
                                                capture_error_mode="thread_local"):
             out = self.pool.step(rows, codes)
         captured = self.graphs[key] = _Captured(graph, rows, codes, out)
+        self.capture_seconds += time.perf_counter() - started
         return captured

@@ -189,6 +189,11 @@ class Qwen3CodecRunner:
         with self._on_stream(after):
             return self._enqueue(states, blocks, final, want_audio=True)
 
+    @property
+    def capture_seconds(self) -> float:
+        """Host seconds spent capturing the codec's CUDA graphs so far (0 without graphs)."""
+        return self.graphs.capture_seconds if self.graphs is not None else 0.0
+
     def warmup(self, batch_sizes: Sequence[int], frame_counts: Sequence[int]) -> float:
         """Prepare every (batch bucket, piece) shape that these batch sizes and chunk sizes use — capture its
         CUDA graph, or run it once eagerly — and return the seconds it took. Only the scratch row is written."""
