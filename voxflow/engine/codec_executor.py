@@ -173,8 +173,8 @@ class CodecExecutor:
         for s, n in ready:
             due.setdefault(n, []).append(s)
         fresh = [s for group in due.values() for s in group if s.state is None]
-        # An async codec orders new states after `after` too (their prefixes were made before it), not after all
-        # the talker work queued so far.
+        # An async codec orders new states and decodes after `after` only (their frames and prefixes were made
+        # before it), not after all the talker work queued so far.
         when = {"after": after} if after is not None and hasattr(self.codec, "decode_async") else {}
         if len(fresh) > 1 and hasattr(self.codec, "new_states"):      # a burst of first chunks: one reset pass
             for s, state in zip(fresh, self.codec.new_states([s.prefix_frames for s in fresh], **when)):
@@ -187,7 +187,7 @@ class CodecExecutor:
                     s.state = self.codec.new_state(s.prefix_frames, **when)
                 frames.append(self._take(s, n))
                 final.append(s.finished and s.num_pending == 0)
-            pending = self._decode(group, frames, final, after)
+            pending = self._decode(group, frames, final, when)
             rows = []
             for s in group:
                 rows.append((s, s.frames_done, n, s.chunks_done))
@@ -198,11 +198,10 @@ class CodecExecutor:
             launched += len(group)
         return launched
 
-    def _decode(self, group: list[CodecStream], frames: list[list[torch.Tensor]], final: list[bool], after: Any):
+    def _decode(self, group: list[CodecStream], frames: list[list[torch.Tensor]], final: list[bool], when: dict):
         states = [s.state for s in group]
         if hasattr(self.codec, "decode_async"):
-            kwargs = {"after": after} if after is not None else {}
-            return self.codec.decode_async(states, frames, final=final, **kwargs)
+            return self.codec.decode_async(states, frames, final=final, **when)
         # A plain CodecModel takes one [n, 16] tensor per request.
         pcm, new_states = self.codec.decode(states, [p[0] if len(p) == 1 else torch.cat(p) for p in frames])
         for s, state in zip(group, new_states):

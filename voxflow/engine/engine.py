@@ -30,7 +30,7 @@ from ..audio.io import pcm_bytes
 from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_blocks_for
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
-from .engine_stream import on_engine_stream, stream_context, talker_stream
+from .engine_stream import on_engine_stream, talker_stream
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel
@@ -82,64 +82,68 @@ class EngineCore:
         # The talker's GPU work (this constructor's allocations and captures, prompt builds, steps) on one stream:
         # the current one, or a high-priority one (engine_stream.py).
         self._stream = talker_stream(device, config.talker_high_priority)
-        with stream_context(self._stream):
-            started = time.perf_counter()
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            if config.num_kv_blocks is not None:
-                num_blocks = config.num_kv_blocks
-            else:
-                free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
-                budget = config.kv_cache_bytes or default_kv_bytes(model.kv_spec.bytes_per_token, config.max_num_seqs,
-                                                                    free)
-                num_blocks = num_blocks_for(budget, model.kv_spec, config.block_size)
-            spec = model.kv_spec
-            # One page more than the block manager hands out: the scratch page padded decode rows write to.
-            shape = (num_blocks + 1, config.block_size, spec.num_kv_heads, spec.head_dim)
-            self.k_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
-            self.v_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
-            self.block_manager = BlockManager(num_blocks, config.block_size)
-            self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
-                                                       config.prefill_chunk_size), self.block_manager)
-            self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
-                                            max_frames_per_launch=config.codec_frames_per_step)
-            from ..kernels import kernels_enabled
-            max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
-            self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
-                                       max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
-                                       # the paged attention kernel reads only real pages: one table width fits all
-                                       fixed_width=device.type == "cuda" and kernels_enabled())
-            self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
-            want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
-                                   else config.cuda_graphs and device.type == "cuda")
-            self.prefill_runner = (PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
-                                                 config.max_num_batched_tokens, config.max_num_seqs, config.cuda_graphs)
-                                   if want_prefill_graphs and hasattr(model, "prefill_forward") else None)
-            self.prefill = PrefillDispatch(model, self.k_cache, self.v_cache, self.block_manager, config.block_size,
-                                           self.scratch_slot, self.prefill_runner, config.batch_prefill)
-            self.flags = FlagBuffers(self.runner.buckets[-1], device)
-            self._inflight: InflightDecode | None = None
-            self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
-            self.live: dict[str, _Live] = {}
-            self.steps = 0
-            self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
-            # Where first-audio latency goes, summed over the requests that got audio (see `_note_first_audio`).
-            self._ttfp_parts = dict.fromkeys(TTFP_PARTS, 0.0)
-            self._ttfp_count = 0
-            # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
-            self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
-                                          "codec_launch", "codec_collect"), 0.0)
-            self.startup: dict = {"kv_cache_blocks": num_blocks,
-                                  "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
-            self.trace: StepTrace | None = None
-            self._warm_up()
-            # After warm-up: the trace holds served steps only.
-            self.trace = StepTrace(config.trace_steps, config.trace_profile_prepare) if config.trace_steps else None
-            self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
-            if device.type == "cuda":
-                self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)
-                self.startup["gpu_memory_reserved_bytes"] = torch.cuda.memory_reserved(device)
+        self._build(device)
         log.info("engine ready: %s", self.startup)
+
+    @on_engine_stream
+    def _build(self, device: torch.device) -> None:
+        model, codec, config = self.model, self.codec, self.config
+        started = time.perf_counter()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        if config.num_kv_blocks is not None:
+            num_blocks = config.num_kv_blocks
+        else:
+            free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+            budget = config.kv_cache_bytes or default_kv_bytes(model.kv_spec.bytes_per_token, config.max_num_seqs,
+                                                                free)
+            num_blocks = num_blocks_for(budget, model.kv_spec, config.block_size)
+        spec = model.kv_spec
+        # One page more than the block manager hands out: the scratch page padded decode rows write to.
+        shape = (num_blocks + 1, config.block_size, spec.num_kv_heads, spec.head_dim)
+        self.k_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
+        self.v_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
+        self.block_manager = BlockManager(num_blocks, config.block_size)
+        self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
+                                                   config.prefill_chunk_size), self.block_manager)
+        self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
+                                        max_frames_per_launch=config.codec_frames_per_step)
+        from ..kernels import kernels_enabled
+        max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
+        self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
+                                   max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
+                                   # the paged attention kernel reads only real pages: one table width fits all
+                                   fixed_width=device.type == "cuda" and kernels_enabled())
+        self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
+        want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
+                               else config.cuda_graphs and device.type == "cuda")
+        self.prefill_runner = (PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
+                                             config.max_num_batched_tokens, config.max_num_seqs, config.cuda_graphs)
+                               if want_prefill_graphs and hasattr(model, "prefill_forward") else None)
+        self.prefill = PrefillDispatch(model, self.k_cache, self.v_cache, self.block_manager, config.block_size,
+                                       self.scratch_slot, self.prefill_runner, config.batch_prefill)
+        self.flags = FlagBuffers(self.runner.buckets[-1], device)
+        self._inflight: InflightDecode | None = None
+        self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
+        self.live: dict[str, _Live] = {}
+        self.steps = 0
+        self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
+        # Where first-audio latency goes, summed over the requests that got audio (see `_note_first_audio`).
+        self._ttfp_parts = dict.fromkeys(TTFP_PARTS, 0.0)
+        self._ttfp_count = 0
+        # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
+        self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
+                                      "codec_launch", "codec_collect"), 0.0)
+        self.startup: dict = {"kv_cache_blocks": num_blocks,
+                              "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
+        self.trace: StepTrace | None = None
+        self._warm_up()
+        # After warm-up: the trace holds served steps only.
+        self.trace = StepTrace(config.trace_steps, config.trace_profile_prepare) if config.trace_steps else None
+        self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
+        if device.type == "cuda":
+            self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+            self.startup["gpu_memory_reserved_bytes"] = torch.cuda.memory_reserved(device)
 
     def _warm_up(self) -> None:
         """Capture the decode graphs (and the codec's) up front, and report the time it took."""

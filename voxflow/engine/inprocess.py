@@ -27,7 +27,6 @@ from .request import FinalRecord, FinishReason, SpeechRequest
 log = logging.getLogger(__name__)
 
 
-
 class CoreDriver:
     """Owns an EngineCore (add_request / abort / step / has_work / stats / shutdown) on one thread."""
 
