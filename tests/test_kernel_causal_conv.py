@@ -29,7 +29,7 @@ def snake_ref(x, a, inv):
 
 
 def check_conv_against_torch():
-    from voxflow.kernels.causal_conv import conv1d_channels_last, launch_config, pack_weight
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
     g = torch.Generator().manual_seed(0)
     # (B, T, Cin, Cout, k, dilation): masked channel tiles (96 -> 128), k blocks not dividing Cin, T not a multiple
     # of the 128-row tile, the 1x1 conv, the one-channel output conv; Cin 64 / 128: whole k blocks (EVEN_K)
@@ -46,7 +46,7 @@ def check_conv_against_torch():
             res_ncl = torch.randn(b, cout, t, generator=g).to(dtype)
             x = x_ncl.transpose(1, 2).contiguous()
             packed = pack_weight(w)
-            assert packed.shape == (k, cout, cin) and launch_config(cin, cout, dtype, k)["BLOCK_N"] >= 16
+            assert packed.shape == (k, cout, cin)
             exact = F.conv1d(x_ncl.double(), w.double(), None, dilation=d)          # [B, Cout, T], no rounding
             scale = F.conv1d(x_ncl.double().abs(), w.double().abs(), None, dilation=d)
             for epilogue in ("bias", "snake", "residual"):

@@ -111,7 +111,7 @@ TUNED: dict = {
 }
 
 
-def launch_config(cin: int, cout: int, dtype: torch.dtype, k: int = 7) -> dict:
+def launch_config(cin: int, cout: int, dtype: torch.dtype, k: int) -> dict:
     """Tile sizes for a [rows, cin] x [cin, cout] implicit GEMM: 128 rows; the widest of 128 / 64 output channels
     that divides cout (96 -> one masked 128 tile); k blocks of 32 (fp32) / 64 (bf16) channels."""
     if (cin, cout, k, dtype) in TUNED:
@@ -121,7 +121,7 @@ def launch_config(cin: int, cout: int, dtype: torch.dtype, k: int = 7) -> dict:
     else:
         block_n = 64 if cout % 64 == 0 else 128
     block_k = max(16, min(32 if dtype == torch.float32 else 64, triton.next_power_of_2(cin)))
-    return dict(BLOCK_T=128, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=8, num_stages=3)
+    return _cfg(128, block_n, block_k, 8, 3)
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -134,8 +134,9 @@ def _unit_channel_stride(t: torch.Tensor) -> bool:
 
 
 def supported(x: torch.Tensor) -> bool:
-    return (x.dim() == 3 and x.dtype in _DTYPES and _unit_channel_stride(x)
-            and not (torch.is_grad_enabled() and x.requires_grad))
+    """Whether the channels-last stack can take the decoder input x [B, C, T] (it makes its own [B, T, C] rows, so
+    x's layout does not matter): fp32 / bf16, and no autograd graph to record (the kernels have no backward)."""
+    return x.dim() == 3 and x.dtype in _DTYPES and not (torch.is_grad_enabled() and x.requires_grad)
 
 
 @triton.jit

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .conv_transpose_gemm import matmul_tf32
+from .conv_transpose_gemm import conv_gemm_precision
 
 MAX_UNFOLDED = 1 << 26          # elements of the unfolded input (128 MB in bf16)
 
@@ -32,7 +32,7 @@ def conv1d_im2col(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     t = total - span + 1
     cols = x.unfold(2, span, 1)[..., ::dilation]                     # [B, Cin, T, k] (a view)
     cols = cols.permute(0, 2, 1, 3).reshape(b * t, cin * k)          # the one copy: [B*T, Cin*k]
-    with matmul_tf32(torch.backends.cudnn.allow_tf32):
+    with conv_gemm_precision():
         out = torch.matmul(cols, weight.reshape(cout, cin * k).t())  # [B*T, Cout]
     if bias is not None:
         out += bias

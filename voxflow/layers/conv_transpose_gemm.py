@@ -30,6 +30,11 @@ def matmul_tf32(allowed: bool):
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+def conv_gemm_precision():
+    """A convolution computed as a GEMM multiplies in TF32 exactly when cuDNN's convolutions may (see Precision)."""
+    return matmul_tf32(torch.backends.cudnn.allow_tf32)
+
+
 def conv_transpose_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int,
                         tail: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """x [B, Cin, T], weight [Cin, Cout, k] with stride <= k <= 2 * stride, bias [Cout] or None, tail [B, Cout, k - s]
@@ -40,7 +45,7 @@ def conv_transpose_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     overlap = k - stride
     if not 0 <= overlap <= stride:
         raise ValueError(f"needs stride <= kernel <= 2 * stride, got kernel {k}, stride {stride}")
-    with matmul_tf32(torch.backends.cudnn.allow_tf32):
+    with conv_gemm_precision():
         g = torch.matmul(x.transpose(1, 2), weight.reshape(cin, cout * k)).view(b, t, cout, k)
     g = g.permute(0, 2, 1, 3)                                   # [B, Cout, T, k] (a view)
     y = torch.empty(b, cout, t, stride, dtype=x.dtype, device=x.device)
