@@ -20,6 +20,22 @@ from voxflow.models.qwen3_tts import codec_waveform_cl  # noqa: E402
 from voxflow.models.registry import load_for_engine  # noqa: E402
 
 
+def time_calls(codec, states, frames, label: str, warm: int = 3, reps: int = 10) -> float:
+    """Mean ms of `codec.decode(states, frames)` after `warm` calls (one stream's frames: [n, 16] each); printed
+    with the per stream-frame cost."""
+    for _ in range(warm):
+        codec.decode(states, frames)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        codec.decode(states, frames)
+    ms = (time.perf_counter() - t) / reps * 1e3
+    per = len(states) * frames[0].shape[0]
+    print(f"{label}: {ms:.2f} ms per call, {ms / per * 1e3:.1f} us per stream-frame "
+          f"({per * 0.08 / ms * 1e3:.0f} audio-s per s of codec time)", flush=True)
+    return ms
+
+
 def run(model: str, batch: int, setting: str) -> None:
     base, *extra = setting.split("+")
     torch.backends.cudnn.allow_tf32 = base != "fp32-strict"
@@ -33,15 +49,7 @@ def run(model: str, batch: int, setting: str) -> None:
     states = [codec.new_state(None) for _ in range(batch)]
     for n in (1, 25):
         frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(batch)]
-        for _ in range(3):
-            codec.decode(states, frames)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(10):
-            codec.decode(states, frames)
-        ms = (time.perf_counter() - t) / 10 * 1e3
-        print(f"{setting} B={batch} n={n}: {ms:.2f} ms per call, {ms / (batch * n) * 1e3:.1f} us per stream-frame "
-              f"({batch * n * 0.08 / ms * 1e3:.0f} audio-s per s of codec time)", flush=True)
+        time_calls(codec, states, frames, f"{setting} B={batch} n={n}")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 codec.decode(states, frames)

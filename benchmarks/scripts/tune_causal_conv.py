@@ -6,7 +6,6 @@
 Prints per (Cin, Cout, k, dtype) the time of each candidate and a TUNED table to paste into causal_conv.py.
 """
 import sys
-import time
 
 import torch
 import triton
@@ -81,30 +80,15 @@ def tune() -> dict:
 
 
 def codec_call(dtype) -> None:
-    from voxflow.models.qwen3_tts.codec_decoder import CodecDecoder
     from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
-    from voxflow.models.qwen3_tts.config import CodecConfig
-    from voxflow.models.qwen3_tts.weights import load_into, split_prefix
-    from voxflow.tools.tiny_checkpoint import DEFAULT_SEED, codec_tensors, real_codec_config
-    cfg = real_codec_config()
-    tensors = {k: torch.from_numpy(v) for k, v in codec_tensors(cfg, DEFAULT_SEED).items() if k.startswith("decoder.")}
-    with torch.device("cuda"):
-        dec = CodecDecoder(CodecConfig.from_dict(cfg).decoder)
-    load_into(dec, split_prefix(tensors, "decoder."), what="codec", prefix="decoder.")
-    dec = dec.to(dtype).eval().requires_grad_(False)
-    runner = Qwen3CodecRunner.from_decoder(dec, max_rows=B)
+    from voxflow.tools.codec_snr import random_real_codec_decoder
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from profile_codec import time_calls
+    runner = Qwen3CodecRunner.from_decoder(random_real_codec_decoder("cuda").to(dtype), max_rows=B)
     states = [runner.new_state(None) for _ in range(B)]
     for n in (1, 10, FRAMES):
         frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(B)]
-        for _ in range(2):
-            runner.decode(states, frames)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(5):
-            runner.decode(states, frames)
-        ms = (time.perf_counter() - t0) / 5 * 1e3
-        print(f"codec {str(dtype)[6:]} B={B} n={n}: {ms:.2f} ms per call, {ms / (B * n) * 1e3:.1f} us per stream-frame",
-              flush=True)
+        time_calls(runner, states, frames, f"codec {str(dtype)[6:]} B={B} n={n}", warm=2, reps=5)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,7 @@ import torch
 
 from voxflow.models.qwen3_tts.codec_decoder import CodecDecoder
 from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
-from voxflow.models.qwen3_tts.config import CodecConfig
-from voxflow.models.qwen3_tts.weights import load_into, split_prefix
-from voxflow.tools.codec_snr import cast_decoder, load_codec_decoder, measure, snr_db
+from voxflow.tools.codec_snr import cast_decoder, load_codec_decoder, measure, random_real_codec_decoder, snr_db
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
 torch.backends.cudnn.allow_tf32 = False
@@ -41,13 +39,7 @@ def dec() -> CodecDecoder:
     real_dir = os.environ.get("VOXFLOW_REAL_DIR")
     if real_dir:
         return load_codec_decoder(real_dir, "cuda")
-    from voxflow.tools.tiny_checkpoint import DEFAULT_SEED, codec_tensors, real_codec_config
-    cfg = real_codec_config()
-    tensors = {k: torch.from_numpy(v) for k, v in codec_tensors(cfg, DEFAULT_SEED).items() if k.startswith("decoder.")}
-    with torch.device("cuda"):
-        decoder = CodecDecoder(CodecConfig.from_dict(cfg).decoder)
-    load_into(decoder, split_prefix(tensors, "decoder."), what="real-size codec decoder", prefix="decoder.")
-    return decoder.eval().requires_grad_(False)
+    return random_real_codec_decoder("cuda")
 
 
 def codes_for(frames: int, seed: int) -> torch.Tensor:

@@ -40,6 +40,19 @@ def load_codec_decoder(model_dir: str, device: str = "cpu") -> CodecDecoder:
     return decoder.eval().requires_grad_(False)
 
 
+def random_real_codec_decoder(device: str = "cpu") -> CodecDecoder:
+    """An fp32 codec decoder at the real model's shapes with the tiny-checkpoint generator's random weights (no
+    checkpoint on disk: the GPU tests and the codec benchmarks)."""
+    from voxflow.models.qwen3_tts.config import CodecConfig
+    from voxflow.tools.tiny_checkpoint import DEFAULT_SEED, codec_tensors, real_codec_config
+    cfg = real_codec_config()
+    tensors = {k: torch.from_numpy(v) for k, v in codec_tensors(cfg, DEFAULT_SEED).items() if k.startswith("decoder.")}
+    with torch.device(device):
+        decoder = CodecDecoder(CodecConfig.from_dict(cfg).decoder)
+    load_into(decoder, split_prefix(tensors, "decoder."), what="real-size codec decoder", prefix="decoder.")
+    return decoder.eval().requires_grad_(False)
+
+
 def cast_decoder(decoder: CodecDecoder, dtype: torch.dtype) -> CodecDecoder:
     """A copy with its parameters in `dtype` (buffers such as the RoPE frequencies stay fp32, as model._build)."""
     out = copy.deepcopy(decoder)
