@@ -124,21 +124,18 @@ def check_waveform_stack_streams_like_the_plain_decoder():
     codes = torch.randint(0, 2048, (1, 16, 2), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         want = dec(codes)                                        # plain path (CPU)
-        h = dec.pre_conv(dec.quantizer(codes))
-        h = dec.pre_transformer(h.transpose(1, 2)).transpose(1, 2)
-        for stage in dec.upsample:
-            for layer in stage:
-                h = layer(h)
-        one_pass = codec_waveform_cl.waveform_stack(dec.decoder, h, None).clamp(-1, 1)
-        state = init_stream_state(dec, 1).tensors
-        pieces = []
-        for a, e in ((0, 1), (1, 2)):
-            h = dec.pre_conv(dec.quantizer(codes[..., a:e]), state)
-            h = dec.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
-            for stage in dec.upsample:
-                for layer in stage:
-                    h = layer(h, state)
-            pieces.append(codec_waveform_cl.waveform_stack(dec.decoder, h, state).clamp(-1, 1))
+        # The decoder's own forward, its waveform stack taken as on a GPU (the layers before it keep their plain
+        # path: only this module's switch is forced); the stack must then actually run.
+        stack, use_kernels, calls = codec_waveform_cl.waveform_stack, codec_waveform_cl.use_kernels, []
+        codec_waveform_cl.use_kernels = lambda t: True
+        codec_waveform_cl.waveform_stack = lambda *a: calls.append(1) or stack(*a)
+        try:
+            one_pass = dec(codes)
+            state = init_stream_state(dec, 1).tensors
+            pieces = [dec(codes[..., a:e], state) for a, e in ((0, 1), (1, 2))]
+        finally:
+            codec_waveform_cl.waveform_stack, codec_waveform_cl.use_kernels = stack, use_kernels
+    assert len(calls) == 3
     streamed = torch.cat(pieces, dim=-1)
     assert want.shape == one_pass.shape == streamed.shape == (1, 1, 2 * 1920)
     assert want.std() > 0.05
