@@ -236,3 +236,34 @@ def test_bf16_channels_last_stack_is_close_to_the_bf16_ncl_kernels(dec, monkeypa
     for k in PLAN:
         assert snr_db(ncl[k], cl[k]) > 30.0, k
         assert snr_db(want[k], cl[k]) >= snr_db(want[k], ncl[k]) - 1.0, k
+
+
+def test_codec_on_a_partition_of_the_sms_equals_the_whole_gpu(dec):
+    """codec_sms (engine/sm_partition.py): the same streaming plan, graphs captured and replayed on a green
+    context's stream, async decodes and their events across the two contexts: the same audio as on the whole GPU
+    (TF32 off: same kernels; only a library's choice of split could differ with the SM count)."""
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    part = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True, sms=total // 2)
+    assert total // 2 <= part.sms < total
+    assert part.stream.cuda_stream != torch.cuda.current_stream().cuda_stream
+    whole = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True)
+    p, _ = run_plan(part)
+    w, _ = run_plan(whole)
+    assert (4, 25) in part.graphs
+    for k in PLAN:
+        assert np.abs(p[k] - w[k]).max() <= TOL, k
+        assert w[k].std() > 0.05
+    # async: frames made on the caller's stream behind a long kernel, collected through the partition's event
+    codes = [codes_for(25, seed=70 + i) for i in range(2)]
+    frames = [torch.zeros(c.shape, dtype=torch.long, device="cuda") for c in codes]
+    torch.cuda._sleep(200_000_000)
+    for f, c in zip(frames, codes):
+        f.add_(c.cuda())
+    states = [part.new_state(None) for _ in codes]
+    got = part.decode_async(states, frames).result()
+    ref_states = [whole.new_state(None) for _ in codes]
+    want, _ = whole.decode(ref_states, codes)
+    for a, b in zip(got, want):
+        assert np.abs(a - b).max() <= TOL
+    with pytest.raises(ValueError, match="leaves no SM"):
+        Qwen3CodecRunner.from_decoder(dec, max_rows=2, sms=total)
