@@ -3,6 +3,8 @@
 # context). First its GPU test (graphs, async decodes and events across the two contexts == the whole-GPU codec),
 # then HTTP c=16 / c=64 with --engine-arg codec_sms=N against the default engine in the same call: do the talker
 # steps behind a codec launch keep their ~7 ms (step trace), and what does it do to audio-s/s and TTFP?
+# Call 2 (default split flags): the servers' codec capture failed in its first TF32 GEMM; call 3 adds the split
+# that keeps thread-block clusters possible, the probe of split flags, and VARIANTS="sms100 sms66 sms116".
 set -uo pipefail
 R=$OUT/r; mkdir -p $R; S=benchmarks/scripts/h200_targets.sh
 export PYTHONUNBUFFERED=1
@@ -13,6 +15,8 @@ ck=$!
 timeout 150 python3 -m pytest -v -rfs --tb=short -p no:cacheprovider \
   "tests/gpu/test_gpu_codec.py::test_codec_on_a_partition_of_the_sms_equals_the_whole_gpu" > $R/gpu_tests.txt 2>&1
 grep -E "^E |passed|failed" $R/gpu_tests.txt | tail -8
+timeout 150 python3 benchmarks/scripts/probe_sm_partition.py 66,100 > $R/probe_sm_partition.txt 2>&1
+cat $R/probe_sm_partition.txt
 wait $ck
 common="--dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots --base-url http://127.0.0.1:8000"
 b() { timeout 150 python3 -m voxflow.bench $common "$@" 2>&1 | grep -v "^\s*$" | tail -2; }

@@ -243,6 +243,16 @@ def test_codec_on_a_partition_of_the_sms_equals_the_whole_gpu(dec):
     context's stream, async decodes and their events across the two contexts: the same audio as on the whole GPU
     (TF32 off: same kernels; only a library's choice of split could differ with the SM count)."""
     total = torch.cuda.get_device_properties(0).multi_processor_count
+    # First as served (TF32 GEMMs: Hopper's cuBLAS launches thread-block clusters there, which a partition split
+    # without regard for clusters could not run), then with TF32 off for the exact comparison.
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        p, _ = run_plan(Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True, sms=total // 2))
+        w, _ = run_plan(Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True))
+        for k in PLAN:
+            assert snr_db(w[k], p[k]) > 60.0, k
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     part = Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True, sms=total // 2)
     assert total // 2 <= part.sms < total
     assert part.stream.cuda_stream != torch.cuda.current_stream().cuda_stream

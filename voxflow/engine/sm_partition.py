@@ -23,6 +23,10 @@ import torch
 log = logging.getLogger(__name__)
 
 _CU_DEV_RESOURCE_TYPE_SM = 1
+# Split so that the partition can run thread-block clusters of the largest size the hardware allows: Hopper's
+# TF32 / bf16 cuBLAS GEMMs launch clusters, and on a partition split with the default flags (0) the codec's first
+# TF32 GEMM failed with CUBLAS_STATUS_EXECUTION_FAILED (session 8, H200) while plain fp32 ones ran.
+SPLIT_MAX_CLUSTER = 0x2
 _CU_GREEN_CTX_DEFAULT_STREAM = 0x1
 _CU_STREAM_NON_BLOCKING = 0x1
 # CUdevResource is {type (4 bytes), 92 bytes of padding, a union whose first member is the SM resource's smCount,
@@ -61,9 +65,11 @@ def check_num_sms(num_sms: int) -> None:
         raise ValueError(f"codec_sms must be a positive number of SMs, got {num_sms!r}")
 
 
-def partitioned_stream(device: torch.device, num_sms: int) -> tuple[torch.cuda.Stream, int]:
+def partitioned_stream(device: torch.device, num_sms: int, split_flags: int = SPLIT_MAX_CLUSTER
+                       ) -> tuple[torch.cuda.Stream, int]:
     """A stream on `device` confined to a partition of at least `num_sms` SMs; returns it and the partition's
-    actual SM count (the driver rounds up to its granularity, e.g. 8 SMs on Hopper)."""
+    actual SM count (the driver rounds up to its granularity, e.g. 8 SMs on Hopper). `split_flags`: the driver's
+    CU_DEV_SM_RESOURCE_SPLIT_* flags (benchmarks/scripts/probe_sm_partition.py tries others)."""
     check_num_sms(num_sms)
     if device.type != "cuda":
         raise ValueError(f"codec_sms partitions a GPU's SMs; the codec runs on {device}")
@@ -80,7 +86,7 @@ def partitioned_stream(device: torch.device, num_sms: int) -> tuple[torch.cuda.S
     part = ctypes.create_string_buffer(_RESOURCE_BYTES)
     rest = ctypes.create_string_buffer(_RESOURCE_BYTES)
     groups = ctypes.c_uint(1)
-    _call(lib, "cuDevSmResourceSplitByCount", part, ctypes.byref(groups), whole, rest, 0, num_sms)
+    _call(lib, "cuDevSmResourceSplitByCount", part, ctypes.byref(groups), whole, rest, split_flags, num_sms)
     if groups.value != 1:
         raise SMPartitionError(f"could not carve {num_sms} SMs out of {total}")
     got = ctypes.c_uint.from_buffer(part, _SM_COUNT_OFFSET).value
