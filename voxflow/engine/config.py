@@ -30,8 +30,6 @@ class EngineConfig:
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
-    codec_sms: int | None = None               # on a GPU: the codec's kernels confined to this many SMs (a green
-                                               # context), the rest kept free for the talker (sm_partition.py)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; not yet measured)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)

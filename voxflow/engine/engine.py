@@ -136,8 +136,6 @@ class EngineCore:
                                       "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
-        if getattr(codec, "sms", None) is not None:
-            self.startup["codec_sms"] = codec.sms
         self.trace: StepTrace | None = None
         self._warm_up()
         # After warm-up: the trace holds served steps only.
@@ -202,8 +200,6 @@ class EngineCore:
             options["codec_cuda_graphs"] = False
         if config.codec_max_batch is not None:
             options["codec_max_batch"] = config.codec_max_batch
-        if config.codec_sms is not None:
-            options["codec_sms"] = config.codec_sms
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
                                        max_slots=config.max_num_seqs, **options)
         return cls(model, codec, config)

@@ -39,7 +39,6 @@ import numpy as np
 import torch
 
 from ...engine.host_to_device import to_device
-from ...engine.sm_partition import partitioned_stream
 from .codec_decoder import CodecDecoder
 from .codec_graphs import CodecGraphs
 from .codec_pool import CodecRow, CodecStatePool
@@ -99,13 +98,12 @@ class Qwen3CodecRunner:
     """Streaming codec decode for up to `max_rows` live requests (the engine's max_num_seqs).
 
     cuda_graphs: replay captured CUDA graphs (CUDA only; ignored on CPU). batch_buckets / frame_buckets: the
-    padded shapes (see the module docstring); None turns that padding / splitting off. sms: run on a stream
-    confined to that many SMs (engine/sm_partition.py; CUDA only); `self.sms` is the partition's actual size.
+    padded shapes (see the module docstring); None turns that padding / splitting off.
     """
 
     def __init__(self, model, *, max_rows: int = 32, cuda_graphs: bool = True,
                  batch_buckets: Sequence[int] | None = BATCH_BUCKETS,
-                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS, sms: int | None = None):
+                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS):
         self.decoder: CodecDecoder = model.codec_decoder
         self.sample_rate = model.sample_rate
         self.samples_per_frame = model.samples_per_frame
@@ -123,11 +121,7 @@ class Qwen3CodecRunner:
             batch_buckets = tuple(b for b in sizes if b < max_rows) + tuple(b for b in sizes if b >= max_rows)[:1]
         self.batch_buckets = batch_buckets
         self.cuda = self.device.type == "cuda"
-        self.sms: int | None = None
-        if sms is not None:
-            self.stream, self.sms = partitioned_stream(self.device, sms)
-        else:
-            self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.graphs = CodecGraphs(self.pool, self.stream) if self.cuda and cuda_graphs else None
 
     @classmethod

@@ -7,7 +7,6 @@ keeps its slot while running, prefilling or preempted, and its codec state lives
 codec run its steps eagerly on a GPU (no effect on a CPU). `codec_max_batch` caps how many requests one codec
 call decodes (bigger groups are split): the codec's activations grow with the batch (a 64 x 25-frame call holds
 GBs of upsampled feature maps), so a memory-bound deployment trades a few more calls for a smaller peak.
-`codec_sms` confines the codec's kernels to that many of the GPU's SMs (engine/sm_partition.py).
 `max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
 makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from ...engine.sm_partition import check_num_sms
 from .codec_runner import BATCH_BUCKETS, Qwen3CodecRunner
 from .model import Qwen3TTS
 from .plugin import Qwen3TTSPlugin
@@ -25,11 +23,9 @@ CODEC_DTYPES = ("float32", "bfloat16", "float16")
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
-         max_frames: int | None = None, codec_sms: int | None = None):
+         max_frames: int | None = None):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
-    if codec_sms is not None:
-        check_num_sms(codec_sms)
     if codec_dtype not in CODEC_DTYPES:
         raise ValueError(f"codec_dtype must be one of {', '.join(CODEC_DTYPES)}, got {codec_dtype!r}")
     decoder_dtype = getattr(torch, codec_dtype)
@@ -41,6 +37,5 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
         if codec_max_batch < 1:
             raise ValueError(f"codec_max_batch must be >= 1, got {codec_max_batch}")
         buckets = tuple(b for b in BATCH_BUCKETS if b < codec_max_batch) + (codec_max_batch,)
-    codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets,
-                             sms=codec_sms)
+    codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets)
     return Qwen3TTSPlugin(model, max_slots=max_slots, max_frames=max_frames), codec
