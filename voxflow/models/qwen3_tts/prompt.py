@@ -28,7 +28,8 @@ The builder only needs an embedder with three methods (the Talker module provide
     embed_text(ids [N]) -> [N, H]      text_projection(text_embedding(ids))
     embed_codec(ids [N]) -> [N, H]     talker codec_embedding
     embed_frame(codes [T, 16]) -> [T, H]  codec_embedding(c0) + sum_g code_predictor.codec_embedding[g-1](c_g)
-and, optionally, a `device` attribute (where id tensors are created; CPU otherwise).
+and, optionally, a `device` attribute (where id tensors are created; CPU otherwise) and `text_rows(ids list)`,
+embed_text of host ids from rows kept per id (the Talker's on a GPU, text_rows.py), used when it returns rows.
 """
 from __future__ import annotations
 
@@ -320,8 +321,11 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
         think + [tc.codec_pad_id, tc.codec_bos_id], [tc.spk_id[speaker]] if speaker is not None else [],
         ref_body + body_ids, body_ids])
 
+    text_rows = getattr(embedder, "text_rows", None)          # kept per id by the Talker on a GPU (text_rows.py)
+
     def embed_text(ids: list[int]) -> torch.Tensor:
-        return embedder.embed_text(ids_on_device.of(ids))
+        rows = text_rows(ids) if text_rows is not None else None
+        return rows if rows is not None else embedder.embed_text(ids_on_device.of(ids))
 
     t_instr = embed_text(instruct_ids) if instruct_ids else None
     special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]

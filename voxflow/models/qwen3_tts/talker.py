@@ -24,6 +24,7 @@ from voxflow.layers.attention import KVCache
 from voxflow.layers.qwen3_layer import Qwen3DecoderStack, positions_from_mask
 from voxflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from voxflow.models.qwen3_tts.config import TalkerConfig
+from voxflow.models.qwen3_tts.text_rows import ProjectedTextRows
 
 __all__ = ["Talker", "TalkerBackbone", "TextProjection", "positions_from_mask"]
 
@@ -62,6 +63,21 @@ class Talker(nn.Module):
         # Prompt embeddings of fixed id lists (special tokens, role, language / speaker codec rows), kept by
         # prompt.build_prompt under weights_version(): a request then embeds only its own text.
         self.prompt_constants: dict = {}
+        # Prompt builds take projected text rows kept per token id (text_rows.py). None: on a GPU only — there the
+        # per-request projection is what a build costs; on a CPU the builder's grouped calls keep the prompt
+        # bit-identical to the official code's (a kept row was computed in another batch, equal up to rounding).
+        self.keep_text_rows: bool | None = None
+        self._text_rows: ProjectedTextRows | None = None
+
+    def text_rows(self, ids) -> torch.Tensor | None:
+        """embed_text of host token ids [N] -> [N, H] from the rows kept per id, or None when this talker does not
+        keep them (the caller embeds the ids itself)."""
+        keep = self.keep_text_rows if self.keep_text_rows is not None else self.device.type == "cuda"
+        if not keep:
+            return None
+        if self._text_rows is None:
+            self._text_rows = ProjectedTextRows(self)
+        return self._text_rows.rows(ids)
 
     def weights_version(self) -> tuple:
         """Changes when a prompt-embedding weight is replaced or changed in place (or moved / cast)."""

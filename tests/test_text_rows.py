@@ -1,0 +1,97 @@
+"""Projected text rows kept per token id (qwen3_tts/text_rows.py) on the tiny fp32 talker, forced on (a GPU keeps
+them by default, a CPU does not): the rows equal the per-request projection, hits project nothing, changed weights
+and a full table start over, and a prompt built from kept rows equals the grouped build.
+
+Tolerance: a kept row comes out of a GEMM over another batch of ids than the request's own, so it may differ in
+summation order only: 1e-6 relative on these fp32 values (a wrong row, id or weight version is off by O(1))."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from voxflow.models.qwen3_tts.model import Qwen3TTS
+from voxflow.models.qwen3_tts.prompt import PromptRequest, build_prompt
+from voxflow.models.qwen3_tts.text_rows import ProjectedTextRows
+
+TINY = os.environ["VOXFLOW_TINY_DIR"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"))
+
+
+def direct(talker, ids) -> torch.Tensor:
+    with torch.no_grad():
+        return talker.embed_text(torch.tensor(ids, dtype=torch.long))
+
+
+def close(a, b) -> bool:
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-6 * float(b.abs().max()))
+
+
+def test_rows_equal_the_projection_and_hits_project_nothing(model):
+    cache = ProjectedTextRows(model.talker)
+    ids = [151644, 77091, 198, 9707, 11, 1879, 9707]                # repeats inside one request
+    assert close(cache.rows(ids), direct(model.talker, ids))
+    assert cache.projected == 6                                     # each distinct id once
+    again = [9707, 198, 1879]
+    assert close(cache.rows(again), direct(model.talker, again))
+    assert cache.projected == 6
+    more = [9707, 42, 43]
+    assert close(cache.rows(more), direct(model.talker, more))
+    assert cache.projected == 8
+    assert cache.rows([]).shape == (0, model.config.talker.hidden_size)
+    with pytest.raises(ValueError, match="out of range"):
+        cache.rows([model.talker.model.text_embedding.num_embeddings])
+
+
+def test_changed_weights_empty_the_table(model):
+    talker = model.talker
+    cache = ProjectedTextRows(talker)
+    ids = [10, 20, 30]
+    before = cache.rows(ids)
+    w = talker.text_projection.linear_fc2.weight
+    saved = w.detach().clone()
+    try:
+        with torch.no_grad():
+            w.mul_(1.5)                                             # in place: only the version counter moves
+        after = cache.rows(ids)
+        assert close(after, direct(talker, ids))
+        assert not close(after, before)
+        assert cache.projected == 6
+    finally:
+        with torch.no_grad():
+            w.copy_(saved)
+
+
+def test_a_full_table_starts_over_and_a_request_larger_than_it_is_projected_directly(model):
+    cache = ProjectedTextRows(model.talker, max_rows=4)
+    assert close(cache.rows([1, 2, 3]), direct(model.talker, [1, 2, 3]))
+    assert close(cache.rows([4, 5, 1]), direct(model.talker, [4, 5, 1]))     # 5 distinct > 4: start over
+    assert cache.projected == 6
+    wide = list(range(100, 106))
+    assert close(cache.rows(wide), direct(model.talker, wide))              # 6 distinct ids, more than it keeps
+    assert close(cache.rows([4, 5, 1]), direct(model.talker, [4, 5, 1]))
+    assert cache.projected == 6                                             # the wide request kept nothing
+
+
+@pytest.mark.parametrize("kw", [
+    dict(text="Hello there, how are you?", speaker="vivian", language="english", non_streaming_mode=True),
+    dict(text="Hello there, how are you?", speaker="vivian", language="english", non_streaming_mode=False),
+    dict(text="x", speaker="ryan", language="auto", non_streaming_mode=False),
+])
+def test_prompt_from_kept_rows_equals_the_grouped_build(model, kw):
+    talker = model.talker
+    assert talker.text_rows([1]) is None                     # on a CPU the talker keeps no rows unless told to
+    want = build_prompt(model.config, model.tokenizer, talker, PromptRequest(**kw))
+    talker.keep_text_rows = True
+    try:
+        got = build_prompt(model.config, model.tokenizer, talker, PromptRequest(**kw))
+        assert talker._text_rows is not None and talker._text_rows.projected > 0
+    finally:
+        talker.keep_text_rows = None
+    assert close(got.inputs_embeds, want.inputs_embeds)
+    assert close(got.trailing_text, want.trailing_text)
+    assert np.isfinite(got.inputs_embeds.numpy()).all()
