@@ -351,6 +351,31 @@ def test_error_tokenizer_that_breaks_the_template():
         build_prompt(make_config(), CharTokenizer(), E, PromptRequest(text="hi", speaker="ryan"))
 
 
+def test_template_check_runs_once_per_tokenizer_and_a_failing_one_fails_every_time(tok):
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def encode(self, text):
+            self.calls += 1
+            return self.inner.encode(text)
+
+    counting = Counting(tok)
+    first = build_prompt(make_config(), counting, E, PromptRequest(text="hi there", speaker="ryan"))
+    n_first = counting.calls
+    again = build_prompt(make_config(), counting, E, PromptRequest(text="hi there", speaker="ryan"))
+    assert n_first == 3 and counting.calls - n_first == 1            # the text only: the template passed once
+    assert_same(again.inputs_embeds, first.inputs_embeds)
+
+    class CharTokenizer:
+        def encode(self, text):
+            return [ord(c) for c in text]
+    broken = CharTokenizer()
+    for _ in range(2):
+        with pytest.raises(PromptError, match="chat template"):
+            build_prompt(make_config(), broken, E, PromptRequest(text="hi", speaker="ryan"))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Section 3.5 lengths with the tiny checkpoints' tokenizer and config
 

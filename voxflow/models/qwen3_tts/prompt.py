@@ -33,6 +33,7 @@ embed_text of host ids from rows kept per id (the Talker's on a GPU, text_rows.p
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional, Protocol, runtime_checkable
 
@@ -174,13 +175,26 @@ def codec_think_ids(config: Qwen3TTSConfig, language: str, speaker: Optional[str
     return [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
 
 
+_TEMPLATE_OK: "weakref.WeakKeyDictionary[TextEncoder, bool]" = weakref.WeakKeyDictionary()
+
+
 def _check_template(tokenizer: TextEncoder) -> None:
     # The positional slicing below is only meaningful if the fixed parts have the lengths the official code assumes.
+    # A tokenizer that passed is not asked again: two of a build's three encodes were this check (session-8 profile).
+    try:
+        if _TEMPLATE_OK.get(tokenizer):
+            return
+    except TypeError:                   # not weak-referenceable: checked every time
+        pass
     role = tokenizer.encode(ROLE_TEMPLATE)
     tail = tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
     if len(role) != ROLE_LEN or len(tail) != TEXT_TAIL_LEN:
         raise PromptError(f"tokenizer does not fit the Qwen3-TTS chat template: role -> {len(role)} ids "
                           f"(need {ROLE_LEN}), tail -> {len(tail)} ids (need {TEXT_TAIL_LEN})")
+    try:
+        _TEMPLATE_OK[tokenizer] = True
+    except TypeError:
+        pass
 
 
 def _optional_str(value, name: str) -> Optional[str]:
