@@ -214,14 +214,14 @@ def test_abort_mid_stream_frees_blocks_slot_and_codec_state():
     assert_all_released(core)
 
 
-@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "prefill-runner"])
+@pytest.mark.parametrize("graphs", [False, True, "packed"], ids=["eager", "prefill-runner", "packed"])
 def test_prefix_cache_reuses_voice_clone_prompt_blocks(graphs):
     """A prompt whose prefix is cached computes only the rest into its pages and gives the reference's codes: on
     the model's eager path, and through the prefill runner (the new positions as the graph's queries, the cached
-    ones read from the pages through the block table)."""
+    ones read from the pages through the block table), padded or packed."""
     t = np.arange(24000) / 24000
     ref = (0.2 * np.sin(2 * np.pi * 150 * t)).astype("<f4").tobytes()
-    core = make_engine("base", block_size=4, prefill_graphs=graphs)
+    core = make_engine("base", block_size=4, prefill_graphs=bool(graphs), packed_prefill=graphs == "packed")
     runs = []
     if graphs:
         run = core.prefill_runner.run
@@ -660,3 +660,51 @@ def test_frame_history_holds_the_longest_request_the_engine_accepts():
     assert core.model.slots.history.shape[1] == 3000
     assert make_engine().model.slots.history.shape[1] == EngineConfig(model="").max_model_len
 
+
+
+@pytest.mark.parametrize("case", ["together", "budget-40", "chunked", "same-step-reuse"])
+def test_packed_prefill_equals_the_reference(case):
+    """The packed prefill (voxflow/engine/packed_prefill.py), run eagerly on the CPU: a step's chunks end to end as
+    one row of tokens, each token attending to its own sequence's pages up to itself, give every request the
+    reference's codes. Together: four prompts in one packed run. Budget 40: a 64-row shape only, so a step's
+    chunks are cut into several runs (and prompts into several chunks). Chunked: 16 positions a step, later chunks
+    reading their earlier pages. Same-step reuse: two identical prompts (pages of 4), the second reading pages the
+    first writes in the same packed run (written in each layer before any row attends)."""
+    name = "custom_voice_1b7"
+    budget = 40 if case == "budget-40" else 96
+    core = make_engine(name, prefill_graphs=True, packed_prefill=True, max_num_batched_tokens=budget,
+                       prefill_chunk_size=16 if case == "chunked" else None)
+    runner = core.prefill_runner
+    assert runner is not None and runner.packed and not runner.cuda_graphs
+    runs = []
+    run = runner.run
+    runner.run = lambda key, items: (runs.append((key, [(i.start, i.end) for i in items],
+                                                  [i.block_table[0] for i in items])), run(key, items))
+    long = "The quick brown fox jumps over the lazy dog, twice over, and then once more for luck."
+    if case == "same-step-reuse":
+        reqs = [greedy(long, 6, voice="ryan", language="english", request_id="x"),
+                greedy(long, 6, voice="ryan", language="english", request_id="y"),
+                greedy("Speak.", 6, voice="eric", language="auto", request_id="z")]
+    else:
+        reqs = [greedy("Hello world.", 10, voice="vivian", request_id="a"),
+                greedy("Speak.", 7, voice="eric", language="auto", request_id="b"),
+                greedy("This is a tiny test.", 9, voice="serena", instructions="Speak happily.", request_id="c"),
+                greedy(long, 6, voice="ryan", language="english", request_id="d")]
+    if case == "together":
+        results = drive(core, {0: reqs[:3], 2: reqs[3:]})
+        assert len(runs[0][1]) == 3                                   # three prompts, one run
+    else:
+        results = drive(core, {0: reqs})
+    for (tokens, width), spans, _ in runs:
+        assert sum(e - s for s, e in spans) <= tokens and (tokens, width) in runner.shapes
+        assert max(e for _, e in spans) <= width * core.config.block_size
+    if case == "budget-40":
+        assert all(tokens == 64 for (tokens, _), _, _ in runs) and len(runs) >= 3
+    if case == "chunked":
+        assert any(s > 0 for _, spans, _ in runs for s, _ in spans)  # a later chunk over its earlier pages
+    if case == "same-step-reuse":
+        (_, spans, first_pages), = runs[:1]
+        assert len(spans) == 3 and first_pages[0] == first_pages[1]  # y reads the page x writes, in the same run
+    assert runner.stats.eager_steps == len(runs)
+    assert_engine_matches_reference(name, core, results, reqs)
+    assert_all_released(core)

@@ -73,6 +73,17 @@ def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
         assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
 
 
+def test_gpu_packed_prefill_equals_cpu_reference():
+    """packed_prefill (engine/packed_prefill.py): the four prompts end to end in one packed replay, each token row
+    attending through the decode kernel after every row's K/V was written (a row reads its sequence's earlier rows:
+    with the kernel's fused per-row write instead it would read unwritten slots and the codes would differ)."""
+    got = engine_codes("float32", texts=TEXTS, packed_prefill=True)
+    for i, text in enumerate(TEXTS):
+        codes, wav = reference(text)
+        assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
+        assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
+
+
 def test_gpu_fp32_single_request_equals_cpu_reference():
     """One request alone (the c=1 path: the one-row skinny GEMMs -- down_proj with silu * up, the code predictor's
     norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop."""

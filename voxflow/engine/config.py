@@ -34,6 +34,8 @@ class EngineConfig:
                                                # of the codec's kernels (engine_stream.py; not yet measured)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
+    packed_prefill: bool = False               # with prefill graphs: a step's chunks end to end, unpadded, in one
+                                               # replay (packed_prefill.py; not yet measured on a GPU)
     prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
                                                # None: with cuda_graphs on a GPU. True on a CPU: the same padded
                                                # path, eagerly (tests)

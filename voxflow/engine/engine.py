@@ -35,6 +35,7 @@ from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel
 from .prefill_dispatch import PrefillDispatch
+from .packed_prefill import PackedPrefillRunner
 from .prefill_runner import PrefillRunner
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 from .scheduler import Scheduler, SchedulerConfig
@@ -117,9 +118,16 @@ class EngineCore:
         self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
         want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
                                else config.cuda_graphs and device.type == "cuda")
-        self.prefill_runner = (PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
-                                             config.max_num_batched_tokens, config.max_num_seqs, config.cuda_graphs)
-                               if want_prefill_graphs and hasattr(model, "prefill_forward") else None)
+        self.prefill_runner = None
+        if want_prefill_graphs and hasattr(model, "prefill_forward"):
+            if config.packed_prefill:
+                self.prefill_runner = PackedPrefillRunner(
+                    model, self.k_cache, self.v_cache, config.block_size, num_blocks, config.max_num_batched_tokens,
+                    config.max_num_seqs, max_width, config.cuda_graphs)
+            else:
+                self.prefill_runner = PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
+                                                    config.max_num_batched_tokens, config.max_num_seqs,
+                                                    config.cuda_graphs)
         self.prefill = PrefillDispatch(model, self.k_cache, self.v_cache, self.block_manager, config.block_size,
                                        self.scratch_slot, self.prefill_runner, config.batch_prefill)
         self.flags = FlagBuffers(self.runner.buckets[-1], device)

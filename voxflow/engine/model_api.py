@@ -48,6 +48,9 @@ class PagedKVContext:
     context_lens: [B] int64, tokens of each sequence INCLUDING the new ones of this call.
     slot_mapping: [B, S] int64 flat slot (block * block_size + offset) for each new token (S = new tokens per
         row; 1 for decode). All rows of one call have the same S.
+    rows_share_sequences: rows may be tokens of the same sequence (a packed prefill, packed_prefill.py: one token a
+        row, S = 1): a row's context then holds other rows' new K/V, so every row's K/V is written before any row
+        attends.
     """
     k_cache: Sequence[torch.Tensor]
     v_cache: Sequence[torch.Tensor]
@@ -55,6 +58,7 @@ class PagedKVContext:
     block_tables: torch.Tensor
     context_lens: torch.Tensor
     slot_mapping: torch.Tensor
+    rows_share_sequences: bool = False
 
 
 @dataclass

@@ -8,7 +8,8 @@ one (dynamic programming over the cut points): a graph costs its padded position
 fixed REPLAY_COST for its ~700 kernels. Filling each graph greedily instead, as before, padded a wave of 16 fresh
 prompts of the bench set to 2.2x their positions, the cheapest cut to 1.5x (plus replays: 2.4x -> 1.9x at 128
 positions a replay; simulated on the tiny BPE's prompt lengths). Without it: one eager talker forward for all
-chunks when the model can (`prefill_batch`), else one forward per chunk.
+chunks when the model can (`prefill_batch`), else one forward per chunk. With the packed runner
+(`EngineConfig.packed_prefill`, packed_prefill.py) the chunks run end to end, unpadded, usually in one replay.
 
 A pair is (scheduler.PrefillChunk, the sequence's input embeddings from position 0).
 """
@@ -36,7 +37,9 @@ class PrefillDispatch:
         self.runner, self.batch_prefill = runner, batch_prefill
 
     def run(self, pairs) -> None:
-        if self.runner is not None and (len(pairs) == 1 or self.batch_prefill):
+        if getattr(self.runner, "packed", False):
+            self._packed(pairs)
+        elif self.runner is not None and (len(pairs) == 1 or self.batch_prefill):
             self._through_graphs(pairs)
         elif len(pairs) > 1 and self.batch_prefill and hasattr(self.model, "prefill_batch"):
             self._eager_batch(pairs)
@@ -54,6 +57,23 @@ class PrefillDispatch:
                 self._eager(*pairs[group[0]])
             else:
                 self._graph(key, [pairs[i] for i in group])
+
+    def _packed(self, pairs) -> None:
+        """The step's chunks end to end in packed runs (packed_prefill.py), in the scheduler's order: one run when
+        a shape holds them all (the usual case: the step's token budget is the largest T), else each run grown while
+        one does; a chunk that no shape holds alone runs eagerly."""
+        runs: list[list[int]] = []
+        for i, (c, _) in enumerate(pairs):
+            if runs and self.runner.plan([(pairs[j][0].start, pairs[j][0].end) for j in runs[-1] + [i]]) is not None:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        for run in runs:
+            key = self.runner.plan([(pairs[j][0].start, pairs[j][0].end) for j in run])
+            if key is None:
+                self._eager(*pairs[run[0]])
+            else:
+                self._graph(key, [pairs[j] for j in run])
 
     def cheapest_runs(self, spans: list[tuple[int, int]]) -> list[tuple[tuple | None, list[int]]]:
         """(start, end) chunks in order -> runs of consecutive chunk indices, each with the graph that holds it

@@ -8,7 +8,8 @@ mask from `attention_mask [B, T]` over all T key slots, the queries being the la
 
 - `attend` writes the new tokens' k/v [B, Hkv, S, D] into the layer's pages at `slot_mapping`, then
   - decode (S == 1) with kernels on (`use_kernels(q)`: CUDA tensor, Triton, switch on): the kernel writes the new
-    token into its slot and reads each row's pages in place up to context_lens[b]. `bias` is not read: for one query it only says "the row's last
+    token into its slot and reads each row's pages in place up to context_lens[b] (a packed prefill, whose rows
+    read each other's new K/V, writes every row first: `PagedKVContext.rows_share_sequences`). `bias` is not read: for one query it only says "the row's last
     context_lens[b] slots", which is exactly what the kernel attends to;
   - otherwise the reference: `append` (below) and `eager_attention` with the given bias;
 - `append` writes, then gathers each row's whole context through its block table, RIGHT-aligned into
@@ -56,10 +57,16 @@ class PagedLayerView:
             k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
             tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
             lens = p.kv.context_lens.to(q.device)
-            # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
-            out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
-                                         k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
-                                         slots=p.write_index)
+            if p.kv.rows_share_sequences:
+                # A packed prefill: rows read K/V that other rows write, so all are written before the kernel runs.
+                p.write(k_pool, k)
+                p.write(v_pool, v)
+                out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale)
+            else:
+                # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
+                out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
+                                             k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
+                                             slots=p.write_index)
             return out[:, None]
         keys, values = self.append(k, v)
         return eager_attention(q, keys, values, bias, scale)

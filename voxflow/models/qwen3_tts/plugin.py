@@ -322,9 +322,10 @@ class Qwen3TTSPlugin:
 
     def prefill_forward(self, x: torch.Tensor, positions: torch.Tensor, kv: PagedKVContext) -> torch.Tensor:
         """x [B, S, H] left-padded prompt embeddings, positions [B, S] -> talker hidden states [B, S, H]; writes the
-        K/V of all B x S positions where `kv.slot_mapping` says."""
+        K/V of all B x S positions where `kv.slot_mapping` says. Packed (engine/packed_prefill.py): B tokens, S = 1."""
         view = PagedKVView(kv, x.shape[1])
-        return self.talker(x, positions, view, view.key_valid)
+        # (a packed prefill, one token a row, takes the decode kernel with kernels on: no mask is built then)
+        return self.talker(x, positions, view, view.attention_mask(x))
 
     def prefill_outputs(self, rows: list[tuple[int, bool]], last_hidden: torch.Tensor) -> None:
         """After `prefill_forward`: rows (slot, last chunk?) with each row's last-position hidden state [B, H]; the

@@ -1,0 +1,182 @@
+"""Packed prefill: a step's prompt chunks as ONE row of tokens, no padding between them, replayed from CUDA graphs.
+
+Why: the padded prefill graphs (prefill_runner.py) hold a chunk per batch row, left-padded to a length bucket, and
+cut a wave of prompts of mixed lengths into several replays: the H200 c=16 wave of 16 prompts (1,862 positions)
+computed ~1.5-1.9x its positions and its prefill held the first frames back by ~45 ms. Packed, the chunks lie end to
+end in T rows (T a token bucket), every GEMM runs once over all of them, and the only padding is up to T.
+
+How: token t is a row of its own, shaped like a decode row (one query): its position, its KV slot, its context
+length (position + 1: causal) and its sequence's block table. Each layer writes the K/V of ALL rows first, then
+attends (`PagedKVContext.rows_share_sequences`: a row reads the K/V that earlier rows of its sequence wrote in the
+same layer, so the decode kernel's fused write-then-read per row would race), with the paged decode attention
+kernel reading each row's context in place. A chunk after a cached prefix reads the prefix from its pages; a chunk
+reading pages an earlier chunk of the same step writes reads them after that layer's writes, so the scheduler's
+order needs no care here. Row tables are gathered on the device from one table per chunk ([S, W] -> [T, W]).
+
+Shapes: (T, W) for T in PACKED_TOKENS within the step's token budget and W (pages) a power of two up to the longest
+context a request may have; anything larger runs the model's eager path. On a CPU the same packed forward runs
+eagerly (tests).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from .graph_runner import RunnerStats, width_bucket
+from .model_api import PagedKVContext
+from .prefill_runner import PrefillItem
+
+PACKED_TOKENS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+MIN_WIDTH = 4                       # pages (64 positions at pages of 16): the narrowest table captured
+# T rows x W pages x block_size: the key positions a shape's attention may walk (and its [T, W] row tables hold).
+# Bounds the long-context shapes: T = 2048 reads contexts up to 2048 positions, T = 256 up to 16384. A step that
+# fits no shape is cut into several packed runs, and a chunk that fits none alone runs eagerly.
+MAX_KEY_POSITIONS = 1 << 22
+
+
+class PackedPrefillRunner:
+    packed = True
+
+    def __init__(self, model, k_cache, v_cache, block_size: int, scratch_block: int, max_tokens: int,
+                 max_chunks: int, max_width: int, cuda_graphs: bool):
+        self.model = model
+        self.k_cache, self.v_cache = k_cache, v_cache
+        self.block_size = block_size
+        self.scratch_block = scratch_block
+        self.scratch_slot = scratch_block * block_size
+        self.device = torch.device(model.device)
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        tokens = [t for t in PACKED_TOKENS if t < max_tokens] + [width_bucket(max_tokens)]
+        widths = []
+        w = MIN_WIDTH
+        while w < max_width:
+            widths.append(w)
+            w *= 2
+        widths.append(width_bucket(max(max_width, 1)))
+        self.shapes = sorted({(t, w) for t in tokens for w in widths if t * w * block_size <= MAX_KEY_POSITIONS}
+                             | {(t, widths[0]) for t in tokens})
+        self.max_chunks = max_chunks + 1                  # + the padding rows' scratch chunk
+        self.stats = RunnerStats()
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+        self._buffers_made = False
+
+    def _make_buffers(self) -> None:
+        tokens = max(t for t, _ in self.shapes)
+        width = max(w for _, w in self.shapes)
+        hidden, dtype = self.model.prefill_input_spec()
+        zeros = lambda *shape: torch.zeros(shape, dtype=torch.long, device=self.device)    # noqa: E731
+        self._dev = {"positions": zeros(tokens), "mapping": zeros(tokens), "lens": zeros(tokens),
+                     "chunk_of": zeros(tokens), "tables": zeros(self.max_chunks * width)}
+        self._x = torch.zeros(tokens, hidden, dtype=dtype, device=self.device)
+        self._buffers_made = True
+
+    # ---- which steps fit ---------------------------------------------------------------------------------------
+    def plan(self, spans: list[tuple[int, int]]) -> tuple[int, int] | None:
+        """(start, end) of each chunk -> the smallest (T, W) that holds them all, or None (too many or too long)."""
+        if not spans or len(spans) >= self.max_chunks:
+            return None
+        total = sum(end - start for start, end in spans)
+        pages = -(-max(end for _, end in spans) // self.block_size)
+        return next(((t, w) for t, w in self.shapes if t >= total and w >= pages
+                     and not (self.cuda_graphs and (t, w) not in self._graphs)), None)
+
+    # ---- one prefill --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def run(self, key: tuple[int, int], items: list[PrefillItem]) -> None:
+        """Prefill these chunks as one packed row of `key` = (T, W) from `plan`."""
+        if not self._buffers_made:
+            self._make_buffers()
+        tokens, width = key
+        cuda = self.device.type == "cuda"
+        # Fresh pinned staging per run (the caching host allocator reuses a block only after its copies ran).
+        host = {k: torch.empty(tokens, dtype=torch.long, pin_memory=cuda)
+                for k in ("positions", "mapping", "lens", "chunk_of")}
+        host["tables"] = torch.empty((len(items) + 1, width), dtype=torch.long, pin_memory=cuda)
+        pos, mp, ln, of = (host[k].numpy() for k in ("positions", "mapping", "lens", "chunk_of"))
+        tb = host["tables"].numpy()
+        tb.fill(-1)
+        pad = len(items)                                  # the padding rows' chunk: the scratch page only
+        tb[pad, 0] = self.scratch_block
+        pos.fill(0)
+        mp.fill(self.scratch_slot)
+        ln.fill(1)
+        of.fill(pad)
+        x = self._x
+        at, last = 0, []
+        for i, item in enumerate(items):
+            n = item.end - item.start
+            pos[at: at + n] = np.arange(item.start, item.end)
+            mp[at: at + n] = item.slot_mapping
+            ln[at: at + n] = np.arange(item.start + 1, item.end + 1)     # causal: up to and including itself
+            of[at: at + n] = i
+            pages = item.block_table[:width]
+            tb[i, :len(pages)] = pages
+            x[at: at + n].copy_(item.embeds[item.start:item.end])
+            at += n
+            last.append(at - 1)
+        if at < tokens:
+            x[at:tokens].zero_()
+        d = self._dev
+        for name in ("positions", "mapping", "lens", "chunk_of"):
+            d[name][:tokens].copy_(host[name], non_blocking=True)
+        d["tables"][: (len(items) + 1) * width].copy_(host["tables"].view(-1), non_blocking=True)
+        if self.cuda_graphs:
+            graph, out = self._graphs[key]
+            graph.replay()
+            self.stats.replays += 1
+        else:
+            out = self._forward(tokens, width)
+            self.stats.eager_steps += 1
+        rows = torch.from_numpy(np.asarray(last, dtype=np.int64))
+        rows = rows.pin_memory().to(self.device, non_blocking=True) if cuda else rows
+        self.model.prefill_outputs([(item.slot, item.last) for item in items], out[:, 0].index_select(0, rows))
+
+    def _forward(self, tokens: int, width: int) -> torch.Tensor:
+        d = self._dev
+        chunk_tables = d["tables"][: self.max_chunks * width].view(self.max_chunks, width)
+        tables = chunk_tables.index_select(0, d["chunk_of"][:tokens])                  # [T, W]: each row's chunk's
+        kv = PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][:tokens],
+                            d["mapping"][:tokens].view(tokens, 1), rows_share_sequences=True)
+        return self.model.prefill_forward(self._x[:tokens].view(tokens, 1, -1),
+                                          d["positions"][:tokens].view(tokens, 1), kv)
+
+    # ---- CUDA graphs ------------------------------------------------------------------------------------------
+    def _pad_only(self) -> None:
+        d = self._dev
+        d["positions"].zero_()
+        d["mapping"].fill_(self.scratch_slot)
+        d["lens"].fill_(1)
+        d["chunk_of"].zero_()
+        d["tables"].fill_(-1)
+        d["tables"][0] = self.scratch_block           # chunk 0's table (row 0 of any width): the scratch page
+        self._x.zero_()
+
+    def capture(self) -> float:
+        """Capture every shape up front (engine startup); returns the seconds spent."""
+        if not self.cuda_graphs:
+            return 0.0
+        if not self._buffers_made:
+            self._make_buffers()
+        started = time.perf_counter()
+        side = torch.cuda.Stream()
+        for key in sorted(self.shapes, key=lambda k: (-k[0], -k[1])):    # largest first: the pool fits the rest
+            if key in self._graphs:
+                continue
+            tokens, width = key
+            self._pad_only()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.no_grad():
+                self._forward(tokens, width)          # warm-up: lazy initialisation, kernel compilation
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.no_grad(), torch.cuda.graph(graph, pool=self._pool):
+                out = self._forward(tokens, width)
+            self._graphs[key] = (graph, out)
+            self.stats.graphs += 1
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        self.stats.capture_seconds += seconds
+        return seconds
