@@ -35,7 +35,7 @@ class EngineConfig:
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
     packed_prefill: bool = False               # with prefill graphs: a step's chunks end to end, unpadded, in one
-                                               # replay (packed_prefill.py; not yet measured on a GPU)
+                                               # replay (packed_prefill.py; H200 session 8: c=64 better, c=16 mixed)
     prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
                                                # None: with cuda_graphs on a GPU. True on a CPU: the same padded
                                                # path, eagerly (tests)
