@@ -51,6 +51,8 @@ class PagedKVContext:
     rows_share_sequences: rows may be tokens of the same sequence (a packed prefill, packed_prefill.py: one token a
         row, S = 1): a row's context then holds other rows' new K/V, so every row's K/V is written before any row
         attends.
+    prefill_tiles: with rows_share_sequences, (chunk_tables [C, W], kernels.paged_prefill_attention.PrefillTiles):
+        the rows as query tiles of their chunks, for the tiled prefill attention kernel (None: row by row).
     """
     k_cache: Sequence[torch.Tensor]
     v_cache: Sequence[torch.Tensor]
@@ -59,6 +61,7 @@ class PagedKVContext:
     context_lens: torch.Tensor
     slot_mapping: torch.Tensor
     rows_share_sequences: bool = False
+    prefill_tiles: Any = None
 
 
 @dataclass

@@ -8,8 +8,9 @@ end in T rows (T a token bucket), every GEMM runs once over all of them, and the
 How: token t is a row of its own, shaped like a decode row (one query): its position, its KV slot, its context
 length (position + 1: causal) and its sequence's block table. Each layer writes the K/V of ALL rows first, then
 attends (`PagedKVContext.rows_share_sequences`: a row reads the K/V that earlier rows of its sequence wrote in the
-same layer, so the decode kernel's fused write-then-read per row would race), with the paged decode attention
-kernel reading each row's context in place. A chunk after a cached prefix reads the prefix from its pages; a chunk
+same layer, so the decode kernel's fused write-then-read per row would race), then attends by query tiles of a
+chunk (kernels/paged_prefill_attention.py: a tile of 16 rows reads each key page once; on a CPU the reference
+path reads row by row). A chunk after a cached prefix reads the prefix from its pages; a chunk
 reading pages an earlier chunk of the same step writes reads them after that layer's writes, so the scheduler's
 order needs no care here. Row tables are gathered on the device from one table per chunk ([S, W] -> [T, W]).
 
@@ -24,6 +25,7 @@ import time
 import numpy as np
 import torch
 
+from ..kernels.prefill_tiles import PrefillTiles, make_tiles, max_tiles
 from .graph_runner import RunnerStats, width_bucket
 from .model_api import PagedKVContext
 from .prefill_runner import PrefillItem
@@ -69,7 +71,8 @@ class PackedPrefillRunner:
         hidden, dtype = self.model.prefill_input_spec()
         zeros = lambda *shape: torch.zeros(shape, dtype=torch.long, device=self.device)    # noqa: E731
         self._dev = {"positions": zeros(tokens), "mapping": zeros(tokens), "lens": zeros(tokens),
-                     "chunk_of": zeros(tokens), "tables": zeros(self.max_chunks * width)}
+                     "chunk_of": zeros(tokens), "tables": zeros(self.max_chunks * width),
+                     "tiles": zeros(4 * max_tiles(tokens, self.max_chunks))}
         self._x = torch.zeros(tokens, hidden, dtype=dtype, device=self.device)
         self._buffers_made = True
 
@@ -95,6 +98,8 @@ class PackedPrefillRunner:
         host = {k: torch.empty(tokens, dtype=torch.long, pin_memory=cuda)
                 for k in ("positions", "mapping", "lens", "chunk_of")}
         host["tables"] = torch.empty((len(items) + 1, width), dtype=torch.long, pin_memory=cuda)
+        host["tiles"] = torch.empty((4, max_tiles(tokens, self.max_chunks)), dtype=torch.long, pin_memory=cuda)
+        make_tiles([(item.start, item.end) for item in items], host["tiles"].numpy())
         pos, mp, ln, of = (host[k].numpy() for k in ("positions", "mapping", "lens", "chunk_of"))
         tb = host["tables"].numpy()
         tb.fill(-1)
@@ -123,6 +128,7 @@ class PackedPrefillRunner:
         for name in ("positions", "mapping", "lens", "chunk_of"):
             d[name][:tokens].copy_(host[name], non_blocking=True)
         d["tables"][: (len(items) + 1) * width].copy_(host["tables"].view(-1), non_blocking=True)
+        d["tiles"][: host["tiles"].numel()].copy_(host["tiles"].view(-1), non_blocking=True)
         if self.cuda_graphs:
             graph, out = self._graphs[key]
             graph.replay()
@@ -138,8 +144,10 @@ class PackedPrefillRunner:
         d = self._dev
         chunk_tables = d["tables"][: self.max_chunks * width].view(self.max_chunks, width)
         tables = chunk_tables.index_select(0, d["chunk_of"][:tokens])                  # [T, W]: each row's chunk's
+        tiles = d["tiles"][: 4 * max_tiles(tokens, self.max_chunks)].view(4, -1)
         kv = PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][:tokens],
-                            d["mapping"][:tokens].view(tokens, 1), rows_share_sequences=True)
+                            d["mapping"][:tokens].view(tokens, 1), rows_share_sequences=True,
+                            prefill_tiles=(chunk_tables, PrefillTiles(*tiles)))
         return self.model.prefill_forward(self._x[:tokens].view(tokens, 1, -1),
                                           d["positions"][:tokens].view(tokens, 1), kv)
 
@@ -150,6 +158,7 @@ class PackedPrefillRunner:
         d["mapping"].fill_(self.scratch_slot)
         d["lens"].fill_(1)
         d["chunk_of"].zero_()
+        d["tiles"].zero_()                            # no tile: the attention computes nothing
         d["tables"].fill_(-1)
         d["tables"][0] = self.scratch_block           # chunk 0's table (row 0 of any width): the scratch page
         self._x.zero_()

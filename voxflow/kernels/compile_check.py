@@ -117,6 +117,14 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
                          APPEND=append), dict(num_warps=2)))
+    from voxflow.kernels import paged_prefill_attention as prefill
+    for dt, precision in (("bf16", "tf32"), ("fp32", "ieee")):
+        p = _ptr(dt)
+        out.append((f"paged_prefill {dt}", prefill._paged_prefill_kernel,
+                    dict(q_ptr=p, k_ptr=p, v_ptr=p, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
+                         tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=p, scale_log2="fp32"),
+                    dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
+                         DOT_PRECISION=precision, DOT_IN_FP32=False), dict(num_warps=4)))
     out.append(("uniform_noise", uniform_noise._uniform_noise_kernel, dict(keys_ptr=i64, frame_ptr=i64, out_ptr=f32),
                 dict(BLOCK=1024), {}))
     out.append(("qk_norm_rope", qk_norm_rope._qk_norm_rope_kernel,

@@ -58,10 +58,16 @@ class PagedLayerView:
             tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
             lens = p.kv.context_lens.to(q.device)
             if p.kv.rows_share_sequences:
-                # A packed prefill: rows read K/V that other rows write, so all are written before the kernel runs.
+                # A packed prefill: rows read K/V that other rows write, so all are written before the kernel runs;
+                # by query tiles of a chunk when the tiles are given (K/V read once a tile, not once a row).
                 p.write(k_pool, k)
                 p.write(v_pool, v)
-                out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale)
+                if p.kv.prefill_tiles is not None:
+                    from voxflow.kernels.paged_prefill_attention import paged_prefill_attention
+                    chunk_tables, tiles = p.kv.prefill_tiles
+                    out = paged_prefill_attention(q[:, :, 0], k_pool, v_pool, chunk_tables, tiles, scale)
+                else:
+                    out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale)
             else:
                 # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
                 out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,

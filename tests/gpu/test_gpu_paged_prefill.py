@@ -1,0 +1,79 @@
+"""GPU check of the packed prefill's tiled attention kernel (kernels/paged_prefill_attention.py) at the talker's
+real head shapes (16 query heads, 8 KV heads, head_dim 128, 16-token pages): ragged chunks after cached prefixes
+on shuffled pages whose unused slots hold NaN, against `paged_prefill_attention_ref` (fp32 math from the same
+inputs), eagerly and replayed in a CUDA graph with other chunks. Skipped where there is no CUDA.
+
+Tolerances: fp32 (exact fp32 dots) rtol 1e-4 / atol 1e-5; bf16: the softmax weights are rounded to bf16 for the
+P.V dot (round-to-nearest: 2^-9 relative) and the output once: rtol 2^-7, atol 2e-3 of these O(1) values."""
+import numpy as np
+import pytest
+import torch
+
+from voxflow.kernels import prefill_tiles as pt
+from voxflow.kernels.paged_prefill_attention import paged_prefill_attention, paged_prefill_attention_ref
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
+torch.backends.cuda.matmul.allow_tf32 = False
+
+HQ, HKV, D, BS = 16, 8, 128, 16
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=2 ** -7, atol=2e-3)}
+
+
+def case(spans, dtype, seed, rows, blocks=96):
+    gen = torch.Generator().manual_seed(seed)
+    pages = [-(-end // BS) for _, end in spans]
+    assert sum(pages) + 4 <= blocks
+    k_pool = torch.full((blocks, BS, HKV, D), float("nan"), dtype=dtype)
+    v_pool = torch.full((blocks, BS, HKV, D), float("nan"), dtype=dtype)
+    order = torch.randperm(blocks, generator=gen)
+    tables = torch.full((65, 64), -1, dtype=torch.long)
+    used = 0
+    for c, ((_, end), p) in enumerate(zip(spans, pages)):
+        tables[c, :p] = order[used: used + p]
+        used += p
+        slots = tables[c, torch.arange(end) // BS] * BS + torch.arange(end) % BS
+        k_pool.view(-1, HKV, D)[slots] = torch.randn(end, HKV, D, generator=gen).to(dtype)
+        v_pool.view(-1, HKV, D)[slots] = torch.randn(end, HKV, D, generator=gen).to(dtype)
+    q = torch.randn(rows, HQ, D, generator=gen).to(dtype)
+    return [t.cuda() for t in (q, k_pool, v_pool, tables)]
+
+
+def tiles(spans, rows, into=None):
+    arr = np.zeros((4, pt.max_tiles(rows, 65)), dtype=np.int64)
+    pt.make_tiles(spans, arr)
+    if into is None:
+        return pt.PrefillTiles(*torch.from_numpy(arr).cuda())
+    into.copy_(torch.from_numpy(arr))
+    return pt.PrefillTiles(*into)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiled_prefill_kernel_matches_reference_at_real_shapes(dtype):
+    spans = [(0, 118), (0, 5), (200, 330), (37, 38), (0, 64), (500, 517)]
+    rows = 512
+    q, k_pool, v_pool, tables = case(spans, dtype, 0, rows)
+    out = paged_prefill_attention(q, k_pool, v_pool, tables, tiles(spans, rows), D ** -0.5)
+    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, spans, D ** -0.5)
+    n = sum(e - s for s, e in spans)
+    assert not out.isnan().any() and torch.equal(out[n:], torch.zeros_like(out[n:]))
+    torch.testing.assert_close(out.float(), ref, **TOL[dtype])
+
+
+def test_tiled_prefill_kernel_replays_in_a_cuda_graph_with_other_chunks():
+    rows = 256
+    first = [(0, 100), (10, 60)]
+    q, k_pool, v_pool, tables = case(first, torch.bfloat16, 1, rows)
+    buf = torch.zeros((4, pt.max_tiles(rows, 65)), dtype=torch.long, device="cuda")
+    t = tiles(first, rows, into=buf)
+    out = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5)          # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5)
+    second = [(0, 7), (3, 130), (40, 41), (0, 90)]
+    q2, k2, v2, tables2 = case(second, torch.bfloat16, 2, rows)
+    for src, dst in ((q2, q), (k2, k_pool), (v2, v_pool), (tables2, tables)):
+        dst.copy_(src)
+    tiles(second, rows, into=buf)
+    graph.replay()
+    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, second, D ** -0.5)
+    torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
