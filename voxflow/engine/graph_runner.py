@@ -40,6 +40,20 @@ def batch_buckets(max_batch: int) -> list[int]:
     return sizes
 
 
+def warm_then_capture(run, pool, side: "torch.cuda.Stream | None" = None) -> tuple["torch.cuda.CUDAGraph", object]:
+    """Run `run()` once on a side stream (lazy initialisation, Triton compiles: nothing of that may happen inside a
+    capture), then capture it into a CUDA graph in the memory pool `pool`; returns (graph, the captured outputs)."""
+    side = side or torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph, pool=pool):
+        out = run()
+    return graph, out
+
+
 def width_bucket(width: int) -> int:
     """Block-table width rounded up to a power of two (the attention context takes a few static shapes)."""
     return 1 << max(0, width - 1).bit_length()
@@ -165,14 +179,7 @@ class DecodeRunner:
         d["tables"].view(-1)[:bucket * width].view(bucket, width)[:, 0] = self.scratch_block
         d["lens"].fill_(1)
         d["mapping"].fill_(self.scratch_block * self.block_size)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._decode(bucket, width)           # warm-up: lazy initialisation, kernel compilation
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            out = self._decode(bucket, width)
+        graph, out = warm_then_capture(lambda: self._decode(bucket, width), self._pool)
         for k, v in saved.items():
             d[k].copy_(v)
         self._graphs[key] = (graph, out)

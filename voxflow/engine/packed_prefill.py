@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..kernels.prefill_tiles import PrefillTiles, make_tiles, max_tiles
-from .graph_runner import RunnerStats, width_bucket
+from .graph_runner import RunnerStats, warm_then_capture, width_bucket
 from .model_api import PagedKVContext
 from .prefill_runner import PrefillItem
 
@@ -174,16 +174,8 @@ class PackedPrefillRunner:
         for key in sorted(self.shapes, key=lambda k: (-k[0], -k[1])):    # largest first: the pool fits the rest
             if key in self._graphs:
                 continue
-            tokens, width = key
             self._pad_only()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side), torch.no_grad():
-                self._forward(tokens, width)          # warm-up: lazy initialisation, kernel compilation
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.no_grad(), torch.cuda.graph(graph, pool=self._pool):
-                out = self._forward(tokens, width)
-            self._graphs[key] = (graph, out)
+            self._graphs[key] = warm_then_capture(lambda: self._forward(*key), self._pool, side)
             self.stats.graphs += 1
         torch.cuda.synchronize()
         seconds = time.perf_counter() - started

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .graph_runner import RunnerStats, width_bucket
+from .graph_runner import RunnerStats, warm_then_capture, width_bucket
 from .model_api import PagedKVContext
 
 # B x L within the step's token budget (2048 by default: 512 for up to 4 prompts, 2048 for one).
@@ -189,14 +189,7 @@ class PrefillRunner:
             self._pad_only()
             d = self._dev
             d["tables"][:bsz * width].view(bsz, width)[:, 0] = self.scratch_block
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side), torch.no_grad():
-                self._forward(bsz, length, width)   # warm-up: lazy initialisation, kernel compilation
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.no_grad(), torch.cuda.graph(graph, pool=self._pool):
-                out = self._forward(bsz, length, width)
-            self._graphs[key] = (graph, out)
+            self._graphs[key] = warm_then_capture(lambda: self._forward(bsz, length, width), self._pool, side)
             self.stats.graphs += 1
         self._plans.clear()                       # plan_for's answers depend on which graphs exist
         torch.cuda.synchronize()
