@@ -27,6 +27,7 @@ import torch
 
 from ..kernels.prefill_tiles import PrefillTiles, make_tiles, max_tiles
 from .graph_runner import RunnerStats, warm_then_capture, width_bucket
+from .host_to_device import to_device
 from .model_api import PagedKVContext
 from .prefill_runner import PrefillItem
 
@@ -50,7 +51,7 @@ class PackedPrefillRunner:
         self.scratch_slot = scratch_block * block_size
         self.device = torch.device(model.device)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        tokens = [t for t in PACKED_TOKENS if t < max_tokens] + [width_bucket(max_tokens)]
+        tokens = [t for t in PACKED_TOKENS if t < max_tokens] + [1 << (max_tokens - 1).bit_length()]
         widths = []
         w = MIN_WIDTH
         while w < max_width:
@@ -136,8 +137,7 @@ class PackedPrefillRunner:
         else:
             out = self._forward(tokens, width)
             self.stats.eager_steps += 1
-        rows = torch.from_numpy(np.asarray(last, dtype=np.int64))
-        rows = rows.pin_memory().to(self.device, non_blocking=True) if cuda else rows
+        rows = to_device(torch.from_numpy(np.asarray(last, dtype=np.int64)), self.device)
         self.model.prefill_outputs([(item.slot, item.last) for item in items], out[:, 0].index_select(0, rows))
 
     def _forward(self, tokens: int, width: int) -> torch.Tensor:
