@@ -70,9 +70,9 @@ def test_tiles_cover_each_chunk_row_once_in_order():
 @pytest.mark.parametrize("group", [1, 2])
 def test_reference_equals_the_decode_reference_row_by_row(group):
     """Each packed row is a decode query over its sequence's pages up to its own position."""
-    spans = [(0, 6), (5, 29), (12, 13)]
+    spans = [(0, 6), (5, 29), (12, 13), (0, 40)]
     q, k_pool, v_pool, tables = packed_case(spans, 2, group, 16, 8, torch.float32, seed=group)
-    got = ppa.paged_prefill_attention_ref(q, k_pool, v_pool, tables, spans, 16 ** -0.5)
+    got = ppa.paged_prefill_attention_ref(q, k_pool, v_pool, tables, tiles_for(spans, q.shape[0], 5), 16 ** -0.5)
     chunk_of = [c for c, (s, e) in enumerate(spans) for _ in range(s, e)]
     lens = [p + 1 for s, e in spans for p in range(s, e)]
     n = len(lens)
@@ -98,7 +98,7 @@ def check_kernel_cases() -> None:
         tiles = tiles_for(spans, q.shape[0], len(spans) + 1)
         scale = d ** -0.5
         out = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n)
-        ref = ppa.paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, spans, scale)
+        ref = ppa.paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, tiles, scale)
         assert out.dtype == dtype and out.shape == q.shape and not out.isnan().any(), i
         rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2 ** -6, 1e-2)
         torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")

@@ -75,6 +75,9 @@ def test_a_full_table_starts_over_and_a_request_larger_than_it_is_projected_dire
     assert close(cache.rows(wide), direct(model.talker, wide))              # 6 distinct ids, more than it keeps
     assert close(cache.rows([4, 5, 1]), direct(model.talker, [4, 5, 1]))
     assert cache.projected == 6                                             # the wide request kept nothing
+    many = [4, 5] * 3                                                       # more ids than it keeps, 2 distinct
+    assert close(cache.rows(many), direct(model.talker, many))
+    assert cache.projected == 6                                             # from the table
 
 
 @pytest.mark.parametrize("kw", [
@@ -84,7 +87,7 @@ def test_a_full_table_starts_over_and_a_request_larger_than_it_is_projected_dire
 ])
 def test_prompt_from_kept_rows_equals_the_grouped_build(model, kw):
     talker = model.talker
-    assert talker.text_rows([1]) is None                     # on a CPU the talker keeps no rows unless told to
+    assert not talker.keeps_text_rows() and talker.text_rows([1]) is None   # on a CPU: none unless told to
     want = build_prompt(model.config, model.tokenizer, talker, PromptRequest(**kw))
     talker.keep_text_rows = True
     try:

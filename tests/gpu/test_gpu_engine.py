@@ -74,9 +74,9 @@ def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
 
 
 def test_gpu_packed_prefill_equals_cpu_reference():
-    """packed_prefill (engine/packed_prefill.py): the four prompts end to end in one packed replay, each token row
-    attending through the decode kernel after every row's K/V was written (a row reads its sequence's earlier rows:
-    with the kernel's fused per-row write instead it would read unwritten slots and the codes would differ)."""
+    """packed_prefill (engine/packed_prefill.py): the four prompts end to end in one packed replay, attending by
+    query tiles (kernels/paged_prefill_attention.py) after every row's K/V was written (a row reads its sequence's
+    earlier rows: read before they are written, the codes would differ)."""
     got = engine_codes("float32", texts=TEXTS, packed_prefill=True)
     for i, text in enumerate(TEXTS):
         codes, wav = reference(text)

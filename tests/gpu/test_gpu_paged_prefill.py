@@ -52,8 +52,9 @@ def test_tiled_prefill_kernel_matches_reference_at_real_shapes(dtype):
     spans = [(0, 118), (0, 5), (200, 330), (37, 38), (0, 64), (500, 517)]
     rows = 512
     q, k_pool, v_pool, tables = case(spans, dtype, 0, rows)
-    out = paged_prefill_attention(q, k_pool, v_pool, tables, tiles(spans, rows), D ** -0.5)
-    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, spans, D ** -0.5)
+    t = tiles(spans, rows)
+    out = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5)
+    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, t, D ** -0.5)
     n = sum(e - s for s, e in spans)
     assert not out.isnan().any() and torch.equal(out[n:], torch.zeros_like(out[n:]))
     torch.testing.assert_close(out.float(), ref, **TOL[dtype])
@@ -73,7 +74,7 @@ def test_tiled_prefill_kernel_replays_in_a_cuda_graph_with_other_chunks():
     q2, k2, v2, tables2 = case(second, torch.bfloat16, 2, rows)
     for src, dst in ((q2, q), (k2, k_pool), (v2, v_pool), (tables2, tables)):
         dst.copy_(src)
-    tiles(second, rows, into=buf)
+    t = tiles(second, rows, into=buf)
     graph.replay()
-    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, second, D ** -0.5)
+    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, t, D ** -0.5)
     torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])

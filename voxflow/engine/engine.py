@@ -34,8 +34,8 @@ from .engine_stream import on_engine_stream, talker_stream
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel
-from .prefill_dispatch import PrefillDispatch
 from .packed_prefill import PackedPrefillRunner
+from .prefill_dispatch import PrefillDispatch
 from .prefill_runner import PrefillRunner
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 from .scheduler import Scheduler, SchedulerConfig
@@ -120,7 +120,9 @@ class EngineCore:
                                else config.cuda_graphs and device.type == "cuda")
         self.prefill_runner = None
         if want_prefill_graphs and hasattr(model, "prefill_forward"):
-            if config.packed_prefill:
+            # Packed rows attend through the tiled kernel; without it (kernels off on a GPU) the reference path's
+            # per-row context gathers of the large packed shapes would take GBs: the padded runner then.
+            if config.packed_prefill and (device.type != "cuda" or kernels_enabled()):
                 self.prefill_runner = PackedPrefillRunner(
                     model, self.k_cache, self.v_cache, config.block_size, num_blocks, config.max_num_batched_tokens,
                     config.max_num_seqs, max_width, config.cuda_graphs)

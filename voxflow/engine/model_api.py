@@ -51,8 +51,8 @@ class PagedKVContext:
     rows_share_sequences: rows may be tokens of the same sequence (a packed prefill, packed_prefill.py: one token a
         row, S = 1): a row's context then holds other rows' new K/V, so every row's K/V is written before any row
         attends.
-    prefill_tiles: with rows_share_sequences, (chunk_tables [C, W], kernels.paged_prefill_attention.PrefillTiles):
-        the rows as query tiles of their chunks, for the tiled prefill attention kernel (None: row by row).
+    prefill_tiles: with rows_share_sequences, (chunk_tables [C, W], kernels.prefill_tiles.PrefillTiles): the rows
+        as query tiles of their chunks, for the tiled prefill attention kernel (None: the reference path).
     """
     k_cache: Sequence[torch.Tensor]
     v_cache: Sequence[torch.Tensor]

@@ -6,17 +6,18 @@ computed ~1.5-1.9x its positions and its prefill held the first frames back by ~
 end in T rows (T a token bucket), every GEMM runs once over all of them, and the only padding is up to T.
 
 How: token t is a row of its own, shaped like a decode row (one query): its position, its KV slot, its context
-length (position + 1: causal) and its sequence's block table. Each layer writes the K/V of ALL rows first, then
-attends (`PagedKVContext.rows_share_sequences`: a row reads the K/V that earlier rows of its sequence wrote in the
-same layer, so the decode kernel's fused write-then-read per row would race), then attends by query tiles of a
-chunk (kernels/paged_prefill_attention.py: a tile of 16 rows reads each key page once; on a CPU the reference
-path reads row by row). A chunk after a cached prefix reads the prefix from its pages; a chunk
-reading pages an earlier chunk of the same step writes reads them after that layer's writes, so the scheduler's
-order needs no care here. Row tables are gathered on the device from one table per chunk ([S, W] -> [T, W]).
+length (position + 1: causal) and its chunk's block table. Each layer writes the K/V of ALL rows first
+(`PagedKVContext.rows_share_sequences`: a row reads the K/V that earlier rows of its sequence wrote in the same
+layer, so a fused write-then-read per row would race), then attends by query tiles of a chunk
+(kernels/paged_prefill_attention.py: a tile of 16 rows reads each key page once; on a CPU the reference path reads
+row by row). A chunk after a cached prefix reads the prefix from its pages; a chunk reading pages that an earlier
+chunk of the same run writes reads them after that layer's writes. Runs keep the scheduler's order
+(prefill_dispatch._packed), so a later run may read what an earlier one wrote.
 
 Shapes: (T, W) for T in PACKED_TOKENS within the step's token budget and W (pages) a power of two up to the longest
-context a request may have; anything larger runs the model's eager path. On a CPU the same packed forward runs
-eagerly (tests).
+context a request may have; a step no shape holds is cut into several runs, and a chunk none holds alone runs
+eagerly. On a CPU the same packed forward runs eagerly (tests). The engine builds this runner only where the tiled
+kernel runs (or on a CPU): the reference path's per-row gathers at these shapes would take GBs on a GPU.
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ from .prefill_runner import PrefillItem
 
 PACKED_TOKENS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 MIN_WIDTH = 4                       # pages (64 positions at pages of 16): the narrowest table captured
-# T rows x W pages x block_size: the key positions a shape's attention may walk (and its [T, W] row tables hold).
-# Bounds the long-context shapes: T = 2048 reads contexts up to 2048 positions, T = 256 up to 16384. A step that
-# fits no shape is cut into several packed runs, and a chunk that fits none alone runs eagerly.
+# T rows x W pages x block_size bounds the long-context shapes (T = 2048 takes contexts up to 2,048 positions, T = 256
+# up to 16,384): each is a graph holding [T, W] row tables, and the CPU reference path gathers T x W x block_size
+# keys a layer. The tiled kernel itself reads a context once per 16 rows and could take more.
 MAX_KEY_POSITIONS = 1 << 22
 
 
@@ -143,7 +144,12 @@ class PackedPrefillRunner:
     def _forward(self, tokens: int, width: int) -> torch.Tensor:
         d = self._dev
         chunk_tables = d["tables"][: self.max_chunks * width].view(self.max_chunks, width)
-        tables = chunk_tables.index_select(0, d["chunk_of"][:tokens])                  # [T, W]: each row's chunk's
+        if self.device.type == "cuda":
+            # The tiled kernel reads chunk tables only (the engine builds this runner on a GPU only with kernels
+            # on): the per-row tables keep their shape for the view, as a free broadcast.
+            tables = chunk_tables[:1].expand(tokens, width)
+        else:
+            tables = chunk_tables.index_select(0, d["chunk_of"][:tokens])              # [T, W]: each row's chunk's
         tiles = d["tiles"][: 4 * max_tiles(tokens, self.max_chunks)].view(4, -1)
         kv = PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][:tokens],
                             d["mapping"][:tokens].view(tokens, 1), rows_share_sequences=True,

@@ -63,7 +63,7 @@ class PrefillDispatch:
         a shape holds them all (the usual case: the step's token budget is the largest T), else each run grown while
         one does; a chunk that no shape holds alone runs eagerly."""
         runs: list[list[int]] = []
-        for i, (c, _) in enumerate(pairs):
+        for i in range(len(pairs)):
             if runs and self.runner.plan([(pairs[j][0].start, pairs[j][0].end) for j in runs[-1] + [i]]) is not None:
                 runs[-1].append(i)
             else:

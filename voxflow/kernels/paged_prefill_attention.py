@@ -15,8 +15,9 @@ them, with tensor-core dots (flash-attention's forward over pages: fp32 online s
 into the scale). fp32 inputs use exact fp32 dots (`input_precision="ieee"`), so an fp32 engine keeps the CPU
 reference's codes; bf16 inputs bf16 dots with fp32 accumulation.
 
-Tiles are host-made per run (prefill_tiles.make_tiles) into fixed-size arrays (CUDA graphs: the grid is `max_tiles` programs per
-KV head; a tile with 0 rows computes nothing), so a packed shape's graph serves any mix of chunk lengths.
+Tiles are host-made per run (prefill_tiles.make_tiles) into fixed-size arrays (CUDA graphs: the grid is
+`max_tiles` programs per KV head; a tile with 0 rows computes nothing), so a packed shape's graph serves any mix
+of chunk lengths.
 """
 from __future__ import annotations
 
@@ -32,23 +33,23 @@ except ImportError:          # CPU-only installs without Triton: the reference p
 
 
 def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-                                chunk_tables: torch.Tensor, spans: list[tuple[int, int]], scale: float) -> torch.Tensor:
-    """The kernel's contract in plain torch (fp32), from the chunks' (start, end) spans laid end to end."""
+                                chunk_tables: torch.Tensor, tiles: PrefillTiles, scale: float) -> torch.Tensor:
+    """The kernel's contract in plain torch (fp32 math), tile by tile: the tile's rows are queries at positions
+    pos, pos + 1, ... of its chunk's sequence, each over that sequence's pages up to its own position."""
     block_size, hkv, d = k_pool.shape[1:]
     groups = q.shape[1] // hkv
     out = torch.zeros_like(q)
-    at = 0
-    for c, (start, end) in enumerate(spans):
-        t = torch.arange(end)
-        slots = chunk_tables[c, t // block_size].to(torch.long) * block_size + t % block_size
-        k = k_pool.reshape(-1, hkv, d)[slots].float().repeat_interleave(groups, dim=1)     # [end, Hq, D]
+    for row, rows, chunk, pos in zip(*(t.tolist() for t in (tiles.row, tiles.rows, tiles.chunk, tiles.pos))):
+        if rows == 0:
+            continue
+        t = torch.arange(pos + rows, device=q.device)
+        slots = chunk_tables[chunk, t // block_size].to(torch.long) * block_size + t % block_size
+        k = k_pool.reshape(-1, hkv, d)[slots].float().repeat_interleave(groups, dim=1)     # [keys, Hq, D]
         v = v_pool.reshape(-1, hkv, d)[slots].float().repeat_interleave(groups, dim=1)
-        qc = q[at: at + end - start].float()                                                 # [n, Hq, D]
-        scores = torch.einsum("nhd,thd->hnt", qc, k) * scale
-        causal = t[None, :] <= torch.arange(start, end)[:, None]                             # [n, end]
+        scores = torch.einsum("nhd,thd->hnt", q[row: row + rows].float(), k) * scale
+        causal = t[None, :] <= torch.arange(pos, pos + rows, device=q.device)[:, None]      # [rows, keys]
         scores = scores.masked_fill(~causal[None], float("-inf"))
-        out[at: at + end - start] = torch.einsum("hnt,thd->nhd", torch.softmax(scores, dim=-1), v).to(q.dtype)
-        at += end - start
+        out[row: row + rows] = torch.einsum("hnt,thd->nhd", torch.softmax(scores, dim=-1), v).to(q.dtype)
     return out
 
 

@@ -1,5 +1,6 @@
 """A paged KV cache seen through the decoder stack's cache interface: plain torch indexing (the reference), and
-for single-token decode on the GPU the fused paged-attention kernel (voxflow.kernels.paged_decode_attention).
+on the GPU the fused paged-attention kernels: single-token decode (voxflow.kernels.paged_decode_attention) and the
+packed prefill's query tiles (voxflow.kernels.paged_prefill_attention).
 
 The stack (`Qwen3DecoderStack.forward`) asks its cache for `seq_len` (keys already cached) and builds an additive
 mask from `attention_mask [B, T]` over all T key slots, the queries being the last S of them. Per layer i,
@@ -8,9 +9,11 @@ mask from `attention_mask [B, T]` over all T key slots, the queries being the la
 
 - `attend` writes the new tokens' k/v [B, Hkv, S, D] into the layer's pages at `slot_mapping`, then
   - decode (S == 1) with kernels on (`use_kernels(q)`: CUDA tensor, Triton, switch on): the kernel writes the new
-    token into its slot and reads each row's pages in place up to context_lens[b] (a packed prefill, whose rows
-    read each other's new K/V, writes every row first: `PagedKVContext.rows_share_sequences`). `bias` is not read: for one query it only says "the row's last
-    context_lens[b] slots", which is exactly what the kernel attends to;
+    token into its slot and reads each row's pages in place up to context_lens[b]. `bias` is not read: for one
+    query it only says "the row's last context_lens[b] slots", which is exactly what the kernel attends to;
+  - a packed prefill (`PagedKVContext.rows_share_sequences`, one token a row, rows reading each other's new K/V)
+    with kernels on: every row written first, then the tiled prefill kernel over its query tiles
+    (voxflow.kernels.paged_prefill_attention);
   - otherwise the reference: `append` (below) and `eager_attention` with the given bias;
 - `append` writes, then gathers each row's whole context through its block table, RIGHT-aligned into
   [B, Hkv, T, D]: row b's tokens fill the last context_lens[b] key slots (its new tokens are the very last S),
@@ -50,30 +53,28 @@ class PagedLayerView:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                scale: float) -> torch.Tensor:
         """q [B, Hq, S, D], new k/v [B, Hkv, S, D], bias [B, 1, S, T] -> attention output [B, S, Hq, D]."""
-        if q.shape[2] == 1 and use_kernels(q):
+        p = self.parent
+        if q.shape[2] == 1 and use_kernels(q) and p.kv.prefill_tiles is not None:
+            # A packed prefill (rows_share_sequences): rows read K/V that other rows write, so all are written
+            # first; then each query tile of a chunk reads its context once (not once a row).
+            from voxflow.kernels.paged_prefill_attention import paged_prefill_attention
+            k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
+            p.write(k_pool, k)
+            p.write(v_pool, v)
+            chunk_tables, tiles = p.kv.prefill_tiles
+            return paged_prefill_attention(q[:, :, 0], k_pool, v_pool, chunk_tables, tiles, scale)[:, None]
+        if q.shape[2] == 1 and use_kernels(q) and not p.kv.rows_share_sequences:
             # Imported here: the module decorates Triton kernels, which the CPU path never needs.
             from voxflow.kernels.paged_decode_attention import paged_decode_attention
-            p = self.parent
             k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
             tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
             lens = p.kv.context_lens.to(q.device)
-            if p.kv.rows_share_sequences:
-                # A packed prefill: rows read K/V that other rows write, so all are written before the kernel runs;
-                # by query tiles of a chunk when the tiles are given (K/V read once a tile, not once a row).
-                p.write(k_pool, k)
-                p.write(v_pool, v)
-                if p.kv.prefill_tiles is not None:
-                    from voxflow.kernels.paged_prefill_attention import paged_prefill_attention
-                    chunk_tables, tiles = p.kv.prefill_tiles
-                    out = paged_prefill_attention(q[:, :, 0], k_pool, v_pool, chunk_tables, tiles, scale)
-                else:
-                    out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale)
-            else:
-                # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
-                out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
-                                             k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
-                                             slots=p.write_index)
+            # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
+            out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
+                                         k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
+                                         slots=p.write_index)
             return out[:, None]
+        # The reference (and rows sharing sequences without tiles): `append` writes every row before gathering.
         keys, values = self.append(k, v)
         return eager_attention(q, keys, values, bias, scale)
 

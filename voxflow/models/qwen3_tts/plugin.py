@@ -79,10 +79,13 @@ class Qwen3TTSPlugin:
         codebook = self.codebook_size = tc.code_predictor.vocab_size
         self.suppress = suppress_mask(tc.vocab_size, self.eos_id, codebook, self.device)
         with torch.no_grad():
-            # tts_pad exactly as build_prompt embeds it (the same 3-row call), so padded frames match the reference.
+            # tts_pad exactly as build_prompt embeds it (the same 3-row call, or the rows the talker keeps on a GPU),
+            # so padded frames match the prompts.
             c = model.config
-            ids = torch.tensor([c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id], device=self.device)
-            self.tts_pad = self.talker.embed_text(ids)[2]
+            ids = [c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id]
+            kept = self.talker.text_rows(ids)
+            self.tts_pad = (kept if kept is not None
+                            else self.talker.embed_text(torch.tensor(ids, device=self.device)))[2]
         history = {} if max_frames is None else {"history_cap": max_frames}      # else slots.py's default
         self.slots = SlotTable(max_slots, tc.hidden_size, tc.vocab_size, tc.num_code_groups, model.dtype,
                                self.device, **history)
@@ -324,7 +327,7 @@ class Qwen3TTSPlugin:
         """x [B, S, H] left-padded prompt embeddings, positions [B, S] -> talker hidden states [B, S, H]; writes the
         K/V of all B x S positions where `kv.slot_mapping` says. Packed (engine/packed_prefill.py): B tokens, S = 1."""
         view = PagedKVView(kv, x.shape[1])
-        # (a packed prefill, one token a row, takes the decode kernel with kernels on: no mask is built then)
+        # (a packed prefill, one token a row, attends through the tiled kernel with kernels on: no mask built then)
         return self.talker(x, positions, view, view.attention_mask(x))
 
     def prefill_outputs(self, rows: list[tuple[int, bool]], last_hidden: torch.Tensor) -> None:

@@ -28,8 +28,8 @@ The builder only needs an embedder with three methods (the Talker module provide
     embed_text(ids [N]) -> [N, H]      text_projection(text_embedding(ids))
     embed_codec(ids [N]) -> [N, H]     talker codec_embedding
     embed_frame(codes [T, 16]) -> [T, H]  codec_embedding(c0) + sum_g code_predictor.codec_embedding[g-1](c_g)
-and, optionally, a `device` attribute (where id tensors are created; CPU otherwise) and `text_rows(ids list)`,
-embed_text of host ids from rows kept per id (the Talker's on a GPU, text_rows.py), used when it returns rows.
+and, optionally, a `device` attribute (where id tensors are created; CPU otherwise), and `keeps_text_rows()` with
+`text_rows(ids list)`: embed_text of host ids from rows kept per id (the Talker's on a GPU, text_rows.py).
 """
 from __future__ import annotations
 
@@ -328,18 +328,20 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
     device = getattr(embedder, "device", None) or torch.device("cpu")
     tc = config.talker
     think = codec_think_ids(config, language, speaker)
-    # Every id list this prompt embeds goes to the device in ONE copy (a copy per list cost a pinned staging
-    # block and a launch each); the embedding calls below take slices of it, grouped as before.
-    ids_on_device = _IdsOnDevice(device, [
+    # Text rows kept per token id by the Talker on a GPU (text_rows.py): gathered from host ids, so only the
+    # codec-side ids go to the device then.
+    keeps = getattr(embedder, "keeps_text_rows", None)
+    kept_rows = keeps is not None and keeps()
+    text_lists = [] if kept_rows else [
         instruct_ids or [], [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id], role_ids,
-        think + [tc.codec_pad_id, tc.codec_bos_id], [tc.spk_id[speaker]] if speaker is not None else [],
-        ref_body + body_ids, body_ids])
-
-    text_rows = getattr(embedder, "text_rows", None)          # kept per id by the Talker on a GPU (text_rows.py)
+        ref_body + body_ids, body_ids]
+    # Every id list this prompt embeds on the device goes there in ONE copy (a copy per list cost a pinned staging
+    # block and a launch each); the embedding calls below take slices of it, grouped as before.
+    ids_on_device = _IdsOnDevice(device, text_lists + [
+        think + [tc.codec_pad_id, tc.codec_bos_id], [tc.spk_id[speaker]] if speaker is not None else []])
 
     def embed_text(ids: list[int]) -> torch.Tensor:
-        rows = text_rows(ids) if text_rows is not None else None
-        return rows if rows is not None else embedder.embed_text(ids_on_device.of(ids))
+        return embedder.text_rows(ids) if kept_rows else embedder.embed_text(ids_on_device.of(ids))
 
     t_instr = embed_text(instruct_ids) if instruct_ids else None
     special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]

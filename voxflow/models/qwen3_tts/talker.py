@@ -69,11 +69,13 @@ class Talker(nn.Module):
         self.keep_text_rows: bool | None = None
         self._text_rows: ProjectedTextRows | None = None
 
+    def keeps_text_rows(self) -> bool:
+        return self.keep_text_rows if self.keep_text_rows is not None else self.device.type == "cuda"
+
     def text_rows(self, ids) -> torch.Tensor | None:
         """embed_text of host token ids [N] -> [N, H] from the rows kept per id, or None when this talker does not
         keep them (the caller embeds the ids itself)."""
-        keep = self.keep_text_rows if self.keep_text_rows is not None else self.device.type == "cuda"
-        if not keep:
+        if not self.keeps_text_rows():
             return None
         if self._text_rows is None:
             self._text_rows = ProjectedTextRows(self)

@@ -3,12 +3,14 @@
 A text token's prompt vector is text_projection(text_embedding(id)): a two-layer MLP (2048 -> 2048 -> H) applied
 row by row, so it depends on the id alone. Run per request it was the largest part of a prompt build in the
 serving engine (session 8 H200 profile: 86 of 210 ms over 72 builds went to its two Linear calls, 0.47 ms each,
-while a wave of new requests waited for their prefill). Here each id is projected once — the ids a build needs
-and lacks, in one call — and kept in a device table; a build is one index upload and one gather.
+while a wave of new requests waited for their prefill). Here each id is projected once — the ids a call needs
+and lacks, in one projection — and kept in a device table; a call is one index upload and one gather (a build
+makes one to three: instruction, text, and the fixed rows when its language / speaker is new).
 
 The cached row is the same MLP on the same weights, computed in a batch of other ids instead of the request's
 own: equal up to the GEMM's summation order for that batch size (tests/test_text_rows.py bounds it). Weights that
-change (load, cast, in-place edit: `Talker.weights_version`) empty the table. It holds at most `max_rows` ids
+change (load, cast, in-place edit: `Talker.weights_version`) empty the table. (A prefix-cache hit may then reuse
+K/V computed from rows of the previous table: equal up to that same rounding.) It holds at most `max_rows` ids
 (the Qwen vocabulary is 151,936 rows, 622 MB at H=2048 in bf16) and starts over when full, which a server meets
 only with a very diverse text stream; a reset costs one projection call per id again.
 """
