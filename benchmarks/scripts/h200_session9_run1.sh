@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 8 (its device time ran out) for the next session's first call, carry [".whl"]:
 #  1. GPU tests of the tiled packed-prefill attention (kernels/paged_prefill_attention.py: real shapes, CUDA graph
-#     replay with other chunks) and the packed engine == the CPU reference through it;
+#     replay with other chunks) and the packed engine == the CPU reference through it; the kernel's launch settings
+#     against the decode kernel per row (tune_paged_prefill.py: set the defaults from it);
 #  2. HTTP A/B, default (padded prefill graphs) against --engine-arg packed_prefill=true, c=16 with 128 prompts
 #     (8 waves: call 5 of session 8 had 4 and the waves differed by more than the change) and c=64, with step traces.
 #     Decide: packed on by default if c=16 p99 and c=64 audio-s/s are not worse.
@@ -17,6 +18,8 @@ timeout 200 python3 -m pytest -v -rfs --tb=short -p no:cacheprovider tests/gpu/t
   "tests/gpu/test_gpu_engine.py::test_gpu_packed_prefill_equals_cpu_reference" \
   "tests/gpu/test_gpu_engine.py::test_gpu_fp32_engine_equals_cpu_reference" > $R/gpu_tests.txt 2>&1
 grep -E "^E |passed|failed" $R/gpu_tests.txt | tail -8
+timeout 120 python3 benchmarks/scripts/tune_paged_prefill.py > $R/tune_paged_prefill.txt 2>&1
+grep -v Warn $R/tune_paged_prefill.txt | tail -4
 wait $ck
 common="--dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots --base-url http://127.0.0.1:8000"
 b() { timeout 150 python3 -m voxflow.bench $common "$@" 2>&1 | grep -v "^\s*$" | tail -2; }
