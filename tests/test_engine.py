@@ -666,8 +666,9 @@ def test_frame_history_holds_the_longest_request_the_engine_accepts():
 def test_packed_prefill_equals_the_reference(case):
     """The packed prefill (voxflow/engine/packed_prefill.py), run eagerly on the CPU: a step's chunks end to end as
     one row of tokens, each token attending to its own sequence's pages up to itself, give every request the
-    reference's codes. Together: four prompts in one packed run. Budget 40: a 64-row shape only, so a step's
-    chunks are cut into several runs (and prompts into several chunks). Chunked: 16 positions a step, later chunks
+    reference's codes. Together: three prompts in one packed run, a fourth later. Budget 40: the scheduler cuts
+    the prompts into chunks over several steps, one 64-row run a step (cutting a step into runs:
+    tests/test_packed_prefill.py). Chunked: 16 positions a step, later chunks
     reading their earlier pages. Same-step reuse: two identical prompts (pages of 4), the second reading pages the
     first writes in the same packed run (written in each layer before any row attends)."""
     name = "custom_voice_1b7"
