@@ -5,6 +5,8 @@ tests/test_engine.py (test_packed_prefill_equals_the_reference), the kernel in t
 """
 import types
 
+import pytest
+
 import torch
 
 from voxflow.engine.packed_prefill import PackedPrefillRunner
@@ -104,3 +106,47 @@ def test_a_step_is_cut_into_runs_in_order_and_a_chunk_no_shape_holds_runs_eagerl
     # in their place; slot 5 starts a run of its own after them
     assert runner.runs == [[(0, 0, 10), (1, 0, 5)], [(2, 0, 4)], [(5, 0, 3)]]
     assert eager == [(3, 30, 40), (4, 0, 20)]
+
+
+class FakeGraph:
+    """Stands in for a CUDA graph on the CPU: `replay` runs the captured function again into the captured output."""
+
+    def __init__(self, run, out):
+        self.run, self.out = run, out
+
+    def replay(self):
+        self.out.copy_(self.run())
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_capture_then_replay_bookkeeping_gives_the_reference(packed, monkeypatch):
+    """GraphedPrefill.capture / _replay (shared by both prefill runners) on the CPU, with the CUDA graph faked: every
+    shape is captured once, from all-padding buffers, largest first, and serving replays the captured shapes only,
+    the requests getting the reference's codes (a capture that left buffers dirty or a replay of the wrong shape
+    would change them)."""
+    import voxflow.engine.prefill_runner as pr
+    from test_engine import assert_engine_matches_reference, drive, greedy, make_engine
+
+    order = []
+
+    def fake_capture(run, pool, side=None):
+        out = run()
+        order.append(tuple(out.shape))
+        return FakeGraph(run, out), out
+
+    monkeypatch.setattr(pr, "warm_then_capture", fake_capture)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    name = "custom_voice_1b7"
+    core = make_engine(name, prefill_graphs=True, packed_prefill=packed, max_num_batched_tokens=96)
+    runner = core.prefill_runner
+    runner.cuda_graphs = True
+    runner.capture()
+    assert runner.stats.graphs == len(runner.shapes) == len(order)
+    sizes = [shape[0] * shape[1] for shape in order]            # rows x positions of each captured output
+    assert sizes == sorted(sizes, reverse=True)
+    reqs = [greedy("Hello world.", 6, voice="vivian", request_id="a"),
+            greedy("This is a tiny test.", 5, voice="serena", instructions="Speak happily.", request_id="b")]
+    results = drive(core, {0: reqs})
+    assert runner.stats.replays > 0 and runner.stats.eager_steps == 0
+    assert_engine_matches_reference(name, core, results, reqs)

@@ -21,16 +21,14 @@ kernel runs (or on a CPU): the reference path's per-row gathers at these shapes 
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
 from ..kernels.prefill_tiles import PrefillTiles, make_tiles, max_tiles
-from .graph_runner import RunnerStats, warm_then_capture, width_bucket
+from .graph_runner import width_bucket
 from .host_to_device import to_device
 from .model_api import PagedKVContext
-from .prefill_runner import PrefillItem
+from .prefill_runner import GraphedPrefill, PrefillItem
 
 PACKED_TOKENS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 MIN_WIDTH = 4                       # pages (64 positions at pages of 16): the narrowest table captured
@@ -40,18 +38,12 @@ MIN_WIDTH = 4                       # pages (64 positions at pages of 16): the n
 MAX_KEY_POSITIONS = 1 << 22
 
 
-class PackedPrefillRunner:
+class PackedPrefillRunner(GraphedPrefill):
     packed = True
 
     def __init__(self, model, k_cache, v_cache, block_size: int, scratch_block: int, max_tokens: int,
                  max_chunks: int, max_width: int, cuda_graphs: bool):
-        self.model = model
-        self.k_cache, self.v_cache = k_cache, v_cache
-        self.block_size = block_size
-        self.scratch_block = scratch_block
-        self.scratch_slot = scratch_block * block_size
-        self.device = torch.device(model.device)
-        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        super().__init__(model, k_cache, v_cache, block_size, scratch_block, cuda_graphs)
         tokens = [t for t in PACKED_TOKENS if t < max_tokens] + [1 << (max_tokens - 1).bit_length()]
         widths = []
         w = MIN_WIDTH
@@ -62,10 +54,6 @@ class PackedPrefillRunner:
         self.shapes = sorted({(t, w) for t in tokens for w in widths if t * w * block_size <= MAX_KEY_POSITIONS}
                              | {(t, widths[0]) for t in tokens})
         self.max_chunks = max_chunks + 1                  # + the padding rows' scratch chunk
-        self.stats = RunnerStats()
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
-        self._buffers_made = False
 
     def _make_buffers(self) -> None:
         tokens = max(t for t, _ in self.shapes)
@@ -76,7 +64,6 @@ class PackedPrefillRunner:
                      "chunk_of": zeros(tokens), "tables": zeros(self.max_chunks * width),
                      "tiles": zeros(4 * max_tiles(tokens, self.max_chunks))}
         self._x = torch.zeros(tokens, hidden, dtype=dtype, device=self.device)
-        self._buffers_made = True
 
     # ---- which steps fit ---------------------------------------------------------------------------------------
     def plan(self, spans: list[tuple[int, int]]) -> tuple[int, int] | None:
@@ -92,8 +79,7 @@ class PackedPrefillRunner:
     @torch.no_grad()
     def run(self, key: tuple[int, int], items: list[PrefillItem]) -> None:
         """Prefill these chunks as one packed row of `key` = (T, W) from `plan`."""
-        if not self._buffers_made:
-            self._make_buffers()
+        d = self._buffers()
         tokens, width = key
         cuda = self.device.type == "cuda"
         # Fresh pinned staging per run (the caching host allocator reuses a block only after its copies ran).
@@ -126,18 +112,11 @@ class PackedPrefillRunner:
             last.append(at - 1)
         if at < tokens:
             x[at:tokens].zero_()
-        d = self._dev
         for name in ("positions", "mapping", "lens", "chunk_of"):
             d[name][:tokens].copy_(host[name], non_blocking=True)
         d["tables"][: (len(items) + 1) * width].copy_(host["tables"].view(-1), non_blocking=True)
         d["tiles"][: host["tiles"].numel()].copy_(host["tiles"].view(-1), non_blocking=True)
-        if self.cuda_graphs:
-            graph, out = self._graphs[key]
-            graph.replay()
-            self.stats.replays += 1
-        else:
-            out = self._forward(tokens, width)
-            self.stats.eager_steps += 1
+        out = self._replay(key)
         rows = to_device(torch.from_numpy(np.asarray(last, dtype=np.int64)), self.device)
         self.model.prefill_outputs([(item.slot, item.last) for item in items], out[:, 0].index_select(0, rows))
 
@@ -158,7 +137,7 @@ class PackedPrefillRunner:
                                           d["positions"][:tokens].view(tokens, 1), kv)
 
     # ---- CUDA graphs ------------------------------------------------------------------------------------------
-    def _pad_only(self) -> None:
+    def _pad_only(self, key: tuple[int, int]) -> None:
         d = self._dev
         d["positions"].zero_()
         d["mapping"].fill_(self.scratch_slot)
@@ -169,21 +148,6 @@ class PackedPrefillRunner:
         d["tables"][0] = self.scratch_block           # chunk 0's table (row 0 of any width): the scratch page
         self._x.zero_()
 
-    def capture(self) -> float:
-        """Capture every shape up front (engine startup); returns the seconds spent."""
-        if not self.cuda_graphs:
-            return 0.0
-        if not self._buffers_made:
-            self._make_buffers()
-        started = time.perf_counter()
-        side = torch.cuda.Stream()
-        for key in sorted(self.shapes, key=lambda k: (-k[0], -k[1])):    # largest first: the pool fits the rest
-            if key in self._graphs:
-                continue
-            self._pad_only()
-            self._graphs[key] = warm_then_capture(lambda: self._forward(*key), self._pool, side)
-            self.stats.graphs += 1
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
-        self.stats.capture_seconds += seconds
-        return seconds
+    @staticmethod
+    def _capture_order(key: tuple[int, int]) -> tuple[int, int]:
+        return -key[0], -key[1]

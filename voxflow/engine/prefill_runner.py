@@ -52,16 +52,76 @@ class PrefillItem:
     last: bool                    # the prompt's last chunk (the first c0 is drawn after it)
 
 
-class PrefillRunner:
-    def __init__(self, model, k_cache, v_cache, block_size: int, scratch_block: int, max_tokens: int,
-                 max_batch: int, cuda_graphs: bool):
+class GraphedPrefill:
+    """What the padded runner (below) and the packed one (packed_prefill.py) share: the model's prefill over static
+    device buffers, one CUDA graph per shape in one memory pool, all captured at startup (a capture while serving
+    would stall the running streams), or the same forward eagerly on a CPU (tests).
+
+    A subclass sets `shapes` and provides `_make_buffers()`, `_forward(*key)` (capturable), `_pad_only(key)` (the
+    buffers as all-padding rows: what warm-up and capture run on, so no request's KV is touched) and
+    `_capture_order(key)` (largest first: the shared pool then fits all the others)."""
+    shapes: list[tuple]
+
+    def __init__(self, model, k_cache, v_cache, block_size: int, scratch_block: int, cuda_graphs: bool):
         self.model = model
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_size = block_size
-        self.scratch_slot = scratch_block * block_size
         self.scratch_block = scratch_block
+        self.scratch_slot = scratch_block * block_size
         self.device = torch.device(model.device)
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.stats = RunnerStats()
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # No `graph_epoch` check here (unlike the decode graphs): `prefill_forward` reads only this runner's
+        # buffers, the KV pool and the weights, never the per-slot decode buffers whose reallocation bumps the epoch.
+        # Dropping these graphs then (a request with a long text grows the slot buffers) crashed a replay planned
+        # just before, and left every later prefill eager.
+        self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+        self._buffers_made = False
+
+    def _buffers(self) -> dict[str, torch.Tensor]:
+        if not self._buffers_made:
+            self._make_buffers()
+            self._buffers_made = True
+        return self._dev
+
+    def _replay(self, key: tuple) -> torch.Tensor:
+        """The prefill of shape `key` over the buffers as they are now: its graph, or eagerly on a CPU."""
+        if self.cuda_graphs:
+            graph, out = self._graphs[key]
+            graph.replay()
+            self.stats.replays += 1
+            return out
+        self.stats.eager_steps += 1
+        return self._forward(*key)
+
+    def capture(self) -> float:
+        """Capture every shape up front (engine startup); returns the seconds spent."""
+        if not self.cuda_graphs:
+            return 0.0
+        self._buffers()
+        started = time.perf_counter()
+        side = torch.cuda.Stream()
+        for key in sorted(self.shapes, key=self._capture_order):
+            if key in self._graphs:
+                continue
+            self._pad_only(key)
+            self._graphs[key] = warm_then_capture(lambda key=key: self._forward(*key), self._pool, side)
+            self.stats.graphs += 1
+        self._captured()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        self.stats.capture_seconds += seconds
+        return seconds
+
+    def _captured(self) -> None:
+        """After a capture (the set of graphs changed)."""
+
+
+class PrefillRunner(GraphedPrefill):
+    def __init__(self, model, k_cache, v_cache, block_size: int, scratch_block: int, max_tokens: int,
+                 max_batch: int, cuda_graphs: bool):
+        super().__init__(model, k_cache, v_cache, block_size, scratch_block, cuda_graphs)
         # Shapes: B x L within the step's token budget (the scheduler never gives more), B within the model slots.
         batches = [b for b in PREFILL_BATCHES if b <= max(max_batch, 1)]
         shapes = {(b, n, self._width(n)) for n in PREFILL_LENGTHS for b in batches if b * n <= max_tokens}
@@ -69,14 +129,6 @@ class PrefillRunner:
                    if b * n <= max_tokens and b * c <= SUFFIX_MAX_KEYS and c > n}
         # Cheapest first (computed positions, then gathered context): plan() takes the first that fits.
         self.shapes = sorted(shapes, key=lambda k: (k[0] * k[1], k[2], k[1]))
-        self.stats = RunnerStats()
-        self._graphs: dict[tuple[int, int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        # No `graph_epoch` check here (unlike the decode graphs): `prefill_forward` reads only this runner's
-        # buffers, the KV pool and the weights, never the per-slot decode buffers whose reallocation bumps the epoch.
-        # Dropping these graphs then (a request with a long text grows the slot buffers) crashed a replay planned
-        # just before, and left every later prefill eager.
-        self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
-        self._buffers_made = False
         self._plans: dict[tuple[int, int, int], tuple[int, int, int] | None] = {}     # plan_for's answers
 
     def _make_buffers(self) -> None:
@@ -87,7 +139,6 @@ class PrefillRunner:
                  "lens": rows}
         self._dev = {k: torch.zeros(n, dtype=torch.long, device=self.device) for k, n in sizes.items()}
         self._x = torch.zeros(tokens, hidden, dtype=dtype, device=self.device)
-        self._buffers_made = True
 
     def _width(self, length: int) -> int:
         return width_bucket(-(-length // self.block_size))
@@ -115,8 +166,7 @@ class PrefillRunner:
     @torch.no_grad()
     def run(self, key: tuple[int, int, int], items: list[PrefillItem]) -> None:
         """Prefill the chunks with the graph of `key` (from `plan`)."""
-        if not self._buffers_made:
-            self._make_buffers()
+        self._buffers()
         bsz, length, width = key
         # Fresh pinned staging every run, from PyTorch's caching host allocator, which hands a block out again only
         # after the copies reading it have run. (Two fixed sets used in turn were not enough: a step may replay
@@ -146,13 +196,7 @@ class PrefillRunner:
             x[i, length - n:].copy_(item.embeds[item.start:item.end])
         for name, buf in self._dev.items():                 # only the prefix this shape reads
             buf[:used[name]].copy_(host[name], non_blocking=True)
-        if self.cuda_graphs:
-            graph, out = self._graphs[key]
-            graph.replay()
-            self.stats.replays += 1
-        else:
-            out = self._forward(bsz, length, width)
-            self.stats.eager_steps += 1
+        out = self._replay(key)
         self.model.prefill_outputs([(item.slot, item.last) for item in items], out[:len(items), -1])
 
     def _forward(self, bsz: int, length: int, width: int) -> torch.Tensor:
@@ -163,36 +207,19 @@ class PrefillRunner:
                                           d["positions"][:bsz * length].view(bsz, length), kv)
 
     # ---- CUDA graphs ------------------------------------------------------------------------------------------
-    def _pad_only(self) -> None:
-        """Every row padding (scratch page only): what warm-up and capture run on, so no request's KV is touched."""
+    def _pad_only(self, key: tuple[int, int, int]) -> None:
         d = self._dev
         d["positions"].zero_()
         d["mapping"].fill_(self.scratch_slot)
         d["tables"].fill_(-1)
         d["lens"].fill_(1)
         self._x.zero_()
+        bsz, _, width = key
+        d["tables"][:bsz * width].view(bsz, width)[:, 0] = self.scratch_block
 
-    def capture(self) -> float:
-        """Capture every shape up front (engine startup); returns the seconds spent. A graph per shape: the whole
-        grid is captured at start because a capture while serving would stall the running streams."""
-        if not self.cuda_graphs:
-            return 0.0
-        if not self._buffers_made:
-            self._make_buffers()
-        started = time.perf_counter()
-        side = torch.cuda.Stream()
-        # Largest first (positions, then context): the shared pool then fits all the others.
-        for key in sorted(self.shapes, key=lambda k: (-k[0] * k[1], -k[0] * k[2])):
-            if key in self._graphs:
-                continue
-            bsz, length, width = key
-            self._pad_only()
-            d = self._dev
-            d["tables"][:bsz * width].view(bsz, width)[:, 0] = self.scratch_block
-            self._graphs[key] = warm_then_capture(lambda: self._forward(bsz, length, width), self._pool, side)
-            self.stats.graphs += 1
+    @staticmethod
+    def _capture_order(key: tuple[int, int, int]) -> tuple[int, int]:
+        return -key[0] * key[1], -key[0] * key[2]              # positions, then gathered context
+
+    def _captured(self) -> None:
         self._plans.clear()                       # plan_for's answers depend on which graphs exist
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
-        self.stats.capture_seconds += seconds
-        return seconds
