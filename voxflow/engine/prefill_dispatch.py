@@ -52,28 +52,20 @@ class PrefillDispatch:
         short-prompt graphs and long-prompt ones: no single bucket fits the step's budget)."""
         if self.independent([c for c, _ in pairs]):
             pairs = sorted(pairs, key=lambda p: p[0].end - p[0].start)     # similar lengths share a bucket
-        for key, group in self.cheapest_runs([(c.start, c.end) for c, _ in pairs]):
-            if key is None:
-                self._eager(*pairs[group[0]])
-            else:
-                self._graph(key, [pairs[i] for i in group])
+        self._run(pairs, self.cheapest_runs([(c.start, c.end) for c, _ in pairs]))
 
     def _packed(self, pairs) -> None:
         """The step's chunks end to end in packed runs (packed_prefill.py), in the scheduler's order: one run when
         a shape holds them all (the usual case: the step's token budget is the largest T), else each run grown while
         one does; a chunk that no shape holds alone runs eagerly."""
-        runs: list[list[int]] = []
-        for i in range(len(pairs)):
-            if runs and self.runner.plan([(pairs[j][0].start, pairs[j][0].end) for j in runs[-1] + [i]]) is not None:
-                runs[-1].append(i)
-            else:
-                runs.append([i])
-        for run in runs:
-            key = self.runner.plan([(pairs[j][0].start, pairs[j][0].end) for j in run])
+        self._run(pairs, self._filled_runs([(c.start, c.end) for c, _ in pairs]))
+
+    def _run(self, pairs, runs: list[tuple[tuple | None, list[int]]]) -> None:
+        for key, group in runs:
             if key is None:
-                self._eager(*pairs[run[0]])
+                self._eager(*pairs[group[0]])
             else:
-                self._graph(key, [pairs[j] for j in run])
+                self._graph(key, [pairs[i] for i in group])
 
     def cheapest_runs(self, spans: list[tuple[int, int]]) -> list[tuple[tuple | None, list[int]]]:
         """(start, end) chunks in order -> runs of consecutive chunk indices, each with the graph that holds it
@@ -112,19 +104,16 @@ class PrefillDispatch:
         return runs[::-1]
 
     def _filled_runs(self, spans: list[tuple[int, int]]) -> list[tuple[tuple | None, list[int]]]:
-        """Runs made by growing each one while some graph holds it."""
+        """Runs made by growing each one while the runner has a graph that holds it (None: a chunk none holds)."""
         runs: list[tuple[tuple | None, list[int]]] = []
-        queries = context = 0                          # of the last run
-        for i, (start, end) in enumerate(spans):
+        for i, span in enumerate(spans):
             if runs and runs[-1][0] is not None:
-                grown = self.runner.plan_for(len(runs[-1][1]) + 1, max(queries, end - start), max(context, end))
+                group = runs[-1][1] + [i]
+                grown = self.runner.plan([spans[j] for j in group])
                 if grown is not None:
-                    runs[-1][1].append(i)
-                    runs[-1] = (grown, runs[-1][1])
-                    queries, context = max(queries, end - start), max(context, end)
+                    runs[-1] = (grown, group)
                     continue
-            runs.append((self.runner.plan_for(1, end - start, end), [i]))
-            queries, context = end - start, end
+            runs.append((self.runner.plan([span]), [i]))
         return runs
 
     def independent(self, chunks) -> bool:
