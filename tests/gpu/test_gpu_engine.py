@@ -50,6 +50,14 @@ def reference(text):
     return codes, decode_to_wav(model, codes)
 
 
+def assert_equals_reference(got, texts):
+    """Each request's codes == the CPU loop's, its audio within 1e-4 (fp32)."""
+    for i, text in enumerate(texts):
+        codes, wav = reference(text)
+        assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
+        assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
+
+
 @pytest.mark.parametrize("cuda_graphs,kernels", [(False, False), (True, False), (True, True)],
                          ids=["eager", "graphs", "graphs+kernels"])
 def test_gpu_fp32_engine_equals_cpu_reference(cuda_graphs, kernels):
@@ -67,10 +75,7 @@ def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
     while the codec keeps its own: the same greedy codes and audio as the CPU loop (any missing ordering between
     the streams would show as wrong or stale frames)."""
     got = engine_codes("float32", texts=TEXTS, talker_high_priority=True)
-    for i, text in enumerate(TEXTS):
-        codes, wav = reference(text)
-        assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
-        assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
+    assert_equals_reference(got, TEXTS)
 
 
 def test_gpu_packed_prefill_equals_cpu_reference():
@@ -78,10 +83,7 @@ def test_gpu_packed_prefill_equals_cpu_reference():
     query tiles (kernels/paged_prefill_attention.py) after every row's K/V was written (a row reads its sequence's
     earlier rows: read before they are written, the codes would differ)."""
     got = engine_codes("float32", texts=TEXTS, packed_prefill=True)
-    for i, text in enumerate(TEXTS):
-        codes, wav = reference(text)
-        assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
-        assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
+    assert_equals_reference(got, TEXTS)
 
 
 def test_gpu_fp32_single_request_equals_cpu_reference():
