@@ -7,11 +7,8 @@
 #     (8 waves: call 5 of session 8 had 4 and the waves differed by more than the change) and c=64, with step traces.
 #     Decide: packed on by default if c=16 p99 and c=64 audio-s/s are not worse.
 set -uo pipefail
-R=$OUT/r; mkdir -p $R; S=benchmarks/scripts/h200_targets.sh
-export PYTHONUNBUFFERED=1
-STAGE=none bash $S > /dev/null 2>&1
-export PYTHONPATH=$PWD:/tmp/site
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/gpu.txt
+source benchmarks/scripts/device_lib.sh
+device_setup $OUT/r
 python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-1.7b --variant custom_voice --size 1.7B | tail -1 &
 ck=$!
 timeout 200 python3 -m pytest -v -rfs --tb=short -p no:cacheprovider tests/gpu/test_gpu_paged_prefill.py \
@@ -21,27 +18,15 @@ grep -E "^E |passed|failed" $R/gpu_tests.txt | tail -8
 timeout 120 python3 benchmarks/scripts/tune_paged_prefill.py > $R/tune_paged_prefill.txt 2>&1
 grep -v Warn $R/tune_paged_prefill.txt | tail -4
 wait $ck
-common="--dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots --base-url http://127.0.0.1:8000"
-b() { timeout 150 python3 -m voxflow.bench $common "$@" 2>&1 | grep -v "^\s*$" | tail -2; }
 for variant in default packed; do
-  extra=""; [ $variant = packed ] && extra="--engine-arg packed_prefill=true"
-  python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 $extra \
-    --trace-steps $R/steps_http_$variant.jsonl > $R/serve_log_$variant.txt 2>&1 &
-  srv=$!
-  up=0
-  for _ in $(seq 150); do
-    curl -sf http://127.0.0.1:8000/ready > /dev/null && { up=1; break; }
-    kill -0 $srv 2>/dev/null || break
-    sleep 1
-  done
-  if [ $up = 1 ]; then
-    b --label http-$variant --concurrency 16 --num-prompts 128 --num-warmups 8 --output $R/h200_1p7b_http_c16_$variant.json
-    b --label http-$variant --concurrency 64 --num-prompts 256 --num-warmups 8 --output $R/h200_1p7b_http_c64_$variant.json
-    curl -s http://127.0.0.1:8000/health > $R/health_$variant.json
-  else
-    echo "== $variant: server did not come up"; grep -v "^\s*$" $R/serve_log_$variant.txt | tail -5
+  extra=(); [ $variant = packed ] && extra=(--engine-arg packed_prefill=true)
+  if serve_variant $variant "${extra[@]}"; then
+    bench_http --label http-$variant --concurrency 16 --num-prompts 128 --num-warmups 8 \
+      --output $R/h200_1p7b_http_c16_$variant.json
+    bench_http --label http-$variant --concurrency 64 --num-prompts 256 --num-warmups 8 \
+      --output $R/h200_1p7b_http_c64_$variant.json
   fi
-  kill $srv 2>/dev/null; wait $srv; gzip -f $R/steps_http_$variant.jsonl 2>/dev/null
+  stop_server $variant
 done
 echo "done at ${SECONDS}s"
 cd $OUT && tar czf res.tgz r && rm -rf r

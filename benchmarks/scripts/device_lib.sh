@@ -1,0 +1,39 @@
+# Shared steps of the device-call scripts (source it; bash). Earlier scripts (session 8 and before) spell these out
+# inline: they are the records of calls that ran and stay as they ran.
+#   device_setup DIR            install the carried wheels (h200_targets.sh STAGE=none), PYTHONPATH, GPU name
+#   serve_variant NAME ARGS...  start `voxflow serve /tmp/real-1.7b` (bf16, 64 seqs, step trace in $R) with extra
+#                               ARGS and wait for /ready; returns 1 (and prints the log's tail) if it never came up
+#   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
+#   stop_server NAME            stop it, keep /health and the gzipped trace
+
+device_setup() {
+  R=$1; mkdir -p "$R"
+  export PYTHONUNBUFFERED=1
+  STAGE=none bash benchmarks/scripts/h200_targets.sh > /dev/null 2>&1
+  export PYTHONPATH=$PWD:/tmp/site
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt"
+}
+
+serve_variant() {
+  local name=$1; shift
+  python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 "$@" \
+    --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
+  SRV=$!
+  for _ in $(seq 150); do
+    curl -sf http://127.0.0.1:8000/ready > /dev/null && return 0
+    kill -0 $SRV 2>/dev/null || break
+    sleep 1
+  done
+  echo "== $name: server did not come up"; grep -v "^\s*$" "$R/serve_log_$name.txt" | tail -5
+  return 1
+}
+
+bench_http() {
+  timeout 150 python3 -m voxflow.bench --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \
+    --base-url http://127.0.0.1:8000 "$@" 2>&1 | grep -v "^\s*$" | tail -2
+}
+
+stop_server() {
+  curl -s http://127.0.0.1:8000/health > "$R/health_$1.json"
+  kill $SRV 2>/dev/null; wait $SRV; gzip -f "$R/steps_http_$1.jsonl" 2>/dev/null
+}
