@@ -562,9 +562,9 @@ def test_voice_clone_in_bfloat16_runs_and_shares_its_prefix():
 def test_same_step_prefix_reuse_keeps_the_prefill_order():
     """Two identical prompts and a shorter one in one step: the second reuses the pages the first computes in that
     same step (block_manager's ordering rule), so the step's chunks keep their order (no sorting by length) and
-    every request still gets the reference's codes through the prefill runner."""
+    every request still gets the reference's codes through the (padded) prefill runner."""
     name = "custom_voice_1b7"
-    core = make_engine(name, prefill_graphs=True, block_size=4)
+    core = make_engine(name, prefill_graphs=True, packed_prefill=False, block_size=4)
     long = "The quick brown fox jumps over the lazy dog, twice over, and then once more for luck."
     reqs = [greedy(long, 6, voice="ryan", language="english", request_id="x"),
             greedy(long, 6, voice="ryan", language="english", request_id="y"),
@@ -591,8 +591,8 @@ def test_prefill_runner_static_shapes_equal_the_reference(max_tokens, mixed, chu
     name = "custom_voice_1b7"
     # Mixed: pages of 16, so the three prompts share no full page (with pages of 4 their common template prefix is
     # a same-step reuse, which keeps the order).
-    core = make_engine(name, prefill_graphs=True, max_num_batched_tokens=max_tokens, prefill_chunk_size=chunk,
-                       block_size=16 if mixed else 4)
+    core = make_engine(name, prefill_graphs=True, packed_prefill=False, max_num_batched_tokens=max_tokens,
+                       prefill_chunk_size=chunk, block_size=16 if mixed else 4)
     runner = core.prefill_runner
     assert runner is not None and not runner.cuda_graphs
     reqs = [greedy("Hello world.", 10, voice="vivian", request_id="a"),

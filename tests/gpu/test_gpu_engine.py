@@ -78,11 +78,13 @@ def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
     assert_equals_reference(got, TEXTS)
 
 
-def test_gpu_packed_prefill_equals_cpu_reference():
-    """packed_prefill (engine/packed_prefill.py): the four prompts end to end in one packed replay, attending by
-    query tiles (kernels/paged_prefill_attention.py) after every row's K/V was written (a row reads its sequence's
-    earlier rows: read before they are written, the codes would differ)."""
-    got = engine_codes("float32", texts=TEXTS, packed_prefill=True)
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_gpu_packed_prefill_equals_cpu_reference(packed):
+    """packed_prefill (engine/packed_prefill.py, the default): the four prompts end to end in one packed replay,
+    attending by query tiles (kernels/paged_prefill_attention.py) after every row's K/V was written (a row reads its
+    sequence's earlier rows: read before they are written, the codes would differ). Padded: the per-prompt graphs
+    (prefill_runner.py) that run where the kernels are off."""
+    got = engine_codes("float32", texts=TEXTS, packed_prefill=packed)
     assert_equals_reference(got, TEXTS)
 
 

@@ -3,8 +3,11 @@ real head shapes (16 query heads, 8 KV heads, head_dim 128, 16-token pages): rag
 on shuffled pages whose unused slots hold NaN, against `paged_prefill_attention_ref` (fp32 math from the same
 inputs), eagerly and replayed in a CUDA graph with other chunks. Skipped where there is no CUDA.
 
-Tolerances: fp32 (exact fp32 dots) rtol 1e-4 / atol 1e-5; bf16: the softmax weights are rounded to bf16 for the
-P.V dot (round-to-nearest: 2^-9 relative) and the output once: rtol 2^-7, atol 2e-3 of these O(1) values."""
+Tolerances: fp32 (exact fp32 dots) rtol 1e-4 / atol 1e-5. bf16, per element: the softmax weights are rounded to
+bf16 for the P.V dot (round-to-nearest: each weight off by <= 2^-9 of itself, so the output by <= 2^-9 of the
+weighted mean of |v|, computed exactly by the reference over |v|), and the output is rounded once (<= 2^-9 of it;
+2^-8 allowed), plus 1e-5 for summation order. (A flat atol of 2e-3 failed on the H200 on 1 of 1M elements: the
+weights' rounding reaches 2^-9 x max|v| ~ 1e-2 for these N(0, 1) values.)"""
 import numpy as np
 import pytest
 import torch
@@ -16,7 +19,17 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 torch.backends.cuda.matmul.allow_tf32 = False
 
 HQ, HKV, D, BS = 16, 8, 128, 16
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=2 ** -7, atol=2e-3)}
+
+
+def assert_within_tolerance(out, q, k_pool, v_pool, tables, t):
+    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, t, D ** -0.5)
+    if out.dtype == torch.float32:
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        return
+    mean_abs_v = paged_prefill_attention_ref(q.float(), k_pool, v_pool.abs(), tables, t, D ** -0.5)
+    bound = 2.0 ** -9 * mean_abs_v + 2.0 ** -8 * ref.abs() + 1e-5
+    err = (out.float() - ref).abs()
+    assert (err <= bound).all(), (err - bound).max().item()
 
 
 def case(spans, dtype, seed, rows, blocks=96):
@@ -54,10 +67,9 @@ def test_tiled_prefill_kernel_matches_reference_at_real_shapes(dtype):
     q, k_pool, v_pool, tables = case(spans, dtype, 0, rows)
     t = tiles(spans, rows)
     out = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5)
-    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, t, D ** -0.5)
     n = sum(e - s for s, e in spans)
     assert not out.isnan().any() and torch.equal(out[n:], torch.zeros_like(out[n:]))
-    torch.testing.assert_close(out.float(), ref, **TOL[dtype])
+    assert_within_tolerance(out, q, k_pool, v_pool, tables, t)
 
 
 def test_tiled_prefill_kernel_replays_in_a_cuda_graph_with_other_chunks():
@@ -76,5 +88,4 @@ def test_tiled_prefill_kernel_replays_in_a_cuda_graph_with_other_chunks():
         dst.copy_(src)
     t = tiles(second, rows, into=buf)
     graph.replay()
-    ref = paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, t, D ** -0.5)
-    torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
+    assert_within_tolerance(out, q, k_pool, v_pool, tables, t)

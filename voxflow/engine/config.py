@@ -31,11 +31,12 @@ class EngineConfig:
     codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
-                                               # of the codec's kernels (engine_stream.py; not yet measured)
+                                               # of the codec's kernels (engine_stream.py; H200 session 8: no gain)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
-    packed_prefill: bool = False               # with prefill graphs: a step's chunks end to end, unpadded, in one
-                                               # replay (packed_prefill.py; H200 session 8: c=64 better, c=16 mixed)
+    packed_prefill: bool = True                # with prefill graphs: a step's chunks end to end, unpadded, in one
+                                               # replay (packed_prefill.py; H200 session 9: c=16 TTFP p99 135 ->
+                                               # 95 ms, c=64 440 -> 457 audio-s/s; off: padded per-prompt graphs)
     prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
                                                # None: with cuda_graphs on a GPU. True on a CPU: the same padded
                                                # path, eagerly (tests)

@@ -128,8 +128,8 @@ class EngineCore:
                     config.max_num_seqs, max_width, config.cuda_graphs)
             else:
                 if config.packed_prefill:
-                    log.warning("packed_prefill needs the Triton kernels on a GPU (kernels are off here): "
-                                "the padded prefill graphs run instead")
+                    log.info("packed_prefill needs the Triton kernels on a GPU (kernels are off here): "
+                             "the padded prefill graphs run instead")
                 self.prefill_runner = PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
                                                     config.max_num_batched_tokens, config.max_num_seqs,
                                                     config.cuda_graphs)
