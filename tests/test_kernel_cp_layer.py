@@ -6,15 +6,13 @@ Triton's interpreter (in a subprocess, see tests/interpreter_child.py). Referenc
 Shapes: a tiny layer (hidden 64, 4 q / 2 kv heads of 32: the attention output twice the hidden size, as in the
 1.7B model) with the GPU launch configs and with overrides (a multi-step K loop, a partial last N tile, one query
 head per tile, all heads in one tile), and one case per kernel at the real 1.7B code-predictor shapes with wide
-tiles (the interpreter pays per program). Cache lengths 0, 1 and 14; one and three rows (three: per-row RoPE too);
-the batch form (cp_layer._batch_step, more than 8 rows, tensor-core norm_linear) at 10 rows and 16 real-shape rows.
+tiles (the interpreter pays per program). Cache lengths 0, 1 and 14; one and three rows (three: per-row RoPE too).
 
 Tolerances (observed values in brackets, interpreter):
 - norm_linear, fp32: <= 1e-5 * max |ref| [~1e-7]. Without the norm, + residual: skinny_linear's tolerances (its
   test's docstring; same rounding points). bf16: against the fp32 math from the unrounded normed row,
   one rounding of the result plus fp32 summation error, |got - y32| <= 2^-8 |y32| + 2^-12 * (|a| @ |W|^T)
-  [max 2^-11 of the scale]; more than 8 rows (tensor cores: the GEMM input x * g rounded to bf16 once, as tl.dot
-  takes it) 2^-9 instead of 2^-12; swiglu: gate and up rounded, silu rounded, the product rounded, so 2^-7 of the
+  [max 2^-11 of the scale]; swiglu: gate and up rounded, silu rounded, the product rounded, so 2^-7 of the
   propagated scale (cp_layer_reference.norm_linear_reference). Also against the same-dtype torch result (which
   rounds the normed row twice): <= 2^-7 of the scale [~2^-10].
 - attention_o_proj, fp32: <= 1e-5 * max |ref|; the new key within 1e-5 of the reference's (fp32 sum orders).
@@ -70,9 +68,7 @@ def check_norm_linear(dtype, m, n, k, swiglu, config, seed=0, plain_residual=Fal
         assert err <= 1e-5 * y.abs().max().item(), (label, err)
         return
     err32 = (got.float() - y32).abs()
-    # (more than 8 rows: tensor cores, whose 16-bit operands round the GEMM input x * g once: 2^-9 of the scale)
-    input_rounding = 2.0 ** -9 if m > 8 else 2.0 ** -12
-    bound = 2.0 ** -7 * scale if swiglu or plain_residual else 2.0 ** -8 * y32.abs() + input_rounding * scale
+    bound = 2.0 ** -7 * scale if swiglu or plain_residual else 2.0 ** -8 * y32.abs() + 2.0 ** -12 * scale
     assert (err32 <= bound).all(), (label, (err32 / scale).max().item())
     assert ((got.float() - y.float()).abs() <= 2.0 ** -7 * scale).all(), label
 
@@ -83,10 +79,6 @@ def check_norm_linear_cases(dtype):
             check_norm_linear(dtype, m, 64, 128, swiglu, None)                          # the GPU launch config
             check_norm_linear(dtype, m, 72, 128, swiglu, dict(BLOCK_N=32, BLOCK_K=32))  # K loop, partial N tile
         check_norm_linear(dtype, m, 72, 128, False, dict(BLOCK_N=32, BLOCK_K=32), plain_residual=True)
-    for m, swiglu in ((12, False), (12, True), (40, False)):                          # tensor cores (> 8 rows)
-        check_norm_linear(dtype, m, 72, 128, swiglu, dict(BLOCK_N=32, BLOCK_K=32))      # K loop, partial N tile
-    check_norm_linear(dtype, 9, 64, 128, False, None)                                   # its GPU launch config
-    check_norm_linear(dtype, 64, 4096, 1024, False, WIDE_NL)                            # cp q|k|v at c=64
     check_norm_linear(dtype, 1, 4096, 1024, False, WIDE_NL)                             # cp q|k|v
     check_norm_linear(dtype, 1, 3072, 1024, True, WIDE_NL)                              # cp gate|up
     check_norm_linear(dtype, 1, 1024, 3072, False, WIDE_NL, plain_residual=True)        # cp down_proj
@@ -141,9 +133,8 @@ def _layer_weights(layer):
 
 
 @torch.no_grad()
-def check_layer(shape, dtype, m, length, configs=None, seed=0, batch_configs=None):
-    """cp_layer.layer_step vs Qwen3DecoderLayer.forward (torch, CPU) from the same cache contents; more than
-    cp_layer.SMALL_MAX_M rows take the five-kernel batch form (spied on: it ran, the four-kernel one did not)."""
+def check_layer(shape, dtype, m, length, configs=None, seed=0):
+    """cp_layer.layer_step vs Qwen3DecoderLayer.forward (torch, CPU) from the same cache contents."""
     from voxflow.kernels import cp_layer
     from voxflow.layers.rotary import RotaryEmbedding
     layer = make_layer(shape, dtype, seed)
@@ -155,19 +146,13 @@ def check_layer(shape, dtype, m, length, configs=None, seed=0, batch_configs=Non
     want = layer(x[:, None], cos, sin, ref_cache, None)[:, 0]
     w = _layer_weights(layer)
     assert cp_layer.supported(x, w, cos, sin, cache.k, cache.v)
-    saved, saved_batch, real_batch = dict(cp_layer.CONFIGS), dict(cp_layer.BATCH_CONFIGS), cp_layer._batch_step
+    saved = dict(cp_layer.CONFIGS)
     cp_layer.CONFIGS.update(configs or {})
-    cp_layer.BATCH_CONFIGS.update(batch_configs or {})
-    batch_calls = []
-    cp_layer._batch_step = lambda *a: (batch_calls.append(1), real_batch(*a))[1]
     try:
         x_before = x.clone()
         got = cp_layer.layer_step(x, w, cos, sin, cache.k, cache.v, cache.claim())
     finally:
         cp_layer.CONFIGS.update(saved)
-        cp_layer.BATCH_CONFIGS.update(saved_batch)
-        cp_layer._batch_step = real_batch
-    assert len(batch_calls) == (m > cp_layer.SMALL_MAX_M)
     assert torch.equal(x, x_before), "layer_step must leave its input rows alone"
     assert cache.length == ref_cache.length == length + 1
     label = (shape["hidden"], dtype, m, length)
@@ -204,11 +189,6 @@ def check_layer_cases(dtype):
         check_layer(TINY, dtype, 1, length, TINY_WIDE)
     check_layer(TINY, dtype, 3, 5, TINY_WIDE)
     check_layer(REAL, dtype, 1, 14, WIDE_LAYER)
-    for m, length in ((10, 0), (10, 14)):            # the batch form (five kernels, tensor-core norm_linear)
-        check_layer(TINY, dtype, m, length, batch_configs=dict(qkv=dict(BLOCK_N=64), gate_up=dict(BLOCK_N=64),
-                                                                 o_proj=dict(BLOCK_N=64), down=dict(BLOCK_N=64)))
-    check_layer(REAL, dtype, 16, 9, batch_configs=dict(qkv=WIDE_NL, gate_up=WIDE_NL, o_proj=dict(BLOCK_N=256),
-                                                        down=dict(BLOCK_N=256)))
 
 
 if IN_CHILD:
@@ -238,8 +218,7 @@ def test_supported_accepts_the_real_shapes_and_rejects_others():
     nw = torch.zeros(1024, dtype=bf)
     assert nl.supported(x, torch.zeros(4096, 1024, dtype=bf), nw)
     assert nl.supported(x, torch.zeros(6144, 1024, dtype=bf), nw, swiglu=True)
-    assert nl.supported(torch.zeros(64, 1024, dtype=bf), torch.zeros(4096, 1024, dtype=bf), nw)      # batch
-    assert not nl.supported(torch.zeros(65, 1024, dtype=bf), torch.zeros(4096, 1024, dtype=bf), nw)  # rows
+    assert not nl.supported(torch.zeros(9, 1024, dtype=bf), torch.zeros(4096, 1024, dtype=bf), nw)   # rows
     assert not nl.supported(x, torch.zeros(4096, 1024), nw)                                            # dtypes
     assert not nl.supported(x, torch.zeros(4095, 1024, dtype=bf), nw, swiglu=True)                     # odd 2N
     a = attention_inputs(REAL, 1, 3, bf)

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# RAN in session 9 as call 2; the batch form it measured was slower and was reverted (VOXFLOW_CP_BATCH_MIN_ROWS and
+# the batch sweeps of tune_cp_layer.py went with it): kept as the record of what ran.
 # Session 9, call 2 (carry [".whl"]): the code predictor's batch form (cp_layer._batch_step: five kernels a layer
 # step with norm_linear's new tensor-core kernel) at c=16 / c=64.
 #  1. GPU tests: the cp layer at 1..64 rows (kernels, whole layer, CUDA graph, predict on vs off), the tiled prefill

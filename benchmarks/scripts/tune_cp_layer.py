@@ -1,6 +1,5 @@
-"""Times the code predictor's fused decode layer (voxflow/kernels/cp_layer.py: four kernels for a few rows, five for
-a batch) against the per-layer path it replaces, on a GPU, at the 1.7B shapes (hidden 1024, intermediate 3072,
-16 q / 8 kv heads of 128), bf16.
+"""Times the code predictor's four-kernel decode layer (voxflow/kernels/cp_layer.py) against the seven-kernel one it
+replaces, on a GPU, at the 1.7B shapes (hidden 1024, intermediate 3072, 16 q / 8 kv heads of 128), bf16.
 
 1. Per kernel, M = 1 (and --rows): each new kernel with a handful of candidate configs around its launch_config
    (the heuristic's pick marked '*'), against the launches it replaces:
@@ -10,9 +9,6 @@ a batch) against the per-layer path it replaces, on a GPU, at the 1.7B shapes (h
      gate_up    norm_linear swiglu (act = silu(gate) * up)        vs  rms_norm + cuBLAS gate|up
      down       skinny_linear plain + residual (reads act)        vs  skinny_linear gated + residual (reads gate|up)
      lm_head    norm_linear                                       vs  skinny_linear with its norm prologue
-   More than cp_layer.SMALL_MAX_M rows (--rows 16,64): the batch form's kernels instead:
-     qkv / gate_up / lm_head  norm_linear's tensor-core kernel       vs  rms_norm + cuBLAS (+ silu * up)
-     o_proj / down            skinny_linear + residual                vs  cuBLAS + the add
    W rotated over enough copies to exceed the L2 cache (in a step every layer's W comes from HBM).
 2. A whole frame's layer steps: 5 layers x 14 single-token steps (cache lengths 1..14, distinct weights per layer),
    old layer (Qwen3DecoderLayer.forward, kernels on) vs new (cp_layer.layer_step), us per layer step.
@@ -220,43 +216,6 @@ def kernel_sweeps(m: int, budget_end: float, verbose: bool) -> dict:
     return best
 
 
-def batch_sweeps(m: int, budget_end: float, verbose: bool) -> dict:
-    """More than cp_layer.SMALL_MAX_M rows: the batch form's kernels against what the per-layer path runs there."""
-    best = {}
-    x = rand(m, H, scale=3.0)
-    res = rand(m, H, scale=4.0)
-    nw = (torch.rand(H, device=DEVICE) + 0.5).to(DTYPE)
-    dot_changes = [dict(BLOCK_N=16), dict(BLOCK_N=32), dict(BLOCK_N=64), dict(BLOCK_K=128), dict(BLOCK_K=32),
-                   dict(num_stages=3), dict(num_stages=2), dict(num_warps=8), dict(BLOCK_N=16, BLOCK_K=128),
-                   dict(BLOCK_N=64, num_warps=8), dict(BLOCK_K=128, num_stages=3)]
-    for key, n, swiglu in (("qkv", (HQ + 2 * HKV) * D, False), ("gate_up", I, True), ("lm_head", 2048, False)):
-        rows = 2 * n if swiglu else n
-        ws = Rot([rand(rows, H, scale=H ** -0.5) for _ in range(copies_for(rows * H * 2))])
-        if swiglu:
-            def old(ws=ws):
-                gu = F.linear(rms_norm(x, nw, EPS), ws.next())
-                return F.silu(gu[:, :I]) * gu[:, I:]
-        else:
-            def old(ws=ws):
-                return F.linear(rms_norm(x, nw, EPS), ws.next())
-        base = nl.launch_config(m, n, H, swiglu)
-        best[key] = sweep(f"{key} m={m}", variants(base, dot_changes),
-                          lambda cfg, ws=ws, swiglu=swiglu: (
-                              lambda: nl.norm_linear(x, ws.next(), nw, EPS, swiglu=swiglu, config=cfg)),
-                          old, len(ws.items), budget_end, verbose)
-    for key, n, k in (("o_proj", H, HQ * D), ("down", H, I)):
-        ws = Rot([rand(n, k, scale=k ** -0.5) for _ in range(copies_for(n * k * 2))])
-        a = rand(m, k)
-        base = sk.launch_config(m, n, k, DTYPE)
-        changes = [dict(BLOCK_N=32), dict(BLOCK_N=16, BLOCK_K=64), dict(BLOCK_K=64), dict(BLOCK_K=256),
-                   dict(SPLIT_K=2), dict(SPLIT_K=4), dict(BLOCK_N=32, SPLIT_K=2), dict(num_stages=3),
-                   dict(num_warps=8), dict(BLOCK_M=64, BLOCK_N=16, num_warps=8)]
-        best[key] = sweep(f"{key} m={m}", variants(base, changes),
-                          lambda cfg, ws=ws, a=a: (lambda: sk.skinny_linear(a, ws.next(), residual=res, config=cfg)),
-                          lambda ws=ws, a=a: res + F.linear(a, ws.next()), len(ws.items), budget_end, verbose)
-    return best
-
-
 def make_layers(n: int = 5):
     from voxflow.layers.qwen3_layer import Qwen3DecoderLayer
     layers = []
@@ -353,9 +312,6 @@ def main() -> None:
     if not args.skip_sweep:
         print(f"\n{'kernel':22} | {'heuristic':34} {'us':>6} | {'best':34} {'us':>6} | {'old':>10} | {'x':>7}")
         for m in rows:
-            if m > cp_layer.SMALL_MAX_M:
-                bests[m] = batch_sweeps(m, t0 + args.budget, args.verbose)
-                continue
             bests[m] = kernel_sweeps(m, t0 + args.budget, args.verbose)
             b = bests[m]
             new = sum(b[k][1] for k in ("qkv", "attention_o_proj", "gate_up", "down"))
@@ -366,14 +322,13 @@ def main() -> None:
     for m in rows:
         old, new = layer_steps(m)
         print(f"{m:>4} | {old:14.2f} | {new:14.2f} | {old / new:5.2f}")
-    print(f"\n{'rows':>4} | {'predict, fused off':>18} | {'fused layers':>15} | same greedy codes")
+    print(f"\n{'rows':>4} | {'predict, fused off':>18} | {'4 kernels/layer':>15} | same greedy codes")
     for m in rows:
         (old, new), same = predict_frames(m)
         print(f"{m:>4} | {old:18.1f} | {new:9.1f} x{old / new:4.2f} | {same[1]}")
     for m, b in bests.items():
         cfgs = {k: v[0] for k, v in b.items() if v[1] < 0.97 * v[2]}
-        which = "BATCH_CONFIGS" if m > cp_layer.SMALL_MAX_M else "CONFIGS"
-        print(f"\nm={m}: configs that beat the heuristic by > 3% (cp_layer.{which}): {cfgs or 'none'}")
+        print(f"\nm={m}: configs that beat the heuristic by > 3% (cp_layer.CONFIGS): {cfgs or 'none'}")
     print(f"\n{time.time() - t0:.0f} s in all.")
 
 

@@ -1,6 +1,5 @@
-"""The code predictor's fused decode layer (voxflow/kernels/cp_layer.py: norm_linear.py, attention_o_proj.py,
-skinny_linear.py; the batch form at 16 and 64 rows with norm_linear's tensor-core kernel) on CUDA at the real 1.7B
-shapes, against the plain torch code (kernel switch off) with the
+"""The code predictor's four-kernel decode layer (voxflow/kernels/cp_layer.py: norm_linear.py, attention_o_proj.py,
+skinny_linear.py) on CUDA at the real 1.7B shapes, against the plain torch code (kernel switch off) with the
 tolerances of tests/test_kernel_cp_layer.py (its docstring says why), plus what only the GPU can show:
 
 - the launch configs the heuristic picks at 1, 2 and 4 rows, and the tuning script's candidate overrides;
@@ -9,7 +8,7 @@ tolerances of tests/test_kernel_cp_layer.py (its docstring says why), plus what 
   rounding; under the interpreter the old kernels' `.to(bf16)` truncates, so this comparison is GPU-only);
 - a whole layer (fp32 and bf16) and five layers x 14 steps captured in a CUDA graph, replayed on new inputs;
 - CodePredictor.predict at the 1.7B shapes with CP_FUSED_LAYER on vs off: the fused layer ran on every
-  single-token step, fp32 greedy codes equal (one row), teacher-forced logits within 5e-2 of max |logit| (the CPU
+  single-token step, fp32 greedy codes equal, bf16 teacher-forced logits within 5e-2 of max |logit| (the CPU
   test's bound) and greedy codes equal up to the first near-tie (random weights make near-ties likely: where the
   codes first differ, the fused path's pick must be within twice the logit error of the reference's maximum).
 """
@@ -51,7 +50,7 @@ def torch_only():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("m", [1, 2, 4, 16, 64])
+@pytest.mark.parametrize("m", [1, 2, 4])
 @pytest.mark.parametrize("name,n,swiglu", [("qkv", 4096, False), ("gate_up", 3072, True), ("lm_head", 2048, False)])
 def test_norm_linear_real_shapes(name, n, swiglu, m, dtype):
     from voxflow.kernels.norm_linear import norm_linear
@@ -62,8 +61,7 @@ def test_norm_linear_real_shapes(name, n, swiglu, m, dtype):
     if dtype == torch.float32:
         assert (got - y).abs().max().item() <= 1e-5 * y.abs().max().item()
     else:
-        input_rounding = 2.0 ** -9 if m > 8 else 2.0 ** -12        # tensor cores: x * g rounded once
-        bound = 2.0 ** -7 * scale if swiglu else 2.0 ** -8 * y32.abs() + input_rounding * scale
+        bound = 2.0 ** -7 * scale if swiglu else 2.0 ** -8 * y32.abs() + 2.0 ** -12 * scale
         assert ((got.float() - y32).abs() <= bound).all(), ((got.float() - y32).abs() / scale).max().item()
         assert ((got.float() - y.float()).abs() <= 2.0 ** -7 * scale).all()
     assert torch.equal(got, norm_linear(x, w, nw, EPS, swiglu=swiglu))          # deterministic
@@ -155,7 +153,7 @@ def _layer_step(layer, x, cos, sin, cache):
 
 @torch.no_grad()
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("m", [1, 4, 16, 64])
+@pytest.mark.parametrize("m", [1, 4])
 def test_layer_matches_the_torch_layer(m, dtype):
     from voxflow.layers.rotary import RotaryEmbedding
     for length in (0, 1, 14):
@@ -182,13 +180,12 @@ def test_layer_matches_the_torch_layer(m, dtype):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("m", [1, 64])
-def test_five_layers_in_a_cuda_graph(m):
+def test_five_layers_in_a_cuda_graph():
     """Five layers x 14 steps (cache lengths 1..14) captured once; new inputs and weights in place; one replay
-    gives what the same steps give eagerly (one row: the four-kernel form, 64: the batch form)."""
+    gives what the same steps give eagerly."""
     from voxflow.layers.rotary import RotaryEmbedding
     from voxflow.layers.static_kv_cache import StaticKVCache
-    dtype = torch.bfloat16
+    dtype, m = torch.bfloat16, 1
     layers = [make_layer(REAL, dtype, seed=i, device=DEV) for i in range(5)]
     cos_all, sin_all = RotaryEmbedding(128, 1e6, 64).to(DEV).prefix(16, torch.device(DEV), dtype)
     x0 = (torch.randn(m, REAL["hidden"], device=DEV) * 4).to(dtype)
@@ -220,8 +217,7 @@ def test_five_layers_in_a_cuda_graph(m):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("rows", [1, 64])
-def test_predict_fused_layer_on_vs_off(rows):
+def test_predict_fused_layer_on_vs_off():
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import cp_layer
     saved = cp_mod.CP_FUSED_LAYER, cp_layer.layer_step
@@ -230,8 +226,7 @@ def test_predict_fused_layer_on_vs_off(rows):
     try:
         for dtype in (torch.float32, torch.bfloat16):
             cp = make_code_predictor(dtype, DEV)
-            h = (torch.randn(rows, 2048, device=DEV) * 2).to(dtype)
-            c0 = torch.randn(rows, 2048, device=DEV).to(dtype)
+            h, c0 = (torch.randn(1, 2048, device=DEV) * 2).to(dtype), torch.randn(1, 2048, device=DEV).to(dtype)
             greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
             cp_mod.CP_FUSED_LAYER = False
             codes_off, logits_off = cp.predict(h, c0, greedy)
@@ -243,16 +238,12 @@ def test_predict_fused_layer_on_vs_off(rows):
             _, logits_forced = cp.predict(h, c0, forced)
             err = (logits_forced.float() - logits_off.float()).abs().max().item()
             assert err <= 5e-2 * logits_off.float().abs().max().item(), (dtype, err)
-            if dtype == torch.float32 and rows == 1:
+            if dtype == torch.float32:
                 assert torch.equal(codes_on, codes_off)
-            else:
-                # bf16 (and fp32 over 64 x 15 draws, with its summation-order differences) may pick another code only
-                # where the reference's top two logits are within the error bound
-                for r in range(rows):
-                    differ = (codes_on[r] != codes_off[r]).nonzero()
-                    if len(differ):
-                        j = int(differ[0])
-                        step = logits_off[r, j].float()
-                        assert step[codes_on[r, j]] >= step.max() - 2 * err, (r, j, codes_on[r], codes_off[r])
+            elif not torch.equal(codes_on, codes_off):
+                # bf16 may pick another code only where the reference's top two logits are within the error bound
+                j = int((codes_on != codes_off)[0].nonzero()[0])
+                step = logits_off[0, j].float()
+                assert step[codes_on[0, j]] >= step.max() - 2 * err, (j, codes_on, codes_off)
     finally:
         cp_mod.CP_FUSED_LAYER, cp_layer.layer_step = saved

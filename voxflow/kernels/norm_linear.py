@@ -1,4 +1,4 @@
-"""RMSNorm folded into a skinny decode GEMM in one pass: y = rms_norm(x, g) @ W^T for decode batches (M = 1..64),
+"""RMSNorm folded into a skinny decode GEMM in one pass: y = rms_norm(x, g) @ W^T for a few rows (M = 1..8),
 optionally with the SwiGLU product as the epilogue (act = silu(gate) * up of a fused gate|up weight).
 
 Why one pass: each program streams its W[BLOCK_N rows, K] along K and re-reads the tiny x row (L2) anyway, so the
@@ -27,15 +27,6 @@ code predictor's K = 1024 the plain default takes the whole K in one step, so a 
 once (8 x 1024 bf16 = 16 KB a program, ~4 programs per SM at N = 4096). `launch_config` is deterministic
 (CUDA-graph capturable); benchmarks/scripts/tune_cp_layer.py times alternatives on the GPU.
 
-Batches of more than 8 rows (the code predictor at c=16 / c=64) run on tensor cores (`_norm_linear_dot_kernel`):
-each program holds all M rows (padded to 16..64) for BLOCK_N output columns and steps along K, summing x^2 from the
-same x tiles it feeds to tl.dot. tl.dot takes 16-bit operands, so there the GEMM input x_k g_k IS rounded to the
-dtype, once (the reference rounds its normed row twice): bf16 results within 2^-8 |y| + 2^-9 (|a| @ |W|^T) of
-the fp32 math from the unrounded normed row. rstd is still applied to the fp32 sums. fp32 inputs: an IEEE fp32
-dot, the reference's math up to summation order. Without it, these rows would take rms_norm + cuBLAS (+ silu_mul):
-two or three launches, each a few microseconds of fixed cost in a ~40 us layer step (H200 profile of a c=64 step,
-benchmarks/results/h200/2026-12-01-session8/call4/profile_step_64.txt).
-
 Also, without a norm weight, a plain skinny GEMM with an optional residual epilogue (residual + round(y), rounded:
 skinny_linear.py's rounding points). The body is `_norm_linear_tile` (one BLOCK_N tile of output columns).
 
@@ -43,7 +34,7 @@ Registers per thread (sm_90, bf16, M = 1, as the JIT specializes aligned pointer
 voxflow.kernels.compile_check` prints them): ~44 at the q|k|v default (4 x 1024), ~64 at gate|up's (2 x 4 x 512),
 ~54 at 8 x 1024, no spills.
 
-Sizes (`supported`): x [M, K] with 1 <= M <= MAX_M (64) and a unit last stride, W [N or 2N, K] contiguous, one dtype,
+Sizes (`supported`): x [M, K] with 1 <= M <= MAX_M and a unit last stride, W [N or 2N, K] contiguous, one dtype,
 K % 16 == 0.
 """
 from __future__ import annotations
@@ -55,11 +46,9 @@ import triton.language as tl
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.skinny_linear import _silu_mul
 
-MAX_M = 64
-FMA_MAX_M = 8            # up to here the register (FMA) kernel; above, the tensor-core one
+MAX_M = 8
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
-_DOT_MIN = 16            # tl.dot's smallest tile side
 
 
 @triton.jit
@@ -107,32 +96,17 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
             if SWIGLU:
                 acc_u += tl.sum(a[:, None, :] * wu[None, :, :], axis=2)
     if BLOCK_M == 1:
-        if NORM:
-            rstd = tl.math.rsqrt(tl.div_rn(tl.sum(sq, axis=0), k_float) + eps)
-            acc = acc * rstd
-            acc_u = acc_u * rstd
-        if SWIGLU:
-            y = _silu_mul(round_to(acc, dtype), round_to(acc_u, dtype), dtype, PRECISE_EXP)
-        else:
-            y = round_to(acc, dtype)
-        if HAS_RES:
-            # Read and written by this tile only, element for element: `out` may alias the residual.
-            y = round_to(tl.load(res_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32) + y, dtype)
-        tl.store(out_ptr + offs_n, y.to(dtype), mask=n_mask)
+        rows = offs_n
+        mask = n_mask
     else:
-        _store_rows(acc, acc_u, tl.sum(sq, axis=1), offs_m, offs_n, m_mask, n_mask, res_ptr, out_ptr, stride_rm,
-                    stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, dtype)
-
-
-@triton.jit
-def _store_rows(acc, acc_u, sq_rows, offs_m, offs_n, m_mask, n_mask, res_ptr, out_ptr, stride_rm, stride_om, k_float,
-                eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr, PRECISE_EXP: tl.constexpr,
-                dtype: tl.constexpr):
-    """The epilogue of [BLOCK_M, BLOCK_N] fp32 sums: * rstd (from each row's sum of squares), silu(gate) * up or
-    one rounding, + residual, store."""
-    mask = m_mask[:, None] & n_mask[None, :]
+        rows = offs_m[:, None] * stride_om + offs_n[None, :]
+        mask = m_mask[:, None] & n_mask[None, :]
     if NORM:
-        rstd = tl.math.rsqrt(tl.div_rn(sq_rows, k_float) + eps)[:, None]
+        # The element-wise squares reduced once, at the end; rstd [BLOCK_M, 1] (or a scalar at one row).
+        if BLOCK_M == 1:
+            rstd = tl.math.rsqrt(tl.div_rn(tl.sum(sq, axis=0), k_float) + eps)
+        else:
+            rstd = tl.math.rsqrt(tl.div_rn(tl.sum(sq, axis=1), k_float) + eps)[:, None]
         acc = acc * rstd
         acc_u = acc_u * rstd
     if SWIGLU:
@@ -141,9 +115,12 @@ def _store_rows(acc, acc_u, sq_rows, offs_m, offs_n, m_mask, n_mask, res_ptr, ou
         y = round_to(acc, dtype)
     if HAS_RES:
         # Read and written by this tile only, element for element: `out` may alias the residual.
-        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
+        if BLOCK_M == 1:
+            r = tl.load(res_ptr + offs_n, mask=n_mask, other=0.0)
+        else:
+            r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
         y = round_to(r.to(tl.float32) + y, dtype)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y.to(dtype), mask=mask)
+    tl.store(out_ptr + rows, y.to(dtype), mask=mask)
 
 
 @triton.jit
@@ -155,50 +132,11 @@ def _norm_linear_kernel(x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_x
                       stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
-@triton.jit
-def _norm_linear_dot_kernel(x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm, stride_om, k_float,
-                            eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr,
-                            PRECISE_EXP: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_IN_FP32: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """All M rows x BLOCK_N output columns a program, on tensor cores (module docstring: the one input rounding)."""
-    dtype = x_ptr.dtype.element_ty
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
-    x_rows = x_ptr + offs_m[:, None] * stride_xm                    # padding rows load zeros, never stored
-    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * K              # [BLOCK_N, 1]: gate (or only) rows
-    u_rows = w_rows + N * K                                         # up rows (swiglu): W is [2N, K]
-    sq = tl.zeros((BLOCK_M, BLOCK_K), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + offs_k
-        a = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0)
-        if NORM:
-            af = a.to(tl.float32)
-            sq += af * af
-            a = round_to(af * tl.load(g_ptr + kk).to(tl.float32)[None, :], dtype).to(dtype)
-        w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None], other=0.0)
-        if DOT_IN_FP32:                          # the interpreter's dot does not take bf16 operands (same values)
-            a = a.to(tl.float32)
-            w = w.to(tl.float32)
-        acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
-        if SWIGLU:
-            wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None], other=0.0)
-            if DOT_IN_FP32:
-                wu = wu.to(tl.float32)
-            acc_u = tl.dot(a, tl.trans(wu), acc_u, input_precision=DOT_PRECISION)
-    _store_rows(acc, acc_u, tl.sum(sq, axis=1), offs_m, offs_n, m_mask, n_mask, res_ptr, out_ptr, stride_rm,
-                stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, dtype)
-
-
 def _pow2_floor(v: int) -> int:
     return 1 << (max(v, 1).bit_length() - 1)
 
 
-def launch_config(m: int, n: int, k: int, swiglu: bool = False, dtype: torch.dtype = torch.bfloat16) -> dict:
+def launch_config(m: int, n: int, k: int, swiglu: bool = False) -> dict:
     """The config for M rows, N outputs (activation columns with swiglu), depth K: deterministic, no timing.
 
     4 output rows a program where W has >= 4096 rows in all (q|k|v, gate|up), else 8 (4 below N = 2048), and K
@@ -206,18 +144,11 @@ def launch_config(m: int, n: int, k: int, swiglu: bool = False, dtype: torch.dty
     4 warps: few registers (module docstring), the whole grid resident at once. H200, bf16, M = 1 (benchmarks/
     results/h200/2026-12-01-session4/tune_cp_layer.txt): q|k|v 4.57 us at 4 rows (5.26 at 8; rms_norm + cuBLAS
     6.82), gate|up + silu * up 5.78 (6.29; rms_norm + cuBLAS 7.69), lm_head best at 8 rows (4.92).
-    More than FMA_MAX_M rows: the tensor-core kernel's config (below).
     """
     tiles = 2 if swiglu else 1
-    k_pow2 = k & -k
-    if m > FMA_MAX_M:
-        # Tensor cores: ~128 programs (the H200 has 132 SMs, each pulling its share of W), K steps of 64 with
-        # 4 stages in flight (skinny_linear's dot path; fp32's IEEE dot runs on FMAs: 32-deep steps).
-        block_n = min(128, max(_DOT_MIN, _pow2_floor(n * tiles // 128)))
-        block_k = min(k_pow2, 32 if dtype == torch.float32 else 64)
-        return dict(BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4, num_stages=4)
     block_m = triton.next_power_of_2(m)
     block_n = 8 if 2048 <= n * tiles < 4096 else 4
+    k_pow2 = k & -k
     block_k = min(k_pow2, max(16, 8192 // (tiles * 8 * block_m)))
     return dict(BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4, num_stages=2)
 
@@ -258,7 +189,7 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         raise ValueError(f"norm_linear: {problem}")
     m, k = x.shape
     n = w.shape[0] // 2 if swiglu else w.shape[0]
-    cfg = launch_config(m, n, k, swiglu, x.dtype)
+    cfg = launch_config(m, n, k, swiglu)
     if config:
         unknown = set(config) - set(_CONFIG_KEYS)
         if unknown:
@@ -272,18 +203,10 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     res = residual if residual is not None else out
-    args = (x, norm_weight if norm_weight is not None else x, w, res, out, m, n, k, x.stride(0), res.stride(0),
-            out.stride(0), float(k), float(eps))
-    flags = dict(NORM=norm_weight is not None, SWIGLU=swiglu, HAS_RES=residual is not None, PRECISE_EXP=x.is_cuda,
-                 BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
-                 num_stages=cfg["num_stages"])
-    grid = (triton.cdiv(n, cfg["BLOCK_N"]),)
-    if m > FMA_MAX_M:
-        if min(cfg["BLOCK_N"], cfg["BLOCK_K"]) < _DOT_MIN:
-            raise ValueError(f"norm_linear: tensor-core tiles must be >= {_DOT_MIN} (got {cfg})")
-        _norm_linear_dot_kernel[grid](
-            *args, DOT_PRECISION="ieee" if x.dtype == torch.float32 or not x.is_cuda else "tf32",
-            DOT_IN_FP32=not x.is_cuda, BLOCK_M=max(_DOT_MIN, triton.next_power_of_2(m)), **flags)
-    else:
-        _norm_linear_kernel[grid](*args, BLOCK_M=triton.next_power_of_2(m), **flags)
+    _norm_linear_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
+        x, norm_weight if norm_weight is not None else x, w, res, out, m, n, k, x.stride(0), res.stride(0),
+        out.stride(0), float(k), float(eps),
+        NORM=norm_weight is not None, SWIGLU=swiglu, HAS_RES=residual is not None, PRECISE_EXP=x.is_cuda,
+        BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out

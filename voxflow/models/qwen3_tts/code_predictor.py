@@ -33,12 +33,8 @@ SKINNY_BIAS_MAX_ROWS = 4     # H200: the skinny GEMM beats cuBLAS's bias GEMM up
 # whole attention in every program was slower), H200, bf16, 1.7B, one row: 22.25 vs 28.42 us a layer step, 2.21 vs
 # 2.47 ms a frame's predict, greedy codes equal (benchmarks/results/h200/2026-12-01-session5/tune_cp_rows1.txt).
 # VOXFLOW_CP_FUSED_LAYER=0 turns it off.
-# Decode batches of CP_BATCH_MIN_ROWS..cp_layer.MAX_M rows (c=16, c=64) take cp_layer.py's five-kernel batch form
-# (tensor-core norm_linear with the norm and silu * up folded in, skinny o_proj / down_proj with the residual adds),
-# and the final norm + lm_head[j] as one norm_linear launch. VOXFLOW_CP_BATCH_MIN_ROWS=65 turns that off (A/B runs).
 CP_FUSED_LAYER = os.environ.get("VOXFLOW_CP_FUSED_LAYER", "1") == "1"
 CP_FUSED_MAX_ROWS = 1
-CP_BATCH_MIN_ROWS = int(os.environ.get("VOXFLOW_CP_BATCH_MIN_ROWS", "9"))
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
@@ -105,22 +101,21 @@ class CodePredictor(nn.Module):
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps through the fused layer kernels (`_fused_layers`, when on and applicable), and the
         final norm inside lm_head[j]'s GEMM for the last position only (one launch: skinny_linear.py's norm
-        prologue at one row, norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD or for a fused batch)."""
+        prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD)."""
         b, s, _ = x.shape
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         h = self._project(x)
         last = None
-        fused = CP_FUSED_LAYER and s == 1 and _fused_rows(b)
+        fused = CP_FUSED_LAYER and s == 1 and b <= CP_FUSED_MAX_ROWS
         if fused:
             last = self._fused_layers(h.view(b, -1), cos, sin, cache)
         if last is None:
             last = self.model(h, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
         head, norm = self.lm_head[j].weight, self.model.norm
-        if fused and (CP_NORM_LINEAR_LM_HEAD or b >= CP_BATCH_MIN_ROWS):
+        if fused and CP_NORM_LINEAR_LM_HEAD:
             from voxflow.kernels import cp_layer, norm_linear as nl
             if nl.supported(last, head, norm.weight):
-                return nl.norm_linear(last, head, norm.weight, norm.eps, config=cp_layer.CONFIGS["lm_head"]
-                                      if b <= nl.FMA_MAX_M else None)
+                return nl.norm_linear(last, head, norm.weight, norm.eps, config=cp_layer.CONFIGS["lm_head"])
         if last.shape[0] <= SKINNY_PROLOGUE_MAX_ROWS:    # one row: the fused norm prologue beats norm + cuBLAS
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):
@@ -182,12 +177,6 @@ class CodePredictor(nn.Module):
             inputs.append(self.model.codec_embedding[self.num_residual - 1](codes[-1]))     # the last code's row
             return torch.stack(codes, dim=1), torch.stack(inputs, dim=-2).sum(dim=-2)
         return torch.stack(codes, dim=1), torch.stack(logits, dim=1)
-
-
-def _fused_rows(b: int) -> bool:
-    """Whether a decode step of b rows takes cp_layer.py's fused layers (the module constants above)."""
-    from voxflow.kernels import cp_layer
-    return b <= CP_FUSED_MAX_ROWS or CP_BATCH_MIN_ROWS <= b <= cp_layer.MAX_M
 
 
 def _layer_weights(layer):
