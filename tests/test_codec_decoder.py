@@ -391,3 +391,25 @@ def test_codebook_table_is_made_once_per_weight_version():
         cb.cluster_usage.mul_(2.0)                                    # new weight version: made again
     again = cb.embeddings()
     assert again is not first and torch.allclose(again, first / 2.0)
+
+
+@pytest.mark.parametrize("cudnn_tf32", [True, False])
+def test_codec_matmuls_follow_cudnns_tf32_switch(dec, cudnn_tf32):
+    """The codec is one precision class (CodecDecoder.forward): its linears see PyTorch's matmul TF32 switch set to
+    cuDNN's for the call (on a GPU: TF32 like its convolutions, instead of plain fp32 FMA GEMMs), and the switch is
+    back to the caller's value afterwards (the talker's fp32 GEMMs never run in TF32)."""
+    seen = []
+    hooks = [m.register_forward_pre_hook(lambda mod, args: seen.append(torch.backends.cuda.matmul.allow_tf32))
+             for m in (dec.pre_transformer.input_proj, dec.upsample[0][1].pwconv1)]
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
+        torch.backends.cuda.matmul.allow_tf32 = not cudnn_tf32
+        with torch.no_grad():
+            dec(random_codes(3, seed=5))
+        assert seen == [cudnn_tf32, cudnn_tf32]
+        assert torch.backends.cuda.matmul.allow_tf32 is (not cudnn_tf32)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        for h in hooks:
+            h.remove()

@@ -83,8 +83,8 @@ def streamed(runner: Qwen3CodecRunner, codes: torch.Tensor, first: int = 1, chun
 
 @contextlib.contextmanager
 def _tf32(allowed: bool):
-    """cuDNN's TF32 switch as serving leaves it (PyTorch's default: on; the codec's own GEMMs follow it), matmul TF32
-    off as serving leaves it (the frame transformer's linears stay fp32)."""
+    """cuDNN's TF32 switch as serving leaves it (PyTorch's default: on; all the codec's matmuls follow it,
+    CodecDecoder.forward), PyTorch's matmul TF32 switch off as serving leaves it."""
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = allowed
     try:

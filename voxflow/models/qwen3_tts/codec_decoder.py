@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxflow.layers.conv_transpose_gemm import conv_gemm_precision
 from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm
 
@@ -180,9 +181,20 @@ class CodecDecoder(nn.Module):
 
     def forward(self, codes: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
         """codes [B, Q, T] (values in [0, codebook_size)). With `state` (see codec_streaming), decodes T new
-        frames of ongoing streams and updates `state` in place; without, decodes whole sequences."""
+        frames of ongoing streams and updates `state` in place; without, decodes whole sequences.
+
+        Precision: every matrix multiply of the decoder (the frame transformer's and ConvNeXt blocks' linears as
+        well as the convolutions run as GEMMs) takes TF32 for fp32 inputs exactly when cuDNN's convolutions may
+        (`torch.backends.cudnn.allow_tf32`, PyTorch's default: on), so the codec is one precision class: "fp32 with
+        TF32", 46 dB SNR against plain fp32 (benchmarks/results/h200/2026-12-01-session6, `voxflow.tools.codec_snr
+        --tf32`). PyTorch's matmul switch alone would leave the linears in plain fp32 FMA kernels: 1.8 of a c=256
+        step's 13.4 codec milliseconds on an H200 (session 9, call 3)."""
         if codes.dim() != 3 or codes.shape[1] != self.config.num_quantizers:
             raise ValueError(f"expected codes [B, {self.config.num_quantizers}, T], got {tuple(codes.shape)}")
+        with conv_gemm_precision():
+            return self._decode(codes, state)
+
+    def _decode(self, codes: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
         h = self.pre_conv(self.quantizer(codes), state)
         h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
         for stage in self.upsample:
