@@ -25,3 +25,23 @@ def _broken(x_ptr, BLOCK: tl.constexpr):
 def test_the_check_catches_a_kernel_the_gpu_compiler_rejects():
     with pytest.raises(Exception):
         compile_check.compile_kernel(_broken, dict(x_ptr="*bf16"), dict(BLOCK=4))
+
+
+def test_pdl_variants_prefetch_weights_before_waiting_and_the_others_do_not():
+    """voxflow/kernels/pdl.py's rule in the generated PTX: a kernel compiled with USE_PDL issues its weight
+    prefetches, then griddepcontrol.wait (before any activation read), then launch_dependents; the same kernel
+    without it has none of these instructions (the default path is unchanged)."""
+    cases = {name: rest for name, *rest in compile_check.cases()}
+    pdl_names = [name for name in cases if name.endswith(" pdl")]
+    assert pdl_names
+    for name in pdl_names:
+        for variant in (name, name[: -len(" pdl")]):
+            fn, types, consts, options = cases[variant]
+            ptx = compile_check.compile_kernel(fn, types, consts, **options)["ptx"]
+            if variant == name:
+                prefetch, wait = ptx.find("prefetch.global.L2"), ptx.find("griddepcontrol.wait")
+                trigger = ptx.find("griddepcontrol.launch_dependents")
+                assert 0 <= prefetch < wait < trigger, (name, prefetch, wait, trigger)
+                assert ptx.find("ld.global") > wait, f"{name}: a global load before griddepcontrol.wait"
+            else:
+                assert "griddepcontrol" not in ptx and "prefetch.global" not in ptx, variant

@@ -123,3 +123,19 @@ def test_gpu_prefill_graphs_survive_slot_buffer_growth():
     assert core.runner.stats.replays > 0 and core.runner._graphs                 # decode graphs captured again,
     assert core.runner._pool is not pool                                          # into a new memory pool
     assert all(r.audio().size > 0 for r in results) and len(results) == 4
+
+
+def test_gpu_engine_with_programmatic_dependent_launch_equals_cpu_reference():
+    """VOXFLOW_PDL (voxflow/kernels/pdl.py, off by default): the decode kernels launched with programmatic dependent
+    launch, inside the captured decode and prefill graphs, give the CPU loop's codes and audio (a kernel that read
+    its predecessor's output before griddepcontrol.wait would read stale rows and change them)."""
+    from voxflow.kernels import pdl_enabled, set_pdl_enabled
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs compute capability >= 9 (Hopper)")
+    saved = pdl_enabled()
+    set_pdl_enabled(True)
+    try:
+        got = engine_codes("float32", texts=TEXTS)
+    finally:
+        set_pdl_enabled(saved)
+    assert_equals_reference(got, TEXTS)

@@ -4,6 +4,9 @@ The layers call a kernel only when `use_kernels(tensor)` says so: the switch is 
 `set_kernels_enabled(False)` or VOXFLOW_KERNELS=0, e.g. for the stacked comparison in `voxflow bench`), Triton
 imports, and the tensor lives on a CUDA device. Everything else (CPU, CI) runs the reference. Tests may run a
 kernel on CPU tensors through Triton's interpreter (TRITON_INTERPRET=1) by calling it directly.
+
+Programmatic dependent launch (`use_pdl`, pdl.py): OFF unless VOXFLOW_PDL=1 (or `set_pdl_enabled(True)`), and only
+on Hopper or newer; not yet measured on the GPU.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import os
 import torch
 
 _enabled = os.environ.get("VOXFLOW_KERNELS", "1") not in ("0", "false", "off")
+_pdl = os.environ.get("VOXFLOW_PDL", "0") in ("1", "true", "on")
 
 
 def _triton_available() -> bool:
@@ -37,3 +41,18 @@ def kernels_enabled() -> bool:
 def use_kernels(t: torch.Tensor) -> bool:
     """True when the fused kernels should run for tensors like `t` (on a CUDA device, switch on)."""
     return t.is_cuda and kernels_enabled()
+
+
+def set_pdl_enabled(on: bool) -> None:
+    global _pdl
+    _pdl = bool(on)
+
+
+def pdl_enabled() -> bool:
+    return _pdl
+
+
+def use_pdl(t: torch.Tensor) -> bool:
+    """True when kernels on tensors like `t` should launch with programmatic dependent launch (pdl.py): switch on,
+    kernels on, a CUDA device of compute capability >= 9 (the griddepcontrol instructions are Hopper's)."""
+    return _pdl and use_kernels(t) and torch.cuda.get_device_capability(t.device)[0] >= 9

@@ -43,6 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
+from voxflow.kernels import use_pdl
+from voxflow.kernels.pdl import LINES_PER_STEP, launch_kwargs, prefetch_rows_l2, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 8
@@ -130,7 +132,8 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
                            ws_ptr, cnt_ptr, M, N, T, scale, inv_d, q_eps, k_eps,
                            s_qkv, s_res, s_out, cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                            HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
-                           BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+                           BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+                           USE_PDL: tl.constexpr):
     """Tile = (head block hb, column block nt), hb fastest: the attention of query heads [hb * BLOCK_H, + BLOCK_H)
     and their share of o_proj for columns [nt * BLOCK_N, + BLOCK_N), all M rows. With one head block the tile
     finishes its columns itself; else it stores fp32 partial sums to ws [M, HQ / BLOCK_H, N] and the last of the
@@ -142,6 +145,10 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
     nt = tile // NHB
     offs_n = nt * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
+    if USE_PDL:         # pdl.py: this tile's W_o columns into L2 while the previous kernel finishes
+        prefetch_rows_l2(wo_ptr + offs_n[:, None].to(tl.int64) * (HQ * D), n_mask[:, None], hb * BLOCK_H * D,
+                         BLOCK_H * D, LINES_PER_STEP)
+        wait_for_previous_kernel()
     dh = tl.arange(0, HALF)
     qw1 = tl.load(qw_ptr + dh).to(tl.float32)[None, :]
     qw2 = tl.load(qw_ptr + HALF + dh).to(tl.float32)[None, :]
@@ -178,11 +185,12 @@ def _attention_o_proj_kernel(qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, 
                              ws_ptr, cnt_ptr, M, N, T, scale, inv_d, q_eps, k_eps,
                              s_qkv, s_res, s_out, cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                              HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
-                             BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+                             BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+                             USE_PDL: tl.constexpr):
     _attention_o_proj_tile(tl.program_id(0), qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, kc_ptr,
                            vc_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, T, scale, inv_d, q_eps, k_eps, s_qkv, s_res, s_out,
                            cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, HQ, HKV, D, HALF, BLOCK_H, BLOCK_T,
-                           BLOCK_N)
+                           BLOCK_N, USE_PDL)
 
 
 _COUNTERS: dict = {}
@@ -291,6 +299,7 @@ def attention_o_proj(qkv: torch.Tensor, residual: torch.Tensor, w_o: torch.Tenso
     n_tiles, nhb = triton.cdiv(n, cfg["BLOCK_N"]), num_heads // cfg["BLOCK_H"]
     ws = torch.empty(m, nhb, n, dtype=torch.float32, device=qkv.device) if nhb > 1 else out
     counters = tile_counters(qkv.device, n_tiles) if nhb > 1 else out
+    pdl = use_pdl(qkv)
     _attention_o_proj_kernel[(nhb * n_tiles,)](
         qkv, residual, w_o, q_weight, k_weight, cos2, sin2, k_cache, v_cache, out, ws, counters,
         m, n, length, float(scale), 1.0 / d, float(q_eps), float(k_eps),
@@ -299,6 +308,7 @@ def attention_o_proj(qkv: torch.Tensor, residual: torch.Tensor, w_o: torch.Tenso
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2),
         HQ=num_heads, HKV=hkv, D=d, HALF=d // 2, BLOCK_H=cfg["BLOCK_H"],
-        BLOCK_T=max(16, triton.next_power_of_2(max_len)), BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"],
+        BLOCK_T=max(16, triton.next_power_of_2(max_len)), BLOCK_N=cfg["BLOCK_N"], USE_PDL=pdl,
+        num_warps=cfg["num_warps"], **launch_kwargs(pdl),
         enable_fp_fusion=False)   # qk_norm_rope's rounding: no fma contraction in the norms and the rotation
     return out

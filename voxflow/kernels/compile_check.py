@@ -88,11 +88,14 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     for m in (1, 4, 8, 64):
         for fused in (dict(NORM=True), dict(GATED=True, HAS_RES=True), dict(HAS_BIAS=True, HAS_RES=True)):
             cfg = skinny_linear.launch_config(m, 1024, 3072, None)
-            consts = dict(NORM=False, GATED=False, HAS_BIAS=False, HAS_RES=False, PRECISE_EXP=True, DOT_IN_FP32=False)
-            consts.update(fused)
-            consts.update({k: v for k, v in cfg.items() if k.isupper()})
-            out.append((f"skinny_linear m={m} {'+'.join(k for k in fused)}", skinny_linear._skinny_linear_kernel,
-                        skinny_types, consts, dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])))
+            for pdl in ((False, True) if m == 1 else (False,)):
+                consts = dict(NORM=False, GATED=False, HAS_BIAS=False, HAS_RES=False, PRECISE_EXP=True,
+                              DOT_IN_FP32=False, USE_PDL=pdl)
+                consts.update(fused)
+                consts.update({k: v for k, v in cfg.items() if k.isupper()})
+                out.append((f"skinny_linear m={m} {'+'.join(k for k in fused)}" + (" pdl" if pdl else ""),
+                            skinny_linear._skinny_linear_kernel, skinny_types, consts,
+                            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl)))
     # The code predictor's fused layer kernels as the JIT specializes them at batch 1 (M == 1 a constant, aligned
     # pointers and strides), and at 4 rows.
     for name, m, n, k, swiglu in (("q|k|v", 1, 4096, 1024, False), ("gate|up", 1, 3072, 1024, True),
@@ -101,9 +104,14 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"norm_linear {name}", *norm_linear_case(m, n, k, swiglu)))
     out.append(("norm_linear down+residual (no norm)", *norm_linear_case(1, 1024, 3072, False, norm=False,
                                                                          residual=True)))
+    # With programmatic dependent launch (pdl.py: weight prefetches, griddepcontrol wait / launch_dependents).
+    for name, n, swiglu in (("q|k|v", 4096, False), ("gate|up", 3072, True)):
+        out.append((f"norm_linear {name} pdl", *norm_linear_case(1, n, 1024, swiglu, pdl=True)))
     for block_h, block_n, m in ((2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (2, 64, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
+    out.append(("attention_o_proj block_h=2 block_n=64 m=1 pdl",
+                *attention_o_proj_case(1, dict(BLOCK_H=2, BLOCK_N=64), pdl=True)))
     out.append(("dense_decode_norm_rope", dense_nr._norm_rope_attend_kernel,
                 dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
                      k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32"),
@@ -152,34 +160,35 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
 
 
 def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None = None, norm: bool = True,
-                     residual: bool = False) -> tuple:
+                     residual: bool = False, pdl: bool = False) -> tuple:
     """(kernel, types, constexprs, options) of norm_linear.py's kernel as launched for [m, k] x [n(, x2), k]."""
     from voxflow.kernels import norm_linear
     cfg = {**norm_linear.launch_config(m, n, k, swiglu), **(config or {})}
     bf = _ptr("bf16")
-    consts = dict(NORM=norm, SWIGLU=swiglu, HAS_RES=residual, PRECISE_EXP=True, BLOCK_M=triton.next_power_of_2(m),
-                  BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"])
+    consts = dict(NORM=norm, SWIGLU=swiglu, HAS_RES=residual, PRECISE_EXP=True, USE_PDL=pdl,
+                  BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"])
     if m == 1:
         consts["M"] = 1
     ptrs = ("x_ptr", "g_ptr", "w_ptr", "res_ptr", "out_ptr")
     return (norm_linear._norm_linear_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"}, consts,
-            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
                  aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
 
 
-def attention_o_proj_case(m: int, config: dict | None = None) -> tuple:
+def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool = False) -> tuple:
     """(kernel, types, constexprs, options) of attention_o_proj.py's kernel at the 1.7B code predictor's shapes."""
     from voxflow.kernels import attention_o_proj
     cfg = {**attention_o_proj.launch_config(1024, 16), **(config or {})}
     bf = _ptr("bf16")
-    consts = dict(HQ=16, HKV=8, D=128, HALF=64, BLOCK_H=cfg["BLOCK_H"], BLOCK_T=16, BLOCK_N=cfg["BLOCK_N"])
+    consts = dict(HQ=16, HKV=8, D=128, HALF=64, BLOCK_H=cfg["BLOCK_H"], BLOCK_T=16, BLOCK_N=cfg["BLOCK_N"],
+                  USE_PDL=pdl)
     if m == 1:
         consts["M"] = 1
     ptrs = ("qkv_ptr", "res_ptr", "wo_ptr", "qw_ptr", "kw_ptr", "cos_ptr", "sin_ptr", "kc_ptr", "vc_ptr", "out_ptr")
     return (attention_o_proj._attention_o_proj_kernel,
             {**{p: bf for p in ptrs}, "ws_ptr": _ptr("fp32"), "cnt_ptr": _ptr("i32"), "scale": "fp32",
              "inv_d": "fp32", "q_eps": "fp32", "k_eps": "fp32"}, consts,
-            dict(num_warps=cfg["num_warps"], enable_fp_fusion=False,
+            dict(num_warps=cfg["num_warps"], enable_fp_fusion=False, launch_pdl=pdl,
                  aligned=ptrs + ("ws_ptr", "cnt_ptr", "N", "s_qkv", "s_res", "s_out", "cos_sb", "sin_sb", "sk_b",
                                  "sk_h", "sk_t", "sv_b", "sv_h", "sv_t")))
 

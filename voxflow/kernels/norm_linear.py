@@ -43,6 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
+from voxflow.kernels import use_pdl
+from voxflow.kernels.pdl import LINES_PER_STEP, launch_kwargs, prefetch_rows_l2, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.skinny_linear import _silu_mul
 
@@ -54,7 +56,7 @@ _CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 @triton.jit
 def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm, stride_om,
                       k_float, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr,
-                      PRECISE_EXP: tl.constexpr,
+                      PRECISE_EXP: tl.constexpr, USE_PDL: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Output columns [tile * BLOCK_N, + BLOCK_N) of all M rows (the kernel below runs one tile a program)."""
     dtype = x_ptr.dtype.element_ty
@@ -65,6 +67,11 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
     n_mask = offs_n < N
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * K              # [BLOCK_N, 1]: gate (or only) rows
     u_rows = w_rows + N * K                                         # up rows (swiglu): W is [2N, K]
+    if USE_PDL:                 # pdl.py: this tile's weight rows into L2 while the previous kernel finishes
+        prefetch_rows_l2(w_rows, n_mask[:, None], 0, K, LINES_PER_STEP)
+        if SWIGLU:
+            prefetch_rows_l2(u_rows, n_mask[:, None], 0, K, LINES_PER_STEP)
+        wait_for_previous_kernel()
     if BLOCK_M == 1:
         sq = tl.zeros((BLOCK_K,), tl.float32)
         acc = tl.zeros((BLOCK_N,), tl.float32)
@@ -126,10 +133,11 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
 @triton.jit
 def _norm_linear_kernel(x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm, stride_om, k_float,
                         eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr,
-                        PRECISE_EXP: tl.constexpr,
+                        PRECISE_EXP: tl.constexpr, USE_PDL: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     _norm_linear_tile(tl.program_id(0), x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm,
-                      stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, BLOCK_M, BLOCK_N, BLOCK_K)
+                      stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, USE_PDL, BLOCK_M, BLOCK_N,
+                      BLOCK_K)
 
 
 def _pow2_floor(v: int) -> int:
@@ -203,10 +211,11 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     res = residual if residual is not None else out
+    pdl = use_pdl(x)
     _norm_linear_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         x, norm_weight if norm_weight is not None else x, w, res, out, m, n, k, x.stride(0), res.stride(0),
         out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, SWIGLU=swiglu, HAS_RES=residual is not None, PRECISE_EXP=x.is_cuda,
-        BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        USE_PDL=pdl, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
     return out

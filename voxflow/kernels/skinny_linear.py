@@ -39,6 +39,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from voxflow.kernels import use_pdl
+from voxflow.kernels.pdl import LINES_PER_STEP, launch_kwargs, prefetch_rows_l2, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 64
@@ -96,7 +98,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
                           M, N, K, k_split, stride_xm, stride_rm, stride_om, k_float, eps,
                           NORM: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
                           PRECISE_EXP: tl.constexpr, DOT_IN_FP32: tl.constexpr, USE_DOT: tl.constexpr,
-                          SPLIT_K: tl.constexpr,
+                          SPLIT_K: tl.constexpr, USE_PDL: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -107,6 +109,9 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
     m_mask = offs_m < M
     n_mask = offs_n < N
     x_rows = x_ptr + offs_m[:, None] * stride_xm        # [BLOCK_M, 1]; padding rows load zeros, never stored
+    if USE_PDL:         # pdl.py: this program's slice of W into L2 while the previous kernel finishes
+        prefetch_rows_l2(w_ptr + offs_n[:, None] * K, n_mask[:, None], pid_k * k_split, k_split, LINES_PER_STEP)
+        wait_for_previous_kernel()
 
     if NORM:
         # First pass: the whole row's sum of squares (x is a few KB, so this and the re-reads below hit L1/L2).
@@ -297,12 +302,14 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
     # Unused pointer arguments get x (never dereferenced: their constexpr flags compile the loads out).
     ws = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else x
     res = residual if residual is not None else x
+    pdl = use_pdl(x)
     _skinny_linear_kernel[(triton.cdiv(n, bn), split)](
         x, w, norm_weight if norm_weight is not None else x, bias if bias is not None else x, res, out, ws,
         m, n, k, k // split, x.stride(0), res.stride(0), out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        PRECISE_EXP=x.is_cuda, DOT_IN_FP32=not x.is_cuda or x.dtype == torch.float32, USE_DOT=cfg["USE_DOT"], SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        PRECISE_EXP=x.is_cuda, DOT_IN_FP32=not x.is_cuda or x.dtype == torch.float32, USE_DOT=cfg["USE_DOT"],
+        SPLIT_K=split, USE_PDL=pdl, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
     if split > 1:
         _split_k_reduce_kernel[(triton.cdiv(n, 64),)](
             ws, bias if bias is not None else x, res, out, m, n, res.stride(0), out.stride(0),
