@@ -42,6 +42,8 @@ def test_pdl_variants_prefetch_weights_before_waiting_and_the_others_do_not():
                 prefetch, wait = ptx.find("prefetch.global.L2"), ptx.find("griddepcontrol.wait")
                 trigger = ptx.find("griddepcontrol.launch_dependents")
                 assert 0 <= prefetch < wait < trigger, (name, prefetch, wait, trigger)
-                assert ptx.find("ld.global") > wait, f"{name}: a global load before griddepcontrol.wait"
+                accesses = [i for op in ("ld.global", "st.global", "atom.global", "red.global", "cp.async")
+                            if (i := ptx.find(op)) >= 0]
+                assert accesses and min(accesses) > wait, f"{name}: a global access before griddepcontrol.wait"
             else:
                 assert "griddepcontrol" not in ptx and "prefetch.global" not in ptx, variant

@@ -3,7 +3,7 @@ n frames each (the engine's shapes: 1-frame steps, 25-frame regular chunks), rep
 in each precision setting asked for.
 
     python benchmarks/scripts/profile_codec.py MODEL_DIR BATCH SETTING[,SETTING...]
-    SETTING: fp32 (convolutions in TF32, PyTorch's default) | fp32-strict (no TF32) | bf16, each optionally with
+    SETTING: fp32 (convolutions and matmuls in TF32, cuDNN's default switch) | fp32-strict (no TF32) | bf16, each optionally with
              +bench (cudnn.benchmark: cuDNN times its algorithms once per shape before the capture) and/or
              +ncl (the waveform stack in [B, C, T] layout: codec_waveform_cl.py's channels-last path off)
 """

@@ -45,7 +45,7 @@ DTYPE = torch.bfloat16
 DEVICE = "cuda"
 H, I, HQ, HKV, D, L, EPS = 1024, 3072, 16, 8, 128, 16, 1e-6
 L2_BYTES = 128 << 20
-LAST_CODES: dict = {}        # predict_frames' last greedy codes with the fused layers (tune_pdl.py compares them)
+LAST_CODES: dict = {}        # predict_frames' last greedy codes, fused layers off / on (tune_pdl.py compares them)
 
 
 def variants(base: dict, changes: list[dict]) -> list[dict]:
@@ -295,7 +295,7 @@ def predict_frames(m: int) -> tuple[list[float], list[bool]]:
             codes.append(out["codes"].clone())                # (after the last replay of the graph)
     finally:
         cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS = saved
-    LAST_CODES["fused"] = codes[-1]
+    LAST_CODES["off"], LAST_CODES["fused"] = codes[0], codes[-1]
     return times, [torch.equal(c, codes[0]) for c in codes]
 
 

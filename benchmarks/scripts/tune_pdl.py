@@ -1,7 +1,8 @@
 """Programmatic dependent launch off / on (VOXFLOW_PDL, voxflow/kernels/pdl.py) for the code predictor's decode
 kernels on a GPU: a frame's 70 layer steps (the per-layer path and cp_layer's fused one) and a whole
 CodePredictor.predict, at the 1.7B shapes, bf16, CUDA-graph replays (tune_cp_layer.py's timings), us; and whether
-the fused predict's greedy codes are the same with PDL on as off (they must be: PDL changes no arithmetic).
+predict's greedy codes (per-layer path, fused path) are the same with PDL on as off (they must be: PDL changes no
+arithmetic).
 
     python benchmarks/scripts/tune_pdl.py [--rows 1,4]
 """
@@ -25,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}, {cp.DTYPE}, us (CUDA-graph replays, W rotated past L2)")
     print(f"{'rows':>4} | {'PDL':>3} | {'per-layer step':>14} | {'fused step':>10} | {'predict off':>11} | "
-          f"{'predict fused':>13} | fused codes == PDL off")
+          f"{'predict fused':>13} | codes (per-layer, fused) == PDL off")
     for m in [int(r) for r in args.rows.split(",")]:
         codes = {}
         for on in (False, True):
@@ -33,8 +34,8 @@ def main() -> None:
             torch.manual_seed(0)
             old, new = cp.layer_steps(m)
             (p_off, p_fused), _ = cp.predict_frames(m)
-            codes[on] = cp.LAST_CODES.get("fused")
-            same = "" if not on else str(codes[True] is not None and torch.equal(codes[True], codes[False]))
+            codes[on] = (cp.LAST_CODES["off"], cp.LAST_CODES["fused"])
+            same = "" if not on else str([torch.equal(a, b) for a, b in zip(codes[True], codes[False])])
             print(f"{m:>4} | {'on' if on else 'off':>3} | {old:14.2f} | {new:10.2f} | {p_off:11.1f} | {p_fused:13.1f} | "
                   f"{same}")
     set_pdl_enabled(False)

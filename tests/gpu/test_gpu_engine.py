@@ -82,8 +82,8 @@ def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
 def test_gpu_packed_prefill_equals_cpu_reference(packed):
     """packed_prefill (engine/packed_prefill.py, the default): the four prompts end to end in one packed replay,
     attending by query tiles (kernels/paged_prefill_attention.py) after every row's K/V was written (a row reads its
-    sequence's earlier rows: read before they are written, the codes would differ). Padded: the per-prompt graphs
-    (prefill_runner.py) that run where the kernels are off."""
+    sequence's earlier rows: read before they are written, the codes would differ). Padded (packed_prefill=False,
+    kernels still on): the per-prompt graphs of prefill_runner.py, the path that also runs where kernels are off."""
     got = engine_codes("float32", texts=TEXTS, packed_prefill=packed)
     assert_equals_reference(got, TEXTS)
 
@@ -127,15 +127,19 @@ def test_gpu_prefill_graphs_survive_slot_buffer_growth():
 
 def test_gpu_engine_with_programmatic_dependent_launch_equals_cpu_reference():
     """VOXFLOW_PDL (voxflow/kernels/pdl.py, off by default): the decode kernels launched with programmatic dependent
-    launch, inside the captured decode and prefill graphs, give the CPU loop's codes and audio (a kernel that read
-    its predecessor's output before griddepcontrol.wait would read stale rows and change them)."""
-    from voxflow.kernels import pdl_enabled, set_pdl_enabled
+    launch inside the captured decode graphs give the CPU loop's codes and audio (a kernel that read its
+    predecessor's output before griddepcontrol.wait would read stale rows and change them). Four requests (the
+    skinny GEMMs of 4-row steps) and one alone (one-row steps: the code predictor's fused layer kernels)."""
+    from voxflow.kernels import pdl_enabled, set_pdl_enabled, use_pdl
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs compute capability >= 9 (Hopper)")
     saved = pdl_enabled()
     set_pdl_enabled(True)
     try:
         got = engine_codes("float32", texts=TEXTS)
+        assert use_pdl(torch.empty(1, device="cuda"))             # the engine left the kernels on: PDL ran
+        alone = engine_codes("float32", texts=TEXTS[1:2])
     finally:
         set_pdl_enabled(saved)
     assert_equals_reference(got, TEXTS)
+    assert_equals_reference(alone, TEXTS[1:2])

@@ -15,13 +15,18 @@ DEV = "cuda"
 
 @pytest.fixture
 def pdl():
-    from voxflow.kernels import pdl_enabled, set_pdl_enabled
-    saved = pdl_enabled()
+    """switch(on): PDL on / off with the kernels on (both process-wide; an engine made earlier may have turned the
+    kernels off), asserting that the kernels do take PDL when it is on."""
+    from voxflow.kernels import kernels_enabled, pdl_enabled, set_kernels_enabled, set_pdl_enabled, use_pdl
+    saved = pdl_enabled(), kernels_enabled()
+    set_kernels_enabled(True)
 
     def switch(on: bool):
         set_pdl_enabled(on)
+        assert use_pdl(torch.empty(1, device=DEV)) is on
     yield switch
-    set_pdl_enabled(saved)
+    set_pdl_enabled(saved[0])
+    set_kernels_enabled(saved[1])
 
 
 def chain(x, ws, nw):
@@ -57,6 +62,8 @@ def test_chained_kernels_equal_with_pdl_on_and_off_eager_and_graphed(pdl):
 
 @torch.no_grad()
 def test_code_predictor_frame_equals_with_pdl_on_and_off(pdl):
+    """A 1.7B code-predictor frame at one row (the four fused kernels a layer step, 70 steps): eagerly, and captured
+    in a CUDA graph replayed on new inputs (back to back on the GPU, where a read before the wait would show)."""
     cp = make_code_predictor(torch.bfloat16, DEV)
     h = (torch.randn(1, 2048, device=DEV) * 2).to(torch.bfloat16)
     c0 = torch.randn(1, 2048, device=DEV).to(torch.bfloat16)
@@ -66,3 +73,14 @@ def test_code_predictor_frame_equals_with_pdl_on_and_off(pdl):
     pdl(True)
     codes_on, logits_on = cp.predict(h, c0, greedy)
     assert torch.equal(codes_on, codes_off) and torch.equal(logits_on, logits_off)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        codes_g, logits_g = cp.predict(h, c0, greedy)
+    h2, c02 = (torch.randn(1, 2048, device=DEV) * 2).to(torch.bfloat16), torch.randn(1, 2048, device=DEV).to(h.dtype)
+    h.copy_(h2)
+    c0.copy_(c02)
+    graph.replay()
+    torch.cuda.synchronize()
+    pdl(False)
+    codes_want, logits_want = cp.predict(h2, c02, greedy)
+    assert torch.equal(codes_g, codes_want) and torch.equal(logits_g, logits_want)

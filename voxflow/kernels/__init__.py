@@ -10,6 +10,7 @@ on Hopper or newer; not yet measured on the GPU.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -54,5 +55,11 @@ def pdl_enabled() -> bool:
 
 def use_pdl(t: torch.Tensor) -> bool:
     """True when kernels on tensors like `t` should launch with programmatic dependent launch (pdl.py): switch on,
-    kernels on, a CUDA device of compute capability >= 9 (the griddepcontrol instructions are Hopper's)."""
-    return _pdl and use_kernels(t) and torch.cuda.get_device_capability(t.device)[0] >= 9
+    kernels on, an NVIDIA device (not ROCm: the kernels carry inline PTX) of compute capability >= 9 (the
+    griddepcontrol instructions are Hopper's)."""
+    return _pdl and use_kernels(t) and torch.version.cuda is not None and _major_capability(t.device.index) >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _major_capability(index: int | None) -> int:
+    return torch.cuda.get_device_capability(index)[0]

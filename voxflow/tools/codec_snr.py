@@ -97,7 +97,7 @@ def _tf32(allowed: bool):
 def measure(decoder: CodecDecoder, dtype: torch.dtype, frames: int, *, seed: int = 0, first: int = 1,
             chunk: int = 25, cuda_graphs: bool = True, tf32: bool = False) -> dict:
     """SNR / max abs error of the streamed `dtype` decode against the one-pass fp32 decode of the same codes.
-    tf32: the streamed decode's fp32 convolutions (and the codec's GEMMs that follow cuDNN's switch) use TF32, as
+    tf32: the streamed decode's fp32 convolutions and matmuls (all follow cuDNN's switch) use TF32, as
     serving runs them (PyTorch's default); the reference never does."""
     cfg = decoder.config
     codes = torch.randint(0, cfg.codebook_size, (frames, cfg.num_quantizers),
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=25, help="frames of the following chunks")
     ap.add_argument("--no-graphs", action="store_true", help="eager decode steps even on CUDA")
     ap.add_argument("--tf32", action="store_true",
-                    help="float32 with TF32 convolutions, as served (PyTorch's default), against plain fp32")
+                    help="float32 with TF32 convolutions and matmuls, as served (cuDNN's default), against plain fp32")
     args = ap.parse_args(argv)
     decoder = load_codec_decoder(args.model, args.device)
     result = measure(decoder, getattr(torch, args.dtype), args.frames, seed=args.seed, first=args.first,

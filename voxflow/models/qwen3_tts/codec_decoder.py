@@ -186,9 +186,9 @@ class CodecDecoder(nn.Module):
         Precision: every matrix multiply of the decoder (the frame transformer's and ConvNeXt blocks' linears as
         well as the convolutions run as GEMMs) takes TF32 for fp32 inputs exactly when cuDNN's convolutions may
         (`torch.backends.cudnn.allow_tf32`, PyTorch's default: on), so the codec is one precision class: "fp32 with
-        TF32", 46 dB SNR against plain fp32 (benchmarks/results/h200/2026-12-01-session6, `voxflow.tools.codec_snr
-        --tf32`). PyTorch's matmul switch alone would leave the linears in plain fp32 FMA kernels: 1.8 of a c=256
-        step's 13.4 codec milliseconds on an H200 (session 9, call 3)."""
+        TF32", 46.28 dB SNR against plain fp32 (benchmarks/results/h200/2026-12-01-session9, call 4:
+        `voxflow.tools.codec_snr --tf32`). PyTorch's matmul switch alone would leave the linears in plain fp32 FMA
+        kernels: 1.8 of a c=256 step's 13.4 codec milliseconds on an H200 (11.75 with them in TF32; calls 3 and 5)."""
         if codes.dim() != 3 or codes.shape[1] != self.config.num_quantizers:
             raise ValueError(f"expected codes [B, {self.config.num_quantizers}, T], got {tuple(codes.shape)}")
         with conv_gemm_precision():
