@@ -4,7 +4,8 @@
 #  1. GPU tests: PDL on == off bit for bit (chained kernels, a CUDA graph, a 1.7B code-predictor frame), the
 #     engine with PDL == the CPU reference, the skinny / cp-layer kernels with PDL off (default path unchanged);
 #  2. tune_pdl.py: a frame's layer steps and predict() at 1 and 4 rows, PDL off / on;
-#  3. HTTP c=1 (RTF target 0.04) and c=64, PDL off / on; the c=1 step profile with PDL on.
+#  3. HTTP c=1 (RTF target 0.04) and c=64, PDL off / on; the c=1 step profile with PDL on; c=64 with first chunks
+#     of 5 frames (the engine picks 10 above 32 streams: TTFP's first_chunk part was 71-115 ms in session 9).
 # Decide: PDL on by default (VOXFLOW_PDL default "1" on Hopper) if c=1 RTF improves and c=64 is not worse.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
@@ -24,6 +25,10 @@ for variant in pdloff pdlon; do
     bench_http --label http-$variant --concurrency 1 --num-prompts 4 --num-warmups 1 --output $R/h200_1p7b_http_c1_$variant.json
     bench_http --label http-$variant --concurrency 64 --num-prompts 256 --num-warmups 8 \
       --output $R/h200_1p7b_http_c64_$variant.json
+    # c=64 first chunks of 5 frames instead of the engine's 10 above 32 streams (codec_executor.
+    # initial_frames_for_load, never measured): session 9's c=64 first_chunk part was 71-115 ms of the TTFP.
+    [ $variant = pdloff ] && bench_http --label http-first5 --concurrency 64 --num-prompts 256 --num-warmups 8 \
+      --extra-body '{"initial_codec_chunk_frames": 5}' --output $R/h200_1p7b_http_c64_first5.json
   fi
   stop_server $variant
 done
