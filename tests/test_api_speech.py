@@ -197,14 +197,34 @@ def test_streamed_wav_header_and_pcm_headers(http):
 
 def test_server_timing_splits_the_first_audio(http):
     """Streamed and whole responses say where their first audio's time went inside the server (the bench reads
-    it): handler -> engine, engine -> first chunk, chunk -> API. Durations only, no claims about their size."""
+    it): handler -> engine, the engine's own parts up to its first chunk (intake, prompt build, queue and
+    prefill, first frame, first chunk), chunk -> API. Durations only, no claims about their size."""
     from voxflow.bench.client import parse_server_timing
+    from voxflow.engine.engine import TTFP_PARTS
     for body in (speech(response_format="pcm", stream_format="audio"), speech(response_format="pcm")):
         with http.stream("POST", "/v1/audio/speech", json=body) as r:
             assert r.status_code == 200
             timing = parse_server_timing(r.headers["server-timing"])
             r.read()
-        assert set(timing) == {"api", "engine", "relay"} and all(v >= 0 for v in timing.values())
+        assert list(timing) == ["api", "intake", *TTFP_PARTS, "relay"] and all(v >= 0 for v in timing.values())
+        assert timing["prepare"] > 0 and timing["first_frame"] > 0        # the engine's parts, measured
+
+
+def test_server_timing_without_the_engines_split_names_the_engine_as_one_part():
+    """An engine output without the split (another engine, an older one): one `engine` part, the same total."""
+    from voxflow.api.routes_speech import SpeechJob
+    from voxflow.bench.client import parse_server_timing
+    job = SpeechJob.__new__(SpeechJob)
+    job.arrived_at, job.submitted_at, job.first_out_at = 10.0, 10.001, 10.060
+    for parts, want in ((None, ["api", "engine", "relay"]),
+                        ({"prepare": 0.002, "queue_and_prefill": 0.02, "first_frame": 0.01, "first_chunk": 0.02},
+                         ["api", "intake", "prepare", "queue_and_prefill", "first_frame", "first_chunk", "relay"])):
+        job.first = AudioChunk("r", 0, b"", 24000, 0, 0, 1, emitted_at=10.055, ttfp_parts=parts)
+        timing = parse_server_timing(job.server_timing()["Server-Timing"])
+        assert list(timing) == want
+        assert abs(sum(timing.values()) - 60.0) < 0.05              # api + engine + relay, in ms
+        if parts:
+            assert abs(timing["intake"] - (54.0 - 52.0)) < 0.01     # engine 54 ms, of which its parts 52 ms
 
 
 def _sse_events(r: httpx.Response) -> list[dict]:

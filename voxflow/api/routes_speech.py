@@ -167,13 +167,19 @@ class SpeechJob:
     def server_timing(self) -> dict[str, str]:
         """A Server-Timing header splitting the first audio's time inside this server (ms): `api` (handler start
         to the engine), `engine` (to its first chunk; the engine stamps chunks with the same host clock) and
-        `relay` (that chunk to this process). Whatever else a client measures went to HTTP and the client itself:
+        `relay` (that chunk to this process). When the first chunk carries the engine's own split (engine.TTFP_PARTS),
+        `engine` is given as its parts instead: `intake` (handed over -> its prompt build starts: the transfer and
+        the wait behind earlier arrivals' builds and steps), `prepare`, `queue_and_prefill`, `first_frame`,
+        `first_chunk` (the same total). Whatever else a client measures went to HTTP and the client itself:
         `voxflow bench` records it per request to show where its TTFP goes."""
         first = self.first
         if not isinstance(first, AudioChunk) or self.submitted_at is None or self.first_out_at is None:
             return {}
-        parts = (("api", self.submitted_at - self.arrived_at), ("engine", first.emitted_at - self.submitted_at),
-                 ("relay", self.first_out_at - first.emitted_at))
+        engine = first.emitted_at - self.submitted_at
+        inside = list(first.ttfp_parts.items()) if first.ttfp_parts else []
+        engine_parts = ([("intake", engine - sum(v for _, v in inside))] + inside) if inside else [("engine", engine)]
+        parts = [("api", self.submitted_at - self.arrived_at), *engine_parts,
+                 ("relay", self.first_out_at - first.emitted_at)]
         return {"Server-Timing": ", ".join(f"{name};dur={max(0.0, s) * 1e3:.2f}" for name, s in parts)}
 
     def usage(self) -> dict:

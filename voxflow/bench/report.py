@@ -43,7 +43,7 @@ RECORD_KEYS = ("index", "prompt_id", "warmup", "stream", "start_s", "scheduled_s
                "error_detail", "sample_rate", "sample_rate_source", "channels", "first_byte_s", "end_s",
                "chunk_times_s", "chunk_bytes", "audio_bytes", "text_chars", "request_id", "ttfp_s", "audio_s", "rtf")
 # Added after the first results were published: written by every run now, not required of older files.
-SUMMARY_OPTIONAL_KEYS = ("ttfp_breakdown_ms", "ttfp_server_split_ms")
+SUMMARY_OPTIONAL_KEYS = ("ttfp_breakdown_ms", "ttfp_server_split_ms", "ttfp_server_split_slowest_ms")
 RECORD_OPTIONAL_KEYS = ("ttfp_parts_s", "server_timing_ms")
 CONTINUITY_KEYS = ("num_streams", "jitter_buffer_s", "no_underrun_rate", "underrun_requests", "worst_underrun_s",
                    "max_underrun_s", "ok_rate", "viable_chunk_share", "all_viable_rate")
@@ -261,10 +261,12 @@ def markdown_table(result: dict) -> str:
         if parts:
             lines.append(f"- {lv['level']['key']}: engine TTFP breakdown, mean ms: "
                          + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in parts.items()))
-        split = lv["summary"].get("ttfp_server_split_ms")
-        if split:
-            lines.append(f"- {lv['level']['key']}: where TTFP went (server's Server-Timing), mean ms: "
-                         + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in split.items()))
+        for key, which in (("ttfp_server_split_ms", "mean ms"),
+                           ("ttfp_server_split_slowest_ms", "mean ms of the slowest tenth")):
+            split = lv["summary"].get(key)
+            if split:
+                lines.append(f"- {lv['level']['key']}: where TTFP went (server's Server-Timing), {which}: "
+                             + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in split.items()))
     engine = _server_engine_breakdown(result)
     if engine:
         lines.append("- the server's engine, TTFP breakdown since it started (its /health after the run), mean ms: "

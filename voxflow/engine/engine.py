@@ -437,13 +437,16 @@ class EngineCore:
     # ---- outputs ----------------------------------------------------------------------------------------
     def _chunk(self, live: _Live, pcm: np.ndarray, first_frame: int, num_frames: int, index: int) -> AudioChunk:
         now = time.monotonic()
+        parts = None
         if live.first_chunk_at is None:
             live.first_chunk_at = now
             self._note_first_audio(live)
+            parts = self._ttfp_parts_of(live)
         live.samples_out += pcm.shape[0]
         live.chunks_out += 1
         return AudioChunk(live.request.request_id, index, pcm_bytes(pcm, live.request.pcm_format),
-                          self.model.sample_rate, int(pcm.shape[0]), first_frame, num_frames, emitted_at=now)
+                          self.model.sample_rate, int(pcm.shape[0]), first_frame, num_frames, emitted_at=now,
+                          ttfp_parts=parts)
 
     def _release_talker(self, live: _Live) -> None:
         """Give back the request's model slot and KV blocks (its codec stream may still be finishing)."""

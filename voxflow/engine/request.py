@@ -70,6 +70,8 @@ class AudioChunk:
     first_frame: int               # codec frames covered: [first_frame, first_frame + num_frames)
     num_frames: int
     emitted_at: float = field(default_factory=time.monotonic)
+    ttfp_parts: dict | None = None  # a request's first chunk only: where its first-audio latency went inside the
+                                    # engine, seconds (engine.TTFP_PARTS; the API's Server-Timing header shows it)
 
 
 @dataclass
