@@ -440,8 +440,7 @@ class EngineCore:
         parts = None
         if live.first_chunk_at is None:
             live.first_chunk_at = now
-            self._note_first_audio(live)
-            parts = self._ttfp_parts_of(live)
+            parts = self._note_first_audio(live)
         live.samples_out += pcm.shape[0]
         live.chunks_out += 1
         return AudioChunk(live.request.request_id, index, pcm_bytes(pcm, live.request.pcm_format),
@@ -468,13 +467,15 @@ class EngineCore:
         parts = (live.prepare_seconds, marks[1] - marks[0], marks[2] - marks[1], marks[3] - marks[2])
         return {name: max(0.0, value) for name, value in zip(TTFP_PARTS, parts)}
 
-    def _note_first_audio(self, live: _Live) -> None:
+    def _note_first_audio(self, live: _Live) -> dict | None:
+        """Adds the request's first-audio split to the engine's totals; returns it (None: incomplete marks)."""
         parts = self._ttfp_parts_of(live)
         if parts is None:
-            return
+            return None
         for name, value in parts.items():
             self._ttfp_parts[name] += value
         self._ttfp_count += 1
+        return parts
 
     def _retire(self, live: _Live, error: str | None = None) -> FinalRecord:
         rid = live.request.request_id
