@@ -6,13 +6,12 @@ benchmarks/results/h200/2026-12-01-session4/codec_run5_after_fusions.txt). At th
 (k copies of the activation) is small, and one GEMM over it runs on cuBLAS's tensor-core kernels. Callers use it
 only while the unfolded input stays small (`fits`); the high-rate layers keep cuDNN.
 
-Precision: fp32 inputs multiply in TF32 when cuDNN's convolutions may (PyTorch's default), as the cuDNN kernel did.
+Precision: the GEMM takes PyTorch's matmul TF32 switch as it stands; the codec decoder, its only user, sets it to
+cuDNN's for its whole call (CodecDecoder.forward), so fp32 inputs multiply in TF32 exactly as the cuDNN kernel did.
 """
 from __future__ import annotations
 
 import torch
-
-from .conv_transpose_gemm import conv_gemm_precision
 
 MAX_UNFOLDED = 1 << 26          # elements of the unfolded input (128 MB in bf16)
 
@@ -32,8 +31,7 @@ def conv1d_im2col(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     t = total - span + 1
     cols = x.unfold(2, span, 1)[..., ::dilation]                     # [B, Cin, T, k] (a view)
     cols = cols.permute(0, 2, 1, 3).reshape(b * t, cin * k)          # the one copy: [B*T, Cin*k]
-    with conv_gemm_precision():
-        out = torch.matmul(cols, weight.reshape(cout, cin * k).t())  # [B*T, Cout]
+    out = torch.matmul(cols, weight.reshape(cout, cin * k).t())      # [B*T, Cout]
     if bias is not None:
         out += bias
     return out.view(b, t, cout).transpose(1, 2).contiguous()

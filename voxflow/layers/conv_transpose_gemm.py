@@ -10,8 +10,10 @@ Input sample t contributes W[:, :, j] x[t] to output sample t*s + j for j < k. S
 spill G[t-1, :, s + j] of the previous input sample. The spill of the last sample is the streaming tail the next
 call adds to its first samples (`tail`, what `CausalConvTranspose1d` keeps in its state).
 
-Precision: fp32 inputs multiply in TF32 when cuDNN's convolutions may (`torch.backends.cudnn.allow_tf32`, PyTorch's
-default), the same precision class as the cuDNN kernel it replaces; the GPU test holds it to the plain path.
+Precision: the GEMM takes PyTorch's matmul TF32 switch as it stands; the codec decoder sets it to cuDNN's
+(`torch.backends.cudnn.allow_tf32`, PyTorch's default: on) for its whole call with `conv_gemm_precision`
+(CodecDecoder.forward), the same precision class as the cuDNN kernel this replaces; the GPU test holds it to the
+plain path.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def matmul_tf32(allowed: bool):
 
 
 def conv_gemm_precision():
-    """A convolution computed as a GEMM multiplies in TF32 exactly when cuDNN's convolutions may (see Precision)."""
+    """Matrix multiplies (convolutions computed as GEMMs, and the codec's linears) in TF32 exactly when cuDNN's
+    convolutions may (see Precision)."""
     return matmul_tf32(torch.backends.cudnn.allow_tf32)
 
 
@@ -45,8 +48,7 @@ def conv_transpose_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     overlap = k - stride
     if not 0 <= overlap <= stride:
         raise ValueError(f"needs stride <= kernel <= 2 * stride, got kernel {k}, stride {stride}")
-    with conv_gemm_precision():
-        g = torch.matmul(x.transpose(1, 2), weight.reshape(cin, cout * k)).view(b, t, cout, k)
+    g = torch.matmul(x.transpose(1, 2), weight.reshape(cin, cout * k)).view(b, t, cout, k)
     g = g.permute(0, 2, 1, 3)                                   # [B, Cout, T, k] (a view)
     y = torch.empty(b, cout, t, stride, dtype=x.dtype, device=x.device)
     if bias is None:

@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from voxflow.kernels import use_kernels
-from voxflow.layers.conv_transpose_gemm import conv_gemm_precision
 
 from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderBlock, ResidualUnit, SnakeBeta,
                                    StreamTensors, _per_weight_version)
@@ -96,8 +95,7 @@ def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTen
     weight = up.conv.weight
     cout, k, s, overlap = weight.shape[1], weight.shape[2], up.stride, up.overlap
     packed = _per_weight_version(up, (weight,), lambda: weight.permute(0, 2, 1).reshape(cin, k * cout).contiguous())
-    with conv_gemm_precision():
-        g = torch.matmul(x.reshape(b * t, cin), packed).view(b, t, k, cout)
+    g = torch.matmul(x.reshape(b * t, cin), packed).view(b, t, k, cout)     # (TF32: CodecDecoder.forward's)
     tail = state[up.state_key] if state is not None and overlap else None
     y = overlap_add_channels_last(g, up.conv.bias, s, tail)        # bias + spill in one pass
     if tail is not None:
