@@ -70,6 +70,19 @@ def paged_decode_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: to
 # ------------------------------------------------------------------------------------------- kernels
 if triton is not None:
     @triton.jit
+    def page_slots(table_row, tok, ok, stride_tw, PAGE: tl.constexpr):
+        """Page (int64, so page * stride cannot overflow on big pools) and in-page position of each token of a
+        sequence whose block-table row is `table_row`; masked lanes read nothing (page 0)."""
+        page = tl.load(table_row + (tok // PAGE) * stride_tw, mask=ok, other=0).to(tl.int64)
+        return page, tok % PAGE
+
+    @triton.jit
+    def load_kv_tile(ptr, page, pos, kv_head, d, mask, stride_blk, stride_pos, stride_h, stride_d):
+        """[N, D] keys or values of one KV head at those pages / positions, in the pool's dtype (masked: 0)."""
+        return tl.load(ptr + page[:, None] * stride_blk + pos[:, None] * stride_pos + kv_head * stride_h
+                       + d[None, :] * stride_d, mask=mask, other=0.0)
+
+    @triton.jit
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
             kn_ptr, vn_ptr, slot_ptr,
@@ -111,12 +124,10 @@ if triton is not None:
         for start in range(lo, hi, BLOCK_N):
             tok = start + n
             ok = tok < hi
-            # Page of each token (int64, so page * stride cannot overflow on big pools); masked lanes read nothing.
-            page = tl.load(table_row + (tok // PAGE) * stride_tw, mask=ok, other=0).to(tl.int64)
-            pos = tok % PAGE
+            page, pos = page_slots(table_row, tok, ok, stride_tw, PAGE)
             kv_mask = ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + page[:, None] * stride_kblk + pos[:, None] * stride_kpos + kv_head * stride_kh
-                        + d[None, :] * stride_kd, mask=kv_mask, other=0.0).to(tl.float32)   # [N, D]
+            k = load_kv_tile(k_ptr, page, pos, kv_head, d, kv_mask, stride_kblk, stride_kpos, stride_kh,
+                             stride_kd).to(tl.float32)                                         # [N, D]
             scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale_log2            # [G, N]
             scores = tl.where(ok[None, :], scores, float("-inf"))
             # The first token of every tile is inside the context, so m_new is finite from the first tile on.
@@ -124,8 +135,8 @@ if triton is not None:
             alpha = tl.exp2(m - m_new)                     # exp2(-inf) = 0 on the first tile
             p = tl.exp2(scores - m_new[:, None])
             s_sum = s_sum * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_ptr + page[:, None] * stride_vblk + pos[:, None] * stride_vpos + kv_head * stride_vh
-                        + d[None, :] * stride_vd, mask=kv_mask, other=0.0).to(tl.float32)   # [N, D]
+            v = load_kv_tile(v_ptr, page, pos, kv_head, d, kv_mask, stride_vblk, stride_vpos, stride_vh,
+                             stride_vd).to(tl.float32)                                         # [N, D]
             acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
             m = m_new
 

@@ -30,6 +30,8 @@ try:
     import triton.language as tl
 except ImportError:          # CPU-only installs without Triton: the reference path is used
     triton = None
+else:
+    from .paged_decode_attention import load_kv_tile, page_slots
 
 
 def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
@@ -94,11 +96,10 @@ if triton is not None:
         for start in range(0, hi, BLOCK_N):
             tok = start + n
             ok = tok < hi
-            page = tl.load(table_row + (tok // PAGE) * stride_tw, mask=ok, other=0).to(tl.int64)
-            pos = tok % PAGE
+            page, pos = page_slots(table_row, tok, ok, stride_tw, PAGE)
             kv_mask = ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + page[:, None] * stride_kblk + pos[:, None] * stride_kpos + kv_head * stride_kh
-                        + d[None, :] * stride_kd, mask=kv_mask, other=0.0)                  # [N, D]
+            k = load_kv_tile(k_ptr, page, pos, kv_head, d, kv_mask, stride_kblk, stride_kpos, stride_kh,
+                             stride_kd)                                                        # [N, D]
             if DOT_IN_FP32:
                 k = k.to(tl.float32)
             scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2     # [M, N] fp32
@@ -111,8 +112,8 @@ if triton is not None:
             alpha = tl.exp2(mx - m_new)
             p = tl.exp2(scores - m_new[:, None])
             s_sum = s_sum * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_ptr + page[:, None] * stride_vblk + pos[:, None] * stride_vpos + kv_head * stride_vh
-                        + d[None, :] * stride_vd, mask=kv_mask, other=0.0)                  # [N, D]
+            v = load_kv_tile(v_ptr, page, pos, kv_head, d, kv_mask, stride_vblk, stride_vpos, stride_vh,
+                             stride_vd)                                                        # [N, D]
             if DOT_IN_FP32:                      # (the weights still rounded as the GPU's bf16 dot takes them)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32),
                                                     input_precision=DOT_PRECISION)
