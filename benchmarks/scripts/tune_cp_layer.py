@@ -45,7 +45,6 @@ DTYPE = torch.bfloat16
 DEVICE = "cuda"
 H, I, HQ, HKV, D, L, EPS = 1024, 3072, 16, 8, 128, 16, 1e-6
 L2_BYTES = 128 << 20
-LAST_CODES: dict = {}        # predict_frames' last greedy codes, fused layers off / on (tune_pdl.py compares them)
 
 
 def variants(base: dict, changes: list[dict]) -> list[dict]:
@@ -265,9 +264,9 @@ def layer_steps(m: int) -> tuple[float, float]:
 
 
 @torch.no_grad()
-def predict_frames(m: int) -> tuple[list[float], list[bool]]:
+def predict_frames(m: int) -> tuple[list[float], list[bool], list[torch.Tensor]]:
     """us per CodePredictor.predict (one frame: 15 codes) for: CP_FUSED_LAYER off, on (four kernels a layer); and
-    whether each variant's greedy codes equal the first's."""
+    whether each variant's greedy codes equal the first's; and those codes."""
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.models.qwen3_tts.config import CodePredictorConfig
     cfg = CodePredictorConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=5, num_attention_heads=HQ,
@@ -295,8 +294,7 @@ def predict_frames(m: int) -> tuple[list[float], list[bool]]:
             codes.append(out["codes"].clone())                # (after the last replay of the graph)
     finally:
         cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS = saved
-    LAST_CODES["off"], LAST_CODES["fused"] = codes[0], codes[-1]
-    return times, [torch.equal(c, codes[0]) for c in codes]
+    return times, [torch.equal(c, codes[0]) for c in codes], codes
 
 
 def main() -> None:
@@ -326,7 +324,7 @@ def main() -> None:
         print(f"{m:>4} | {old:14.2f} | {new:14.2f} | {old / new:5.2f}")
     print(f"\n{'rows':>4} | {'predict, fused off':>18} | {'4 kernels/layer':>15} | same greedy codes")
     for m in rows:
-        (old, new), same = predict_frames(m)
+        (old, new), same, _ = predict_frames(m)
         print(f"{m:>4} | {old:18.1f} | {new:9.1f} x{old / new:4.2f} | {same[1]}")
     for m, b in bests.items():
         cfgs = {k: v[0] for k, v in b.items() if v[1] < 0.97 * v[2]}

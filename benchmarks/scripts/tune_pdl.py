@@ -33,8 +33,7 @@ def main() -> None:
             set_pdl_enabled(on)
             torch.manual_seed(0)
             old, new = cp.layer_steps(m)
-            (p_off, p_fused), _ = cp.predict_frames(m)
-            codes[on] = (cp.LAST_CODES["off"], cp.LAST_CODES["fused"])
+            (p_off, p_fused), _, codes[on] = cp.predict_frames(m)
             same = "" if not on else str([torch.equal(a, b) for a, b in zip(codes[True], codes[False])])
             print(f"{m:>4} | {'on' if on else 'off':>3} | {old:14.2f} | {new:10.2f} | {p_off:11.1f} | {p_fused:13.1f} | "
                   f"{same}")
