@@ -128,24 +128,6 @@ def test_batched_greedy_equals_single_request_with_joins_and_leaves():
     assert_all_released(core)
 
 
-def test_decode_steps_split_in_two_halves_equal_the_reference():
-    """decode_split_batch: each step's padded batch as two half-batches (on a GPU, two streams; here one after
-    the other): the same codes and audio as single-request greedy decoding, with joins and leaves."""
-    name = "custom_voice"
-    core = make_engine(name, decode_split_batch=2)
-    sizes = []
-    decode = core.model.decode
-    core.model.decode = lambda slots, kv: (sizes.append(len(slots)), decode(slots, kv))[1]
-    reqs = [greedy("Hello world.", 14, voice="vivian", request_id="a"),
-            greedy("The quick brown fox jumps over the lazy dog.", 22, voice="ryan", request_id="b"),
-            greedy("Speak.", 9, voice="eric", request_id="c"),
-            greedy("This is a tiny test.", 17, voice="serena", request_id="d")]
-    results = drive(core, {0: reqs[:2], 3: reqs[2:]})
-    assert 2 in sizes and 1 in sizes and max(sizes) == 2       # buckets 4 and 2 ran as halves, never whole
-    assert_engine_matches_reference(name, core, results, reqs)
-    assert_all_released(core)
-
-
 def test_batched_voice_clone_mix_equals_reference():
     name = "base"
     t = np.arange(24000) / 24000

@@ -105,22 +105,3 @@ def test_prefill_graphs_are_kept_when_the_decode_buffers_are_reallocated():
     assert graph.replays == 2 and runner.stats.replays == 2 and key in runner._graphs
     rows, last = model.outputs[-1]
     assert rows == [(2, True)] and torch.equal(last, out[:1, -1])
-
-
-def test_split_steps_run_two_halves_and_join_their_outputs_in_row_order():
-    model = RecordingModel()
-    runner = DecodeRunner(model, [], [], block_size=16, max_batch=8, max_width=8, scratch_block=7,
-                          cuda_graphs=True, split_batch=4)
-    out = runner.run([3, 1, 2], [[0, 1], [3], [4, 5]], [20, 5, 20], [19, 52, 83])
-    assert [c[0].tolist() for c in model.calls] == [[3, 1], [2, 99]]        # bucket 4 -> rows 0..1, rows 2..3
-    assert model.calls[1][1].tolist() == [[4, 5], [7, -1]]                    # each half its own table rows,
-    assert model.calls[1][2].tolist() == [20, 1]                              # lengths
-    assert model.calls[1][3][:, 0].tolist() == [83, 7 * 16]                   # and KV slots
-    assert out.frames[:, 0].tolist() == [3, 1, 2] and out.finished.tolist() == [False, False, True]
-    model.calls.clear()
-    runner.run([5, 6], [[9], [8]], [3, 4], [146, 130])                        # bucket 2: below split_batch
-    assert [c[0].tolist() for c in model.calls] == [[5, 6]]
-    import pytest
-    with pytest.raises(ValueError, match="split_batch"):
-        DecodeRunner(model, [], [], block_size=16, max_batch=8, max_width=8, scratch_block=7, cuda_graphs=False,
-                     split_batch=1)

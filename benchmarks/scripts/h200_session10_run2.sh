@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 10, call 2 (carry [".whl"]): decode steps split into two half-batches on two CUDA streams
-# (EngineConfig.decode_split_batch, engine/graph_runner.py), off by default, never run on a GPU yet; and the first
+# (EngineConfig.decode_split_batch, engine/graph_runner.py at 64fc57a; reverted after this call: slower); and the first
 # chunk of 5 frames above 16 streams (the new default after call 1).
 #  1. GPU test: the split step (two graph branches) == the CPU reference;
 #  2. HTTP c=64 (256 prompts): default vs decode_split_batch=32 (bucket 64 -> 2 x 32);

@@ -88,14 +88,6 @@ def test_gpu_packed_prefill_equals_cpu_reference(packed):
     assert_equals_reference(got, TEXTS)
 
 
-def test_gpu_split_decode_steps_equal_cpu_reference():
-    """decode_split_batch=2: the four requests' step (bucket 4) as two half-batches on two CUDA streams, captured as
-    two branches of one graph: the same codes and audio as the CPU loop (a missing join, or two branches sharing
-    scratch memory, would show as wrong or stale frames)."""
-    got = engine_codes("float32", texts=TEXTS, decode_split_batch=2)
-    assert_equals_reference(got, TEXTS)
-
-
 def test_gpu_fp32_single_request_equals_cpu_reference():
     """One request alone (the c=1 path: the one-row skinny GEMMs -- down_proj with silu * up, the code predictor's
     norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop."""

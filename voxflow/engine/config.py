@@ -32,8 +32,6 @@ class EngineConfig:
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; H200 session 8: no gain)
-    decode_split_batch: int = 0               # on a GPU: decode steps of at least this many rows (padded) run as two
-                                               # half-batches on two CUDA streams (graph_runner.py; 0: never)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
     packed_prefill: bool = True                # with prefill graphs: a step's chunks end to end, unpadded, in one

@@ -19,17 +19,9 @@ request samples at all: a greedy-only batch skips the sampling math).
 
 The outputs live in the graph's memory and are overwritten by the next replay: the caller copies what it needs
 before the next `run` (the engine does, on the same stream).
-
-Split steps (`split_batch`): a bucket of at least that many rows runs as two half-batches, the second on a side
-CUDA stream, captured into the same graph as two parallel branches. At a few dozen rows a step is thousands of
-small kernels that each leave most of the GPU idle; two independent halves fill it, at the price of reading the
-weights twice. Rows never interact in a decode step (each row reads and writes only its own slot, its own KV
-pages), so the halves need no other synchronisation; padding rows all lie in the second half (a bucket's padded
-rows are fewer than half of it).
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 
@@ -77,7 +69,7 @@ class RunnerStats:
 
 class DecodeRunner:
     def __init__(self, model: TTSModel, k_cache, v_cache, block_size: int, max_batch: int, max_width: int,
-                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False, split_batch: int = 0):
+                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False):
         self.model = model
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_size = block_size
@@ -87,10 +79,6 @@ class DecodeRunner:
         self.fixed_width = fixed_width          # attention kernels read only real pages: one width fits all
         self.scratch_block = scratch_block
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        if split_batch == 1 or split_batch < 0:
-            raise ValueError(f"split_batch {split_batch}: 0 (never) or a bucket of at least 2 rows")
-        self.split_batch = split_batch          # buckets of at least this many rows run as two halves (0: never)
-        self._side = torch.cuda.Stream(self.device) if split_batch and self.device.type == "cuda" else None
         self.stats = RunnerStats()
         B, W = self.buckets[-1], self.max_width
         pin = self.device.type == "cuda"
@@ -158,33 +146,14 @@ class DecodeRunner:
         ln[:n], ln[n:] = lens, 1
         mp[:n, 0], mp[n:, 0] = mapping, self.scratch_block * self.block_size
 
-    def _views(self, bucket: int, width: int, lo: int = 0, hi: int | None = None) -> PagedKVContext:
-        """The paged-KV inputs of rows lo..hi (default: the whole bucket) of a [bucket, width] step."""
-        d, hi = self._dev, bucket if hi is None else hi
-        tables = d["tables"].view(-1)[:bucket * width].view(bucket, width)[lo:hi]
-        return PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][lo:hi],
-                              d["mapping"][lo:hi])
+    def _views(self, bucket: int, width: int) -> PagedKVContext:
+        d = self._dev
+        tables = d["tables"].view(-1)[:bucket * width].view(bucket, width)
+        return PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][:bucket],
+                              d["mapping"][:bucket])
 
     def _decode(self, bucket: int, width: int) -> DecodeOutput:
-        if self.split_batch and bucket >= self.split_batch:
-            return self._decode_halves(bucket, width)
         return self.model.decode(self._dev["slots"][:bucket], self._views(bucket, width))
-
-    def _decode_halves(self, bucket: int, width: int) -> DecodeOutput:
-        """Rows [0, half) on the current stream while rows [half, bucket) run on the side stream (on a CPU: one
-        after the other, the same arithmetic); the outputs joined on the current stream."""
-        half, slots = bucket // 2, self._dev["slots"]
-        side = self._side
-        if side is not None:
-            side.wait_stream(torch.cuda.current_stream())
-        first = self.model.decode(slots[:half], self._views(bucket, width, 0, half))
-        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-            second = self.model.decode(slots[half:bucket], self._views(bucket, width, half, bucket))
-        if side is not None:
-            torch.cuda.current_stream().wait_stream(side)
-        return DecodeOutput(*(torch.cat((a, b)) for a, b in ((first.frames, second.frames),
-                                                             (first.finished, second.finished),
-                                                             (first.eos, second.eos))))
 
     # ---- CUDA graphs ----------------------------------------------------------------------------------------
     def _check_epoch(self) -> None:
