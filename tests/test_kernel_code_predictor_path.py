@@ -78,14 +78,19 @@ def _check_per_layer_kernel_path():
     real_attention = fused_attention.norm_rope_attend_append
     fused_attention.norm_rope_attend_append = lambda *a: (attention_calls.append(1), real_attention(*a))[1]
     from voxflow.kernels import skinny_linear as sk
-    gemms = []
+    import voxflow.layers.qwen3_layer as layer_mod
+    gemms, add_norms = [], []
     real_skinny = sk.skinny_linear
     sk.skinny_linear = lambda x, w, **kw: (gemms.append((tuple(w.shape), kw.get("gated", False))),
                                            real_skinny(x, w, **kw))[1]
+    real_add_norm = layer_mod.add_rms_norm
+    layer_mod.add_rms_norm = lambda *a: (add_norms.append(1), real_add_norm(*a))[1]
     g = torch.Generator().manual_seed(1)
     # One row: every fused GEMM of the path (o_proj + residual, silu*up + down_proj + residual, norm + lm_head);
-    # three rows: o_proj's only (SKINNY_PROLOGUE_MAX_ROWS).
-    for rows, dtype, tol in ((1, torch.float32, 1e-4), (1, torch.bfloat16, 5e-2), (3, torch.float32, 1e-4)):
+    # three rows: o_proj's only (SKINNY_PROLOGUE_MAX_ROWS); twelve rows: above SKINNY_MAX_ROWS, the layers on
+    # cuBLAS-sized GEMMs with every residual add fused into the norm after it (Qwen3DecoderLayer.forward_deferred).
+    for rows, dtype, tol in ((1, torch.float32, 1e-4), (1, torch.bfloat16, 5e-2), (3, torch.float32, 1e-4),
+                             (12, torch.float32, 1e-4)):
         cp = small_code_predictor(dtype)
         h = torch.randn(rows, 96, generator=g).to(dtype)
         c0 = torch.randn(rows, 96, generator=g).to(dtype)
@@ -93,12 +98,17 @@ def _check_per_layer_kernel_path():
         calls.clear()
         attention_calls.clear()
         gemms.clear()
+        add_norms.clear()
         codes_k, logits_k = run(cp, h, c0, True, forced)
         assert len(calls) == 4, "the kernel path did not run"
         assert len(attention_calls) == 2 * 3, "the fused norm/RoPE/attention kernel did not run (2 layers x 3 steps)"
+        skinny = rows <= 4            # (the 2-token first step has 2 x rows tokens: <= SKINNY_MAX_ROWS up to 4)
         # o_proj (128 -> 64, residual) in every layer and step; down_proj with silu*up only at one row, 3 steps
-        assert gemms.count(((64, 128), False)) == 2 * 4
+        assert gemms.count(((64, 128), False)) == (2 * 4 if skinny else 0)
         assert gemms.count(((64, 128), True)) == (2 * 3 if rows == 1 else 0)
+        # above the skinny sizes, per stack call (4): each layer's post-attention add + norm, the first layer's
+        # MLP output added in the second layer's input norm, the second's in the final norm
+        assert len(add_norms) == (0 if skinny else 4 * (2 + 1 + 1))
         codes_r, logits_r = run(cp, h, c0, False, forced)
         assert torch.equal(codes_k, forced) and torch.equal(codes_r, forced)
         err = (logits_k.float() - logits_r.float()).abs().max().item()
@@ -110,6 +120,31 @@ def _check_per_layer_kernel_path():
     CodePredictor._kernel_step_logits = real
     fused_attention.norm_rope_attend_append = real_attention
     sk.skinny_linear = real_skinny
+    layer_mod.add_rms_norm = real_add_norm
+
+
+def check_deferred_residual_adds_change_no_bits():
+    """Qwen3DecoderStack on the kernel path above the skinny sizes: each layer's MLP output added inside the next
+    norm's kernel (forward_deferred) gives the same bits as adding it first and normalising after (layer.forward
+    chained, then the final norm), fp32 and bf16, with and without the final norm."""
+    from voxflow.layers import qwen3_layer as layer_mod
+    from voxflow.layers.attention import attention_bias
+    saved = layer_mod.use_kernels
+    layer_mod.use_kernels = lambda t: True
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            stack = small_code_predictor(dtype).model
+            x = torch.randn(3, 4, 64, generator=torch.Generator().manual_seed(3)).to(dtype)
+            positions = torch.arange(4).expand(3, 4)
+            cos, sin = stack.rotary(positions, dtype)
+            causal = attention_bias(4, 4, None, batch=3, dtype=dtype, device=x.device)     # as the stack builds it
+            chained = x
+            for layer in stack.layers:
+                chained = layer(chained, cos, sin, None, causal)
+            assert torch.equal(stack(x, positions, final_norm=False), chained), dtype
+            assert torch.equal(stack(x, positions), stack.norm(chained)), dtype
+    finally:
+        layer_mod.use_kernels = saved
 
 
 def check_fused_layer_path_against_reference():
@@ -188,6 +223,9 @@ if IN_CHILD:
 
     def test_child_fused_layer_path_against_reference():
         check_fused_layer_path_against_reference()
+
+    def test_child_deferred_residual_adds_change_no_bits():
+        check_deferred_residual_adds_change_no_bits()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

@@ -6,7 +6,8 @@ State-dict names follow the checkpoints: `self_attn.{q,k,v,o}_proj`, `self_attn.
 `input_layernorm`, `post_attention_layernorm`; a stack has `layers.N.*` and `norm`.
 
 On CUDA (kernel switch on) fused kernels cut launches, same rounding points: q_norm + k_norm + RoPE in one
-(voxflow/kernels/qk_norm_rope.py), the post-attention residual add + norm in one (`add_rms_norm`), and for decode
+(voxflow/kernels/qk_norm_rope.py), each residual add + the norm after it in one (`add_rms_norm`: the
+post-attention one inside a layer, the MLP's into the next layer's input norm, `forward_deferred`), and for decode
 batches of a few rows the skinny GEMMs with the residual add / silu * up fused in (`_forward_skinny`); a cache
 with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself.
 Everywhere else the plain torch code below runs unchanged.
@@ -132,20 +133,37 @@ class Qwen3DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
-        if use_kernels(x) and x.shape[0] * x.shape[1] <= SKINNY_MAX_ROWS:
-            out = self._forward_skinny(x, cos, sin, cache, bias)
+        x, pending = self.forward_deferred(x, None, cos, sin, cache, bias)
+        return x if pending is None else x + pending
+
+    def forward_deferred(self, x: torch.Tensor, pending: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                         cache: LayerKVCache | None, bias: torch.Tensor | None
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer on the input x + pending (pending: the previous layer's MLP output, not yet added) -> its
+        output as (x, pending) with the same meaning. On the kernel path above the skinny sizes the final residual
+        add is left pending, so that the next layer's input norm (or the stack's final norm) takes it in one
+        fused add + norm launch instead of an add and a norm; the sum is rounded where `x + mlp` would round it,
+        so the residual stream carries the same bits. Elsewhere pending comes back None."""
+        kernels = use_kernels(x)
+        if kernels and x.shape[0] * x.shape[1] <= SKINNY_MAX_ROWS:
+            out = self._forward_skinny(x if pending is None else x + pending, cos, sin, cache, bias)
             if out is not None:
-                return out
-        h = self.self_attn(self.input_layernorm(x), cos, sin, cache, bias)
-        if use_kernels(x):
-            # The residual add fused into the post-attention norm: one launch instead of two. The sum is
-            # rounded to the activation dtype before it is normalised, as `x = x + h` then the norm would be
-            # (and x + h == h + x exactly), so the residual stream carries the same bits.
+                return out, None
+        if kernels:
+            norm = self.input_layernorm
+            if pending is None:
+                normed = norm(x)
+            else:
+                normed, x = add_rms_norm(x, pending, norm.weight, norm.eps)
+            h = self.self_attn(normed, cos, sin, cache, bias)
+            # The attention's residual add fused into the post-attention norm the same way.
             norm = self.post_attention_layernorm
             normed, x = add_rms_norm(x, h, norm.weight, norm.eps)
-            return x + self.mlp(normed)
-        x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x))
+            return x, self.mlp(normed)
+        if pending is not None:
+            x = x + pending
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, bias)
+        return x + self.mlp(self.post_attention_layernorm(x)), None
 
     def _forward_skinny(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                         bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -218,9 +236,14 @@ class Qwen3DecoderStack(nn.Module):
         else:
             cos, sin = self.rotary(positions, x.dtype)
         bias = attention_bias(s, past + s, attention_mask, batch=b, dtype=x.dtype, device=x.device)
+        pending = None          # the last MLP output not yet added to x (forward_deferred)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache[i] if cache is not None else None, bias)
-        return self.norm(x) if final_norm else x
+            x, pending = layer.forward_deferred(x, pending, cos, sin, cache[i] if cache is not None else None, bias)
+        if pending is None:
+            return self.norm(x) if final_norm else x
+        if final_norm:
+            return add_rms_norm(x, pending, self.norm.weight, self.norm.eps)[0]
+        return x + pending
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

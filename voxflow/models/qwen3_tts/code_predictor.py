@@ -100,8 +100,9 @@ class CodePredictor(nn.Module):
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps through the fused layer kernels (`_fused_layers`, when on and applicable), and the
-        final norm inside lm_head[j]'s GEMM for the last position only (one launch: skinny_linear.py's norm
-        prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD)."""
+        final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
+        prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
+        with its last residual add above the skinny sizes), then lm_head[j]."""
         b, s, _ = x.shape
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         h = self._project(x)
@@ -110,6 +111,9 @@ class CodePredictor(nn.Module):
         if fused:
             last = self._fused_layers(h.view(b, -1), cos, sin, cache)
         if last is None:
+            if b > SKINNY_PROLOGUE_MAX_ROWS:
+                # normed by the stack: its last residual add and the final norm are one fused launch
+                return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin))[:, -1])
             last = self.model(h, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
         head, norm = self.lm_head[j].weight, self.model.norm
         if fused and CP_NORM_LINEAR_LM_HEAD:
