@@ -25,8 +25,8 @@ TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak 
 
 
 def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, **config):
+    config = dict(dict(max_num_seqs=8, num_kv_blocks=512, block_size=16), **config)
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda", dtype=dtype,
-                                               max_num_seqs=8, num_kv_blocks=512, block_size=16,
                                                cuda_graphs=cuda_graphs, kernels=kernels, **config))
     assert core.runner.cuda_graphs == cuda_graphs
     if config.get("talker_high_priority"):
@@ -86,6 +86,15 @@ def test_gpu_packed_prefill_equals_cpu_reference(packed):
     kernels still on): the per-prompt graphs of prefill_runner.py, the path that also runs where kernels are off."""
     got = engine_codes("float32", texts=TEXTS, packed_prefill=packed)
     assert_equals_reference(got, TEXTS)
+
+
+def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
+    """Twelve requests (decode bucket 16, above SKINNY_MAX_ROWS): the talker's and the code predictor's layers on
+    cuBLAS-sized GEMMs with each residual add fused into the norm after it (Qwen3DecoderLayer.forward_deferred):
+    the same codes and audio as the CPU loop."""
+    texts = TEXTS * 3
+    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    assert_equals_reference(got, texts)
 
 
 def test_gpu_fp32_single_request_equals_cpu_reference():
