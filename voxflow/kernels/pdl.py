@@ -20,12 +20,17 @@ kernels compile without these instructions (USE_PDL is a constexpr and False the
 """
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
 # One prefetch per 128-byte line; lines per prefetch batch (the tile of pointers one loop step builds).
 LINE_BYTES = tl.constexpr(128)
 LINES_PER_STEP = tl.constexpr(16)
+# VOXFLOW_PDL_PREFETCH=0 (read at import): PDL kernels skip the weight prefetch and only wait, so the overlap is
+# the next kernel's launch and start alone (H200 session 10: with the prefetch a fused layer step was slower).
+PREFETCH = tl.constexpr(os.environ.get("VOXFLOW_PDL_PREFETCH", "1") != "0")
 
 
 @triton.jit
@@ -33,13 +38,14 @@ def prefetch_rows_l2(row_ptrs, row_mask, k_lo, k_len, LINES: tl.constexpr):
     """L2 prefetches of row_ptrs [R, 1] + [k_lo, k_lo + k_len) elements, one per 128-byte line, LINES lines a
     step; rows where row_mask [R, 1] is False are skipped. Nothing waits for them: the loads that follow hit L2."""
     line: tl.constexpr = LINE_BYTES * 8 // row_ptrs.dtype.element_ty.primitive_bitwidth     # elements a line
-    for l0 in range(0, k_len, line * LINES):
-        cols = k_lo + l0 + tl.arange(0, LINES) * line
-        ok = row_mask & (cols[None, :] < k_lo + k_len)
-        tl.inline_asm_elementwise(
-            asm="{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-            constraints="=r,l,r", args=[row_ptrs + cols[None, :], ok.to(tl.int32)], dtype=tl.int32,
-            is_pure=False, pack=1)
+    if PREFETCH:
+        for l0 in range(0, k_len, line * LINES):
+            cols = k_lo + l0 + tl.arange(0, LINES) * line
+            ok = row_mask & (cols[None, :] < k_lo + k_len)
+            tl.inline_asm_elementwise(
+                asm="{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
+                constraints="=r,l,r", args=[row_ptrs + cols[None, :], ok.to(tl.int32)], dtype=tl.int32,
+                is_pure=False, pack=1)
 
 
 @triton.jit
