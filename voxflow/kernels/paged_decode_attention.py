@@ -94,8 +94,7 @@ if triton is not None:
             stride_tb, stride_tw,
             stride_ob, stride_oh, stride_od,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr,
-            APPEND: tl.constexpr):
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr):
         row = tl.program_id(0)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
@@ -114,10 +113,8 @@ if triton is not None:
             # The new token (the context's last) comes in kn/vn: the pages hold the ctx - 1 before it.
             ctx = tl.maximum(ctx - 1, 0)
         # Each row's OWN context is cut into NUM_SPLITS chunks of whole tiles (bounds read on the device): a short
-        # context then spreads over the splits too, instead of sitting in the first chunk of the table's width;
-        # but into chunks of at least MIN_SPLIT tokens (a multiple of BLOCK_N), so a short context keeps to the
-        # first few splits and the rest find nothing to do (their partials are empty: weight 0 in the merge).
-        tokens_per_split = tl.maximum(tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N, MIN_SPLIT)
+        # context then spreads over the splits too, instead of sitting in the first chunk of the table's width.
+        tokens_per_split = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
         lo = split * tokens_per_split
         hi = tl.minimum(lo + tokens_per_split, ctx)
         m = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max of the log2-scaled scores
@@ -208,10 +205,6 @@ if triton is not None:
 PROGRAMS_PER_SM = 64
 MIN_TOKENS_PER_SPLIT = 64    # shorter chunks: the partial write + merge outweighs the parallelism they add
 MAX_SPLITS = 32
-# The same rule on the device, against each row's real context: the host only knows the table width, which with
-# the engine's fixed-width tables is the longest request the engine accepts (16 splits at 64 rows then cut a
-# 200-token context into 16-token chunks). 16 = one tile (no minimum beyond the tile).
-RUNTIME_MIN_SPLIT_TOKENS = 16
 
 
 @functools.lru_cache(maxsize=None)
@@ -233,8 +226,7 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
                            block_n: int | None = None, num_warps: int = 2, k_new: torch.Tensor | None = None,
-                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                           min_split_tokens: int | None = None) -> torch.Tensor:
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
@@ -242,8 +234,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     same result as writing it first and calling without them.
 
     num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
-    group). num_warps: Triton's launch option. min_split_tokens: the shortest chunk a row's context is cut into
-    on the device (None: RUNTIME_MIN_SPLIT_TOKENS; rounded up to whole tiles).
+    group). num_warps: Triton's launch option.
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
@@ -266,8 +257,6 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
-    min_split = RUNTIME_MIN_SPLIT_TOKENS if min_split_tokens is None else int(min_split_tokens)
-    min_split = max(1, math.ceil(min_split / block_n)) * block_n
 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
@@ -296,8 +285,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, MIN_SPLIT=min_split, APPEND=append,
-        num_warps=num_warps)
+        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, num_warps=num_warps)
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
