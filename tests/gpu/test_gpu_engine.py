@@ -135,8 +135,8 @@ def test_gpu_prefill_graphs_survive_slot_buffer_growth():
 
 
 def test_gpu_engine_with_programmatic_dependent_launch_equals_cpu_reference():
-    """VOXFLOW_PDL (voxflow/kernels/pdl.py, off by default): the decode kernels launched with programmatic dependent
-    launch inside the captured decode graphs give the CPU loop's codes and audio (a kernel that read its
+    """VOXFLOW_PDL (voxflow/kernels/pdl.py, on by default on Hopper): the decode kernels launched with
+    programmatic dependent launch inside the captured decode graphs give the CPU loop's codes and audio (a kernel that read its
     predecessor's output before griddepcontrol.wait would read stale rows and change them). Four requests (the
     skinny GEMMs of 4-row steps) and one alone (one-row steps: the code predictor's fused layer kernels)."""
     from voxflow.kernels import pdl_enabled, set_pdl_enabled, use_pdl

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (voxflow/kernels/pdl.py, VOXFLOW_PDL, off by default) on the GPU: the kernels
+"""Programmatic dependent launch (voxflow/kernels/pdl.py, VOXFLOW_PDL, on by default on Hopper) on the GPU: the kernels
 that take it (norm_linear, skinny_linear, attention_o_proj) give bit-identical results with it on and off, alone,
 chained (each kernel reading the one before's output), and replayed from a CUDA graph with new inputs; the 1.7B
 code predictor's whole frame (70 fused layer steps) too. PDL changes when a kernel starts, never what it computes:

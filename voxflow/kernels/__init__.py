@@ -5,8 +5,8 @@ The layers call a kernel only when `use_kernels(tensor)` says so: the switch is 
 imports, and the tensor lives on a CUDA device. Everything else (CPU, CI) runs the reference. Tests may run a
 kernel on CPU tensors through Triton's interpreter (TRITON_INTERPRET=1) by calling it directly.
 
-Programmatic dependent launch (`use_pdl`, pdl.py): OFF unless VOXFLOW_PDL=1 (or `set_pdl_enabled(True)`), and only
-on Hopper or newer; not yet measured on the GPU.
+Programmatic dependent launch (`use_pdl`, pdl.py): on by default on Hopper or newer (H200: c=1 RTF 0.054 ->
+0.052); VOXFLOW_PDL=0 (or `set_pdl_enabled(False)`) turns it off.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 import torch
 
 _enabled = os.environ.get("VOXFLOW_KERNELS", "1") not in ("0", "false", "off")
-_pdl = os.environ.get("VOXFLOW_PDL", "0") in ("1", "true", "on")
+_pdl = os.environ.get("VOXFLOW_PDL", "1") not in ("0", "false", "off")
 
 
 def _triton_available() -> bool:

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import LINES_PER_STEP, launch_kwargs, prefetch_rows_l2, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 8
@@ -145,9 +145,7 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
     nt = tile // NHB
     offs_n = nt * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
-    if USE_PDL:         # pdl.py: this tile's W_o columns into L2 while the previous kernel finishes
-        prefetch_rows_l2(wo_ptr + offs_n[:, None].to(tl.int64) * (HQ * D), n_mask[:, None], hb * BLOCK_H * D,
-                         BLOCK_H * D, LINES_PER_STEP)
+    if USE_PDL:         # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel()
     dh = tl.arange(0, HALF)
     qw1 = tl.load(qw_ptr + dh).to(tl.float32)[None, :]

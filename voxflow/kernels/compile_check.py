@@ -104,7 +104,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"norm_linear {name}", *norm_linear_case(m, n, k, swiglu)))
     out.append(("norm_linear down+residual (no norm)", *norm_linear_case(1, 1024, 3072, False, norm=False,
                                                                          residual=True)))
-    # With programmatic dependent launch (pdl.py: weight prefetches, griddepcontrol wait / launch_dependents).
+    # With programmatic dependent launch (pdl.py: griddepcontrol wait, then launch_dependents).
     for name, n, swiglu in (("q|k|v", 4096, False), ("gate|up", 3072, True)):
         out.append((f"norm_linear {name} pdl", *norm_linear_case(1, n, 1024, swiglu, pdl=True)))
     for block_h, block_n, m in ((2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (2, 64, 4)):

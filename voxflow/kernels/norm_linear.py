@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import LINES_PER_STEP, launch_kwargs, prefetch_rows_l2, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.skinny_linear import _silu_mul
 
@@ -67,10 +67,7 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
     n_mask = offs_n < N
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * K              # [BLOCK_N, 1]: gate (or only) rows
     u_rows = w_rows + N * K                                         # up rows (swiglu): W is [2N, K]
-    if USE_PDL:                 # pdl.py: this tile's weight rows into L2 while the previous kernel finishes
-        prefetch_rows_l2(w_rows, n_mask[:, None], 0, K, LINES_PER_STEP)
-        if SWIGLU:
-            prefetch_rows_l2(u_rows, n_mask[:, None], 0, K, LINES_PER_STEP)
+    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel()
     if BLOCK_M == 1:
         sq = tl.zeros((BLOCK_K,), tl.float32)

@@ -40,7 +40,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import LINES_PER_STEP, launch_kwargs, prefetch_rows_l2, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 64
@@ -109,8 +109,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
     m_mask = offs_m < M
     n_mask = offs_n < N
     x_rows = x_ptr + offs_m[:, None] * stride_xm        # [BLOCK_M, 1]; padding rows load zeros, never stored
-    if USE_PDL:         # pdl.py: this program's slice of W into L2 while the previous kernel finishes
-        prefetch_rows_l2(w_ptr + offs_n[:, None] * K, n_mask[:, None], pid_k * k_split, k_split, LINES_PER_STEP)
+    if USE_PDL:         # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel()
 
     if NORM:
