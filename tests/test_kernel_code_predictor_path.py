@@ -123,6 +123,44 @@ def _check_per_layer_kernel_path():
     layer_mod.add_rms_norm = real_add_norm
 
 
+def check_one_row_norm_linear_layers_against_reference():
+    """qwen3_layer.ONE_ROW_NORM_LINEAR (the per-layer path at one row with the norms folded into q|k|v and gate|up,
+    voxflow/kernels/norm_linear.py): taken on every single-token step (2 norm_linear launches a layer, no
+    silu * up prologue left on down_proj), logits within the tolerances above, greedy codes equal in fp32."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import norm_linear as nl
+    from voxflow.kernels import skinny_linear as sk
+    calls, gated = [], []
+    real_nl, real_sk = nl.norm_linear, sk.skinny_linear
+    nl.norm_linear = lambda *a, **kw: (calls.append(kw.get("swiglu", False)), real_nl(*a, **kw))[1]
+    sk.skinny_linear = lambda *a, **kw: (gated.append(kw.get("gated", False)), real_sk(*a, **kw))[1]
+    saved = layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER
+    layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER = True, False
+    try:
+        g = torch.Generator().manual_seed(4)
+        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
+            cp = small_code_predictor(dtype)
+            h = torch.randn(1, 96, generator=g).to(dtype)
+            c0 = torch.randn(1, 96, generator=g).to(dtype)
+            calls.clear()
+            gated.clear()
+            codes_k, logits_k = run(cp, h, c0, True, None)
+            assert calls.count(False) == 2 * 3 and calls.count(True) == 2 * 3    # 2 layers x 3 single-token steps
+            assert not any(gated), "down_proj took the silu * up prologue on the one-row path"
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            if dtype == torch.float32:
+                assert torch.equal(codes_k, codes_r)
+            forced = codes_r
+            _, logits_k = run(cp, h, c0, True, forced)
+            _, logits_r = run(cp, h, c0, False, forced)
+            err = (logits_k.float() - logits_r.float()).abs().max().item()
+            assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
+    finally:
+        nl.norm_linear, sk.skinny_linear = real_nl, real_sk
+        layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER = saved
+
+
 def check_deferred_residual_adds_change_no_bits():
     """Qwen3DecoderStack on the kernel path above the skinny sizes: each layer's MLP output added inside the next
     norm's kernel (forward_deferred) gives the same bits as adding it first and normalising after (layer.forward
@@ -226,6 +264,9 @@ if IN_CHILD:
 
     def test_child_deferred_residual_adds_change_no_bits():
         check_deferred_residual_adds_change_no_bits()
+
+    def test_child_one_row_norm_linear_layers_against_reference():
+        check_one_row_norm_linear_layers_against_reference()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

@@ -14,6 +14,8 @@ Everywhere else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,6 +32,11 @@ from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
 # per-program prologue recompute costs more than it saves, e.g. 57 us instead of ~6 for a down_proj at 64 rows).
 SKINNY_MAX_ROWS = 8
 SKINNY_PROLOGUE_MAX_ROWS = 1
+# One-row layers with the norms folded into q|k|v and into gate|up (voxflow/kernels/norm_linear.py, as the code
+# predictor's fused layer does): two launches fewer a layer (the talker's 28 layers at c=1: 56 a step). OFF until
+# measured at the talker's widths (K = 2048), where cuBLAS streamed W faster than the older fused-norm prologue:
+# benchmarks/scripts/tune_talker_one_row.py times both. VOXFLOW_ONE_ROW_NORM_LINEAR=1 turns it on.
+ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -181,6 +188,10 @@ class Qwen3DecoderLayer(nn.Module):
             return None
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
+        if b * s <= SKINNY_PROLOGUE_MAX_ROWS and ONE_ROW_NORM_LINEAR:
+            out = self._forward_one_row(rows, qkv_w, gate_up_w, cos, sin, cache, bias)
+            if out is not None:
+                return out.view(b, s, hidden)
         qkv = F.linear(self.input_layernorm(x), qkv_w)
         # (the attention output is Hq * head_dim wide, which need not be the hidden size: 2048 vs 1024 in the
         # 1.7B code predictor)
@@ -197,6 +208,27 @@ class Qwen3DecoderLayer(nn.Module):
             i = mlp.gate_proj.out_features
             rows = rows + mlp.down(gate_up[..., :i], gate_up[..., i:])
         return rows.view(b, s, hidden)
+
+    def _forward_one_row(self, rows: torch.Tensor, qkv_w: torch.Tensor, gate_up_w: torch.Tensor, cos: torch.Tensor,
+                         sin: torch.Tensor, cache: LayerKVCache | None, bias: torch.Tensor | None
+                         ) -> torch.Tensor | None:
+        """ONE_ROW_NORM_LINEAR's layer on rows [1, H]: norm_linear(q|k|v), attention, skinny o_proj + residual,
+        norm_linear(gate|up) with silu * up, skinny down_proj + residual. The folded norms round as norm_linear.py
+        states (within one 16-bit rounding of the reference; fp32: summation order). None (nothing run): the norm
+        GEMMs do not take these shapes."""
+        from voxflow.kernels import norm_linear as nl
+        from voxflow.kernels import skinny_linear as sk
+        attn, mlp = self.self_attn, self.mlp
+        ln, post = self.input_layernorm, self.post_attention_layernorm
+        o_w, down_w = attn.o_proj.weight, mlp.down_proj.weight
+        if not (nl.supported(rows, qkv_w, ln.weight) and nl.supported(rows, gate_up_w, post.weight, swiglu=True)):
+            return None
+        qkv = nl.norm_linear(rows, qkv_w, ln.weight, ln.eps)[:, None]
+        out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(1, -1)
+        rows = sk.skinny_linear(out, o_w, residual=rows) if sk.supported(out, o_w) else rows + F.linear(out, o_w)
+        act = nl.norm_linear(rows, gate_up_w, post.weight, post.eps, swiglu=True)
+        return sk.skinny_linear(act, down_w, residual=rows) if sk.supported(act, down_w) else \
+            rows + F.linear(act, down_w)
 
 
 class Qwen3DecoderStack(nn.Module):
