@@ -97,6 +97,22 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     assert_equals_reference(got, texts)
 
 
+def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
+    """qwen3_layer.ONE_ROW_NORM_LINEAR (off by default until measured): one request alone, so the talker's layers
+    run at one row with their norms folded into q|k|v and gate|up: the same fp32 codes and audio as the CPU loop."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    monkeypatch.setattr(layer_mod, "ONE_ROW_NORM_LINEAR", True)
+    ran = []
+    one_row = layer_mod.Qwen3DecoderLayer._forward_one_row
+    monkeypatch.setattr(layer_mod.Qwen3DecoderLayer, "_forward_one_row",
+                        lambda self, *a: (ran.append(1), one_row(self, *a))[1])
+    got = engine_codes("float32", True, True, texts=TEXTS[1:2])
+    assert ran, "the one-row path did not run"
+    codes, wav = reference(TEXTS[1])
+    assert torch.equal(got["0"][0].cpu(), codes)
+    assert np.abs(got["0"][1] - wav).max() <= 1e-4
+
+
 def test_gpu_fp32_single_request_equals_cpu_reference():
     """One request alone (the c=1 path: the one-row skinny GEMMs -- down_proj with silu * up, the code predictor's
     norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop."""
