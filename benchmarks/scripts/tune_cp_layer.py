@@ -231,36 +231,45 @@ def make_layers(n: int = 5):
 
 
 @torch.no_grad()
-def layer_steps(m: int) -> tuple[float, float]:
-    """us per layer step: 5 layers x 14 single-token steps (cache lengths 1..14), old vs new."""
+def frame_us(layers, m: int, step) -> float:
+    """us per layer step of a frame: len(layers) layers x 14 single-token steps (cache lengths 1..14) on a static KV
+    cache, rows [m, H]; step(layer index, x, cos, sin, layer cache) -> new x."""
     from voxflow.layers.rotary import RotaryEmbedding
     from voxflow.layers.static_kv_cache import StaticKVCache
+    cos_all, sin_all = RotaryEmbedding(D, 1e6, 4096).to(DEVICE).prefix(L, torch.device(DEVICE), DTYPE)
+    x0 = rand(m, H, scale=4.0)
+    cache = StaticKVCache(len(layers), m, HKV, L, D, DTYPE, torch.device(DEVICE))
+    for c in cache.layers:
+        c.k.normal_()
+        c.v.normal_()
+
+    def frame():
+        for c in cache.layers:
+            c.length = 1
+        x = x0
+        for t in range(1, 15):
+            cos, sin = cos_all[:, t:t + 1], sin_all[:, t:t + 1]
+            for i, c in enumerate(cache.layers):
+                x = step(i, x, cos, sin, c)
+        return x
+    return bench(frame, 14 * len(layers))
+
+
+def per_layer_step(layers):
+    """frame_us's step through Qwen3DecoderLayer.forward (the per-layer path, kernels on)."""
+    return lambda i, x, cos, sin, c: layers[i](x[:, None], cos, sin, c, None)[:, 0]
+
+
+@torch.no_grad()
+def layer_steps(m: int) -> tuple[float, float]:
+    """us per layer step: 5 layers x 14 single-token steps (cache lengths 1..14), old vs new."""
     from voxflow.models.qwen3_tts.code_predictor import _layer_weights
     layers = make_layers()
     weights = [_layer_weights(layer) for layer in layers]
-    cos_all, sin_all = RotaryEmbedding(D, 1e6, 4096).to(DEVICE).prefix(L, torch.device(DEVICE), DTYPE)
-    x0 = rand(m, H, scale=4.0)
-    results = []
-    for fused in (False, True):
-        cache = StaticKVCache(len(layers), m, HKV, L, D, DTYPE, torch.device(DEVICE))
-        for c in cache.layers:
-            c.k.normal_()
-            c.v.normal_()
-
-        def frame():
-            for c in cache.layers:
-                c.length = 1
-            x = x0
-            for t in range(1, 15):
-                cos, sin = cos_all[:, t:t + 1], sin_all[:, t:t + 1]
-                for layer, w, c in zip(layers, weights, cache.layers):
-                    if fused:
-                        x = cp_layer.layer_step(x, w, cos, sin, c.k, c.v, c.claim())
-                    else:
-                        x = layer(x[:, None], cos, sin, c, None)[:, 0]
-            return x
-        results.append(bench(frame, 14 * len(layers)))
-    return results[0], results[1]
+    old = frame_us(layers, m, per_layer_step(layers))
+    new = frame_us(layers, m, lambda i, x, cos, sin, c: cp_layer.layer_step(x, weights[i], cos, sin, c.k, c.v,
+                                                                            c.claim()))
+    return old, new
 
 
 @torch.no_grad()

@@ -31,21 +31,11 @@ import voxflow.layers.qwen3_layer as layer_mod  # noqa: E402
 TALKER_H, TALKER_I, LAYERS = 2048, 6144, 8
 
 
-@torch.no_grad()
-def layer_step_us(one_row_norm_linear: bool, layers, cache, x0, cos_all, sin_all) -> float:
+def layer_step_us(one_row_norm_linear: bool, layers) -> float:
     saved = layer_mod.ONE_ROW_NORM_LINEAR
     layer_mod.ONE_ROW_NORM_LINEAR = one_row_norm_linear
     try:
-        def frame():
-            for c in cache.layers:
-                c.length = 1
-            x = x0
-            for t in range(1, 15):
-                cos, sin = cos_all[:, t:t + 1], sin_all[:, t:t + 1]
-                for layer, c in zip(layers, cache.layers):
-                    x = layer(x[:, None], cos, sin, c, None)[:, 0]
-            return x
-        return cp.bench(frame, 14 * len(layers))
+        return cp.frame_us(layers, 1, cp.per_layer_step(layers))
     finally:
         layer_mod.ONE_ROW_NORM_LINEAR = saved
 
@@ -55,8 +45,6 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=60.0, help="seconds of candidate sweeping")
     ap.add_argument("--skip-sweep", action="store_true", help="only the layer-step timing")
     args = ap.parse_args()
-    from voxflow.layers.rotary import RotaryEmbedding
-    from voxflow.layers.static_kv_cache import StaticKVCache
     cp.H, cp.I = TALKER_H, TALKER_I
     torch.manual_seed(0)
     t0 = time.time()
@@ -66,14 +54,8 @@ def main() -> None:
         print(f"\n{'kernel':22} | {'heuristic':34} {'us':>6} | {'best':34} {'us':>6} | {'old':>10} | {'x':>7}")
         cp.kernel_sweeps(1, t0 + args.budget, False)
     layers = cp.make_layers(LAYERS)
-    cos_all, sin_all = RotaryEmbedding(cp.D, 1e6, 4096).to(cp.DEVICE).prefix(cp.L, torch.device(cp.DEVICE), cp.DTYPE)
-    cache = StaticKVCache(LAYERS, 1, cp.HKV, cp.L, cp.D, cp.DTYPE, torch.device(cp.DEVICE))
-    for c in cache.layers:
-        c.k.normal_()
-        c.v.normal_()
-    x0 = cp.rand(1, cp.H, scale=4.0)
-    off = layer_step_us(False, layers, cache, x0, cos_all, sin_all)
-    on = layer_step_us(True, layers, cache, x0, cos_all, sin_all)
+    off = layer_step_us(False, layers)
+    on = layer_step_us(True, layers)
     print(f"\nlayer step, one row: switch off {off:.2f} us, on {on:.2f} us (x{off / on:.2f}); "
           f"a 28-layer talker step: {28 * (off - on):+.0f} us saved")
     print(f"{time.time() - t0:.0f} s in all.")
