@@ -1,6 +1,7 @@
 """The code predictor's whole kernel path (preallocated KV cache with q/k norms, RoPE, append and attention in one
 kernel, RoPE rows from the prefix table, the skinny-GEMM decoder layers with norm / silu / residual fused in, the
-final norm inside lm_head) against its reference path, on CPU tensors through Triton's interpreter (in a subprocess, see interpreter_child).
+final norm inside lm_head at one row, the RMSNorm kernels with residual adds fused in) against its reference path,
+on CPU tensors through Triton's interpreter (in a subprocess, see interpreter_child).
 
 A code predictor at small but kernel-supported shapes (hidden 64, 4 query / 2 KV heads of 32, two layers, vocab
 256, 5 code groups: 4 steps instead of 15, to keep the interpreter run short). Teacher-forced (sample_fn returns
@@ -8,8 +9,11 @@ fixed codes, so both paths see the same inputs at every step): fp32 logits
 within 1e-4 of the reference's max |logit| (only summation orders differ), bf16 within 5e-2 of it (per-op bf16
 rounding on both sides, different orders); greedy fp32: the same codes.
 
-Both kernel paths: the per-layer one (CP_FUSED_LAYER off: seven launches a layer) and the four-kernel layer of
-voxflow/kernels/cp_layer.py (on, the default), each spied on to show it ran where it should.
+Both kernel paths: the per-layer one (CP_FUSED_LAYER off: seven launches a layer; at twelve rows the layers above
+the skinny sizes, whose MLP residual adds go into the next norm) and the four-kernel layer of
+voxflow/kernels/cp_layer.py (on, the default), each spied on to show it ran where it should. Also: the one-row
+layers with the norms folded into q|k|v and gate|up (qwen3_layer.ONE_ROW_NORM_LINEAR), and that the deferred
+residual adds change no bits of the stack's output.
 """
 from __future__ import annotations
 
@@ -44,9 +48,10 @@ def small_code_predictor(dtype):
 
 def run(cp, h, c0, kernels: bool, forced: torch.Tensor | None):
     import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.rms_norm as norm_mod
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    mods = (layer_mod, cache_mod, cp_mod)
+    mods = (layer_mod, norm_mod, cache_mod, cp_mod)
     saved = [m.use_kernels for m in mods]
     for m in mods:
         m.use_kernels = (lambda t: True) if kernels else (lambda t: False)
@@ -166,9 +171,15 @@ def check_deferred_residual_adds_change_no_bits():
     norm's kernel (forward_deferred) gives the same bits as adding it first and normalising after (layer.forward
     chained, then the final norm), fp32 and bf16, with and without the final norm."""
     from voxflow.layers import qwen3_layer as layer_mod
+    from voxflow.layers import rms_norm as norm_mod
     from voxflow.layers.attention import attention_bias
-    saved = layer_mod.use_kernels
-    layer_mod.use_kernels = lambda t: True
+    from voxflow.kernels import rms_norm as fused
+    saved = layer_mod.use_kernels, norm_mod.use_kernels, fused.add_rms_norm
+    layer_mod.use_kernels = norm_mod.use_kernels = lambda t: True       # the RMSNorm kernels too (interpreted)
+    kernel_calls = []
+    fused.add_rms_norm = lambda *a: (kernel_calls.append(1), saved[2](*a))[1]
+    grad = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)                   # (the kernels leave anything autograd must see to torch)
     try:
         for dtype in (torch.float32, torch.bfloat16):
             stack = small_code_predictor(dtype).model
@@ -181,8 +192,10 @@ def check_deferred_residual_adds_change_no_bits():
                 chained = layer(chained, cos, sin, None, causal)
             assert torch.equal(stack(x, positions, final_norm=False), chained), dtype
             assert torch.equal(stack(x, positions), stack.norm(chained)), dtype
+        assert kernel_calls, "the fused add + RMSNorm kernel did not run"
     finally:
-        layer_mod.use_kernels = saved
+        layer_mod.use_kernels, norm_mod.use_kernels, fused.add_rms_norm = saved
+        torch.set_grad_enabled(grad)
 
 
 def check_fused_layer_path_against_reference():

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tune_cp_layer as cp  # noqa: E402  (the same layers, weights and timing)
 
-from voxflow.kernels import set_pdl_enabled  # noqa: E402
+from voxflow.kernels import pdl_enabled, set_pdl_enabled  # noqa: E402
 
 
 def main() -> None:
@@ -27,6 +27,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, {cp.DTYPE}, us (CUDA-graph replays, W rotated past L2)")
     print(f"{'rows':>4} | {'PDL':>3} | {'per-layer step':>14} | {'fused step':>10} | {'predict off':>11} | "
           f"{'predict fused':>13} | codes (per-layer, fused) == PDL off")
+    saved = pdl_enabled()
     for m in [int(r) for r in args.rows.split(",")]:
         codes = {}
         for on in (False, True):
@@ -37,7 +38,7 @@ def main() -> None:
             same = "" if not on else str([torch.equal(a, b) for a, b in zip(codes[True], codes[False])])
             print(f"{m:>4} | {'on' if on else 'off':>3} | {old:14.2f} | {new:10.2f} | {p_off:11.1f} | {p_fused:13.1f} | "
                   f"{same}")
-    set_pdl_enabled(False)
+    set_pdl_enabled(saved)
 
 
 if __name__ == "__main__":

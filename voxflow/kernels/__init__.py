@@ -55,9 +55,22 @@ def pdl_enabled() -> bool:
 
 def use_pdl(t: torch.Tensor) -> bool:
     """True when kernels on tensors like `t` should launch with programmatic dependent launch (pdl.py): switch on,
-    kernels on, an NVIDIA device (not ROCm: the kernels carry inline PTX) of compute capability >= 9 (the
-    griddepcontrol instructions are Hopper's)."""
-    return _pdl and use_kernels(t) and torch.version.cuda is not None and _major_capability(t.device.index) >= 9
+    kernels on, an NVIDIA device (not ROCm) of compute capability >= 9 (the griddepcontrol instructions are
+    Hopper's), CUDA >= 12.3 (graphs keep programmatic launches from there on) and a Triton that has them
+    (`gdc_wait`, the `launch_pdl` option: Triton 3.4 on); anything older runs the kernels without PDL."""
+    return (_pdl and use_kernels(t) and _pdl_toolchain() and _major_capability(t.device.index) >= 9)
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl_toolchain() -> bool:
+    cuda = torch.version.cuda
+    if cuda is None or tuple(int(v) for v in cuda.split(".")[:2]) < (12, 3):
+        return False
+    try:
+        import triton.language as tl
+        return hasattr(tl.extra.cuda, "gdc_wait") and hasattr(tl.extra.cuda, "gdc_launch_dependents")
+    except (ImportError, AttributeError):
+        return False
 
 
 @functools.lru_cache(maxsize=None)

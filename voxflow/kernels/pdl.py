@@ -11,7 +11,9 @@ kernel's work.
 Measured on the H200 (benchmarks/results/h200/2026-12-02-session10/, calls 1, 3 and 4): a frame's code-predictor
 predict at one row 2196 -> 1941 us; c=1 step 4.14 -> 4.00 ms, HTTP c=1 RTF 0.054 -> 0.052; c=8 and c=64 unchanged
 (few PDL kernels run above one row). A first version that also prefetched each program's weight rows into L2
-before the wait gained less (predict 2198 -> 2136 us) and made the fused layer step slower: removed.
+before the wait gained less (predict 2198 -> 2136 us): removed. (Both versions slow down a micro-benchmark made of
+nothing but fused layer steps, 22.3 -> 27.4 us a step; the real frame, with sampling and embedding kernels between
+the layers, gains.)
 
 Rules every PDL kernel here keeps: nothing is loaded or written before `wait_for_previous_kernel()`
 (tests/test_kernels_compile.py checks the PTX order), and `gdc_launch_dependents()` comes after the wait, so at

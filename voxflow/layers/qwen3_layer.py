@@ -179,7 +179,8 @@ class Qwen3DecoderLayer(nn.Module):
         benchmarks/results/h200/2026-12-01-fused-decode/tune_skinny_linear.txt): o_proj with the residual add in
         its epilogue (cuBLAS picks a split-K kernel + reduce there), and at one row down_proj with silu * up in its
         prologue and the residual add in its epilogue. q|k|v and gate|up stay on cuBLAS after the norm kernel: at
-        these widths cuBLAS streams W faster than the fused norm prologue does. Same rounding points as the
+        these widths cuBLAS streamed W faster than skinny_linear's fused norm prologue (ONE_ROW_NORM_LINEAR, off
+        by default: norm_linear.py's one-pass norm instead, `_forward_one_row`). Same rounding points as the
         unfused path. None: not applicable here."""
         from voxflow.kernels import skinny_linear as sk
         attn, mlp = self.self_attn, self.mlp
@@ -197,10 +198,7 @@ class Qwen3DecoderLayer(nn.Module):
         # 1.7B code predictor)
         out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(b * s, -1)
         o_w, down_w = attn.o_proj.weight, mlp.down_proj.weight
-        if sk.supported(out, o_w):
-            rows = sk.skinny_linear(out, o_w, residual=rows)
-        else:
-            rows = rows + F.linear(out, o_w)
+        rows = _linear_plus(out, o_w, rows)
         gate_up = F.linear(self.post_attention_layernorm(rows), gate_up_w)
         if b * s <= SKINNY_PROLOGUE_MAX_ROWS and sk.supported(gate_up, down_w, gated=True):
             rows = sk.skinny_linear(gate_up, down_w, gated=True, residual=rows)
@@ -217,7 +215,6 @@ class Qwen3DecoderLayer(nn.Module):
         states (within one 16-bit rounding of the reference; fp32: summation order). None (nothing run): the norm
         GEMMs do not take these shapes."""
         from voxflow.kernels import norm_linear as nl
-        from voxflow.kernels import skinny_linear as sk
         attn, mlp = self.self_attn, self.mlp
         ln, post = self.input_layernorm, self.post_attention_layernorm
         o_w, down_w = attn.o_proj.weight, mlp.down_proj.weight
@@ -225,10 +222,15 @@ class Qwen3DecoderLayer(nn.Module):
             return None
         qkv = nl.norm_linear(rows, qkv_w, ln.weight, ln.eps)[:, None]
         out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(1, -1)
-        rows = sk.skinny_linear(out, o_w, residual=rows) if sk.supported(out, o_w) else rows + F.linear(out, o_w)
+        rows = _linear_plus(out, o_w, rows)
         act = nl.norm_linear(rows, gate_up_w, post.weight, post.eps, swiglu=True)
-        return sk.skinny_linear(act, down_w, residual=rows) if sk.supported(act, down_w) else \
-            rows + F.linear(act, down_w)
+        return _linear_plus(act, down_w, rows)
+
+
+def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """residual + x @ w^T for a few rows: the skinny GEMM with the add in its epilogue where it applies."""
+    from voxflow.kernels import skinny_linear as sk
+    return sk.skinny_linear(x, w, residual=residual) if sk.supported(x, w) else residual + F.linear(x, w)
 
 
 class Qwen3DecoderStack(nn.Module):

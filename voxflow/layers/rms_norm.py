@@ -30,7 +30,8 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual), x + residual): the residual add fused into the norm where the kernel runs.
 
-    The decoder layer uses it for the post-attention residual + norm (a + b == b + a: the residual is unchanged).
+    The decoder layers use it for each residual add and the norm after it: the post-attention one, and the MLP's
+    into the next layer's input norm or the stack's final norm (a + b == b + a: the residual is unchanged).
     """
     if use_kernels(x):
         from voxflow.kernels import rms_norm as fused

@@ -124,7 +124,7 @@ class CodePredictor(nn.Module):
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):
                 return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)
-        return self.lm_head[j](norm(last))
+        return self.lm_head[j](norm(last))      # rows the fused layers made (CP_FUSED_MAX_ROWS > 1), or no skinny
 
     def _fused_layers(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
         """The decoder layers on one new token per row (rows [B, H], projected) through voxflow/kernels/

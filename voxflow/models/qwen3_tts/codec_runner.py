@@ -46,7 +46,8 @@ from .codec_pool import CodecRow, CodecStatePool
 Frames = torch.Tensor | Sequence[torch.Tensor]     # one request's frames: [n, Q], or pieces of it in order
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-# The engine's first chunks (1/2/5/10 frames) and regular chunks (25) are single pieces; other sizes split.
+# The engine's first chunks (1/2/5 frames), its ramp chunks (5, 10; 20 = 10 + 10) and regular chunks (25) take one
+# or two pieces; other sizes split.
 FRAME_BUCKETS = (1, 2, 5, 10, 25)
 
 
