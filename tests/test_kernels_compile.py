@@ -48,3 +48,20 @@ def test_pdl_variants_wait_before_any_memory_access_and_the_others_do_not_wait()
                 assert accesses and min(accesses) > wait, f"{name}: a global access before griddepcontrol.wait"
             else:
                 assert "griddepcontrol" not in ptx and "prefetch.global" not in ptx, variant
+
+
+def test_pdl_needs_cuda_12_3_and_a_triton_with_griddepcontrol(monkeypatch):
+    """use_pdl's toolchain check: no CUDA build or CUDA < 12.3 (graphs drop programmatic launches) -> off; a Triton
+    without gdc_wait -> off; otherwise on (this Triton has it: the PDL variants above compile)."""
+    import torch
+
+    from voxflow import kernels
+    for cuda, want in ((None, False), ("12.2", False), ("12.3", True), ("13.0", True)):
+        monkeypatch.setattr(torch.version, "cuda", cuda)
+        kernels._pdl_toolchain.cache_clear()
+        assert kernels._pdl_toolchain() is want, cuda
+    monkeypatch.delattr(tl.extra.cuda, "gdc_wait")
+    kernels._pdl_toolchain.cache_clear()
+    assert kernels._pdl_toolchain() is False
+    monkeypatch.undo()
+    kernels._pdl_toolchain.cache_clear()
