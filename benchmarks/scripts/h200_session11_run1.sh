@@ -8,6 +8,7 @@
 #     target);
 #  4. HTTP c=64: default vs add_seconds_per_step=0.004 / 0.008 (prompt builds paced over steps: session 7 measured
 #     it worse with the padded prefill; the packed prefill makes a step's prefill one replay).
+#  5. profile_prepare.py: where a prompt build's host time goes now (batched or host-assembled prompt builds next?).
 # Decide: ONE_ROW_NORM_LINEAR on by default if c=1 RTF improves; pacing on at the value that raises c=64
 # throughput without a worse TTFP p99.
 set -uo pipefail
@@ -22,6 +23,9 @@ grep -E "^E |passed|failed" $R/gpu_tests.txt | tail -6
 timeout 120 python3 benchmarks/scripts/tune_talker_one_row.py --budget 50 > $R/tune_talker_one_row.txt 2>&1
 grep -v Warn $R/tune_talker_one_row.txt | tail -12
 wait $ck
+# where a prompt build's ~1-1.4 ms (a c=64 wave: ~90 ms of them while few streams decode) goes now, on the GPU host
+timeout 60 python3 benchmarks/scripts/profile_prepare.py /tmp/real-1.7b 2>&1 | grep -v Warn > $R/profile_prepare.txt
+head -1 $R/profile_prepare.txt
 for variant in default onerow; do
   [ $variant = onerow ] && export VOXFLOW_ONE_ROW_NORM_LINEAR=1
   if serve_variant $variant; then
