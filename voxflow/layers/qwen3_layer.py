@@ -153,7 +153,9 @@ class Qwen3DecoderLayer(nn.Module):
         so the residual stream carries the same bits. Elsewhere pending comes back None."""
         kernels = use_kernels(x)
         if kernels and x.shape[0] * x.shape[1] <= SKINNY_MAX_ROWS:
-            out = self._forward_skinny(x if pending is None else x + pending, cos, sin, cache, bias)
+            if pending is not None:     # (a stack's layers all take one branch: only a mixed caller gets here)
+                x, pending = x + pending, None
+            out = self._forward_skinny(x, cos, sin, cache, bias)
             if out is not None:
                 return out, None
         if kernels:
