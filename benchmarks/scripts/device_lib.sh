@@ -5,6 +5,8 @@
 #                               ARGS and wait for /ready; returns 1 (and prints the log's tail) if it never came up
 #   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
 #   stop_server NAME            stop it, keep /health and the gzipped trace
+#   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
+#   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 
 device_setup() {
   R=$1; mkdir -p "$R"
@@ -36,4 +38,15 @@ bench_http() {
 stop_server() {
   curl -s http://127.0.0.1:8000/health > "$R/health_$1.json"
   kill $SRV 2>/dev/null; wait $SRV; gzip -f "$R/steps_http_$1.jsonl" 2>/dev/null
+}
+
+real_checkpoint_bg() {
+  python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-1.7b --variant custom_voice --size 1.7B | tail -1 &
+  CK=$!
+}
+
+gpu_tests() {
+  local seconds=$1; shift
+  timeout "$seconds" python3 -m pytest -q -rfs --tb=short -p no:cacheprovider "$@" > "$R/gpu_tests.txt" 2>&1
+  grep -E "^E |passed|failed" "$R/gpu_tests.txt" | tail -6
 }

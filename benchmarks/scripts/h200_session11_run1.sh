@@ -14,15 +14,12 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup $OUT/r
-python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-1.7b --variant custom_voice --size 1.7B | tail -1 &
-ck=$!
-timeout 150 python3 -m pytest -q -rfs --tb=short -p no:cacheprovider \
-  "tests/gpu/test_gpu_engine.py::test_gpu_one_row_norm_linear_layers_equal_cpu_reference" \
-  "tests/gpu/test_gpu_engine.py::test_gpu_fp32_single_request_equals_cpu_reference" > $R/gpu_tests.txt 2>&1
-grep -E "^E |passed|failed" $R/gpu_tests.txt | tail -6
+real_checkpoint_bg
+gpu_tests 150 "tests/gpu/test_gpu_engine.py::test_gpu_one_row_norm_linear_layers_equal_cpu_reference" \
+  "tests/gpu/test_gpu_engine.py::test_gpu_fp32_single_request_equals_cpu_reference"
 timeout 120 python3 benchmarks/scripts/tune_talker_one_row.py --budget 50 > $R/tune_talker_one_row.txt 2>&1
 grep -v Warn $R/tune_talker_one_row.txt | tail -12
-wait $ck
+wait $CK
 # where a prompt build's ~1-1.4 ms (a c=64 wave: ~90 ms of them while few streams decode) goes now, on the GPU host
 timeout 60 python3 benchmarks/scripts/profile_prepare.py /tmp/real-1.7b 2>&1 | grep -v Warn > $R/profile_prepare.txt
 head -1 $R/profile_prepare.txt
