@@ -66,13 +66,16 @@ def run(cp, h, c0, kernels: bool, forced: torch.Tensor | None):
 
 
 def check_kernel_path_against_reference():
-    """The per-layer kernel path (fused layer switch off)."""
+    """The per-layer kernel path (fused layer switch off; one-row layers with their norms on their own kernels,
+    qwen3_layer.ONE_ROW_NORM_LINEAR off: check_one_row_norm_linear_layers_against_reference holds it on)."""
+    import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    saved, cp_mod.CP_FUSED_LAYER = cp_mod.CP_FUSED_LAYER, False
+    saved = cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR
+    cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = False, False
     try:
         _check_per_layer_kernel_path()
     finally:
-        cp_mod.CP_FUSED_LAYER = saved
+        cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = saved
 
 
 def _check_per_layer_kernel_path():

@@ -92,6 +92,19 @@ def check_matches_reference():
                 assert torch.equal(got, want), (vocab, dtype, use_top_p, (got != want).nonzero().flatten().tolist())
 
 
+def check_radix_widths_agree():
+    """The top-k radix select decided 1, 2 or 4 bits a pass (select_tokens.RADIX_BITS, 4 by default and checked
+    above): the same k-th largest, hence the same ids as the reference (negative values, -inf entries, ties across
+    the boundary, k = 1 and k >= V in the case)."""
+    from voxflow.kernels.select_tokens import select_tokens
+    g = torch.Generator().manual_seed(5)
+    args = make_case(g, 12, 2048, torch.bfloat16, False)
+    want = reference(*args, 3, False)
+    for bits in (1, 2):
+        got = select_tokens(*args, 3, False, radix_bits=bits)
+        assert torch.equal(got, want), (bits, (got != want).nonzero().flatten().tolist())
+
+
 def check_talker_processing_matches_select_c0():
     """talker=: the c0 draw from RAW talker logits equals batch_sampling.select_c0's torch path (repetition penalty
     on seen ids, EOS barred before min_new_tokens, suppression, then the draw)."""
@@ -153,6 +166,9 @@ if IN_CHILD:
 
     def test_child_single_rows_and_codebooks():
         check_single_rows_and_codebooks()
+
+    def test_child_radix_widths_agree():
+        check_radix_widths_agree()
 
     def test_child_supported():
         check_supported()

@@ -1,5 +1,6 @@
-"""GPU time of one fused token draw (voxflow/kernels/select_tokens.py) by num_warps, batch and vocabulary, against
-the torch pipeline it replaces: CUDA-graph replays of 16 back-to-back draws (one decode step's worth).
+"""GPU time of one fused token draw (voxflow/kernels/select_tokens.py) by num_warps, the top-k radix select's bits a
+pass (RADIX_BITS), batch and vocabulary, against the torch pipeline it replaces: CUDA-graph replays of 16
+back-to-back draws (one decode step's worth). Top-k 50, no top-p (Qwen3-TTS's sampling defaults).
 
     python benchmarks/scripts/bench_select_tokens.py
 """
@@ -37,10 +38,11 @@ def main() -> None:
             keys = torch.arange(b, device="cuda")
             frame = torch.zeros(b, dtype=torch.long, device="cuda")
             row = [f"B={b:3d} V={vocab}"]
-            for warps in (1, 2, 4, 8):
-                us = timed(lambda: select_tokens(logits, p.do_sample, p.temperature, p.top_k, p.top_p, keys, frame,
-                                                 3, False, num_warps=warps))
-                row.append(f"w{warps} {us:6.1f} us")
+            for warps in (4, 8):
+                for bits in (1, 2, 4):
+                    us = timed(lambda: select_tokens(logits, p.do_sample, p.temperature, p.top_k, p.top_p, keys,
+                                                     frame, 3, False, num_warps=warps, radix_bits=bits))
+                    row.append(f"w{warps} r{bits} {us:5.1f}")
             torch_us = timed(lambda: torch.where(p.do_sample, gumbel_argmax(warp_logits(logits.float(), p), keys,
                                                                              frame, 3), logits.float().argmax(-1)))
             row.append(f"torch {torch_us:6.1f} us")

@@ -98,8 +98,9 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
 
 
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
-    """qwen3_layer.ONE_ROW_NORM_LINEAR (off by default until measured): one request alone, so the talker's layers
-    run at one row with their norms folded into q|k|v and gate|up: the same fp32 codes and audio as the CPU loop."""
+    """qwen3_layer.ONE_ROW_NORM_LINEAR (on by default; set here so the test holds whatever the default): one
+    request alone, so the talker's layers run at one row with their norms folded into q|k|v and gate|up: the
+    same fp32 codes and audio as the CPU loop."""
     import voxflow.layers.qwen3_layer as layer_mod
     monkeypatch.setattr(layer_mod, "ONE_ROW_NORM_LINEAR", True)
     ran = []
@@ -117,9 +118,13 @@ def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     assert np.abs(got["0"][1] - wav).max() <= 1e-4
 
 
-def test_gpu_fp32_single_request_equals_cpu_reference():
+def test_gpu_fp32_single_request_equals_cpu_reference(monkeypatch):
     """One request alone (the c=1 path: the one-row skinny GEMMs -- down_proj with silu * up, the code predictor's
-    norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop."""
+    norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop. With
+    ONE_ROW_NORM_LINEAR off (VOXFLOW_ONE_ROW_NORM_LINEAR=0: the norms on their own kernel, q|k|v and gate|up on
+    cuBLAS); the test above holds it on."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    monkeypatch.setattr(layer_mod, "ONE_ROW_NORM_LINEAR", False)
     got = engine_codes("float32", True, True, texts=TEXTS[1:2])
     codes, wav = reference(TEXTS[1])
     assert torch.equal(got["0"][0].cpu(), codes)

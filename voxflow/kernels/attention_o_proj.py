@@ -209,11 +209,11 @@ def _pow2_floor(v: int) -> int:
 
 
 def launch_config(n: int, num_heads: int) -> dict:
-    """Two query heads (one KV group at 16 / 8) by 64 columns a tile: 8 x 16 = 128 programs at the 1.7B shapes,
-    each with a W_o tile of 64 x 256 (32 KB) and 1/8 of the attention; 4 warps. Untuned guesses until
-    benchmarks/scripts/tune_cp_layer.py has run on the device (one program doing all 16 heads for 8 columns, the
-    first design, took 14.9 us on an H200 against 8.5 for the two kernels it replaces)."""
-    return dict(BLOCK_N=min(64, max(16, triton.next_power_of_2(n) // 16)), BLOCK_H=min(2, num_heads & -num_heads),
+    """Four query heads (two KV groups at 16 / 8) by 32 columns a tile: 4 x 32 = 128 programs at the 1.7B shapes,
+    each with a W_o tile of 32 x 512 (32 KB) and 1/4 of the attention; 4 warps. H200, bf16, one row
+    (benchmarks/scripts/tune_cp_layer.py, session 9 call 2): 6.68 us vs 7.49 at two heads by 64 columns (one
+    program doing all 16 heads for 8 columns, the first design, took 14.9 us)."""
+    return dict(BLOCK_N=min(32, max(16, triton.next_power_of_2(n) // 16)), BLOCK_H=min(4, num_heads & -num_heads),
                 num_warps=4)
 
 

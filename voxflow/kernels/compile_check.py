@@ -51,7 +51,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(logits_ptr=bf, do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
                          top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
                          penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8")),
-                    dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, BLOCK=4096),
+                    dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
+                         BLOCK=4096),
                     dict(num_warps=8, enable_fp_fusion=False)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)
@@ -98,20 +99,22 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl)))
     # The code predictor's fused layer kernels as the JIT specializes them at batch 1 (M == 1 a constant, aligned
     # pointers and strides), and at 4 rows.
+    # The talker's one-row layers (qwen3_layer.ONE_ROW_NORM_LINEAR) at the 1.7B talker's K = 2048.
     for name, m, n, k, swiglu in (("q|k|v", 1, 4096, 1024, False), ("gate|up", 1, 3072, 1024, True),
                                   ("lm_head", 1, 2048, 1024, False), ("q|k|v m=4", 4, 4096, 1024, False),
-                                  ("gate|up m=4", 4, 3072, 1024, True)):
+                                  ("gate|up m=4", 4, 3072, 1024, True), ("talker q|k|v", 1, 4096, 2048, False),
+                                  ("talker gate|up", 1, 6144, 2048, True)):
         out.append((f"norm_linear {name}", *norm_linear_case(m, n, k, swiglu)))
     out.append(("norm_linear down+residual (no norm)", *norm_linear_case(1, 1024, 3072, False, norm=False,
                                                                          residual=True)))
     # With programmatic dependent launch (pdl.py: griddepcontrol wait, then launch_dependents).
     for name, n, swiglu in (("q|k|v", 4096, False), ("gate|up", 3072, True)):
         out.append((f"norm_linear {name} pdl", *norm_linear_case(1, n, 1024, swiglu, pdl=True)))
-    for block_h, block_n, m in ((2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (2, 64, 4)):
+    for block_h, block_n, m in ((4, 32, 1), (2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (4, 32, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
-    out.append(("attention_o_proj block_h=2 block_n=64 m=1 pdl",
-                *attention_o_proj_case(1, dict(BLOCK_H=2, BLOCK_N=64), pdl=True)))
+    out.append(("attention_o_proj block_h=4 block_n=32 m=1 pdl",
+                *attention_o_proj_case(1, dict(BLOCK_H=4, BLOCK_N=32), pdl=True)))
     out.append(("dense_decode_norm_rope", dense_nr._norm_rope_attend_kernel,
                 dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
                      k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32"),

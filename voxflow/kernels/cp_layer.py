@@ -30,9 +30,8 @@ MAX_M = min(nl.MAX_M, attn.MAX_M)
 
 # Launch-config overrides per kernel (None: each module's launch_config), e.g. from benchmarks/scripts/
 # tune_cp_layer.py's table; "lm_head": the code predictor's norm + lm_head through norm_linear (when it is on).
-# down: 4 columns a program (H200, M = 1: 4.92 us vs 5.13 at skinny_linear's 8).
-CONFIGS: dict[str, dict | None] = {"qkv": None, "attention_o_proj": None, "gate_up": None,
-                                   "down": dict(BLOCK_N=4), "lm_head": None}
+CONFIGS: dict[str, dict | None] = {"qkv": None, "attention_o_proj": None, "gate_up": None, "down": None,
+                                   "lm_head": None}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ ids already generated, EOS barred before min_new_tokens, the suppressed ids -- t
 
 Numerics against the reference:
 - temperature: IEEE fp32 division; top-k: the k-th largest value, values >= it survive (boundary ties too, as in
-  apply_top_k) -- exact. Without top-p it comes from a 32-step radix select (on an H200 the full-row bitonic sort
+  apply_top_k) -- exact. Without top-p it comes from a radix select (on an H200 the full-row bitonic sort
   cost 14.5 us at V=2048 and 55 us at the talker's 3072, padded to 4096); with top-p from the ascending sort
   that stage needs anyway. Noise bits: exact. The Gumbel transform uses the precise
   log on CUDA (libdevice logf, as torch's), so without top-p the ids equal the reference's bit for bit.
@@ -41,23 +41,32 @@ from voxflow.kernels.uniform_noise import _lowbias32
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_VOCAB = 4096
+# Bits of the top-k radix select decided per pass (1, 2 or 4); `bench_select_tokens.py` times
+# them. 4: 8 passes of 16 counts each instead of 32 passes of one.
+RADIX_BITS = 4
 
 
 @triton.jit
-def _kth_largest(w, k):
+def _kth_largest(w, k, RADIX_BITS: tl.constexpr):
     """The k-th largest of the fp32 values w (a whole row) by a radix select on their order-preserving uint32 keys:
-    the largest key T with at least k keys >= T, decided bit by bit from the top (32 counts), returned as the
+    the largest key T with at least k keys >= T, decided RADIX_BITS bits at a time from the top, returned as the
     fp32 value it encodes. The value the k-th slot of a descending sort holds, for far fewer barriers than a
-    bitonic sort of the row (top-p needs the sorted row anyway and keeps that path)."""
+    bitonic sort of the row (top-p needs the sorted row anyway and keeps that path).
+
+    Each pass counts the keys >= every candidate digit at once (a [2^RADIX_BITS, BLOCK] comparison summed over
+    the row: one reduction instead of one per bit) and keeps the largest digit whose count is still >= k. The count
+    falls as the trial key grows, so digit by digit this finds the same T as deciding bit by bit (RADIX_BITS = 1)."""
     bits = w.to(tl.uint32, bitcast=True)
     # Negative: all bits flipped; else the sign bit set. (XOR with all ones rather than `~`: Triton 3.6 lowers `~`
     # on uint32 through a -1 that does not fit.)
     keys = tl.where((bits >> 31) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
+    digits = tl.arange(0, 1 << RADIX_BITS).to(tl.uint32)
     result = tl.full([], 0, tl.uint32)
-    for b in tl.static_range(31, -1, -1):
-        trial = result | (1 << b)
-        count = tl.sum((keys >= trial).to(tl.int32), 0)
-        result = tl.where(count >= k, trial, result)
+    for p in tl.static_range(32 // RADIX_BITS - 1, -1, -1):
+        trials = result | (digits << (p * RADIX_BITS))                                  # [2^RADIX_BITS]
+        counts = tl.sum((keys[None, :] >= trials[:, None]).to(tl.int32), 1)           # keys >= each trial
+        digit = tl.max(tl.where(counts >= k, digits, 0), 0)     # digit 0 always qualifies (count >= k held)
+        result = result | (digit << (p * RADIX_BITS))
     value_bits = tl.where((result >> 31) != 0, result & 0x7FFFFFFF, result ^ 0xFFFFFFFF)
     return value_bits.to(tl.float32, bitcast=True)
 
@@ -69,7 +78,7 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                           out_ptr, codebook, vocab, stride_row,
                           seen_ptr, penalty_ptr, num_gen_ptr, min_new_ptr, suppress_ptr, eos_id, stride_seen,
                           USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
-                          BLOCK: tl.constexpr):
+                          RADIX_BITS: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=offs < vocab,
@@ -108,7 +117,7 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                 kept = (cumulative > cut) | (offs == BLOCK - 1)
                 thr = tl.maximum(thr, tl.min(tl.where(kept, filt, float("inf")), 0))
         else:
-            thr = _kth_largest(w, k)                   # no sort needed for top-k alone
+            thr = _kth_largest(w, k, RADIX_BITS)       # no sort needed for top-k alone
         w = tl.where(w >= thr, w, float("-inf"))
         # The noise of batch_sampling.uniform_noise / kernels/uniform_noise.py, bit for bit.
         key = tl.load(keys_ptr + row).to(tl.uint32)
@@ -133,7 +142,8 @@ def supported(logits: torch.Tensor) -> bool:
 
 def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                   top_p: torch.Tensor, keys: torch.Tensor, frame: torch.Tensor, codebook: int,
-                  use_top_p: bool, num_warps: int | None = None, talker: tuple | None = None) -> torch.Tensor:
+                  use_top_p: bool, num_warps: int | None = None, talker: tuple | None = None,
+                  radix_bits: int = RADIX_BITS) -> torch.Tensor:
     """ids [B] int64 for logits [B, V] (see `supported`): do_sample [B] bool, temperature [B] float32, top_k [B]
     int64 (0 = off), top_p [B] float64 (1 = off), keys [B] (seed_key, < 2^32), frame [B] int64, one codebook for
     the batch. talker: the talker's logit processing first (see below). use_top_p=False skips the top-p stage (only valid when no sampling row has top_p < 1, as
@@ -154,7 +164,8 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
         _select_tokens_kernel[(b,)](
             logits, do_sample.contiguous().view(torch.uint8), temperature.contiguous(), top_k.contiguous(),
             top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
-            *extra, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None, BLOCK=block,
+            *extra, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
+            RADIX_BITS=radix_bits, BLOCK=block,
             num_warps=num_warps or (8 if block >= 2048 else 4),
             enable_fp_fusion=False)   # every product / sum rounded as in the torch ops
     return out

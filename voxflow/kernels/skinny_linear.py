@@ -188,7 +188,8 @@ def launch_config(m: int, n: int, k: int, dtype: torch.dtype) -> dict:
       M > 4: tl.dot with M padded to a power of two >= 16 (faster from M = 8 on, H200: e.g. o_proj 1024-wide
       6.6 us instead of 12.8; see benchmarks/scripts/tune_skinny_linear.py).
     - BLOCK_N ~ N / 128, so there are >= ~128 programs (the H200 has 132 SMs and each must pull its share of W):
-      N = 1024 -> 8 (FMA) / 16 (dot: its minimum, 64 programs), 2048 -> 16, 4096 -> 32, 12288 -> 64.
+      N = 1024 -> 8 (FMA) / 16 (dot: its minimum, 64 programs), 2048 -> 16, 4096 -> 32, 12288 -> 64; at one row
+      ~N / 512 (at least 4): more, smaller programs keep more W loads in flight.
     - FMA BLOCK_K: the 3-D accumulator holds BLOCK_M * BLOCK_N * BLOCK_K <= 16K fp32 (128 registers a thread at 4
       warps), up to 1024 deep (H200, M = 1: 1024-deep steps were 10-25% faster than 512-deep ones, and 4 warps
       beat 8). dot BLOCK_K: 128 (64 for fp32, whose ieee dot runs on FMAs), 4 stages.
@@ -202,7 +203,9 @@ def launch_config(m: int, n: int, k: int, dtype: torch.dtype) -> dict:
         block_k = min(k_pow2, 64 if dtype == torch.float32 else 128)
         num_warps, num_stages = 4, 4
     else:
-        block_n = min(64, max(8, _pow2_floor(n // 128)))
+        # one row: 4x as many programs (H200, bf16: down_proj 6144 -> 2048 8.78 us at 4 columns vs 11.35 at 16,
+        # 3072 -> 1024 4.92 vs 5.13 at 8; tune_cp_layer / tune_talker_one_row, session 9 call 2, session 11 call 1)
+        block_n = max(4, _pow2_floor(n // 512)) if m == 1 else min(64, max(8, _pow2_floor(n // 128)))
         block_k = min(k_pow2, 1024, max(32, 16384 // (block_m * block_n)))
         num_warps, num_stages = 4, 2
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=use_dot, SPLIT_K=1,

@@ -33,10 +33,11 @@ from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
 SKINNY_MAX_ROWS = 8
 SKINNY_PROLOGUE_MAX_ROWS = 1
 # One-row layers with the norms folded into q|k|v and into gate|up (voxflow/kernels/norm_linear.py, as the code
-# predictor's fused layer does): two launches fewer a layer (the talker's 28 layers at c=1: 56 a step). OFF until
-# measured at the talker's widths (K = 2048), where cuBLAS streamed W faster than the older fused-norm prologue:
-# benchmarks/scripts/tune_talker_one_row.py times both. VOXFLOW_ONE_ROW_NORM_LINEAR=1 turns it on.
-ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "0") == "1"
+# predictor's fused layer does): two launches fewer a layer (the talker's 28 layers at c=1: 56 a step). ON: on an
+# H200 at the 1.7B talker's widths a one-row layer step went 50.1 -> 44.3 us and HTTP c=1 RTF 0.052 -> 0.049
+# (benchmarks/results/h200/2026-12-02-session11, call 1; tune_talker_one_row.py). VOXFLOW_ONE_ROW_NORM_LINEAR=0
+# turns it off (rms_norm + cuBLAS for q|k|v and gate|up).
+ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -181,9 +182,9 @@ class Qwen3DecoderLayer(nn.Module):
         benchmarks/results/h200/2026-12-01-fused-decode/tune_skinny_linear.txt): o_proj with the residual add in
         its epilogue (cuBLAS picks a split-K kernel + reduce there), and at one row down_proj with silu * up in its
         prologue and the residual add in its epilogue. q|k|v and gate|up stay on cuBLAS after the norm kernel: at
-        these widths cuBLAS streamed W faster than skinny_linear's fused norm prologue (ONE_ROW_NORM_LINEAR, off
-        by default: norm_linear.py's one-pass norm instead, `_forward_one_row`). Same rounding points as the
-        unfused path. None: not applicable here."""
+        these widths cuBLAS streamed W faster than skinny_linear's fused norm prologue; at one row norm_linear.py's
+        one-pass norm beats both (ONE_ROW_NORM_LINEAR, on by default: `_forward_one_row`). Same rounding points
+        as the unfused path. None: not applicable here."""
         from voxflow.kernels import skinny_linear as sk
         attn, mlp = self.self_attn, self.mlp
         qkv_w, gate_up_w = attn.fused_qkv(), mlp.fused_gate_up()
