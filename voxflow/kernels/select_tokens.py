@@ -41,9 +41,10 @@ from voxflow.kernels.uniform_noise import _lowbias32
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_VOCAB = 4096
-# Bits of the top-k radix select decided per pass (1, 2 or 4); `bench_select_tokens.py` times
-# them. 4: 8 passes of 16 counts each instead of 32 passes of one.
-RADIX_BITS = 4
+# Bits of the top-k radix select decided per pass (1, 2 or 4); `bench_select_tokens.py` times them. 2: 16 passes
+# of 4 counts (H200, 8 warps, one row: 10.1 us at V = 2048 and 15.8 at 3072, against 12.3 / 18.1 deciding one bit
+# a pass and 12.7 / 28.5 four: session 11 call 2).
+RADIX_BITS = 2
 
 
 @triton.jit
