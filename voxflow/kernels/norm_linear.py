@@ -24,15 +24,15 @@ The sum of squares is divided by K with an IEEE division (torch's mean, for powe
 Tiles. One K step loads a [BLOCK_N, BLOCK_K] tile of W (two with swiglu), converts it to fp32 and reduces it
 against the row right away (no deferred 3-D accumulator: the registers go to loads in flight instead). For the
 code predictor's K = 1024 the plain default takes the whole K in one step, so a program issues all its W loads at
-once (16 x 1024 bf16 = 32 KB a program at N = 4096). `launch_config` is deterministic
+once (4 x 1024 bf16 = 8 KB a program, 1024 programs at N = 4096). `launch_config` is deterministic
 (CUDA-graph capturable); benchmarks/scripts/tune_cp_layer.py times alternatives on the GPU.
 
 Also, without a norm weight, a plain skinny GEMM with an optional residual epilogue (residual + round(y), rounded:
 skinny_linear.py's rounding points). The body is `_norm_linear_tile` (one BLOCK_N tile of output columns).
 
 Registers per thread (sm_90, bf16, M = 1, as the JIT specializes aligned pointers / strides; `python -m
-voxflow.kernels.compile_check` prints them): ~99 at the q|k|v default (16 x 1024, 8 warps), ~56 at gate|up's
-(2 x 4 x 512), ~59 at lm_head's 8 x 1024, no spills.
+voxflow.kernels.compile_check` prints them): ~44 at the code predictor's q|k|v default (4 x 1024), ~56 at its
+gate|up's (2 x 4 x 512), ~99 at the talker's q|k|v (16 x 1024, 8 warps), no spills.
 
 Sizes (`supported`): x [M, K] with 1 <= M <= MAX_M and a unit last stride, W [N or 2N, K] contiguous, one dtype,
 K % 16 == 0.
@@ -144,23 +144,26 @@ def _pow2_floor(v: int) -> int:
 def launch_config(m: int, n: int, k: int, swiglu: bool = False) -> dict:
     """The config for M rows, N outputs (activation columns with swiglu), depth K: deterministic, no timing.
 
-    One row (the code predictor's fused layers and lm_head, the talker's one-row layers), H200, bf16 (tune_cp_layer
-    / tune_talker_one_row in benchmarks/results/h200/2026-12-01-session9/call2 and 2026-12-02-session11/call1):
-    - plain (q|k|v, lm_head): K steps of up to 1024, 8 warps, 16 output rows a program from N = 4096 on, else 8:
-      q|k|v 4.46 us at K = 1024 (4.57 at 4 rows / 4 warps), 6.32 at K = 2048 (7.22); lm_head 3.55 at K = 1024
-      (4.93 at 4 warps), 4.41 at K = 2048 (7.61);
-    - swiglu (gate|up, two tiles): 4 rows, 4 warps, K steps of 512 up to K = 1024 (5.75 us), 256 above (K = 2048:
-      14.03 us vs 15.31 at 512).
-    More rows: 4 output rows a program where W has >= 4096 rows in all, else 8 (4 below N = 2048), K steps of at
-    most 8K W elements a program at 8 rows, 4 warps: few registers (module docstring), the whole grid resident.
+    One row at K >= 2048 (the talker's one-row layers, qwen3_layer.ONE_ROW_NORM_LINEAR), H200, bf16: plain GEMMs
+    (q|k|v) 16 output rows a program from N = 4096 on (else 8), K steps of 1024, 8 warps (6.32 us vs 7.22 at 4 rows
+    / 4 warps, isolated); swiglu (gate|up) 4 rows, K steps of 256 (14.03 vs 15.31 at 512). In a graph: a talker
+    layer step 44.8 -> 42.3 us (benchmarks/results/h200/2026-12-02-session11, calls 1-3).
+    Otherwise (the code predictor's K = 1024, more rows): 4 output rows a program where W has >= 4096 rows in all
+    (q|k|v, gate|up), else 8 (4 below N = 2048), and K steps of at most 8K W elements a program at 8 rows (the whole
+    K = 1024 plain, 512 with the two swiglu tiles), 4 warps: few registers (module docstring), the whole grid
+    resident at once. (The 8-warp plain config is faster per isolated call at K = 1024 too, 4.46 vs 4.57 us, but a
+    frame of the code predictor's fused layers in a graph with programmatic dependent launch went 1939 -> 2379 us
+    with it: session 11 call 3.) H200, bf16, M = 1 (benchmarks/results/h200/2026-12-01-session4/tune_cp_layer.txt):
+    q|k|v 4.57 us at 4 rows (5.26 at 8; rms_norm + cuBLAS 6.82), gate|up + silu * up 5.78 (6.29; rms_norm + cuBLAS
+    7.69), lm_head best at 8 rows (4.92).
     """
     tiles = 2 if swiglu else 1
     block_m = triton.next_power_of_2(m)
     k_pow2 = k & -k
-    if m == 1 and not swiglu:
+    if m == 1 and k >= 2048:
+        if swiglu:
+            return dict(BLOCK_N=4, BLOCK_K=min(k_pow2, 256), num_warps=4, num_stages=2)
         return dict(BLOCK_N=16 if n >= 4096 else 8, BLOCK_K=min(k_pow2, 1024), num_warps=8, num_stages=2)
-    if m == 1:
-        return dict(BLOCK_N=4, BLOCK_K=min(k_pow2, 512 if k <= 1024 else 256), num_warps=4, num_stages=2)
     block_n = 8 if 2048 <= n * tiles < 4096 else 4
     block_k = min(k_pow2, max(16, 8192 // (tiles * 8 * block_m)))
     return dict(BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4, num_stages=2)
