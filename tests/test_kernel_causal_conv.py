@@ -74,24 +74,6 @@ def check_conv_against_torch():
                 assert want.abs().max() > 0.1                     # not a comparison of zeros
 
 
-def check_capped_grid_equals_one_program_per_tile():
-    """causal_conv.MAX_PROGRAMS below the tile count (3 row x 2 column tiles here, 4 programs: two walk two tiles,
-    one of them across a column boundary): the same bits as one program per tile."""
-    import voxflow.kernels.causal_conv as cc
-    g = torch.Generator().manual_seed(2)
-    x = torch.randn(2, 136, 32, generator=g)
-    packed = cc.pack_weight(torch.randn(256, 32, 7, generator=g) / 15.0)
-    bias = torch.randn(256, generator=g)
-    terms = (torch.rand(256, generator=g) + 0.5, torch.rand(256, generator=g) + 0.5)
-    want = cc.conv1d_channels_last(x, packed, bias, 1, snake_terms=terms)
-    saved, cc.MAX_PROGRAMS = cc.MAX_PROGRAMS, 4
-    try:
-        got = cc.conv1d_channels_last(x, packed, bias, 1, snake_terms=terms)
-    finally:
-        cc.MAX_PROGRAMS = saved
-    assert want.shape == (2, 130, 256) and torch.equal(got, want)
-
-
 def check_snake_channels_last():
     from voxflow.kernels.causal_conv import snake_channels_last
     g = torch.Generator().manual_seed(1)
@@ -164,9 +146,6 @@ def check_waveform_stack_streams_like_the_plain_decoder():
 if IN_CHILD:
     def test_child_conv_against_torch():
         check_conv_against_torch()
-
-    def test_child_capped_grid():
-        check_capped_grid_equals_one_program_per_tile()
 
     def test_child_snake_channels_last():
         check_snake_channels_last()

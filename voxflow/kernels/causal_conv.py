@@ -16,8 +16,6 @@ its fp32 sum instead: the same class of error.) The GPU tests hold the whole sta
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -45,39 +43,17 @@ def _snake_cl_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, N, C, x_sb, out_sb,
 
 @triton.jit
 def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st, ROW_TILES, NUM_TILES, GRID,
+                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
                     KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
                     RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr, PERSISTENT: tl.constexpr,
+                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # One program per output tile (grid [row tiles, column tiles]), or with PERSISTENT a capped 1-D grid of GRID
-    # programs, each walking tiles pid, pid + GRID, ... in the same order (MAX_PROGRAMS says why).
-    if PERSISTENT:
-        for tile in range(tl.program_id(0), NUM_TILES, GRID):
-            _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, ROWS, T, CIN, COUT, NK,
-                       x_sb, x_st, res_sb, res_st, out_sb, out_st, tile % ROW_TILES, tile // ROW_TILES,
-                       KSIZE, DILATION, HAS_BIAS, SNAKE, RESIDUAL, PRECISE, DOT_PRECISION, DOT_IN_FP32, EVEN_K,
-                       BLOCK_T, BLOCK_N, BLOCK_K)
-    else:
-        _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, ROWS, T, CIN, COUT, NK,
-                   x_sb, x_st, res_sb, res_st, out_sb, out_st, tl.program_id(0), tl.program_id(1),
-                   KSIZE, DILATION, HAS_BIAS, SNAKE, RESIDUAL, PRECISE, DOT_PRECISION, DOT_IN_FP32, EVEN_K,
-                   BLOCK_T, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-               ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st, row_tile, col_tile,
-               KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-               RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
-               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # Output rows of all B sequences numbered b * T + t, so short sequences (low rates, 1-frame calls) fill tiles.
-    r = row_tile * BLOCK_T + tl.arange(0, BLOCK_T)
+    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     row_ok = r < ROWS
     bb = (r // T).to(tl.int64)
     tt = (r % T).to(tl.int64)
-    cols = col_tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < COUT
     dtype = out_ptr.dtype.element_ty
@@ -112,14 +88,6 @@ def _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
         res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
         h = round_to(h + res.to(tl.float32), dtype)
     tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
-
-
-# At most this many programs a convolution (0: one per output tile). An experiment (session 11): the codec decodes on
-# its own stream beside the talker's decode step, but its convolutions' ~1 CTA-per-SM tiles took every SM, so at
-# c=64 the two streams' times added up (9.06 ms a step = 6.5 of talker + 2.57 of codec). With fewer programs than
-# SMs, each walking several tiles, the talker's small latency-bound kernels keep SMs of their own.
-# VOXFLOW_CODEC_CONV_PROGRAMS sets it.
-MAX_PROGRAMS = int(os.environ.get("VOXFLOW_CODEC_CONV_PROGRAMS", "0"))
 
 
 def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int) -> dict:
@@ -251,17 +219,14 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     cfg = launch_config(cin, cout, x.dtype, k)
     a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
     res = residual if residual is not None else out                     # not read without RESIDUAL
-    row_tiles, col_tiles = triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"])
-    tiles = row_tiles * col_tiles
-    persistent = 0 < MAX_PROGRAMS < tiles
-    grid = (MAX_PROGRAMS,) if persistent else (row_tiles, col_tiles)
+    grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
     _conv_cl_kernel[grid](
         x, weight_packed, bias if bias is not None else x, a, inv, res, out,
         bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
-        res.stride(1), out.stride(0), out.stride(1), row_tiles, tiles, grid[0],
+        res.stride(1), out.stride(0), out.stride(1),
         KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
         RESIDUAL=residual is not None, PRECISE=x.is_cuda, DOT_PRECISION=_dot_precision(x),
-        DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0, PERSISTENT=persistent,
+        DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,
         BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         enable_fp_fusion=False)                # SnakeBeta's rounded steps stay separate operations

@@ -84,9 +84,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                        "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
             out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
                         *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
-            if (cin, cout, k) == (768, 768, 7):       # the capped grid (causal_conv.MAX_PROGRAMS)
-                out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} persistent",
-                            *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned, persistent=True)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")
     for m in (1, 4, 8, 64):
@@ -153,14 +150,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     return out
 
 
-def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg: dict, aligned: tuple,
-                            persistent: bool = False) -> tuple:
+def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg: dict, aligned: tuple) -> tuple:
     """(kernel, types, constexprs, options) of causal_conv.py's convolution as conv1d_channels_last launches it."""
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
     consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
                   PRECISE=True, DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
-                  PERSISTENT=persistent,
                   EVEN_K=cin % cfg["BLOCK_K"] == 0, **{key: v for key, v in cfg.items() if key.isupper()})
     return (causal_conv._conv_cl_kernel,
             dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
