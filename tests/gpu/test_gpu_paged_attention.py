@@ -187,3 +187,35 @@ def test_layer_attend_kernel_path_equals_gather_and_eager_path(dtype, monkeypatc
         assert ("gather_index" in view.__dict__) != on                 # which path ran
     tol = TOL[torch.float32] if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
     torch.testing.assert_close(outs[0].float(), outs[1].float(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_norm_rope_in_the_kernel_equals_qk_norm_rope_then_the_kernel(batch, dtype):
+    """paged_decode_attention(..., norm_rope=) from the raw projections == qk_norm_rope.py's kernel, then the
+    append call (layers.paged_attention.PAGED_NORM_ROPE). The normed keys it writes are qk_norm_rope's bits (same
+    helper, fma contraction off in both); the attention output within the kernel's tolerance (the attention math
+    itself runs without fma contraction in the fused kernel)."""
+    from voxflow.kernels.qk_norm_rope import qk_norm_rope
+    lens = ragged_lens(batch, 600, seed=11)
+    _, k_pool, v_pool, tables, lens = paged_batch(lens, dtype, seed=11)
+    gen = torch.Generator("cuda").manual_seed(12)
+    q = torch.randn(batch, 1, HQ, D, device="cuda", generator=gen).to(dtype) * 3
+    k = torch.randn(batch, 1, HKV, D, device="cuda", generator=gen).to(dtype) * 3
+    v = torch.randn(batch, 1, HKV, D, device="cuda", generator=gen).to(dtype)
+    qw = (torch.rand(D, device="cuda", generator=gen) + 0.5).to(dtype)
+    kw = (torch.rand(D, device="cuda", generator=gen) + 0.5).to(dtype)
+    angles = torch.rand(batch, 1, D // 2, device="cuda", generator=gen) * 6.0
+    cos, sin = (torch.cat([f(angles)] * 2, dim=-1).to(dtype) for f in (torch.cos, torch.sin))
+    tab = tables.cpu()
+    slots = torch.tensor([int(tab[r, (n - 1) // BS]) * BS + (n - 1) % BS for r, n in enumerate(lens.tolist())],
+                         device="cuda")
+    qn, kn = qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6, 1e-6)
+    pools = [(k_pool.clone(), v_pool.clone()) for _ in range(2)]
+    want = paged_decode_attention(qn[:, 0], *pools[0], tables, lens, SCALE, k_new=kn[:, 0], v_new=v[:, 0],
+                                  slots=slots)
+    got = paged_decode_attention(q[:, 0], *pools[1], tables, lens, SCALE, k_new=k[:, 0], v_new=v[:, 0], slots=slots,
+                                 norm_rope=(qw, kw, 1e-6, 1e-6, cos[:, 0], sin[:, 0]))
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+    written = pools[1][0].view(-1, HKV, D)[slots]
+    assert torch.equal(written, kn[:, 0]) and torch.equal(pools[1][1].view(-1, HKV, D)[slots], v[:, 0])

@@ -104,8 +104,8 @@ class Qwen3Attention(nn.Module):
         per_head = (b, s, -1, self.head_dim)
         attend_raw = getattr(cache, "attend_raw", None)
         if attend_raw is not None and s == 1 and bias is None and use_kernels(q):
-            # A cache that takes the raw projections (the code predictor's static cache): norms, RoPE, the append
-            # and attention in one kernel.
+            # A cache that takes the raw projections (the code predictor's static cache; the talker's paged view
+            # with PAGED_NORM_ROPE): norms, RoPE, the append and attention in one kernel.
             out = attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), self.q_norm, self.k_norm, cos,
                              sin, self.scale)
             if out is not None:
