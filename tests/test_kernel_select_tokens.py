@@ -175,3 +175,10 @@ if IN_CHILD:
 else:
     def test_select_tokens_kernel_under_the_interpreter_matches_reference():
         run_child(__file__, CHILD_FLAG)
+
+    def test_select_tokens_rejects_radix_widths_not_dividing_32():
+        from voxflow.kernels.select_tokens import select_tokens
+        row = torch.zeros(1, dtype=torch.long)
+        with pytest.raises(ValueError, match="radix_bits"):
+            select_tokens(torch.zeros(1, 2048), row.bool(), row.float(), row, row.double(), row, row, 1, False,
+                          radix_bits=3)

@@ -192,10 +192,11 @@ def test_layer_attend_kernel_path_equals_gather_and_eager_path(dtype, monkeypatc
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch", [1, 64])
 def test_norm_rope_in_the_kernel_equals_qk_norm_rope_then_the_kernel(batch, dtype):
-    """paged_decode_attention(..., norm_rope=) from the raw projections == qk_norm_rope.py's kernel, then the
-    append call (layers.paged_attention.PAGED_NORM_ROPE). The normed keys it writes are qk_norm_rope's bits (same
-    helper, fma contraction off in both); the attention output within the kernel's tolerance (the attention math
-    itself runs without fma contraction in the fused kernel)."""
+    """paged_decode_attention(..., norm_rope=) from the raw projections vs qk_norm_rope.py's kernel (layers.
+    paged_attention.PAGED_NORM_ROPE). The same helper, but compiled at another tile shape the sums of squares may
+    differ in their last bits (as the dense fused kernel's did on the H200): keys within a few fp32 ulps, bf16 keys
+    one ulp on under 1% of the elements; the output against attention over the keys the kernel wrote, with
+    qk_norm_rope's queries (bf16: a query one ulp off moves an output by up to ~2^-8 of its size)."""
     from voxflow.kernels.qk_norm_rope import qk_norm_rope
     lens = ragged_lens(batch, 600, seed=11)
     _, k_pool, v_pool, tables, lens = paged_batch(lens, dtype, seed=11)
@@ -211,11 +212,16 @@ def test_norm_rope_in_the_kernel_equals_qk_norm_rope_then_the_kernel(batch, dtyp
     slots = torch.tensor([int(tab[r, (n - 1) // BS]) * BS + (n - 1) % BS for r, n in enumerate(lens.tolist())],
                          device="cuda")
     qn, kn = qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6, 1e-6)
-    pools = [(k_pool.clone(), v_pool.clone()) for _ in range(2)]
-    want = paged_decode_attention(qn[:, 0], *pools[0], tables, lens, SCALE, k_new=kn[:, 0], v_new=v[:, 0],
-                                  slots=slots)
-    got = paged_decode_attention(q[:, 0], *pools[1], tables, lens, SCALE, k_new=k[:, 0], v_new=v[:, 0], slots=slots,
-                                 norm_rope=(qw, kw, 1e-6, 1e-6, cos[:, 0], sin[:, 0]))
-    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
-    written = pools[1][0].view(-1, HKV, D)[slots]
-    assert torch.equal(written, kn[:, 0]) and torch.equal(pools[1][1].view(-1, HKV, D)[slots], v[:, 0])
+    got = paged_decode_attention(q[:, 0], k_pool, v_pool, tables, lens, SCALE, k_new=k[:, 0], v_new=v[:, 0],
+                                 slots=slots, norm_rope=(qw, kw, 1e-6, 1e-6, cos[:, 0], sin[:, 0])).float()
+    assert torch.equal(v_pool.view(-1, HKV, D)[slots], v[:, 0])                    # values: copied
+    written = k_pool.view(-1, HKV, D)[slots]
+    if dtype == torch.bfloat16:
+        got_k, want_k = written.float(), kn[:, 0].float()
+        assert ((got_k - want_k).abs() <= want_k.abs() * 2.0 ** -7).all()
+        assert (got_k != want_k).float().mean().item() < 0.01
+    else:
+        torch.testing.assert_close(written, kn[:, 0], rtol=4e-6, atol=1e-6)   # a wrong norm / rotation: O(1)
+    want = paged_decode_attention_ref(qn[:, 0].float(), k_pool, v_pool, tables, lens, SCALE).float()
+    tol = want.abs() * (1e-4 if dtype == torch.float32 else 2.0 ** -8) + (1e-5 if dtype == torch.float32 else 1e-3)
+    assert ((got - want).abs() <= tol).all(), (got - want).abs().max().item()

@@ -26,8 +26,8 @@ being written. The counters (`tile_counters`, int32 per column block) are reset 
 The body is `_attention_o_proj_tile` (one tile a program).
 
 Registers per thread (sm_90, bf16, M = 1, aligned as the JIT specializes; `python -m voxflow.kernels.compile_check`
-prints them): ~110 at the default (2 heads x 64 columns, 4 warps), ~62 at 1 x 32, ~179 at 16 x 8; 4 heads x 128
-columns spills at 4 warps.
+prints them): ~168 at the default (4 heads x 32 columns, 4 warps), ~96 at 2 x 64, ~55 at 1 x 32, 255 at 16 x 8
+(spilling); 4 heads x 128 columns spills at 4 warps.
 
 Numerics: q/k norms and RoPE are qk_norm_rope's (fma contraction off for the whole kernel, as there); attention is
 the dense kernels' fp32 math (the softmax computed directly over the one key tile instead of online: the same up

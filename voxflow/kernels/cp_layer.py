@@ -30,6 +30,8 @@ MAX_M = min(nl.MAX_M, attn.MAX_M)
 
 # Launch-config overrides per kernel (None: each module's launch_config), e.g. from benchmarks/scripts/
 # tune_cp_layer.py's table; "lm_head": the code predictor's norm + lm_head through norm_linear (when it is on).
+# (down: skinny_linear's one-row heuristic now picks the 4 columns a program this table once set; the engine runs the
+# fused layers at one row only, CP_FUSED_MAX_ROWS.)
 CONFIGS: dict[str, dict | None] = {"qkv": None, "attention_o_proj": None, "gate_up": None, "down": None,
                                    "lm_head": None}
 

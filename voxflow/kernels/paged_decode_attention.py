@@ -1,7 +1,7 @@
 """Decode attention (one new query per row) straight from the paged KV pool, and its plain torch reference.
 
     paged_decode_attention(q, k_pool, v_pool, block_tables, context_lens, scale) -> out
-        q            [B, Hq, D]   the new token's queries (already normed and rotated)
+        q            [B, Hq, D]   the new token's queries (already normed and rotated; raw with norm_rope=)
         k/v_pool     [num_blocks, block_size, Hkv, D]   one layer's pages (the new token already written)
         block_tables [B, W]       row b's pages in order (-1 = unused; never read past the context)
         context_lens [B]          row b's tokens, the new one included
@@ -124,8 +124,8 @@ if triton is not None:
         heads = kv_head * GROUP + g
         q_mask = g_ok[:, None] & d_ok[None, :]
         if NORM_ROPE:
-            # Raw queries: this program normalises and rotates its group's heads (qk_norm_rope's helper, so the
-            # same bits) into its own scratch slot, then reads them back whole after a block barrier.
+            # Raw queries: this program normalises and rotates its group's heads (qk_norm_rope's helper and
+            # rounding points) into its own scratch rows, then reads them back whole after a block barrier.
             qs = qs_ptr + row * stride_qsb + split * stride_qss
             c1, c2, s1, s2, dh, dh_ok = _rope_row(cos_ptr, sin_ptr, row, stride_cos, stride_sin, half, BLOCK_HALF)
             _norm_rope_heads(q_ptr, qs, qw_ptr, row, 0, kv_head * GROUP, kv_head * GROUP + GROUP,
@@ -176,19 +176,21 @@ if triton is not None:
                 vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
                 slot = tl.load(slot_ptr + row).to(tl.int64)
                 page, pos = slot // PAGE, slot % PAGE
-                k_slot = k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh
                 if NORM_ROPE:
-                    # The raw key normalised and rotated straight into its slot (unit head-dim stride), read back.
+                    # The raw key normalised and rotated into this program's own scratch rows (after the query
+                    # heads: [Hq + kv_head]), read back whole. Not through the pool slot: batch-padding rows share
+                    # one slot, and another program's write there is not ordered by this program's barrier.
+                    ks = qs_ptr + row * stride_qsb + GROUP * tl.num_programs(1) * HEAD_DIM
                     c1, c2, s1, s2, dh, dh_ok = _rope_row(cos_ptr, sin_ptr, row, stride_cos, stride_sin, half,
                                                           BLOCK_HALF)
-                    _norm_rope_heads(kn_ptr, k_slot - kv_head * stride_kh, kw_ptr, row, 0, kv_head, kv_head + 1,
-                                     stride_knb, 0, stride_knh, 0, 0, stride_kh, c1, c2, s1, s2, dh, dh_ok,
-                                     half, inv_d, k_eps, 2)
+                    _norm_rope_heads(kn_ptr, ks, kw_ptr, row, 0, kv_head, kv_head + 1, stride_knb, 0, stride_knh,
+                                     0, 0, HEAD_DIM, c1, c2, s1, s2, dh, dh_ok, half, inv_d, k_eps, 2)
                     tl.debug_barrier()
-                    kn = tl.load(k_slot + d * stride_kd, mask=d_ok, other=0.0)
+                    kn = tl.load(ks + kv_head * HEAD_DIM + d, mask=d_ok, other=0.0)
                 else:
                     kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
-                    tl.store(k_slot + d * stride_kd, kn.to(k_ptr.dtype.element_ty), mask=d_ok)
+                tl.store(k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd,
+                         kn.to(k_ptr.dtype.element_ty), mask=d_ok)
                 tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
                          vn.to(v_ptr.dtype.element_ty), mask=d_ok)
                 if tl.load(lens_ptr + row) > 0:
@@ -265,11 +267,13 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
 def norm_rope_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                         k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor) -> bool:
     """Whether a decode step's raw projections (q [B, 1, Hq, D], k / v [B, 1, Hkv, D], per-head views; cos / sin
-    [B or 1, 1, D]) can take `paged_decode_attention(..., norm_rope=...)`: where qk_norm_rope.py would run, unit
-    head-dim strides, and the pools' dtype throughout (the kernel stores the normed key as it computes it)."""
+    [B or 1, 1, D]) can take `paged_decode_attention(..., norm_rope=...)` over pools [blocks, page, Hkv, D]: where
+    qk_norm_rope.py would run, one token a row, Hq a multiple of Hkv, unit last strides, and the pools' dtype
+    throughout (the kernel rounds the normed key to it where qk_norm_rope would)."""
     from voxflow.kernels.qk_norm_rope import supported
     return (supported(q, k, q_weight, k_weight, cos, sin) and q.shape[1] == 1 and v.shape == k.shape
-            and all(t.stride(-1) == 1 for t in (q, k, v, k_pool)) and v.dtype == q.dtype == k_pool.dtype)
+            and k_pool.dim() == 4 and k_pool.shape[2:] == k.shape[2:] and q.shape[2] % k.shape[2] == 0
+            and all(t.stride(-1) == 1 for t in (q, k, v, cos, sin)) and v.dtype == q.dtype == k_pool.dtype)
 
 
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
@@ -285,8 +289,11 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
 
     norm_rope (q_weight [D], k_weight [D], q_eps, k_eps, cos [B or 1, D], sin [B or 1, D]), with k_new: q and
     k_new are the RAW projections (unit head-dim stride, the pools' dtype); the kernel applies the per-head
-    RMSNorm and RoPE first, with qk_norm_rope.py's helper (its rounding points: the same bits as qk_norm_rope
-    followed by this call), and writes the normed, rotated key into its slot. See `norm_rope_supported`.
+    RMSNorm and RoPE first with qk_norm_rope.py's helper and rounding points, and writes the normed, rotated key
+    into its slot. Under the interpreter: the same bits as qk_norm_rope followed by this call. On a GPU the
+    compiled sums of squares (another tile shape) may differ in their last bits, so a bf16 key or query can sit
+    one ulp from qk_norm_rope's; and the whole kernel runs without fma contraction then (the norm's rounding
+    needs it), the attention included. See `norm_rope_supported`.
 
     num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
     group). num_warps: Triton's launch option.
@@ -329,9 +336,10 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         if not append:
             raise ValueError("norm_rope needs the new token (k_new / v_new / slots): the kernel writes its key")
         q_weight, k_weight, q_eps, k_eps, cos, sin = norm_rope
-        if q.stride(-1) != 1 or k_new.dtype != k_pool.dtype or k_pool.stride(-1) != 1:
-            raise ValueError("norm_rope needs q with a unit head-dim stride and k_new in the pools' dtype")
-        scratch = torch.empty(batch, num_splits, num_heads, head_dim, dtype=q.dtype, device=q.device)
+        if q.stride(-1) != 1 or k_new.dtype != q.dtype or cos.stride(-1) != 1 or sin.stride(-1) != 1:
+            raise ValueError("norm_rope needs q, k_new, cos and sin with unit last strides, k_new in q's dtype")
+        # per (row, split): the group's normed query heads; split 0 also the new key after all Hq query rows
+        scratch = torch.empty(batch, num_splits, num_heads + num_kv_heads, head_dim, dtype=q.dtype, device=q.device)
         extra = (q_weight.contiguous(), k_weight.contiguous(), cos, sin, scratch, head_dim // 2, 1.0 / head_dim,
                  float(q_eps), float(k_eps))
         rope_strides = (cos.stride(0) if cos.shape[0] > 1 else 0, sin.stride(0) if sin.shape[0] > 1 else 0,

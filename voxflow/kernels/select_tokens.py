@@ -150,6 +150,8 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
     the batch. talker: the talker's logit processing first (see below). use_top_p=False skips the top-p stage (only valid when no sampling row has top_p < 1, as
     WarpParams.any_top_p). No host sync: capturable in a CUDA graph."""
     b, vocab = logits.shape
+    if radix_bits not in (1, 2, 4):        # (a width not dividing 32 would leave the threshold's low bits 0)
+        raise ValueError(f"radix_bits must be 1, 2 or 4, got {radix_bits}")
     out = torch.empty(b, dtype=torch.long, device=logits.device)
     if talker is not None:
         # (seen [B, V] bool, penalty [B], num_generated [B], min_new_tokens [B], suppress [V] bool, eos_id): the

@@ -9,7 +9,8 @@ On CUDA (kernel switch on) fused kernels cut launches, same rounding points: q_n
 (voxflow/kernels/qk_norm_rope.py), each residual add + the norm after it in one (`add_rms_norm`: the
 post-attention one inside a layer, the MLP's into the next layer's input norm, `forward_deferred`), and for decode
 batches of a few rows the skinny GEMMs with the residual add / silu * up fused in (`_forward_skinny`); a cache
-with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself.
+with `attend_raw` (the code predictor's; the talker's paged view with PAGED_NORM_ROPE) takes the raw projections
+and does norms, RoPE and attention itself.
 Everywhere else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
