@@ -98,8 +98,8 @@ def _check_per_layer_kernel_path():
     # One row: every fused GEMM of the path (o_proj + residual, silu*up + down_proj + residual, norm + lm_head);
     # three rows: o_proj's only (SKINNY_PROLOGUE_MAX_ROWS); twelve rows: above SKINNY_MAX_ROWS, the layers on
     # cuBLAS-sized GEMMs with every residual add fused into the norm after it (Qwen3DecoderLayer.forward_deferred).
-    for rows, dtype, tol in ((1, torch.float32, 1e-4), (1, torch.bfloat16, 5e-2), (3, torch.float32, 1e-4),
-                             (12, torch.float32, 1e-4)):
+    # (bf16 through these kernels: the one-row and fused-layer checks below run a bf16 pass each)
+    for rows, dtype, tol in ((1, torch.float32, 1e-4), (3, torch.float32, 1e-4), (12, torch.float32, 1e-4)):
         cp = small_code_predictor(dtype)
         h = torch.randn(rows, 96, generator=g).to(dtype)
         c0 = torch.randn(rows, 96, generator=g).to(dtype)
