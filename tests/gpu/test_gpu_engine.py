@@ -43,6 +43,18 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
     return {r.request.request_id: (torch.cat(frames[r.request.request_id]), r.audio()) for r in results}
 
 
+def record_runs(monkeypatch, cls, name: str) -> list[bool]:
+    """Wrap the method cls.name (one that returns None when it declines): the list gets, per call, whether it ran."""
+    ran, real = [], getattr(cls, name)
+
+    def spied(self, *a):
+        out = real(self, *a)
+        ran.append(out is not None)
+        return out
+    monkeypatch.setattr(cls, name, spied)
+    return ran
+
+
 def reference(text):
     model = Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"))
     prompt, params, n, _ = prepare(model, SynthesisRequest(text=text, speaker="vivian", greedy=True, max_new_tokens=31))
@@ -103,14 +115,7 @@ def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     same fp32 codes and audio as the CPU loop."""
     import voxflow.layers.qwen3_layer as layer_mod
     monkeypatch.setattr(layer_mod, "ONE_ROW_NORM_LINEAR", True)
-    ran = []
-    one_row = layer_mod.Qwen3DecoderLayer._forward_one_row
-
-    def spied(self, *a):
-        out = one_row(self, *a)
-        ran.append(out is not None)
-        return out
-    monkeypatch.setattr(layer_mod.Qwen3DecoderLayer, "_forward_one_row", spied)
+    ran = record_runs(monkeypatch, layer_mod.Qwen3DecoderLayer, "_forward_one_row")
     got = engine_codes("float32", True, True, texts=TEXTS[1:2])
     assert ran and all(ran), "the one-row path did not run (or declined the shapes)"
     codes, wav = reference(TEXTS[1])
@@ -124,14 +129,7 @@ def test_gpu_paged_norm_rope_equals_cpu_reference(monkeypatch):
     together: the same fp32 codes and audio as the CPU loop."""
     import voxflow.layers.paged_attention as pa
     monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    ran = []
-    attend_raw = pa.PagedLayerView.attend_raw
-
-    def spied(self, *a):
-        out = attend_raw(self, *a)
-        ran.append(out is not None)
-        return out
-    monkeypatch.setattr(pa.PagedLayerView, "attend_raw", spied)
+    ran = record_runs(monkeypatch, pa.PagedLayerView, "attend_raw")
     for texts in (TEXTS[1:2], TEXTS[:4]):
         ran.clear()
         got = engine_codes("float32", texts=texts)
