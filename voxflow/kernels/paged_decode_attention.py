@@ -180,9 +180,8 @@ if triton is not None:
                     # The raw key normalised and rotated into this program's own scratch rows (after the query
                     # heads: [Hq + kv_head]), read back whole. Not through the pool slot: batch-padding rows share
                     # one slot, and another program's write there is not ordered by this program's barrier.
+                    # (c1 .. dh_ok: the row's cos / sin halves, loaded for the queries above)
                     ks = qs_ptr + row * stride_qsb + GROUP * tl.num_programs(1) * HEAD_DIM
-                    c1, c2, s1, s2, dh, dh_ok = _rope_row(cos_ptr, sin_ptr, row, stride_cos, stride_sin, half,
-                                                          BLOCK_HALF)
                     _norm_rope_heads(kn_ptr, ks, kw_ptr, row, 0, kv_head, kv_head + 1, stride_knb, 0, stride_knh,
                                      0, 0, HEAD_DIM, c1, c2, s1, s2, dh, dh_ok, half, inv_d, k_eps, 2)
                     tl.debug_barrier()

@@ -63,13 +63,23 @@ class PagedLayerView:
         if not PAGED_NORM_ROPE or p.kv.prefill_tiles is not None or p.kv.rows_share_sequences:
             return None
         from voxflow.kernels import paged_decode_attention as pda
-        k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
-        if not pda.norm_rope_supported(q, k, v, q_norm.weight, k_norm.weight, cos, sin, k_pool):
+        if not pda.norm_rope_supported(q, k, v, q_norm.weight, k_norm.weight, cos, sin, p.kv.k_cache[self.layer]):
             return None
-        out = pda.paged_decode_attention(
-            q[:, 0], k_pool, v_pool, p.kv.block_tables.to(q.device), p.kv.context_lens.to(q.device), scale,
-            k_new=k[:, 0], v_new=v[:, 0], slots=p.write_index,
-            norm_rope=(q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps, cos[:, 0], sin[:, 0]))
+        return self._decode(q[:, 0], k[:, 0], v[:, 0], scale,
+                            norm_rope=(q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps, cos[:, 0], sin[:, 0]))
+
+    def _decode(self, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, scale: float,
+                norm_rope: tuple | None = None) -> torch.Tensor:
+        """One new token a row through the paged decode kernel: q [B, Hq, D], k_new / v_new [B, Hkv, D] ->
+        [B, 1, Hq, D]. The kernel writes the new token into its slot itself (no separate scatter launches)."""
+        # Imported here: the module decorates Triton kernels, which the CPU path never needs.
+        from voxflow.kernels import paged_decode_attention as pda
+        p = self.parent
+        k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
+        # (.to: no-ops, no copy and no sync, when already there / of that dtype)
+        out = pda.paged_decode_attention(q, k_pool, v_pool, p.kv.block_tables.to(q.device),
+                                         p.kv.context_lens.to(q.device), scale, k_new=k_new.to(k_pool.dtype),
+                                         v_new=v_new.to(v_pool.dtype), slots=p.write_index, norm_rope=norm_rope)
         return out[:, None]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,16 +101,7 @@ class PagedLayerView:
             chunk_tables, tiles = p.kv.prefill_tiles
             return paged_prefill_attention(q[:, :, 0], k_pool, v_pool, chunk_tables, tiles, scale)[:, None]
         if q.shape[2] == 1 and use_kernels(q) and not p.kv.rows_share_sequences:
-            # Imported here: the module decorates Triton kernels, which the CPU path never needs.
-            from voxflow.kernels.paged_decode_attention import paged_decode_attention
-            k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
-            tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
-            lens = p.kv.context_lens.to(q.device)
-            # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
-            out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
-                                         k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
-                                         slots=p.write_index)
-            return out[:, None]
+            return self._decode(q[:, :, 0], k[:, :, 0], v[:, :, 0], scale)
         # The reference (and rows sharing sequences without tiles): `append` writes every row before gathering.
         keys, values = self.append(k, v)
         return eager_attention(q, keys, values, bias, scale)
