@@ -176,7 +176,7 @@ else:
     def test_select_tokens_kernel_under_the_interpreter_matches_reference():
         run_child(__file__, CHILD_FLAG)
 
-    def test_select_tokens_rejects_radix_widths_not_dividing_32():
+    def test_select_tokens_rejects_radix_widths_other_than_1_2_4():
         from voxflow.kernels.select_tokens import select_tokens
         row = torch.zeros(1, dtype=torch.long)
         with pytest.raises(ValueError, match="radix_bits"):
