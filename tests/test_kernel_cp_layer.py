@@ -68,9 +68,7 @@ def check_norm_linear(dtype, m, n, k, swiglu, config, seed=0, plain_residual=Fal
         assert err <= 1e-5 * y.abs().max().item(), (label, err)
         return
     err32 = (got.float() - y32).abs()
-    # Above 8 rows (norm_linear_batch.py, tensor cores) the normed input is rounded once to bf16: + 2^-9 of scale.
-    input_rounding = 2.0 ** -8 if m > 8 else 2.0 ** -12
-    bound = 2.0 ** -7 * scale if swiglu or plain_residual else 2.0 ** -8 * y32.abs() + input_rounding * scale
+    bound = 2.0 ** -7 * scale if swiglu or plain_residual else 2.0 ** -8 * y32.abs() + 2.0 ** -12 * scale
     assert (err32 <= bound).all(), (label, (err32 / scale).max().item())
     assert ((got.float() - y.float()).abs() <= 2.0 ** -7 * scale).all(), label
 
@@ -81,13 +79,6 @@ def check_norm_linear_cases(dtype):
             check_norm_linear(dtype, m, 64, 128, swiglu, None)                          # the GPU launch config
             check_norm_linear(dtype, m, 72, 128, swiglu, dict(BLOCK_N=32, BLOCK_K=32))  # K loop, partial N tile
         check_norm_linear(dtype, m, 72, 128, False, dict(BLOCK_N=32, BLOCK_K=32), plain_residual=True)
-    # Batches above 8 rows (norm_linear_batch.py): 20 rows in a masked 32-row tile, two row tiles of 16, a K loop
-    # and a partial N tile; the default config too.
-    for swiglu in (False, True):
-        check_norm_linear(dtype, 20, 72, 128, swiglu, dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
-        check_norm_linear(dtype, 20, 64, 128, swiglu, dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64))
-    check_norm_linear(dtype, 20, 64, 128, False, None)
-    check_norm_linear(dtype, 20, 72, 128, False, dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32), plain_residual=True)
     check_norm_linear(dtype, 1, 4096, 1024, False, WIDE_NL)                             # cp q|k|v
     check_norm_linear(dtype, 1, 3072, 1024, True, WIDE_NL)                              # cp gate|up
     check_norm_linear(dtype, 1, 1024, 3072, False, WIDE_NL, plain_residual=True)        # cp down_proj
@@ -227,8 +218,7 @@ def test_supported_accepts_the_real_shapes_and_rejects_others():
     nw = torch.zeros(1024, dtype=bf)
     assert nl.supported(x, torch.zeros(4096, 1024, dtype=bf), nw)
     assert nl.supported(x, torch.zeros(6144, 1024, dtype=bf), nw, swiglu=True)
-    assert nl.supported(torch.zeros(64, 1024, dtype=bf), torch.zeros(4096, 1024, dtype=bf), nw)      # a batch
-    assert not nl.supported(torch.zeros(257, 1024, dtype=bf), torch.zeros(4096, 1024, dtype=bf), nw)  # rows
+    assert not nl.supported(torch.zeros(9, 1024, dtype=bf), torch.zeros(4096, 1024, dtype=bf), nw)   # rows
     assert not nl.supported(x, torch.zeros(4096, 1024), nw)                                            # dtypes
     assert not nl.supported(x, torch.zeros(4095, 1024, dtype=bf), nw, swiglu=True)                     # odd 2N
     a = attention_inputs(REAL, 1, 3, bf)

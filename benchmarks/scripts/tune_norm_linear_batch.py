@@ -1,4 +1,5 @@
-"""Decode-batch GEMMs with the norm / SwiGLU / residual folded in (voxflow/kernels/norm_linear_batch.py) against the
+"""(A record: norm_linear_batch.py was reverted after session 12 call 2; run it on the commit 17b0d0b.)
+Decode-batch GEMMs with the norm / SwiGLU / residual folded in (voxflow/kernels/norm_linear_batch.py) against the
 unfused launches they replace (rms_norm + cuBLAS, + silu_mul; cuBLAS + add), at the 1.7B talker's and code
 predictor's widths, in CUDA-graph replays with W rotated past L2; then candidate configs for each.
 

@@ -115,25 +115,12 @@ def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     same fp32 codes and audio as the CPU loop."""
     import voxflow.layers.qwen3_layer as layer_mod
     monkeypatch.setattr(layer_mod, "ONE_ROW_NORM_LINEAR", True)
-    ran = record_runs(monkeypatch, layer_mod.Qwen3DecoderLayer, "_forward_norm_folded")
+    ran = record_runs(monkeypatch, layer_mod.Qwen3DecoderLayer, "_forward_one_row")
     got = engine_codes("float32", True, True, texts=TEXTS[1:2])
     assert ran and all(ran), "the one-row path did not run (or declined the shapes)"
     codes, wav = reference(TEXTS[1])
     assert torch.equal(got["0"][0].cpu(), codes)
     assert np.abs(got["0"][1] - wav).max() <= 1e-4
-
-
-def test_gpu_batch_norm_linear_layers_equal_cpu_reference(monkeypatch):
-    """qwen3_layer.BATCH_NORM_LINEAR (set here so the test holds whatever the default): twelve requests (decode
-    bucket 16, above SKINNY_MAX_ROWS), so the talker's and the code predictor's decode layers run with the norms
-    folded into q|k|v and gate|up on tensor cores (fp32 products): the same codes and audio as the CPU loop."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    monkeypatch.setattr(layer_mod, "BATCH_NORM_LINEAR", True)
-    ran = record_runs(monkeypatch, layer_mod.Qwen3DecoderLayer, "_forward_norm_folded")
-    texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16)
-    assert ran and all(ran), "the batch path did not run (or declined the shapes)"
-    assert_equals_reference(got, texts)
 
 
 def test_gpu_paged_norm_rope_equals_cpu_reference(monkeypatch):

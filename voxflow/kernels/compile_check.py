@@ -110,12 +110,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     # With programmatic dependent launch (pdl.py: griddepcontrol wait, then launch_dependents).
     for name, n, swiglu in (("q|k|v", 4096, False), ("gate|up", 3072, True)):
         out.append((f"norm_linear {name} pdl", *norm_linear_case(1, n, 1024, swiglu, pdl=True)))
-    # Decode batches above 8 rows on tensor cores (norm_linear_batch.py, qwen3_layer.BATCH_NORM_LINEAR), at 64 rows.
-    for name, n, k, swiglu, norm in (("q|k|v", 4096, 2048, False, True), ("gate|up", 6144, 2048, True, True),
-                                     ("down+residual", 2048, 6144, False, False)):
-        for pdl in (False, True):
-            out.append((f"norm_linear_batch {name} m=64" + (" pdl" if pdl else ""),
-                        *norm_linear_batch_case(64, n, k, swiglu, norm, pdl)))
     for block_h, block_n, m in ((4, 32, 1), (2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (4, 32, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
@@ -187,19 +181,6 @@ def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None =
     return (norm_linear._norm_linear_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"}, consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
                  aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
-
-
-def norm_linear_batch_case(m: int, n: int, k: int, swiglu: bool, norm: bool, pdl: bool) -> tuple:
-    """(kernel, types, constexprs, options) of norm_linear_batch.py's kernel as launched for [m, k] x [n(, x2), k]."""
-    from voxflow.kernels import norm_linear_batch
-    cfg = norm_linear_batch.launch_config(m, n, k, swiglu)
-    bf = _ptr("bf16")
-    consts = dict(NORM=norm, SWIGLU=swiglu, HAS_RES=not norm, PRECISE_EXP=True, USE_PDL=pdl, DOT_IN_FP32=False,
-                  **{key: v for key, v in cfg.items() if key.isupper()})
-    ptrs = ("x_ptr", "g_ptr", "w_ptr", "res_ptr", "out_ptr")
-    return (norm_linear_batch._norm_linear_batch_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"},
-            consts, dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
-                         aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
 
 
 def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool = False) -> tuple:

@@ -34,9 +34,8 @@ Registers per thread (sm_90, bf16, M = 1, as the JIT specializes aligned pointer
 voxflow.kernels.compile_check` prints them): ~44 at the code predictor's q|k|v default (4 x 1024), ~56 at its
 gate|up's (2 x 4 x 512), ~99 at the talker's q|k|v (16 x 1024, 8 warps), no spills.
 
-Sizes (`supported`): x [M, K] with 1 <= M <= norm_linear_batch.MAX_M and a unit last stride, W [N or 2N, K]
-contiguous, one dtype, K % 16 == 0. Above MAX_M rows `norm_linear` runs norm_linear_batch.py's tensor-core kernel
-(same semantics; its numerics note says how its 16-bit rounding differs).
+Sizes (`supported`): x [M, K] with 1 <= M <= MAX_M and a unit last stride, W [N or 2N, K] contiguous, one dtype,
+K % 16 == 0.
 """
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from voxflow.kernels import norm_linear_batch, use_pdl
+from voxflow.kernels import use_pdl
 from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.skinny_linear import _silu_mul
@@ -179,8 +178,8 @@ def _problem(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor | None, swiglu: b
     if any(t.device != x.device for t in tensors) or x.device.type not in ("cuda", "cpu"):
         return "x, w and the norm weight must be on one CUDA (or, interpreted, CPU) device"
     m, k = x.shape
-    if not 1 <= m <= norm_linear_batch.MAX_M:
-        return f"x must have 1..{norm_linear_batch.MAX_M} rows (got {m})"
+    if not 1 <= m <= MAX_M:
+        return f"x must have 1..{MAX_M} rows (got {m})"
     if x.stride(1) != 1 or not w.is_contiguous() or (g is not None and not g.is_contiguous()):
         return "x needs a unit last stride, w and the norm weight must be contiguous"
     if (w.shape[1] != k or (g is not None and g.shape[0] != k) or k % 16 or (swiglu and w.shape[0] % 2)
@@ -206,13 +205,6 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         raise ValueError(f"norm_linear: {problem}")
     m, k = x.shape
     n = w.shape[0] // 2 if swiglu else w.shape[0]
-    for name, t in (("residual", residual), ("out", out)):
-        if t is not None and (t.shape != (m, n) or t.dtype != x.dtype or t.device != x.device or t.stride(1) != 1):
-            raise ValueError(f"norm_linear: {name} must be [{m}, {n}] {x.dtype} on {x.device} with a unit last stride")
-    if out is None:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    if m > MAX_M:
-        return norm_linear_batch.launch(x, w, norm_weight, eps, swiglu, residual, out, config)
     cfg = launch_config(m, n, k, swiglu)
     if config:
         unknown = set(config) - set(_CONFIG_KEYS)
@@ -221,6 +213,11 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         cfg.update(config)
     if k % cfg["BLOCK_K"]:
         raise ValueError(f"norm_linear: BLOCK_K = {cfg['BLOCK_K']} does not divide K = {k}")
+    for name, t in (("residual", residual), ("out", out)):
+        if t is not None and (t.shape != (m, n) or t.dtype != x.dtype or t.device != x.device or t.stride(1) != 1):
+            raise ValueError(f"norm_linear: {name} must be [{m}, {n}] {x.dtype} on {x.device} with a unit last stride")
+    if out is None:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     res = residual if residual is not None else out
     pdl = use_pdl(x)
     _norm_linear_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](

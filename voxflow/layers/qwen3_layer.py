@@ -39,11 +39,6 @@ SKINNY_PROLOGUE_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-02-session11, call 1; tune_talker_one_row.py). VOXFLOW_ONE_ROW_NORM_LINEAR=0
 # turns it off (rms_norm + cuBLAS for q|k|v and gate|up).
 ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
-# Decode batches above SKINNY_MAX_ROWS rows (up to norm_linear_batch.MAX_M) the same way on tensor cores
-# (voxflow/kernels/norm_linear_batch.py): the norms folded into q|k|v and gate|up, silu * up in gate|up's epilogue,
-# the residual adds in o_proj's and down_proj's: five launches a layer besides attention instead of eight
-# (cuBLAS's split-K reduces included). Off until measured on the GPU (VOXFLOW_BATCH_NORM_LINEAR=1 turns it on).
-BATCH_NORM_LINEAR = os.environ.get("VOXFLOW_BATCH_NORM_LINEAR", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -159,14 +154,6 @@ class Qwen3DecoderLayer(nn.Module):
         fused add + norm launch instead of an add and a norm; the sum is rounded where `x + mlp` would round it,
         so the residual stream carries the same bits. Elsewhere pending comes back None."""
         kernels = use_kernels(x)
-        if kernels and BATCH_NORM_LINEAR and x.shape[1] == 1 and x.shape[0] > SKINNY_MAX_ROWS:
-            from voxflow.kernels import norm_linear_batch
-            if x.shape[0] <= norm_linear_batch.MAX_M:
-                if pending is not None:
-                    x, pending = x + pending, None
-                out = self._forward_norm_folded(x, cos, sin, cache, bias)
-                if out is not None:
-                    return out, None
         if kernels and x.shape[0] * x.shape[1] <= SKINNY_MAX_ROWS:
             if pending is not None:     # (a stack's layers all take one branch: only a mixed caller gets here)
                 x, pending = x + pending, None
@@ -197,7 +184,7 @@ class Qwen3DecoderLayer(nn.Module):
         its epilogue (cuBLAS picks a split-K kernel + reduce there), and at one row down_proj with silu * up in its
         prologue and the residual add in its epilogue. q|k|v and gate|up stay on cuBLAS after the norm kernel: at
         these widths cuBLAS streamed W faster than skinny_linear's fused norm prologue; at one row norm_linear.py's
-        one-pass norm beats both (ONE_ROW_NORM_LINEAR, on by default: `_forward_norm_folded`). Same rounding points
+        one-pass norm beats both (ONE_ROW_NORM_LINEAR, on by default: `_forward_one_row`). Same rounding points
         as the unfused path. None: not applicable here."""
         from voxflow.kernels import skinny_linear as sk
         attn, mlp = self.self_attn, self.mlp
@@ -207,9 +194,9 @@ class Qwen3DecoderLayer(nn.Module):
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
         if b * s <= SKINNY_PROLOGUE_MAX_ROWS and ONE_ROW_NORM_LINEAR:
-            out = self._forward_norm_folded(x, cos, sin, cache, bias)
+            out = self._forward_one_row(rows, qkv_w, gate_up_w, cos, sin, cache, bias)
             if out is not None:
-                return out
+                return out.view(b, s, hidden)
         qkv = F.linear(self.input_layernorm(x), qkv_w)
         # (the attention output is Hq * head_dim wide, which need not be the hidden size: 2048 vs 1024 in the
         # 1.7B code predictor)
@@ -224,36 +211,24 @@ class Qwen3DecoderLayer(nn.Module):
             rows = rows + mlp.down(gate_up[..., :i], gate_up[..., i:])
         return rows.view(b, s, hidden)
 
-    def _forward_norm_folded(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                             cache: LayerKVCache | None, bias: torch.Tensor | None) -> torch.Tensor | None:
-        """The layer on x [B, S, H] with the norms folded into the GEMMs (ONE_ROW_NORM_LINEAR at one row,
-        BATCH_NORM_LINEAR for decode batches): norm_linear(q|k|v), attention, o_proj + residual, norm_linear(gate|up)
-        with silu * up, down_proj + residual. The folded norms round as norm_linear.py / norm_linear_batch.py state
-        (within one 16-bit rounding of the reference; fp32: summation order). None (nothing run): the fused weights
-        do not exist yet or the norm GEMMs do not take these shapes."""
+    def _forward_one_row(self, rows: torch.Tensor, qkv_w: torch.Tensor, gate_up_w: torch.Tensor, cos: torch.Tensor,
+                         sin: torch.Tensor, cache: LayerKVCache | None, bias: torch.Tensor | None
+                         ) -> torch.Tensor | None:
+        """ONE_ROW_NORM_LINEAR's layer on rows [1, H]: norm_linear(q|k|v), attention, skinny o_proj + residual,
+        norm_linear(gate|up) with silu * up, skinny down_proj + residual. The folded norms round as norm_linear.py
+        states (within one 16-bit rounding of the reference; fp32: summation order). None (nothing run): the norm
+        GEMMs do not take these shapes."""
         from voxflow.kernels import norm_linear as nl
         attn, mlp = self.self_attn, self.mlp
-        qkv_w, gate_up_w = attn.fused_qkv(), mlp.fused_gate_up()
-        if qkv_w is None or gate_up_w is None:
-            return None
-        b, s, hidden = x.shape
-        rows = x.reshape(b * s, hidden)
         ln, post = self.input_layernorm, self.post_attention_layernorm
+        o_w, down_w = attn.o_proj.weight, mlp.down_proj.weight
         if not (nl.supported(rows, qkv_w, ln.weight) and nl.supported(rows, gate_up_w, post.weight, swiglu=True)):
             return None
-        qkv = nl.norm_linear(rows, qkv_w, ln.weight, ln.eps).view(b, s, -1)
-        out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(b * s, -1)
-        rows = _gemm_plus(out, attn.o_proj.weight, rows)
+        qkv = nl.norm_linear(rows, qkv_w, ln.weight, ln.eps)[:, None]
+        out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(1, -1)
+        rows = _linear_plus(out, o_w, rows)
         act = nl.norm_linear(rows, gate_up_w, post.weight, post.eps, swiglu=True)
-        return _gemm_plus(act, mlp.down_proj.weight, rows).view(b, s, hidden)
-
-
-def _gemm_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """residual + x @ w^T: above norm_linear's skinny rows its tensor-core kernel with the add in the epilogue."""
-    from voxflow.kernels import norm_linear as nl
-    if x.shape[0] > nl.MAX_M and nl.supported(x, w, None):
-        return nl.norm_linear(x, w, None, 0.0, residual=residual)
-    return _linear_plus(x, w, residual)
+        return _linear_plus(act, down_w, rows)
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
