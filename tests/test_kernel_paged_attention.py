@@ -86,7 +86,6 @@ def run_kernel_cases() -> None:
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
         check_append(q, k_pool, v_pool, tables, ctx, scale, splits, out, rtol, atol, i)
-        check_norm_rope(k_pool, v_pool, tables, ctx, scale, splits, gen, i)
         print(f"case {i} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
 
 
@@ -108,34 +107,6 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, expect, rtol, at
     torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
-
-
-def check_norm_rope(k_pool, v_pool, tables, ctx, scale, splits, gen, i):
-    """norm_rope=: raw q / k (per-head RMSNorm and RoPE applied in the kernel) == qk_norm_rope's kernel, then the
-    append call, bit for bit: the output and the key written into each row's slot (the value copied raw)."""
-    from voxflow.kernels.qk_norm_rope import qk_norm_rope
-    b, (_, bs, hkv, d), dtype = len(ctx), k_pool.shape, k_pool.dtype
-    hq = hkv * (KERNEL_CASES[i][2])
-    q = torch.randn(b, 1, hq, d, generator=gen).to(dtype) * 3
-    k = torch.randn(b, 1, hkv, d, generator=gen).to(dtype) * 3
-    v = torch.randn(b, 1, hkv, d, generator=gen).to(dtype)
-    qw, kw = (torch.rand(d, generator=gen) + 0.5).to(dtype), (torch.rand(d, generator=gen) + 0.5).to(dtype)
-    angles = torch.rand(b, 1, d // 2, generator=gen) * 6.0
-    cos, sin = (torch.cat([f(angles)] * 2, dim=-1).to(dtype) for f in (torch.cos, torch.sin))
-    spare = next(p for p in range(k_pool.shape[0]) if p not in tables)
-    slots = torch.tensor([int(tables[r, (n - 1) // bs]) * bs + (n - 1) % bs if n > 0 else spare * bs
-                          for r, n in enumerate(ctx.tolist())])
-    qn, kn = qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6, 1e-5)
-    pools = [(k_pool.clone(), v_pool.clone()) for _ in range(2)]
-    want = pda.paged_decode_attention(qn[:, 0], *pools[0], tables, ctx, scale, num_splits=splits,
-                                      k_new=kn[:, 0], v_new=v[:, 0], slots=slots)
-    got = pda.paged_decode_attention(q[:, 0], *pools[1], tables, ctx, scale, num_splits=splits, k_new=k[:, 0],
-                                     v_new=v[:, 0], slots=slots, norm_rope=(qw, kw, 1e-6, 1e-5, cos[:, 0], sin[:, 0]))
-    assert torch.equal(got, want), (i, (got.float() - want.float()).abs().max().item())
-    (kp_w, vp_w), (kp_g, vp_g) = pools
-    flat = lambda t: t.view(-1, hkv, d)[slots]
-    assert torch.equal(flat(kp_g), flat(kp_w)) and torch.equal(flat(vp_g), flat(vp_w)), i
-    assert torch.equal(flat(kp_g), kn[:, 0]) and not torch.equal(flat(kp_g), k[:, 0]), i   # normed, not raw
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
@@ -198,16 +169,10 @@ def fake_kernel(monkeypatch):
     """Kernels 'on' for CPU tensors, the kernel replaced by its reference; records the calls."""
     calls = []
 
-    def kernel(*args, k_new=None, v_new=None, slots=None, norm_rope=None):
-        calls.append((args, norm_rope))
-        # what the kernel does with the new token: (norm and rotate q / k,) write it, attend over the whole context
+    def kernel(*args, k_new=None, v_new=None, slots=None):
+        calls.append(args)
+        # what the kernel does with the new token: write it, then attend over the whole context
         k_pool, v_pool = args[1], args[2]
-        if norm_rope is not None:
-            from voxflow.kernels.qk_norm_rope import qk_norm_rope_reference
-            qw, kw, q_eps, k_eps, cos, sin = norm_rope
-            qn, kn = qk_norm_rope_reference(args[0][:, None], k_new[:, None], qw, kw, cos[:, None], sin[:, None],
-                                            q_eps, k_eps)
-            args, k_new = (qn[:, 0],) + args[1:], kn[:, 0]
         if k_new is not None:
             k_pool.view(-1, *k_pool.shape[2:])[slots] = k_new
             v_pool.view(-1, *v_pool.shape[2:])[slots] = v_new
@@ -257,7 +222,7 @@ def test_qwen3_attention_uses_the_cache_attend_hook(fake_kernel, monkeypatch):
     ref_kv = clone_kv(kv)
     with torch.no_grad():
         out = attn(x, cos, sin, PagedKVView(kv, 1)[0], None)
-        assert len(fake_kernel) == 1 and fake_kernel[0][1] is None      # normed q / k handed over (switch off)
+        assert len(fake_kernel) == 1
         monkeypatch.setattr(pa, "use_kernels", lambda t: False)
         view = PagedKVView(ref_kv, 1)
         bias = attention_bias(1, view.num_keys, view.key_valid, batch=3, dtype=x.dtype, device=x.device)
@@ -265,40 +230,6 @@ def test_qwen3_attention_uses_the_cache_attend_hook(fake_kernel, monkeypatch):
     assert len(fake_kernel) == 1
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
 
-
-
-def test_qwen3_attention_hands_raw_projections_to_the_paged_kernel(fake_kernel, monkeypatch):
-    """PAGED_NORM_ROPE on: a decode step reaches the kernel with the RAW q / k and the layer's q_norm / k_norm
-    weights and eps, the step's cos / sin (norm_rope=), and the result equals the reference path's (the test
-    above holds the switch-off dispatch)."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    torch.manual_seed(0)
-    attn = Qwen3Attention(hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=16, eps=1e-6)
-    with torch.no_grad():
-        attn.q_norm.weight.uniform_(0.5, 1.5)
-        attn.k_norm.weight.uniform_(0.5, 1.5)
-    kv, gen = decode_setup()
-    x = torch.randn(3, 1, 32, generator=gen)
-    cos, sin = RotaryEmbedding(16, 10000.0)(kv.context_lens[:, None] - 1, x.dtype)
-    ref_kv = clone_kv(kv)
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    monkeypatch.setattr(layer_mod, "use_kernels", lambda t: True)
-    with torch.no_grad():
-        out = attn(x, cos, sin, PagedKVView(kv, 1)[0], None)
-        assert len(fake_kernel) == 1
-        (q_in, *_), norm_rope = fake_kernel[0]
-        qw, kw, q_eps, k_eps, c, s = norm_rope
-        assert qw is attn.q_norm.weight and kw is attn.k_norm.weight and (q_eps, k_eps) == (1e-6, 1e-6)
-        assert torch.equal(c, cos[:, 0]) and torch.equal(s, sin[:, 0])
-        torch.testing.assert_close(q_in, attn.q_proj(x).view(3, 4, 16), rtol=0, atol=1e-6)     # raw
-        monkeypatch.setattr(pa, "use_kernels", lambda t: False)
-        monkeypatch.setattr(layer_mod, "use_kernels", lambda t: False)
-        view = PagedKVView(ref_kv, 1)
-        bias = attention_bias(1, view.num_keys, view.key_valid, batch=3, dtype=x.dtype, device=x.device)
-        ref = attn(x, cos, sin, view[0], bias)
-    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
-    for a, b in ((kv.k_cache[0], ref_kv.k_cache[0]), (kv.v_cache[0], ref_kv.v_cache[0])):
-        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))          # the normed key written the same way
 
 
 def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):

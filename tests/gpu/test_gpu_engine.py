@@ -123,20 +123,6 @@ def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     assert np.abs(got["0"][1] - wav).max() <= 1e-4
 
 
-def test_gpu_paged_norm_rope_equals_cpu_reference(monkeypatch):
-    """layers.paged_attention.PAGED_NORM_ROPE (off by default until measured): the talker's decode steps hand the
-    raw q / k to the paged kernel, which applies the q/k norms and RoPE itself; one request alone and four
-    together: the same fp32 codes and audio as the CPU loop."""
-    import voxflow.layers.paged_attention as pa
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    ran = record_runs(monkeypatch, pa.PagedLayerView, "attend_raw")
-    for texts in (TEXTS[1:2], TEXTS[:4]):
-        ran.clear()
-        got = engine_codes("float32", texts=texts)
-        assert any(ran), "the fused paged path never ran"
-        assert_equals_reference(got, texts)
-
-
 def test_gpu_fp32_single_request_equals_cpu_reference(monkeypatch):
     """One request alone (the c=1 path: the one-row skinny GEMMs -- down_proj with silu * up, the code predictor's
     norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop. With

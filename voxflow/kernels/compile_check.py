@@ -123,16 +123,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"dense_decode append={append}", dense._dense_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, out_ptr=bf, kn_ptr=bf, vn_ptr=bf, scale="fp32"),
                     dict(GROUPS=2, GP=2, D=128, BLOCK_T=16, APPEND=append), {}))
-    # the talker's paged decode: plain, with the new token's write, and with the q/k norms + RoPE inside
-    for append, norm_rope in ((False, False), (True, False), (True, True)):
-        out.append((f"paged_decode append={append} norm_rope={norm_rope}", paged._paged_decode_kernel,
+    for append in (False, True):
+        out.append((f"paged_decode append={append}", paged._paged_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
-                         part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, qw_ptr=bf, kw_ptr=bf,
-                         cos_ptr=bf, sin_ptr=bf, qs_ptr=bf, scale_log2="fp32", inv_d="fp32", q_eps="fp32",
-                         k_eps="fp32"),
+                         part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
-                         APPEND=append, NORM_ROPE=norm_rope, BLOCK_HALF=64),
-                    dict(num_warps=2, enable_fp_fusion=not norm_rope)))
+                         APPEND=append), dict(num_warps=2)))
     from voxflow.kernels import paged_prefill_attention as prefill
     for dt, precision in (("bf16", "tf32"), ("fp32", "ieee")):
         p = _ptr(dt)

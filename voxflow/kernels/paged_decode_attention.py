@@ -1,7 +1,7 @@
 """Decode attention (one new query per row) straight from the paged KV pool, and its plain torch reference.
 
     paged_decode_attention(q, k_pool, v_pool, block_tables, context_lens, scale) -> out
-        q            [B, Hq, D]   the new token's queries (already normed and rotated; raw with norm_rope=)
+        q            [B, Hq, D]   the new token's queries (already normed and rotated)
         k/v_pool     [num_blocks, block_size, Hkv, D]   one layer's pages (the new token already written)
         block_tables [B, W]       row b's pages in order (-1 = unused; never read past the context)
         context_lens [B]          row b's tokens, the new one included
@@ -69,8 +69,6 @@ def paged_decode_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: to
 
 # ------------------------------------------------------------------------------------------- kernels
 if triton is not None:
-    from voxflow.kernels.qk_norm_rope import _norm_rope_heads
-
     @triton.jit
     def page_slots(table_row, tok, ok, stride_tw, PAGE: tl.constexpr):
         """Page (int64, so page * stride cannot overflow on big pools) and in-page position of each token of a
@@ -85,34 +83,18 @@ if triton is not None:
                        + d[None, :] * stride_d, mask=mask, other=0.0)
 
     @triton.jit
-    def _rope_row(cos_ptr, sin_ptr, row, stride_cos, stride_sin, half, BLOCK_HALF: tl.constexpr):
-        """What _norm_rope_heads takes after the strides: row's cos / sin halves [1, HALF] (fp32), the half-dim
-        lanes and their mask."""
-        dh = tl.arange(0, BLOCK_HALF)
-        dh_ok = dh < half
-        c = cos_ptr + row * stride_cos + dh
-        s = sin_ptr + row * stride_sin + dh
-        return (tl.load(c, mask=dh_ok, other=0.0).to(tl.float32)[None, :],
-                tl.load(c + half, mask=dh_ok, other=0.0).to(tl.float32)[None, :],
-                tl.load(s, mask=dh_ok, other=0.0).to(tl.float32)[None, :],
-                tl.load(s + half, mask=dh_ok, other=0.0).to(tl.float32)[None, :], dh, dh_ok)
-
-    @triton.jit
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
             kn_ptr, vn_ptr, slot_ptr,
-            qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr,
-            scale_log2, half, inv_d, q_eps, k_eps,
+            scale_log2,
             stride_qb, stride_qh, stride_qd,
             stride_knb, stride_knh, stride_vnb, stride_vnh,
             stride_kblk, stride_kpos, stride_kh, stride_kd,
             stride_vblk, stride_vpos, stride_vh, stride_vd,
             stride_tb, stride_tw,
             stride_ob, stride_oh, stride_od,
-            stride_cos, stride_sin, stride_qsb, stride_qss,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
-            NORM_ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr):
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr):
         row = tl.program_id(0)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
@@ -123,19 +105,8 @@ if triton is not None:
         d_ok = d < HEAD_DIM
         heads = kv_head * GROUP + g
         q_mask = g_ok[:, None] & d_ok[None, :]
-        if NORM_ROPE:
-            # Raw queries: this program normalises and rotates its group's heads (qk_norm_rope's helper and
-            # rounding points) into its own scratch rows, then reads them back whole after a block barrier.
-            qs = qs_ptr + row * stride_qsb + split * stride_qss
-            c1, c2, s1, s2, dh, dh_ok = _rope_row(cos_ptr, sin_ptr, row, stride_cos, stride_sin, half, BLOCK_HALF)
-            _norm_rope_heads(q_ptr, qs, qw_ptr, row, 0, kv_head * GROUP, kv_head * GROUP + GROUP,
-                             stride_qb, 0, stride_qh, 0, 0, HEAD_DIM, c1, c2, s1, s2, dh, dh_ok,
-                             half, inv_d, q_eps, BLOCK_G)
-            tl.debug_barrier()
-            q = tl.load(qs + heads[:, None] * HEAD_DIM + d[None, :], mask=q_mask, other=0.0).to(tl.float32)
-        else:
-            q = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
-                        mask=q_mask, other=0.0).to(tl.float32)                              # [G, D]
+        q = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
+                    mask=q_mask, other=0.0).to(tl.float32)                                  # [G, D]
 
         ctx = tl.load(lens_ptr + row).to(tl.int32)
         if APPEND:
@@ -173,21 +144,10 @@ if triton is not None:
             # Split 0 writes the new token's key/value into its page slot (the KV write that was two scatter
             # kernels per layer) and attends to it from registers; no program reads that slot in this call.
             if split == 0:
+                kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
                 vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
                 slot = tl.load(slot_ptr + row).to(tl.int64)
                 page, pos = slot // PAGE, slot % PAGE
-                if NORM_ROPE:
-                    # The raw key normalised and rotated into this program's own scratch rows (after the query
-                    # heads: [Hq + kv_head]), read back whole. Not through the pool slot: batch-padding rows share
-                    # one slot, and another program's write there is not ordered by this program's barrier.
-                    # (c1 .. dh_ok: the row's cos / sin halves, loaded for the queries above)
-                    ks = qs_ptr + row * stride_qsb + GROUP * tl.num_programs(1) * HEAD_DIM
-                    _norm_rope_heads(kn_ptr, ks, kw_ptr, row, 0, kv_head, kv_head + 1, stride_knb, 0, stride_knh,
-                                     0, 0, HEAD_DIM, c1, c2, s1, s2, dh, dh_ok, half, inv_d, k_eps, 2)
-                    tl.debug_barrier()
-                    kn = tl.load(ks + kv_head * HEAD_DIM + d, mask=d_ok, other=0.0)
-                else:
-                    kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
                 tl.store(k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd,
                          kn.to(k_ptr.dtype.element_ty), mask=d_ok)
                 tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
@@ -263,36 +223,15 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
-def norm_rope_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
-                        k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor) -> bool:
-    """Whether a decode step's raw projections (q [B, 1, Hq, D], k / v [B, 1, Hkv, D], per-head views; cos / sin
-    [B or 1, 1, D]) can take `paged_decode_attention(..., norm_rope=...)` over pools [blocks, page, Hkv, D]: where
-    qk_norm_rope.py would run, one token a row, Hq a multiple of Hkv, unit last strides, and the pools' dtype
-    throughout (the kernel rounds the normed key to it where qk_norm_rope would)."""
-    from voxflow.kernels.qk_norm_rope import supported
-    return (supported(q, k, q_weight, k_weight, cos, sin) and q.shape[1] == 1 and v.shape == k.shape
-            and k_pool.dim() == 4 and k_pool.shape[2:] == k.shape[2:] and q.shape[2] % k.shape[2] == 0
-            and all(t.stride(-1) == 1 for t in (q, k, v, cos, sin)) and v.dtype == q.dtype == k_pool.dtype)
-
-
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
                            block_n: int | None = None, num_warps: int = 2, k_new: torch.Tensor | None = None,
-                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                           norm_rope: tuple | None = None) -> torch.Tensor:
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
     kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
     same result as writing it first and calling without them.
-
-    norm_rope (q_weight [D], k_weight [D], q_eps, k_eps, cos [B or 1, D], sin [B or 1, D]), with k_new: q and
-    k_new are the RAW projections (unit head-dim stride, the pools' dtype); the kernel applies the per-head
-    RMSNorm and RoPE first with qk_norm_rope.py's helper and rounding points, and writes the normed, rotated key
-    into its slot. Under the interpreter: the same bits as qk_norm_rope followed by this call. On a GPU the
-    compiled sums of squares (another tile shape) may differ in their last bits, so a bf16 key or query can sit
-    one ulp from qk_norm_rope's; and the whole kernel runs without fma contraction then (the norm's rounding
-    needs it), the attention included. See `norm_rope_supported`.
 
     num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
     group). num_warps: Triton's launch option.
@@ -331,42 +270,22 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     else:
         k_new = v_new = q                  # unused (APPEND is compiled out)
         slots = context_lens
-    if norm_rope is not None:
-        if not append:
-            raise ValueError("norm_rope needs the new token (k_new / v_new / slots): the kernel writes its key")
-        q_weight, k_weight, q_eps, k_eps, cos, sin = norm_rope
-        if q.stride(-1) != 1 or k_new.dtype != q.dtype or cos.stride(-1) != 1 or sin.stride(-1) != 1:
-            raise ValueError("norm_rope needs q, k_new, cos and sin with unit last strides, k_new in q's dtype")
-        # per (row, split): the group's normed query heads; split 0 also the new key after all Hq query rows
-        scratch = torch.empty(batch, num_splits, num_heads + num_kv_heads, head_dim, dtype=q.dtype, device=q.device)
-        extra = (q_weight.contiguous(), k_weight.contiguous(), cos, sin, scratch, head_dim // 2, 1.0 / head_dim,
-                 float(q_eps), float(k_eps))
-        rope_strides = (cos.stride(0) if cos.shape[0] > 1 else 0, sin.stride(0) if sin.shape[0] > 1 else 0,
-                        scratch.stride(0), scratch.stride(1))
-    else:
-        extra = (q, q, q, q, q, 0, 0.0, 0.0, 0.0)            # unused (NORM_ROPE is compiled out)
-        rope_strides = (0, 0, 0, 0)
     if num_splits > 1:
         part_m = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
         part_l = torch.empty_like(part_m)
         part_acc = torch.empty(batch, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
     else:
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
-    qw, kw, cos, sin, scratch, half, inv_d, q_eps, k_eps = extra
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
-        qw, kw, cos, sin, scratch,
-        scale * math.log2(math.e), half, inv_d, q_eps, k_eps,
+        scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         *k_pool.stride(), *v_pool.stride(),
         block_tables.stride(0), block_tables.stride(1),
-        out.stride(0), out.stride(1), out.stride(2), *rope_strides,
+        out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, NORM_ROPE=norm_rope is not None,
-        BLOCK_HALF=triton.next_power_of_2(max(head_dim // 2, 1)), num_warps=num_warps,
-        # qk_norm_rope's rounding in the norm and the rotation (no fma contraction) where they run here
-        enable_fp_fusion=norm_rope is None)
+        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, num_warps=num_warps)
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),

@@ -15,8 +15,6 @@ mask from `attention_mask [B, T]` over all T key slots, the queries being the la
     with kernels on: every row written first, then the tiled prefill kernel over its query tiles
     (voxflow.kernels.paged_prefill_attention);
   - otherwise the reference: `append` (below) and `eager_attention` with the given bias;
-- `attend_raw` (decode, with PAGED_NORM_ROPE on): the same kernel from the raw q / k projections, the per-head
-  norms and RoPE applied inside it (one launch a layer fewer); None where it does not apply;
 - `append` writes, then gathers each row's whole context through its block table, RIGHT-aligned into
   [B, Hkv, T, D]: row b's tokens fill the last context_lens[b] key slots (its new tokens are the very last S),
   the slots before them are left padding;
@@ -32,7 +30,6 @@ the row. The gather indices are computed on first use only: the kernel path neve
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -41,46 +38,12 @@ from voxflow.kernels import use_kernels
 from voxflow.layers.attention import eager_attention
 
 
-# Decode steps hand the layer's raw q / k projections to the paged kernel, which applies the per-head norms and
-# RoPE itself (`PagedLayerView.attend_raw`; the qk_norm_rope launch a layer goes: 28 a talker step). OFF until
-# measured on a GPU; VOXFLOW_PAGED_NORM_ROPE=1 turns it on.
-PAGED_NORM_ROPE = os.environ.get("VOXFLOW_PAGED_NORM_ROPE", "0") == "1"
-
-
 class PagedLayerView:
     """Layer i of a `PagedKVView` (what `cache[i]` returns)."""
 
     def __init__(self, parent: "PagedKVView", layer: int):
         self.parent = parent
         self.layer = layer
-
-    def attend_raw(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm, k_norm, cos: torch.Tensor,
-                   sin: torch.Tensor, scale: float) -> torch.Tensor | None:
-        """A decode step from the raw projections (q [B, 1, Hq, D], k / v [B, 1, Hkv, D], per-head views): q/k
-        norms, RoPE, the new token's write and attention in the paged decode kernel -> [B, 1, Hq, D]. None (nothing
-        done) when PAGED_NORM_ROPE is off or the kernel does not apply: the caller takes `attend` then."""
-        p = self.parent
-        if not PAGED_NORM_ROPE or p.kv.prefill_tiles is not None or p.kv.rows_share_sequences:
-            return None
-        from voxflow.kernels import paged_decode_attention as pda
-        if not pda.norm_rope_supported(q, k, v, q_norm.weight, k_norm.weight, cos, sin, p.kv.k_cache[self.layer]):
-            return None
-        return self._decode(q[:, 0], k[:, 0], v[:, 0], scale,
-                            norm_rope=(q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps, cos[:, 0], sin[:, 0]))
-
-    def _decode(self, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, scale: float,
-                norm_rope: tuple | None = None) -> torch.Tensor:
-        """One new token a row through the paged decode kernel: q [B, Hq, D], k_new / v_new [B, Hkv, D] ->
-        [B, 1, Hq, D]. The kernel writes the new token into its slot itself (no separate scatter launches)."""
-        # Imported here: the module decorates Triton kernels, which the CPU path never needs.
-        from voxflow.kernels import paged_decode_attention as pda
-        p = self.parent
-        k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
-        # (.to: no-ops, no copy and no sync, when already there / of that dtype)
-        out = pda.paged_decode_attention(q, k_pool, v_pool, p.kv.block_tables.to(q.device),
-                                         p.kv.context_lens.to(q.device), scale, k_new=k_new.to(k_pool.dtype),
-                                         v_new=v_new.to(v_pool.dtype), slots=p.write_index, norm_rope=norm_rope)
-        return out[:, None]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the new k/v [B, Hkv, S, D]; return every row's context [B, Hkv, T, D] (right-aligned)."""
@@ -101,7 +64,16 @@ class PagedLayerView:
             chunk_tables, tiles = p.kv.prefill_tiles
             return paged_prefill_attention(q[:, :, 0], k_pool, v_pool, chunk_tables, tiles, scale)[:, None]
         if q.shape[2] == 1 and use_kernels(q) and not p.kv.rows_share_sequences:
-            return self._decode(q[:, :, 0], k[:, :, 0], v[:, :, 0], scale)
+            # Imported here: the module decorates Triton kernels, which the CPU path never needs.
+            from voxflow.kernels.paged_decode_attention import paged_decode_attention
+            k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
+            tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
+            lens = p.kv.context_lens.to(q.device)
+            # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
+            out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
+                                         k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
+                                         slots=p.write_index)
+            return out[:, None]
         # The reference (and rows sharing sequences without tiles): `append` writes every row before gathering.
         keys, values = self.append(k, v)
         return eager_attention(q, keys, values, bias, scale)

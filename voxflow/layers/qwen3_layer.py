@@ -9,8 +9,7 @@ On CUDA (kernel switch on) fused kernels cut launches, same rounding points: q_n
 (voxflow/kernels/qk_norm_rope.py), each residual add + the norm after it in one (`add_rms_norm`: the
 post-attention one inside a layer, the MLP's into the next layer's input norm, `forward_deferred`), and for decode
 batches of a few rows the skinny GEMMs with the residual add / silu * up fused in (`_forward_skinny`); a cache
-with `attend_raw` (the code predictor's; the talker's paged view with PAGED_NORM_ROPE) takes the raw projections
-and does norms, RoPE and attention itself.
+with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself.
 Everywhere else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
@@ -105,8 +104,8 @@ class Qwen3Attention(nn.Module):
         per_head = (b, s, -1, self.head_dim)
         attend_raw = getattr(cache, "attend_raw", None)
         if attend_raw is not None and s == 1 and bias is None and use_kernels(q):
-            # A cache that takes the raw projections (the code predictor's static cache; the talker's paged view
-            # with PAGED_NORM_ROPE): norms, RoPE, the append and attention in one kernel.
+            # A cache that takes the raw projections (the code predictor's static cache): norms, RoPE, the append
+            # and attention in one kernel.
             out = attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), self.q_norm, self.k_norm, cos,
                              sin, self.scale)
             if out is not None:
