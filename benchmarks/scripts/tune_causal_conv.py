@@ -1,9 +1,10 @@
 """Tile configurations of the channels-last codec convolutions (voxflow/kernels/causal_conv.py) at the shapes of a
 64-stream x 25-frame codec call on the real-size decoder, then the whole codec call with the winners.
 
-    PYTHONPATH=$PWD python benchmarks/scripts/tune_causal_conv.py [BATCH] [FRAMES]
+    PYTHONPATH=$PWD python benchmarks/scripts/tune_causal_conv.py [BATCH] [FRAMES] [DTYPES, e.g. float32]
 
-Prints per (Cin, Cout, k, dtype) the time of each candidate and a TUNED table to paste into causal_conv.py.
+Prints per (Cin, Cout, k, dtype) the time of each candidate and a TUNED table to paste into causal_conv.py; the
+whole codec call is timed with the current table first, then with the winners.
 """
 import sys
 
@@ -14,11 +15,13 @@ from voxflow.kernels import causal_conv
 
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 FRAMES = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+DTYPES = [getattr(torch, d) for d in sys.argv[3].split(",")] if len(sys.argv) > 3 else [torch.float32, torch.bfloat16]
 # (channels, samples a frame) of the four upsampling blocks' residual units, and the output conv
 STAGES = ((768, 32), (384, 160), (192, 640), (96, 1920))
 CANDIDATES = {
     torch.float32: [(128, 128, 32, 8, 3), (128, 128, 32, 8, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
-                    (128, 128, 16, 8, 4), (256, 128, 32, 8, 3), (128, 32, 32, 4, 4), (256, 64, 32, 8, 3)],
+                    (128, 128, 16, 8, 4), (256, 128, 32, 8, 3), (128, 32, 32, 4, 4), (256, 64, 32, 8, 3),
+                    (128, 128, 64, 8, 3), (128, 64, 64, 4, 3), (128, 128, 32, 8, 5), (256, 128, 32, 8, 4)],
     torch.bfloat16: [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
                      (256, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 32, 64, 4, 4), (256, 64, 64, 8, 3)],
 }
@@ -38,7 +41,7 @@ def timed(fn, reps=5) -> float:
 
 def tune() -> dict:
     table = {}
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in DTYPES:
         for c, per_frame in STAGES:
             t = per_frame * FRAMES
             convs = ((c, 7, 3, "snake"), (c, 1, 1, "residual")) + (((1, 7, 1, None),) if c == 96 else ())
@@ -92,10 +95,14 @@ def codec_call(dtype) -> None:
 
 
 if __name__ == "__main__":
+    for dtype in DTYPES:
+        print("with the current table:")
+        codec_call(dtype)
     table = tune()
     print("TUNED = {")
     for (c, cout, k, dtype), cfg in table.items():
         print(f"    ({c}, {cout}, {k}, torch.{str(dtype)[6:]}): {cfg},")
     print("}")
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in DTYPES:
+        print("with the winners:")
         codec_call(dtype)

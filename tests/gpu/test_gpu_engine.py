@@ -123,6 +123,29 @@ def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     assert np.abs(got["0"][1] - wav).max() <= 1e-4
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="programmatic dependent launch needs compute capability >= 9")
+def test_gpu_engine_codes_equal_with_pdl_on_and_off():
+    """Programmatic dependent launch (voxflow/kernels/pdl.py) on every decode kernel that takes it -- the talker's
+    q/k norm + RoPE, paged attention and its split merge, the token selection, the code predictor's attention at
+    more than one row, besides the GEMM kernels: the engine in bf16 with CUDA graphs gives the same codes and audio
+    with it on and off, one request alone (one-row layers) and twelve together. PDL changes when a kernel starts,
+    never what it computes: a difference means a read before griddepcontrol.wait."""
+    from voxflow.kernels import pdl_enabled, set_pdl_enabled
+    saved = pdl_enabled()
+    try:
+        for texts, seqs in ((TEXTS[1:2], 8), (TEXTS * 3, 16)):
+            runs = []
+            for on in (True, False):
+                set_pdl_enabled(on)
+                runs.append(engine_codes("bfloat16", texts=texts, max_num_seqs=seqs))
+            for rid, (codes, wav) in runs[0].items():
+                assert torch.equal(codes, runs[1][rid][0]), rid
+                assert np.array_equal(wav, runs[1][rid][1]), rid
+    finally:
+        set_pdl_enabled(saved)
+
+
 def test_gpu_fp32_single_request_equals_cpu_reference(monkeypatch):
     """One request alone (the c=1 path: the one-row skinny GEMMs -- down_proj with silu * up, the code predictor's
     norm + lm_head and projection -- and the warm-up requests before it): the same codes as the CPU loop. With

@@ -1,8 +1,10 @@
-"""Programmatic dependent launch (voxflow/kernels/pdl.py, VOXFLOW_PDL, on by default on Hopper) on the GPU: the kernels
-that take it (norm_linear, skinny_linear, attention_o_proj) give bit-identical results with it on and off, alone,
+"""Programmatic dependent launch (voxflow/kernels/pdl.py, VOXFLOW_PDL, on by default on Hopper) on the GPU: the GEMM
+kernels that take it (norm_linear, skinny_linear, attention_o_proj) give bit-identical results with it on and off, alone,
 chained (each kernel reading the one before's output), and replayed from a CUDA graph with new inputs; the 1.7B
 code predictor's whole frame (70 fused layer steps) too. PDL changes when a kernel starts, never what it computes:
-any difference means a read before griddepcontrol.wait. Skipped without a Hopper-class GPU."""
+any difference means a read before griddepcontrol.wait. The other decode kernels that take it (qk_norm_rope, paged
+decode, select_tokens, ...) are held on / off through the whole engine: tests/gpu/test_gpu_engine.py. Skipped without
+a Hopper-class GPU."""
 import pytest
 import torch
 

@@ -46,14 +46,16 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import causal_conv, uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
-    for top_p, talker in ((False, False), (True, False), (False, True)):
-        out.append((f"select_tokens top_p={top_p} talker={talker}", select_tokens._select_tokens_kernel,
+    for top_p, talker, pdl in ((False, False, False), (True, False, False), (False, True, False),
+                               (False, False, True)):
+        out.append((f"select_tokens top_p={top_p} talker={talker}" + (" pdl" if pdl else ""),
+                    select_tokens._select_tokens_kernel,
                     dict(logits_ptr=bf, do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
                          top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
                          penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8")),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
-                         BLOCK=4096),
-                    dict(num_warps=8, enable_fp_fusion=False)))
+                         BLOCK=4096, USE_PDL=pdl),
+                    dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)
         for has_bias in (False, True):
@@ -115,20 +117,27 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
     out.append(("attention_o_proj block_h=4 block_n=32 m=1 pdl",
                 *attention_o_proj_case(1, dict(BLOCK_H=4, BLOCK_N=32), pdl=True)))
-    out.append(("dense_decode_norm_rope", dense_nr._norm_rope_attend_kernel,
-                dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
-                     k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32"),
-                dict(GROUPS=2, GP=2, D=128, BLOCK_HALF=64, BLOCK_T=16), dict(enable_fp_fusion=False)))
+    for pdl in (False, True):
+        out.append(("dense_decode_norm_rope" + (" pdl" if pdl else ""), dense_nr._norm_rope_attend_kernel,
+                    dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
+                         k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32"),
+                    dict(GROUPS=2, GP=2, D=128, BLOCK_HALF=64, BLOCK_T=16, USE_PDL=pdl),
+                    dict(enable_fp_fusion=False, launch_pdl=pdl)))
     for append in (False, True):
         out.append((f"dense_decode append={append}", dense._dense_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, out_ptr=bf, kn_ptr=bf, vn_ptr=bf, scale="fp32"),
                     dict(GROUPS=2, GP=2, D=128, BLOCK_T=16, APPEND=append), {}))
-    for append in (False, True):
-        out.append((f"paged_decode append={append}", paged._paged_decode_kernel,
+    for append, pdl in ((False, False), (True, False), (True, True)):
+        out.append((f"paged_decode append={append}" + (" pdl" if pdl else ""), paged._paged_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
                          part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
-                         APPEND=append), dict(num_warps=2)))
+                         APPEND=append, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
+    for pdl in (False, True):
+        out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
+                    dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),
+                    dict(NUM_HEADS=16, HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=8, BLOCK_S=8, USE_PDL=pdl),
+                    dict(launch_pdl=pdl)))
     from voxflow.kernels import paged_prefill_attention as prefill
     for dt, precision in (("bf16", "tf32"), ("fp32", "ieee")):
         p = _ptr(dt)
@@ -139,10 +148,11 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          DOT_PRECISION=precision, DOT_IN_FP32=False), dict(num_warps=4)))
     out.append(("uniform_noise", uniform_noise._uniform_noise_kernel, dict(keys_ptr=i64, frame_ptr=i64, out_ptr=f32),
                 dict(BLOCK=1024), {}))
-    out.append(("qk_norm_rope", qk_norm_rope._qk_norm_rope_kernel,
-                dict(q_ptr=bf, k_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qo_ptr=bf, ko_ptr=bf,
-                     inv_d="fp32", q_eps="fp32", k_eps="fp32"), dict(BLOCK_H=8, BLOCK_HALF=64),
-                dict(num_warps=4, enable_fp_fusion=False)))
+    for pdl in (False, True):
+        out.append(("qk_norm_rope" + (" pdl" if pdl else ""), qk_norm_rope._qk_norm_rope_kernel,
+                    dict(q_ptr=bf, k_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qo_ptr=bf, ko_ptr=bf,
+                         inv_d="fp32", q_eps="fp32", k_eps="fp32"), dict(BLOCK_H=8, BLOCK_HALF=64, USE_PDL=pdl),
+                    dict(num_warps=4, enable_fp_fusion=False, launch_pdl=pdl)))
     out.append(("rms_norm", rms_norm._rms_norm_kernel,
                 dict(x_ptr=bf, res_ptr=bf, w_ptr=bf, out_ptr=bf, sum_ptr=bf, inv_n="fp32", eps="fp32"),
                 dict(HAS_RESIDUAL=True, BLOCK=2048), dict(enable_fp_fusion=False)))

@@ -14,9 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+from voxflow.kernels import use_pdl
 from voxflow.kernels.dense_decode_attention import _attend_cached
 from voxflow.kernels.dense_decode_attention import supported as attention_supported
 from voxflow.kernels.qk_norm_rope import _norm_rope_heads
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
 
 
@@ -26,8 +28,10 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
                              sqr_b, sqr_h, skr_b, skr_h, svr_b, svr_h, cos_sb, sin_sb, sqs_b, sqs_h,
                              sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h,
                              GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                             BLOCK_T: tl.constexpr):
+                             BLOCK_T: tl.constexpr, USE_PDL: tl.constexpr):
     # (T1 = T + 1, passed in: a loop bound computed in the kernel trips Triton 3.6's interpreter)
+    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
+        wait_for_previous_kernel()
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     dh = tl.arange(0, BLOCK_HALF)
@@ -82,6 +86,7 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
     scratch = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
     out = torch.empty(b, 1, hq, d, dtype=q.dtype, device=q.device)
     half = d // 2
+    pdl = use_pdl(q)
     _norm_rope_attend_kernel[(b, hkv)](
         q, k, v, q_weight.contiguous(), k_weight.contiguous(), cos, sin, scratch, k_cache, v_cache, out,
         length, length + 1, float(scale), half, 1.0 / d, float(q_eps), float(k_eps),
@@ -91,6 +96,7 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2), out.stride(0), out.stride(2),
         GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_T=16,
-        enable_fp_fusion=False)   # qk_norm_rope's rounding: no fma contraction in the norm and the rotation
+        BLOCK_T=16, USE_PDL=pdl,
+        enable_fp_fusion=False,   # qk_norm_rope's rounding: no fma contraction in the norm and the rotation
+        **launch_kwargs(pdl))
     return out

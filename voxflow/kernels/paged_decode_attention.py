@@ -38,9 +38,13 @@ import math
 
 import torch
 
+from voxflow.kernels import use_pdl
+
 try:
     import triton
     import triton.language as tl
+
+    from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 except ImportError:  # the reference below still works; callers check voxflow.kernels.use_kernels first
     triton = None
 
@@ -94,7 +98,10 @@ if triton is not None:
             stride_tb, stride_tw,
             stride_ob, stride_oh, stride_od,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr):
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
+            USE_PDL: tl.constexpr):
+        if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
+            wait_for_previous_kernel()
         row = tl.program_id(0)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
@@ -176,7 +183,9 @@ if triton is not None:
     @triton.jit
     def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, stride_ob, stride_oh, stride_od,
                                NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
+                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, USE_PDL: tl.constexpr):
+        if USE_PDL:
+            wait_for_previous_kernel()
         row = tl.program_id(0)
         head = tl.program_id(1)
         s = tl.arange(0, BLOCK_S)
@@ -276,6 +285,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         part_acc = torch.empty(batch, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
     else:
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
+    pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
         scale * math.log2(math.e),
@@ -285,10 +295,11 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, num_warps=num_warps)
+        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, USE_PDL=pdl, num_warps=num_warps,
+        **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
             NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits,
-            BLOCK_S=triton.next_power_of_2(num_splits))
+            BLOCK_S=triton.next_power_of_2(num_splits), USE_PDL=pdl, **launch_kwargs(pdl))
     return out

@@ -35,6 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
+from voxflow.kernels import use_pdl
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -74,7 +76,9 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
                          q_sb, q_ss, q_sh, k_sb, k_ss, k_sh,
                          qo_sb, qo_ss, qo_sh, ko_sb, ko_ss, ko_sh,
                          cos_sb, cos_ss, sin_sb, sin_ss,
-                         BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                         BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
+        wait_for_previous_kernel()
     token = tl.program_id(0)
     block = tl.program_id(1)
     b = (token // seq_len).to(tl.int64)
@@ -143,14 +147,16 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
     n_blocks = n_q_blocks + triton.cdiv(n_k, block_h)
     # Two [8, 64] fp32 half tiles at head_dim 128: four warps keep every lane busy without spilling.
     num_warps = 4 if block_h * block_half >= 512 else 1
+    pdl = use_pdl(q)
     _qk_norm_rope_kernel[(b * s, n_blocks)](
         q, k, q_weight.contiguous(), k_weight.contiguous(), cos, sin, q_out, k_out,
         s, n_q, n_k, n_q_blocks, half, 1.0 / d, float(q_eps), float(k_eps),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         q_out.stride(0), q_out.stride(1), q_out.stride(2), k_out.stride(0), k_out.stride(1), k_out.stride(2),
         cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=num_warps,
-        enable_fp_fusion=False)   # no fma contraction: the reference rounds every product before the add
+        BLOCK_H=block_h, BLOCK_HALF=block_half, USE_PDL=pdl, num_warps=num_warps,
+        enable_fp_fusion=False,   # no fma contraction: the reference rounds every product before the add
+        **launch_kwargs(pdl))
     return q_out, k_out
 
 

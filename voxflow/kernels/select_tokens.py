@@ -37,6 +37,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from voxflow.kernels import use_pdl
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.uniform_noise import _lowbias32
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -79,7 +81,9 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                           out_ptr, codebook, vocab, stride_row,
                           seen_ptr, penalty_ptr, num_gen_ptr, min_new_ptr, suppress_ptr, eos_id, stride_seen,
                           USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
-                          RADIX_BITS: tl.constexpr, BLOCK: tl.constexpr):
+                          RADIX_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
+        wait_for_previous_kernel()
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=offs < vocab,
@@ -164,11 +168,13 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
         extra = (logits, logits, logits, logits, logits, 0, 0)          # unused (TALKER is compiled out)
     if b:
         block = triton.next_power_of_2(vocab)
+        pdl = use_pdl(logits)
         _select_tokens_kernel[(b,)](
             logits, do_sample.contiguous().view(torch.uint8), temperature.contiguous(), top_k.contiguous(),
             top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
             *extra, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
-            RADIX_BITS=radix_bits, BLOCK=block,
+            RADIX_BITS=radix_bits, BLOCK=block, USE_PDL=pdl,
             num_warps=num_warps or (8 if block >= 2048 else 4),
-            enable_fp_fusion=False)   # every product / sum rounded as in the torch ops
+            enable_fp_fusion=False,   # every product / sum rounded as in the torch ops
+            **launch_kwargs(pdl))
     return out
