@@ -134,15 +134,16 @@ def _check_per_layer_kernel_path():
 
 def check_one_row_norm_linear_layers_against_reference():
     """qwen3_layer.ONE_ROW_NORM_LINEAR (the per-layer path at one row with the norms folded into q|k|v and gate|up,
-    voxflow/kernels/norm_linear.py): taken on every single-token step (2 norm_linear launches a layer, no
-    silu * up prologue left on down_proj), logits within the tolerances above, greedy codes equal in fp32."""
+    voxflow/kernels/norm_linear.py): taken on every step of the one-row predict, the two-token first step too
+    (NORM_FOLDED_SEQUENCE_TOKENS: 2 norm_linear launches a layer, on 2 rows there, no silu * up prologue left on
+    down_proj), logits within the tolerances above, greedy codes equal in fp32."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import norm_linear as nl
     from voxflow.kernels import skinny_linear as sk
     calls, gated = [], []
     real_nl, real_sk, real_config = nl.norm_linear, sk.skinny_linear, nl.launch_config
-    nl.norm_linear = lambda *a, **kw: (calls.append(kw.get("swiglu", False)), real_nl(*a, **kw))[1]
+    nl.norm_linear = lambda *a, **kw: (calls.append((a[0].shape[0], kw.get("swiglu", False))), real_nl(*a, **kw))[1]
     sk.skinny_linear = lambda *a, **kw: (gated.append(kw.get("gated", False)), real_sk(*a, **kw))[1]
     # Few wide programs: the interpreter's cost is per program (the GPU configs: tests/test_kernel_cp_layer.py).
     nl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
@@ -159,7 +160,9 @@ def check_one_row_norm_linear_layers_against_reference():
             gated.clear()
             # the reference's own codes fed back (teacher-forced), so both paths see the same inputs at every step
             codes_k, logits_k = run(cp, h, c0, True, codes_r)
-            assert calls.count(False) == 2 * 3 and calls.count(True) == 2 * 3    # 2 layers x 3 single-token steps
+            # 2 layers x (the 2-token first step + 3 single-token steps), q|k|v and gate|up each
+            for swiglu in (False, True):
+                assert calls.count((2, swiglu)) == 2 and calls.count((1, swiglu)) == 2 * 3, calls
             assert not any(gated), "down_proj took the silu * up prologue on the one-row path"
             err = (logits_k.float() - logits_r.float()).abs().max().item()
             assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
@@ -168,6 +171,54 @@ def check_one_row_norm_linear_layers_against_reference():
     finally:
         nl.norm_linear, sk.skinny_linear, nl.launch_config = real_nl, real_sk, real_config
         layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER = saved
+
+
+def check_draw_and_embed_changes_no_bits():
+    """batch_sampling's draw_and_embed (the draw copies the drawn code's embedding row, no lookup launch): taken on
+    every one of the frame's draws (counted), and the same codes and frame embedding, bit for bit, as the lookups
+    it replaces (the same sample function without it), bf16, one row (c=1's path)."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import select_tokens as fused
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    from voxflow.kernels import cp_layer, norm_linear as nl, skinny_linear as sk
+    mods = (layer_mod, cache_mod, cp_mod, bs)
+    saved = [m.use_kernels for m in mods]
+    saved_configs, real_config = dict(cp_layer.CONFIGS), nl.launch_config
+    embeds, real = [], fused.select_tokens
+    fused.select_tokens = lambda *a, **kw: (embeds.append(kw.get("embed") is not None), real(*a, **kw))[1]
+    for m in mods:
+        m.use_kernels = lambda t: True
+    # Few wide programs: the interpreter's cost is per program (the kernel tests cover the GPU configs).
+    cp_layer.CONFIGS.update(qkv=dict(BLOCK_N=64), attention_o_proj=dict(BLOCK_N=64), gate_up=dict(BLOCK_N=64),
+                            lm_head=dict(BLOCK_N=64))
+    nl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
+    real_skinny_config = sk.launch_config
+    sk.launch_config = lambda *a, **kw: {**real_skinny_config(*a, **kw), "BLOCK_N": 64}
+    try:
+        cp = small_code_predictor(torch.bfloat16)
+        g = torch.Generator().manual_seed(6)
+        h = torch.randn(1, 96, generator=g).to(torch.bfloat16)
+        c0 = torch.randn(1, 96, generator=g).to(torch.bfloat16)
+        keys, frame = torch.tensor([12345]), torch.tensor([7])
+        # (greedy: sampling rows copy their rows the same way, tests/test_kernel_select_tokens.py)
+        for sampling in (False,):
+            params = WarpParams(torch.tensor([sampling]), torch.tensor([0.9]), torch.tensor([20]),
+                                torch.tensor([1.0], dtype=torch.float64), any_top_p=False)
+            sample_fn = bs.residual_sample_fn(params, keys, frame, sampling)
+            embeds.clear()
+            codes, frame_embed = cp.predict(h, c0, sample_fn, frame_embed=True)
+            assert embeds == [True] * 4, embeds                  # every draw copied its row
+            without = cp.predict(h, c0, lambda logits, j: sample_fn(logits, j), frame_embed=True)
+            assert embeds[4:] == [False] * 4
+            assert torch.equal(codes, without[0]) and torch.equal(frame_embed, without[1]), sampling
+    finally:
+        fused.select_tokens, nl.launch_config, sk.launch_config = real, real_config, real_skinny_config
+        cp_layer.CONFIGS.update(saved_configs)
+        for m, f in zip(mods, saved):
+            m.use_kernels = f
 
 
 def check_deferred_residual_adds_change_no_bits():
@@ -245,21 +296,25 @@ def check_fused_layer_path_against_reference():
             steps = 3                                     # 4 code groups: a 2-token prefill, then 3 single-token steps
             assert len(spies["layer_step"]) == 2 * steps, "the fused layer path did not run (2 layers x 3 steps)"
             assert len(spies["attention_o_proj"]) == 2 * steps
-            # per layer step: q|k|v and gate|up (swiglu); per single-token step: lm_head (switch on)
-            assert spies["norm_linear"].count((True, False, False, False)) == 2 * steps
-            assert spies["norm_linear"].count((False, False, False, False)) == 2 * steps + (steps if nl_head else 0)
+            # per layer step: q|k|v and gate|up (swiglu); per single-token step: lm_head (switch on); at one row the
+            # 2-token prefill's layers too (qwen3_layer.NORM_FOLDED_SEQUENCE_TOKENS)
+            first = 2 if rows == 1 else 0
+            assert spies["norm_linear"].count((True, False, False, False)) == 2 * steps + first
+            assert spies["norm_linear"].count((False, False, False, False)) == (2 * steps + first
+                                                                                + (steps if nl_head else 0))
             assert not spies["per_layer_attention"], "the per-layer attention kernel ran on a single-token step"
             # skinny: down_proj + residual per layer step (plain, its input made by gate|up's kernel); the prefill's
-            # o_proj per layer (2 tokens: no silu*up prologue on its down_proj), (one row) lm_head with the norm
-            # prologue (the single-token steps' too with the switch off); the input projection (bias) on every step
+            # o_proj per layer (2 tokens: no silu*up prologue on its down_proj; at one row its down_proj too, after
+            # the norm-folded gate|up), (one row) lm_head with the norm prologue (the single-token steps' too with
+            # the switch off); the input projection (bias) on every step
             skinny = spies["skinny"]
-            assert skinny.count((False, False, False, False)) == 2 * steps + 2
+            assert skinny.count((False, False, False, False)) == 2 * steps + 2 + first
             assert skinny.count((False, True, False, False)) == 0
             head_prologue = (1 + (0 if nl_head else steps)) if rows == 1 else 0
             assert skinny.count((False, False, True, False)) == head_prologue
             prefill_bias = 1 if 2 * rows <= cp_mod.SKINNY_BIAS_MAX_ROWS else 0
             assert skinny.count((False, False, False, True)) == steps + prefill_bias
-            assert len(skinny) == 2 * steps + 2 + steps + prefill_bias + head_prologue
+            assert len(skinny) == 2 * steps + 2 + first + steps + prefill_bias + head_prologue
             # greedy on both paths: equal codes mean both saw the same inputs at every step, so the logits compare
             codes_r, logits_r = run(cp, h, c0, False, None)
             assert torch.equal(codes_k, codes_r), (rows, dtype)
@@ -281,6 +336,9 @@ if IN_CHILD:
 
     def test_child_deferred_residual_adds_change_no_bits():
         check_deferred_residual_adds_change_no_bits()
+
+    def test_child_draw_and_embed_changes_no_bits():
+        check_draw_and_embed_changes_no_bits()
 
     def test_child_one_row_norm_linear_layers_against_reference():
         check_one_row_norm_linear_layers_against_reference()

@@ -145,6 +145,20 @@ def check_single_rows_and_codebooks():
                                               True)), (codebook, f)
 
 
+def check_embedding_rows_copied():
+    """embed= / embed_out=: the same ids, and each row's drawn id's table row copied bit for bit (a table wider
+    than the copy block: 2 x 1024 + 40 columns, more rows than the vocabulary; bf16 and fp32)."""
+    from voxflow.kernels.select_tokens import select_tokens
+    g = torch.Generator().manual_seed(3)
+    for dtype in (torch.bfloat16, torch.float32):
+        args = make_case(g, 5, 2048, torch.bfloat16, False)
+        table = torch.randn(2050, 2088, generator=g).to(dtype)
+        rows = torch.full((5, 2088), float("nan"), dtype=dtype)
+        got = select_tokens(*args, 4, False, embed=table, embed_out=rows)
+        assert torch.equal(got, reference(*args, 4, False))
+        assert torch.equal(rows, table[got]), dtype
+
+
 def check_supported():
     from voxflow.kernels.select_tokens import supported
     assert supported(torch.zeros(2, 3072, dtype=torch.bfloat16)) and supported(torch.zeros(1, 4096))
@@ -172,9 +186,24 @@ if IN_CHILD:
 
     def test_child_supported():
         check_supported()
+
+    def test_child_embedding_rows_copied():
+        check_embedding_rows_copied()
 else:
     def test_select_tokens_kernel_under_the_interpreter_matches_reference():
         run_child(__file__, CHILD_FLAG)
+
+    def test_select_tokens_rejects_an_embedding_table_of_the_wrong_shape():
+        from voxflow.kernels.select_tokens import select_tokens
+        row = torch.zeros(2, dtype=torch.long)
+        args = (torch.zeros(2, 2048), row.bool(), row.float(), row, row.double(), row, row, 1, False)
+        for table, out in ((torch.zeros(2047, 8), torch.zeros(2, 8)),                  # fewer rows than the vocab
+                           (torch.zeros(2048, 8), torch.zeros(2, 8, dtype=torch.bfloat16)),   # another dtype
+                           (torch.zeros(2048, 8), torch.zeros(3, 8))):                 # not [B, D]
+            with pytest.raises(ValueError, match="embed"):
+                select_tokens(*args, embed=table, embed_out=out)
+        with pytest.raises(ValueError, match="together"):
+            select_tokens(*args, embed=torch.zeros(2048, 8))
 
     def test_select_tokens_rejects_radix_widths_other_than_1_2_4():
         from voxflow.kernels.select_tokens import select_tokens

@@ -46,15 +46,17 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import causal_conv, uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
+    # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
     for top_p, talker, pdl in ((False, False, False), (True, False, False), (False, True, False),
                                (False, False, True)):
         out.append((f"select_tokens top_p={top_p} talker={talker}" + (" pdl" if pdl else ""),
                     select_tokens._select_tokens_kernel,
                     dict(logits_ptr=bf, do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
                          top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
-                         penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8")),
+                         penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8"), emb_ptr=bf,
+                         emb_out_ptr=bf),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
-                         BLOCK=4096, USE_PDL=pdl),
+                         BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048),
                     dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)

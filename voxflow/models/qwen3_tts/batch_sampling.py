@@ -124,17 +124,19 @@ def _kernel_params(params: WarpParams, like: torch.Tensor, any_sampling: bool) -
 
 
 def _fused_select(logits: torch.Tensor, params: WarpParams | None, keys: torch.Tensor, frame: torch.Tensor,
-                  codebook: int, talker: tuple | None = None) -> torch.Tensor | None:
+                  codebook: int, talker: tuple | None = None, embed: torch.Tensor | None = None,
+                  embed_out: torch.Tensor | None = None) -> torch.Tensor | None:
     """On the GPU (params from `_kernel_params`): the whole selection (greedy argmax, or temperature / top-k /
     top-p / Gumbel-max per row; with `talker`, the talker's logit processing first) in one kernel with the same
-    results (voxflow/kernels/select_tokens.py). None where it does not apply."""
+    results (voxflow/kernels/select_tokens.py); with embed / embed_out, the drawn ids' table rows copied out too.
+    None where it does not apply."""
     if params is None:
         return None
     from voxflow.kernels import select_tokens as fused
     if not fused.supported(logits):
         return None
     return fused.select_tokens(logits, params.do_sample, params.temperature, params.top_k, params.top_p, keys, frame,
-                               codebook, params.any_top_p, talker=talker)
+                               codebook, params.any_top_p, talker=talker, embed=embed, embed_out=embed_out)
 
 
 def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tensor,
@@ -154,4 +156,16 @@ def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tens
             sampled = gumbel_argmax(warp_logits(logits, params), keys, frame, j + 1)
             return torch.where(params.do_sample, sampled, greedy)
 
+    def draw_and_embed(logits: torch.Tensor, j: int, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(sample(logits, j), table[those ids]) -- on the kernel path the draw copies the rows itself (no lookup
+        launch); (ids, None) where it does not, and the caller looks them up."""
+        if kernel_params is not None and table.stride(-1) == 1 and table.shape[0] >= logits.shape[-1]:
+            with record_function("cp_sampling"):
+                rows = torch.empty(logits.shape[0], table.shape[1], dtype=table.dtype, device=table.device)
+                picked = _fused_select(logits, kernel_params, keys, frame, j + 1, embed=table, embed_out=rows)
+            if picked is not None:
+                return picked, rows
+        return sample(logits, j), None
+
+    sample.draw_and_embed = draw_and_embed      # CodePredictor.predict takes it where offered
     return sample

@@ -38,6 +38,9 @@ CP_FUSED_MAX_ROWS = 1
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
+# The draws copy the drawn code's embedding row (batch_sampling's draw_and_embed): no lookup launch a step.
+# VOXFLOW_DRAW_AND_EMBED=0 turns it off (the lookups run as before; same bits).
+DRAW_AND_EMBED = os.environ.get("VOXFLOW_DRAW_AND_EMBED", "1") == "1"
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -161,9 +164,14 @@ class CodePredictor(nn.Module):
         rope = self.model.rotary.prefix(self.cfg.num_code_groups, device, h_last.dtype) if kernels else None
         x = torch.stack((h_last, c0_embed), dim=1)
         codes, logits, inputs = [], [], []
+        tables = self.model.codec_embedding
+        # On the kernel path the draw may copy the drawn code's embedding row itself (batch_sampling's
+        # draw_and_embed: one launch fewer a step); `row` is then the next step's input, else it is looked up.
+        draw_and_embed = getattr(sample_fn, "draw_and_embed", None) if kernels and DRAW_AND_EMBED else None
+        row = None
         for j in range(self.num_residual):
             if j > 0:
-                x = self.model.codec_embedding[j - 1](codes[-1])[:, None]
+                x = (row if row is not None else tables[j - 1](codes[-1]))[:, None]
             start = 0 if j == 0 else j + 1          # position of x's first token (the prefill covers 0 and 1)
             if kernels:
                 step_logits = self._kernel_step_logits(x, start, cache, rope, j)
@@ -174,11 +182,16 @@ class CodePredictor(nn.Module):
                 step_logits = self.lm_head[j](self(x, positions, cache))[:, -1]
             if not frame_embed:
                 logits.append(step_logits)
-            codes.append(sample_fn(step_logits, j).to(torch.long))
+            if draw_and_embed is not None and isinstance(tables[j], nn.Embedding) and tables[j].max_norm is None:
+                code, row = draw_and_embed(step_logits, j, tables[j].weight)
+            else:
+                code, row = sample_fn(step_logits, j), None
+            codes.append(code.to(torch.long))
             if frame_embed:
                 inputs.append(x[:, -1])
         if frame_embed:
-            inputs.append(self.model.codec_embedding[self.num_residual - 1](codes[-1]))     # the last code's row
+            last = row if row is not None else tables[self.num_residual - 1](codes[-1])     # the last code's row
+            inputs.append(last)
             return torch.stack(codes, dim=1), torch.stack(inputs, dim=-2).sum(dim=-2)
         return torch.stack(codes, dim=1), torch.stack(logits, dim=1)
 
