@@ -134,16 +134,15 @@ def _check_per_layer_kernel_path():
 
 def check_one_row_norm_linear_layers_against_reference():
     """qwen3_layer.ONE_ROW_NORM_LINEAR (the per-layer path at one row with the norms folded into q|k|v and gate|up,
-    voxflow/kernels/norm_linear.py): taken on every step of the one-row predict, the two-token first step too
-    (NORM_FOLDED_SEQUENCE_TOKENS: 2 norm_linear launches a layer, on 2 rows there, no silu * up prologue left on
-    down_proj), logits within the tolerances above, greedy codes equal in fp32."""
+    voxflow/kernels/norm_linear.py): taken on every single-token step (2 norm_linear launches a layer, no
+    silu * up prologue left on down_proj), logits within the tolerances above, greedy codes equal in fp32."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import norm_linear as nl
     from voxflow.kernels import skinny_linear as sk
     calls, gated = [], []
     real_nl, real_sk, real_config = nl.norm_linear, sk.skinny_linear, nl.launch_config
-    nl.norm_linear = lambda *a, **kw: (calls.append((a[0].shape[0], kw.get("swiglu", False))), real_nl(*a, **kw))[1]
+    nl.norm_linear = lambda *a, **kw: (calls.append(kw.get("swiglu", False)), real_nl(*a, **kw))[1]
     sk.skinny_linear = lambda *a, **kw: (gated.append(kw.get("gated", False)), real_sk(*a, **kw))[1]
     # Few wide programs: the interpreter's cost is per program (the GPU configs: tests/test_kernel_cp_layer.py).
     nl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
@@ -160,9 +159,7 @@ def check_one_row_norm_linear_layers_against_reference():
             gated.clear()
             # the reference's own codes fed back (teacher-forced), so both paths see the same inputs at every step
             codes_k, logits_k = run(cp, h, c0, True, codes_r)
-            # 2 layers x (the 2-token first step + 3 single-token steps), q|k|v and gate|up each
-            for swiglu in (False, True):
-                assert calls.count((2, swiglu)) == 2 and calls.count((1, swiglu)) == 2 * 3, calls
+            assert calls.count(False) == 2 * 3 and calls.count(True) == 2 * 3    # 2 layers x 3 single-token steps
             assert not any(gated), "down_proj took the silu * up prologue on the one-row path"
             err = (logits_k.float() - logits_r.float()).abs().max().item()
             assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
@@ -296,25 +293,21 @@ def check_fused_layer_path_against_reference():
             steps = 3                                     # 4 code groups: a 2-token prefill, then 3 single-token steps
             assert len(spies["layer_step"]) == 2 * steps, "the fused layer path did not run (2 layers x 3 steps)"
             assert len(spies["attention_o_proj"]) == 2 * steps
-            # per layer step: q|k|v and gate|up (swiglu); per single-token step: lm_head (switch on); at one row the
-            # 2-token prefill's layers too (qwen3_layer.NORM_FOLDED_SEQUENCE_TOKENS)
-            first = 2 if rows == 1 else 0
-            assert spies["norm_linear"].count((True, False, False, False)) == 2 * steps + first
-            assert spies["norm_linear"].count((False, False, False, False)) == (2 * steps + first
-                                                                                + (steps if nl_head else 0))
+            # per layer step: q|k|v and gate|up (swiglu); per single-token step: lm_head (switch on)
+            assert spies["norm_linear"].count((True, False, False, False)) == 2 * steps
+            assert spies["norm_linear"].count((False, False, False, False)) == 2 * steps + (steps if nl_head else 0)
             assert not spies["per_layer_attention"], "the per-layer attention kernel ran on a single-token step"
             # skinny: down_proj + residual per layer step (plain, its input made by gate|up's kernel); the prefill's
-            # o_proj per layer (2 tokens: no silu*up prologue on its down_proj; at one row its down_proj too, after
-            # the norm-folded gate|up), (one row) lm_head with the norm prologue (the single-token steps' too with
-            # the switch off); the input projection (bias) on every step
+            # o_proj per layer (2 tokens: no silu*up prologue on its down_proj), (one row) lm_head with the norm
+            # prologue (the single-token steps' too with the switch off); the input projection (bias) on every step
             skinny = spies["skinny"]
-            assert skinny.count((False, False, False, False)) == 2 * steps + 2 + first
+            assert skinny.count((False, False, False, False)) == 2 * steps + 2
             assert skinny.count((False, True, False, False)) == 0
             head_prologue = (1 + (0 if nl_head else steps)) if rows == 1 else 0
             assert skinny.count((False, False, True, False)) == head_prologue
             prefill_bias = 1 if 2 * rows <= cp_mod.SKINNY_BIAS_MAX_ROWS else 0
             assert skinny.count((False, False, False, True)) == steps + prefill_bias
-            assert len(skinny) == 2 * steps + 2 + first + steps + prefill_bias + head_prologue
+            assert len(skinny) == 2 * steps + 2 + steps + prefill_bias + head_prologue
             # greedy on both paths: equal codes mean both saw the same inputs at every step, so the logits compare
             codes_r, logits_r = run(cp, h, c0, False, None)
             assert torch.equal(codes_k, codes_r), (rows, dtype)

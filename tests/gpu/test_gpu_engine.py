@@ -115,7 +115,7 @@ def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     same fp32 codes and audio as the CPU loop."""
     import voxflow.layers.qwen3_layer as layer_mod
     monkeypatch.setattr(layer_mod, "ONE_ROW_NORM_LINEAR", True)
-    ran = record_runs(monkeypatch, layer_mod.Qwen3DecoderLayer, "_forward_norm_folded")
+    ran = record_runs(monkeypatch, layer_mod.Qwen3DecoderLayer, "_forward_one_row")
     got = engine_codes("float32", True, True, texts=TEXTS[1:2])
     assert ran and all(ran), "the one-row path did not run (or declined the shapes)"
     codes, wav = reference(TEXTS[1])

@@ -38,10 +38,6 @@ SKINNY_PROLOGUE_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-02-session11, call 1; tune_talker_one_row.py). VOXFLOW_ONE_ROW_NORM_LINEAR=0
 # turns it off (rms_norm + cuBLAS for q|k|v and gate|up).
 ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
-# With it, one sequence's step of up to this many tokens takes the same path: the code predictor's first step at
-# c=1 (the talker's hidden state and c0's embedding) ran rms_norm + cuBLAS + silu_mul launches outside the PDL chain.
-# VOXFLOW_NORM_FOLDED_SEQUENCE_TOKENS=0 turns that off.
-NORM_FOLDED_SEQUENCE_TOKENS = int(os.environ.get("VOXFLOW_NORM_FOLDED_SEQUENCE_TOKENS", "2"))
 
 
 class Qwen3Attention(nn.Module):
@@ -187,9 +183,8 @@ class Qwen3DecoderLayer(nn.Module):
         its epilogue (cuBLAS picks a split-K kernel + reduce there), and at one row down_proj with silu * up in its
         prologue and the residual add in its epilogue. q|k|v and gate|up stay on cuBLAS after the norm kernel: at
         these widths cuBLAS streamed W faster than skinny_linear's fused norm prologue; at one row norm_linear.py's
-        one-pass norm beats both (ONE_ROW_NORM_LINEAR, on by default: `_forward_norm_folded`, also for one
-        sequence's step of up to NORM_FOLDED_SEQUENCE_TOKENS tokens). Same rounding points as the unfused path.
-        None: not applicable here."""
+        one-pass norm beats both (ONE_ROW_NORM_LINEAR, on by default: `_forward_one_row`). Same rounding points
+        as the unfused path. None: not applicable here."""
         from voxflow.kernels import skinny_linear as sk
         attn, mlp = self.self_attn, self.mlp
         qkv_w, gate_up_w = attn.fused_qkv(), mlp.fused_gate_up()
@@ -197,8 +192,8 @@ class Qwen3DecoderLayer(nn.Module):
             return None
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
-        if ONE_ROW_NORM_LINEAR and (b * s <= SKINNY_PROLOGUE_MAX_ROWS or (b == 1 and s <= NORM_FOLDED_SEQUENCE_TOKENS)):
-            out = self._forward_norm_folded(rows, s, qkv_w, gate_up_w, cos, sin, cache, bias)
+        if b * s <= SKINNY_PROLOGUE_MAX_ROWS and ONE_ROW_NORM_LINEAR:
+            out = self._forward_one_row(rows, qkv_w, gate_up_w, cos, sin, cache, bias)
             if out is not None:
                 return out.view(b, s, hidden)
         qkv = F.linear(self.input_layernorm(x), qkv_w)
@@ -215,21 +210,21 @@ class Qwen3DecoderLayer(nn.Module):
             rows = rows + mlp.down(gate_up[..., :i], gate_up[..., i:])
         return rows.view(b, s, hidden)
 
-    def _forward_norm_folded(self, rows: torch.Tensor, s: int, qkv_w: torch.Tensor, gate_up_w: torch.Tensor,
-                             cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
-                             bias: torch.Tensor | None) -> torch.Tensor | None:
-        """ONE_ROW_NORM_LINEAR's layer on rows [B * S, H] (one row, or one sequence's S tokens): norm_linear(q|k|v),
-        attention, skinny o_proj + residual, norm_linear(gate|up) with silu * up, skinny down_proj + residual. The
-        folded norms round as norm_linear.py states (within one 16-bit rounding of the reference; fp32: summation
-        order). None (nothing run): the norm GEMMs do not take these shapes."""
+    def _forward_one_row(self, rows: torch.Tensor, qkv_w: torch.Tensor, gate_up_w: torch.Tensor, cos: torch.Tensor,
+                         sin: torch.Tensor, cache: LayerKVCache | None, bias: torch.Tensor | None
+                         ) -> torch.Tensor | None:
+        """ONE_ROW_NORM_LINEAR's layer on rows [1, H]: norm_linear(q|k|v), attention, skinny o_proj + residual,
+        norm_linear(gate|up) with silu * up, skinny down_proj + residual. The folded norms round as norm_linear.py
+        states (within one 16-bit rounding of the reference; fp32: summation order). None (nothing run): the norm
+        GEMMs do not take these shapes."""
         from voxflow.kernels import norm_linear as nl
         attn, mlp = self.self_attn, self.mlp
         ln, post = self.input_layernorm, self.post_attention_layernorm
         o_w, down_w = attn.o_proj.weight, mlp.down_proj.weight
         if not (nl.supported(rows, qkv_w, ln.weight) and nl.supported(rows, gate_up_w, post.weight, swiglu=True)):
             return None
-        qkv = nl.norm_linear(rows, qkv_w, ln.weight, ln.eps).view(rows.shape[0] // s, s, -1)
-        out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(rows.shape[0], -1)
+        qkv = nl.norm_linear(rows, qkv_w, ln.weight, ln.eps)[:, None]
+        out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(1, -1)
         rows = _linear_plus(out, o_w, rows)
         act = nl.norm_linear(rows, gate_up_w, post.weight, post.eps, swiglu=True)
         return _linear_plus(act, down_w, rows)

@@ -38,8 +38,9 @@ CP_FUSED_MAX_ROWS = 1
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
-# The draws copy the drawn code's embedding row (batch_sampling's draw_and_embed): no lookup launch a step.
-# VOXFLOW_DRAW_AND_EMBED=0 turns it off (the lookups run as before; same bits).
+# The draws copy the drawn code's embedding row (batch_sampling's draw_and_embed): no lookup launch a step (15 a
+# frame, each outside the PDL chain). H200 c=1 step 3.55 -> 3.51 ms (benchmarks/results/h200/2026-12-02-session12,
+# call 5). VOXFLOW_DRAW_AND_EMBED=0 turns it off (the lookups run as before; same bits).
 DRAW_AND_EMBED = os.environ.get("VOXFLOW_DRAW_AND_EMBED", "1") == "1"
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
