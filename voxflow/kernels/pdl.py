@@ -10,13 +10,13 @@ kernel's work.
 
 Measured on the H200 (benchmarks/results/h200/2026-12-02-session10/, calls 1, 3 and 4): a frame's code-predictor
 predict at one row 2196 -> 1941 us; c=1 step 4.14 -> 4.00 ms, HTTP c=1 RTF 0.054 -> 0.052; c=8 and c=64 unchanged
-(few PDL kernels run above one row). Session 12 (call 3) gave it to the other decode kernels between those GEMMs
-(qk_norm_rope, the paged decode and its split merge, select_tokens, the code predictor's attention above one row:
-84 + 16 launches a step at c=1 that broke the chain): c=1 step 3.63 -> 3.53 ms, HTTP RTF 0.047 -> 0.046; c=64
-unchanged (9.19 ms: its GEMMs are cuBLAS's, which do not take part). A first version that also prefetched each program's weight rows into L2
+(few PDL kernels run above one row). A first version that also prefetched each program's weight rows into L2
 before the wait gained less (predict 2198 -> 2136 us): removed. (Both versions slow down a micro-benchmark made of
 nothing but fused layer steps, 22.3 -> 27.4 us a step; the real frame, with sampling and embedding kernels between
-the layers, gains.)
+the layers, gains.) Session 12 (2026-12-02-session12, call 3) gave it to the other decode kernels between those
+GEMMs (qk_norm_rope, the paged decode and its split merge, select_tokens, the code predictor's attention above one
+row: 84 + 16 launches a c=1 step that broke the chain): c=1 step 3.63 -> 3.53 ms, HTTP RTF 0.047 -> 0.046; c=64
+unchanged (9.19 ms: its GEMMs are cuBLAS's, which do not take part).
 
 Rules every PDL kernel here keeps: nothing is loaded or written before `wait_for_previous_kernel()`
 (tests/test_kernels_compile.py checks the PTX order), and `gdc_launch_dependents()` comes after the wait, so at
