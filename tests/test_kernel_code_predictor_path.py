@@ -201,16 +201,14 @@ def check_draw_and_embed_changes_no_bits():
         c0 = torch.randn(1, 96, generator=g).to(torch.bfloat16)
         keys, frame = torch.tensor([12345]), torch.tensor([7])
         # (greedy: sampling rows copy their rows the same way, tests/test_kernel_select_tokens.py)
-        for sampling in (False,):
-            params = WarpParams(torch.tensor([sampling]), torch.tensor([0.9]), torch.tensor([20]),
-                                torch.tensor([1.0], dtype=torch.float64), any_top_p=False)
-            sample_fn = bs.residual_sample_fn(params, keys, frame, sampling)
-            embeds.clear()
-            codes, frame_embed = cp.predict(h, c0, sample_fn, frame_embed=True)
-            assert embeds == [True] * 4, embeds                  # every draw copied its row
-            without = cp.predict(h, c0, lambda logits, j: sample_fn(logits, j), frame_embed=True)
-            assert embeds[4:] == [False] * 4
-            assert torch.equal(codes, without[0]) and torch.equal(frame_embed, without[1]), sampling
+        params = WarpParams(torch.tensor([False]), torch.tensor([0.9]), torch.tensor([20]),
+                            torch.tensor([1.0], dtype=torch.float64), any_top_p=False)
+        sample_fn = bs.residual_sample_fn(params, keys, frame, False)
+        codes, frame_embed = cp.predict(h, c0, sample_fn, frame_embed=True)
+        assert embeds == [True] * 4, embeds                      # every draw copied its row
+        without = cp.predict(h, c0, lambda logits, j: sample_fn(logits, j), frame_embed=True)
+        assert embeds[4:] == [False] * 4
+        assert torch.equal(codes, without[0]) and torch.equal(frame_embed, without[1])
     finally:
         fused.select_tokens, nl.launch_config, sk.launch_config = real, real_config, real_skinny_config
         cp_layer.CONFIGS.update(saved_configs)

@@ -158,8 +158,8 @@ def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tens
 
     def draw_and_embed(logits: torch.Tensor, j: int, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(sample(logits, j), table[those ids]) -- on the kernel path the draw copies the rows itself (no lookup
-        launch); (ids, None) where it does not, and the caller looks them up."""
-        if kernel_params is not None and table.stride(-1) == 1 and table.shape[0] >= logits.shape[-1]:
+        launch); (ids, None) where it does not, and the caller looks them up. (select_tokens checks the table.)"""
+        if kernel_params is not None:
             with record_function("cp_sampling"):
                 rows = torch.empty(logits.shape[0], table.shape[1], dtype=table.dtype, device=table.device)
                 picked = _fused_select(logits, kernel_params, keys, frame, j + 1, embed=table, embed_out=rows)

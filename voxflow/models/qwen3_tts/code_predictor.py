@@ -183,7 +183,7 @@ class CodePredictor(nn.Module):
                 step_logits = self.lm_head[j](self(x, positions, cache))[:, -1]
             if not frame_embed:
                 logits.append(step_logits)
-            if draw_and_embed is not None and isinstance(tables[j], nn.Embedding) and tables[j].max_norm is None:
+            if draw_and_embed is not None:       # (plain nn.Embedding tables, __init__: a row copy is the lookup)
                 code, row = draw_and_embed(step_logits, j, tables[j].weight)
             else:
                 code, row = sample_fn(step_logits, j), None
