@@ -70,12 +70,12 @@ def check_kernel_path_against_reference():
     qwen3_layer.ONE_ROW_NORM_LINEAR off: check_one_row_norm_linear_layers_against_reference holds it on)."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    saved = cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR
-    cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = False, False
+    saved = cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_BATCH_LAYER
+    cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_BATCH_LAYER = False, False, False
     try:
         _check_per_layer_kernel_path()
     finally:
-        cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = saved
+        cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_BATCH_LAYER = saved
 
 
 def _check_per_layer_kernel_path():
@@ -318,7 +318,58 @@ def check_fused_layer_path_against_reference():
         cp_layer.CONFIGS.update(saved_configs)
 
 
+def check_batch_layer_path_against_reference():
+    """The batch layer path (voxflow/kernels/cp_layer_batch.py, CP_BATCH_LAYER on): at twelve rows every
+    single-token step runs the five-kernel layers (spied: layer_step per layer and step) and the final norm folded
+    into lm_head[j] (one normed batch_linear a step); logits within the
+    tolerances above; greedy codes equal to the reference's in fp32. Below CP_BATCH_MIN_ROWS it stays off (one row:
+    the fused one-row layers). The folded weights are made once and made again after a weight changes in place."""
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import batch_linear as bl, cp_layer_batch
+    steps_seen, heads = [], []
+    real_step, real_bl, real_config = cp_layer_batch.layer_step, bl.batch_linear, bl.launch_config
+    cp_layer_batch.layer_step = lambda *a: (steps_seen.append(a[0].shape[0]), real_step(*a))[1]
+    bl.batch_linear = lambda *a, **kw: (heads.append((kw.get("norm_eps") is not None, kw.get("swiglu", False))),
+                                        real_bl(*a, **kw))[1]
+    bl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
+    saved = cp_mod.CP_BATCH_LAYER
+    cp_mod.CP_BATCH_LAYER = True
+    try:
+        g = torch.Generator().manual_seed(8)
+        for rows, dtype, tol in ((12, torch.float32, 1e-4), (12, torch.bfloat16, 5e-2), (1, torch.float32, 1e-4)):
+            cp = small_code_predictor(dtype)
+            h = torch.randn(rows, 96, generator=g).to(dtype)
+            c0 = torch.randn(rows, 96, generator=g).to(dtype)
+            steps_seen.clear()
+            heads.clear()
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            codes_k, logits_k = run(cp, h, c0, True, codes_r)        # teacher-forced with the reference's codes
+            batch = rows >= cp_mod.CP_BATCH_MIN_ROWS
+            assert steps_seen == ([rows] * 2 * 3 if batch else []), steps_seen
+            # normed, no swiglu: each layer's q|k|v and each step's lm_head; swiglu: each layer's gate|up
+            assert heads.count((True, False)) == (3 * (2 + 1) if batch else 0)
+            assert heads.count((True, True)) == (3 * 2 if batch else 0)
+            err = (logits_k.float() - logits_r.float()).abs().max().item()
+            assert err <= tol * logits_r.float().abs().max().item(), (rows, dtype, err)
+            if dtype == torch.float32:
+                assert torch.equal(logits_k.argmax(-1), codes_r)
+            if batch and dtype == torch.float32:
+                folded = cp._batch_weights()
+                assert cp._batch_weights() is folded                   # kept while the weights stay
+                with torch.no_grad():
+                    cp.model.norm.weight.mul_(2)
+                assert cp._batch_weights() is not folded               # made again after the in-place change
+                again, _ = run(cp, h, c0, True, codes_r)
+                assert torch.equal(again, codes_r)
+    finally:
+        cp_layer_batch.layer_step, bl.batch_linear, bl.launch_config = real_step, real_bl, real_config
+        cp_mod.CP_BATCH_LAYER = saved
+
+
 if IN_CHILD:
+    def test_child_batch_layer_path_against_reference():
+        check_batch_layer_path_against_reference()
+
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
 

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Prepared in session 12 (its device time spent) for the next session's first call, carry [".whl"]:
-#  1. the GPU tests session 12's last call could not fit in its 100 s: test_gpu_select_tokens.py and test_gpu_pdl.py
-#     after the draws' embedding-row copy, and the whole of test_gpu_engine.py;
-#  2. profile_step c=1,64 and HTTP c=1 / c=64 on the tree as it stands (session 12: 3.51 ms, RTF p50 0.045;
-#     9.19 ms, 468.0-472.5 audio-s/s).
+# Session 13, call 1 (carry [".whl"]): the code predictor's batch layer (voxflow/kernels/cp_layer_batch.py on
+# batch_linear.py: five tensor-core kernels a layer with the norms folded into the weights, all PDL; switch
+# VOXFLOW_CP_BATCH_LAYER=1, off by default until measured).
+#  1. GPU tests: the new kernels and layer at the real shapes, predict on / off at 64 rows, the engine with it on
+#     == the CPU reference (12 requests), and the tests session 12 could not fit (the whole engine file,
+#     select_tokens and PDL after the draws' embedding-row copy);
+#  2. tune_batch_linear.py at 8 / 16 / 64 / 256 rows (GEMMs vs the launches they replace, layer steps, predict);
+#  3. profile_step with the switch on at c=8, 64, 256 (session 12, default: c=64 9.19 ms, c=256 20.86 ms).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup $OUT/r
 real_checkpoint_bg
-gpu_tests 240 tests/gpu/test_gpu_select_tokens.py tests/gpu/test_gpu_pdl.py tests/gpu/test_gpu_engine.py
+gpu_tests 210 tests/gpu/test_gpu_batch_linear.py tests/gpu/test_gpu_engine.py tests/gpu/test_gpu_select_tokens.py \
+  tests/gpu/test_gpu_pdl.py
+echo "tests done at ${SECONDS}s"
+timeout 150 python3 benchmarks/scripts/tune_batch_linear.py --rows 8,16,64,256 --budget 45 2>&1 | grep -v Warn \
+  > $R/tune_batch_linear.txt
+tail -16 $R/tune_batch_linear.txt
 wait $CK
-timeout 100 python3 benchmarks/scripts/profile_step.py /tmp/real-1.7b 1,64 --no-eager 2>&1 | grep -v Warn \
-  > $R/profile_step_1_64.txt
-grep -E "ms per step|kernels per step" $R/profile_step_1_64.txt
-if serve_variant default; then
-  bench_http --label http-default --concurrency 1 --num-prompts 8 --num-warmups 1 --output $R/h200_1p7b_http_c1_default.json
-  bench_http --label http-default --concurrency 64 --num-prompts 256 --num-warmups 8 --output $R/h200_1p7b_http_c64_default.json
-fi
-stop_server default
+VOXFLOW_CP_BATCH_LAYER=1 timeout 130 python3 benchmarks/scripts/profile_step.py /tmp/real-1.7b 64,8,256 2>&1 \
+  | grep -v Warn > $R/profile_step_batch_64_8_256.txt
+grep -E "ms per step|kernels per step" $R/profile_step_batch_64_8_256.txt
 echo "done at ${SECONDS}s"
 cd $OUT && tar czf res.tgz r && rm -rf r

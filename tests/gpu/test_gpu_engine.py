@@ -109,6 +109,19 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     assert_equals_reference(got, texts)
 
 
+def test_gpu_cp_batch_layer_equals_cpu_reference(monkeypatch):
+    """code_predictor.CP_BATCH_LAYER (set here so the test holds whatever the default): twelve requests, the code
+    predictor's single-token steps on the five-kernel batch layer with the norms folded into the weights
+    (voxflow/kernels/cp_layer_batch.py): the same fp32 codes and audio as the CPU loop."""
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    monkeypatch.setattr(cp_mod, "CP_BATCH_LAYER", True)
+    ran = record_runs(monkeypatch, cp_mod.CodePredictor, "_batch_step_logits")
+    texts = TEXTS * 3
+    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    assert ran and all(ran), "the batch layer did not run (or declined the shapes)"
+    assert_equals_reference(got, texts)
+
+
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     """qwen3_layer.ONE_ROW_NORM_LINEAR (on by default; set here so the test holds whatever the default): one
     request alone, so the talker's layers run at one row with their norms folded into q|k|v and gate|up: the

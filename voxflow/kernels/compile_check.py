@@ -114,6 +114,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     # With programmatic dependent launch (pdl.py: griddepcontrol wait, then launch_dependents).
     for name, n, swiglu in (("q|k|v", 4096, False), ("gate|up", 3072, True)):
         out.append((f"norm_linear {name} pdl", *norm_linear_case(1, n, 1024, swiglu, pdl=True)))
+    # The code predictor's batch layer GEMMs (batch_linear.py) at 64 rows: the normed q|k|v and gate|up (raw x into
+    # wgmma from shared memory, the norm folded into W), o_proj / down_proj + residual; each with and without PDL.
+    for name, n, k, mode in (("q|k|v", 4096, 1024, "norm"), ("gate|up", 3072, 1024, "swiglu"),
+                             ("o_proj+residual", 1024, 2048, "residual"), ("down+residual", 1024, 3072, "residual")):
+        for pdl in (False, True):
+            out.append((f"batch_linear {name} m=64" + (" pdl" if pdl else ""), *batch_linear_case(64, n, k, mode, pdl)))
     for block_h, block_n, m in ((4, 32, 1), (2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (4, 32, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
@@ -187,6 +193,21 @@ def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None =
         consts["M"] = 1
     ptrs = ("x_ptr", "g_ptr", "w_ptr", "res_ptr", "out_ptr")
     return (norm_linear._norm_linear_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"}, consts,
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
+                 aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
+
+
+def batch_linear_case(m: int, n: int, k: int, mode: str, pdl: bool = False, config: dict | None = None) -> tuple:
+    """(kernel, types, constexprs, options) of batch_linear.py's kernel as launched for [m, k] x [n(, x2), k]; mode:
+    "norm", "swiglu" (normed too) or "residual" (plain)."""
+    from voxflow.kernels import batch_linear
+    cfg = {**batch_linear.launch_config(m, n, k, mode == "swiglu"), **(config or {})}
+    bf = _ptr("bf16")
+    consts = dict(NORM=mode != "residual", SWIGLU=mode == "swiglu", HAS_RES=mode == "residual", PRECISE_EXP=True,
+                  USE_PDL=pdl, DOT_IN_FP32=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"])
+    ptrs = ("x_ptr", "w_ptr", "res_ptr", "out_ptr")
+    return (batch_linear._batch_linear_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"}, consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
                  aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
 
