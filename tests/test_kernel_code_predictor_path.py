@@ -70,12 +70,12 @@ def check_kernel_path_against_reference():
     qwen3_layer.ONE_ROW_NORM_LINEAR off: check_one_row_norm_linear_layers_against_reference holds it on)."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    saved = cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_BATCH_LAYER
-    cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_BATCH_LAYER = False, False, False
+    saved = cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR
+    cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = False, False
     try:
         _check_per_layer_kernel_path()
     finally:
-        cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_BATCH_LAYER = saved
+        cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = saved
 
 
 def _check_per_layer_kernel_path():
@@ -318,57 +318,49 @@ def check_fused_layer_path_against_reference():
         cp_layer.CONFIGS.update(saved_configs)
 
 
-def check_batch_layer_path_against_reference():
-    """The batch layer path (voxflow/kernels/cp_layer_batch.py, CP_BATCH_LAYER on): at twelve rows every
-    single-token step runs the five-kernel layers (spied: layer_step per layer and step) and the final norm folded
-    into lm_head[j] (one normed batch_linear a step); logits within the
-    tolerances above; greedy codes equal to the reference's in fp32. Below CP_BATCH_MIN_ROWS it stays off (one row:
-    the fused one-row layers). The folded weights are made once and made again after a weight changes in place."""
-    import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    from voxflow.kernels import batch_linear as bl, cp_layer_batch
-    steps_seen, heads = [], []
-    real_step, real_bl, real_config = cp_layer_batch.layer_step, bl.batch_linear, bl.launch_config
-    cp_layer_batch.layer_step = lambda *a: (steps_seen.append(a[0].shape[0]), real_step(*a))[1]
-    bl.batch_linear = lambda *a, **kw: (heads.append((kw.get("norm_eps") is not None, kw.get("swiglu", False))),
+def check_batch_gemm_layers_against_reference():
+    """qwen3_layer.BATCH_GEMMS on the code predictor's layers (Qwen3DecoderLayer.batch_gemms): at twelve rows every
+    stack call (the 2-token first step and the 3 single-token steps) runs each layer's o_proj + residual,
+    gate|up + silu * up and down + residual as batch_linear launches (spied: 3 a layer) and no fused add + norm
+    (nothing left pending); logits within the tolerances above, greedy codes equal in fp32. At three rows (the
+    skinny sizes) it does not run."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import batch_linear as bl
+    calls, add_norms = [], []
+    real_bl, real_config, real_add_norm = bl.batch_linear, bl.launch_config, layer_mod.add_rms_norm
+    bl.batch_linear = lambda *a, **kw: (calls.append((kw.get("swiglu", False), kw.get("residual") is not None)),
                                         real_bl(*a, **kw))[1]
-    bl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
-    saved = cp_mod.CP_BATCH_LAYER
-    cp_mod.CP_BATCH_LAYER = True
+    bl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}   # few programs (interpreter)
+    layer_mod.add_rms_norm = lambda *a: (add_norms.append(1), real_add_norm(*a))[1]
     try:
         g = torch.Generator().manual_seed(8)
-        for rows, dtype, tol in ((12, torch.float32, 1e-4), (12, torch.bfloat16, 5e-2), (1, torch.float32, 1e-4)):
+        for rows, dtype, tol in ((12, torch.float32, 1e-4), (12, torch.bfloat16, 5e-2), (3, torch.float32, 1e-4)):
             cp = small_code_predictor(dtype)
+            for layer in cp.model.layers:
+                layer.batch_gemms = True
             h = torch.randn(rows, 96, generator=g).to(dtype)
             c0 = torch.randn(rows, 96, generator=g).to(dtype)
-            steps_seen.clear()
-            heads.clear()
             codes_r, logits_r = run(cp, h, c0, False, None)
+            calls.clear()
+            add_norms.clear()
             codes_k, logits_k = run(cp, h, c0, True, codes_r)        # teacher-forced with the reference's codes
-            batch = rows >= cp_mod.CP_BATCH_MIN_ROWS
-            assert steps_seen == ([rows] * 2 * 3 if batch else []), steps_seen
-            # normed, no swiglu: each layer's q|k|v and each step's lm_head; swiglu: each layer's gate|up
-            assert heads.count((True, False)) == (3 * (2 + 1) if batch else 0)
-            assert heads.count((True, True)) == (3 * 2 if batch else 0)
+            batch = rows > layer_mod.SKINNY_MAX_ROWS
+            per_kind = 4 * 2 if batch else 0                        # 4 stack calls x 2 layers
+            assert calls.count((False, True)) == 2 * per_kind and calls.count((True, False)) == per_kind, calls
+            assert len(calls) == 3 * per_kind
+            if batch:
+                assert not add_norms, "a residual add was left to the next norm"
             err = (logits_k.float() - logits_r.float()).abs().max().item()
             assert err <= tol * logits_r.float().abs().max().item(), (rows, dtype, err)
             if dtype == torch.float32:
                 assert torch.equal(logits_k.argmax(-1), codes_r)
-            if batch and dtype == torch.float32:
-                folded = cp._batch_weights()
-                assert cp._batch_weights() is folded                   # kept while the weights stay
-                with torch.no_grad():
-                    cp.model.norm.weight.mul_(2)
-                assert cp._batch_weights() is not folded               # made again after the in-place change
-                again, _ = run(cp, h, c0, True, codes_r)
-                assert torch.equal(again, codes_r)
     finally:
-        cp_layer_batch.layer_step, bl.batch_linear, bl.launch_config = real_step, real_bl, real_config
-        cp_mod.CP_BATCH_LAYER = saved
+        bl.batch_linear, bl.launch_config, layer_mod.add_rms_norm = real_bl, real_config, real_add_norm
 
 
 if IN_CHILD:
-    def test_child_batch_layer_path_against_reference():
-        check_batch_layer_path_against_reference()
+    def test_child_batch_gemm_layers_against_reference():
+        check_batch_gemm_layers_against_reference()
 
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()

@@ -65,3 +65,40 @@ def test_pdl_needs_cuda_12_3_and_a_triton_with_griddepcontrol(monkeypatch):
     assert kernels._pdl_toolchain() is False
     monkeypatch.undo()
     kernels._pdl_toolchain.cache_clear()
+
+
+def test_batch_gemm_tiles_keep_one_shared_buffer_per_pipeline_stage():
+    """batch_linear.py's tensor-core GEMMs: every operand tile staged in shared memory has num_stages buffers.
+    Triton's pipeliner gives a loaded tile with a register user besides the async wgmma one buffer fewer, and then
+    the copy for step i + num_stages - 1 overwrites the buffer wgmma i may still read (session 13: wrong results on
+    the H200). A kernel that reads the x tile outside tl.dot again fails here. The check's own sanity: such a
+    kernel does show the short buffer."""
+    import re
+    cases = [(name, *rest) for name, *rest in compile_check.cases() if name.startswith("batch_linear")]
+    assert cases
+    for name, fn, types, consts, options in cases:
+        ttgir = compile_check.compile_kernel(fn, types, consts, **options)["ttgir"]
+        buffers = [int(b) for b in re.findall(r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)x", ttgir)]
+        assert buffers and all(b == options["num_stages"] for b in buffers), (name, buffers)
+    assert min(_tile_buffers(with_register_user=True)) < _tile_buffers(with_register_user=False)[0] == 4
+
+
+@triton.jit
+def _dot_tile(x_ptr, w_ptr, out_ptr, K, REGISTER_USER: tl.constexpr):
+    offs = tl.arange(0, 64)
+    acc = tl.zeros((64, 64), tl.float32)
+    sq = tl.zeros((64,), tl.float32)
+    for k0 in range(0, K, 64):
+        a = tl.load(x_ptr + offs[:, None] * K + k0 + offs[None, :])
+        if REGISTER_USER:
+            sq += tl.sum(a.to(tl.float32) * a.to(tl.float32), axis=1)
+        acc = tl.dot(a, tl.load(w_ptr + offs[:, None] * K + k0 + offs[None, :]).T, acc)
+    tl.store(out_ptr + offs[:, None] * 64 + offs[None, :], acc + sq[:, None])
+
+
+def _tile_buffers(with_register_user: bool) -> list[int]:
+    import re
+    ttgir = compile_check.compile_kernel(_dot_tile, dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*fp32"),
+                                         dict(REGISTER_USER=with_register_user), num_warps=4, num_stages=4,
+                                         aligned=("x_ptr", "w_ptr", "out_ptr", "K"))["ttgir"]
+    return [int(b) for b in re.findall(r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)x", ttgir)]

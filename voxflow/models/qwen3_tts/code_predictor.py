@@ -21,7 +21,7 @@ from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
-from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
+from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack, batch_gemms_for
 from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
 
@@ -42,11 +42,6 @@ CP_NORM_LINEAR_LM_HEAD = False
 # frame, each outside the PDL chain). H200 c=1 step 3.55 -> 3.51 ms (benchmarks/results/h200/2026-12-02-session12,
 # call 5). VOXFLOW_DRAW_AND_EMBED=0 turns it off (the lookups run as before; same bits).
 DRAW_AND_EMBED = os.environ.get("VOXFLOW_DRAW_AND_EMBED", "1") == "1"
-# From CP_BATCH_MIN_ROWS rows on, the single-token steps run each layer as five tensor-core kernels with the norms
-# folded into q|k|v and gate|up (voxflow/kernels/cp_layer_batch.py), and the final norm folded into lm_head[j]
-# (a second copy of those weights: ~170 MB for the 1.7B code predictor). VOXFLOW_CP_BATCH_LAYER=1 turns it on.
-CP_BATCH_LAYER = os.environ.get("VOXFLOW_CP_BATCH_LAYER", "0") == "1"
-CP_BATCH_MIN_ROWS = 2
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -57,6 +52,8 @@ class CodePredictorBackbone(Qwen3DecoderStack):
 
     def __init__(self, cfg: CodePredictorConfig, talker_hidden_size: int):
         super().__init__(cfg)
+        for layer in self.layers:             # (qwen3_layer.BATCH_GEMMS: which stacks take it)
+            layer.batch_gemms = batch_gemms_for("cp")
         self.codec_embedding = nn.ModuleList(
             nn.Embedding(cfg.vocab_size, talker_hidden_size) for _ in range(cfg.num_code_groups - 1))
 
@@ -73,7 +70,6 @@ class CodePredictor(nn.Module):
             self.small_to_mtp_projection = nn.Linear(talker_hidden_size, cfg.hidden_size, bias=True)
         else:
             self.small_to_mtp_projection = nn.Identity()
-        self._folded = None     # (key, per-layer BatchLayerWeights, folded lm_heads): `_batch_weights`
 
     def new_cache(self, like: torch.Tensor | None = None) -> KVCache | StaticKVCache:
         """The KV cache of one frame's pass. On the kernel path (`like` on a GPU) a preallocated one that the
@@ -117,10 +113,6 @@ class CodePredictor(nn.Module):
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         h = self._project(x)
         last = None
-        if CP_BATCH_LAYER and s == 1 and b >= CP_BATCH_MIN_ROWS:
-            logits = self._batch_step_logits(h.view(b, -1), cos, sin, cache, j)
-            if logits is not None:
-                return logits
         fused = CP_FUSED_LAYER and s == 1 and b <= CP_FUSED_MAX_ROWS
         if fused:
             last = self._fused_layers(h.view(b, -1), cos, sin, cache)
@@ -155,54 +147,6 @@ class CodePredictor(nn.Module):
         for w, c in zip(weights, cache.layers):
             rows = cp_layer.layer_step(rows, w, cos, sin, c.k, c.v, c.claim())
         return rows
-
-    def _batch_step_logits(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, j: int
-                           ) -> torch.Tensor | None:
-        """A single-token step on rows [B, H] (projected) through voxflow/kernels/cp_layer_batch.py's five kernels a
-        layer, then the final norm folded into lm_head[j] -> logits [B, vocab]; None (nothing run, the cache
-        untouched) when they do not apply: no static cache, folded weights not made (first use inside a graph
-        capture), sizes."""
-        from voxflow.kernels import batch_linear as bl, cp_layer_batch
-        folded = self._batch_weights()
-        if folded is None or not isinstance(cache, StaticKVCache):
-            return None
-        layers, heads = folded
-        if not (bl.supported(rows, heads[j]) and all(
-                cp_layer_batch.supported(rows, w, cos, sin, c.k, c.length) for w, c in zip(layers, cache.layers))):
-            return None
-        for w, c in zip(layers, cache.layers):
-            rows = cp_layer_batch.layer_step(rows, w, cos, sin, c.k, c.v, c.claim())
-        return bl.batch_linear(rows, heads[j], norm_eps=self.model.norm.eps)
-
-    def _batch_weights(self) -> tuple[list, list[torch.Tensor]] | None:
-        """The layers' BatchLayerWeights and the lm_heads with the final norm folded in, made on first use and again
-        whenever a weight they come from was replaced or changed in place (its version counter); None while a CUDA
-        graph is being captured before they exist (never allocate there)."""
-        from voxflow.kernels import batch_linear as bl, cp_layer_batch
-        sources = []
-        for layer in self.model.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            qkv, gate_up = attn.fused_qkv(), mlp.fused_gate_up()
-            if qkv is None or gate_up is None:
-                return None
-            sources += [qkv, layer.input_layernorm.weight, gate_up, layer.post_attention_layernorm.weight]
-        sources += [head.weight for head in self.lm_head] + [self.model.norm.weight]
-        key = tuple((t.data_ptr(), t._version) for t in sources)
-        if self._folded is not None and self._folded[0] == key:
-            return self._folded[1]
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            return None
-        self._folded = None                         # (the old copies go before the new ones are made)
-        layers = []
-        for layer in self.model.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            layers.append(cp_layer_batch.fold_layer(
-                attn.fused_qkv(), layer.input_layernorm, attn.q_norm, attn.k_norm, attn.o_proj.weight,
-                mlp.fused_gate_up(), layer.post_attention_layernorm, mlp.down_proj.weight, attn.num_heads,
-                attn.num_kv_heads, attn.head_dim, attn.scale))
-        heads = [bl.fold_norm(head.weight, self.model.norm.weight) for head in self.lm_head]
-        self._folded = (key, (layers, heads))
-        return self._folded[1]
 
     @torch.no_grad()
     def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False
