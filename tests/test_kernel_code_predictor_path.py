@@ -318,50 +318,7 @@ def check_fused_layer_path_against_reference():
         cp_layer.CONFIGS.update(saved_configs)
 
 
-def check_batch_gemm_layers_against_reference():
-    """qwen3_layer.BATCH_GEMMS on the code predictor's layers (Qwen3DecoderLayer.batch_gemms): at twelve rows every
-    stack call (the 2-token first step and the 3 single-token steps) runs each layer's o_proj + residual,
-    gate|up + silu * up and down + residual as batch_linear launches (spied: 3 a layer) and no fused add + norm
-    (nothing left pending); logits within the tolerances above, greedy codes equal in fp32. At three rows (the
-    skinny sizes) it does not run."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    from voxflow.kernels import batch_linear as bl
-    calls, add_norms = [], []
-    real_bl, real_config, real_add_norm = bl.batch_linear, bl.launch_config, layer_mod.add_rms_norm
-    bl.batch_linear = lambda *a, **kw: (calls.append((kw.get("swiglu", False), kw.get("residual") is not None)),
-                                        real_bl(*a, **kw))[1]
-    bl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}   # few programs (interpreter)
-    layer_mod.add_rms_norm = lambda *a: (add_norms.append(1), real_add_norm(*a))[1]
-    try:
-        g = torch.Generator().manual_seed(8)
-        for rows, dtype, tol in ((12, torch.float32, 1e-4), (12, torch.bfloat16, 5e-2), (3, torch.float32, 1e-4)):
-            cp = small_code_predictor(dtype)
-            for layer in cp.model.layers:
-                layer.batch_gemms = True
-            h = torch.randn(rows, 96, generator=g).to(dtype)
-            c0 = torch.randn(rows, 96, generator=g).to(dtype)
-            codes_r, logits_r = run(cp, h, c0, False, None)
-            calls.clear()
-            add_norms.clear()
-            codes_k, logits_k = run(cp, h, c0, True, codes_r)        # teacher-forced with the reference's codes
-            batch = rows > layer_mod.SKINNY_MAX_ROWS
-            per_kind = 4 * 2 if batch else 0                        # 4 stack calls x 2 layers
-            assert calls.count((False, True)) == 2 * per_kind and calls.count((True, False)) == per_kind, calls
-            assert len(calls) == 3 * per_kind
-            if batch:
-                assert not add_norms, "a residual add was left to the next norm"
-            err = (logits_k.float() - logits_r.float()).abs().max().item()
-            assert err <= tol * logits_r.float().abs().max().item(), (rows, dtype, err)
-            if dtype == torch.float32:
-                assert torch.equal(logits_k.argmax(-1), codes_r)
-    finally:
-        bl.batch_linear, bl.launch_config, layer_mod.add_rms_norm = real_bl, real_config, real_add_norm
-
-
 if IN_CHILD:
-    def test_child_batch_gemm_layers_against_reference():
-        check_batch_gemm_layers_against_reference()
-
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
 

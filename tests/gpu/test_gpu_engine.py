@@ -109,22 +109,6 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     assert_equals_reference(got, texts)
 
 
-@pytest.mark.parametrize("stacks", ["cp", "all"])
-def test_gpu_batch_gemms_equal_cpu_reference(monkeypatch, stacks):
-    """qwen3_layer.BATCH_GEMMS ("cp": the code predictor's layers, "all": the talker's too): twelve requests, so the
-    decode steps run above the skinny sizes with o_proj / down_proj + residual and gate|up + silu * up as
-    batch_linear launches (counted): the same fp32 codes and audio as the CPU loop."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    from voxflow.kernels import batch_linear as bl
-    monkeypatch.setattr(layer_mod, "BATCH_GEMMS", stacks)
-    calls, real = [], bl.batch_linear
-    monkeypatch.setattr(bl, "batch_linear", lambda *a, **kw: (calls.append(a[1].shape), real(*a, **kw))[1])
-    texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16)
-    assert calls, "the batch GEMMs did not run"
-    assert_equals_reference(got, texts)
-
-
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     """qwen3_layer.ONE_ROW_NORM_LINEAR (on by default; set here so the test holds whatever the default): one
     request alone, so the talker's layers run at one row with their norms folded into q|k|v and gate|up: the

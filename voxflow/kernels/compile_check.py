@@ -114,14 +114,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     # With programmatic dependent launch (pdl.py: griddepcontrol wait, then launch_dependents).
     for name, n, swiglu in (("q|k|v", 4096, False), ("gate|up", 3072, True)):
         out.append((f"norm_linear {name} pdl", *norm_linear_case(1, n, 1024, swiglu, pdl=True)))
-    # The decode layers' batch GEMMs (batch_linear.py, qwen3_layer.BATCH_GEMMS) at 64 and 256 rows: gate|up with
-    # silu * up, o_proj / down_proj + residual, at the code predictor's and the talker's widths, with and without PDL.
-    for name, m, n, k, mode in (("cp gate|up", 64, 3072, 1024, "swiglu"), ("cp o_proj", 64, 1024, 2048, "residual"),
-                                ("cp down", 64, 1024, 3072, "residual"), ("talker gate|up", 256, 6144, 2048, "swiglu"),
-                                ("talker down", 256, 2048, 6144, "residual")):
-        for pdl in (False, True):
-            out.append((f"batch_linear {name} m={m}" + (" pdl" if pdl else ""),
-                        *batch_linear_case(m, n, k, mode, pdl)))
     for block_h, block_n, m in ((4, 32, 1), (2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (4, 32, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
@@ -195,21 +187,6 @@ def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None =
         consts["M"] = 1
     ptrs = ("x_ptr", "g_ptr", "w_ptr", "res_ptr", "out_ptr")
     return (norm_linear._norm_linear_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"}, consts,
-            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
-                 aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
-
-
-def batch_linear_case(m: int, n: int, k: int, mode: str, pdl: bool = False, config: dict | None = None) -> tuple:
-    """(kernel, types, constexprs, options) of batch_linear.py's kernel as launched for [m, k] x [n(, x2), k]; mode:
-    "swiglu" or "residual"."""
-    from voxflow.kernels import batch_linear
-    cfg = {**batch_linear.launch_config(m, n, k, mode == "swiglu"), **(config or {})}
-    bf = _ptr("bf16")
-    consts = dict(SWIGLU=mode == "swiglu", HAS_RES=mode == "residual", PRECISE_EXP=True,
-                  USE_PDL=pdl, DOT_IN_FP32=False, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                  BLOCK_K=cfg["BLOCK_K"])
-    ptrs = ("x_ptr", "w_ptr", "res_ptr", "out_ptr")
-    return (batch_linear._batch_linear_kernel, {p: bf for p in ptrs}, consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
                  aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
 

@@ -38,17 +38,6 @@ SKINNY_PROLOGUE_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-02-session11, call 1; tune_talker_one_row.py). VOXFLOW_ONE_ROW_NORM_LINEAR=0
 # turns it off (rms_norm + cuBLAS for q|k|v and gate|up).
 ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
-# Above the skinny sizes, o_proj and down_proj with the residual add in their epilogue and gate|up with silu * up in
-# its, as PDL kernels on tensor cores (voxflow/kernels/batch_linear.py) instead of cuBLAS (+ split-K reduce) and the
-# silu_mul launch: three launches or more fewer a layer. Which stacks take it: VOXFLOW_BATCH_GEMMS = "cp" (the code
-# predictor's), "talker", "all"; unset: none (Qwen3DecoderLayer.batch_gemms, set by the model's stacks).
-BATCH_GEMMS = os.environ.get("VOXFLOW_BATCH_GEMMS", "")
-BATCH_GEMMS_MAX_ROWS = 256      # decode batches; prefill's thousands of rows stay on cuBLAS (compute-bound there)
-
-
-def batch_gemms_for(stack: str) -> bool:
-    """Whether the layers of `stack` ("cp" or "talker") run BATCH_GEMMS."""
-    return BATCH_GEMMS in (stack, "all")
 
 
 class Qwen3Attention(nn.Module):
@@ -149,7 +138,6 @@ class Qwen3DecoderLayer(nn.Module):
         self.mlp = SwiGLU(hidden_size, intermediate_size)
         self.input_layernorm = RMSNorm(hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
-        self.batch_gemms = False        # BATCH_GEMMS for this layer (its stack sets it)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
@@ -177,10 +165,6 @@ class Qwen3DecoderLayer(nn.Module):
                 normed = norm(x)
             else:
                 normed, x = add_rms_norm(x, pending, norm.weight, norm.eps)
-            if self.batch_gemms and x.shape[0] * x.shape[1] <= BATCH_GEMMS_MAX_ROWS:
-                out = self._forward_batch_gemms(x, normed, cos, sin, cache, bias)
-                if out is not None:
-                    return out, None
             h = self.self_attn(normed, cos, sin, cache, bias)
             # The attention's residual add fused into the post-attention norm the same way.
             norm = self.post_attention_layernorm
@@ -225,28 +209,6 @@ class Qwen3DecoderLayer(nn.Module):
             i = mlp.gate_proj.out_features
             rows = rows + mlp.down(gate_up[..., :i], gate_up[..., i:])
         return rows.view(b, s, hidden)
-
-    def _forward_batch_gemms(self, x: torch.Tensor, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                             cache: LayerKVCache | None, bias: torch.Tensor | None) -> torch.Tensor | None:
-        """BATCH_GEMMS' rest of the layer from the normed input: attention, o_proj + residual, the post-attention
-        norm, gate|up with silu * up, down_proj + residual, each GEMM one batch_linear launch -> the layer's output
-        (nothing pending). The reference's rounding points (round(y), then residual + it, rounded; silu_mul's). None
-        (nothing run): the weights do not fit the kernel (checked before any launch)."""
-        from voxflow.kernels import batch_linear as bl
-        attn, mlp = self.self_attn, self.mlp
-        gate_up_w = mlp.fused_gate_up()
-        o_w, down_w = attn.o_proj.weight, mlp.down_proj.weight
-        b, s, hidden = x.shape
-        dt, dev = x.dtype, x.device
-        if gate_up_w is None or not (bl.weight_supported(o_w, attn.num_heads * attn.head_dim, dt, dev)
-                                     and bl.weight_supported(gate_up_w, hidden, dt, dev, swiglu=True)
-                                     and bl.weight_supported(down_w, mlp.gate_proj.out_features, dt, dev)
-                                     and x.is_contiguous() and o_w.shape[0] == down_w.shape[0] == hidden):
-            return None
-        out = attn.attend(*attn._project(normed), cos, sin, cache, bias).reshape(b * s, -1)
-        h = bl.batch_linear(out.contiguous(), o_w, residual=x.view(b * s, hidden))
-        act = bl.batch_linear(self.post_attention_layernorm(h), gate_up_w, swiglu=True)
-        return bl.batch_linear(act, down_w, residual=h, out=h).view(b, s, hidden)
 
     def _forward_one_row(self, rows: torch.Tensor, qkv_w: torch.Tensor, gate_up_w: torch.Tensor, cos: torch.Tensor,
                          sin: torch.Tensor, cache: LayerKVCache | None, bias: torch.Tensor | None

@@ -21,7 +21,7 @@ from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
-from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack, batch_gemms_for
+from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
 from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
 
@@ -52,8 +52,6 @@ class CodePredictorBackbone(Qwen3DecoderStack):
 
     def __init__(self, cfg: CodePredictorConfig, talker_hidden_size: int):
         super().__init__(cfg)
-        for layer in self.layers:             # (qwen3_layer.BATCH_GEMMS: which stacks take it)
-            layer.batch_gemms = batch_gemms_for("cp")
         self.codec_embedding = nn.ModuleList(
             nn.Embedding(cfg.vocab_size, talker_hidden_size) for _ in range(cfg.num_code_groups - 1))
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.layers.attention import KVCache
-from voxflow.layers.qwen3_layer import Qwen3DecoderStack, batch_gemms_for, positions_from_mask
+from voxflow.layers.qwen3_layer import Qwen3DecoderStack, positions_from_mask
 from voxflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from voxflow.models.qwen3_tts.config import TalkerConfig
 from voxflow.models.qwen3_tts.text_rows import ProjectedTextRows
@@ -46,8 +46,6 @@ class TalkerBackbone(Qwen3DecoderStack):
 
     def __init__(self, cfg: TalkerConfig):
         super().__init__(cfg)
-        for layer in self.layers:             # (qwen3_layer.BATCH_GEMMS: which stacks take it)
-            layer.batch_gemms = batch_gemms_for("talker")
         self.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
 
