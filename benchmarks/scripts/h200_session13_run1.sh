@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran on tree 193330c; cp_layer_batch.py, batch_linear.py and tune_batch_linear.py were removed after it: 94270a1, 34dbcfe.)
 # Session 13, call 1 (carry [".whl"]): the code predictor's batch layer (voxflow/kernels/cp_layer_batch.py on
 # batch_linear.py: five tensor-core kernels a layer with the norms folded into the weights, all PDL; switch
 # VOXFLOW_CP_BATCH_LAYER=1, off by default until measured).

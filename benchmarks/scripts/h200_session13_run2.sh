@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran on tree 94270a1; batch_linear.py and BATCH_GEMMS were removed after it: 34dbcfe. Its tests then are in 94270a1.)
 # Session 13, call 2 (carry [".whl"]). Call 1's norm-folded batch layer is gone (a Triton pipeliner race, and
 # slower in the served step); what stays of it: batch_linear.py's epilogue GEMMs without a norm (o_proj / down_proj +
 # residual, gate|up + silu * up) in the per-layer path above the skinny sizes, qwen3_layer.BATCH_GEMMS (off unless
