@@ -4,7 +4,8 @@
 #  1. GPU tests: paged attention at the real shapes (its default launch now has the minimum), the engine's fp32
 #     graphs + kernels and 12-request tests == the CPU reference;
 #  2. tune_paged_decode.py: old (min 0) vs new default over rows 1-256 and contexts 64-1024, and a sweep at 64 / 256;
-#  3. profile_step c=64 / 256 (call 2, same tree otherwise: 9.09 / 20.57 ms), HTTP c=64 (256 prompts).
+#  3. tune_cp_attention.py: the code predictor's attention core at 1-256 rows, 1 / 2 / 4 / 8 warps a program;
+#  4. profile_step c=64 / 256 (call 2, same tree otherwise: 9.09 / 20.57 ms), HTTP c=64 (256 prompts).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup $OUT/r
@@ -18,6 +19,9 @@ timeout 60 python3 benchmarks/scripts/tune_paged_decode.py --rows 1,8,64,256 --c
 timeout 70 python3 benchmarks/scripts/tune_paged_decode.py --rows 64,256 --contexts 64,128,256 --sweep 2>&1 \
   | grep -v Warn > $R/tune_paged_decode_sweep.txt
 cat $R/tune_paged_decode.txt; tail -7 $R/tune_paged_decode_sweep.txt
+timeout 40 python3 benchmarks/scripts/tune_cp_attention.py --rows 1,16,64,256 2>&1 | grep -v Warn \
+  > $R/tune_cp_attention.txt
+cat $R/tune_cp_attention.txt
 wait $CK
 timeout 90 python3 benchmarks/scripts/profile_step.py /tmp/real-1.7b 64,256 --no-eager 2>&1 | grep -v Warn \
   > $R/profile_step_64_256.txt

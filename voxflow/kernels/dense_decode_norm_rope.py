@@ -22,6 +22,9 @@ from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
 
 
+NUM_WARPS = 4      # Triton's default; benchmarks/scripts/tune_cp_attention.py times others
+
+
 @triton.jit
 def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, k_ptr, v_ptr, out_ptr,
                              T, T1, scale, half, inv_d, q_eps, k_eps,
@@ -75,9 +78,11 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch
 
 def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                             k_weight: torch.Tensor, q_eps: float, k_eps: float, cos: torch.Tensor, sin: torch.Tensor,
-                            k_cache: torch.Tensor, v_cache: torch.Tensor, length: int, scale: float) -> torch.Tensor:
+                            k_cache: torch.Tensor, v_cache: torch.Tensor, length: int, scale: float,
+                            num_warps: int | None = None) -> torch.Tensor:
     """attention(rope(norm(q)), cache[:length] + [rope(norm(k))], cache[:length] + [v]) -> [B, 1, Hq, D]; the new
-    key / value are written at cache position `length` (k_cache / v_cache [B, Hkv, >= length + 1, D])."""
+    key / value are written at cache position `length` (k_cache / v_cache [B, Hkv, >= length + 1, D]).
+    num_warps: Triton's launch option (None: NUM_WARPS)."""
     b, _, hq, d = q.shape
     hkv = k.shape[2]
     if k_cache.shape[2] <= length:
@@ -96,7 +101,7 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2), out.stride(0), out.stride(2),
         GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_T=16, USE_PDL=pdl,
+        BLOCK_T=16, USE_PDL=pdl, num_warps=num_warps or NUM_WARPS,
         enable_fp_fusion=False,   # qk_norm_rope's rounding: no fma contraction in the norm and the rotation
         **launch_kwargs(pdl))
     return out
