@@ -103,3 +103,13 @@ if IN_CHILD:
 else:
     def test_dense_kernel_under_the_interpreter_matches_eager_attention():
         run_child(__file__, CHILD_FLAG)
+
+
+def test_launch_warps_one_warp_only_from_the_switch_rows(monkeypatch):
+    """dense_decode_norm_rope.launch_warps: NUM_WARPS at every size while ONE_WARP_FROM_ROWS is 0 (the default);
+    with it set, one warp from that many rows on and NUM_WARPS below."""
+    from voxflow.kernels import dense_decode_norm_rope as nra
+    monkeypatch.setattr(nra, "ONE_WARP_FROM_ROWS", 0)
+    assert [nra.launch_warps(r) for r in (1, 64, 256)] == [nra.NUM_WARPS] * 3
+    monkeypatch.setattr(nra, "ONE_WARP_FROM_ROWS", 64)
+    assert [nra.launch_warps(r) for r in (1, 63, 64, 256)] == [nra.NUM_WARPS, nra.NUM_WARPS, 1, 1]

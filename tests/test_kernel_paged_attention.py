@@ -54,27 +54,22 @@ def random_pages(lens, num_kv_heads, head_dim, block_size, dtype, seed, spare_pa
 
 
 # ------------------------------------------------------------------------- kernel (interpreter, child)
-# (batch lens, Hkv, group, head_dim, block_size, dtype, num_splits, strided q, min_split_tokens)
+# (batch lens, Hkv, group, head_dim, block_size, dtype, num_splits, strided q)
 KERNEL_CASES = [
-    ([1, 37, 70], 2, 1, 16, 8, "float32", 1, False, 0),
-    ([1, 37, 70], 2, 2, 16, 8, "float32", 3, True, 0),
-    ([0, 16, 49], 2, 2, 16, 16, "float32", 2, False, 0),     # an empty row (batch padding) gives zeros
-    ([5, 33, 64], 1, 2, 32, 16, "float32", 1, False, 0),
-    ([1, 37, 70], 2, 1, 16, 8, "bfloat16", 2, False, 0),
-    ([9, 40, 66], 2, 2, 16, 8, "bfloat16", 1, True, 0),
-    ([3, 24], 1, 3, 16, 8, "float32", 4, False, 0),          # a group that is not a power of two
-    # A minimum chunk (100 -> two 64-token tiles): rows of 1 and 100 tokens fit one chunk (split 0 walks it all
-    # and writes the output, the merge skips them), 129 tokens use two of the four splits, 300 three; then a
-    # minimum of one tile with an empty row.
-    ([1, 100, 129, 300], 2, 2, 16, 8, "float32", 4, True, 100),
-    ([0, 64, 65, 130], 2, 2, 16, 16, "bfloat16", 3, False, 64),
+    ([1, 37, 70], 2, 1, 16, 8, "float32", 1, False),
+    ([1, 37, 70], 2, 2, 16, 8, "float32", 3, True),
+    ([0, 16, 49], 2, 2, 16, 16, "float32", 2, False),     # an empty row (batch padding) gives zeros
+    ([5, 33, 64], 1, 2, 32, 16, "float32", 1, False),
+    ([1, 37, 70], 2, 1, 16, 8, "bfloat16", 2, False),
+    ([9, 40, 66], 2, 2, 16, 8, "bfloat16", 1, True),
+    ([3, 24], 1, 3, 16, 8, "float32", 4, False),          # a group that is not a power of two
 ]
 
 
 def run_kernel_cases() -> None:
     """Runs in the child (TRITON_INTERPRET=1 set before anything imported Triton): every case, kernel vs ref."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
-    for i, (lens, hkv, group, d, bs, dtype_name, splits, strided, min_split) in enumerate(KERNEL_CASES):
+    for i, (lens, hkv, group, d, bs, dtype_name, splits, strided) in enumerate(KERNEL_CASES):
         dtype = getattr(torch, dtype_name)
         k_pool, v_pool, tables, ctx, gen = random_pages(lens, hkv, d, bs, dtype, seed=i)
         q = torch.randn(len(lens), hkv * group, d, generator=gen).to(dtype)
@@ -82,8 +77,7 @@ def run_kernel_cases() -> None:
             q = q.transpose(0, 1).contiguous().transpose(0, 1)
             assert not q.is_contiguous()
         scale = d ** -0.5
-        out = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits,
-                                         min_split_tokens=min_split)
+        out = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits)
         ref = pda.paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, ctx, scale)
         assert out.dtype == dtype and out.shape == q.shape
         assert not out.isnan().any(), f"case {i}: NaN"
@@ -91,11 +85,11 @@ def run_kernel_cases() -> None:
         torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
-        check_append(q, k_pool, v_pool, tables, ctx, scale, splits, out, rtol, atol, i, min_split)
+        check_append(q, k_pool, v_pool, tables, ctx, scale, splits, out, rtol, atol, i)
         print(f"case {i} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
 
 
-def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, expect, rtol, atol, i, min_split=0):
+def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, expect, rtol, atol, i):
     """The fused-write variant: each row's last token handed over in k_new / v_new with its slot blanked (NaN)
     in the pools. Same output as the plain call; afterwards the pools hold the token again. An empty row (batch
     padding) writes to a spare page and attends to nothing."""
@@ -109,19 +103,10 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, expect, rtol, at
     k_app.view(-1, *k_pool.shape[2:])[slots] = float("nan")
     v_app.view(-1, *v_pool.shape[2:])[slots] = float("nan")
     out = pda.paged_decode_attention(q, k_app, v_app, tables, ctx, scale, num_splits=splits,
-                                     min_split_tokens=min_split, k_new=k_new, v_new=v_new, slots=slots)
+                                     k_new=k_new, v_new=v_new, slots=slots)
     torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
-
-
-def test_default_min_split_tokens_grows_with_the_batch():
-    """One tile a chunk while (row, KV head) pairs are few (c=1: every split shortens the walk), two at 128 pairs,
-    capped at 8 tiles from 512 pairs on (c=64 and up); none on CPU (the reference path)."""
-    cuda = torch.device("cuda")
-    assert [pda.default_min_split_tokens(b, 8, 16, cuda) for b in (1, 8, 16, 32, 64, 256)] == [16, 16, 32, 64, 128,
-                                                                                               128]
-    assert pda.default_min_split_tokens(64, 8, 16, torch.device("cpu")) == 0
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

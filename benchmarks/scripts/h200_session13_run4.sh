@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran on tree 550423b; the paged decode minimum chunk (d00526d) was reverted after it, and tune_paged_decode.py went back to its call-3 form: its --sweep / old-vs-new columns are in 550423b.)
 # Session 13, call 4 (carry [".whl"]): the paged decode's minimum chunk length (default_min_split_tokens: a short
 # context in a big batch uses fewer splits; a row that fits one chunk is written by its first program).
 #  1. GPU tests: paged attention at the real shapes (its default launch now has the minimum), the engine's fp32

@@ -61,7 +61,7 @@ def test_dense_decode_attention_append_matches_eager_and_fills_the_cache(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("batch", [1, 64])
+@pytest.mark.parametrize("batch", [1, 64, 256])
 def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
     """Code-predictor shapes (16 / 8 heads of 128): the cache gets qk_norm_rope's key (bf16: up to one ulp apart on
     a few elements; fp32: a few ulps); the output is within the dense kernel's tolerance of fp32 attention over

@@ -10,6 +10,8 @@ dense kernel does (`_attend_cached`). The KV heads of a row are disjoint, so no 
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -23,6 +25,16 @@ from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
 
 
 NUM_WARPS = 4      # Triton's default; benchmarks/scripts/tune_cp_attention.py times others
+# One warp a program from this many rows on (0: NUM_WARPS at every size). H200, bf16 (benchmarks/results/h200/
+# 2026-12-02-session13, call 4): 256 rows 22.2 -> 10.4 us a call, 64 rows 8.7 -> 7.2; at 1-16 rows 4 warps are
+# the fastest. Another warp count sums the norms in another order, so the bf16 bits may differ from the 4-warp
+# kernel's (within rounding). OFF until the GPU tests have run with it: VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS=64.
+ONE_WARP_FROM_ROWS = int(os.environ.get("VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS", "0"))
+
+
+def launch_warps(rows: int) -> int:
+    """num_warps for a call over `rows` rows (ONE_WARP_FROM_ROWS, else NUM_WARPS)."""
+    return 1 if ONE_WARP_FROM_ROWS and rows >= ONE_WARP_FROM_ROWS else NUM_WARPS
 
 
 @triton.jit
@@ -82,7 +94,7 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
                             num_warps: int | None = None) -> torch.Tensor:
     """attention(rope(norm(q)), cache[:length] + [rope(norm(k))], cache[:length] + [v]) -> [B, 1, Hq, D]; the new
     key / value are written at cache position `length` (k_cache / v_cache [B, Hkv, >= length + 1, D]).
-    num_warps: Triton's launch option (None: NUM_WARPS)."""
+    num_warps: Triton's launch option (None: `launch_warps`)."""
     b, _, hq, d = q.shape
     hkv = k.shape[2]
     if k_cache.shape[2] <= length:
@@ -101,7 +113,7 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2), out.stride(0), out.stride(2),
         GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_T=16, USE_PDL=pdl, num_warps=num_warps or NUM_WARPS,
+        BLOCK_T=16, USE_PDL=pdl, num_warps=num_warps or launch_warps(b),
         enable_fp_fusion=False,   # qk_norm_rope's rounding: no fma contraction in the norm and the rotation
         **launch_kwargs(pdl))
     return out

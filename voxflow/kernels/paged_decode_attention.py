@@ -27,10 +27,7 @@ Split-K ("flash-decoding"): one program per (row, KV head) is too few to keep th
 small kernel merges them. The split count depends only on host-known numbers (B, Hkv, W, the GPU's SM count),
 never on the lengths, so graph capture still works; each row's own length is cut into the chunks on the device
 (a 200-token context at B = 1 runs as ~13 one-tile programs per KV head, not one 13-tile program), and chunks
-past it run zero iterations. With many rows the chunks have a minimum length (`default_min_split_tokens`: up to
-8 tiles at B * Hkv >= 512): TTS contexts are short (a prompt plus a few hundred frames), and cutting 64 tokens of
-64 rows into 17 one-tile chunks cost more in partial writes and the merge than it gained (23.4 vs 13.4 us on an
-H200). A row that fits one chunk is finished by its first program, which writes the output itself.
+past it run zero iterations.
 
 A row with context_lens 0 (e.g. batch padding) yields zeros, never NaN, and never touches its table.
 """
@@ -101,8 +98,8 @@ if triton is not None:
             stride_tb, stride_tw,
             stride_ob, stride_oh, stride_od,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr,
-            APPEND: tl.constexpr, USE_PDL: tl.constexpr):
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
+            USE_PDL: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel()
         row = tl.program_id(0)
@@ -123,14 +120,8 @@ if triton is not None:
             # The new token (the context's last) comes in kn/vn: the pages hold the ctx - 1 before it.
             ctx = tl.maximum(ctx - 1, 0)
         # Each row's OWN context is cut into NUM_SPLITS chunks of whole tiles (bounds read on the device): a short
-        # context then spreads over the splits too, instead of sitting in the first chunk of the table's width;
-        # but no chunk is shorter than MIN_SPLIT tokens (a multiple of BLOCK_N), so a short context in a big batch
-        # uses fewer splits and the rest exit here. A row that fits one chunk is finished by split 0 alone, which
-        # writes the output itself (the merge kernel skips the row).
-        tokens_per_split = tl.maximum(tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N, MIN_SPLIT)
-        one_split = ctx <= MIN_SPLIT
-        if one_split and split > 0:
-            return
+        # context then spreads over the splits too, instead of sitting in the first chunk of the table's width.
+        tokens_per_split = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
         lo = split * tokens_per_split
         hi = tl.minimum(lo + tokens_per_split, ctx)
         m = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max of the log2-scaled scores
@@ -177,7 +168,7 @@ if triton is not None:
                     acc = acc * alpha[:, None] + p_new[:, None] * vn.to(tl.float32)[None, :]
                     m = m_new
 
-        if NUM_SPLITS == 1 or one_split:
+        if NUM_SPLITS == 1:
             # No token (empty row): s_sum == 0 and acc == 0, so the output is 0 instead of 0 / 0.
             out = acc / tl.where(s_sum > 0, s_sum, 1.0)[:, None]
             tl.store(out_ptr + row * stride_ob + heads[:, None] * stride_oh + d[None, :] * stride_od,
@@ -190,19 +181,13 @@ if triton is not None:
             tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=q_mask)
 
     @triton.jit
-    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lens_ptr, stride_ob, stride_oh,
-                               stride_od, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, MIN_SPLIT: tl.constexpr,
-                               APPEND: tl.constexpr, USE_PDL: tl.constexpr):
+    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, stride_ob, stride_oh, stride_od,
+                               NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:
             wait_for_previous_kernel()
         row = tl.program_id(0)
         head = tl.program_id(1)
-        ctx = tl.load(lens_ptr + row).to(tl.int32)
-        if APPEND:
-            ctx = tl.maximum(ctx - 1, 0)
-        if ctx <= MIN_SPLIT:        # split 0 wrote this row's output itself (the decode kernel's one_split)
-            return
         s = tl.arange(0, BLOCK_S)
         d = tl.arange(0, BLOCK_D)
         s_ok = s < NUM_SPLITS
@@ -229,9 +214,6 @@ if triton is not None:
 PROGRAMS_PER_SM = 64
 MIN_TOKENS_PER_SPLIT = 64    # shorter chunks: the partial write + merge outweighs the parallelism they add
 MAX_SPLITS = 32
-# default_min_split_tokens: one more tile a chunk per this many (row, KV head) pairs, up to MAX_SPLIT_TILES tiles.
-PAIRS_PER_SPLIT_TILE = 64
-MAX_SPLIT_TILES = 8
 
 
 @functools.lru_cache(maxsize=None)
@@ -250,20 +232,9 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
-def default_min_split_tokens(batch: int, num_kv_heads: int, block_n: int, device: torch.device) -> int:
-    """The shortest chunk of a row's context one program walks: one tile while there are few (row, KV head) pairs
-    (every split helps a latency-bound call), growing with them to MAX_SPLIT_TILES tiles at 64 x 8 pairs and
-    above. H200, talker heads, bf16 (benchmarks/results/h200/2026-12-02-session13, call 3): at 64 and 256 rows one
-    split beat the width's 17 / 5 at 64-128 tokens (64 rows x 64 tokens: 13.4 vs 23.4 us) and two at 256."""
-    if device.type != "cuda":
-        return 0
-    return block_n * max(1, min(MAX_SPLIT_TILES, batch * num_kv_heads // PAIRS_PER_SPLIT_TILE))
-
-
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                           block_n: int | None = None, num_warps: int = 2, min_split_tokens: int | None = None,
-                           k_new: torch.Tensor | None = None,
+                           block_n: int | None = None, num_warps: int = 2, k_new: torch.Tensor | None = None,
                            v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
@@ -272,8 +243,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     same result as writing it first and calling without them.
 
     num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
-    group). num_warps: Triton's launch option. min_split_tokens: no chunk of a row's context shorter than this
-    (rounded up to whole tiles; None: `default_min_split_tokens`, 0: chunks of one tile allowed).
+    group). num_warps: Triton's launch option.
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
@@ -296,10 +266,6 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
-    if min_split_tokens is None:
-        min_split_tokens = default_min_split_tokens(batch, num_kv_heads, block_n, q.device)
-    # (one split: the constexpr stays 0, so the kernel compiled for it is the one it always was)
-    min_split = 0 if num_splits == 1 else math.ceil(max(int(min_split_tokens), 0) / block_n) * block_n
 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
@@ -329,12 +295,11 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, MIN_SPLIT=min_split, APPEND=append, USE_PDL=pdl,
-        num_warps=num_warps, **launch_kwargs(pdl))
+        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, USE_PDL=pdl, num_warps=num_warps,
+        **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
-            part_m, part_l, part_acc, out, context_lens, out.stride(0), out.stride(1), out.stride(2),
+            part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
             NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits,
-            BLOCK_S=triton.next_power_of_2(num_splits), MIN_SPLIT=min_split, APPEND=append, USE_PDL=pdl,
-            **launch_kwargs(pdl))
+            BLOCK_S=triton.next_power_of_2(num_splits), USE_PDL=pdl, **launch_kwargs(pdl))
     return out
