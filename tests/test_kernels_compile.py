@@ -3,6 +3,8 @@
 the GPU compiler rejects before device time is spent on it. A deliberately broken kernel must fail the same way."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 triton = pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be compiled")
@@ -74,15 +76,19 @@ def test_tensor_core_tiles_keep_one_shared_buffer_per_pipeline_stage():
     (session 13 hit it: a decode GEMM that also summed the squares of its x tile gave wrong results on the H200,
     benchmarks/results/h200/2026-12-02-session13). A kernel that reads a dot operand's tile outside tl.dot fails
     here. The check's own sanity: such a kernel does show the short buffer."""
-    import re
     cases = [(name, *rest) for name, *rest in compile_check.cases()
              if name in ("conv_channels_last fp32 768->768 k=7 SNAKE", "conv_channels_last bf16 384->384 k=1 RESIDUAL")]
     assert len(cases) == 2
     for name, fn, types, consts, options in cases:
-        ttgir = compile_check.compile_kernel(fn, types, consts, **options)["ttgir"]
-        buffers = [int(b) for b in re.findall(r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)x", ttgir)]
+        buffers = _shared_buffers(compile_check.compile_kernel(fn, types, consts, **options)["ttgir"])
         assert buffers and all(b == options["num_stages"] for b in buffers), (name, buffers)
-    assert min(_tile_buffers(with_register_user=True)) < _tile_buffers(with_register_user=False)[0] == 4
+    plain = _shared_buffers(_dot_tile_ttgir(with_register_user=False))[0]      # the x tile: one buffer a stage
+    assert plain == 4 and min(_shared_buffers(_dot_tile_ttgir(with_register_user=True))) < plain
+
+
+def _shared_buffers(ttgir: str) -> list[int]:
+    """The leading (buffer-count) dimension of every shared-memory allocation in a TTGIR listing."""
+    return [int(b) for b in re.findall(r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)x", ttgir)]
 
 
 @triton.jit
@@ -98,9 +104,7 @@ def _dot_tile(x_ptr, w_ptr, out_ptr, K, REGISTER_USER: tl.constexpr):
     tl.store(out_ptr + offs[:, None] * 64 + offs[None, :], acc + sq[:, None])
 
 
-def _tile_buffers(with_register_user: bool) -> list[int]:
-    import re
-    ttgir = compile_check.compile_kernel(_dot_tile, dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*fp32"),
-                                         dict(REGISTER_USER=with_register_user), num_warps=4, num_stages=4,
-                                         aligned=("x_ptr", "w_ptr", "out_ptr", "K"))["ttgir"]
-    return [int(b) for b in re.findall(r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)x", ttgir)]
+def _dot_tile_ttgir(with_register_user: bool) -> str:
+    return compile_check.compile_kernel(_dot_tile, dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*fp32"),
+                                        dict(REGISTER_USER=with_register_user), num_warps=4, num_stages=4,
+                                        aligned=("x_ptr", "w_ptr", "out_ptr", "K"))["ttgir"]
