@@ -5,6 +5,8 @@ Tolerances: fp32 <= 2e-6 absolute on O(1) outputs (summation order only); bf16 <
 scores and weights to bf16, the kernel keeps them in fp32)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -84,11 +86,13 @@ def check_norm_rope_append_against_the_two_kernels_it_fuses():
             keys = torch.cat((cache_k[:, :, :length], kn.transpose(1, 2)), dim=2)
             values = torch.cat((cache_v[:, :, :length], v.transpose(1, 2)), dim=2)
             want = eager_attention(qn.transpose(1, 2).float(), keys.float(), values.float(), None, d ** -0.5)
+            q_written = torch.empty(b, hq, d, dtype=dtype)
             got = norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, cache_k, cache_v, length,
-                                          d ** -0.5)
+                                          d ** -0.5, query_scratch=q_written)
             err = (got.float() - want).abs().max().item()
             assert err <= tol, (dtype, b, hq, hkv, length, d, err)
             assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)
+            assert torch.equal(q_written, qn[:, 0])
 
 
 if IN_CHILD:
@@ -105,10 +109,26 @@ else:
         run_child(__file__, CHILD_FLAG)
 
 
+def test_norm_rope_append_refuses_a_query_scratch_of_the_wrong_shape():
+    """The caller's query_scratch must be the contiguous [B, Hq, D] the kernel writes, else a clear error before
+    any launch (a wrong shape would be written out of bounds)."""
+    from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append
+    q, kv = torch.zeros(2, 1, 4, 16), torch.zeros(2, 1, 2, 16)
+    w, cos = torch.ones(16), torch.ones(1, 1, 16)
+    cache = torch.zeros(2, 2, 4, 16)
+    wrong_shape, strided = torch.empty(2, 4, 8), torch.empty(4, 2, 16).transpose(0, 1)
+    for bad in (wrong_shape, strided, torch.empty(2, 4, 16, dtype=torch.bfloat16)):
+        with pytest.raises(ValueError, match="query_scratch"):
+            norm_rope_attend_append(q, kv, kv, w, w, 1e-6, 1e-6, cos, cos, cache, cache.clone(), 0, 0.25,
+                                    query_scratch=bad)
+
+
 def test_launch_warps_one_warp_only_from_the_switch_rows(monkeypatch):
-    """dense_decode_norm_rope.launch_warps: NUM_WARPS at every size while ONE_WARP_FROM_ROWS is 0 (the default);
-    with it set, one warp from that many rows on and NUM_WARPS below."""
+    """dense_decode_norm_rope.launch_warps: NUM_WARPS at every size while ONE_WARP_FROM_ROWS is 0; with it set
+    (64 by default), one warp from that many rows on and NUM_WARPS below."""
     from voxflow.kernels import dense_decode_norm_rope as nra
+    if "VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS" not in os.environ:
+        assert nra.ONE_WARP_FROM_ROWS == 64
     monkeypatch.setattr(nra, "ONE_WARP_FROM_ROWS", 0)
     assert [nra.launch_warps(r) for r in (1, 64, 256)] == [nra.NUM_WARPS] * 3
     monkeypatch.setattr(nra, "ONE_WARP_FROM_ROWS", 64)

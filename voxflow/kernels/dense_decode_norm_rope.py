@@ -27,9 +27,10 @@ from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
 NUM_WARPS = 4      # Triton's default; benchmarks/scripts/tune_cp_attention.py times others
 # One warp a program from this many rows on (0: NUM_WARPS at every size). H200, bf16 (benchmarks/results/h200/
 # 2026-12-02-session13, call 4): 256 rows 22.2 -> 10.4 us a call, 64 rows 8.7 -> 7.2; at 1-16 rows 4 warps are
-# the fastest. Another warp count sums the norms in another order, so the bf16 bits may differ from the 4-warp
-# kernel's (within rounding). OFF until the GPU tests have run with it: VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS=64.
-ONE_WARP_FROM_ROWS = int(os.environ.get("VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS", "0"))
+# the fastest. Another warp count sums the norms in another order, so the bf16 bits of the normed query / key may
+# differ by one ulp from the 4-warp kernel's (both round the same fp32 norm). Served (session 14, call 1): step
+# c=64 9.09 -> 8.97 ms, c=256 20.47 -> 19.73; HTTP c=64 479.0 audio-s/s. VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS=0: off.
+ONE_WARP_FROM_ROWS = int(os.environ.get("VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS", "64"))
 
 
 def launch_warps(rows: int) -> int:
@@ -91,16 +92,20 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch
 def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                             k_weight: torch.Tensor, q_eps: float, k_eps: float, cos: torch.Tensor, sin: torch.Tensor,
                             k_cache: torch.Tensor, v_cache: torch.Tensor, length: int, scale: float,
-                            num_warps: int | None = None) -> torch.Tensor:
+                            num_warps: int | None = None, query_scratch: torch.Tensor | None = None) -> torch.Tensor:
     """attention(rope(norm(q)), cache[:length] + [rope(norm(k))], cache[:length] + [v]) -> [B, 1, Hq, D]; the new
     key / value are written at cache position `length` (k_cache / v_cache [B, Hkv, >= length + 1, D]).
-    num_warps: Triton's launch option (None: `launch_warps`)."""
+    num_warps: Triton's launch option (None: `launch_warps`). query_scratch: a contiguous [B, Hq, D] tensor of q's
+    dtype to receive rope(norm(q)) as the kernel rounded it (None: a temporary) - tests hold the output against
+    attention over exactly that query."""
     b, _, hq, d = q.shape
     hkv = k.shape[2]
     if k_cache.shape[2] <= length:
         raise ValueError(f"cache of {k_cache.shape[2]} positions has no room at position {length}")
     groups = hq // hkv
-    scratch = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
+    scratch = torch.empty(b, hq, d, dtype=q.dtype, device=q.device) if query_scratch is None else query_scratch
+    if scratch.shape != (b, hq, d) or scratch.dtype != q.dtype or not scratch.is_contiguous():
+        raise ValueError(f"query_scratch must be a contiguous {(b, hq, d)} {q.dtype} tensor")
     out = torch.empty(b, 1, hq, d, dtype=q.dtype, device=q.device)
     half = d // 2
     pdl = use_pdl(q)
