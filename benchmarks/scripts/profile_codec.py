@@ -53,7 +53,7 @@ def run(model: str, batch: int, setting: str) -> None:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 codec.decode(states, frames)
-        kernel_summary(prof, 3, top=16)
+        kernel_summary(prof, 3, top=30)
     for s in states:
         codec.release(s)
     del codec

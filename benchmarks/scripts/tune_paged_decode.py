@@ -8,6 +8,12 @@ replays, and the K/V bandwidth the best one reaches. Each candidate's output is 
 Session 13 saw 79 us a layer at 256 rows in the served step (benchmarks/results/h200/2026-12-02-session13).
 
     python benchmarks/scripts/tune_paged_decode.py [--rows 64,256] [--contexts 64,128,256] [--width 4096]
+    python benchmarks/scripts/tune_paged_decode.py --matrix [--rows ...] [--contexts ...]
+
+--matrix: every candidate at every context for each row count, each call over its own page set (ROTATE sets a
+graph, so the K/V a call reads is not still in L2 from the call before, as in the served step where 27 other
+layers run in between); then, per row count, the candidate whose worst ratio to the best time over the contexts
+is smallest (the launch is chosen on the host, which does not know the contexts).
 """
 from __future__ import annotations
 
@@ -37,13 +43,60 @@ def batch(rows: int, ctx: int, width_tokens: int):
     return q, k_pool, v_pool, order, lens
 
 
+ROTATE = 4
+
+
+def matrix(rows_list: list[int], contexts: list[int], width_tokens: int) -> None:
+    candidates = [None] + list(itertools.product((1, 2, 4, 8), (16, 32, 64), (2, 4)))
+    scale = D ** -0.5
+    for rows in rows_list:
+        times = {}                                       # (candidate, ctx) -> us a call
+        for ctx in contexts:
+            sets = [batch(rows, ctx, width_tokens) for _ in range(ROTATE)]
+            ref = [paged_decode_attention(q, k, v, t, n, scale) for q, k, v, t, n in sets]
+            for cand in candidates:
+                kw = {} if cand is None else dict(num_splits=cand[0], block_n=cand[1], num_warps=cand[2])
+                try:
+                    outs = [paged_decode_attention(q, k, v, t, n, scale, **kw) for q, k, v, t, n in sets]
+                    if not all(torch.allclose(o.float(), r.float(), atol=2e-2, rtol=2e-2) for o, r in zip(outs, ref)):
+                        print(f"  rows {rows} ctx {ctx} {cand}: WRONG RESULT")
+                        continue
+                    times[cand, ctx] = bench(lambda: [paged_decode_attention(q, k, v, t, n, scale, **kw)
+                                                      for q, k, v, t, n in sets], ROTATE)
+                except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or launch
+                    print(f"  rows {rows} ctx {ctx} {cand}: {type(e).__name__}: {str(e)[:100]}")
+            sets = ref = None
+            torch.cuda.empty_cache()
+        heur = f"heuristic (splits {default_num_splits(rows, HKV, width_tokens, torch.device('cuda'))})"
+        print(f"rows {rows}: us a call by context ({ROTATE} page sets rotated), ratio to the best at that context")
+        print(f"{'candidate':>24} | " + " ".join(f"{c:>12}" for c in contexts) + " |  worst")
+        best_at = {c: min(t for (k, cc), t in times.items() if cc == c) for c in contexts}
+        worst = {}
+        for cand in candidates:
+            if not all((cand, c) in times for c in contexts):
+                continue
+            worst[cand] = max(times[cand, c] / best_at[c] for c in contexts)
+            name = heur if cand is None else f"(splits, tile, warps) {cand}"
+            cells = " ".join(f"{times[cand, c]:6.1f} {times[cand, c] / best_at[c]:4.2f}x" for c in contexts)
+            print(f"{name[-24:]:>24} | {cells} | {worst[cand]:5.2f}")
+        pick = min(worst, key=worst.get)
+        print(f"rows {rows}: most robust {pick} (worst {worst[pick]:.2f}x of the best); heuristic worst "
+              f"{worst.get(None, float('nan')):.2f}x", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="64,256")
     ap.add_argument("--contexts", default="64,128,256")
     ap.add_argument("--width", type=int, default=4096, help="block-table width in tokens (what the heuristic sees)")
+    ap.add_argument("--matrix", action="store_true", help="every candidate at every context (see the docstring)")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.matrix:
+        print(f"{torch.cuda.get_device_name()}, bf16, {HQ} q / {HKV} kv heads of {D}, pages of {PAGE}, "
+              f"table width {args.width} tokens")
+        matrix([int(r) for r in args.rows.split(",")], [int(c) for c in args.contexts.split(",")], args.width)
+        return
     print(f"{torch.cuda.get_device_name()}, bf16, {HQ} q / {HKV} kv heads of {D}, pages of {PAGE}, "
           f"table width {args.width} tokens; us a call (CUDA-graph replays)")
     print(f"{'rows':>4} {'ctx':>4} | {'heuristic':>18} {'us':>7} | {'best (splits, tile, warps)':>26} {'us':>7} "
