@@ -1,0 +1,68 @@
+"""What the codec's channels-last convolutions spend outside their GEMM: each residual-unit convolution of the
+real-size decoder at the serving codec call (16 streams x 25 frames), timed bare, + bias, and with its served
+epilogue (k=7: + bias + SnakeBeta; k=1: + bias + residual), next to the stand-alone SnakeBeta pass over the same
+activation. If the SnakeBeta epilogue (libdevice sinf and torch's rounding points, bit-equal to torch) is a large
+share, the codec is bound by it rather than by the tensor cores.
+
+    PYTHONPATH=$PWD python benchmarks/scripts/conv_epilogue_cost.py [BATCH] [FRAMES] [DTYPES] [--only C]
+"""
+import sys
+
+import torch
+
+from voxflow.kernels import causal_conv
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+B = int(args[0]) if args else 16
+FRAMES = int(args[1]) if len(args) > 1 else 25
+DTYPES = [getattr(torch, d) for d in args[2].split(",")] if len(args) > 2 else [torch.float32, torch.bfloat16]
+ONLY = int(sys.argv[sys.argv.index("--only") + 1]) if "--only" in sys.argv else None
+STAGES = ((768, 32), (384, 160), (192, 640), (96, 1920))      # (channels, samples a frame), as tune_causal_conv.py
+
+
+def timed(fn, reps=10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def main() -> None:
+    torch.backends.cudnn.allow_tf32 = True                # the served fp32 setting: TF32 products
+    print(f"{torch.cuda.get_device_name()}, {B} streams x {FRAMES} frames; ms a call")
+    print(f"{'dtype':9} {'C':>4} {'k':>2} {'rows':>8} | {'bare':>7} {'+bias':>7} {'served':>7} {'epi %':>6} | "
+          f"{'snake pass':>10} | {'TFLOP/s bare':>12}")
+    for dtype in DTYPES:
+        for c, per_frame in STAGES:
+            if ONLY and c != ONLY:
+                continue
+            t = per_frame * FRAMES
+            for k, d in ((7, 3), (1, 1)):
+                x = torch.randn(B, t + (k - 1) * d, c, device="cuda").to(dtype)
+                w = causal_conv.pack_weight((torch.randn(c, c, k, device="cuda") / (c * k) ** 0.5).to(dtype))
+                bias = (torch.randn(c, device="cuda") * 0.1).to(dtype)
+                a = (torch.rand(c, device="cuda") + 0.5).to(dtype)
+                inv = (torch.rand(c, device="cuda") + 0.5).to(dtype)
+                res = torch.randn(B, t, c, device="cuda").to(dtype)
+                bare = timed(lambda: causal_conv.conv1d_channels_last(x, w, None, d))
+                biased = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d))
+                if k == 7:
+                    served = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv)))
+                else:
+                    served = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, residual=res))
+                snake = timed(lambda: causal_conv.snake_channels_last(res, a, inv))
+                flops = 2 * B * t * c * c * k
+                print(f"{str(dtype)[6:]:9} {c:4d} {k:2d} {B * t:8d} | {bare:7.3f} {biased:7.3f} {served:7.3f} "
+                      f"{(served - bare) / served * 100:5.1f}% | {snake:10.3f} | {flops / bare / 1e9:12.1f}",
+                      flush=True)
+                x = w = res = None
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
