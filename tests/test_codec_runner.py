@@ -278,3 +278,44 @@ def test_codec_max_batch_splits_big_groups_without_changing_audio():
         assert np.abs(one_pass(dec, c) - p).max() <= 1e-5
     with pytest.raises(ValueError, match="codec_max_batch"):
         load(os.path.join(TINY, "custom_voice"), codec_max_batch=0)
+
+
+def test_packed_rows_gather_and_write_touch_only_the_given_rows():
+    """PackedRows (the pool's storage): the named tensors are views into one flat buffer per dtype; gather returns
+    copies of the asked rows in the asked order; write puts each named tensor into its rows and leaves the others;
+    a state with other names is refused before anything is written."""
+    from voxflow.models.qwen3_tts.codec_pool import PackedRows
+    g = torch.Generator().manual_seed(0)
+    src = {"a": torch.randn(5, 3, 2, generator=g), "pos": torch.arange(5), "b": torch.randn(5, 4, generator=g)}
+    packed = PackedRows(src)
+    assert set(packed.flat) == {torch.float32, torch.int64} and packed.flat[torch.float32].shape == (5, 10)
+    for name, t in src.items():
+        assert torch.equal(packed.tensors[name], t)
+        assert packed.tensors[name].untyped_storage().data_ptr() == packed.flat[t.dtype].untyped_storage().data_ptr()
+    rows = torch.tensor([3, 0])
+    got = packed.gather(rows)
+    assert all(torch.equal(got[n], src[n][rows]) for n in src)
+    got["a"].zero_()                                         # a copy: the pool is untouched
+    assert torch.equal(packed.tensors["a"], src["a"])
+    new = {"a": torch.randn(2, 3, 2, generator=g).transpose(1, 2).transpose(1, 2), "pos": torch.tensor([7, 8]),
+           "b": torch.randn(2, 8, generator=g)[:, ::2]}      # strided pieces, as a decoder's slices may be
+    packed.write(rows, new)
+    want = {n: src[n].clone() for n in src}
+    for n in want:
+        want[n][rows] = new[n]
+    assert all(torch.equal(packed.tensors[n], want[n]) for n in src)
+    with pytest.raises(ValueError, match="state names"):
+        packed.write(rows, {"a": new["a"], "pos": new["pos"]})
+    assert all(torch.equal(packed.tensors[n], want[n]) for n in src)
+
+
+def test_pool_state_is_packed_so_a_step_gathers_once_per_dtype(dec, monkeypatch):
+    """The pool's step gathers its rows with one index_select per dtype (two: the float states and the frame
+    counter) instead of one per state tensor (~38)."""
+    r = runner(dec, max_rows=3)
+    s = r.new_state(None)
+    calls = []
+    real = torch.Tensor.index_select
+    monkeypatch.setattr(torch.Tensor, "index_select", lambda t, *a: (calls.append(t.shape), real(t, *a))[1])
+    r.decode([s], [codes_for(2, 0)])
+    assert len(r.pool.state.tensors) > 10 and len(calls) == 2, calls
