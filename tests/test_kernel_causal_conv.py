@@ -72,10 +72,6 @@ def check_conv_against_torch():
                 err = (got - want.double()).abs()
                 assert (err <= bound).all(), (dtype, (b, t, cin, cout, k, d), epilogue, (err / bound).max().item())
                 assert want.abs().max() > 0.1                     # not a comparison of zeros
-                # The persistent launches (2 programs walking the tiles here) compute each tile the same way.
-                for mode in ("loop", "flat"):
-                    again = conv1d_channels_last(x, packed, bias, d, persistent=mode, **kwargs)
-                    assert torch.equal(again.transpose(1, 2).double(), got), (mode, (b, t, cin, cout, k, d))
 
 
 def check_snake_channels_last():

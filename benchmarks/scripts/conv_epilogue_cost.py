@@ -2,9 +2,7 @@
 real-size decoder at the serving codec call (16 streams x 25 frames), timed bare, + bias, and with its served
 epilogue (k=7: + bias + SnakeBeta; k=1: + bias + residual), next to the stand-alone SnakeBeta pass over the same
 activation. If the SnakeBeta epilogue (libdevice sinf and torch's rounding points, bit-equal to torch) is a large
-share, the codec is bound by it rather than by the tensor cores. Then the served convolution as a persistent
-launch, one program an SM walking the tiles ("loop"), and with the tile and reduction loops flattened into one
-pipelined loop ("flat": the next tile's loads in flight during the epilogue); each checked equal to the default.
+share, the codec is bound by it rather than by the tensor cores.
 
     PYTHONPATH=$PWD python benchmarks/scripts/conv_epilogue_cost.py [BATCH] [FRAMES] [DTYPES] [--only C]
 """
@@ -38,7 +36,7 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = True                # the served fp32 setting: TF32 products
     print(f"{torch.cuda.get_device_name()}, {B} streams x {FRAMES} frames; ms a call")
     print(f"{'dtype':9} {'C':>4} {'k':>2} {'rows':>8} | {'bare':>7} {'+bias':>7} {'served':>7} {'epi %':>6} | "
-          f"{'snake pass':>10} | {'TFLOP/s bare':>12} | {'loop':>7} {'flat':>7}")
+          f"{'snake pass':>10} | {'TFLOP/s bare':>12}")
     for dtype in DTYPES:
         for c, per_frame in STAGES:
             if ONLY and c != ONLY:
@@ -53,25 +51,16 @@ def main() -> None:
                 res = torch.randn(B, t, c, device="cuda").to(dtype)
                 bare = timed(lambda: causal_conv.conv1d_channels_last(x, w, None, d))
                 biased = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d))
-                epi = dict(snake_terms=(a, inv)) if k == 7 else dict(residual=res)
-                served = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **epi))
-                want = causal_conv.conv1d_channels_last(x, w, bias, d, **epi)
-                modes = {}
-                for mode in ("loop", "flat"):
-                    try:
-                        got = causal_conv.conv1d_channels_last(x, w, bias, d, persistent=mode, **epi)
-                        same = torch.equal(got, want)
-                        modes[mode] = (timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, persistent=mode,
-                                                                                      **epi)), same)
-                    except Exception as e:  # noqa: BLE001 - a launch that fails to compile: reported, not fatal
-                        print(f"  {mode}: {type(e).__name__}: {str(e)[:200]}")
-                cells = " ".join(f"{ms:7.3f}{'' if same else ' DIFFERENT'}" for ms, same in modes.values())
+                if k == 7:
+                    served = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv)))
+                else:
+                    served = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, residual=res))
                 snake = timed(lambda: causal_conv.snake_channels_last(res, a, inv))
                 flops = 2 * B * t * c * c * k
                 print(f"{str(dtype)[6:]:9} {c:4d} {k:2d} {B * t:8d} | {bare:7.3f} {biased:7.3f} {served:7.3f} "
-                      f"{(served - bare) / served * 100:5.1f}% | {snake:10.3f} | {flops / bare / 1e9:12.1f} | {cells}",
+                      f"{(served - bare) / served * 100:5.1f}% | {snake:10.3f} | {flops / bare / 1e9:12.1f}",
                       flush=True)
-                x = w = res = got = want = None
+                x = w = res = None
             torch.cuda.empty_cache()
 
 

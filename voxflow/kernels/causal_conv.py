@@ -16,8 +16,6 @@ its fp32 sum instead: the same class of error.) The GPU tests hold the whole sta
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -44,19 +42,18 @@ def _snake_cl_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, N, C, x_sb, out_sb,
 
 
 @triton.jit
-def _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, tile_r, tile_c,
-               ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
-               KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-               RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
-               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One [BLOCK_T rows, BLOCK_N output channels] tile: the implicit GEMM, then the epilogue and the store."""
+def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
+                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
+                    KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
+                    RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
+                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # Output rows of all B sequences numbered b * T + t, so short sequences (low rates, 1-frame calls) fill tiles.
-    r = tile_r * BLOCK_T + tl.arange(0, BLOCK_T)
+    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     row_ok = r < ROWS
     bb = (r // T).to(tl.int64)
     tt = (r % T).to(tl.int64)
-    cols = tile_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < COUT
     dtype = out_ptr.dtype.element_ty
@@ -91,40 +88,6 @@ def _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, tile_r,
         res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
         h = round_to(h + res.to(tl.float32), dtype)
     tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
-
-
-@triton.jit
-def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
-                    KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-                    RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
-                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # One program a tile: grid (row tiles, channel tiles).
-    _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, tl.program_id(0), tl.program_id(1),
-               ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
-               KSIZE, DILATION, HAS_BIAS, SNAKE, RESIDUAL, PRECISE, DOT_PRECISION, DOT_IN_FP32, EVEN_K,
-               BLOCK_T, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def _conv_cl_persistent_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-                               ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
-                               KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-                               SNAKE: tl.constexpr, RESIDUAL: tl.constexpr, PRECISE: tl.constexpr,
-                               DOT_PRECISION: tl.constexpr, DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
-                               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                               NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr):
-    # NUM_PROGRAMS programs (one an SM) walk the tiles, channel tiles fastest (neighbours share input rows in L2).
-    # FLATTEN: the tile loop and the (tap, channel block) loop pipelined as one, so the next tile's first loads are
-    # in flight during this tile's epilogue (Nsight Compute, session 14: one block an SM, latency-bound).
-    n_col = tl.cdiv(COUT, BLOCK_N)
-    num_tiles = tl.cdiv(ROWS, BLOCK_T) * n_col
-    for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):
-        _conv_tile(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr, tile // n_col, tile % n_col,
-                   ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
-                   KSIZE, DILATION, HAS_BIAS, SNAKE, RESIDUAL, PRECISE, DOT_PRECISION, DOT_IN_FP32, EVEN_K,
-                   BLOCK_T, BLOCK_N, BLOCK_K)
 
 
 def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int) -> dict:
@@ -238,12 +201,11 @@ def _dot_precision(x: torch.Tensor) -> str:
 
 def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1,
                          snake_terms: tuple[torch.Tensor, torch.Tensor] | None = None,
-                         residual: torch.Tensor | None = None, persistent: str | None = None) -> torch.Tensor:
+                         residual: torch.Tensor | None = None) -> torch.Tensor:
     """Valid convolution over channels-last rows: x [B, T + (k-1)*dilation, Cin] (already left-padded, unit channel
     stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] contiguous.
     snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit channel
-    stride): added last. persistent (None: PERSISTENT): "" one program a tile; "loop" one program an SM walking
-    the tiles; "flat" the same with the tile and reduction loops pipelined as one."""
+    stride): added last."""
     bsz, rows_in, cin = x.shape
     k, cout, wcin = weight_packed.shape
     if wcin != cin or not _unit_channel_stride(x) or not weight_packed.is_contiguous():
@@ -259,17 +221,8 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     cfg = launch_config(cin, cout, x.dtype, k)
     a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
     res = residual if residual is not None else out                     # not read without RESIDUAL
-    tiles = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
-    mode = PERSISTENT if persistent is None else persistent
-    if mode not in ("", "loop", "flat"):
-        raise ValueError(f"persistent must be '', 'loop' or 'flat', not {mode!r}")
-    if mode:
-        programs = min(tiles[0] * tiles[1], _program_slots(x.device))
-        kernel, grid = _conv_cl_persistent_kernel, (programs,)
-        extra = dict(NUM_PROGRAMS=programs, FLATTEN=mode == "flat")
-    else:
-        kernel, grid, extra = _conv_cl_kernel, tiles, {}
-    kernel[grid](
+    grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
+    _conv_cl_kernel[grid](
         x, weight_packed, bias if bias is not None else x, a, inv, res, out,
         bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
         res.stride(1), out.stride(0), out.stride(1),
@@ -278,22 +231,8 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
         DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,
         BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        enable_fp_fusion=False,                # SnakeBeta's rounded steps stay separate operations
-        **extra)
+        enable_fp_fusion=False)                # SnakeBeta's rounded steps stay separate operations
     return out
-
-
-# "" (one program a tile, the default), "loop" or "flat" (conv1d_channels_last's `persistent`); an experiment of
-# session 14 (benchmarks/scripts/conv_epilogue_cost.py times all three), off until measured.
-PERSISTENT = os.environ.get("VOXFLOW_CONV_PERSISTENT", "")
-
-
-def _program_slots(device: torch.device) -> int:
-    """Programs of a persistent launch: one an SM (the tuned configs fit one block an SM); 2 on the interpreter
-    (so that its tests walk several tiles a program)."""
-    if device.type != "cuda":
-        return 2
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:

@@ -88,10 +88,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                        "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
             out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
                         *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
-            if dtype == torch.float32 and cin == cout == 96:       # the persistent launches (an experiment)
-                mode = "flat" if k == 7 else "loop"
-                out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} persistent={mode}",
-                            *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned, persistent=mode)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")
     for m in (1, 4, 8, 64):
@@ -167,18 +163,14 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     return out
 
 
-def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg: dict, aligned: tuple,
-                            persistent: str = "") -> tuple:
-    """(kernel, types, constexprs, options) of causal_conv.py's convolution as conv1d_channels_last launches it
-    (persistent: "loop" / "flat", its persistent kernel on an H200's 132 SMs)."""
+def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg: dict, aligned: tuple) -> tuple:
+    """(kernel, types, constexprs, options) of causal_conv.py's convolution as conv1d_channels_last launches it."""
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
     consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
                   PRECISE=True, DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
                   EVEN_K=cin % cfg["BLOCK_K"] == 0, **{key: v for key, v in cfg.items() if key.isupper()})
-    if persistent:
-        consts.update(NUM_PROGRAMS=132, FLATTEN=persistent == "flat")
-    return (causal_conv._conv_cl_persistent_kernel if persistent else causal_conv._conv_cl_kernel,
+    return (causal_conv._conv_cl_kernel,
             dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
 
