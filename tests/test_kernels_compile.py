@@ -108,3 +108,25 @@ def _dot_tile_ttgir(with_register_user: bool) -> str:
     return compile_check.compile_kernel(_dot_tile, dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*fp32"),
                                         dict(REGISTER_USER=with_register_user), num_warps=4, num_stages=4,
                                         aligned=("x_ptr", "w_ptr", "out_ptr", "K"))["ttgir"]
+
+
+def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexact(monkeypatch):
+    """causal_conv.epilogue_sin_mode: libdevice's sinf (torch's bits) by default and for exact fp32 products; with
+    FAST_EPILOGUE_SIN the hardware's sin.approx for TF32 / bf16; the interpreter's sin off CUDA. The compiled
+    96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
+    import torch
+    from voxflow.kernels import causal_conv
+    monkeypatch.setattr(causal_conv, "FAST_EPILOGUE_SIN", False)
+    assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in
+            ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float32, "ieee"))] == [1, 1, 1]
+    monkeypatch.setattr(causal_conv, "FAST_EPILOGUE_SIN", True)
+    assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in
+            ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float32, "ieee"))] == [2, 2, 1]
+    assert causal_conv.epilogue_sin_mode(False, torch.bfloat16, "ieee") == 0
+    case = next(c for c in compile_check.cases() if c[0] == "conv_channels_last fp32 96->96 k=7 SNAKE fast sin")
+    _, kernel, types, consts, options = case
+    options = dict(options)
+    aligned = options.pop("aligned", ())
+    ptx = {mode: compile_check.compile_kernel(kernel, types, {**consts, "PRECISE": mode}, aligned=aligned,
+                                              **options)["ptx"] for mode in (1, 2)}
+    assert "sin.approx" in ptx[2] and "sin.approx" not in ptx[1]          # (.ftz.f32 or .f32)

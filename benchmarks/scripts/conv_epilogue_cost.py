@@ -2,7 +2,9 @@
 real-size decoder at the serving codec call (16 streams x 25 frames), timed bare, + bias, and with its served
 epilogue (k=7: + bias + SnakeBeta; k=1: + bias + residual), next to the stand-alone SnakeBeta pass over the same
 activation. If the SnakeBeta epilogue (libdevice sinf and torch's rounding points, bit-equal to torch) is a large
-share, the codec is bound by it rather than by the tensor cores.
+share, the codec is bound by it rather than by the tensor cores. Then the served k=7 convolution with the
+epilogue's SnakeBeta on the hardware's sin.approx (causal_conv.FAST_EPILOGUE_SIN) and its largest difference from
+the libdevice-sinf output.
 
     PYTHONPATH=$PWD python benchmarks/scripts/conv_epilogue_cost.py [BATCH] [FRAMES] [DTYPES] [--only C]
 """
@@ -36,7 +38,7 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = True                # the served fp32 setting: TF32 products
     print(f"{torch.cuda.get_device_name()}, {B} streams x {FRAMES} frames; ms a call")
     print(f"{'dtype':9} {'C':>4} {'k':>2} {'rows':>8} | {'bare':>7} {'+bias':>7} {'served':>7} {'epi %':>6} | "
-          f"{'snake pass':>10} | {'TFLOP/s bare':>12}")
+          f"{'snake pass':>10} | {'TFLOP/s bare':>12} | {'fast sin':>8} {'max diff':>9}")
     for dtype in DTYPES:
         for c, per_frame in STAGES:
             if ONLY and c != ONLY:
@@ -56,11 +58,19 @@ def main() -> None:
                 else:
                     served = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, residual=res))
                 snake = timed(lambda: causal_conv.snake_channels_last(res, a, inv))
+                fast = ""
+                if k == 7:
+                    want = causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv))
+                    causal_conv.FAST_EPILOGUE_SIN = True
+                    got = causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv))
+                    fast_ms = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv)))
+                    causal_conv.FAST_EPILOGUE_SIN = False
+                    fast = f"{fast_ms:8.3f} {(got.float() - want.float()).abs().max().item():9.2e}"
                 flops = 2 * B * t * c * c * k
                 print(f"{str(dtype)[6:]:9} {c:4d} {k:2d} {B * t:8d} | {bare:7.3f} {biased:7.3f} {served:7.3f} "
-                      f"{(served - bare) / served * 100:5.1f}% | {snake:10.3f} | {flops / bare / 1e9:12.1f}",
+                      f"{(served - bare) / served * 100:5.1f}% | {snake:10.3f} | {flops / bare / 1e9:12.1f} | {fast}",
                       flush=True)
-                x = w = res = None
+                x = w = res = got = want = None
             torch.cuda.empty_cache()
 
 

@@ -16,6 +16,8 @@ its fp32 sum instead: the same class of error.) The GPU tests hold the whole sta
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -227,12 +229,28 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
         bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
         res.stride(1), out.stride(0), out.stride(1),
         KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
-        RESIDUAL=residual is not None, PRECISE=x.is_cuda, DOT_PRECISION=_dot_precision(x),
+        RESIDUAL=residual is not None, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, _dot_precision(x)),
+        DOT_PRECISION=_dot_precision(x),
         DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,
         BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         enable_fp_fusion=False)                # SnakeBeta's rounded steps stay separate operations
     return out
+
+
+# The SnakeBeta in a convolution's epilogue with the hardware's sin.approx.f32 (abs error ~1e-6 for |x| < 100 pi)
+# instead of libdevice's sinf, where the convolution's products are inexact anyway (TF32: ~5e-4 relative; bf16):
+# the epilogue is compute-bound on sinf's range reduction (session 14 call 3: SnakeBeta adds 19% to the 96- and
+# 192-channel k=7 convolutions in fp32, up to 48% in bf16). VOXFLOW_CONV_FAST_SIN=1 turns it on.
+FAST_EPILOGUE_SIN = os.environ.get("VOXFLOW_CONV_FAST_SIN", "0") == "1"
+
+
+def epilogue_sin_mode(is_cuda: bool, dtype: torch.dtype, dot_precision: str) -> int:
+    """snake()'s PRECISE for a convolution's epilogue: 0 on the interpreter, 2 (sin.approx) with FAST_EPILOGUE_SIN
+    where the products are inexact (TF32 or bf16), else 1 (libdevice sinf, torch's bits)."""
+    if not is_cuda:
+        return 0
+    return 2 if FAST_EPILOGUE_SIN and (dtype == torch.bfloat16 or dot_precision == "tf32") else 1
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:

@@ -88,6 +88,10 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                        "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
             out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
                         *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
+            if cin == cout == 96 and k == 7:                          # the epilogue's sin.approx (FAST_EPILOGUE_SIN)
+                kernel, types, consts, options = conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned)
+                out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} fast sin", kernel, types,
+                            {**consts, "PRECISE": 2}, options))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")
     for m in (1, 4, 8, 64):

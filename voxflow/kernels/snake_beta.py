@@ -31,9 +31,12 @@ _BLOCK = 1024
 @triton.jit
 def snake(x, a, inv, DTYPE: tl.constexpr, PRECISE: tl.constexpr):
     """x + inv * sin(x * a)^2 on fp32 values (a, inv broadcast against x), rounded where torch stores in DTYPE.
-    Shared with the channels-last kernels (causal_conv.py): their SnakeBeta pass and the convolutions' epilogue."""
+    Shared with the channels-last kernels (causal_conv.py): their SnakeBeta pass and the convolutions' epilogue.
+    PRECISE: 0 the interpreter's sin, 1 libdevice's sinf (torch's bits), 2 the hardware's sin.approx."""
     t = round_to(x * a, DTYPE)
-    if PRECISE:
+    if PRECISE == 2:                           # sin.approx.f32: causal_conv.py's epilogues where the products are
+        s = libdevice.fast_sinf(t)             # inexact anyway (TF32, bf16); abs error ~1e-6 (FAST_EPILOGUE_SIN)
+    elif PRECISE:
         s = libdevice.sin(t)                   # sinf, as torch's CUDA kernel
     else:
         s = tl.sin(t)                          # the interpreter has no libdevice
