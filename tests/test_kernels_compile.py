@@ -111,11 +111,15 @@ def _dot_tile_ttgir(with_register_user: bool) -> str:
 
 
 def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexact(monkeypatch):
-    """causal_conv.epilogue_sin_mode: libdevice's sinf (torch's bits) by default and for exact fp32 products; with
-    FAST_EPILOGUE_SIN the hardware's sin.approx for TF32 / bf16; the interpreter's sin off CUDA. The compiled
-    96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
+    """causal_conv.epilogue_sin_mode: with FAST_EPILOGUE_SIN (the default) the hardware's sin.approx for TF32 /
+    bf16 products, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's sin
+    off CUDA. The compiled 96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
+    import os
+
     import torch
     from voxflow.kernels import causal_conv
+    if "VOXFLOW_CONV_FAST_SIN" not in os.environ:
+        assert causal_conv.FAST_EPILOGUE_SIN
     monkeypatch.setattr(causal_conv, "FAST_EPILOGUE_SIN", False)
     assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in
             ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float32, "ieee"))] == [1, 1, 1]
