@@ -20,7 +20,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 if [ -d .whl ] && [ ! -d /tmp/site ]; then
   # Wheels the device image lacks (serving stack, official qwen-tts): benchmarks/scripts/device_wheels.sh, carried
   # as .whl/. The official package's `sox` import (only its unreleased 25 Hz tokenizer uses it) is stubbed.
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    $(ls .whl-official/*.whl 2>/dev/null)     # transformers 4.57.3 for the official stage, when carried
   printf 'class Transformer:\n    pass\n' > /tmp/site/sox.py
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
