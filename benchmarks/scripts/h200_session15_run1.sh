@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Prepared in session 14 (its device time spent) for the next session's first call, carry [".whl"] (~10 MB now;
+# add ".whl-official" only for the official / clone stages):
+#  1. GPU tests with the convolutions' epilogue SnakeBeta on sin.approx (causal_conv.FAST_EPILOGUE_SIN, default on
+#     since b5e58f6; session 14 call 6 ran only the SNR tests with it): every codec test, incl. the bf16
+#     channels-last stack against the bf16 [B, C, T] kernels;
+#  2. profile_codec.py 16 fp32 (session 14 call 4, before it: 16.64 ms of kernels a 16 x 25-frame call, 18.36 ms a
+#     call);
+#  3. an A/B on one machine, offline c=256 (512 prompts) with it (default) and without (VOXFLOW_CONV_FAST_SIN=0;
+#     session 14 call 5 on another machine: 824.1 without), then HTTP c=64 with it (session 14: 462.4-479.0).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+device_setup $OUT/r
+real_checkpoint_bg
+gpu_tests 200 tests/gpu/test_gpu_codec.py
+echo "tests done at ${SECONDS}s"
+wait $CK
+timeout 70 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp32 2>&1 | grep -v Warn > $R/profile_codec_16.txt
+grep -E "per call" $R/profile_codec_16.txt
+offline() {
+  timeout 110 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
+    --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
+    --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json" 2>&1 | grep -v "^\s*$" | tail -2
+  grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
+}
+offline fastsin
+export VOXFLOW_CONV_FAST_SIN=0; offline libdevicesin; unset VOXFLOW_CONV_FAST_SIN
+if [ $SECONDS -lt 430 ] && serve_variant fastsin; then
+  bench_http --label http-fastsin --concurrency 64 --num-prompts 256 --num-warmups 8 \
+    --output $R/h200_1p7b_http_c64_fastsin.json
+fi
+stop_server fastsin
+echo "done at ${SECONDS}s"
