@@ -14,6 +14,9 @@ import torch
 
 from voxflow.kernels import causal_conv
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from event_timing import timed  # noqa: E402
+
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 B = int(args[0]) if args else 16
 FRAMES = int(args[1]) if len(args) > 1 else 25
@@ -22,16 +25,6 @@ ONLY = int(sys.argv[sys.argv.index("--only") + 1]) if "--only" in sys.argv else 
 STAGES = ((768, 32), (384, 160), (192, 640), (96, 1920))      # (channels, samples a frame), as tune_causal_conv.py
 
 
-def timed(fn, reps=10) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def main() -> None:

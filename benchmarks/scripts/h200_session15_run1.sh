@@ -17,14 +17,8 @@ echo "tests done at ${SECONDS}s"
 wait $CK
 timeout 70 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp32 2>&1 | grep -v Warn > $R/profile_codec_16.txt
 grep -E "per call" $R/profile_codec_16.txt
-offline() {
-  timeout 110 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
-    --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
-    --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json" 2>&1 | grep -v "^\s*$" | tail -2
-  grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
-}
-offline fastsin
-export VOXFLOW_CONV_FAST_SIN=0; offline libdevicesin; unset VOXFLOW_CONV_FAST_SIN
+bench_offline fastsin
+export VOXFLOW_CONV_FAST_SIN=0; bench_offline libdevicesin; unset VOXFLOW_CONV_FAST_SIN
 if [ $SECONDS -lt 430 ] && serve_variant fastsin; then
   bench_http --label http-fastsin --concurrency 64 --num-prompts 256 --num-warmups 8 \
     --output $R/h200_1p7b_http_c64_fastsin.json

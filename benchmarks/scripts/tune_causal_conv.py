@@ -13,6 +13,9 @@ import triton
 
 from voxflow.kernels import causal_conv
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from event_timing import timed  # noqa: E402
+
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 FRAMES = int(sys.argv[2]) if len(sys.argv) > 2 else 25
 DTYPES = [getattr(torch, d) for d in sys.argv[3].split(",")] if len(sys.argv) > 3 else [torch.float32, torch.bfloat16]
@@ -27,16 +30,6 @@ CANDIDATES = {
 }
 
 
-def timed(fn, reps=5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def tune() -> dict:
