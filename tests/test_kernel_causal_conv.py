@@ -114,6 +114,34 @@ def check_overlap_add():
                 assert torch.equal(got, want.view(b, t * s, c)), (dtype, (b, t, k, s, c), tail is None)
 
 
+def check_residual_unit_equals_the_two_kernels():
+    """residual_unit.py's fused unit (k=7 + SnakeBeta, then 1x1 + bias + residual in one kernel) against the two
+    channels-last kernels it replaces: fp32 within 1e-5 of the sum of |terms| (the 1x1 product sums in one step),
+    bf16 within 2 bf16 ulps of the output's scale where a rounding flips; masked channel tiles (24 -> 32,
+    96 -> 128), dilations 1 / 3 / 9, rows not a multiple of the 128-row tile."""
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
+    from voxflow.kernels.residual_unit import residual_unit_channels_last
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.bfloat16):
+        for b, t, c, d in ((2, 130, 24, 3), (1, 70, 96, 9), (3, 20, 16, 1)):
+            x = torch.randn(b, t + 6 * d, c, generator=g).to(dtype)
+            w7 = pack_weight((torch.randn(c, c, 7, generator=g) / (7 * c) ** 0.5).to(dtype))
+            w1 = pack_weight((torch.randn(c, c, 1, generator=g) / c ** 0.5).to(dtype))
+            b7, b1 = (torch.randn(c, generator=g) * 0.1).to(dtype), (torch.randn(c, generator=g) * 0.1).to(dtype)
+            a = (torch.rand(c, generator=g) + 0.5).to(dtype)
+            inv = (torch.rand(c, generator=g) + 0.5).to(dtype)
+            res = torch.randn(b, t, c, generator=g).to(dtype)
+            h = conv1d_channels_last(x, w7, b7, d, snake_terms=(a, inv))
+            want = conv1d_channels_last(h, w1, b1, 1, residual=res).double()
+            got = residual_unit_channels_last(x, w7, b7, d, (a, inv), w1, b1, res)
+            assert got.shape == want.shape and got.dtype == dtype
+            scale = h.double().abs() @ w1[0].double().abs().T + res.double().abs() + 1.0
+            tol = 1e-5 if dtype == torch.float32 else 2.0 ** -6
+            err = (got.double() - want).abs()
+            assert (err <= tol * scale).all(), (dtype, (b, t, c, d), (err / scale).max().item())
+            assert want.abs().max() > 0.1
+
+
 def check_waveform_stack_streams_like_the_plain_decoder():
     """A small decoder with the real rates (1920 samples a frame) and random weights: the channels-last stack,
     streamed a frame at a time, equals the plain decoder's one pass; without state, its one pass too."""
@@ -154,6 +182,14 @@ if IN_CHILD:
         check_overlap_add()
 
     def test_child_waveform_stack():
+        check_waveform_stack_streams_like_the_plain_decoder()
+
+    def test_child_residual_unit():
+        check_residual_unit_equals_the_two_kernels()
+
+    def test_child_waveform_stack_with_fused_residual_units(monkeypatch):
+        from voxflow.kernels import residual_unit
+        monkeypatch.setattr(residual_unit, "ENABLED", True)
         check_waveform_stack_streams_like_the_plain_decoder()
 else:
     def test_channels_last_codec_kernels_under_the_interpreter():

@@ -4,7 +4,8 @@ epilogue (k=7: + bias + SnakeBeta; k=1: + bias + residual), next to the stand-al
 activation. If the SnakeBeta epilogue (libdevice sinf and torch's rounding points, bit-equal to torch) is a large
 share, the codec is bound by it rather than by the tensor cores. Then the served k=7 convolution with the
 epilogue's SnakeBeta on the hardware's sin.approx (causal_conv.FAST_EPILOGUE_SIN) and its largest difference from
-the libdevice-sinf output.
+the libdevice-sinf output. Last, the 96-channel residual unit's two convolutions (k=7 + SnakeBeta, 1x1 + bias +
+residual) as the two kernels and as residual_unit.py's one kernel, and their largest difference.
 
     PYTHONPATH=$PWD python benchmarks/scripts/conv_epilogue_cost.py [BATCH] [FRAMES] [DTYPES] [--only C]
 """
@@ -65,6 +66,27 @@ def main() -> None:
                       flush=True)
                 x = w = res = got = want = None
             torch.cuda.empty_cache()
+
+    from voxflow.kernels.residual_unit import residual_unit_channels_last
+    print(f"{'dtype':9} residual unit, 96 channels, dilation 3: two kernels / fused (ms), largest difference")
+    for dtype in DTYPES:
+        c, t, d = 96, 1920 * FRAMES, 3
+        x = torch.randn(B, t + 6 * d, c, device="cuda").to(dtype)
+        w7 = causal_conv.pack_weight((torch.randn(c, c, 7, device="cuda") / (7 * c) ** 0.5).to(dtype))
+        w1 = causal_conv.pack_weight((torch.randn(c, c, 1, device="cuda") / c ** 0.5).to(dtype))
+        b7, b1 = (torch.randn(c, device="cuda") * 0.1).to(dtype), (torch.randn(c, device="cuda") * 0.1).to(dtype)
+        a, inv = (torch.rand(c, device="cuda") + 0.5).to(dtype), (torch.rand(c, device="cuda") + 0.5).to(dtype)
+        res = torch.randn(B, t, c, device="cuda").to(dtype)
+
+        def two():
+            h = causal_conv.conv1d_channels_last(x, w7, b7, d, snake_terms=(a, inv))
+            return causal_conv.conv1d_channels_last(h, w1, b1, 1, residual=res)
+
+        def fused():
+            return residual_unit_channels_last(x, w7, b7, d, (a, inv), w1, b1, res)
+
+        diff = (two().float() - fused().float()).abs().max().item()
+        print(f"{str(dtype)[6:]:9} {timed(two):.3f} / {timed(fused):.3f}   {diff:.2e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -44,22 +44,13 @@ def _snake_cl_kernel(x_ptr, a_ptr, inv_ptr, out_ptr, N, C, x_sb, out_sb,
 
 
 @triton.jit
-def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
-                    KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-                    RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
-                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # Output rows of all B sequences numbered b * T + t, so short sequences (low rates, 1-frame calls) fill tiles.
-    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    row_ok = r < ROWS
-    bb = (r // T).to(tl.int64)
-    tt = (r % T).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+def conv_mainloop(x_rows, row_ok, w_ptr, cols, col_ok, CIN, COUT, NK, x_st,
+                  KSIZE: tl.constexpr, DILATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                  DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
+                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The implicit GEMM of a tile: sum over taps j and input channels of x[t + j * DILATION] @ W_j -> fp32
+    [BLOCK_T, BLOCK_N]. x_rows: [BLOCK_T, 1] pointers to each output row's first input row."""
     ks = tl.arange(0, BLOCK_K)
-    col_ok = cols < COUT
-    dtype = out_ptr.dtype.element_ty
-    x_rows = x_ptr + (bb * x_sb + tt * x_st)[:, None]
     acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
     # One flat loop over (tap, input-channel block), so the software pipeline spans the taps. The weight tile is
     # read K-major ([k, Cout, Cin] rows) and transposed in registers: the layout wgmma wants for TF32 operands.
@@ -78,6 +69,13 @@ def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
             a = a.to(tl.float32)
             w = w.to(tl.float32)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
+    return acc
+
+
+@triton.jit
+def bias_snake_epilogue(acc, cols, col_ok, bias_ptr, a_ptr, inv_ptr, dtype: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        SNAKE: tl.constexpr, PRECISE: tl.constexpr):
+    """The accumulator rounded as the stored convolution, + bias (rounded), then SnakeBeta: fp32 values."""
     h = round_to(acc, dtype)                                        # the bias-less convolution, as stored
     if HAS_BIAS:
         h = round_to(h + tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :], dtype)
@@ -85,6 +83,28 @@ def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
         av = tl.load(a_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         iv = tl.load(inv_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         h = snake(h, av, iv, dtype, PRECISE)
+    return h
+
+
+@triton.jit
+def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
+                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
+                    KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
+                    RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
+                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Output rows of all B sequences numbered b * T + t, so short sequences (low rates, 1-frame calls) fill tiles.
+    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_ok = r < ROWS
+    bb = (r // T).to(tl.int64)
+    tt = (r % T).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < COUT
+    dtype = out_ptr.dtype.element_ty
+    x_rows = x_ptr + (bb * x_sb + tt * x_st)[:, None]
+    acc = conv_mainloop(x_rows, row_ok, w_ptr, cols, col_ok, CIN, COUT, NK, x_st, KSIZE, DILATION, DOT_PRECISION,
+                        DOT_IN_FP32, EVEN_K, BLOCK_T, BLOCK_N, BLOCK_K)
+    h = bias_snake_epilogue(acc, cols, col_ok, bias_ptr, a_ptr, inv_ptr, dtype, HAS_BIAS, SNAKE, PRECISE)
     mask = row_ok[:, None] & col_ok[None, :]
     if RESIDUAL:
         res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)

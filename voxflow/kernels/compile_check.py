@@ -92,6 +92,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 kernel, types, consts, options = conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned)
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} fast sin", kernel, types,
                             {**consts, "PRECISE": 2}, options))
+    for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):       # residual_unit.py at 96 channels
+        out.append((f"residual_unit {dt} 96", *residual_unit_case(dt, dtype)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")
     for m in (1, 4, 8, 64):
@@ -177,6 +179,21 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
     return (causal_conv._conv_cl_kernel,
             dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
+
+
+def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple:
+    """(kernel, types, constexprs, options) of residual_unit.py's kernel as the waveform stack launches it."""
+    import triton as _triton
+    from voxflow.kernels import residual_unit
+    cfg = residual_unit.launch_config(dtype)
+    p = _ptr(dt)
+    ptrs = ("x_ptr", "w7_ptr", "b7_ptr", "a_ptr", "inv_ptr", "w1_ptr", "b1_ptr", "res_ptr", "out_ptr")
+    consts = dict(DILATION=3, PRECISE=2, DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
+                  EVEN_K=channels % cfg["BLOCK_K"] == 0, BLOCK_T=cfg["BLOCK_T"],
+                  BLOCK_C=_triton.next_power_of_2(channels), BLOCK_K=cfg["BLOCK_K"])
+    return (residual_unit._residual_unit_kernel, {q: p for q in ptrs}, consts,
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False,
+                 aligned=ptrs + ("C", "x_sb", "x_st", "res_sb", "res_st", "out_sb", "out_st")))
 
 
 def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None = None, norm: bool = True,

@@ -55,7 +55,13 @@ def _block(block: DecoderBlock, x: torch.Tensor, state: StreamTensors | None) ->
 
 
 def _residual_unit(unit: ResidualUnit, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+    from voxflow.kernels import residual_unit
     buf = _activated_with_context(unit.act1, unit.conv1, x, state)
+    if residual_unit.ENABLED and residual_unit.supported(x, x.shape[2], unit.conv1.conv.kernel_size[0]):
+        # both convolutions in one kernel: h stays on the SM (residual_unit.py)
+        return residual_unit.residual_unit_channels_last(
+            buf, _packed(unit.conv1), unit.conv1.conv.bias, unit.conv1.conv.dilation[0], unit.act2._channel_terms(),
+            _packed(unit.conv2), unit.conv2.conv.bias, x)
     h = _conv(unit.conv1, buf, snake_terms=unit.act2._channel_terms())
     return _conv(unit.conv2, h, residual=x)
 
@@ -78,11 +84,16 @@ def _activated_with_context(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor,
     return buf
 
 
-def _conv(conv: CausalConv1d, x: torch.Tensor, **epilogue) -> torch.Tensor:
-    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
+def _packed(conv: CausalConv1d) -> torch.Tensor:
+    """The conv's weight as the channels-last kernels read it ([k, Cout, Cin]), kept per weight version."""
+    from voxflow.kernels.causal_conv import pack_weight
     weight = conv.conv.weight
-    packed = _per_weight_version(conv, (weight,), lambda: pack_weight(weight))
-    return conv1d_channels_last(x, packed, conv.conv.bias, conv.conv.dilation[0], **epilogue)
+    return _per_weight_version(conv, (weight,), lambda: pack_weight(weight))
+
+
+def _conv(conv: CausalConv1d, x: torch.Tensor, **epilogue) -> torch.Tensor:
+    from voxflow.kernels.causal_conv import conv1d_channels_last
+    return conv1d_channels_last(x, _packed(conv), conv.conv.bias, conv.conv.dilation[0], **epilogue)
 
 
 def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
