@@ -281,32 +281,41 @@ def test_codec_max_batch_splits_big_groups_without_changing_audio():
 
 
 def test_packed_rows_gather_and_write_touch_only_the_given_rows():
-    """PackedRows (the pool's storage): the named tensors are views into one flat buffer per dtype; gather returns
-    copies of the asked rows in the asked order; write puts each named tensor into its rows and leaves the others;
-    a state with other names is refused before anything is written."""
+    """PackedRows (the pool's storage): every row starts as the template's; the named tensors are views into one
+    flat buffer per dtype; gather returns copies of the asked rows in the asked order; write puts each named tensor
+    into its rows and leaves the others; a state with other names, shapes or dtypes is refused before anything is
+    written (a same-size piece of another shape would otherwise land scrambled)."""
     from voxflow.models.qwen3_tts.codec_pool import PackedRows
     g = torch.Generator().manual_seed(0)
-    src = {"a": torch.randn(5, 3, 2, generator=g), "pos": torch.arange(5), "b": torch.randn(5, 4, generator=g)}
-    packed = PackedRows(src)
+    template = {"a": torch.randn(1, 3, 2, generator=g), "pos": torch.tensor([4]), "b": torch.randn(1, 4, generator=g)}
+    packed = PackedRows(template, 5)
     assert set(packed.flat) == {torch.float32, torch.int64} and packed.flat[torch.float32].shape == (5, 10)
-    for name, t in src.items():
-        assert torch.equal(packed.tensors[name], t)
+    for name, t in template.items():
+        assert torch.equal(packed.tensors[name], t.expand(5, *t.shape[1:]))
         assert packed.tensors[name].untyped_storage().data_ptr() == packed.flat[t.dtype].untyped_storage().data_ptr()
+    src = {"a": torch.randn(5, 3, 2, generator=g), "pos": torch.arange(5), "b": torch.randn(5, 4, generator=g)}
+    packed.write(torch.arange(5), src)
     rows = torch.tensor([3, 0])
     got = packed.gather(rows)
     assert all(torch.equal(got[n], src[n][rows]) for n in src)
     got["a"].zero_()                                         # a copy: the pool is untouched
     assert torch.equal(packed.tensors["a"], src["a"])
-    new = {"a": torch.randn(2, 3, 2, generator=g).transpose(1, 2).transpose(1, 2), "pos": torch.tensor([7, 8]),
+    new = {"a": torch.randn(2, 2, 3, generator=g).transpose(1, 2), "pos": torch.tensor([7, 8]),
            "b": torch.randn(2, 8, generator=g)[:, ::2]}      # strided pieces, as a decoder's slices may be
+    assert not new["a"].is_contiguous() and not new["b"].is_contiguous()
     packed.write(rows, new)
     want = {n: src[n].clone() for n in src}
     for n in want:
         want[n][rows] = new[n]
     assert all(torch.equal(packed.tensors[n], want[n]) for n in src)
-    with pytest.raises(ValueError, match="state names"):
-        packed.write(rows, {"a": new["a"], "pos": new["pos"]})
-    assert all(torch.equal(packed.tensors[n], want[n]) for n in src)
+    for bad in ({"a": new["a"], "pos": new["pos"]},                                  # a name missing
+                {**new, "a": torch.randn(2, 2, 3, generator=g)},                      # same size, other shape
+                {**new, "b": new["b"].to(torch.float64)}):                            # other dtype
+        with pytest.raises(ValueError, match="state"):
+            packed.write(rows, bad)
+        assert all(torch.equal(packed.tensors[n], want[n]) for n in src)
+    with pytest.raises(ValueError, match="at least one"):
+        PackedRows({}, 3)
 
 
 def test_pool_state_is_packed_so_a_step_gathers_once_per_dtype(dec, monkeypatch):

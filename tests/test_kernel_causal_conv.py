@@ -94,7 +94,8 @@ def check_snake_channels_last():
 
 def check_overlap_add():
     """The transposed convolution's overlap-add against the separate torch adds it replaces (conv_transpose_gemm's
-    order): bit-equal, the same two rounded adds per element."""
+    order): bit-equal, the same two rounded adds per element; the tail contiguous or a batch-strided view (the
+    codec pool's gathered state)."""
     from voxflow.kernels.causal_conv import overlap_add_channels_last
     g = torch.Generator().manual_seed(2)
     for dtype in (torch.float32, torch.bfloat16):
@@ -102,7 +103,8 @@ def check_overlap_add():
             gemm = torch.randn(b, t, k, c, generator=g).to(dtype)
             bias = torch.randn(c, generator=g).to(dtype)
             ov = k - s
-            for tail in (None, torch.randn(b, c, ov, generator=g).to(dtype)):
+            wide = torch.randn(b, c * ov + 3, generator=g).to(dtype)       # a batch-strided tail, as the pool's
+            for tail in (None, torch.randn(b, c, ov, generator=g).to(dtype), wide[:, :c * ov].view(b, c, ov)):
                 want = torch.empty(b, t, s, c, dtype=dtype)
                 torch.add(gemm[:, :, :s], bias, out=want)
                 if ov:

@@ -112,14 +112,16 @@ def _dot_tile_ttgir(with_register_user: bool) -> str:
 
 def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexact(monkeypatch):
     """causal_conv.epilogue_sin_mode: with FAST_EPILOGUE_SIN (the default) the hardware's sin.approx for TF32 /
-    bf16 products, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's sin
-    off CUDA. The compiled 96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
+    bf16 convolutions, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's
+    sin off CUDA. conv1d_channels_last launches with the mode it returns, and the compiled 96-channel convolution
+    carries sin.approx with mode 2 and not with mode 1."""
     import os
 
     import torch
     from voxflow.kernels import causal_conv
     if "VOXFLOW_CONV_FAST_SIN" not in os.environ:
         assert causal_conv.FAST_EPILOGUE_SIN
+    case = next(c for c in compile_check.cases() if c[0] == "conv_channels_last fp32 96->96 k=7 SNAKE libdevice sin")
     monkeypatch.setattr(causal_conv, "FAST_EPILOGUE_SIN", False)
     assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in
             ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float32, "ieee"))] == [1, 1, 1]
@@ -127,7 +129,16 @@ def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexa
     assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in
             ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float32, "ieee"))] == [2, 2, 1]
     assert causal_conv.epilogue_sin_mode(False, torch.bfloat16, "ieee") == 0
-    case = next(c for c in compile_check.cases() if c[0] == "conv_channels_last fp32 96->96 k=7 SNAKE fast sin")
+    launched = {}
+
+    class Spy:                                    # stands in for the kernel: records the launch's constexprs
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.update(kw)
+
+    monkeypatch.setattr(causal_conv, "_conv_cl_kernel", Spy())
+    monkeypatch.setattr(causal_conv, "epilogue_sin_mode", lambda is_cuda, dtype, precision: ("mode", dtype, precision))
+    causal_conv.conv1d_channels_last(torch.zeros(1, 9, 16), torch.zeros(3, 16, 16), None, 1)
+    assert launched["PRECISE"] == ("mode", torch.float32, "ieee")
     _, kernel, types, consts, options = case
     options = dict(options)
     aligned = options.pop("aligned", ())

@@ -164,7 +164,7 @@ def supported(x: torch.Tensor) -> bool:
 
 
 @triton.jit
-def _overlap_add_kernel(g_ptr, bias_ptr, tail_ptr, y_ptr, ROWS, T, C, OV,
+def _overlap_add_kernel(g_ptr, bias_ptr, tail_ptr, y_ptr, ROWS, T, C, OV, tail_sb,
                         S: tl.constexpr, K: tl.constexpr, HAS_TAIL: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
     # A tile of input rows r = b * T + t; per row its S output rows, flattened as q = j * C + c (contiguous in g's
@@ -183,9 +183,9 @@ def _overlap_add_kernel(g_ptr, bias_ptr, tail_ptr, y_ptr, ROWS, T, C, OV,
     spill_q = (j < OV)[None, :]
     spill = tl.load(g_ptr + ((r64 - 1) * (K * C) + S * C)[:, None] + q[None, :],
                     mask=mask & spill_q & (t > 0)[:, None], other=0.0).to(tl.float32)
-    if HAS_TAIL:                                                    # the previous call's spill, [B, C, OV]
+    if HAS_TAIL:                                    # the previous call's spill, [B, C, OV] (any batch stride)
         b = (r // T).to(tl.int64)
-        spill += tl.load(tail_ptr + (b * C * OV)[:, None] + (c * OV + j)[None, :],
+        spill += tl.load(tail_ptr + (b * tail_sb)[:, None] + (c * OV + j)[None, :],
                          mask=mask & spill_q & (t == 0)[:, None], other=0.0).to(tl.float32)
     y = tl.where(spill_q, round_to(y + spill, dtype), y)
     tl.store(y_ptr + (r64 * (S * C))[:, None] + q[None, :], y.to(dtype), mask=mask)
@@ -208,8 +208,12 @@ def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, 
     if y.numel():
         block_q = triton.next_power_of_2(stride * c)
         block_r = max(1, 4096 // block_q)
+        if tail is not None and tail[0].numel() and not tail[0].is_contiguous():
+            tail = tail.contiguous()
+        # (the pool's gathered state is a batch-strided view: each row's [C, OV] is contiguous, the rows are not)
         _overlap_add_kernel[(triton.cdiv(rows, block_r),)](
-            g, bias.contiguous(), tail.contiguous() if tail is not None else g, y, rows, t, c, overlap,
+            g, bias.contiguous(), tail if tail is not None else g, y, rows, t, c, overlap,
+            tail.stride(0) if tail is not None else 0,
             S=stride, K=k, HAS_TAIL=tail is not None and overlap > 0, BLOCK_R=block_r, BLOCK_Q=block_q,
             num_warps=8 if block_r * block_q >= 4096 else 4, enable_fp_fusion=False)
     return y
@@ -258,9 +262,11 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     return out
 
 
-# The SnakeBeta in a convolution's epilogue with the hardware's sin.approx.f32 (abs error ~1e-6 for |x| < 100 pi)
-# instead of libdevice's sinf, where the convolution's products are inexact anyway (TF32: ~5e-4 relative; bf16):
-# the epilogue is compute-bound on sinf's range reduction (session 14 call 3: SnakeBeta adds 19% to the 96- and
+# The SnakeBeta in a convolution's epilogue with the hardware's sin.approx.f32 instead of libdevice's sinf, where
+# the convolution is inexact anyway: TF32 products (~5e-4 relative), or bf16, whose inputs, output and every
+# SnakeBeta step are rounded to 8 bits. sin.approx's absolute error is ~1e-6 for |x| < 100 pi (PTX ISA) and grows
+# with |x| beyond (its argument scaling: ~|x| * 6e-8, 6e-5 at 1000) - still below TF32's and bf16's own errors.
+# The epilogue is compute-bound on sinf's range reduction (session 14 call 3: SnakeBeta adds 19% to the 96- and
 # 192-channel k=7 convolutions in fp32, up to 52% in bf16). H200, 16 x 25-frame shapes (call 6): fp32 k=7 at 96 /
 # 192 channels 0.959 -> 0.807 / 0.831 -> 0.723 ms (outputs within 1.4e-6), bf16 0.930 -> 0.788 / 0.598 -> 0.415 at
 # 384 (outputs equal); the codec's TF32 / bf16 streaming SNR against fp32 unchanged (46.3 / 28.1 dB).

@@ -88,10 +88,10 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                        "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
             out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
                         *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
-            if cin == cout == 96 and k == 7:                          # the epilogue's sin.approx (FAST_EPILOGUE_SIN)
+            if cin == cout == 96 and k == 7:       # libdevice's sinf in the epilogue (FAST_EPILOGUE_SIN off)
                 kernel, types, consts, options = conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned)
-                out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} fast sin", kernel, types,
-                            {**consts, "PRECISE": 2}, options))
+                out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} libdevice sin", kernel, types,
+                            {**consts, "PRECISE": 1}, options))
     for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):       # residual_unit.py at 96 channels
         out.append((f"residual_unit {dt} 96", *residual_unit_case(dt, dtype)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
@@ -174,7 +174,9 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
     consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
-                  PRECISE=True, DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
+                  PRECISE=causal_conv.epilogue_sin_mode(True, torch.float32 if dt == "fp32" else torch.bfloat16,
+                                                        "tf32" if dt == "fp32" else "ieee"),
+                  DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
                   EVEN_K=cin % cfg["BLOCK_K"] == 0, **{key: v for key, v in cfg.items() if key.isupper()})
     return (causal_conv._conv_cl_kernel,
             dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,

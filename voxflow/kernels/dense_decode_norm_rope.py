@@ -104,8 +104,9 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
         raise ValueError(f"cache of {k_cache.shape[2]} positions has no room at position {length}")
     groups = hq // hkv
     scratch = torch.empty(b, hq, d, dtype=q.dtype, device=q.device) if query_scratch is None else query_scratch
-    if scratch.shape != (b, hq, d) or scratch.dtype != q.dtype or not scratch.is_contiguous():
-        raise ValueError(f"query_scratch must be a contiguous {(b, hq, d)} {q.dtype} tensor")
+    if scratch.shape != (b, hq, d) or scratch.dtype != q.dtype or not scratch.is_contiguous() \
+            or scratch.device != q.device:
+        raise ValueError(f"query_scratch must be a contiguous {(b, hq, d)} {q.dtype} tensor on {q.device}")
     out = torch.empty(b, 1, hq, d, dtype=q.dtype, device=q.device)
     half = d // 2
     pdl = use_pdl(q)

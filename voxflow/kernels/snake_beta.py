@@ -34,8 +34,8 @@ def snake(x, a, inv, DTYPE: tl.constexpr, PRECISE: tl.constexpr):
     Shared with the channels-last kernels (causal_conv.py): their SnakeBeta pass and the convolutions' epilogue.
     PRECISE: 0 the interpreter's sin, 1 libdevice's sinf (torch's bits), 2 the hardware's sin.approx."""
     t = round_to(x * a, DTYPE)
-    if PRECISE == 2:                           # sin.approx.f32: causal_conv.py's epilogues where the products are
-        s = libdevice.fast_sinf(t)             # inexact anyway (TF32, bf16); abs error ~1e-6 (FAST_EPILOGUE_SIN)
+    if PRECISE == 2:                           # sin.approx.f32: causal_conv.py's epilogues where the convolution
+        s = libdevice.fast_sinf(t)             # is inexact anyway (TF32, bf16; see FAST_EPILOGUE_SIN there)
     elif PRECISE:
         s = libdevice.sin(t)                   # sinf, as torch's CUDA kernel
     else:

@@ -9,8 +9,8 @@ batched decode step is
 
 The ~38 state tensors of a row live side by side in one flat [rows, N] buffer per dtype (`PackedRows`; the named
 tensors are views into it), so the gather is one index_select and the write-back one cat + one index_copy_ per
-dtype, not one of each per tensor: ~110 small launches (~0.9 ms of a 16-stream codec call's GPU time on the H200,
-session 14) become ~5.
+dtype, not one of each per tensor: 74 small launches (~0.63 ms of a 16-stream codec call's GPU time on the H200,
+session 14) become ~5 (~0.22 ms).
 
 Every tensor in that step has a shape fixed by (batch size, frames), and the pool itself never moves, so the
 step can be captured in a CUDA graph (codec_graphs.py) and replayed with new row numbers and codes.
@@ -63,22 +63,25 @@ class CodecRow:
 
 
 class PackedRows:
-    """Named per-row tensors {name: [R, ...]} stored as views into one contiguous [R, N] buffer per dtype, so that
-    a set of rows of all of them is gathered or written in one kernel per dtype."""
+    """Named per-row tensors stored as views into one contiguous [rows, N] buffer per dtype, so that a set of rows
+    of all of them is gathered or written in one kernel per dtype. Built from a template {name: [1, ...]} whose row
+    every row starts as."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor]):
+    def __init__(self, template: dict[str, torch.Tensor], rows: int):
+        if not template or rows < 1:
+            raise ValueError(f"packed rows need at least one tensor and one row (got {len(template)}, {rows})")
         self.layout: dict[torch.dtype, list[tuple[str, int, int, tuple[int, ...]]]] = {}   # name, offset, size, shape
         sizes: dict[torch.dtype, int] = {}
-        for name, t in tensors.items():
+        for name, t in template.items():
+            if t.shape[0] != 1:
+                raise ValueError(f"template tensor {name!r} has {t.shape[0]} rows, not 1")
             size = t[0].numel()
             self.layout.setdefault(t.dtype, []).append((name, sizes.get(t.dtype, 0), size, tuple(t.shape[1:])))
             sizes[t.dtype] = sizes.get(t.dtype, 0) + size
-        rows = next(iter(tensors.values())).shape[0]
-        device = next(iter(tensors.values())).device
-        self.flat = {dt: torch.empty(rows, n, dtype=dt, device=device) for dt, n in sizes.items()}
+        first = self.pack(template)                                  # the template's row, [1, N] a dtype
+        self.flat = {dt: torch.empty((rows, n), dtype=dt, device=first[dt].device).copy_(first[dt].expand(rows, -1))
+                     for dt, n in sizes.items()}
         self.tensors = self.views(self.flat)
-        for name, t in tensors.items():
-            self.tensors[name].copy_(t)
 
     def views(self, flat: dict[torch.dtype, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The named tensors over flat buffers of this layout (any leading row count)."""
@@ -89,19 +92,36 @@ class PackedRows:
                 out[name] = buf[:, offset:offset + size].view(buf.shape[0], *shape)
         return out
 
+    def pack(self, tensors: dict[str, torch.Tensor]) -> dict[torch.dtype, torch.Tensor]:
+        """tensors {name: [n, ...]} (every name of the layout, each of its shape and dtype) as [n, N] a dtype: one
+        cat of the pieces per dtype. Checked on the host only, so it stays capturable in a CUDA graph."""
+        if tensors.keys() != set(self.names):
+            raise ValueError(f"state names differ from the layout's: {sorted(set(tensors) ^ set(self.names))}")
+        n = next(iter(tensors.values())).shape[0]
+        out = {}
+        for dt, entries in self.layout.items():
+            pieces = []
+            for name, _, size, shape in entries:
+                t = tensors[name]
+                if t.dtype != dt or tuple(t.shape) != (n, *shape):
+                    raise ValueError(f"state {name!r} is {tuple(t.shape)} {t.dtype}, the layout holds "
+                                     f"{(n, *shape)} {dt}")
+                pieces.append(t.reshape(n, size))
+            out[dt] = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+        return out
+
+    @property
+    def names(self) -> list[str]:
+        return [name for entries in self.layout.values() for name, *_ in entries]
+
     def gather(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """Copies of the given rows of every tensor (one index_select per dtype)."""
         return self.views({dt: buf.index_select(0, rows) for dt, buf in self.flat.items()})
 
     def write(self, rows: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
-        """tensors {name: [len(rows), ...]} (every name of the layout) into those rows: per dtype one cat of the
-        pieces and one index_copy_."""
-        if tensors.keys() != self.tensors.keys():
-            raise ValueError(f"state names differ from the pool's: {sorted(set(tensors) ^ set(self.tensors))}")
-        n = rows.shape[0]
-        for dt, entries in self.layout.items():
-            pieces = [tensors[name].reshape(n, size) for name, _, size, _ in entries]
-            self.flat[dt].index_copy_(0, rows, pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1))
+        """tensors {name: [len(rows), ...]} into those rows: per dtype one cat (`pack`) and one index_copy_."""
+        for dt, packed in self.pack(tensors).items():
+            self.flat[dt].index_copy_(0, rows, packed)
 
 
 class CodecStatePool:
@@ -111,10 +131,11 @@ class CodecStatePool:
         self.decoder = decoder
         self.max_rows = max_rows
         self.scratch_row = max_rows
-        # One allocation for all rows (+ scratch), in the decoder's dtype and device; never reallocated.
-        self._packed = PackedRows(init_stream_state(decoder, max_rows + 1).tensors)
+        # One buffer per dtype for all rows (+ scratch), on the decoder's device; never reallocated. Every row
+        # starts as the initial state, which is also what `reset` writes (same layout: built from it).
+        self._initial = PackedRows(init_stream_state(decoder, 1).tensors, 1)
+        self._packed = PackedRows(self._initial.tensors, max_rows + 1)
         self.state = CodecStreamState(self._packed.tensors)  # named views into the packed rows
-        self._initial = PackedRows(init_stream_state(decoder, 1).tensors)   # what a fresh row is reset to
         self._free = list(range(max_rows - 1, -1, -1))      # pop() hands out row 0 first
         # A finalizer may run on any thread, or inside allocate() itself when a collection triggers: re-entrant.
         self._lock = threading.RLock()
@@ -133,8 +154,8 @@ class CodecStatePool:
         return self.allocate_many(1)[0]
 
     def allocate_many(self, n: int) -> list[CodecRow]:
-        """Take n free rows (all or none) and reset them in one pass: one copy per state tensor for all of them
-        (a burst of new streams would otherwise cost n x the ~30 state tensors in launches)."""
+        """Take n free rows (all or none) and reset them in one pass: one copy per state dtype for all of them
+        (a burst of new streams would otherwise cost n x the copies)."""
         with self._lock:
             if len(self._free) < n:
                 raise CodecPoolFullError(
