@@ -113,8 +113,8 @@ def _dot_tile_ttgir(with_register_user: bool) -> str:
 def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexact(monkeypatch):
     """causal_conv.epilogue_sin_mode: with FAST_EPILOGUE_SIN (the default) the hardware's sin.approx for TF32 /
     bf16 convolutions, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's
-    sin off CUDA. conv1d_channels_last launches with the mode it returns, and the compiled 96-channel convolution
-    carries sin.approx with mode 2 and not with mode 1."""
+    sin off CUDA. conv1d_channels_last launches with the mode it returns (and with a tuned config's register cap),
+    and the compiled 96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
     import os
 
     import torch
@@ -137,8 +137,13 @@ def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexa
 
     monkeypatch.setattr(causal_conv, "_conv_cl_kernel", Spy())
     monkeypatch.setattr(causal_conv, "epilogue_sin_mode", lambda is_cuda, dtype, precision: ("mode", dtype, precision))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     causal_conv.conv1d_channels_last(torch.zeros(1, 9, 16), torch.zeros(3, 16, 16), None, 1)
-    assert launched["PRECISE"] == ("mode", torch.float32, "ieee")
+    assert launched["PRECISE"] == ("mode", torch.float32, "ieee") and "maxnreg" not in launched
+    # a tuned config's register cap reaches the launch (two 8-warp blocks an SM: conv_occupancy.py)
+    monkeypatch.setitem(causal_conv.TUNED, (16, 16, 3, torch.float32), causal_conv._cfg(64, 16, 16, 4, 2, 96))
+    causal_conv.conv1d_channels_last(torch.zeros(1, 9, 16), torch.zeros(3, 16, 16), None, 1)
+    assert launched["maxnreg"] == 96 and launched["BLOCK_T"] == 64
     _, kernel, types, consts, options = case
     options = dict(options)
     aligned = options.pop("aligned", ())

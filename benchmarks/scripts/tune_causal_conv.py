@@ -24,9 +24,12 @@ STAGES = ((768, 32), (384, 160), (192, 640), (96, 1920))
 CANDIDATES = {
     torch.float32: [(128, 128, 32, 8, 3), (128, 128, 32, 8, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
                     (128, 128, 16, 8, 4), (256, 128, 32, 8, 3), (128, 32, 32, 4, 4), (256, 64, 32, 8, 3),
-                    (128, 128, 64, 8, 3), (128, 64, 64, 4, 3), (128, 128, 32, 8, 5), (256, 128, 32, 8, 4)],
+                    (128, 128, 64, 8, 3), (128, 64, 64, 4, 3), (128, 128, 32, 8, 5), (256, 128, 32, 8, 4),
+                    # two 8-warp blocks an SM: registers capped at 128 (conv_occupancy.py: 40 B of spill a thread)
+                    (128, 128, 32, 8, 3, 128), (128, 128, 32, 8, 2, 128), (128, 128, 64, 8, 2, 128)],
     torch.bfloat16: [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
-                     (256, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 32, 64, 4, 4), (256, 64, 64, 8, 3)],
+                     (256, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 32, 64, 4, 4), (256, 64, 64, 8, 3),
+                     (128, 128, 64, 8, 3, 128), (128, 128, 64, 8, 2, 128)],
 }
 
 
@@ -48,12 +51,11 @@ def tune() -> dict:
                 if epi == "residual":
                     kw["residual"] = torch.randn(B, t, cout, device="cuda").to(dtype)
                 results = []
-                for bt, bn, bk, warps, stages in CANDIDATES[dtype]:
+                for bt, bn, bk, warps, stages, *cap in CANDIDATES[dtype]:
                     if bn > 32 and cout <= 32:
                         continue
-                    cfg = dict(BLOCK_T=bt, BLOCK_N=min(bn, max(16, triton.next_power_of_2(cout))),
-                               BLOCK_K=min(bk, max(16, triton.next_power_of_2(c))), num_warps=warps,
-                               num_stages=stages)
+                    cfg = causal_conv._cfg(bt, min(bn, max(16, triton.next_power_of_2(cout))),
+                                           min(bk, max(16, triton.next_power_of_2(c))), warps, stages, *cap)
                     causal_conv.TUNED[(c, cout, k, dtype)] = cfg
                     try:
                         ms = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **kw))

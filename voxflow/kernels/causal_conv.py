@@ -112,8 +112,11 @@ def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
     tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
 
 
-def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int) -> dict:
-    return dict(BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
+def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int, maxnreg: int | None = None) -> dict:
+    """A launch config; maxnreg caps the registers a thread (ptxas), e.g. 128 so that two 8-warp blocks fit an SM
+    (benchmarks/scripts/conv_occupancy.py: 128 x 128 tiles take 157 (fp32) / 170 (bf16) registers uncapped)."""
+    cfg = dict(BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
+    return cfg if maxnreg is None else {**cfg, "maxnreg": maxnreg}
 
 
 # (cin, cout, k, dtype) -> launch config: the fastest of the candidates for each of the real-size decoder's shapes
@@ -257,9 +260,18 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
         DOT_PRECISION=_dot_precision(x),
         DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,
         BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_register_cap(cfg),
         enable_fp_fusion=False)                # SnakeBeta's rounded steps stay separate operations
     return out
+
+
+def _register_cap(cfg: dict) -> dict:
+    """The launch option capping registers, when the config sets one (not on the interpreter, which has none)."""
+    return {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg and not triton_interpreting() else {}
+
+
+def triton_interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 # The SnakeBeta in a convolution's epilogue with the hardware's sin.approx.f32 instead of libdevice's sinf, where

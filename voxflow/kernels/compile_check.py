@@ -92,6 +92,9 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 kernel, types, consts, options = conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned)
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} libdevice sin", kernel, types,
                             {**consts, "PRECISE": 1}, options))
+                capped = causal_conv._cfg(128, 128, cfg["BLOCK_K"], 8, 3, 128)  # tune_causal_conv.py's register cap
+                out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} maxnreg 128",
+                            *conv_channels_last_case(dt, cin, k, epilogue, capped, aligned)))
     for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):       # residual_unit.py at 96 channels
         out.append((f"residual_unit {dt} 96", *residual_unit_case(dt, dtype)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
@@ -180,7 +183,8 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
                   EVEN_K=cin % cfg["BLOCK_K"] == 0, **{key: v for key, v in cfg.items() if key.isupper()})
     return (causal_conv._conv_cl_kernel,
             dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
-            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned,
+                 **({"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {})))
 
 
 def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple:
