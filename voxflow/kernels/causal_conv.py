@@ -87,17 +87,21 @@ def bias_snake_epilogue(acc, cols, col_ok, bias_ptr, a_ptr, inv_ptr, dtype: tl.c
 
 
 @triton.jit
+def tile_rows(tile, ROWS, T, BLOCK_T: tl.constexpr):
+    """A tile's output rows: all B sequences' rows numbered b * T + t, so short sequences (low rates, 1-frame calls)
+    fill tiles -> (r, r < ROWS, b, t), b and t as int64."""
+    r = tile * BLOCK_T + tl.arange(0, BLOCK_T)
+    return r, r < ROWS, (r // T).to(tl.int64), (r % T).to(tl.int64)
+
+
+@triton.jit
 def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
                     ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
                     KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
                     RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                     DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # Output rows of all B sequences numbered b * T + t, so short sequences (low rates, 1-frame calls) fill tiles.
-    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    row_ok = r < ROWS
-    bb = (r // T).to(tl.int64)
-    tt = (r % T).to(tl.int64)
+    r, row_ok, bb, tt = tile_rows(tl.program_id(0), ROWS, T, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < COUT
     dtype = out_ptr.dtype.element_ty

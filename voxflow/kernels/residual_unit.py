@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels.causal_conv import (_dot_precision, _unit_channel_stride, bias_snake_epilogue, conv_mainloop,
-                                         epilogue_sin_mode)
+                                         epilogue_sin_mode, tile_rows)
 from voxflow.kernels.rms_norm import round_to
 
 MAX_CHANNELS = 128
@@ -36,10 +36,7 @@ def _residual_unit_kernel(x_ptr, w7_ptr, b7_ptr, a_ptr, inv_ptr, w1_ptr, b1_ptr,
                           DILATION: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                           DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
                           BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr):
-    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    row_ok = r < ROWS
-    bb = (r // T).to(tl.int64)
-    tt = (r % T).to(tl.int64)
+    r, row_ok, bb, tt = tile_rows(tl.program_id(0), ROWS, T, BLOCK_T)
     cols = tl.arange(0, BLOCK_C)                    # every channel: the 1x1 product needs all of h's
     col_ok = cols < C
     dtype = out_ptr.dtype.element_ty
