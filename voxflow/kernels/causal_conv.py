@@ -252,6 +252,7 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     if out.numel() == 0:
         return out
     cfg = launch_config(cin, cout, x.dtype, k)
+    precision = _dot_precision(x)
     a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
     res = residual if residual is not None else out                     # not read without RESIDUAL
     grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
@@ -260,8 +261,8 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
         bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
         res.stride(1), out.stride(0), out.stride(1),
         KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
-        RESIDUAL=residual is not None, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, _dot_precision(x)),
-        DOT_PRECISION=_dot_precision(x),
+        RESIDUAL=residual is not None, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision),
+        DOT_PRECISION=precision,
         DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,
         BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_register_cap(cfg),

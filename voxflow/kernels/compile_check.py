@@ -189,14 +189,13 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
 
 def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple:
     """(kernel, types, constexprs, options) of residual_unit.py's kernel as the waveform stack launches it."""
-    import triton as _triton
     from voxflow.kernels import residual_unit
     cfg = residual_unit.launch_config(dtype)
     p = _ptr(dt)
     ptrs = ("x_ptr", "w7_ptr", "b7_ptr", "a_ptr", "inv_ptr", "w1_ptr", "b1_ptr", "res_ptr", "out_ptr")
     consts = dict(DILATION=3, PRECISE=2, DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
                   EVEN_K=channels % cfg["BLOCK_K"] == 0, BLOCK_T=cfg["BLOCK_T"],
-                  BLOCK_C=_triton.next_power_of_2(channels), BLOCK_K=cfg["BLOCK_K"])
+                  BLOCK_C=triton.next_power_of_2(channels), BLOCK_K=cfg["BLOCK_K"])
     return (residual_unit._residual_unit_kernel, {q: p for q in ptrs}, consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False,
                  aligned=ptrs + ("C", "x_sb", "x_st", "res_sb", "res_st", "out_sb", "out_st")))

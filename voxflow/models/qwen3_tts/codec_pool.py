@@ -78,6 +78,7 @@ class PackedRows:
             size = t[0].numel()
             self.layout.setdefault(t.dtype, []).append((name, sizes.get(t.dtype, 0), size, tuple(t.shape[1:])))
             sizes[t.dtype] = sizes.get(t.dtype, 0) + size
+        self._names = frozenset(template)                             # what `pack` checks a state against
         first = self.pack(template)                                  # the template's row, [1, N] a dtype
         self.flat = {dt: torch.empty((rows, n), dtype=dt, device=first[dt].device).copy_(first[dt].expand(rows, -1))
                      for dt, n in sizes.items()}
@@ -95,8 +96,8 @@ class PackedRows:
     def pack(self, tensors: dict[str, torch.Tensor]) -> dict[torch.dtype, torch.Tensor]:
         """tensors {name: [n, ...]} (every name of the layout, each of its shape and dtype) as [n, N] a dtype: one
         cat of the pieces per dtype. Checked on the host only, so it stays capturable in a CUDA graph."""
-        if tensors.keys() != set(self.names):
-            raise ValueError(f"state names differ from the layout's: {sorted(set(tensors) ^ set(self.names))}")
+        if tensors.keys() != self._names:
+            raise ValueError(f"state names differ from the layout's: {sorted(set(tensors) ^ self._names)}")
         n = next(iter(tensors.values())).shape[0]
         out = {}
         for dt, entries in self.layout.items():
@@ -109,10 +110,6 @@ class PackedRows:
                 pieces.append(t.reshape(n, size))
             out[dt] = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
         return out
-
-    @property
-    def names(self) -> list[str]:
-        return [name for entries in self.layout.values() for name, *_ in entries]
 
     def gather(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """Copies of the given rows of every tensor (one index_select per dtype)."""
