@@ -48,7 +48,7 @@ real_checkpoint_bg() {
 
 gpu_tests() {
   local seconds=$1; shift
-  timeout "$seconds" python3 -m pytest -q -rfs --tb=short -p no:cacheprovider "$@" > "$R/gpu_tests.txt" 2>&1
+  timeout "$seconds" python3 -m pytest -rfs --tb=short -p no:cacheprovider "$@" > "$R/gpu_tests.txt" 2>&1
   grep -E "^E |passed|failed" "$R/gpu_tests.txt" | tail -6
 }
 

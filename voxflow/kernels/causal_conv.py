@@ -124,20 +124,23 @@ def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int, maxn
 
 
 # (cin, cout, k, dtype) -> launch config: the fastest of the candidates for each of the real-size decoder's shapes
-# on an H200 (benchmarks/scripts/tune_causal_conv.py): bf16 from eight in a 64-stream x 25-frame call
-# (benchmarks/results/h200/2026-12-01-session6/tune_causal_conv.txt); fp32 from twelve in a 16-stream x 25-frame
-# call, the serving codec batch (2026-12-02-session12/call3: K steps of 64 channels at 768 / 384 channels, 5 stages
-# at 96; the whole call 18.86 -> 18.75 ms). Other shapes: `launch_config`'s rule.
+# in a 16-stream x 25-frame call, the serving codec batch, on an H200 (benchmarks/scripts/tune_causal_conv.py,
+# benchmarks/results/h200/2026-12-02-session15/call2): the candidates include 128 x 128 tiles with registers capped
+# at 128 (two 8-warp blocks an SM). bf16 gained 14.03 -> 12.62 ms a call; fp32 stayed within noise (16.94 -> 16.99;
+# 768 k=1 and 96 k=7 changed). Other shapes: `launch_config`'s rule.
 TUNED: dict = {
-    (768, 768, 7, torch.float32): _cfg(128, 128, 64, 8, 3), (768, 768, 1, torch.float32): _cfg(64, 128, 32, 4, 4),
+    (768, 768, 7, torch.float32): _cfg(128, 128, 64, 8, 3), (768, 768, 1, torch.float32): _cfg(128, 64, 32, 4, 4),
     (384, 384, 7, torch.float32): _cfg(128, 128, 64, 8, 3), (384, 384, 1, torch.float32): _cfg(64, 128, 32, 4, 4),
     (192, 192, 7, torch.float32): _cfg(128, 64, 32, 4, 4), (192, 192, 1, torch.float32): _cfg(128, 64, 32, 4, 4),
-    (96, 96, 7, torch.float32): _cfg(128, 128, 32, 8, 5), (96, 96, 1, torch.float32): _cfg(64, 128, 32, 4, 4),
+    (96, 96, 7, torch.float32): _cfg(128, 128, 32, 8, 3, 128), (96, 96, 1, torch.float32): _cfg(64, 128, 32, 4, 4),
     (96, 1, 7, torch.float32): _cfg(128, 16, 32, 4, 4),
-    (768, 768, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 4), (768, 768, 1, torch.bfloat16): _cfg(64, 128, 64, 4, 4),
-    (384, 384, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 3), (384, 384, 1, torch.bfloat16): _cfg(256, 128, 64, 8, 3),
-    (192, 192, 7, torch.bfloat16): _cfg(128, 32, 64, 4, 4), (192, 192, 1, torch.bfloat16): _cfg(128, 64, 64, 4, 4),
-    (96, 96, 7, torch.bfloat16): _cfg(128, 32, 64, 4, 4), (96, 96, 1, torch.bfloat16): _cfg(256, 128, 64, 8, 3),
+    (768, 768, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 3, 128),
+    (768, 768, 1, torch.bfloat16): _cfg(64, 128, 64, 4, 4),
+    (384, 384, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 3, 128),
+    (384, 384, 1, torch.bfloat16): _cfg(128, 128, 64, 8, 3, 128),
+    (192, 192, 7, torch.bfloat16): _cfg(128, 64, 64, 4, 4), (192, 192, 1, torch.bfloat16): _cfg(128, 64, 64, 4, 4),
+    (96, 96, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 3, 128),
+    (96, 96, 1, torch.bfloat16): _cfg(128, 128, 64, 8, 3, 128),
     (96, 1, 7, torch.bfloat16): _cfg(128, 16, 64, 4, 4),
 }
 
