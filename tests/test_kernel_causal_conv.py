@@ -3,10 +3,10 @@
 interpreter (in a subprocess, see tests/interpreter_child.py).
 
 Tolerances: fp32 convolutions sum in another order than PyTorch's (and the interpreter's dot is numpy's fp32
-matmul): 1e-5 relative to the sum of |terms|. bf16: both sides compute in fp32 and round where torch stores, so they
-differ where an fp32 sum lands on the other side of a bf16 rounding boundary: within 2 bf16 ulps of the output
-(2^-7 relative) plus the input rounding of the reference's own bf16 convolution, which is rounded again before
-the epilogue. The waveform stack streamed in pieces must equal the plain decoder's one pass within 1e-4 (fp32; the
+matmul): 1e-5 relative to the sum of |terms|. bf16 / fp16: both sides compute in fp32 and round where torch stores, so
+they differ where an fp32 sum lands on the other side of a rounding boundary: within 2 ulps of the output (2^-7
+relative in bf16, 2^-10 in fp16) plus the input rounding of the reference's own low-precision convolution, which is
+rounded again before the epilogue. The waveform stack streamed in pieces must equal the plain decoder's one pass within 1e-4 (fp32; the
 same bound test_codec_decoder.py holds streaming to).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def check_conv_against_torch():
     # of the 128-row tile, the 1x1 conv, the one-channel output conv; Cin 64 / 128: whole k blocks (EVEN_K)
     shapes = ((2, 130, 24, 24, 7, 3), (1, 50, 40, 96, 7, 9), (3, 129, 48, 20, 1, 1), (2, 70, 12, 1, 7, 1),
               (2, 40, 64, 32, 7, 1), (1, 30, 128, 16, 1, 1))
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for b, t, cin, cout, k, d in shapes:
             ctx = (k - 1) * d
             x_ncl = (torch.randn(b, cin, ctx + t, generator=g)).to(dtype)
@@ -64,9 +64,9 @@ def check_conv_against_torch():
                 if dtype == torch.float32:
                     bound = 1e-5 * (scale + 1.0)
                 else:
-                    # conv rounding (the reference stores the bf16 conv first) + 2 ulps of what follows
+                    # conv rounding (the reference stores the bf16 / fp16 conv first) + 2 ulps of what follows
                     mag = (scale + want.double().abs() + 1.0)
-                    bound = 2.0 ** -6 * mag
+                    bound = 2 * torch.finfo(dtype).eps * mag
                 if epilogue == "snake":                   # sin's slope <= a * 2 inv: an input error grows by it
                     bound = bound * (1 + 2 * (a.double() * inv.double()))[None, :, None]
                 err = (got - want.double()).abs()
@@ -77,7 +77,7 @@ def check_conv_against_torch():
 def check_snake_channels_last():
     from voxflow.kernels.causal_conv import snake_channels_last
     g = torch.Generator().manual_seed(1)
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for b, t, c in ((2, 33, 5), (1, 300, 96)):
             x = (torch.randn(b, t, c, generator=g) * 3).to(dtype)
             a = (torch.rand(c, generator=g) + 0.5).to(dtype)
@@ -98,7 +98,7 @@ def check_overlap_add():
     codec pool's gathered state)."""
     from voxflow.kernels.causal_conv import overlap_add_channels_last
     g = torch.Generator().manual_seed(2)
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for b, t, k, s, c in ((2, 5, 6, 3, 7), (1, 3, 16, 8, 20), (2, 4, 2, 2, 5)):
             gemm = torch.randn(b, t, k, c, generator=g).to(dtype)
             bias = torch.randn(c, generator=g).to(dtype)

@@ -112,7 +112,7 @@ def _dot_tile_ttgir(with_register_user: bool) -> str:
 
 def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexact(monkeypatch):
     """causal_conv.epilogue_sin_mode: with FAST_EPILOGUE_SIN (the default) the hardware's sin.approx for TF32 /
-    bf16 convolutions, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's
+    bf16 / fp16 convolutions, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's
     sin off CUDA. conv1d_channels_last launches with the mode it returns (and with a tuned config's register cap),
     and the compiled 96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
     import os
@@ -123,11 +123,10 @@ def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexa
         assert causal_conv.FAST_EPILOGUE_SIN
     case = next(c for c in compile_check.cases() if c[0] == "conv_channels_last fp32 96->96 k=7 SNAKE libdevice sin")
     monkeypatch.setattr(causal_conv, "FAST_EPILOGUE_SIN", False)
-    assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in
-            ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float32, "ieee"))] == [1, 1, 1]
+    modes = ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float16, "ieee"), (torch.float32, "ieee"))
+    assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in modes] == [1, 1, 1, 1]
     monkeypatch.setattr(causal_conv, "FAST_EPILOGUE_SIN", True)
-    assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in
-            ((torch.float32, "tf32"), (torch.bfloat16, "ieee"), (torch.float32, "ieee"))] == [2, 2, 1]
+    assert [causal_conv.epilogue_sin_mode(True, dt, p) for dt, p in modes] == [2, 2, 2, 1]
     assert causal_conv.epilogue_sin_mode(False, torch.bfloat16, "ieee") == 0
     launched = {}
 
@@ -144,6 +143,12 @@ def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexa
     monkeypatch.setitem(causal_conv.TUNED, (16, 16, 3, torch.float32), causal_conv._cfg(64, 16, 16, 4, 2, 96))
     causal_conv.conv1d_channels_last(torch.zeros(1, 9, 16), torch.zeros(3, 16, 16), None, 1)
     assert launched["maxnreg"] == 96 and launched["BLOCK_T"] == 64
+    # fp16 launches with bf16's tuned config (same element size and tensor-core rate; not tuned on its own)
+    monkeypatch.setitem(causal_conv.TUNED, (16, 16, 3, torch.bfloat16), causal_conv._cfg(32, 16, 16, 4, 2, 80))
+    causal_conv.conv1d_channels_last(torch.zeros(1, 9, 16, dtype=torch.float16),
+                                     torch.zeros(3, 16, 16, dtype=torch.float16), None, 1)
+    assert launched["maxnreg"] == 80 and launched["BLOCK_T"] == 32
+    assert launched["PRECISE"] == ("mode", torch.float16, "ieee")
     _, kernel, types, consts, options = case
     options = dict(options)
     aligned = options.pop("aligned", ())

@@ -7,7 +7,8 @@
 #   stop_server NAME            stop it, keep /health and the gzipped trace
 #   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
-#   bench_offline LABEL         offline c=256 (512 prompts, 151 frames, 256 seqs) into $R/h200_1p7b_offline_c256_LABEL.*
+#   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
+#                               $R/h200_1p7b_offline_c256_LABEL.*
 
 device_setup() {
   R=$1; mkdir -p "$R"
@@ -55,6 +56,6 @@ gpu_tests() {
 bench_offline() {
   timeout 110 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
     --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
-    --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json" 2>&1 | grep -v "^\s*$" | tail -2
+    --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
 }

@@ -3,7 +3,8 @@ n frames each (the engine's shapes: 1-frame steps, 25-frame regular chunks), rep
 in each precision setting asked for.
 
     python benchmarks/scripts/profile_codec.py MODEL_DIR BATCH SETTING[,SETTING...]
-    SETTING: fp32 (convolutions and matmuls in TF32, cuDNN's default switch) | fp32-strict (no TF32) | bf16, each optionally with
+    SETTING: fp32 (convolutions and matmuls in TF32, cuDNN's default switch) | fp32-strict (no TF32) | bf16 | fp16,
+             each optionally with
              +bench (cudnn.benchmark: cuDNN times its algorithms once per shape before the capture) and/or
              +ncl (the waveform stack in [B, C, T] layout: codec_waveform_cl.py's channels-last path off)
 """
@@ -41,7 +42,7 @@ def run(model: str, batch: int, setting: str) -> None:
     torch.backends.cudnn.allow_tf32 = base != "fp32-strict"
     torch.backends.cudnn.benchmark = "bench" in extra
     codec_waveform_cl.ENABLED = "ncl" not in extra
-    dtype = "bfloat16" if base == "bf16" else "float32"
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(base, "float32")
     _, codec = load_for_engine(model, device="cuda", dtype="bfloat16", max_slots=batch, codec_dtype=dtype)
     t = time.perf_counter()
     codec.warmup([batch], [1, 25])

@@ -31,6 +31,7 @@ CANDIDATES = {
                      (256, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 32, 64, 4, 4), (256, 64, 64, 8, 3),
                      (128, 128, 64, 8, 3, 128), (128, 128, 64, 8, 2, 128)],
 }
+CANDIDATES[torch.float16] = CANDIDATES[torch.bfloat16]          # the same element size and tensor-core rate
 
 
 

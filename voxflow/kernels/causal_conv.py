@@ -9,7 +9,7 @@ sum_j x[t + j*d] @ W_j, so each tile of rows loads k shifted row blocks of the (
 adds the bias, and optionally applies the next SnakeBeta or adds the residual, before the single store.
 
 Numerics: products and sums in fp32 (fp32 inputs multiply in TF32 when cuDNN's convolutions may,
-`torch.backends.cudnn.allow_tf32`, PyTorch's default; bf16 inputs on bf16 tensor cores), the output rounded to the
+`torch.backends.cudnn.allow_tf32`, PyTorch's default; bf16 / fp16 inputs on their tensor cores), the output rounded to the
 activation dtype where torch would store it: the bias-less convolution, + bias, the SnakeBeta steps (snake_beta.py's
 rounding points), + residual. (The one-channel output conv's [B, C, T] kernel path rounds each tap's product before
 its fp32 sum instead: the same class of error.) The GPU tests hold the whole stack to the plain PyTorch decoder.
@@ -25,7 +25,7 @@ import triton.language as tl
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.snake_beta import snake
 
-_DTYPES = (torch.float32, torch.bfloat16)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
@@ -150,6 +150,9 @@ def launch_config(cin: int, cout: int, dtype: torch.dtype, k: int) -> dict:
     that divides cout (96 -> one masked 128 tile); k blocks of 32 (fp32) / 64 (bf16) channels."""
     if (cin, cout, k, dtype) in TUNED:
         return TUNED[(cin, cout, k, dtype)]
+    if dtype == torch.float16 and (cin, cout, k, torch.bfloat16) in TUNED:
+        # bf16's config where fp16 has none of its own: the same element size and tensor-core rate
+        return TUNED[(cin, cout, k, torch.bfloat16)]
     if cout % 128 == 0 or cout < 128:
         block_n = max(16, min(128, triton.next_power_of_2(cout)))
     else:
@@ -169,7 +172,7 @@ def _unit_channel_stride(t: torch.Tensor) -> bool:
 
 def supported(x: torch.Tensor) -> bool:
     """Whether the channels-last stack can take the decoder input x [B, C, T] (it makes its own [B, T, C] rows, so
-    x's layout does not matter): fp32 / bf16, and no autograd graph to record (the kernels have no backward)."""
+    x's layout does not matter): fp32 / bf16 / fp16, and no autograd graph to record (the kernels have no backward)."""
     return x.dim() == 3 and x.dtype in _DTYPES and not (torch.is_grad_enabled() and x.requires_grad)
 
 
@@ -283,9 +286,9 @@ def triton_interpreting() -> bool:
 
 
 # The SnakeBeta in a convolution's epilogue with the hardware's sin.approx.f32 instead of libdevice's sinf, where
-# the convolution is inexact anyway: TF32 products (~5e-4 relative), or bf16, whose inputs, output and every
-# SnakeBeta step are rounded to 8 bits. sin.approx's absolute error is ~1e-6 for |x| < 100 pi (PTX ISA) and grows
-# with |x| beyond (its argument scaling: ~|x| * 6e-8, 6e-5 at 1000) - still below TF32's and bf16's own errors.
+# the convolution is inexact anyway: TF32 products (~5e-4 relative), or bf16 / fp16, whose inputs, output and every
+# SnakeBeta step are rounded to 8 (11) bits. sin.approx's absolute error is ~1e-6 for |x| < 100 pi (PTX ISA) and grows
+# with |x| beyond (its argument scaling: ~|x| * 6e-8, 6e-5 at 1000) - still below TF32's, bf16's and fp16's errors.
 # The epilogue is compute-bound on sinf's range reduction (session 14 call 3: SnakeBeta adds 19% to the 96- and
 # 192-channel k=7 convolutions in fp32, up to 52% in bf16). H200, 16 x 25-frame shapes (call 6): fp32 k=7 at 96 /
 # 192 channels 0.959 -> 0.807 / 0.831 -> 0.723 ms (outputs within 1.4e-6), bf16 0.930 -> 0.788 / 0.598 -> 0.415 at
@@ -296,10 +299,10 @@ FAST_EPILOGUE_SIN = os.environ.get("VOXFLOW_CONV_FAST_SIN", "1") == "1"
 
 def epilogue_sin_mode(is_cuda: bool, dtype: torch.dtype, dot_precision: str) -> int:
     """snake()'s PRECISE for a convolution's epilogue: 0 on the interpreter, 2 (sin.approx) with FAST_EPILOGUE_SIN
-    where the products are inexact (TF32 or bf16), else 1 (libdevice sinf, torch's bits)."""
+    where the products are inexact (TF32, bf16 or fp16), else 1 (libdevice sinf, torch's bits)."""
     if not is_cuda:
         return 0
-    return 2 if FAST_EPILOGUE_SIN and (dtype == torch.bfloat16 or dot_precision == "tf32") else 1
+    return 2 if FAST_EPILOGUE_SIN and (dtype in (torch.bfloat16, torch.float16) or dot_precision == "tf32") else 1
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:

@@ -18,6 +18,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 HOPPER = GPUTarget("cuda", 90, 32)
+_DTYPE_OF = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _ptr(t: str) -> str:
@@ -67,9 +68,9 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"bias_residual {dt}", snake_beta._bias_residual_kernel,
                     dict(h_ptr=p, bias_ptr=p, x_ptr=p, out_ptr=p), dict(BLOCK=1024),
                     dict(num_warps=4, enable_fp_fusion=False)))
-    for dt in ("fp32", "bf16"):
+    for dt in ("fp32", "bf16", "fp16"):
         p = _ptr(dt)
-        dtype = torch.float32 if dt == "fp32" else torch.bfloat16
+        dtype = _DTYPE_OF[dt]
         out.append((f"snake_channels_last {dt}", causal_conv._snake_cl_kernel,
                     dict(x_ptr=p, a_ptr=p, inv_ptr=p, out_ptr=p), dict(PRECISE=True, BLOCK=1024),
                     dict(num_warps=4, enable_fp_fusion=False)))
@@ -81,14 +82,14 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         # every tuned configuration, specialised as the JIT sees the decoder's calls (16-byte-aligned pointers,
         # channel counts and strides multiples of 16), plus the one-channel output conv unaligned
         for (cin, cout, k, tdt), cfg in causal_conv.TUNED.items():
-            if tdt != dtype:
+            if tdt != (torch.bfloat16 if dtype == torch.float16 else dtype):   # fp16 launches bf16's configs
                 continue
             epilogue = "SNAKE" if k > 1 and cout > 1 else "RESIDUAL" if k == 1 else None
             aligned = ("x_ptr", "w_ptr", "bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "out_ptr", "CIN", "x_sb", "x_st",
                        "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
             out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
                         *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
-            if cin == cout == 96 and k == 7:       # libdevice's sinf in the epilogue (FAST_EPILOGUE_SIN off)
+            if cin == cout == 96 and k == 7 and dt != "fp16":       # libdevice's sinf in the epilogue (FAST_EPILOGUE_SIN off)
                 kernel, types, consts, options = conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned)
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} libdevice sin", kernel, types,
                             {**consts, "PRECISE": 1}, options))
@@ -177,8 +178,7 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
     consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
-                  PRECISE=causal_conv.epilogue_sin_mode(True, torch.float32 if dt == "fp32" else torch.bfloat16,
-                                                        "tf32" if dt == "fp32" else "ieee"),
+                  PRECISE=causal_conv.epilogue_sin_mode(True, _DTYPE_OF[dt], "tf32" if dt == "fp32" else "ieee"),
                   DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
                   EVEN_K=cin % cfg["BLOCK_K"] == 0, **{key: v for key, v in cfg.items() if key.isupper()})
     return (causal_conv._conv_cl_kernel,
