@@ -28,7 +28,8 @@ class EngineConfig:
     max_waiting: int = 1024                    # queue limit; add_request raises QueueFullError beyond it
     cuda_graphs: bool = True                   # on a GPU: the per-frame step (and the codec) as CUDA graphs
     capture_at_start: bool = True              # capture the decode graphs while starting, not on first use
-    codec_dtype: str = "float32"               # the codec decoder's precision (bfloat16: see the SNR in benchmarks)
+    codec_dtype: str = "auto"                  # the codec decoder's precision: auto = fp16 on a GPU if the checkpoint
+                                               # passes a check against fp32 (codec_precision.py), else fp32
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; H200 session 8: no gain)

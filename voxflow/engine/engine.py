@@ -149,6 +149,8 @@ class EngineCore:
                                       "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
+        if getattr(codec, "precision", None):       # the codec's dtype and how it was chosen (codec_precision.py)
+            self.startup["codec_precision"] = codec.precision
         self.trace: StepTrace | None = None
         self._warm_up()
         # After warm-up: the trace holds served steps only.
@@ -207,7 +209,7 @@ class EngineCore:
         from ..models.registry import load_for_engine
         set_kernels_enabled(config.kernels)          # process-wide: one engine per process
         options = {"max_frames": config.max_model_len}     # no request it accepts outgrows the slot buffers
-        if config.codec_dtype != "float32":
+        if config.codec_dtype != "auto":
             options["codec_dtype"] = config.codec_dtype
         if not config.cuda_graphs:
             options["codec_cuda_graphs"] = False

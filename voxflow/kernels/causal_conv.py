@@ -9,9 +9,9 @@ sum_j x[t + j*d] @ W_j, so each tile of rows loads k shifted row blocks of the (
 adds the bias, and optionally applies the next SnakeBeta or adds the residual, before the single store.
 
 Numerics: products and sums in fp32 (fp32 inputs multiply in TF32 when cuDNN's convolutions may,
-`torch.backends.cudnn.allow_tf32`, PyTorch's default; bf16 / fp16 inputs on their tensor cores), the output rounded to the
-activation dtype where torch would store it: the bias-less convolution, + bias, the SnakeBeta steps (snake_beta.py's
-rounding points), + residual. (The one-channel output conv's [B, C, T] kernel path rounds each tap's product before
+`torch.backends.cudnn.allow_tf32`, PyTorch's default; bf16 / fp16 inputs on their tensor cores), the output rounded
+to the activation dtype where torch would store it: the bias-less convolution, + bias, the SnakeBeta steps
+(snake_beta.py's rounding points), + residual. (The one-channel output conv's [B, C, T] kernel path rounds each tap's product before
 its fp32 sum instead: the same class of error.) The GPU tests hold the whole stack to the plain PyTorch decoder.
 """
 from __future__ import annotations
@@ -125,9 +125,9 @@ def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int, maxn
 
 # (cin, cout, k, dtype) -> launch config: the fastest of the candidates for each of the real-size decoder's shapes
 # in a 16-stream x 25-frame call, the serving codec batch, on an H200 (benchmarks/scripts/tune_causal_conv.py,
-# benchmarks/results/h200/2026-12-02-session15/call2): the candidates include 128 x 128 tiles with registers capped
-# at 128 (two 8-warp blocks an SM). bf16 gained 14.03 -> 12.62 ms a call; fp32 stayed within noise (16.94 -> 16.99;
-# 768 k=1 and 96 k=7 changed). Other shapes: `launch_config`'s rule.
+# benchmarks/results/h200/2026-12-02-session15/call2; fp16: call3): the candidates include 128 x 128 tiles with
+# registers capped at 128 (two 8-warp blocks an SM). bf16 gained 14.03 -> 12.62 ms a call; fp32 stayed within noise
+# (16.94 -> 16.99; 768 k=1 and 96 k=7 changed). Other shapes: `launch_config`'s rule.
 TUNED: dict = {
     (768, 768, 7, torch.float32): _cfg(128, 128, 64, 8, 3), (768, 768, 1, torch.float32): _cfg(128, 64, 32, 4, 4),
     (384, 384, 7, torch.float32): _cfg(128, 128, 64, 8, 3), (384, 384, 1, torch.float32): _cfg(64, 128, 32, 4, 4),
@@ -142,12 +142,17 @@ TUNED: dict = {
     (96, 96, 7, torch.bfloat16): _cfg(128, 128, 64, 8, 3, 128),
     (96, 96, 1, torch.bfloat16): _cfg(128, 128, 64, 8, 3, 128),
     (96, 1, 7, torch.bfloat16): _cfg(128, 16, 64, 4, 4),
+    # fp16 (the codec's default on a GPU, codec_precision.py): session 15 call 3, the call 10.41 -> 9.94 ms against
+    # bf16's configs; unlike bf16 its 128 x 128 tiles need no spill (compile_check)
+    **{(c, c, k, torch.float16): _cfg(128, 128, 64, 8, 3, 128) for c in (768, 384, 192) for k in (7, 1)},
+    (96, 96, 7, torch.float16): _cfg(128, 128, 32, 8, 4), (96, 96, 1, torch.float16): _cfg(128, 128, 32, 8, 4),
+    (96, 1, 7, torch.float16): _cfg(128, 16, 64, 4, 4),
 }
 
 
 def launch_config(cin: int, cout: int, dtype: torch.dtype, k: int) -> dict:
     """Tile sizes for a [rows, cin] x [cin, cout] implicit GEMM: 128 rows; the widest of 128 / 64 output channels
-    that divides cout (96 -> one masked 128 tile); k blocks of 32 (fp32) / 64 (bf16) channels."""
+    that divides cout (96 -> one masked 128 tile); k blocks of 32 (fp32) / 64 (bf16, fp16) channels."""
     if (cin, cout, k, dtype) in TUNED:
         return TUNED[(cin, cout, k, dtype)]
     if dtype == torch.float16 and (cin, cout, k, torch.bfloat16) in TUNED:

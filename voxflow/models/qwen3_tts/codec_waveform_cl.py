@@ -27,7 +27,8 @@ ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to
 
 
 def supported(x: torch.Tensor) -> bool:
-    """On CUDA with kernels on, fp32 / bf16 / fp16, and no autograd graph to record (the Triton kernels have no backward)."""
+    """On CUDA with kernels on, fp32 / bf16 / fp16, and no autograd graph to record (the Triton kernels have no
+    backward)."""
     if not (ENABLED and use_kernels(x)):
         return False
     from voxflow.kernels.causal_conv import supported as kernels_take

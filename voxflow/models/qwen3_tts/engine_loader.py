@@ -2,11 +2,13 @@
 
 The codec runner's state pool has one row per engine slot (`max_slots` = the engine's max_num_seqs: a request
 keeps its slot while running, prefilling or preempted, and its codec state lives no longer than that).
-`codec_dtype` is the codec decoder's dtype: float32 by default (half precision is known to hurt it, spec 10);
-"bfloat16" is measured against it by `python -m voxflow.tools.codec_snr`. `codec_cuda_graphs=False` makes the
-codec run its steps eagerly on a GPU (no effect on a CPU). `codec_max_batch` caps how many requests one codec
-call decodes (bigger groups are split): the codec's activations grow with the batch (a 64 x 25-frame call holds
-GBs of upsampled feature maps), so a memory-bound deployment trades a few more calls for a smaller peak.
+`codec_dtype` is the codec decoder's dtype: "auto" (the default) runs fp16 on a GPU when this checkpoint's decoder
+passes codec_precision.py's check against its fp32 decode, else fp32; "float32", "bfloat16", "float16" force one
+(each measured against fp32 by `python -m voxflow.tools.codec_snr`; half precision can overflow, spec 10).
+`codec_cuda_graphs=False` makes the codec run its steps eagerly on a GPU (no effect on a CPU). `codec_max_batch`
+caps how many requests one codec call decodes (bigger groups are split): the codec's activations grow with the
+batch (a 64 x 25-frame call holds GBs of upsampled feature maps), so a memory-bound deployment trades a few more
+calls for a smaller peak.
 `max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
 makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
@@ -14,28 +16,27 @@ from __future__ import annotations
 
 import torch
 
+from .codec_precision import CODEC_DTYPES, resolve_codec_dtype
 from .codec_runner import BATCH_BUCKETS, Qwen3CodecRunner
 from .model import Qwen3TTS
 from .plugin import Qwen3TTSPlugin
 
-CODEC_DTYPES = ("float32", "bfloat16", "float16")
-
-
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
-         codec_dtype: str = "float32", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
+         codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
          max_frames: int | None = None):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
         raise ValueError(f"codec_dtype must be one of {', '.join(CODEC_DTYPES)}, got {codec_dtype!r}")
-    decoder_dtype = getattr(torch, codec_dtype)
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype))
+    chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
     for p in model.codec_decoder.parameters():
-        p.data = p.data.to(decoder_dtype)
+        p.data = p.data.to(getattr(torch, chosen))
     buckets = BATCH_BUCKETS
     if codec_max_batch is not None:
         if codec_max_batch < 1:
             raise ValueError(f"codec_max_batch must be >= 1, got {codec_max_batch}")
         buckets = tuple(b for b in BATCH_BUCKETS if b < codec_max_batch) + (codec_max_batch,)
     codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets)
+    codec.precision = precision                 # how the dtype was chosen: the engine's startup record
     return Qwen3TTSPlugin(model, max_slots=max_slots, max_frames=max_frames), codec

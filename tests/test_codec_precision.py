@@ -1,0 +1,65 @@
+"""codec_precision.py: how codec_dtype="auto" picks the codec decoder's precision, and the fp16 check behind it,
+on the small random decoder of test_codec_decoder.py (CPU: PyTorch's fp16 convolutions are slow there but exact
+enough to show the check's verdicts)."""
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import torch
+
+from test_codec_decoder import random_decoder  # tests/test_codec_decoder.py
+from voxflow.models.qwen3_tts.codec_decoder_blocks import SnakeBeta
+from voxflow.models.qwen3_tts.codec_precision import AUTO_MIN_SNR_DB, half_precision_check, resolve_codec_dtype
+
+TINY = os.environ.get("VOXFLOW_TINY_DIR", "")          # conftest.py writes the tiny checkpoints
+
+
+def overflowing_decoder():
+    """The same decoder with one SnakeBeta whose 1 / (e^beta + 1e-9) is ~1e9: finite in fp32, inf in fp16 (the
+    1e-9 rounds to 0 there and e^-30 underflows)."""
+    dec = random_decoder(seed=7)
+    snake = next(m for m in dec.decoder.modules() if isinstance(m, SnakeBeta))
+    with torch.no_grad():
+        snake.beta.fill_(-30.0)
+    return dec
+
+
+def test_fp16_check_passes_a_healthy_decoder_and_fails_one_that_overflows():
+    ok = half_precision_check(random_decoder(seed=7), torch.float16, frames=4)
+    assert ok["finite"] and ok["snr_db"] >= AUTO_MIN_SNR_DB, ok
+    bf16 = half_precision_check(random_decoder(seed=7), torch.bfloat16, frames=4)
+    assert bf16["snr_db"] < ok["snr_db"] - 10.0, (bf16, ok)          # the check tells precisions apart
+    bad = half_precision_check(overflowing_decoder(), torch.float16, frames=4)
+    assert not bad["finite"] or bad["snr_db"] < AUTO_MIN_SNR_DB, bad
+
+
+def test_auto_picks_fp16_on_a_gpu_only_when_the_check_passes(caplog):
+    assert resolve_codec_dtype("auto", random_decoder(seed=7), gpu=True)[0] == "float16"
+    with caplog.at_level(logging.WARNING, logger="voxflow.codec"):
+        chosen, report = resolve_codec_dtype("auto", overflowing_decoder(), gpu=True)
+    assert chosen == "float32" and report["why"] == "fp16 check failed" and "fp16 check failed" in caplog.text
+    # no GPU: fp32 without a check
+    assert resolve_codec_dtype("auto", random_decoder(seed=7)) == ("float32", {"requested": "auto",
+                                                                               "dtype": "float32", "why": "no GPU"})
+
+
+def test_explicit_dtypes_are_kept_and_a_failing_fp16_is_warned_about(caplog):
+    for name in ("float32", "bfloat16"):
+        assert resolve_codec_dtype(name, random_decoder(seed=7), gpu=True) == (name, {"requested": name,
+                                                                                      "dtype": name})
+    with caplog.at_level(logging.WARNING, logger="voxflow.codec"):
+        chosen, report = resolve_codec_dtype("float16", overflowing_decoder(), gpu=False)
+    assert chosen == "float16" and "expect degraded audio" in caplog.text and report["check"]["dtype"] == "float16"
+    with pytest.raises(ValueError, match="codec_dtype must be one of"):
+        resolve_codec_dtype("fp16", random_decoder(seed=7))
+
+
+def test_the_loader_resolves_auto_and_reports_it():
+    from voxflow.models.qwen3_tts.engine_loader import load
+    _, codec = load(os.path.join(TINY, "custom_voice"), max_slots=2)
+    assert codec.dtype == torch.float32 and codec.precision == {"requested": "auto", "dtype": "float32",
+                                                                "why": "no GPU"}
+    _, codec = load(os.path.join(TINY, "custom_voice"), max_slots=2, codec_dtype="float16")
+    assert codec.dtype == torch.float16 and codec.precision["check"]["finite"]
