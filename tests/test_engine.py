@@ -280,6 +280,7 @@ def test_bad_requests_fail_alone_and_the_queue_has_a_limit():
     results = drive(core, {})
     assert {r: o[-1].reason for r, o in results.items()} == {"ok1": FinishReason.LENGTH, "ok2": FinishReason.LENGTH}
     assert core.stats()["finished"] == 2
+    assert core.stats()["codec_nonfinite_chunks"] == 0          # the codec's repaired-NaN counter is reported
     assert_all_released(core)
 
 

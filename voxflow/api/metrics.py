@@ -39,7 +39,8 @@ RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 
 DURATION_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 UNDERRUN_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 CONTINUITY_THRESHOLDS_MS = (100, 200)
-ENGINE_COUNTERS = ("finished", "aborted", "errors", "preemptions", "steps")
+ENGINE_COUNTERS = ("finished", "aborted", "errors", "preemptions", "steps",
+                   "codec_nonfinite_chunks")       # chunks whose NaN samples the codec zeroed (codec_runner.py)
 
 
 class Metrics:

@@ -281,6 +281,7 @@ class EngineCore:
                       "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device)}
         return {**memory, "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
+                "codec_nonfinite_chunks": getattr(self.codec, "nonfinite_chunks", 0),
                 "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup,
                 "step_seconds": {k: round(v, 3) for k, v in self.timings.items()},
                 "ttfp_breakdown_ms": {k: round(v / self._ttfp_count * 1e3, 2) for k, v in self._ttfp_parts.items()}

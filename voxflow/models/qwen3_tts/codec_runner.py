@@ -35,6 +35,8 @@ import types
 from collections import defaultdict
 from typing import Sequence
 
+import logging
+
 import numpy as np
 import torch
 
@@ -42,6 +44,8 @@ from ...engine.host_to_device import to_device
 from .codec_decoder import CodecDecoder
 from .codec_graphs import CodecGraphs
 from .codec_pool import CodecRow, CodecStatePool
+
+log = logging.getLogger("voxflow.codec")
 
 Frames = torch.Tensor | Sequence[torch.Tensor]     # one request's frames: [n, Q], or pieces of it in order
 
@@ -71,14 +75,26 @@ def frame_pieces(n: int, final: bool, buckets: Sequence[int] | None) -> tuple[in
     return tuple(pieces)
 
 
+def zero_nonfinite(pcm: np.ndarray) -> bool:
+    """Zeroes a chunk's NaN samples in place; True if there were any. The decoder clamps its output to [-1, 1], so
+    NaN is the only non-finite value left: a half-precision decode that overflowed (codec_precision.py checks a
+    checkpoint at load, not every input). A zeroed stretch is a dropout; NaN cast to 16-bit PCM is full-scale noise."""
+    if np.isfinite(pcm).all():
+        return False
+    np.nan_to_num(pcm, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
+    return True
+
+
 class PendingPCM:
     """The PCM of one `decode_async` call: `ready()` never blocks; `result()` waits only if the copy is not done."""
 
-    def __init__(self, num_requests: int, event: torch.cuda.Event | None, keep_alive: list):
+    def __init__(self, num_requests: int, event: torch.cuda.Event | None, keep_alive: list,
+                 on_nonfinite=None):
         self._parts: list[tuple[torch.Tensor, int, int] | None] = [None] * num_requests   # (host, row, samples)
         self._event = event
         self._keep_alive = keep_alive      # the call's state handles: their rows stay taken until the result
         self._pcm: list[np.ndarray] | None = None
+        self._on_nonfinite = on_nonfinite  # called with the number of chunks zero_nonfinite repaired
 
     def ready(self) -> bool:
         return self._event is None or self._event.query()
@@ -92,6 +108,9 @@ class PendingPCM:
             self._pcm = [np.zeros(0, dtype=np.float32) if p is None else p[0][p[1], : p[2]].numpy().copy()
                          for p in self._parts]
             self._parts, self._keep_alive = [], []
+            repaired = sum(zero_nonfinite(pcm) for pcm in self._pcm)
+            if repaired and self._on_nonfinite is not None:
+                self._on_nonfinite(repaired)
         return self._pcm
 
 
@@ -110,6 +129,7 @@ class Qwen3CodecRunner:
         self.samples_per_frame = model.samples_per_frame
         self.device = next(self.decoder.parameters()).device
         self.dtype = next(self.decoder.parameters()).dtype
+        self.nonfinite_chunks = 0          # chunks whose NaN samples were zeroed (zero_nonfinite): the engine's stats
         self.pool = CodecStatePool(self.decoder, max_rows)
         if frame_buckets is not None:
             frame_buckets = tuple(sorted(set(frame_buckets)))
@@ -159,6 +179,12 @@ class Qwen3CodecRunner:
     def release(self, state: CodecRow) -> None:
         """Give the request's row back (idempotent). Work already queued for it still completes correctly."""
         state.release()
+
+    def _note_nonfinite(self, chunks: int) -> None:
+        if self.nonfinite_chunks == 0:
+            log.warning("the codec decoded NaN samples (zeroed; %s decoder): if it recurs, serve with "
+                        "--codec-dtype float32", str(self.dtype).removeprefix("torch."))
+        self.nonfinite_chunks += chunks
 
     def decode(self, states: list[CodecRow], frames: list[Frames], final: list[bool] | None = None
                ) -> tuple[list[np.ndarray], list[CodecRow]]:
@@ -257,7 +283,7 @@ class Qwen3CodecRunner:
             pieces = frame_pieces(n, final[i], self.frame_buckets)
             if pieces:
                 groups[pieces].append(i)
-        pending = PendingPCM(len(states), None, list(states))
+        pending = PendingPCM(len(states), None, list(states), self._note_nonfinite)
         cap = self._max_batch()
         for pieces, idx in groups.items():
             for a in range(0, len(idx), cap or len(idx)):
