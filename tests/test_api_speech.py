@@ -358,6 +358,7 @@ def test_client_disconnect_aborts_the_engine_request(server, http):
         _open_stream(stack, http, speech(response_format="pcm", stream_format="audio", **LONG))
     after = wait_idle(http)                     # the API noticed, the engine finished the request
     assert after[("voxflow_engine_aborted", ())] == before[("voxflow_engine_aborted", ())] + 1
+    assert after[("voxflow_engine_codec_nonfinite_chunks", ())] == 0      # the engine's NaN-chunk count, exported
     key = ("voxflow_requests_finished_total", (("reason", "client_disconnect"),))
     assert after[key] - before.get(key, 0) == 1
     assert after[("voxflow_kv_cache_usage_ratio", ())] == 0          # no leaked KV blocks

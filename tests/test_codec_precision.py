@@ -63,3 +63,39 @@ def test_the_loader_resolves_auto_and_reports_it():
                                                                 "why": "no GPU"}
     _, codec = load(os.path.join(TINY, "custom_voice"), max_slots=2, codec_dtype="float16")
     assert codec.dtype == torch.float16 and codec.precision["check"]["finite"]
+
+
+@pytest.fixture
+def tf32_on():
+    """Both TF32 switches on (as serving has them) for the test, then as they were (torch.backends.cuda.matmul
+    takes no monkeypatch: its attributes are properties of a module object)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_the_check_restores_the_tf32_switches_frees_derived_weights_and_auto_survives_its_errors(monkeypatch,
+                                                                                                   tf32_on):
+    """The check turns TF32 off for its fp32 reference and restores the switches, also when the decode raises;
+    it drops weights the kernels derived during its fp32 pass (they would hold GPU memory the KV pool is sized
+    from); an "auto" whose check raises (out of memory, a kernel that does not compile) falls back to fp32, an
+    explicit float16 does not hide the error."""
+    from voxflow.models.qwen3_tts.codec_decoder import CodecDecoder
+    dec = random_decoder(seed=7)
+    conv = dec.decoder[-1]
+    conv._derived = ("stale key", torch.zeros(3))
+    half_precision_check(dec, torch.float16, frames=2)
+    assert conv._derived is None
+    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+
+    def boom(self, codes, state=None):
+        raise RuntimeError("no fp16 kernel here")
+    monkeypatch.setattr(CodecDecoder, "forward", boom)
+    with pytest.raises(RuntimeError, match="no fp16 kernel"):
+        half_precision_check(dec, torch.float16, frames=2)
+    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    assert resolve_codec_dtype("auto", dec, gpu=True) == ("float32", {"requested": "auto", "dtype": "float32",
+                                                                      "why": "fp16 check error: RuntimeError"})
+    with pytest.raises(RuntimeError, match="no fp16 kernel"):
+        resolve_codec_dtype("float16", dec, gpu=True)

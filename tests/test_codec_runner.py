@@ -332,8 +332,9 @@ def test_pool_state_is_packed_so_a_step_gathers_once_per_dtype(dec, monkeypatch)
 
 def test_nan_audio_is_zeroed_counted_and_logged(dec, caplog):
     """A decode that yields NaN (as an overflowing half-precision decoder would; here the output conv's bias is
-    NaN) reaches the caller as silence, not as NaN (which 16-bit PCM would turn into full-scale noise); the runner
-    counts the chunk (the engine's stats and /metrics read it) and warns once; a healthy decode counts none."""
+    NaN) reaches the caller zeroed, not as NaN (which 16-bit PCM would turn into full-scale noise), flagged per
+    request (the engine ends those requests: test_engine.py); the runner counts the chunks (the engine's stats and
+    /metrics read it) and warns once; a healthy decode counts none."""
     import copy
     import logging
     from voxflow.models.qwen3_tts.codec_runner import zero_nonfinite
@@ -343,9 +344,11 @@ def test_nan_audio_is_zeroed_counted_and_logged(dec, caplog):
     runner = Qwen3CodecRunner.from_decoder(bad, max_rows=2)
     states = [runner.new_state(None) for _ in range(2)]
     with caplog.at_level(logging.WARNING, logger="voxflow.codec"):
-        out, _ = runner.decode(states, [codes_for(3, seed=1), codes_for(2, seed=2)], final=[True, True])
+        pending = runner.decode_async(states, [codes_for(3, seed=1), codes_for(2, seed=2)], final=[True, True])
+        out = pending.result()
         runner.decode(states[:1], [codes_for(1, seed=3)], final=[True])
     assert [p.shape for p in out] == [(3 * UP,), (2 * UP,)] and not any(p.any() for p in out)
+    assert pending.nonfinite == [True, True]                   # which requests the engine must end
     assert runner.nonfinite_chunks == 3 and caplog.text.count("decoded NaN samples") == 1
     healthy = Qwen3CodecRunner.from_decoder(dec, max_rows=1)
     (pcm,), _ = healthy.decode([healthy.new_state(None)], [codes_for(3, seed=1)], final=[True])

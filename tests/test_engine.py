@@ -267,6 +267,31 @@ def test_tiny_kv_pool_preempts_and_every_request_finishes_correctly():
     assert_all_released(core)
 
 
+def test_nan_audio_ends_its_request_with_an_error_and_the_engine_goes_on():
+    """A codec that decodes NaN (as an overflowing half-precision decoder would; here its output conv's bias is
+    NaN) poisons that stream's codec state: the request ends with an error naming the fix, no NaN or zeroed chunk
+    goes out, its slot, KV blocks and codec row come back, and the next request (in the reused codec row, reset
+    on reuse) is served normally once the decoder is healthy again."""
+    from voxflow.engine.engine import CODEC_NAN_ERROR
+    core = make_engine(max_num_seqs=1)
+    bias = core.codec.decoder.decoder[-1].conv.bias
+    saved = bias.detach().clone()
+    with torch.no_grad():
+        bias.fill_(float("nan"))
+    results = drive(core, {0: [greedy("Hello world.", 12, voice="vivian", request_id="bad")]})
+    final = results["bad"][-1]
+    assert final.reason is FinishReason.ERROR and final.error == CODEC_NAN_ERROR
+    assert not any(isinstance(o, AudioChunk) for o in results["bad"])
+    assert core.stats()["errors"] == 1 and core.stats()["codec_nonfinite_chunks"] >= 1
+    assert_all_released(core)
+    with torch.no_grad():
+        bias.copy_(saved)
+    req = greedy("Hello world.", 12, voice="vivian", request_id="good")
+    results = drive(core, {0: [req]})
+    assert results["good"][-1].reason is FinishReason.LENGTH
+    assert_engine_matches_reference("custom_voice", core, results, [req])
+
+
 def test_bad_requests_fail_alone_and_the_queue_has_a_limit():
     core = make_engine(max_waiting=2)
     with pytest.raises(ValueError, match="nobody"):
@@ -281,6 +306,8 @@ def test_bad_requests_fail_alone_and_the_queue_has_a_limit():
     assert {r: o[-1].reason for r, o in results.items()} == {"ok1": FinishReason.LENGTH, "ok2": FinishReason.LENGTH}
     assert core.stats()["finished"] == 2
     assert core.stats()["codec_nonfinite_chunks"] == 0          # the codec's repaired-NaN counter is reported
+    # and how the codec's precision was chosen (codec_dtype="auto" on a CPU: fp32, no check)
+    assert core.stats()["startup"]["codec_precision"] == {"requested": "auto", "dtype": "float32", "why": "no GPU"}
     assert_all_released(core)
 
 

@@ -2,12 +2,12 @@
 (voxflow/models/qwen3_tts/codec_waveform_cl.py) against the plain PyTorch modules, on CPU tensors through Triton's
 interpreter (in a subprocess, see tests/interpreter_child.py).
 
-Tolerances: fp32 convolutions sum in another order than PyTorch's (and the interpreter's dot is numpy's fp32
-matmul): 1e-5 relative to the sum of |terms|. bf16 / fp16: both sides compute in fp32 and round where torch stores, so
-they differ where an fp32 sum lands on the other side of a rounding boundary: within 2 ulps of the output (2^-7
-relative in bf16, 2^-10 in fp16) plus the input rounding of the reference's own low-precision convolution, which is
-rounded again before the epilogue. The waveform stack streamed in pieces must equal the plain decoder's one pass within 1e-4 (fp32; the
-same bound test_codec_decoder.py holds streaming to).
+Tolerances: fp32 convolutions sum in another order than PyTorch's (and the interpreter's dot is numpy's fp32 matmul):
+1e-5 relative to the sum of |terms|. bf16 / fp16: both sides compute in fp32 and round where torch stores, so they
+differ where an fp32 sum lands on the other side of a rounding boundary: within 2 ulps of the output (2^-7 relative in
+bf16, 2^-10 in fp16) plus the input rounding of the reference's own low-precision convolution, which is rounded again
+before the epilogue. The waveform stack streamed in pieces must equal the plain decoder's one pass within 1e-4 (fp32;
+the same bound test_codec_decoder.py holds streaming to).
 """
 from __future__ import annotations
 

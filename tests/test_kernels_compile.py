@@ -111,10 +111,10 @@ def _dot_tile_ttgir(with_register_user: bool) -> str:
 
 
 def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexact(monkeypatch):
-    """causal_conv.epilogue_sin_mode: with FAST_EPILOGUE_SIN (the default) the hardware's sin.approx for TF32 /
-    bf16 / fp16 convolutions, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's
-    sin off CUDA. conv1d_channels_last launches with the mode it returns (and with a tuned config's register cap),
-    and the compiled 96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
+    """causal_conv.epilogue_sin_mode: with FAST_EPILOGUE_SIN (the default) the hardware's sin.approx for TF32 / bf16 /
+    fp16 convolutions, libdevice's sinf (torch's bits) for exact fp32 ones or with the switch off; the interpreter's
+    sin off CUDA. conv1d_channels_last launches with the mode it returns (and with a tuned config's register cap), and
+    the compiled 96-channel convolution carries sin.approx with mode 2 and not with mode 1."""
     import os
 
     import torch
@@ -143,7 +143,7 @@ def test_fast_epilogue_sin_reaches_the_convolution_only_where_products_are_inexa
     monkeypatch.setitem(causal_conv.TUNED, (16, 16, 3, torch.float32), causal_conv._cfg(64, 16, 16, 4, 2, 96))
     causal_conv.conv1d_channels_last(torch.zeros(1, 9, 16), torch.zeros(3, 16, 16), None, 1)
     assert launched["maxnreg"] == 96 and launched["BLOCK_T"] == 64
-    # fp16 launches with bf16's tuned config (same element size and tensor-core rate; not tuned on its own)
+    # fp16 launches with bf16's tuned config where it has none of its own (same element size and tensor-core rate)
     monkeypatch.setitem(causal_conv.TUNED, (16, 16, 3, torch.bfloat16), causal_conv._cfg(32, 16, 16, 4, 2, 80))
     causal_conv.conv1d_channels_last(torch.zeros(1, 9, 16, dtype=torch.float16),
                                      torch.zeros(3, 16, 16, dtype=torch.float16), None, 1)

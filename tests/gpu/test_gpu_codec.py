@@ -156,13 +156,17 @@ def test_fp16_streaming_snr_against_fp32_one_pass(dec, monkeypatch):
 
 def test_auto_codec_dtype_picks_fp16_for_the_real_size_decoder(dec):
     """codec_dtype="auto" on the GPU: the load-time check (codec_precision.py) passes at the real size and picks fp16;
-    the cuDNN / matmul TF32 switches it turns off for its reference come back as they were."""
+    the cuDNN / matmul TF32 switches it turns off for its reference come back as they were (on, as serving has
+    them; this module turns them off for its own tests)."""
     from voxflow.models.qwen3_tts.codec_precision import AUTO_MIN_SNR_DB, resolve_codec_dtype
-    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    chosen, report = resolve_codec_dtype("auto", dec)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        chosen, report = resolve_codec_dtype("auto", dec)
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False     # as the module has them
     print(report)
     assert chosen == "float16" and report["check"]["finite"] and report["check"]["snr_db"] >= AUTO_MIN_SNR_DB
-    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
 
 
 def test_decode_async_on_the_codec_stream_equals_sync_decode(dec):

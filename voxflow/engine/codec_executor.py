@@ -89,6 +89,7 @@ class DecodedChunk:
     first_frame: int
     num_frames: int
     index: int
+    nonfinite: bool = False  # the decode gave NaN (zeroed in pcm): the request's codec state is poisoned
 
 
 class _SyncPending:
@@ -214,10 +215,11 @@ class CodecExecutor:
         while self._launched and (block or self._launched[0][0].ready()):
             pending, rows = self._launched.popleft()
             pcms = pending.result()
-            for (s, first, n, index), pcm in zip(rows, pcms):
+            flags = getattr(pending, "nonfinite", None) or [False] * len(pcms)
+            for (s, first, n, index), pcm, bad in zip(rows, pcms, flags):
                 s.in_flight -= 1
                 if self.streams.get(s.request_id) is s:          # else removed (aborted) meanwhile
-                    out.append(DecodedChunk(s.request_id, pcm, first, n, index))
+                    out.append(DecodedChunk(s.request_id, pcm, first, n, index, nonfinite=bad))
         return out
 
     @staticmethod

@@ -50,6 +50,8 @@ log = logging.getLogger("voxflow.engine")
 # waiting + prefill (until the host has launched its last prefill chunk), until its first frame is read back (the
 # first decode step(s), with the prefill's GPU work), until its first PCM chunk is out (the codec).
 TTFP_PARTS = ("prepare", "queue_and_prefill", "first_frame", "first_chunk")
+CODEC_NAN_ERROR = ("the codec decoder produced NaN audio (a half-precision overflow?); the server can run it in "
+                   "fp32: --codec-dtype float32")
 
 
 class QueueFullError(RuntimeError):
@@ -345,7 +347,12 @@ class EngineCore:
         idle = launched is None and not sched.prefill
         for dc in self.codec_exec.collect(block=idle or first_audio):
             live = self.live.get(dc.request_id)
-            if live is not None:
+            if live is not None and dc.nonfinite:
+                # NaN audio (an overflowing half-precision codec): the stream's codec state holds NaN now, so
+                # every later chunk would too; end the request with an error rather than stream silence
+                live.finish_reason = FinishReason.ERROR
+                outputs.append(self._retire(live, error=CODEC_NAN_ERROR))
+            elif live is not None:
                 outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))

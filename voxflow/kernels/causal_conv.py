@@ -11,8 +11,9 @@ adds the bias, and optionally applies the next SnakeBeta or adds the residual, b
 Numerics: products and sums in fp32 (fp32 inputs multiply in TF32 when cuDNN's convolutions may,
 `torch.backends.cudnn.allow_tf32`, PyTorch's default; bf16 / fp16 inputs on their tensor cores), the output rounded
 to the activation dtype where torch would store it: the bias-less convolution, + bias, the SnakeBeta steps
-(snake_beta.py's rounding points), + residual. (The one-channel output conv's [B, C, T] kernel path rounds each tap's product before
-its fp32 sum instead: the same class of error.) The GPU tests hold the whole stack to the plain PyTorch decoder.
+(snake_beta.py's rounding points), + residual. (The one-channel output conv's [B, C, T] kernel path rounds each
+tap's product before its fp32 sum instead: the same class of error.) The GPU tests hold the whole stack to the plain
+PyTorch decoder.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ def snake(x, a, inv, DTYPE: tl.constexpr, PRECISE: tl.constexpr):
     PRECISE: 0 the interpreter's sin, 1 libdevice's sinf (torch's bits), 2 the hardware's sin.approx."""
     t = round_to(x * a, DTYPE)
     if PRECISE == 2:                           # sin.approx.f32: causal_conv.py's epilogues where the convolution
-        s = libdevice.fast_sinf(t)             # is inexact anyway (TF32, bf16; see FAST_EPILOGUE_SIN there)
+        s = libdevice.fast_sinf(t)             # is inexact anyway (TF32, bf16, fp16; see FAST_EPILOGUE_SIN)
     elif PRECISE:
         s = libdevice.sin(t)                   # sinf, as torch's CUDA kernel
     else:

@@ -16,8 +16,9 @@ Every tensor in that step has a shape fixed by (batch size, frames), and the poo
 step can be captured in a CUDA graph (codec_graphs.py) and replayed with new row numbers and codes.
 
 Row `max_rows` is scratch that no request owns: padded batch entries (graph buckets) read it and write it, so
-their garbage never lands in a live request's row. Its content is always the output of some earlier decode of
-valid codes (or the initial state), hence finite, which is all padded entries need.
+their garbage never lands in a live request's row. Its content is the output of some earlier decode of valid
+codes (or the initial state): finite, unless a half-precision decode overflowed - and even then only the padded
+entries' discarded outputs see it, since every batch row is computed on its own.
 
 Rows go back to the free list on `release` (idempotent) or, as a safety net for callers that only drop the
 handle, when the handle is garbage-collected (weakref.finalize). A handle must stay referenced while work that

@@ -30,12 +30,11 @@ the two legitimately differ (the stream equals the single-pass decode).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import types
 from collections import defaultdict
 from typing import Sequence
-
-import logging
 
 import numpy as np
 import torch
@@ -78,7 +77,8 @@ def frame_pieces(n: int, final: bool, buckets: Sequence[int] | None) -> tuple[in
 def zero_nonfinite(pcm: np.ndarray) -> bool:
     """Zeroes a chunk's NaN samples in place; True if there were any. The decoder clamps its output to [-1, 1], so
     NaN is the only non-finite value left: a half-precision decode that overflowed (codec_precision.py checks a
-    checkpoint at load, not every input). A zeroed stretch is a dropout; NaN cast to 16-bit PCM is full-scale noise."""
+    checkpoint at load, not every input). NaN cast to 16-bit PCM would be full-scale noise; and the stream's state
+    then holds NaN too, so the engine ends such a request with an error (PendingPCM.nonfinite says which)."""
     if np.isfinite(pcm).all():
         return False
     np.nan_to_num(pcm, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
@@ -95,6 +95,7 @@ class PendingPCM:
         self._keep_alive = keep_alive      # the call's state handles: their rows stay taken until the result
         self._pcm: list[np.ndarray] | None = None
         self._on_nonfinite = on_nonfinite  # called with the number of chunks zero_nonfinite repaired
+        self.nonfinite: list[bool] = []    # after result(): per request, whether its chunk had NaN (now zeroed)
 
     def ready(self) -> bool:
         return self._event is None or self._event.query()
@@ -108,9 +109,9 @@ class PendingPCM:
             self._pcm = [np.zeros(0, dtype=np.float32) if p is None else p[0][p[1], : p[2]].numpy().copy()
                          for p in self._parts]
             self._parts, self._keep_alive = [], []
-            repaired = sum(zero_nonfinite(pcm) for pcm in self._pcm)
-            if repaired and self._on_nonfinite is not None:
-                self._on_nonfinite(repaired)
+            self.nonfinite = [zero_nonfinite(pcm) for pcm in self._pcm]
+            if any(self.nonfinite) and self._on_nonfinite is not None:
+                self._on_nonfinite(sum(self.nonfinite))
         return self._pcm
 
 
@@ -129,7 +130,7 @@ class Qwen3CodecRunner:
         self.samples_per_frame = model.samples_per_frame
         self.device = next(self.decoder.parameters()).device
         self.dtype = next(self.decoder.parameters()).dtype
-        self.nonfinite_chunks = 0          # chunks whose NaN samples were zeroed (zero_nonfinite): the engine's stats
+        self.nonfinite_chunks = 0          # chunks that held NaN samples (zero_nonfinite): the engine's stats
         self.pool = CodecStatePool(self.decoder, max_rows)
         if frame_buckets is not None:
             frame_buckets = tuple(sorted(set(frame_buckets)))
@@ -182,8 +183,8 @@ class Qwen3CodecRunner:
 
     def _note_nonfinite(self, chunks: int) -> None:
         if self.nonfinite_chunks == 0:
-            log.warning("the codec decoded NaN samples (zeroed; %s decoder): if it recurs, serve with "
-                        "--codec-dtype float32", str(self.dtype).removeprefix("torch."))
+            log.warning("the codec decoded NaN samples (%s decoder; the requests affected end with an error): "
+                        "if it recurs, serve with --codec-dtype float32", str(self.dtype).removeprefix("torch."))
         self.nonfinite_chunks += chunks
 
     def decode(self, states: list[CodecRow], frames: list[Frames], final: list[bool] | None = None

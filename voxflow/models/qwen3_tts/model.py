@@ -3,8 +3,9 @@
     model = Qwen3TTS.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", device="cpu", dtype=torch.float32)
 
 The talker (with its code predictor) and the speaker encoder come from `model.safetensors`; the 12 Hz codec
-(encoder and decoder) from `speech_tokenizer/model.safetensors`. The codec decoder defaults to fp32 whatever
-the talker's dtype, because half precision is known to break it (reference spec, section 10).
+(encoder and decoder) from `speech_tokenizer/model.safetensors`. The codec decoder loads in fp32 whatever the
+talker's dtype (half precision can overflow it, reference spec section 10); the engine's loader may then cast it
+to fp16 after checking this checkpoint against its fp32 decode (codec_precision.py).
 """
 from __future__ import annotations
 
