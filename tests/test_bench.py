@@ -480,6 +480,26 @@ def test_schema_is_stable(fake, tmp_path):
         report.validate_result(broken)
 
 
+def test_results_can_be_written_gzipped_and_read_back(fake, tmp_path):
+    """--output x.json.gz writes the result gzip-compressed (the committed results are kept so: every request's
+    record makes a c=256 result ~0.4 MB of JSON), the Markdown and plots beside it as x.md / x_*.png; load_result,
+    compare and results_table.py read it back."""
+    import gzip
+    out = tmp_path / "res.json.gz"
+    assert bench_main(["--base-url", fake.url, "--dataset", prompt_file(tmp_path, ["steady"]), "--num-prompts", "2",
+                       "--num-warmups", "0", "--label", "gz", "--output", str(out), "--no-progress"]) == 0
+    with gzip.open(out, "rt", encoding="utf-8") as f:
+        raw = json.load(f)
+    assert report.load_result(str(out)) == raw and raw["label"] == "gz"
+    assert (tmp_path / "res.md").exists() and (tmp_path / "res_latency.png").read_bytes()[:8] == PNG_MAGIC
+    assert report.result_stem("a/b.json.gz") == "a/b" and report.result_stem("a/b.json") == "a/b"
+    assert "== c=1 ==" in compare([str(out), str(out)])
+    table = subprocess.run([sys.executable, "benchmarks/scripts/results_table.py", str(tmp_path)],
+                           capture_output=True, text=True, check=True,
+                           cwd=os.path.join(os.path.dirname(__file__), ".."))
+    assert "| gz |" in table.stdout
+
+
 def test_compare_prints_ratios(fake, tmp_path, capsys):
     _, res = run(tmp_path, "--base-url", fake.url, "--dataset", prompt_file(tmp_path, ["steady"]),
                  "--num-prompts", 2, "--num-warmups", 0, "--no-plots", "--label", "base")

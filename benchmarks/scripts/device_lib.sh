@@ -56,6 +56,6 @@ gpu_tests() {
 bench_offline() {
   timeout 110 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
     --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
-    --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
+    --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
 }

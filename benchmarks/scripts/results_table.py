@@ -2,6 +2,8 @@
 
     python benchmarks/scripts/results_table.py benchmarks/results/h200/2026-11-29-*/ [--plots]
 
+Results are read as `voxflow bench` wrote them: .json, or .json.gz (how the committed ones are kept).
+
 One row per measured level: run folder, label and stack tags, model, level, first-packet latency p50 / p99,
 RTF (mean; lower is faster), audio seconds per wall second, share of streams without underrun, peak GPU memory
 of the engine (when the result recorded it). `--plots` (re)writes each result's PNGs beside it.
@@ -9,9 +11,10 @@ of the engine (when the result recorded it). `--plots` (re)writes each result's 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
+
+from voxflow.bench.report import read_json, result_stem
 
 
 def _model(result: dict) -> str:
@@ -33,8 +36,7 @@ def rows(paths: list[str]) -> list[str]:
     out = ["| run | label | model | level | TTFP p50 / p99 (ms) | RTF | audio-s/s | no underrun | peak GPU mem |",
            "|---|---|---|---|---|---|---|---|---|"]
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
+        result = read_json(path)
         if "levels" not in result:          # not a bench result (e.g. a saved /health answer)
             continue
         stats = ((result.get("target") or {}).get("engine") or {}).get("stats") or {}
@@ -53,15 +55,15 @@ def rows(paths: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     plots = "--plots" in argv
     folders = [a for a in argv if a != "--plots"]
-    paths = sorted(p for d in folders for p in glob.glob(os.path.join(d, "*.json")))
+    paths = sorted(p for d in folders for pattern in ("*.json", "*.json.gz")
+                   for p in glob.glob(os.path.join(d, pattern)))
     print("\n".join(rows(paths)))
     if plots:
         from voxflow.bench.plots import write_plots
         for p in paths:
-            with open(p, encoding="utf-8") as f:
-                result = json.load(f)
+            result = read_json(p)
             if "levels" in result:
-                write_plots(result, p[: -len(".json")])
+                write_plots(result, result_stem(p))
     return 0
 
 

@@ -96,7 +96,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("metrics and output")
     g.add_argument("--jitter-buffer-ms", type=float, default=0.0,
                    help="continuity: player start delay after the first chunk (default 0)")
-    g.add_argument("--output", "-o", default="bench-result.json", help="result JSON (plots and .md beside it)")
+    g.add_argument("--output", "-o", default="bench-result.json",
+                   help="result JSON, gzip-compressed if it ends in .gz (plots and .md beside it)")
     g.add_argument("--label", help="name of this configuration (shown by compare and in plots)")
     g.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                    help="configuration facts recorded with the run, e.g. batching=on cuda_graphs=off")
@@ -339,7 +340,7 @@ def _run(args) -> int:
                                  argv=_argv(),
                                  where=where)
     report.write_json(result, args.output)
-    prefix = os.path.splitext(args.output)[0]
+    prefix = report.result_stem(args.output)
     md = report.markdown_table(result)
     with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write(md)
