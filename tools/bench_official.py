@@ -225,7 +225,7 @@ def main(argv=None) -> int:
                                  levels=levels, label=args.label, tags=tags, where="engine",
                                  tool_name="tools/bench_official.py")
     report.write_json(result, args.output)
-    prefix = os.path.splitext(args.output)[0]
+    prefix = report.result_stem(args.output)
     md = report.markdown_table(result)
     with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write(md)
