@@ -480,6 +480,20 @@ def test_schema_is_stable(fake, tmp_path):
         report.validate_result(broken)
 
 
+def test_the_recorded_commit_comes_from_the_device_stamp_when_there_is_one(monkeypatch):
+    """On the lent GPU machine the tree is a copy whose .git may be stale: the device scripts export the commit
+    stamp_tree.sh wrote here, and the result records it (and says so); without it, git's own answer."""
+    monkeypatch.setenv("VOXFLOW_GIT_COMMIT", "0123abcd")
+    monkeypatch.setenv("VOXFLOW_GIT_DIRTY", "1")
+    assert report.git_info() == {"git_commit": "0123abcd", "git_dirty": True, "git_source": "VOXFLOW_GIT_COMMIT"}
+    assert report.tool_info()["git_commit"] == "0123abcd"
+    monkeypatch.delenv("VOXFLOW_GIT_DIRTY")
+    assert report.git_info()["git_dirty"] is False
+    monkeypatch.delenv("VOXFLOW_GIT_COMMIT")
+    info = report.git_info()
+    assert "git_source" not in info and info["git_commit"] != "0123abcd"
+
+
 def test_results_can_be_written_gzipped_and_read_back(fake, tmp_path):
     """--output x.json.gz writes the result gzip-compressed (the committed results are kept so: every request's
     record makes a c=256 result ~0.4 MB of JSON), the Markdown and plots beside it as x.md / x_*.png; load_result,

@@ -1,6 +1,7 @@
 # Shared steps of the device-call scripts (source it; bash). Earlier scripts (session 8 and before) spell these out
 # inline: they are the records of calls that ran and stay as they ran.
-#   device_setup DIR            install the carried wheels (h200_targets.sh STAGE=none), PYTHONPATH, GPU name
+#   device_setup DIR            install the carried wheels (h200_targets.sh STAGE=none), PYTHONPATH, GPU name; the
+#                               tree's commit from a carried .device_tree (stamp_tree.sh) for the results
 #   serve_variant NAME ARGS...  start `voxflow serve /tmp/real-1.7b` (bf16, 64 seqs, step trace in $R) with extra
 #                               ARGS and wait for /ready; returns 1 (and prints the log's tail) if it never came up
 #   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
@@ -13,6 +14,11 @@
 device_setup() {
   R=$1; mkdir -p "$R"
   export PYTHONUNBUFFERED=1
+  if [ -f .device_tree ]; then           # stamp_tree.sh's record of the tree (carried): the results' commit
+    export VOXFLOW_GIT_COMMIT=$(head -1 .device_tree)
+    grep -q '^dirty$' .device_tree && export VOXFLOW_GIT_DIRTY=1
+    echo "tree $(tr '\n' ' ' < .device_tree)" | tee "$R/tree.txt"
+  fi
   STAGE=none bash benchmarks/scripts/h200_targets.sh > /dev/null 2>&1
   export PYTHONPATH=$PWD:/tmp/site
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Prepared in session 15 (its device time spent) for the next session's first call, carry [".whl", ".whl-official"]
-# (the tree is ~23 MB since the results are kept gzipped, so both fit the 64 MiB carry):
+# Prepared in session 15 (its device time spent) for the next session's first call. First, here:
+# `bash benchmarks/scripts/stamp_tree.sh`; then carry [".whl", ".whl-official", ".device_tree"] (the tree is ~23 MB
+# since the results are kept gzipped, so both wheel folders fit the 64 MiB carry; the stamp names the tree's commit
+# in the results):
 #  1. the GPU tests session 15 changed after its last call or could not run: the codec's (the fp16 check's TF32
 #     restore, now starting from the switches on), the engine's (NaN audio now ends a request with an error; the
 #     fp32 engine tests pin the codec to fp32), and the no-hidden-sync test with the `base` checkpoint, which failed

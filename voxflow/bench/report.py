@@ -52,6 +52,13 @@ CONTINUITY_KEYS = ("num_streams", "jitter_buffer_s", "no_underrun_rate", "underr
 
 # ------------------------------------------------------------------------------------------------ environment
 def git_info() -> dict:
+    """The tree's commit and whether tracked files differ from it. VOXFLOW_GIT_COMMIT (and VOXFLOW_GIT_DIRTY=1)
+    name them where the tree is a copy without its own git metadata: the lent GPU machine gets the working tree,
+    and a stale .git there would name an older commit (benchmarks/scripts/stamp_tree.sh writes the stamp the
+    device scripts export)."""
+    if os.environ.get("VOXFLOW_GIT_COMMIT"):
+        return {"git_commit": os.environ["VOXFLOW_GIT_COMMIT"],
+                "git_dirty": os.environ.get("VOXFLOW_GIT_DIRTY") == "1", "git_source": "VOXFLOW_GIT_COMMIT"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = {"git_commit": None, "git_dirty": None}
     try:
