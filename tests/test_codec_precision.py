@@ -33,6 +33,11 @@ def test_fp16_check_passes_a_healthy_decoder_and_fails_one_that_overflows():
     assert bf16["snr_db"] < ok["snr_db"] - 10.0, (bf16, ok)          # the check tells precisions apart
     bad = half_precision_check(overflowing_decoder(), torch.float16, frames=4)
     assert not bad["finite"] or bad["snr_db"] < AUTO_MIN_SNR_DB, bad
+    broken = random_decoder(seed=7)                  # NaN already in fp32: no reference to measure against
+    with torch.no_grad():
+        broken.decoder[-1].conv.bias.fill_(float("nan"))
+    with pytest.raises(ValueError, match="fp32 decode of random codes is not finite"):
+        half_precision_check(broken, torch.float16, frames=4)
 
 
 def test_auto_picks_fp16_on_a_gpu_only_when_the_check_passes(caplog):

@@ -61,6 +61,8 @@ def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES
         if device.type == "cuda":
             torch.cuda.empty_cache()
     finite = bool(torch.isfinite(got).all())
+    if not bool(torch.isfinite(ref).all()):         # the fp32 decode itself is broken: nothing to measure against
+        raise ValueError("the codec decoder's fp32 decode of random codes is not finite: a broken checkpoint?")
     err = float(((ref - got) ** 2).sum()) if finite else math.nan
     identical = err == 0.0
     snr = None if not finite or identical else round(10.0 * math.log10(float((ref ** 2).sum()) / err), 2)
