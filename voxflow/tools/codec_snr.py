@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import math
 import os
@@ -25,6 +24,7 @@ import torch
 
 from voxflow.layers.conv_transpose_gemm import matmul_tf32
 from voxflow.models.qwen3_tts.codec_decoder import CodecDecoder
+from voxflow.models.qwen3_tts.codec_precision import cast_decoder, snr_db
 from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
 from voxflow.models.qwen3_tts.config import load_configs
 from voxflow.models.qwen3_tts.weights import load_into, read_safetensors, split_prefix
@@ -51,21 +51,6 @@ def random_real_codec_decoder(device: str = "cpu") -> CodecDecoder:
         decoder = CodecDecoder(CodecConfig.from_dict(cfg).decoder)
     load_into(decoder, split_prefix(tensors, "decoder."), what="real-size codec decoder", prefix="decoder.")
     return decoder.eval().requires_grad_(False)
-
-
-def cast_decoder(decoder: CodecDecoder, dtype: torch.dtype) -> CodecDecoder:
-    """A copy with its parameters in `dtype` (buffers such as the RoPE frequencies stay fp32, as model._build)."""
-    out = copy.deepcopy(decoder)
-    for p in out.parameters():
-        p.data = p.data.to(dtype)
-    return out
-
-
-def snr_db(ref: np.ndarray, x: np.ndarray) -> float:
-    """10 log10(signal / error energy), in float64; +inf when x == ref."""
-    ref, x = ref.astype(np.float64), x.astype(np.float64)
-    err = float(np.sum((ref - x) ** 2))
-    return math.inf if err == 0.0 else 10.0 * math.log10(float(np.sum(ref ** 2)) / err)
 
 
 def streamed(runner: Qwen3CodecRunner, codes: torch.Tensor, first: int = 1, chunk: int = 25) -> np.ndarray:

@@ -20,6 +20,7 @@ import logging
 import math
 import time
 
+import numpy as np
 import torch
 
 log = logging.getLogger("voxflow.codec")
@@ -32,6 +33,21 @@ CHECK_FRAMES = 25
 CHECK_SEED = 0
 
 
+def cast_decoder(decoder, dtype: torch.dtype):
+    """A copy with its parameters in `dtype` (buffers such as the RoPE frequencies stay fp32, as model._build)."""
+    out = copy.deepcopy(decoder)
+    for p in out.parameters():
+        p.data = p.data.to(dtype)
+    return out
+
+
+def snr_db(ref: np.ndarray, x: np.ndarray) -> float:
+    """10 log10(signal / error energy), in float64; +inf when x == ref."""
+    ref, x = ref.astype(np.float64), x.astype(np.float64)
+    err = float(np.sum((ref - x) ** 2))
+    return math.inf if err == 0.0 else 10.0 * math.log10(float(np.sum(ref ** 2)) / err)
+
+
 def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES, seed: int = CHECK_SEED) -> dict:
     """One-pass decode of `frames` seeded random frames by `decoder` (fp32) and by a `dtype` copy of it:
     {"dtype", "frames", "finite", "identical", "snr_db"} (snr_db None when the copy's output is not finite or is
@@ -40,15 +56,13 @@ def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES
     device = next(decoder.parameters()).device
     codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, frames),
                           generator=torch.Generator().manual_seed(seed)).to(device)
-    low = copy.deepcopy(decoder)
-    for p in low.parameters():
-        p.data = p.data.to(dtype)
+    low = cast_decoder(decoder, dtype)
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
         with torch.no_grad():
-            ref = decoder(codes).double()
-            got = low(codes).double()
+            ref = decoder(codes).float().cpu().numpy()
+            got = low(codes).float().cpu().numpy()
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
         del low
@@ -60,12 +74,12 @@ def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES
                 m._derived = None
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    finite = bool(torch.isfinite(got).all())
-    if not bool(torch.isfinite(ref).all()):         # the fp32 decode itself is broken: nothing to measure against
+    finite = bool(np.isfinite(got).all())
+    if not np.isfinite(ref).all():                  # the fp32 decode itself is broken: nothing to measure against
         raise ValueError("the codec decoder's fp32 decode of random codes is not finite: a broken checkpoint?")
-    err = float(((ref - got) ** 2).sum()) if finite else math.nan
-    identical = err == 0.0
-    snr = None if not finite or identical else round(10.0 * math.log10(float((ref ** 2).sum()) / err), 2)
+    snr = snr_db(ref, got) if finite else math.nan
+    identical = snr == math.inf
+    snr = None if not finite or identical else round(snr, 2)
     return {"dtype": str(dtype).removeprefix("torch."), "frames": frames, "finite": finite, "identical": identical,
             "snr_db": snr}
 
