@@ -160,3 +160,6 @@ class CodecModel(Protocol):
     #       new_state and new_states also take `after` (as decode_async: prefixes were complete when recorded).
     #   warmup(batch_sizes, frame_counts) -> seconds: capture CUDA graphs up front.
     #   capture_seconds: host seconds spent capturing CUDA graphs so far (the step trace's capture_ms).
+    #   precision: a dict saying which dtype the decoder runs in and why (the engine's startup record).
+    #   nonfinite_chunks: chunks whose PCM held NaN (the engine's stats); decode_async's pending then also has
+    #       nonfinite: [bool] per request after result(), and the engine ends those requests with an error.
