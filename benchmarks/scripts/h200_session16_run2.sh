@@ -5,6 +5,8 @@
 #     5 layers x 14 steps at 64 rows, predict on vs off; the engine with it == the CPU reference (cp head_dim 16);
 #  2. tune_cp_persistent.py: us per layer step vs the per-layer path at 1 / 8 / 64 rows, config variants, predict;
 #  3. profile_step c=1 / 64 with VOXFLOW_CP_PERSISTENT=1 (from one row) against the defaults, same machine.
+# (Ran as call 2 of session 16 on tree e0f44e9; the kernel, its tests and tune_cp_persistent.py were removed after
+# it, not adopted: benchmarks/results/h200/2026-12-02-session16/README.md. Run it from e0f44e9.)
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup $OUT/r
