@@ -5,8 +5,6 @@ The references are the plain torch expressions of voxflow/layers (kernel switch 
 tensors, or with `set_kernels_enabled(False)` on CUDA), plus fp32 versions for the error bounds."""
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn.functional as F
 
@@ -146,45 +144,3 @@ def clone_cache(cache):
     c = StaticLayerKVCache.__new__(StaticLayerKVCache)
     c.k, c.v, c.length = cache.k.clone(), cache.v.clone(), cache.length
     return c
-
-
-@torch.no_grad()
-def check_layer_step(step, shape, dtype, m, length, seed=0):
-    """A fused layer step `step(x, LayerWeights, cos, sin, cache) -> rows` (it claims the cache position) vs
-    Qwen3DecoderLayer.forward (torch, CPU) from the same cache contents: fp32 within 1e-5 of max |ref|; bf16 both
-    compared to the fp32 layer on the same (upcast) inputs, the fused step's error at most 1.5x the bf16 torch
-    layer's own plus 2^-9 of max |ref| (2^-8 of max |key| for the new key in the cache)."""
-    from voxflow.models.qwen3_tts.code_predictor import _layer_weights
-    from voxflow.layers.rotary import RotaryEmbedding
-    layer = make_layer(shape, dtype, seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    x = (torch.randn(m, shape["hidden"], generator=g) * 4).to(dtype)
-    cos, sin = RotaryEmbedding(shape["head_dim"], 1e6, 64)._compute(torch.tensor([[length]]), dtype)
-    cache = make_cache(shape, m, length, dtype, seed)
-    ref_cache = clone_cache(cache)
-    want = layer(x[:, None], cos, sin, ref_cache, None)[:, 0]
-    x_before = x.clone()
-    got = step(x, _layer_weights(layer), cos, sin, cache)
-    assert torch.equal(x, x_before), "a layer step must leave its input rows alone"
-    assert cache.length == ref_cache.length == length + 1
-    label = (shape["hidden"], dtype, m, length)
-    k_new, k_ref = cache.k[:, :, length].float(), ref_cache.k[:, :, length].float()
-    assert torch.equal(cache.k[:, :, :length], ref_cache.k[:, :, :length]), label
-    assert torch.equal(cache.k[:, :, length + 1:], ref_cache.k[:, :, length + 1:]), label
-    if dtype == torch.float32:
-        err = (got - want).abs().max().item()
-        assert err <= 1e-5 * want.abs().max().item(), (label, err)
-        assert (k_new - k_ref).abs().max().item() <= 1e-5 * k_ref.abs().max().item(), label
-        assert (cache.v[:, :, length] - ref_cache.v[:, :, length]).abs().max().item() <= 1e-5 * \
-            ref_cache.v[:, :, length].abs().max().item(), label
-        return
-    layer32 = copy.deepcopy(layer).float()
-    cache32 = clone_cache(make_cache(shape, m, length, dtype, seed))
-    cache32.k, cache32.v = cache32.k.float(), cache32.v.float()
-    want32 = layer32(x.float()[:, None], cos.float(), sin.float(), cache32, None)[:, 0]
-    err_fused = (got.float() - want32).abs().max().item()
-    err_ref = (want.float() - want32).abs().max().item()
-    assert err_fused <= 1.5 * err_ref + 2.0 ** -9 * want32.abs().max().item(), (label, err_fused, err_ref)
-    k32 = cache32.k[:, :, length]
-    err_fused, err_ref = (k_new - k32).abs().max().item(), (k_ref - k32).abs().max().item()
-    assert err_fused <= 1.5 * err_ref + 2.0 ** -8 * k32.abs().max().item(), (label, "key", err_fused, err_ref)

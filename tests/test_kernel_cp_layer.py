@@ -27,11 +27,13 @@ Tolerances (observed values in brackets, interpreter):
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
-from cp_layer_reference import (EPS, REAL, TINY, attention_inputs, attention_reference, check_layer_step,
-                                norm_linear_inputs, norm_linear_reference)
+from cp_layer_reference import (EPS, REAL, TINY, attention_inputs, attention_reference, clone_cache, make_cache,
+                                make_layer, norm_linear_inputs, norm_linear_reference)
 from float_compare import ulp_distance  # tests/float_compare.py
 from skinny_reference import reference  # tests/skinny_reference.py
 from interpreter_child import in_child, run_child  # tests/interpreter_child.py
@@ -125,20 +127,55 @@ def check_attention_cases(dtype):
         check_attention(REAL, dtype, 1, length, WIDE_ATT if length != 1 else dict(BLOCK_N=512, BLOCK_H=4))
 
 
+def _layer_weights(layer):
+    from voxflow.models.qwen3_tts.code_predictor import _layer_weights
+    return _layer_weights(layer)
+
+
+@torch.no_grad()
 def check_layer(shape, dtype, m, length, configs=None, seed=0):
     """cp_layer.layer_step vs Qwen3DecoderLayer.forward (torch, CPU) from the same cache contents."""
     from voxflow.kernels import cp_layer
-
-    def step(x, w, cos, sin, cache):
-        assert cp_layer.supported(x, w, cos, sin, cache.k, cache.v)
-        saved = dict(cp_layer.CONFIGS)
-        cp_layer.CONFIGS.update(configs or {})
-        try:
-            return cp_layer.layer_step(x, w, cos, sin, cache.k, cache.v, cache.claim())
-        finally:
-            cp_layer.CONFIGS.update(saved)
-
-    check_layer_step(step, shape, dtype, m, length, seed)
+    from voxflow.layers.rotary import RotaryEmbedding
+    layer = make_layer(shape, dtype, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = (torch.randn(m, shape["hidden"], generator=g) * 4).to(dtype)
+    cos, sin = RotaryEmbedding(shape["head_dim"], 1e6, 64)._compute(torch.tensor([[length]]), dtype)
+    cache = make_cache(shape, m, length, dtype, seed)
+    ref_cache = clone_cache(cache)
+    want = layer(x[:, None], cos, sin, ref_cache, None)[:, 0]
+    w = _layer_weights(layer)
+    assert cp_layer.supported(x, w, cos, sin, cache.k, cache.v)
+    saved = dict(cp_layer.CONFIGS)
+    cp_layer.CONFIGS.update(configs or {})
+    try:
+        x_before = x.clone()
+        got = cp_layer.layer_step(x, w, cos, sin, cache.k, cache.v, cache.claim())
+    finally:
+        cp_layer.CONFIGS.update(saved)
+    assert torch.equal(x, x_before), "layer_step must leave its input rows alone"
+    assert cache.length == ref_cache.length == length + 1
+    label = (shape["hidden"], dtype, m, length)
+    k_new, k_ref = cache.k[:, :, length].float(), ref_cache.k[:, :, length].float()
+    assert torch.equal(cache.k[:, :, :length], ref_cache.k[:, :, :length]), label
+    assert torch.equal(cache.k[:, :, length + 1:], ref_cache.k[:, :, length + 1:]), label
+    if dtype == torch.float32:
+        err = (got - want).abs().max().item()
+        assert err <= 1e-5 * want.abs().max().item(), (label, err)
+        assert (k_new - k_ref).abs().max().item() <= 1e-5 * k_ref.abs().max().item(), label
+        assert (cache.v[:, :, length] - ref_cache.v[:, :, length]).abs().max().item() <= 1e-5 * \
+            ref_cache.v[:, :, length].abs().max().item(), label
+        return
+    layer32 = copy.deepcopy(layer).float()
+    cache32 = clone_cache(make_cache(shape, m, length, dtype, seed))
+    cache32.k, cache32.v = cache32.k.float(), cache32.v.float()
+    want32 = layer32(x.float()[:, None], cos.float(), sin.float(), cache32, None)[:, 0]
+    err_fused = (got.float() - want32).abs().max().item()
+    err_ref = (want.float() - want32).abs().max().item()
+    assert err_fused <= 1.5 * err_ref + 2.0 ** -9 * want32.abs().max().item(), (label, err_fused, err_ref)
+    k32 = cache32.k[:, :, length]
+    err_fused, err_ref = (k_new - k32).abs().max().item(), (k_ref - k32).abs().max().item()
+    assert err_fused <= 1.5 * err_ref + 2.0 ** -8 * k32.abs().max().item(), (label, "key", err_fused, err_ref)
 
 
 WIDE_LAYER = dict(qkv=WIDE_NL, attention_o_proj=WIDE_ATT, gate_up=WIDE_NL, down=dict(BLOCK_N=256))

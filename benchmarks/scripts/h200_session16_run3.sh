@@ -5,6 +5,8 @@
 #  1. its GPU tests (one launch == the phase launches, first and chained layers; vs torch; a CUDA graph; predict);
 #  2. tune_cp_persistent.py at 1 and 64 rows (call 2, first version: 46.3 / 101.6 us vs 22.4 / 37.1 today);
 #  3. profile_step c=64, defaults vs VOXFLOW_CP_PERSISTENT=1 (from 2 rows), same machine.
+# (Ran as call 3 of session 16 on tree d4ff870; the kernel, its tests and tune_cp_persistent.py were removed after
+# it, not adopted: benchmarks/results/h200/2026-12-02-session16/README.md. Run it from d4ff870.)
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup $OUT/r

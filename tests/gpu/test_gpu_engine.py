@@ -24,12 +24,11 @@ torch.backends.cuda.matmul.allow_tf32 = False
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
-def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, model=None, **config):
+def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, **config):
     # the codec in fp32, not the GPU default ("auto": fp16 after its check), since the audio is held to the CPU
     # loop's within 1e-4
     config = dict(dict(max_num_seqs=8, num_kv_blocks=512, block_size=16, codec_dtype="float32"), **config)
-    model = model or os.path.join(TINY, "custom_voice")
-    core = EngineCore.from_config(EngineConfig(model=model, device="cuda", dtype=dtype,
+    core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda", dtype=dtype,
                                                cuda_graphs=cuda_graphs, kernels=kernels, **config))
     assert core.runner.cuda_graphs == cuda_graphs
     if config.get("talker_high_priority"):
@@ -58,17 +57,17 @@ def record_runs(monkeypatch, cls, name: str) -> list[bool]:
     return ran
 
 
-def reference(text, model_dir=None):
-    model = Qwen3TTS.from_pretrained(model_dir or os.path.join(TINY, "custom_voice"))
+def reference(text):
+    model = Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"))
     prompt, params, n, _ = prepare(model, SynthesisRequest(text=text, speaker="vivian", greedy=True, max_new_tokens=31))
     codes, _, _, _ = generate_codes(model, prompt, RequestSampler(params), n)
     return codes, decode_to_wav(model, codes)
 
 
-def assert_equals_reference(got, texts, model_dir=None):
+def assert_equals_reference(got, texts):
     """Each request's codes == the CPU loop's, its audio within 1e-4 (fp32)."""
     for i, text in enumerate(texts):
-        codes, wav = reference(text, model_dir)
+        codes, wav = reference(text)
         assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
         assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
 
@@ -110,30 +109,6 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     texts = TEXTS * 3
     got = engine_codes("float32", texts=texts, max_num_seqs=16)
     assert_equals_reference(got, texts)
-
-
-def test_gpu_persistent_code_predictor_layers_equal_cpu_reference(monkeypatch, tmp_path):
-    """code_predictor.CP_PERSISTENT (voxflow/kernels/cp_persistent_layer.py: a layer step in one launch with grid
-    barriers), twelve requests and one alone (rows 1..16, from MIN_ROWS 1): the same fp32 codes and audio as the CPU
-    loop, with the persistent layer run (inside the decode CUDA graphs). On a tiny checkpoint whose code predictor
-    has head_dim 16 (the standard set's 8 is below what the kernel takes)."""
-    from voxflow.tools.tiny_checkpoint import write_tiny_checkpoint
-    model_dir = write_tiny_checkpoint(tmp_path / "cp16", "custom_voice", cp_head_dim=16)
-    import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    from voxflow.kernels import cp_persistent_layer as pl
-    monkeypatch.setattr(cp_mod, "CP_PERSISTENT", True)
-    monkeypatch.setattr(cp_mod, "CP_PERSISTENT_MIN_ROWS", 1)
-    monkeypatch.setattr(cp_mod, "CP_FUSED_LAYER", False)
-    calls, real = [], pl.layer_step
-    monkeypatch.setattr(pl, "layer_step", lambda *a, **kw: (calls.append(a[0].shape[0]), real(*a, **kw))[1])
-    texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16, model=model_dir)
-    assert calls and max(calls) > 8, "the persistent layer did not run above the skinny sizes"
-    assert_equals_reference(got, texts, model_dir)
-    calls.clear()
-    got = engine_codes("float32", True, True, texts=TEXTS[1:2], model=model_dir)
-    assert calls and set(calls) == {1}
-    assert_equals_reference(got, TEXTS[1:2], model_dir)
 
 
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):

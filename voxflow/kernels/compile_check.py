@@ -171,9 +171,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 dict(HAS_RESIDUAL=True, BLOCK=2048), dict(enable_fp_fusion=False)))
     out.append(("silu_mul", silu_mul._silu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf),
                 dict(PRECISE_EXP=True, BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
-    for m, ssq_tiles in ((1, 0), (64, 64)):
-        out.append((f"cp_persistent_layer bf16 M={m} ssq_tiles={ssq_tiles}",
-                    *cp_persistent_layer_case("bf16", m, ssq_tiles)))
     return out
 
 
@@ -237,25 +234,6 @@ def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool = False)
             dict(num_warps=cfg["num_warps"], enable_fp_fusion=False, launch_pdl=pdl,
                  aligned=ptrs + ("ws_ptr", "cnt_ptr", "N", "s_qkv", "s_res", "s_out", "cos_sb", "sin_sb", "sk_b",
                                  "sk_h", "sk_t", "sv_b", "sv_h", "sv_t")))
-
-
-def cp_persistent_layer_case(dt: str, m: int, ssq_tiles: int = 64) -> tuple:
-    """(kernel, types, constexprs, options) of cp_persistent_layer.py's one-launch layer (PHASE 0: all phases and
-    the grid barriers) at the 1.7B code predictor's shapes, chained (x's sums of squares from the previous layer)."""
-    from voxflow.kernels import cp_persistent_layer as pl
-    p = _ptr(dt)
-    ptrs = ("x_ptr", "qkv_ptr", "att_ptr", "h_ptr", "act_ptr", "out_ptr", "w_qkv_ptr", "qw_ptr", "kw_ptr",
-            "w_o_ptr", "w_gu_ptr", "w_down_ptr", "cos_ptr", "sin_ptr", "kc_ptr", "vc_ptr")
-    f32 = ("ssq_x_ptr", "ssq_h_ptr", "ssq_out_ptr")
-    floats = ("in_eps", "post_eps", "q_eps", "k_eps", "scale", "h_float", "inv_d")
-    consts = dict(H=1024, INTER=3072, HQ=16, HKV=8, D=128, BM=max(16, triton.next_power_of_2(m)), BK=128,
-                  BN_QKV=32, BN_O=16, BN_GU=32, BN_DOWN=16, BLOCK_T=16, SSQ_X_TILES=ssq_tiles, BLOCK_H=1024,
-                  PHASE=0, PRECISE_EXP=True, DOT_IN_FP32=dt == "fp32")
-    return (pl._cp_layer_kernel, {**{q: p for q in ptrs}, **{q: _ptr("fp32") for q in f32}, "bar_ptr": _ptr("i32"),
-                                  **{f: "fp32" for f in floats}},
-            consts, dict(num_warps=4, num_stages=4, enable_fp_fusion=False,
-                         aligned=ptrs + f32 + ("bar_ptr", "s_x", "s_qkv", "s_att", "s_h", "s_act", "s_out", "sk_b",
-                                               "sk_h", "sk_t", "sv_b", "sv_h", "sv_t")))
 
 
 def resource_usage(cubin: bytes) -> str:

@@ -141,9 +141,8 @@ def _model_config(variant: str, size_tag: str, *, talker: dict, cp: dict, text_h
 
 
 def model_config(variant: str, *, size_tag: str | None = None, talker_hidden: int = 64, cp_hidden: int = 32,
-                 text_hidden: int = 32, cp_head_dim: int = 8) -> dict:
-    """The tiny `config.json` dict. talker_hidden == cp_hidden -> small_to_mtp_projection is an Identity.
-    cp_head_dim: the code predictor's (8 in the standard set; 16 takes the GPU kernels that need >= 16)."""
+                 text_hidden: int = 32) -> dict:
+    """The tiny `config.json` dict. talker_hidden == cp_hidden -> small_to_mtp_projection is an Identity."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r} (expected one of {VARIANTS})")
     for name, v in (("talker_hidden", talker_hidden), ("cp_hidden", cp_hidden), ("text_hidden", text_hidden)):
@@ -159,7 +158,7 @@ def model_config(variant: str, *, size_tag: str | None = None, talker_hidden: in
         variant, size_tag or DEFAULT_SIZE_TAG[variant],
         talker=dict(hidden=talker_hidden, intermediate=2 * talker_hidden, layers=2, heads=4, kv_heads=2,
                     head_dim=16),
-        cp=dict(hidden=cp_hidden, intermediate=2 * cp_hidden, layers=2, heads=4, kv_heads=2, head_dim=cp_head_dim),
+        cp=dict(hidden=cp_hidden, intermediate=2 * cp_hidden, layers=2, heads=4, kv_heads=2, head_dim=8),
         text_hidden=text_hidden, speaker_encoder=speaker_encoder)
 
 
@@ -625,7 +624,7 @@ def _save_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
 
 def write_tiny_checkpoint(out_dir: str | os.PathLike, variant: str, *, seed: int = DEFAULT_SEED,
                           size_tag: str | None = None, talker_hidden: int = 64, cp_hidden: int = 32,
-                          text_hidden: int = 32, cp_head_dim: int = 8) -> str:
+                          text_hidden: int = 32) -> str:
     """Write one tiny checkpoint folder INTO `out_dir` (created; existing files there are overwritten).
 
     variant: "custom_voice" | "voice_design" | "base". size_tag: "0b6" | "1b7" (default: custom_voice/base
@@ -641,7 +640,7 @@ def write_tiny_checkpoint(out_dir: str | os.PathLike, variant: str, *, seed: int
     os.makedirs(st_dir, exist_ok=True)
 
     cfg = model_config(variant, size_tag=size_tag, talker_hidden=talker_hidden, cp_hidden=cp_hidden,
-                       text_hidden=text_hidden, cp_head_dim=cp_head_dim)
+                       text_hidden=text_hidden)
     codec = codec_config()
     _write_json(os.path.join(out_dir, "config.json"), cfg)
     _write_json(os.path.join(out_dir, "generation_config.json"), GENERATION_CONFIG, trailing_newline=False)

@@ -35,13 +35,6 @@ SKINNY_BIAS_MAX_ROWS = 4     # H200: the skinny GEMM beats cuBLAS's bias GEMM up
 # VOXFLOW_CP_FUSED_LAYER=0 turns it off.
 CP_FUSED_LAYER = os.environ.get("VOXFLOW_CP_FUSED_LAYER", "1") == "1"
 CP_FUSED_MAX_ROWS = 1
-# Single-token steps of CP_PERSISTENT_MIN_ROWS..CP_PERSISTENT_MAX_ROWS rows (after the four-kernel layer above, where
-# that applies) run each decoder layer as ONE launch (voxflow/kernels/cp_persistent_layer.py: phases separated by
-# grid barriers, one program per SM) instead of ~10 (norm, cuBLAS GEMMs and their split-K reduces, attention,
-# silu * up). VOXFLOW_CP_PERSISTENT=1 turns it on; off until it beats the per-layer path in the served step.
-CP_PERSISTENT = os.environ.get("VOXFLOW_CP_PERSISTENT", "0") == "1"
-CP_PERSISTENT_MIN_ROWS = int(os.environ.get("VOXFLOW_CP_PERSISTENT_MIN_ROWS", "2"))
-CP_PERSISTENT_MAX_ROWS = 64
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
@@ -110,8 +103,7 @@ class CodePredictor(nn.Module):
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
-        single-token steps through the fused layer kernels (`_layer_kernels`: cp_layer.py's at one row,
-        cp_persistent_layer.py's one launch a layer for CP_PERSISTENT's rows, when on and applicable), and the
+        single-token steps through the fused layer kernels (`_fused_layers`, when on and applicable), and the
         final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]."""
@@ -121,11 +113,7 @@ class CodePredictor(nn.Module):
         last = None
         fused = CP_FUSED_LAYER and s == 1 and b <= CP_FUSED_MAX_ROWS
         if fused:
-            from voxflow.kernels import cp_layer
-            last = self._layer_kernels(cp_layer, h.view(b, -1), cos, sin, cache)
-        elif CP_PERSISTENT and s == 1 and CP_PERSISTENT_MIN_ROWS <= b <= CP_PERSISTENT_MAX_ROWS:
-            from voxflow.kernels import cp_persistent_layer
-            last = self._layer_kernels(cp_persistent_layer, h.view(b, -1), cos, sin, cache)
+            last = self._fused_layers(h.view(b, -1), cos, sin, cache)
         if last is None:
             if b > SKINNY_PROLOGUE_MAX_ROWS:
                 # normed by the stack: its last residual add and the final norm are one fused launch
@@ -140,26 +128,22 @@ class CodePredictor(nn.Module):
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):
                 return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)
-        return self.lm_head[j](norm(last))      # rows the fused / persistent layers made, or no skinny
+        return self.lm_head[j](norm(last))      # rows the fused layers made (CP_FUSED_MAX_ROWS > 1), or no skinny
 
-    def _layer_kernels(self, kernel, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache
-                       ) -> torch.Tensor | None:
-        """The decoder layers on one new token per row (rows [B, H], projected) through a fused layer-step module
-        (voxflow/kernels/cp_layer.py's four kernels a layer, or cp_persistent_layer.py's one launch: both take
-        `supported` / `layer_step(x, LayerWeights, cos, sin, k, v, length)`) -> un-normed hidden [B, H]; None
-        (nothing run, the cache untouched) when it does not apply: no static cache, weights not fused yet (first use
-        inside a graph capture), sizes."""
+    def _fused_layers(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
+        """The decoder layers on one new token per row (rows [B, H], projected) through voxflow/kernels/
+        cp_layer.py's four kernels a layer -> un-normed hidden [B, H]; None (nothing run, the cache untouched) when
+        they do not apply: no static cache, weights not fused yet (first use inside a graph capture), sizes."""
+        from voxflow.kernels import cp_layer
         if not isinstance(cache, StaticKVCache):
             return None
         weights = [_layer_weights(layer) for layer in self.model.layers]
         if any(w is None for w in weights) or not all(
-                kernel.supported(rows, w, cos, sin, c.k, c.v) and c.length < c.k.shape[2]
+                cp_layer.supported(rows, w, cos, sin, c.k, c.v) and c.length < c.k.shape[2]
                 for w, c in zip(weights, cache.layers)):
             return None
         for w, c in zip(weights, cache.layers):
-            # (a persistent step's rows carry their sums of squares for the next layer's norm: `ssq`)
-            extra = {"ssq_in": rows.ssq} if hasattr(rows, "ssq") else {}
-            rows = kernel.layer_step(rows, w, cos, sin, c.k, c.v, c.claim(), **extra)
+            rows = cp_layer.layer_step(rows, w, cos, sin, c.k, c.v, c.claim())
         return rows
 
     @torch.no_grad()
