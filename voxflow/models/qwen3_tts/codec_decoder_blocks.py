@@ -35,6 +35,14 @@ def _per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make
     return value
 
 
+def drop_derived_weights(module: nn.Module) -> None:
+    """Forget every weight `_per_weight_version` keeps under `module` (its blocks' `_derived`), freeing their memory;
+    each is made again on its next use."""
+    for m in module.modules():
+        if getattr(m, "_derived", None) is not None:
+            m._derived = None
+
+
 class StreamingModule(nn.Module):
     """A block that carries context between streaming calls."""
 

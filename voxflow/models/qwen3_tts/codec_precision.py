@@ -23,6 +23,8 @@ import time
 import numpy as np
 import torch
 
+from voxflow.models.qwen3_tts.codec_decoder_blocks import drop_derived_weights
+
 log = logging.getLogger("voxflow.codec")
 
 CODEC_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -69,9 +71,7 @@ def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES
         # The fp32 pass left weights derived for the kernels (packed convolution weights) on the decoder's
         # modules; the decoder is about to be cast, so they are dead: free them, and the copy's memory, before
         # the engine sizes its KV pool from the free memory.
-        for m in decoder.modules():
-            if getattr(m, "_derived", None) is not None:
-                m._derived = None
+        drop_derived_weights(decoder)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     finite = bool(np.isfinite(got).all())
