@@ -70,12 +70,52 @@ def check_kernel_path_against_reference():
     qwen3_layer.ONE_ROW_NORM_LINEAR off: check_one_row_norm_linear_layers_against_reference holds it on)."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    saved = cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR
-    cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = False, False
+    saved = cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, layer_mod.FOLDED_NORMS
+    cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, layer_mod.FOLDED_NORMS = False, False, False
     try:
         _check_per_layer_kernel_path()
     finally:
-        cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR = saved
+        cp_mod.CP_FUSED_LAYER, layer_mod.ONE_ROW_NORM_LINEAR, layer_mod.FOLDED_NORMS = saved
+
+
+def check_folded_norms_path_against_reference():
+    """qwen3_layer.FOLDED_NORMS (on by default): above the skinny sizes (nine rows) every single-token layer step
+    runs with its norms folded into the GEMM weights (voxflow/layers/folded_norms.py): the attention core takes
+    the row factor (folded_norm=, spied) and silu * up the post-attention one (silu_mul_folded, spied), no add +
+    norm kernel runs on those steps (the 2-token prefill keeps the plain path: 4 of them), and the logits stay
+    within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the reference's."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import dense_decode_norm_rope as fused_attention
+    from voxflow.kernels import silu_mul as sm
+    spies = {"attention": [], "silu": [], "add_norm": []}
+    real_attention, real_silu, real_add_norm = (fused_attention.norm_rope_attend_append, sm.silu_mul_folded,
+                                                layer_mod.add_rms_norm)
+    fused_attention.norm_rope_attend_append = lambda *a, **kw: (
+        spies["attention"].append(kw.get("folded_norm") is not None), real_attention(*a, **kw))[1]
+    sm.silu_mul_folded = lambda *a: (spies["silu"].append(1), real_silu(*a))[1]
+    layer_mod.add_rms_norm = lambda *a: (spies["add_norm"].append(1), real_add_norm(*a))[1]
+    assert layer_mod.FOLDED_NORMS
+    try:
+        g = torch.Generator().manual_seed(9)
+        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
+            cp = small_code_predictor(dtype)
+            h = torch.randn(9, 96, generator=g).to(dtype)
+            c0 = torch.randn(9, 96, generator=g).to(dtype)
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            for v in spies.values():
+                v.clear()
+            # fp32 greedy: equal codes mean both paths saw the same inputs at every step; bf16 teacher-forced
+            codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
+            if dtype == torch.float32:
+                assert torch.equal(codes_k, codes_r)
+            assert spies["attention"] == [True] * (2 * 3), spies["attention"]      # 2 layers x 3 steps, folded
+            assert len(spies["silu"]) == 2 * 3
+            assert len(spies["add_norm"]) == 4           # the prefill step's only (2 post-attention, 1 + 1 deferred)
+            err = (logits_k.float() - logits_r.float()).abs().max().item()
+            assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
+    finally:
+        fused_attention.norm_rope_attend_append, sm.silu_mul_folded = real_attention, real_silu
+        layer_mod.add_rms_norm = real_add_norm
 
 
 def _check_per_layer_kernel_path():
@@ -85,7 +125,7 @@ def _check_per_layer_kernel_path():
     real = CodePredictor._kernel_step_logits
     CodePredictor._kernel_step_logits = lambda self, *a: (calls.append(1), real(self, *a))[1]
     real_attention = fused_attention.norm_rope_attend_append
-    fused_attention.norm_rope_attend_append = lambda *a: (attention_calls.append(1), real_attention(*a))[1]
+    fused_attention.norm_rope_attend_append = lambda *a, **kw: (attention_calls.append(1), real_attention(*a, **kw))[1]
     from voxflow.kernels import skinny_linear as sk
     import voxflow.layers.qwen3_layer as layer_mod
     gemms, add_norms = [], []
@@ -321,6 +361,9 @@ def check_fused_layer_path_against_reference():
 if IN_CHILD:
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
+
+    def test_child_folded_norms_path_against_reference():
+        check_folded_norms_path_against_reference()
 
     def test_child_fused_layer_path_against_reference():
         check_fused_layer_path_against_reference()

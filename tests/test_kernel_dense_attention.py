@@ -95,7 +95,45 @@ def check_norm_rope_append_against_the_two_kernels_it_fuses():
             assert torch.equal(q_written, qn[:, 0])
 
 
+def check_folded_norm_scales_the_projections_first():
+    """folded_norm=(x, eps): the kernel on raw projections == the kernel without it on the projections scaled by
+    x's RMSNorm row factor (folded_norms.scale_rows): output, written query, cache. The factor's fp32 sum runs in
+    another order in the kernel than in torch, so a scaled element may round to the neighbouring value: outputs
+    within the tolerances above, the cache and query within one ulp of the activation dtype (bf16: 2^-8 relative;
+    fp32: 1e-6)."""
+    from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append
+    from voxflow.layers.folded_norms import scale_rows
+    from voxflow.layers.rotary import RotaryEmbedding
+    g = torch.Generator().manual_seed(5)
+    for dtype, tol, ulp in ((torch.float32, 2e-6, 1e-6), (torch.bfloat16, 2e-2, 2 ** -8)):
+        b, hq, hkv, length, d, hidden = 3, 4, 2, 5, 16, 48
+        x = (torch.randn(b, hidden, generator=g) * torch.tensor([[0.5], [2.0], [8.0]])).to(dtype)
+        qkv = torch.randn(b, 1, (hq + 2 * hkv) * d, generator=g).to(dtype)
+        qw, kw = (torch.rand(d, generator=g) + 0.5).to(dtype), (torch.rand(d, generator=g) + 0.5).to(dtype)
+        cos, sin = RotaryEmbedding(d, 1e6)(torch.tensor([[length]]), dtype)
+        caches = [torch.randn(b, hkv, 8, d, generator=g).to(dtype) for _ in range(2)]
+        outs, written, filled = [], [], []
+        for raw, folded in ((qkv, (x, 1e-6)), (scale_rows(qkv, x, 1e-6), None)):
+            q = raw[..., :hq * d].view(b, 1, hq, d)
+            k = raw[..., hq * d:(hq + hkv) * d].view(b, 1, hkv, d)
+            v = raw[..., (hq + hkv) * d:].view(b, 1, hkv, d)
+            ck, cv = caches[0].clone(), caches[1].clone()
+            qs = torch.empty(b, hq, d, dtype=dtype)
+            outs.append(norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, ck, cv, length, d ** -0.5,
+                                                query_scratch=qs, folded_norm=folded))
+            written.append(qs)
+            filled.append((ck, cv))
+        assert (outs[0].float() - outs[1].float()).abs().max().item() <= tol, dtype
+        for a, want in ((written[0], written[1]), (filled[0][0], filled[1][0]), (filled[0][1], filled[1][1])):
+            assert torch.allclose(a.float(), want.float(), rtol=ulp, atol=ulp), dtype
+        # and the factor is really applied: unscaled projections give another value cache (x's rows are not unit)
+        assert not torch.allclose(filled[0][1].float(), caches[1].float())
+
+
 if IN_CHILD:
+    def test_child_folded_norm():
+        check_folded_norm_scales_the_projections_first()
+
     def test_child_norm_rope_append():
         check_norm_rope_append_against_the_two_kernels_it_fuses()
 

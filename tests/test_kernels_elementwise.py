@@ -157,6 +157,23 @@ def check_silu_mul_matches_reference(kernels, dtype):
     assert_within_ulp(kernels.silu_mul.silu_mul(g, u), F.silu(g) * u, SILU_ULP[dtype])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def check_silu_mul_folded_matches_reference(kernels, dtype):
+    """silu_mul_folded (the post-attention norm folded into gate|up): gate and up scaled by the MLP input's row
+    factor, then silu * up, against folded_norms.silu_mul_folded_reference; halves of one projection, a partial
+    last column block, a hidden width that is not a power of two. The factor's fp32 sum order differs from torch's,
+    so an operand may round to its neighbour: a bf16 ulp more than silu_mul's own tolerance."""
+    from voxflow.layers.folded_norms import silu_mul_folded_reference
+    gen = torch.Generator().manual_seed(12)
+    fused = (torch.randn(5, 2 * 1100, generator=gen) * 2).to(dtype)
+    x = (torch.randn(5, 96, generator=gen) * torch.linspace(0.5, 4, 5)[:, None]).to(dtype)
+    g, u = fused[:, :1100], fused[:, 1100:]
+    got = kernels.silu_mul.silu_mul_folded(g, u, x, 1e-6)
+    assert_within_ulp(got, silu_mul_folded_reference(g, u, x, 1e-6), SILU_ULP[dtype] + (dtype != torch.float32))
+    # the factor matters: unscaled operands give something else
+    assert not torch.allclose(got.float(), (F.silu(g) * u).float(), rtol=1e-2, atol=1e-2)
+
+
 # ---- dispatch from the layers --------------------------------------------------------------------
 @pytest.fixture
 def force_kernels(kernels, monkeypatch):

@@ -247,3 +247,40 @@ def test_predict_fused_layer_on_vs_off():
                 assert step[codes_on[0, j]] >= step.max() - 2 * err, (j, codes_on, codes_off)
     finally:
         cp_mod.CP_FUSED_LAYER, cp_layer.layer_step = saved
+
+
+@torch.no_grad()
+def test_predict_folded_norms_on_vs_off():
+    """qwen3_layer.FOLDED_NORMS at 64 rows (the c=64 code predictor, above the skinny sizes): the folded layer ran on
+    every single-token step (silu_mul_folded counted); teacher-forced logits within 5e-2 of max |logit| (fp32:
+    1e-4); greedy codes equal up to near-ties (as above, per row; 960 draws make them likely even in fp32)."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import silu_mul as sm
+    saved = layer_mod.FOLDED_NORMS, sm.silu_mul_folded
+    calls = []
+    sm.silu_mul_folded = lambda *a: (calls.append(1), saved[1](*a))[1]
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            cp = make_code_predictor(dtype, DEV)
+            h, c0 = (torch.randn(64, 2048, device=DEV) * 2).to(dtype), torch.randn(64, 2048, device=DEV).to(dtype)
+            greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
+            layer_mod.FOLDED_NORMS = False
+            codes_off, logits_off = cp.predict(h, c0, greedy)
+            forced = lambda logits, j: codes_off[:, j]              # noqa: E731
+            layer_mod.FOLDED_NORMS = True
+            calls.clear()
+            codes_on, _ = cp.predict(h, c0, greedy)
+            assert len(calls) == 5 * 14, "the folded layer did not run on every single-token step"
+            _, logits_forced = cp.predict(h, c0, forced)
+            err = (logits_forced.float() - logits_off.float()).abs().max().item()
+            tol = 1e-4 if dtype == torch.float32 else 5e-2
+            assert err <= tol * logits_off.float().abs().max().item(), (dtype, err)
+            # 64 rows x 15 draws: even fp32's last-bit differences may meet a near-tie, so the same rule for both
+            # dtypes (fp32's error bound is ~1e-6 of the logits: only true near-ties pass)
+            if not torch.equal(codes_on, codes_off):
+                for row in (codes_on != codes_off).any(dim=1).nonzero().flatten().tolist():
+                    j = int((codes_on[row] != codes_off[row]).nonzero()[0])
+                    step = logits_off[row, j].float()
+                    assert step[codes_on[row, j]] >= step.max() - 2 * err, (row, j)
+    finally:
+        layer_mod.FOLDED_NORMS, sm.silu_mul_folded = saved

@@ -22,6 +22,7 @@ from voxflow.kernels.dense_decode_attention import supported as attention_suppor
 from voxflow.kernels.qk_norm_rope import _norm_rope_heads
 from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
+from voxflow.kernels.rms_norm import round_to
 
 
 NUM_WARPS = 4      # Triton's default; benchmarks/scripts/tune_cp_attention.py times others
@@ -43,8 +44,10 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
                              T, T1, scale, half, inv_d, q_eps, k_eps,
                              sqr_b, sqr_h, skr_b, skr_h, svr_b, svr_h, cos_sb, sin_sb, sqs_b, sqs_h,
                              sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h,
+                             x_ptr, sx_b, hidden, inv_h, x_eps,
                              GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                             BLOCK_T: tl.constexpr, USE_PDL: tl.constexpr):
+                             BLOCK_T: tl.constexpr, USE_PDL: tl.constexpr, FOLDED: tl.constexpr,
+                             BLOCK_X: tl.constexpr):
     # (T1 = T + 1, passed in: a loop bound computed in the kernel trips Triton 3.6's interpreter)
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel()
@@ -57,13 +60,25 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
     s1 = tl.load(sin_ptr + b * sin_sb + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
     s2 = tl.load(sin_ptr + b * sin_sb + half + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
     h0 = kvh * GROUPS
+    if FOLDED:
+        # The layer's input RMSNorm was folded into the q|k|v weight (voxflow/layers/folded_norms.py): its row
+        # factor rsqrt(mean(x^2) + eps), fp32 statistics of the layer input row as the reference norm takes them,
+        # scales the raw projections here.
+        xo = tl.arange(0, BLOCK_X)
+        xr = tl.load(x_ptr + b * sx_b + xo, mask=xo < hidden, other=0.0).to(tl.float32)
+        r = tl.math.rsqrt(tl.sum(xr * xr, axis=0) * inv_h + x_eps)
+    else:
+        r = 1.0
     # 1. the new token: q heads of the group -> scratch, k -> cache position T (normed, rotated), v -> position T
     _norm_rope_heads(qr_ptr, qs_ptr, qw_ptr, b, 0, h0, h0 + GROUPS, sqr_b, 0, sqr_h, sqs_b, 0, sqs_h,
-                     c1, c2, s1, s2, dh, dh_mask, half, inv_d, q_eps, GP)
+                     c1, c2, s1, s2, dh, dh_mask, half, inv_d, q_eps, GP, r, FOLDED)
     _norm_rope_heads(kr_ptr, k_ptr + T * sk_t, kw_ptr, b, 0, kvh, kvh + 1, skr_b, 0, skr_h, sk_b, 0, sk_h,
-                     c1, c2, s1, s2, dh, dh_mask, half, inv_d, k_eps, 2)
+                     c1, c2, s1, s2, dh, dh_mask, half, inv_d, k_eps, 2, r, FOLDED)
     d = tl.arange(0, D)
     vn = tl.load(vr_ptr + b * svr_b + kvh * svr_h + d)
+    if FOLDED:
+        vdt = vr_ptr.dtype.element_ty
+        vn = round_to(vn.to(tl.float32) * r, vdt).to(vdt)
     tl.store(v_ptr + b * sv_b + kvh * sv_h + T * sv_t + d, vn)
     tl.debug_barrier()          # the stores above are read back below by other threads of this program
     # 2. attention over positions [0, T] (the new one included) with the normed, rotated queries
@@ -89,17 +104,37 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch
     return attention_supported(q.transpose(1, 2), k.transpose(1, 2))
 
 
+MAX_FOLDED_HIDDEN = 4096   # the layer input row sits in registers for its statistics
+
+
+def supported_folded(x: torch.Tensor, q: torch.Tensor) -> bool:
+    """Rows x [B, H] for `folded_norm`: q's batch, dtype and device, a unit last stride, H <= MAX_FOLDED_HIDDEN."""
+    return (x.dim() == 2 and x.shape[0] == q.shape[0] and x.dtype == q.dtype and x.device == q.device
+            and x.stride(-1) == 1 and 1 <= x.shape[1] <= MAX_FOLDED_HIDDEN)
+
+
 def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                             k_weight: torch.Tensor, q_eps: float, k_eps: float, cos: torch.Tensor, sin: torch.Tensor,
                             k_cache: torch.Tensor, v_cache: torch.Tensor, length: int, scale: float,
-                            num_warps: int | None = None, query_scratch: torch.Tensor | None = None) -> torch.Tensor:
+                            num_warps: int | None = None, query_scratch: torch.Tensor | None = None,
+                            folded_norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
     """attention(rope(norm(q)), cache[:length] + [rope(norm(k))], cache[:length] + [v]) -> [B, 1, Hq, D]; the new
     key / value are written at cache position `length` (k_cache / v_cache [B, Hkv, >= length + 1, D]).
     num_warps: Triton's launch option (None: `launch_warps`). query_scratch: a contiguous [B, Hq, D] tensor of q's
     dtype to receive rope(norm(q)) as the kernel rounded it (None: a temporary) - tests hold the output against
-    attention over exactly that query."""
+    attention over exactly that query.
+    folded_norm (x [B, H] with a unit last stride, eps): q / k / v are projections of x through a weight with the
+    layer's input RMSNorm weight folded in, so each is first scaled by x's rsqrt(mean(x^2) + eps) and rounded to
+    q's dtype (folded_norms.scale_rows' numerics); see `supported_folded` for x's constraints."""
     b, _, hq, d = q.shape
     hkv = k.shape[2]
+    if folded_norm is not None:
+        x, x_eps = folded_norm
+        if not supported_folded(x, q):
+            raise ValueError(f"folded_norm rows {tuple(x.shape)} do not fit q {tuple(q.shape)}")
+        x_args = (x, x.stride(0), x.shape[1], 1.0 / x.shape[1], float(x_eps))
+    else:
+        x_args = (q, 0, 1, 1.0, 0.0)          # unused (FOLDED is compiled out)
     if k_cache.shape[2] <= length:
         raise ValueError(f"cache of {k_cache.shape[2]} positions has no room at position {length}")
     groups = hq // hkv
@@ -117,9 +152,10 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
         cos.stride(0) if cos.shape[0] > 1 else 0, sin.stride(0) if sin.shape[0] > 1 else 0,
         scratch.stride(0), scratch.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
-        v_cache.stride(2), out.stride(0), out.stride(2),
+        v_cache.stride(2), out.stride(0), out.stride(2), *x_args,
         GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), D=d, BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_T=16, USE_PDL=pdl, num_warps=num_warps or launch_warps(b),
+        BLOCK_T=16, USE_PDL=pdl, FOLDED=folded_norm is not None,
+        BLOCK_X=triton.next_power_of_2(x_args[2]), num_warps=num_warps or launch_warps(b),
         enable_fp_fusion=False,   # qk_norm_rope's rounding: no fma contraction in the norm and the rotation
         **launch_kwargs(pdl))
     return out

@@ -46,8 +46,11 @@ _TILE = 1024                  # elements per program per half tile at most: 8 he
 
 @triton.jit
 def _norm_rope_heads(src_ptr, dst_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss, src_sh, dst_sb, dst_ss, dst_sh,
-                     c1, c2, s1, s2, d, d_mask, half, inv_d, eps, BLOCK_H: tl.constexpr):
-    """Heads [h0, h0 + BLOCK_H) of token (b, s): RMSNorm over the head dim, weight, then rotate-half RoPE."""
+                     c1, c2, s1, s2, d, d_mask, half, inv_d, eps, BLOCK_H: tl.constexpr, row_scale=1.0,
+                     ROW_SCALE: tl.constexpr = False):
+    """Heads [h0, h0 + BLOCK_H) of token (b, s): RMSNorm over the head dim, weight, then rotate-half RoPE.
+    ROW_SCALE: the raw projection is first multiplied by `row_scale` (fp32) and rounded to the activation dtype --
+    the token's input RMSNorm when it was folded into the projection weight (voxflow/layers/folded_norms.py)."""
     dtype = src_ptr.dtype.element_ty
     h = h0 + tl.arange(0, BLOCK_H)
     mask = (h < n_heads)[:, None] & d_mask[None, :]
@@ -55,6 +58,9 @@ def _norm_rope_heads(src_ptr, dst_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss,
     dst = dst_ptr + b * dst_sb + s * dst_ss + h[:, None].to(tl.int64) * dst_sh + d[None, :]
     x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(src + half, mask=mask, other=0.0).to(tl.float32)
+    if ROW_SCALE:
+        x1 = round_to(x1 * row_scale, dtype)
+        x2 = round_to(x2 * row_scale, dtype)
     # RMSNorm: fp32 statistics over the whole head (both halves; masked lanes add 0), mean as sum * fl(1/D)
     # like torch's CUDA mean; the normalised value is rounded to the activation dtype before the weight.
     mean_sq = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) * inv_d

@@ -64,3 +64,54 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
             g, u, out, n, gate.shape[-1], g.stride(0), u.stride(0), PRECISE_EXP=gate.is_cuda, BLOCK=_BLOCK,
             num_warps=4, enable_fp_fusion=False)   # keep silu * up a rounded product, never folded into anything
     return out
+
+
+@triton.jit
+def _silu_mul_folded_kernel(gate_ptr, up_ptr, x_ptr, out_ptr, width, hidden, inv_h, eps, stride_g, stride_u,
+                            stride_x, stride_o, PRECISE_EXP: tl.constexpr, BLOCK: tl.constexpr,
+                            BLOCK_X: tl.constexpr):
+    # One program per (row, BLOCK columns): the row's RMSNorm factor from its MLP input x (fp32 statistics, as the
+    # reference norm), then gate and up scaled by it and rounded as the GEMM outputs they stand for, then silu * up
+    # with the rounding of the plain kernel above.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < width
+    xo = tl.arange(0, BLOCK_X)
+    xr = tl.load(x_ptr + row * stride_x + xo, mask=xo < hidden, other=0.0).to(tl.float32)
+    r = tl.math.rsqrt(tl.sum(xr * xr, axis=0) * inv_h + eps)
+    dtype = gate_ptr.dtype.element_ty
+    g = round_to(tl.load(gate_ptr + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32) * r, dtype)
+    u = round_to(tl.load(up_ptr + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32) * r, dtype)
+    if PRECISE_EXP:
+        e = libdevice.exp(-g)
+    else:
+        e = tl.exp(-g)
+    silu = round_to(tl.div_rn(g, 1.0 + e), dtype)
+    tl.store(out_ptr + row * stride_o + cols, round_to(silu * u, dtype).to(dtype), mask=mask)
+
+
+MAX_FOLDED_HIDDEN = 4096   # the MLP input row sits in registers for its statistics
+
+
+def supported_folded(gate: torch.Tensor, up: torch.Tensor, x: torch.Tensor) -> bool:
+    """gate / up [rows, I] (unit last strides: e.g. the halves of one gate|up output), x [rows, H <= 4096] with a
+    unit last stride, one dtype and device."""
+    return (gate.dim() == 2 and supported(gate, up) and gate.stride(-1) == 1 and up.stride(-1) == 1
+            and x.dim() == 2 and x.shape[0] == gate.shape[0] and x.dtype == gate.dtype and x.device == gate.device
+            and x.stride(-1) == 1 and 1 <= x.shape[1] <= MAX_FOLDED_HIDDEN)
+
+
+def silu_mul_folded(gate: torch.Tensor, up: torch.Tensor, x: torch.Tensor, eps: float) -> torch.Tensor:
+    """silu(g) * u with g, u = gate, up scaled by the row factor rsqrt(mean(x^2) + eps) and rounded to gate's dtype:
+    the MLP middle when the post-attention RMSNorm (of x, the MLP input) was folded into the gate|up weight
+    (voxflow/layers/folded_norms.py holds the torch reference). Rows [rows, I], contiguous."""
+    if not supported_folded(gate, up, x):
+        raise ValueError(f"silu_mul_folded: gate {tuple(gate.shape)}, up {tuple(up.shape)}, x {tuple(x.shape)}")
+    rows, width = gate.shape
+    out = torch.empty(rows, width, dtype=gate.dtype, device=gate.device)
+    if rows and width:
+        _silu_mul_folded_kernel[(rows, triton.cdiv(width, _BLOCK))](
+            gate, up, x, out, width, x.shape[1], 1.0 / x.shape[1], float(eps), gate.stride(0), up.stride(0),
+            x.stride(0), out.stride(0), PRECISE_EXP=gate.is_cuda, BLOCK=_BLOCK,
+            BLOCK_X=triton.next_power_of_2(x.shape[1]), num_warps=4, enable_fp_fusion=False)
+    return out

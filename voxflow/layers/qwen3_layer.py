@@ -38,6 +38,10 @@ SKINNY_PROLOGUE_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-02-session11, call 1; tune_talker_one_row.py). VOXFLOW_ONE_ROW_NORM_LINEAR=0
 # turns it off (rms_norm + cuBLAS for q|k|v and gate|up).
 ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
+# Single-token steps above the skinny sizes through a cache that attends from raw projections (the code
+# predictor's): both RMSNorms folded into the GEMMs after them and the residual adds into the GEMMs before them
+# (voxflow/layers/folded_norms.py): six launches a layer step instead of ~9. VOXFLOW_FOLDED_NORMS=0 turns it off.
+FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -138,6 +142,7 @@ class Qwen3DecoderLayer(nn.Module):
         self.mlp = SwiGLU(hidden_size, intermediate_size)
         self.input_layernorm = RMSNorm(hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+        self._derived = None                  # folded_norms.folded_weights' copies (GPU path), made on first use
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
@@ -157,6 +162,11 @@ class Qwen3DecoderLayer(nn.Module):
             if pending is not None:     # (a stack's layers all take one branch: only a mixed caller gets here)
                 x, pending = x + pending, None
             out = self._forward_skinny(x, cos, sin, cache, bias)
+            if out is not None:
+                return out, None
+        if kernels and FOLDED_NORMS and pending is None and x.shape[1] == 1 and bias is None \
+                and getattr(cache, "attend_raw", None) is not None:
+            out = self._forward_folded(x, cos, sin, cache)
             if out is not None:
                 return out, None
         if kernels:
@@ -228,6 +238,37 @@ class Qwen3DecoderLayer(nn.Module):
         rows = _linear_plus(out, o_w, rows)
         act = nl.norm_linear(rows, gate_up_w, post.weight, post.eps, swiglu=True)
         return _linear_plus(act, down_w, rows)
+
+
+    def _forward_folded(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
+        """FOLDED_NORMS' layer step on x [B, 1, H] (voxflow/layers/folded_norms.py): q|k|v and gate|up through the
+        norm-folded weights, the row factors applied by the attention core and silu * up kernels (their torch forms
+        where those do not take the shapes), the residual adds inside o_proj's and down_proj's GEMMs. None (nothing
+        run): the folded weights do not exist yet (first use inside a graph capture)."""
+        from voxflow.kernels import silu_mul as sm
+        from voxflow.layers import folded_norms as fn
+        weights = fn.folded_weights(self)
+        if weights is None:
+            return None
+        qkv_w, gate_up_w = weights
+        attn, mlp = self.self_attn, self.mlp
+        inter = mlp.gate_proj.out_features
+        b, s, hidden = x.shape
+        rows = x.reshape(b, hidden)
+        in_eps = self.input_layernorm.eps
+        qkv = F.linear(rows, qkv_w)[:, None]                                   # [B, 1, width], not normed yet
+        q, k, v = attn.split_qkv(qkv)
+        per_head = (b, 1, -1, attn.head_dim)
+        out = cache.attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), attn.q_norm, attn.k_norm,
+                               cos, sin, attn.scale, folded_norm=(rows, in_eps))
+        if out is None:         # the fused attention core does not take these shapes: scale, then the usual path
+            out = attn.attend(*attn.split_qkv(fn.scale_rows(qkv, rows, in_eps)), cos, sin, cache, None)
+        h = torch.addmm(rows, out.reshape(b, -1), attn.o_proj.weight.t())      # x + o_proj(attention)
+        gate_up = F.linear(h, gate_up_w)
+        gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
+        act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
+               else fn.silu_mul_folded_reference(gate, up, h, post_eps))
+        return torch.addmm(h, act, mlp.down_proj.weight.t()).view(b, s, hidden)
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

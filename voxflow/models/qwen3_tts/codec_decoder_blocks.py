@@ -17,30 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.kernels import use_kernels
+from voxflow.layers.derived_weights import per_weight_version
 
 StreamTensors = dict[str, torch.Tensor]
-
-
-def _per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make):
-    """`make()` (a tensor or tuple of tensors derived from `params`), kept on `owner` and made again only when a
-    parameter is replaced or changed in place. Never kept when made inside a CUDA-graph capture: that memory belongs
-    to the graph's pool."""
-    key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-    cached = owner._derived
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    value = make()
-    if not (params[0].is_cuda and torch.cuda.is_current_stream_capturing()):
-        owner._derived = (key, value)
-    return value
-
-
-def drop_derived_weights(module: nn.Module) -> None:
-    """Forget every weight `_per_weight_version` keeps under `module` (its blocks' `_derived`), freeing their memory;
-    each is made again on its next use."""
-    for m in module.modules():
-        if getattr(m, "_derived", None) is not None:
-            m._derived = None
 
 
 class StreamingModule(nn.Module):
@@ -166,7 +145,7 @@ class SnakeBeta(nn.Module):
 
     def _channel_terms(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(e^alpha, 1 / (e^beta + 1e-9)) per channel, exactly as forward's torch expression forms them."""
-        return _per_weight_version(self, (self.alpha, self.beta),
+        return per_weight_version(self, (self.alpha, self.beta),
                                    lambda: (torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9)))
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None, bias: torch.Tensor | None = None
@@ -281,7 +260,7 @@ class Codebook(nn.Module):
         self._derived: tuple | None = None
 
     def embeddings(self) -> torch.Tensor:
-        return _per_weight_version(self, (self.cluster_usage, self.embedding_sum),
+        return per_weight_version(self, (self.cluster_usage, self.embedding_sum),
                                    lambda: self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None])
 
 

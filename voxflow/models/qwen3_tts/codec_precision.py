@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from voxflow.models.qwen3_tts.codec_decoder_blocks import drop_derived_weights
+from voxflow.layers.derived_weights import drop_derived_weights
 
 log = logging.getLogger("voxflow.codec")
 

@@ -19,9 +19,10 @@ import torch
 from torch import nn
 
 from voxflow.kernels import use_kernels
+from voxflow.layers.derived_weights import per_weight_version
 
 from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderBlock, ResidualUnit, SnakeBeta,
-                                   StreamTensors, _per_weight_version)
+                                   StreamTensors)
 
 ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
 
@@ -89,7 +90,7 @@ def _packed(conv: CausalConv1d) -> torch.Tensor:
     """The conv's weight as the channels-last kernels read it ([k, Cout, Cin]), kept per weight version."""
     from voxflow.kernels.causal_conv import pack_weight
     weight = conv.conv.weight
-    return _per_weight_version(conv, (weight,), lambda: pack_weight(weight))
+    return per_weight_version(conv, (weight,), lambda: pack_weight(weight))
 
 
 def _conv(conv: CausalConv1d, x: torch.Tensor, **epilogue) -> torch.Tensor:
@@ -106,7 +107,7 @@ def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTen
     b, t, cin = x.shape
     weight = up.conv.weight
     cout, k, s, overlap = weight.shape[1], weight.shape[2], up.stride, up.overlap
-    packed = _per_weight_version(up, (weight,), lambda: weight.permute(0, 2, 1).reshape(cin, k * cout).contiguous())
+    packed = per_weight_version(up, (weight,), lambda: weight.permute(0, 2, 1).reshape(cin, k * cout).contiguous())
     g = torch.matmul(x.reshape(b * t, cin), packed).view(b, t, k, cout)     # (TF32: CodecDecoder.forward's)
     tail = state[up.state_key] if state is not None and overlap else None
     y = overlap_add_channels_last(g, up.conv.bias, s, tail)        # bias + spill in one pass
