@@ -83,7 +83,8 @@ def check_folded_norms_path_against_reference():
     runs with its norms folded into the GEMM weights (voxflow/layers/folded_norms.py): the attention core takes
     the row factor (folded_norm=, spied) and silu * up the post-attention one (silu_mul_folded, spied), no add +
     norm kernel runs on those steps (the 2-token prefill keeps the plain path: 4 of them), and the logits stay
-    within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the reference's."""
+    within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the reference's; the
+    stack's input rows are left as they were."""
     import voxflow.layers.qwen3_layer as layer_mod
     from voxflow.kernels import dense_decode_norm_rope as fused_attention
     from voxflow.kernels import silu_mul as sm
@@ -113,6 +114,22 @@ def check_folded_norms_path_against_reference():
             assert len(spies["add_norm"]) == 4           # the prefill step's only (2 post-attention, 1 + 1 deferred)
             err = (logits_k.float() - logits_r.float()).abs().max().item()
             assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
+        # The folded layers add into their input in place from the second layer on, never into the stack's input
+        # (the caller's: e.g. the code predictor's input rows when its projection is the identity, as in 0.6B).
+        from voxflow.layers.static_kv_cache import StaticKVCache
+        saved_use = layer_mod.use_kernels
+        layer_mod.use_kernels = lambda t: True
+        try:
+            stack = small_code_predictor(torch.float32).model
+            cache = StaticKVCache(2, 9, 2, 5, 32, torch.float32, torch.device("cpu"))
+            cos, sin = (t[:, :1] for t in stack.rotary.prefix(5, torch.device("cpu"), torch.float32))
+            x = torch.randn(9, 1, 64, generator=g)
+            before, spies["silu"] = x.clone(), []
+            with torch.no_grad():                   # (as predict runs: the kernels leave autograd to torch)
+                out = stack(x, None, cache, rope=(cos, sin))
+            assert len(spies["silu"]) == 2 and torch.equal(x, before) and not torch.equal(out, stack.norm(x))
+        finally:
+            layer_mod.use_kernels = saved_use
     finally:
         fused_attention.norm_rope_attend_append, sm.silu_mul_folded = real_attention, real_silu
         layer_mod.add_rms_norm = real_add_norm

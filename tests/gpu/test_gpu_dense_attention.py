@@ -103,12 +103,13 @@ def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
             # straddle a rounding boundary, the bf16 keys differ by one ulp (seen at batch 64 on the H200,
             # 2026-12-01): one bf16 ulp, on a small share of the elements. Where the rotation cancels
             # (x1 cos - x2 sin smaller than its terms) a difference in the terms' last bits is absolute, at the
-            # terms' scale (the normed values are O(1)): 2 ulps of a 0.99 query element in session 14 call 3, a
-            # 1e-5 miss in call 2. Hence one ulp of the result plus one bf16 ulp at 1.0; a wrong norm or rotation
-            # is off by O(1).
+            # terms' scale (the normed values: unit RMS times weights up to 1.5, so up to ~5 here): 2 ulps of a
+            # 0.99 query element in session 14 call 3, a 1e-5 miss in call 2, 0.03125 (one ulp at 4-8) on a ~2.9
+            # element at 256 rows in session 17 call 2. Hence one ulp of the result plus one bf16 ulp at 4; a
+            # wrong norm or rotation is off by O(1), and the share check below stays.
             for got_n, want_n in ((cache_k[:, :, :length + 1], keys), (q_written, qn[:, 0])):
                 got_n, want_n = got_n.float(), want_n.float()
-                assert ((got_n - want_n).abs() <= (want_n.abs() + 1.0) * 2.0 ** -7).all(), \
+                assert ((got_n - want_n).abs() <= (want_n.abs() + 4.0) * 2.0 ** -7).all(), \
                     (got_n - want_n).abs().max().item()
                 assert (got_n != want_n).float().mean().item() < 0.01
         else:

@@ -150,13 +150,15 @@ class Qwen3DecoderLayer(nn.Module):
         return x if pending is None else x + pending
 
     def forward_deferred(self, x: torch.Tensor, pending: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                         cache: LayerKVCache | None, bias: torch.Tensor | None
+                         cache: LayerKVCache | None, bias: torch.Tensor | None, x_owned: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The layer on the input x + pending (pending: the previous layer's MLP output, not yet added) -> its
         output as (x, pending) with the same meaning. On the kernel path above the skinny sizes the final residual
         add is left pending, so that the next layer's input norm (or the stack's final norm) takes it in one
         fused add + norm launch instead of an add and a norm; the sum is rounded where `x + mlp` would round it,
-        so the residual stream carries the same bits. Elsewhere pending comes back None."""
+        so the residual stream carries the same bits. Elsewhere pending comes back None.
+        x_owned: x is the caller's own scratch (an earlier layer's output), which the folded path may add into in
+        place (saves a copy a residual add); a stack's input is never overwritten."""
         kernels = use_kernels(x)
         if kernels and x.shape[0] * x.shape[1] <= SKINNY_MAX_ROWS:
             if pending is not None:     # (a stack's layers all take one branch: only a mixed caller gets here)
@@ -166,7 +168,7 @@ class Qwen3DecoderLayer(nn.Module):
                 return out, None
         if kernels and FOLDED_NORMS and pending is None and x.shape[1] == 1 and bias is None \
                 and getattr(cache, "attend_raw", None) is not None:
-            out = self._forward_folded(x, cos, sin, cache)
+            out = self._forward_folded(x, cos, sin, cache, x_owned)
             if out is not None:
                 return out, None
         if kernels:
@@ -240,7 +242,8 @@ class Qwen3DecoderLayer(nn.Module):
         return _linear_plus(act, down_w, rows)
 
 
-    def _forward_folded(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
+    def _forward_folded(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, x_owned: bool
+                        ) -> torch.Tensor | None:
         """FOLDED_NORMS' layer step on x [B, 1, H] (voxflow/layers/folded_norms.py): q|k|v and gate|up through the
         norm-folded weights, the row factors applied by the attention core and silu * up kernels (their torch forms
         where those do not take the shapes), the residual adds inside o_proj's and down_proj's GEMMs. None (nothing
@@ -263,12 +266,15 @@ class Qwen3DecoderLayer(nn.Module):
                                cos, sin, attn.scale, folded_norm=(rows, in_eps))
         if out is None:         # the fused attention core does not take these shapes: scale, then the usual path
             out = attn.attend(*attn.split_qkv(fn.scale_rows(qkv, rows, in_eps)), cos, sin, cache, None)
-        h = torch.addmm(rows, out.reshape(b, -1), attn.o_proj.weight.t())      # x + o_proj(attention)
+        # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
+        # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
+        o_w = attn.o_proj.weight.t()
+        h = rows.addmm_(out.reshape(b, -1), o_w) if x_owned else torch.addmm(rows, out.reshape(b, -1), o_w)
         gate_up = F.linear(h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
-        return torch.addmm(h, act, mlp.down_proj.weight.t()).view(b, s, hidden)
+        return h.addmm_(act, mlp.down_proj.weight.t()).view(b, s, hidden)        # h is ours either way
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -316,7 +322,8 @@ class Qwen3DecoderStack(nn.Module):
         bias = attention_bias(s, past + s, attention_mask, batch=b, dtype=x.dtype, device=x.device)
         pending = None          # the last MLP output not yet added to x (forward_deferred)
         for i, layer in enumerate(self.layers):
-            x, pending = layer.forward_deferred(x, pending, cos, sin, cache[i] if cache is not None else None, bias)
+            x, pending = layer.forward_deferred(x, pending, cos, sin, cache[i] if cache is not None else None, bias,
+                                                x_owned=i > 0)
         if pending is None:
             return self.norm(x) if final_norm else x
         if final_norm:
