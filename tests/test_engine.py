@@ -520,9 +520,9 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     assert sorted(r["capture_ms"] for r in captures) == [20.0, 50.0]
     assert all(r["decode"] > 0 for r in captures if r["capture_ms"] == 50.0)
     assert all(r["codec_launched"] > 0 for r in captures if r["capture_ms"] == 20.0)
-    import pstats                   # the prompt builds were profiled: the model's prepare is in the statistics
+    import pstats                   # the prompt builds were profiled: the model's prepare_many is in the statistics
     stats = pstats.Stats(str(path) + ".prepare.pstats")
-    assert any(func[2] == "prepare" and calls[1] >= 3 for func, calls in stats.stats.items())
+    assert any(func[2] == "prepare_many" and calls[1] >= 3 for func, calls in stats.stats.items())
 
 
 def test_step_trace_counts_time_in_the_garbage_collector(tmp_path):

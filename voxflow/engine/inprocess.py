@@ -48,20 +48,58 @@ class CoreDriver:
         return (self.add_seconds is None or not self.core.has_work()
                 or time.monotonic() - since < self.add_seconds)
 
+    def batches_adds(self) -> bool:
+        """Whether to hand every add waiting now to `add_many` as one batch (the loops below collect them): yes
+        unless pacing is on while streams run, where requests are taken one at a time against the time budget
+        (`may_take_more`); an idle core takes the whole burst, as `may_take_more` does."""
+        return self.add_seconds is None or not self.core.has_work()
+
     def add(self, request: SpeechRequest) -> list[EngineOutput]:
-        rid = request.request_id
-        if rid in self.live:
-            return [FinalRecord(request_id=rid, reason=FinishReason.ERROR,
-                                error=f"request id {rid!r} is already in flight")]
+        return self.add_many([request])
+
+    def add_many(self, requests: list[SpeechRequest]) -> list[EngineOutput]:
+        """Requests that arrived together, their prompts built in one batched pass (`EngineCore.add_requests`);
+        an ERROR record for each one refused, as if they had been added one by one (an id repeated in the batch
+        splits it there: the repeat is judged after the first is in)."""
+        outs, batch = [], []
+        for request in requests:
+            rid = request.request_id
+            if any(r.request_id == rid for r in batch):
+                outs += self._add_batch(batch)
+                batch = []
+            if rid in self.live:
+                outs.append(FinalRecord(request_id=rid, reason=FinishReason.ERROR,
+                                        error=f"request id {rid!r} is already in flight"))
+            else:
+                batch.append(request)
+        return outs + self._add_batch(batch)
+
+    def _add_batch(self, batch: list[SpeechRequest]) -> list[EngineOutput]:
+        if not batch:
+            return []
+        add_requests = getattr(self.core, "add_requests", None)       # cores without it: one by one
+        errors = add_requests(batch) if add_requests is not None else [self._add_one(r) for r in batch]
+        outs = []
+        for request, error in zip(batch, errors):
+            rid = request.request_id
+            if error is None:
+                self.live.add(rid)
+            elif isinstance(error, QueueFullError):     # back-pressure, not a failure of the engine
+                outs.append(FinalRecord(request_id=rid, reason=FinishReason.ERROR, error=str(error),
+                                        error_kind="overloaded"))
+            elif isinstance(error, ValueError):         # bad input: this request only
+                outs.append(FinalRecord(request_id=rid, reason=FinishReason.ERROR,
+                                        error=str(error) or type(error).__name__, error_kind="invalid_request"))
+            else:                                       # anything else is an engine bug: raise
+                raise error
+        return outs
+
+    def _add_one(self, request: SpeechRequest) -> Exception | None:
         try:
             self.core.add_request(request)
-        except ValueError as e:         # bad input: this request only. Anything else is an engine bug: raise.
-            return [FinalRecord(request_id=rid, reason=FinishReason.ERROR, error=str(e) or type(e).__name__,
-                                error_kind="invalid_request")]
-        except QueueFullError as e:     # back-pressure, not a failure of the engine
-            return [FinalRecord(request_id=rid, reason=FinishReason.ERROR, error=str(e), error_kind="overloaded")]
-        self.live.add(rid)
-        return []
+        except (ValueError, QueueFullError) as e:
+            return e
+        return None
 
     def abort(self, request_id: str) -> list[EngineOutput]:
         if request_id not in self.live:
@@ -152,7 +190,10 @@ class InProcessEngineClient(EngineClient):
                 while self._commands and d.may_take_more(since):
                     cmd, arg = self._commands.popleft()
                     if cmd == "add":
-                        self._emit(d.add(arg))
+                        batch = [arg]           # and the adds right behind it: one batched prompt build
+                        while d.batches_adds() and self._commands and self._commands[0][0] == "add":
+                            batch.append(self._commands.popleft()[1])
+                        self._emit(d.add_many(batch))
                     elif cmd == "abort":
                         self._emit(d.abort(arg))
                     elif cmd == "call":

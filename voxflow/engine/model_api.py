@@ -135,6 +135,10 @@ class TTSModel(Protocol):
     # Optional: warmup_requests() -> [SpeechRequest]: short, valid requests for this model that the engine runs
     # before serving (engine._run_warmup), so that the first user request pays no lazy initialisation or kernel
     # compilation on the prefill path.
+    # Optional: prepare_many(requests) -> [PreparedRequest | ValueError]: `prepare` of a burst of arrivals in one
+    # batched pass (one tokenizer call, a few GPU ops for all prompts instead of a dozen or more per request);
+    # each entry what `prepare` gives that request alone, a bad request's ValueError in its place. The engine
+    # calls it through `prepare_requests` below.
 
 
 class CodecModel(Protocol):
@@ -163,3 +167,21 @@ class CodecModel(Protocol):
     #   precision: a dict saying which dtype the decoder runs in and why (the engine's startup record).
     #   nonfinite_chunks: chunks whose PCM held NaN (the engine's stats); decode_async's pending then also has
     #       nonfinite: [bool] per request after result(), and the engine ends those requests with an error.
+
+
+def prepare_requests(model: TTSModel, requests: list[SpeechRequest]) -> list[PreparedRequest | ValueError]:
+    """The model's `prepare_many` when it has one, else `prepare` request by request: per request its
+    PreparedRequest or the ValueError its `prepare` raised (anything else is an engine bug and propagates)."""
+    many = getattr(model, "prepare_many", None)
+    if many is not None:
+        results = many(requests)
+        if len(results) != len(requests):
+            raise RuntimeError(f"prepare_many returned {len(results)} results for {len(requests)} requests")
+        return results
+    results = []
+    for request in requests:
+        try:
+            results.append(model.prepare(request))
+        except ValueError as e:
+            results.append(e)
+    return results

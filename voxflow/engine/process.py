@@ -95,20 +95,32 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
         if outs:
             sock.send(wire.pack(["out", [wire.encode_output(o) for o in outs]]))
 
+    def receive() -> list | None:
+        try:
+            return wire.unpack(sock.recv(zmq.NOBLOCK))
+        except zmq.Again:
+            return None
+
     while True:
         events = dict(poller.poll(0 if driver.has_work() else None))
         if parent_fd is not None and parent_fd in events:
             driver.core.shutdown()      # API process gone: nobody to serve
             return
         since = time.monotonic()
-        while driver.may_take_more(since):     # pacing, when configured, spreads a burst over steps (inprocess.py)
-            try:
-                msg = wire.unpack(sock.recv(zmq.NOBLOCK))
-            except zmq.Again:
+        ahead = None                    # a message read while collecting adds: the next one to handle
+        # Pacing, when configured, spreads a burst over steps (inprocess.py); a message already read is handled.
+        while ahead is not None or driver.may_take_more(since):
+            msg, ahead = ahead or receive(), None
+            if msg is None:
                 break
             kind = msg[0]
             if kind == "add":
-                send_outputs(driver.add(wire.decode_request(msg[1])))
+                # The adds waiting right behind it join it: a burst of arrivals is prepared in one batched pass.
+                batch = [wire.decode_request(msg[1])]
+                while driver.batches_adds() and (ahead := receive()) is not None and ahead[0] == "add":
+                    batch.append(wire.decode_request(ahead[1]))
+                    ahead = None
+                send_outputs(driver.add_many(batch))
             elif kind == "abort":
                 send_outputs(driver.abort(msg[1]))
             elif kind == "call":

@@ -4,16 +4,17 @@ for and how long each took, which the summed counters of /health cannot show.
 
 A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase of the step, as EngineCore.timings),
 "decode" (rows), "prefill" (chunks), "prefill_tokens", "added" (requests queued since the previous step),
-"prepare_ms" (their summed prepare time), "codec_launched" (chunks started), "chunks" (chunks out),
-"finished" (final records out), "running", "waiting", "capture_ms" (CUDA graphs captured during the step:
-talker and codec), "gc_ms" (time in Python's garbage collector since the previous step: a collection pass over a
-serving process's heap can take milliseconds)}.
+"prepare_ms" (host time spent building prompts since the previous step: a burst of arrivals is built in one batched
+pass, counted once, failed requests included), "prepare_batches" (those passes), "codec_launched" (chunks started),
+"chunks" (chunks out), "finished" (final records out), "running", "waiting", "capture_ms" (CUDA graphs captured
+during the step: talker and codec), "gc_ms" (time in Python's garbage collector since the previous step: a
+collection pass over a serving process's heap can take milliseconds)}.
 
 With `profile_prepare` (`EngineConfig.trace_profile_prepare`, `voxflow serve --trace-profile-prepare`), building a
-request's prompt (the model's `prepare`, on the engine thread) is also profiled with cProfile and the statistics are
-written beside the trace at close, `PATH.prepare.pstats` (read them with `python -m pstats`): it took 2.5-3.8 ms a
-request inside the serving engine against 0.9 ms alone on an H200. Off by default: the profiler slows Python code,
-so a profiled run's prepare times and first packets read high.
+request's prompt (the model's `prepare` / `prepare_many`, on the engine thread) is also profiled with cProfile and
+the statistics are written beside the trace at close, `PATH.prepare.pstats` (read them with `python -m pstats`): it
+took 2.5-3.8 ms a request inside the serving engine against 0.9 ms alone on an H200. Off by default: the profiler
+slows Python code, so a profiled run's prepare times and first packets read high.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class StepTrace:
         self._file = open(path, "a", buffering=1, encoding="utf-8")      # line-buffered: readable while serving
         self._added = 0
         self._prepare_s = 0.0
+        self._prepare_batches = 0
         self._gc_s = 0.0
         self._gc_started: float | None = None
         gc.callbacks.append(self._on_gc)
@@ -53,13 +55,16 @@ class StepTrace:
             self._gc_s += time.perf_counter() - self._gc_started
             self._gc_started = None
 
-    def note_added(self, prepare_seconds: float) -> None:
-        self._added += 1
+    def note_added(self, added: int, prepare_seconds: float) -> None:
+        """One prompt-building pass: `added` requests of it queued, `prepare_seconds` of host time."""
+        self._added += added
         self._prepare_s += prepare_seconds
+        self._prepare_batches += 1
 
     def write(self, record: dict) -> None:
-        record.update(added=self._added, prepare_ms=round(self._prepare_s * 1e3, 3), gc_ms=round(self._gc_s * 1e3, 3))
-        self._added, self._prepare_s, self._gc_s = 0, 0.0, 0.0
+        record.update(added=self._added, prepare_ms=round(self._prepare_s * 1e3, 3),
+                      prepare_batches=self._prepare_batches, gc_ms=round(self._gc_s * 1e3, 3))
+        self._added, self._prepare_s, self._prepare_batches, self._gc_s = 0, 0.0, 0, 0.0
         self._file.write(json.dumps(record) + "\n")
 
     def close(self) -> None:

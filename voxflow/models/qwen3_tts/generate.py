@@ -21,7 +21,7 @@ import torch
 
 from .codec_decoder import official_decode
 from .position_keys import content_key
-from .prompt import Prompt, PromptRequest, build_prompt
+from .prompt import Prompt, PromptRequest, build_prompts
 from .sampling import RequestSampler, SamplingParams
 
 
@@ -103,6 +103,37 @@ def sampling_params(model, req: SynthesisRequest) -> SamplingParams:
 
 def prepare(model, req: SynthesisRequest) -> tuple[Prompt, SamplingParams, int, VoiceClonePrompt | None]:
     """Validate a request and build its prompt. Raises ValueError (with a user-facing message) on bad input."""
+    result = prepare_many(model, [req])[0]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def prepare_many(model, reqs: list[SynthesisRequest]) -> list[tuple | ValueError]:
+    """`prepare` of several requests, their prompts built together (prompt.build_prompts: one tokenizer call, a few
+    tensor ops for all of them); each request's result is what `prepare` gives it alone, a bad request's ValueError
+    in its place (checked in the same order: the request, its prompt, its sampling parameters)."""
+    results: list = [None] * len(reqs)
+    pending = {}                            # index -> (max_new_tokens, clone, PromptRequest)
+    for i, req in enumerate(reqs):
+        try:
+            pending[i] = _prompt_request(model, req)
+        except ValueError as e:
+            results[i] = e
+    with torch.no_grad():
+        prompts = build_prompts(model.config, model.tokenizer, model.talker, [p[2] for p in pending.values()])
+    for (i, (max_new_tokens, clone, _)), prompt in zip(pending.items(), prompts):
+        if isinstance(prompt, Exception):
+            results[i] = prompt
+            continue
+        try:
+            results[i] = (prompt, sampling_params(model, reqs[i]), max_new_tokens, clone)
+        except ValueError as e:
+            results[i] = e
+    return results
+
+
+def _prompt_request(model, req: SynthesisRequest) -> tuple[int, VoiceClonePrompt | None, PromptRequest]:
     if req.max_new_tokens is not None and req.max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
     max_new_tokens = req.max_new_tokens or model.generation.max_new_tokens
@@ -120,9 +151,7 @@ def prepare(model, req: SynthesisRequest) -> tuple[Prompt, SamplingParams, int, 
         ref_text=clone.ref_text if clone is not None else None,
         ref_codes=clone.ref_codes if clone is not None else None,
         ref_codes_checked=clone is not None and clone.codes_checked)
-    with torch.no_grad():
-        prompt = build_prompt(model.config, model.tokenizer, model.talker, prompt_req)
-    return prompt, sampling_params(model, req), max_new_tokens, clone
+    return max_new_tokens, clone, prompt_req
 
 
 @torch.no_grad()

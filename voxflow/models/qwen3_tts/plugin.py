@@ -43,7 +43,7 @@ from voxflow.engine.request import SamplingOptions, SpeechRequest
 from voxflow.layers.paged_attention import PagedKVView
 
 from .batch_sampling import residual_sample_fn, seed_key, select_c0
-from .generate import SynthesisRequest, VoiceClonePrompt, make_voice_clone_prompt, prepare
+from .generate import SynthesisRequest, VoiceClonePrompt, make_voice_clone_prompt, prepare_many
 from .model import Qwen3TTS
 from .position_keys import content_key, position_keys
 from .sampling import SamplingParams, WarpParams, suppress_mask
@@ -102,7 +102,30 @@ class Qwen3TTSPlugin:
     # ------------------------------------------------------------------------------------------ prepare
     def prepare(self, request: SpeechRequest) -> PreparedRequest:
         """task voice_clone = a Base model; `voice` = preset speaker (ignored by Base: a stored voice is resolved
-        to ref_audio before it gets here); validation and prompt are generate.prepare's."""
+        to ref_audio before it gets here); validation and prompt are generate.prepare_many's."""
+        result = self.prepare_many([request])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def prepare_many(self, requests: list[SpeechRequest]) -> list[PreparedRequest | ValueError]:
+        """`prepare` of a burst of requests with their prompts built together (generate.prepare_many): what each
+        gets alone, a bad request's ValueError in its place."""
+        results: list = [None] * len(requests)
+        synths = {}
+        for i, request in enumerate(requests):
+            try:
+                synths[i] = self._synthesis_request(request)
+            except ValueError as e:
+                results[i] = e
+        for i, built in zip(synths, prepare_many(self.model, list(synths.values()))):
+            try:
+                results[i] = built if isinstance(built, Exception) else self._prepared(requests[i], *built)
+            except ValueError as e:
+                results[i] = e
+        return results
+
+    def _synthesis_request(self, request: SpeechRequest) -> SynthesisRequest:
         model = self.model
         if request.task is not None:
             wanted = "base" if request.task == "voice_clone" else request.task
@@ -127,21 +150,22 @@ class Qwen3TTSPlugin:
         elif request.voice_clone_prompt is not None:
             raise ValueError(f"stored voice-clone voices need a Base (voice clone) model; this one serves "
                              f"{_PUBLIC_TASK[model.task]}")
-        synth = SynthesisRequest(
+        return SynthesisRequest(
             text=request.text, speaker=request.voice if model.task != "base" else None,
             instruct=request.instructions, language=request.language, ref_audio=ref_audio,
             voice_clone_prompt=clone, non_streaming_mode=request.non_streaming_mode, seed=s.seed,
             greedy=s.greedy, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
             repetition_penalty=s.repetition_penalty, max_new_tokens=s.max_new_tokens)
-        prompt, params, max_new_tokens, clone = prepare(model, synth)
+
+    def _prepared(self, request: SpeechRequest, prompt, params, max_new_tokens: int, clone) -> PreparedRequest:
         ref_codes = clone.ref_codes if clone is not None else None
         if clone is not None and clone.key is None:
             raise ValueError("a voice-clone prompt without a content key (make it with make_voice_clone_prompt or "
                              "voice_from_data)")
         keys = position_keys(prompt, clone.key if clone is not None else None,
                              ref_codes.shape[0] if ref_codes is not None else 0)
-        state = Qwen3RequestState(params=params, trailing_text=prompt.trailing_text, ignore_eos=s.ignore_eos,
-                                  seed=params.seed)
+        state = Qwen3RequestState(params=params, trailing_text=prompt.trailing_text,
+                                  ignore_eos=request.sampling.ignore_eos, seed=params.seed)
         return PreparedRequest(
             request_id=request.request_id, prompt_embeds=prompt.inputs_embeds, position_keys=keys,
             max_frames=max_new_tokens - 1, state=state, codec_prefix_frames=ref_codes,

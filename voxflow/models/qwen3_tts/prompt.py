@@ -30,6 +30,10 @@ The builder only needs an embedder with three methods (the Talker module provide
     embed_frame(codes [T, 16]) -> [T, H]  codec_embedding(c0) + sum_g code_predictor.codec_embedding[g-1](c_g)
 and, optionally, a `device` attribute (where id tensors are created; CPU otherwise), and `keeps_text_rows()` with
 `text_rows(ids list)`: embed_text of host ids from rows kept per id (the Talker's on a GPU, text_rows.py).
+
+Requests are checked and tokenized here; their embeddings are made by prompt_assembly.py. `build_prompts` builds a
+burst of requests together (the engine's arrivals: one tokenizer call, a few tensor ops for all prompts), each prompt
+bit for bit what `build_prompt` (the same path with one request) gives it.
 """
 from __future__ import annotations
 
@@ -39,8 +43,8 @@ from typing import Optional, Protocol, runtime_checkable
 
 import torch
 
-from ...engine.host_to_device import tensor_to, to_device
 from .config import TASKS, Qwen3TTSConfig
+from .prompt_assembly import PromptTensors, TokenizedRequest, assemble
 
 # Chat templates of the official wrapper (qwen_tts/inference/qwen3_tts_model.py).
 ROLE_TEMPLATE = "<|im_start|>assistant\n"
@@ -205,46 +209,6 @@ def _optional_str(value, name: str) -> Optional[str]:
     return value if value != "" else None
 
 
-class _IdsOnDevice:
-    """Token-id lists uploaded together; `of(ids)` is a device view of an uploaded list equal to `ids`, or of a
-    contiguous piece of one (e.g. body_ids[1:]), found by value. Anything else is uploaded on its own."""
-
-    def __init__(self, device, lists: list[list[int]]):
-        self.device = device
-        self.lists = [list(x) for x in lists]
-        self.starts, at = [], 0
-        for x in self.lists:
-            self.starts.append(at)
-            at += len(x)
-        flat = [i for x in self.lists for i in x]
-        self.flat = tensor_to(flat, device) if flat else None
-
-    def of(self, ids: list[int]) -> torch.Tensor:
-        ids = list(ids)
-        n = len(ids)
-        for x, start in zip(self.lists, self.starts):
-            for offset in (0, len(x) - n):               # a prefix or a suffix of an uploaded list
-                if n and 0 <= offset and x[offset: offset + n] == ids:
-                    return self.flat[start + offset: start + offset + n]
-        return tensor_to(ids, self.device)
-
-
-def _cached_constants(embedder, key: tuple, make):
-    """make() (embeddings of fixed id lists), kept in `embedder.prompt_constants` (a dict) under `key` and the
-    embedder's `weights_version()`, when the embedder has both; else made every time. The same computation on the
-    same ids: the same values as making them afresh."""
-    cache = getattr(embedder, "prompt_constants", None)
-    if cache is None or not hasattr(embedder, "weights_version"):
-        return make()
-    full = (key, embedder.weights_version())
-    value = cache.get(full)
-    if value is None:
-        if len(cache) >= 256:             # languages x speakers is small; bound it anyway
-            cache.clear()
-        value = cache[full] = make()
-    return value
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Builder
 
@@ -252,6 +216,60 @@ def _cached_constants(embedder, key: tuple, make):
 def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: PromptEmbedder,
                  request: PromptRequest) -> Prompt:
     """Build the talker prompt for one request (see the module docstring for the layouts)."""
+    result = build_prompts(config, tokenizer, embedder, [request])[0]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def build_prompts(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: PromptEmbedder,
+                  requests: list[PromptRequest]) -> list[Prompt | ValueError]:
+    """Build the prompts of several requests together: one tokenizer call, and the embeddings of all of them in a
+    few tensor ops (prompt_assembly.py) instead of ~15-20 per request; bit for bit each request's prompt built
+    alone. A request that cannot be built gets the error build_prompt raises for it (a PromptError, a ValueError) in
+    its place and does not affect the others."""
+    results: list = [None] * len(requests)
+    checked = {}
+    for i, request in enumerate(requests):
+        try:
+            checked[i] = _check(config, request)
+        except PromptError as e:
+            results[i] = e
+    if checked:
+        try:
+            _check_template(tokenizer)
+        except PromptError as e:
+            for i in checked:
+                results[i] = e
+            checked = {}
+    tokenized = {}
+    for (i, c), ids in zip(checked.items(), _encode_all(tokenizer, list(checked.values()))):
+        try:
+            tokenized[i] = _tokenized(config, c, *ids)
+        except PromptError as e:
+            results[i] = e
+    for i, prompt in _assemble_isolating_errors(config, embedder, tokenized).items():
+        results[i] = prompt
+    return results
+
+
+@dataclass
+class _Checked:
+    """A request that passed the checks that need no tokenizer."""
+    task: str
+    text: str
+    language: str
+    speaker: Optional[str]
+    non_streaming: bool
+    instruction: Optional[str]
+    dropped: bool
+    x_vector: Optional[torch.Tensor]
+    ref_text: Optional[str]
+    ref_codes: Optional[torch.Tensor]
+
+
+def _check(config: Qwen3TTSConfig, request: PromptRequest) -> _Checked:
+    """Everything about the request that can be checked before tokenizing it; PromptError if it cannot be built."""
     task = request.task or config.tts_model_type
     if task not in TASKS:
         raise PromptError(f"unknown task {task!r}; expected one of {list(TASKS)}")
@@ -292,135 +310,107 @@ def build_prompt(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Promp
             raise PromptError(f"x_vector must have {hidden} values (talker hidden size), got shape "
                               f"{tuple(x_vector.shape)}")
         if ref_codes is not None:
-            if ref_text is None:
-                raise PromptError("in-context voice clone (ref_codes given) needs ref_text, the transcript of the "
-                                  "reference audio; for x-vector-only cloning drop ref_codes")
-            groups = config.talker.num_code_groups
-            if ref_codes.dim() != 2 or ref_codes.shape[1] != groups or ref_codes.shape[0] < 1:
-                raise PromptError(f"ref_codes must have shape [R >= 1, {groups}], got {tuple(ref_codes.shape)}")
-            if ref_codes.is_floating_point() or ref_codes.is_complex() or ref_codes.dtype == torch.bool:
-                raise PromptError("ref_codes must be an integer tensor")
-            codebook = config.talker.code_predictor.vocab_size if config.talker.code_predictor else 2048
-            # Skipped for GPU codes already known good (the codec encoder's, or a stored voice's, checked on the host
-            # as it loaded): reading a GPU tensor's range blocks until the decode step in flight ends.
-            if (not ref_codes.is_cuda or not request.ref_codes_checked) and (
-                    int(ref_codes.min()) < 0 or int(ref_codes.max()) >= codebook):
-                raise PromptError(f"ref_codes values must lie in [0, {codebook}), got "
-                                  f"[{int(ref_codes.min())}, {int(ref_codes.max())}]")
+            _check_ref_codes(config, request, ref_codes, ref_text)
         elif ref_text is not None:
             raise PromptError("ref_text was given without ref_codes: pass the reference codes for in-context "
                               "cloning, or drop ref_text for x-vector-only cloning")
+    return _Checked(task, text, language, speaker, non_streaming, instruction, dropped, x_vector, ref_text, ref_codes)
 
-    # --- token ids (positional slicing, exactly as the official code)
-    _check_template(tokenizer)
-    text_ids = list(tokenizer.encode(TEXT_TEMPLATE.format(text=text)))
+
+def _check_ref_codes(config: Qwen3TTSConfig, request: PromptRequest, ref_codes: torch.Tensor,
+                     ref_text: Optional[str]) -> None:
+    if ref_text is None:
+        raise PromptError("in-context voice clone (ref_codes given) needs ref_text, the transcript of the "
+                          "reference audio; for x-vector-only cloning drop ref_codes")
+    groups = config.talker.num_code_groups
+    if ref_codes.dim() != 2 or ref_codes.shape[1] != groups or ref_codes.shape[0] < 1:
+        raise PromptError(f"ref_codes must have shape [R >= 1, {groups}], got {tuple(ref_codes.shape)}")
+    if ref_codes.is_floating_point() or ref_codes.is_complex() or ref_codes.dtype == torch.bool:
+        raise PromptError("ref_codes must be an integer tensor")
+    codebook = config.talker.code_predictor.vocab_size if config.talker.code_predictor else 2048
+    # Skipped for GPU codes already known good (the codec encoder's, or a stored voice's, checked on the host
+    # as it loaded): reading a GPU tensor's range blocks until the decode step in flight ends.
+    if (not ref_codes.is_cuda or not request.ref_codes_checked) and (
+            int(ref_codes.min()) < 0 or int(ref_codes.max()) >= codebook):
+        raise PromptError(f"ref_codes values must lie in [0, {codebook}), got "
+                          f"[{int(ref_codes.min())}, {int(ref_codes.max())}]")
+
+
+# From this many texts on, one `encode_batch` call (spread over the Rust tokenizer's threads) beats encoding them one by
+# one; below, waking those threads costs more than it saves (a lone request with an instruction: 0.34 ms for the pair
+# against 0.21 ms one by one, CPU profile of the bench prompts).
+_ENCODE_BATCH_FROM = 8
+
+
+def _encode_all(tokenizer: TextEncoder, checked: list[_Checked]) -> list[tuple]:
+    """(text ids, instruction ids or None, reference ids or None) of each request: the chat templates of a burst of
+    them in one `encode_batch` call where the tokenizer has one."""
+    texts, where = [], []
+    for c in checked:
+        parts = [TEXT_TEMPLATE.format(text=c.text)]
+        if c.instruction:
+            parts.append(INSTRUCT_TEMPLATE.format(text=c.instruction))
+        if c.ref_codes is not None:
+            parts.append(REF_TEMPLATE.format(text=c.ref_text))
+        where.append(len(texts))
+        texts += parts
+    batch = getattr(tokenizer, "encode_batch", None)
+    use_batch = batch is not None and len(texts) >= _ENCODE_BATCH_FROM
+    ids = batch(texts) if use_batch else [tokenizer.encode(t) for t in texts]
+    out = []
+    for c, at in zip(checked, where):
+        text_ids = list(ids[at])
+        at += 1
+        instruct_ids = list(ids[at]) if c.instruction else None
+        at += bool(c.instruction)
+        ref_ids = list(ids[at]) if c.ref_codes is not None else None
+        out.append((text_ids, instruct_ids, ref_ids))
+    return out
+
+
+@dataclass
+class _Tokenized:
+    checked: _Checked
+    text_ids: list[int]
+    instruct_ids: Optional[list[int]]
+    ref_ids: Optional[list[int]]
+    rows: TokenizedRequest              # what prompt_assembly needs
+
+
+def _tokenized(config: Qwen3TTSConfig, c: _Checked, text_ids: list[int], instruct_ids: Optional[list[int]],
+               ref_ids: Optional[list[int]]) -> _Tokenized:
+    # Token ids are cut positionally, exactly as the official code does.
     role_ids, body_ids = text_ids[:ROLE_LEN], text_ids[ROLE_LEN:-TEXT_TAIL_LEN]
     if not body_ids:
         raise PromptError("text is empty after tokenization")
-    instruct_ids = list(tokenizer.encode(INSTRUCT_TEMPLATE.format(text=instruction))) if instruction else None
-    icl = ref_codes is not None
-    ref_ids = list(tokenizer.encode(REF_TEMPLATE.format(text=ref_text))) if icl else None
-    ref_body = ref_ids[ROLE_LEN:-REF_TAIL_LEN] if icl else []
+    ref_body = ref_ids[ROLE_LEN:-REF_TAIL_LEN] if ref_ids is not None else []
+    think = codec_think_ids(config, c.language, c.speaker)
+    rows = TokenizedRequest(c.task, c.language, c.speaker, c.non_streaming, think, role_ids, body_ids, instruct_ids,
+                            ref_body, c.x_vector, c.ref_codes)
+    return _Tokenized(c, text_ids, instruct_ids, ref_ids, rows)
 
-    # --- text embeddings. The calls are grouped as in the official code (instruction / specials / role / text
-    # pieces): a matmul's rounding can depend on how many rows it is given, and matching the grouping keeps the
-    # prompt bit-identical to the official one on CPU fp32.
-    device = getattr(embedder, "device", None) or torch.device("cpu")
-    tc = config.talker
-    think = codec_think_ids(config, language, speaker)
-    # Text rows kept per token id by the Talker on a GPU (text_rows.py): gathered from host ids, so only the
-    # codec-side ids go to the device then.
-    keeps = getattr(embedder, "keeps_text_rows", None)
-    kept_rows = keeps is not None and keeps()
-    text_lists = [] if kept_rows else [
-        instruct_ids or [], [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id], role_ids,
-        ref_body + body_ids, body_ids]
-    # Every id list this prompt embeds on the device goes there in ONE copy (a copy per list cost a pinned staging
-    # block and a launch each); the embedding calls below take slices of it, grouped as before.
-    ids_on_device = _IdsOnDevice(device, text_lists + [
-        think + [tc.codec_pad_id, tc.codec_bos_id], [tc.spk_id[speaker]] if speaker is not None else []])
 
-    def embed_text(ids: list[int]) -> torch.Tensor:
-        return embedder.text_rows(ids) if kept_rows else embedder.embed_text(ids_on_device.of(ids))
+def _assemble_isolating_errors(config: Qwen3TTSConfig, embedder: PromptEmbedder,
+                               tokenized: dict[int, _Tokenized]) -> dict[int, Prompt | ValueError]:
+    """The prompts, built together; when that raises a ValueError (e.g. a token id outside the embedding table),
+    each request is built alone so that only the requests it belongs to fail."""
+    if not tokenized:
+        return {}
+    items = list(tokenized.items())
+    try:
+        tensors = assemble(config, embedder, [t.rows for _, t in items])
+    except ValueError as e:
+        if len(items) == 1:
+            return {items[0][0]: e}
+        out = {}
+        for i, t in items:
+            out.update(_assemble_isolating_errors(config, embedder, {i: t}))
+        return out
+    return {i: _prompt(t, p) for (i, t), p in zip(items, tensors)}
 
-    t_instr = embed_text(instruct_ids) if instruct_ids else None
-    special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
-    spk_ids = [tc.spk_id[speaker]] if speaker is not None else []
 
-    def constants():
-        # The same ids every time for this language / speaker: kept by the embedder when it offers a cache
-        # (`prompt_constants`), so a request embeds only its own text.
-        return (embed_text(special), embed_text(role_ids),
-                embedder.embed_codec(ids_on_device.of(think + [tc.codec_pad_id, tc.codec_bos_id])),
-                embedder.embed_codec(ids_on_device.of(spk_ids)) if spk_ids else None)
-
-    t_special, t_role, c_think_pad_bos, c_spk = _cached_constants(
-        embedder, (tuple(special), tuple(role_ids), tuple(think), tc.codec_pad_id, tc.codec_bos_id, tuple(spk_ids)),
-        constants)
-    tts_bos, tts_eos, tts_pad = t_special[0:1], t_special[1:2], t_special[2:3]
-
-    # --- codec prefix: [think/lang ids] [speaker]? [codec_pad, codec_bos]
-    c_think, c_pad, c_bos = c_think_pad_bos[:-2], c_think_pad_bos[-2:-1], c_think_pad_bos[-1:]
-    codec_ids: list[Optional[int]] = list(think)
-    rows = [c_think]
-    if speaker is not None:
-        rows.append(c_spk)
-        codec_ids.append(spk_ids[0])
-    elif task == "base":
-        # The raw x-vector takes the speaker slot (no lookup), in the talker's dtype.
-        rows.append(to_device(x_vector.reshape(1, hidden), device, c_think.dtype))
-        codec_ids.append(None)
-    rows.append(c_pad)
-    codec_ids += [tc.codec_pad_id, tc.codec_bos_id]
-    codec_rows = torch.cat(rows, dim=0)  # L-1 rows: everything but codec_bos, which moves into the text block
-
-    # Text side of the prefix: tts_pad under every codec row except the last (codec_pad), which gets tts_bos.
-    n_pad = codec_rows.shape[0] - 1
-    text_side = torch.cat([tts_pad.expand(n_pad, -1), tts_bos], dim=0)
-    blocks = [t_role, text_side + codec_rows]
-    if t_instr is not None:
-        blocks.insert(0, t_instr)
-
-    # --- text block and trailing-text queue
-    if icl:
-        text_seq = torch.cat([embed_text(ref_body + body_ids), tts_eos], dim=0)     # T1 rows
-        frames = embedder.embed_frame(to_device(ref_codes, device, torch.long))
-        codec_seq = torch.cat([c_bos, frames.to(c_bos.dtype)], dim=0)              # T2 = R + 1 rows
-        t1, t2 = text_seq.shape[0], codec_seq.shape[0]
-        if non_streaming:
-            layout = "icl_non_streaming"
-            blocks += [text_seq + c_pad, codec_seq + tts_pad]
-            trailing = tts_pad
-        else:
-            layout = "icl_streaming"
-            if t1 > t2:
-                blocks.append(text_seq[:t2] + codec_seq)
-                trailing = text_seq[t2:]
-            else:
-                padded = torch.cat([text_seq, tts_pad.expand(t2 - t1, -1)], dim=0)
-                blocks.append(padded + codec_seq)
-                trailing = tts_pad
-    elif non_streaming:
-        layout = "non_streaming"
-        blocks += [torch.cat([embed_text(body_ids), tts_eos], dim=0) + c_pad, tts_pad + c_bos]
-        trailing = tts_pad
-    else:
-        layout = "streaming"
-        blocks.append(embed_text(body_ids[:1]) + c_bos)
-        rest = [embed_text(body_ids[1:])] if len(body_ids) > 1 else []
-        trailing = torch.cat(rest + [tts_eos], dim=0)
-
-    inputs_embeds = torch.cat(blocks, dim=0)
-    return Prompt(
-        inputs_embeds=inputs_embeds,
-        trailing_text=trailing,
-        tts_pad_embed=tts_pad[0],
-        layout=layout,
-        text_ids=text_ids,
-        instruct_ids=instruct_ids,
-        ref_ids=ref_ids,
-        codec_ids=codec_ids,
-        language=language,
-        speaker=speaker,
-        instruction_dropped=dropped,
-    )
+def _prompt(t: _Tokenized, p: PromptTensors) -> Prompt:
+    c = t.checked
+    return Prompt(inputs_embeds=p.inputs_embeds, trailing_text=p.trailing_text, tts_pad_embed=p.tts_pad_embed,
+                  layout=p.layout, text_ids=t.text_ids, instruct_ids=t.instruct_ids, ref_ids=t.ref_ids,
+                  codec_ids=p.codec_ids, language=c.language, speaker=c.speaker, instruction_dropped=c.dropped)
