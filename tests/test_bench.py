@@ -583,6 +583,27 @@ def test_offline_mode_on_tiny_checkpoint(tmp_path):
     assert res["hardware"]["where"] == "engine" and res["model"]["sample_rate"] == 24000
 
 
+def test_offline_runner_adds_a_burst_together_and_a_bad_request_fails_alone():
+    """The offline runner hands the requests due at once to the core in one add_requests call (their prompts built
+    in one batched pass, as the server's engine loop does); a bad one among them ends with invalid_request, the
+    others complete."""
+    from voxflow.bench.client import Level
+    from voxflow.bench.offline import RequestFactory, run_level
+    from voxflow.engine.engine import EngineConfig, EngineCore
+    core = EngineCore.from_config(EngineConfig(model=tiny(), max_num_seqs=3))
+    batches = []
+    real = core.add_requests
+    core.add_requests = lambda requests: (batches.append(len(requests)), real(requests))[1]
+    factory = RequestFactory(core, workloads.RequestSpec(max_new_tokens=3, ignore_eos=True))
+    prompts = [workloads.Prompt("a", "Hello there."), workloads.Prompt("b", "   "),
+               workloads.Prompt("c", "Good morning to you.")]
+    records = run_level(core, factory, Level(mode="closed", num_prompts=3, concurrency=3), prompts, [], seed=0)
+    assert batches == [3]
+    assert [r.error for r in records] == [None, "invalid_request", None]
+    assert "empty" in records[1].error_detail
+    assert all(r.audio_bytes > 0 for r in (records[0], records[2]))
+
+
 def test_smoke_against_voxflow_app(tmp_path):
     try:
         from voxflow.api.app import create_app

@@ -93,7 +93,7 @@ def run_level(core, factory: RequestFactory, level: Level, prompts: list[Prompt]
 
 def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, seed: int, progress,
                keep_audio: bool = False):
-    from voxflow.engine.engine import QueueFullError
+    from voxflow.engine.engine import QueueFullError, add_to_core
     from voxflow.engine.request import AudioChunk
     open_loop = level.mode == "open"
     times = poisson_times(len(items), level.rate, seed) if open_loop else [None] * len(items)
@@ -111,6 +111,7 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
 
     while pending or inflight:
         now = time.monotonic()
+        admitted = []           # the requests due now, added together (their prompts built in one batched pass)
         while pending and (cap is None or len(inflight) < cap) and \
                 (not open_loop or origin + pending[0][1] <= now):
             i, sched = pending.popleft()
@@ -124,17 +125,21 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
                 rec.pcm = bytearray()
             arrival = origin + sched if open_loop else time.monotonic()
             rec.start_s = arrival - origin
-            try:
-                core.add_request(req)
-            except ValueError as e:
-                rec.error, rec.error_detail, rec.end_s = "invalid_request", str(e)[:300], time.monotonic() - arrival
-                finish(rec)
+            admitted.append((req, rec, arrival))
+            inflight[req.request_id] = (rec, arrival)      # (counted against the cap; refused ones leave below)
+        errors = add_to_core(core, [a[0] for a in admitted]) if admitted else []
+        for (req, rec, arrival), error in zip(admitted, errors):
+            if error is None:
                 continue
-            except QueueFullError as e:
-                rec.error, rec.error_detail, rec.end_s = "overloaded", str(e)[:300], time.monotonic() - arrival
-                finish(rec)
-                continue
-            inflight[req.request_id] = (rec, arrival)
+            if isinstance(error, QueueFullError):
+                kind = "overloaded"
+            elif isinstance(error, ValueError):
+                kind = "invalid_request"
+            else:
+                raise error
+            del inflight[req.request_id]
+            rec.error, rec.error_detail, rec.end_s = kind, str(error)[:300], time.monotonic() - arrival
+            finish(rec)
         if not core.has_work():
             if pending and open_loop:
                 time.sleep(max(0.0, origin + pending[0][1] - time.monotonic()))

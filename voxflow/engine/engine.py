@@ -60,6 +60,23 @@ class QueueFullError(RuntimeError):
     """The engine's queue is full: retry later (HTTP 429/503)."""
 
 
+def add_to_core(core, requests: list[SpeechRequest]) -> list[Exception | None]:
+    """A burst of requests into any core: `EngineCore.add_requests` (their prompts built in one batched pass) when
+    it has it, else `add_request` one by one (e.g. OneShotCore). Per request None (queued) or the ValueError /
+    QueueFullError it was refused with; anything else propagates."""
+    add_requests = getattr(core, "add_requests", None)
+    if add_requests is not None:
+        return add_requests(requests)
+    errors: list[Exception | None] = []
+    for request in requests:
+        try:
+            core.add_request(request)
+            errors.append(None)
+        except (ValueError, QueueFullError) as e:
+            errors.append(e)
+    return errors
+
+
 @dataclass(eq=False)
 class _Live:
     """Engine-side bookkeeping of one request."""

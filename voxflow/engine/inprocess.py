@@ -21,7 +21,7 @@ import traceback
 from typing import Any, Callable
 
 from .client import EngineClient, EngineOutput
-from .engine import QueueFullError
+from .engine import QueueFullError, add_to_core
 from .request import FinalRecord, FinishReason, SpeechRequest
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,7 @@ class CoreDriver:
     def _add_batch(self, batch: list[SpeechRequest]) -> list[EngineOutput]:
         if not batch:
             return []
-        add_requests = getattr(self.core, "add_requests", None)       # cores without it: one by one
-        errors = add_requests(batch) if add_requests is not None else [self._add_one(r) for r in batch]
+        errors = add_to_core(self.core, batch)
         outs = []
         for request, error in zip(batch, errors):
             rid = request.request_id
@@ -93,13 +92,6 @@ class CoreDriver:
             else:                                       # anything else is an engine bug: raise
                 raise error
         return outs
-
-    def _add_one(self, request: SpeechRequest) -> Exception | None:
-        try:
-            self.core.add_request(request)
-        except (ValueError, QueueFullError) as e:
-            return e
-        return None
 
     def abort(self, request_id: str) -> list[EngineOutput]:
         if request_id not in self.live:

@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..audio.io import pcm_from_bytes
-from .engine import EngineCore
+from .engine import EngineCore, add_to_core
 from .request import AudioChunk, FinalRecord, SpeechRequest
 
 
@@ -27,16 +27,18 @@ def run_offline(core: EngineCore, requests: Iterable[SpeechRequest],
                 on_finish: Callable[[OfflineResult], None] | None = None) -> list[OfflineResult]:
     """Submit every request (bad ones end at once with an error record) and step until all are done.
     Results come back in submission order; `on_finish` is called as each request ends (progress, writing)."""
+    from .request import FinishReason
     results: dict[str, OfflineResult] = {}
     order = []
+    requests = list(requests)
     for req in requests:
-        res = results[req.request_id] = OfflineResult(req)
+        results[req.request_id] = OfflineResult(req)
         order.append(req.request_id)
-        try:
-            core.add_request(req)
-        except (ValueError, RuntimeError) as e:
-            from .request import FinishReason
-            res.final = FinalRecord(req.request_id, FinishReason.ERROR, error=str(e))
+    # All at once: their prompts built in one batched pass (add_to_core); a refused one ends with its error.
+    for req, error in zip(requests, add_to_core(core, requests)):
+        if error is not None:
+            res = results[req.request_id]
+            res.final = FinalRecord(req.request_id, FinishReason.ERROR, error=str(error))
             if on_finish:
                 on_finish(res)
     while core.has_work():
