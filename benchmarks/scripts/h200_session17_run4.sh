@@ -14,7 +14,8 @@ python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-0.6b --variant cus
 CK6=$!
 E=tests/gpu/test_gpu_engine.py
 gpu_tests 200 $E::test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference \
-  tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_qk_norm_rope.py "tests/gpu/test_gpu_cp_layer.py::test_predict_folded_norms_on_vs_off" \
+  tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_qk_norm_rope.py \
+  "tests/gpu/test_gpu_cp_layer.py::test_predict_folded_norms_on_vs_off" \
   $E::test_gpu_fp32_engine_equals_cpu_reference $E::test_gpu_packed_prefill_equals_cpu_reference \
   $E::test_gpu_engine_codes_equal_with_pdl_on_and_off
 echo "tests done at ${SECONDS}s"
