@@ -40,7 +40,9 @@ SKINNY_PROLOGUE_MAX_ROWS = 1
 ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # Single-token steps above the skinny sizes through a cache that attends from raw projections (the code
 # predictor's): both RMSNorms folded into the GEMMs after them and the residual adds into the GEMMs before them
-# (voxflow/layers/folded_norms.py): six launches a layer step instead of ~9. VOXFLOW_FOLDED_NORMS=0 turns it off.
+# (voxflow/layers/folded_norms.py): six launches a layer step instead of ~9. H200, 1.7B, c=64 step 7.59 -> 7.37 ms
+# (benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off. (The same through
+# the talker's paged cache was slower there, call 4: removed, commit 74dda5e.)
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 
 
