@@ -4,34 +4,21 @@ collect a burst's adds into one batch (inprocess.py, process.py): each request g
 adds and aborts is kept, and the step trace counts one prompt-building pass for the burst."""
 import asyncio
 import json
-import os
 import time
 
 import pytest
 import torch
 
-from voxflow.engine.engine import EngineConfig, EngineCore, QueueFullError
+from voxflow.engine.engine import QueueFullError
 from voxflow.engine.inprocess import CoreDriver, InProcessEngineClient
 from voxflow.engine.model_api import prepare_requests
 from voxflow.engine.process import ProcessEngineClient
 from voxflow.engine.request import FinalRecord, FinishReason, SamplingOptions, SpeechRequest, StreamingOptions
 
-TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
+from test_engine import make_engine  # tests/test_engine.py: the tiny custom_voice engine recording its frames
+
 HANG = 20.0
 
-
-def make_engine(**kw) -> EngineCore:
-    cfg = dict(max_num_seqs=8, max_num_batched_tokens=96, prefill_chunk_size=None, block_size=4, num_kv_blocks=256)
-    cfg.update(kw)
-    core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), **cfg))
-    core.recorded = {}                                   # request id -> frames handed to the codec
-    push = core.codec_exec.push
-
-    def recording_push(rid, frames):
-        core.recorded.setdefault(rid, []).append(frames.clone())
-        push(rid, frames)
-    core.codec_exec.push = recording_push
-    return core
 
 
 def speech(rid, text="Hello there.", voice="vivian", frames=6, **kw) -> SpeechRequest:
