@@ -119,18 +119,6 @@ def test_kernel_matches_reference_in_triton_interpreter():
     assert child.stdout.count(" ok: ") == len(KERNEL_CASES), child.stdout
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
-def test_default_launch_takes_one_split_of_wide_tiles_only_where_measured():
-    """64..255 rows of 8 KV heads (group 2, head_dim 128) on a GPU: one split of 64-token tiles, decided on the host
-    from the batch (no CUDA call needed to decide it); a CPU tensor never splits; the tile elsewhere follows
-    head_dim and group (the GPU test checks the split counts there)."""
-    gpu, cpu = torch.device("cuda"), torch.device("cpu")
-    assert pda.default_launch(64, 8, 2, 128, 4096, gpu) == (1, pda.WIDE_TILE)
-    assert pda.default_launch(255, 8, 2, 128, 4096, gpu) == (1, pda.WIDE_TILE)
-    assert pda.default_launch(64, 8, 2, 128, 4096, cpu) == (1, pda.default_tile(2, 128)) == (1, 16)
-    assert pda.default_tile(2, 16) == 64 and pda.default_tile(8, 128) == 16
-
-
 # --------------------------------------------------------------------- reference vs the existing path
 @pytest.mark.parametrize("group", [1, 2])
 def test_reference_equals_gather_and_eager_path(group):

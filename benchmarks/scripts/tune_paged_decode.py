@@ -2,7 +2,7 @@
 on a GPU: 1.7B talker heads (16 q / 8 kv of 128), bf16, 16-token pages scattered over the pool (a shuffled page
 order, as a long-running server's block manager leaves them), every row at the same context length.
 
-For each (rows, context): the heuristic's launch (default_launch: by the batch and the table width; default warps)
+For each (rows, context): the heuristic's launch (default_num_splits from the table width, default tile and warps)
 and candidates (splits 1 / 2 / 4 / 8, tiles of 16 / 32 / 64 tokens, 2 / 4 / 8 warps), us a call from CUDA-graph
 replays, and the K/V bandwidth the best one reaches. Each candidate's output is checked against the heuristic's.
 Session 13 saw 79 us a layer at 256 rows in the served step (benchmarks/results/h200/2026-12-02-session13).
@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tune_skinny_linear import bench  # noqa: E402
 
-from voxflow.kernels.paged_decode_attention import default_launch, paged_decode_attention  # noqa: E402
+from voxflow.kernels.paged_decode_attention import default_num_splits, paged_decode_attention  # noqa: E402
 
 HQ, HKV, D, PAGE = 16, 8, 128, 16
 
@@ -67,7 +67,7 @@ def matrix(rows_list: list[int], contexts: list[int], width_tokens: int) -> None
                     print(f"  rows {rows} ctx {ctx} {cand}: {type(e).__name__}: {str(e)[:100]}")
             sets = ref = None
             torch.cuda.empty_cache()
-        heur = f"heuristic {default_launch(rows, HKV, HQ // HKV, D, width_tokens, torch.device('cuda'))}"
+        heur = f"heuristic (splits {default_num_splits(rows, HKV, width_tokens, torch.device('cuda'))})"
         print(f"rows {rows}: us a call by context ({ROTATE} page sets rotated), ratio to the best at that context")
         print(f"{'candidate':>24} | " + " ".join(f"{c:>12}" for c in contexts) + " |  worst")
         best_at = {c: min(t for (k, cc), t in times.items() if cc == c) for c in contexts}
@@ -107,7 +107,7 @@ def main() -> None:
         scale = D ** -0.5
         ref = paged_decode_attention(q, k_pool, v_pool, tables, lens, scale)
         heur_us = bench(lambda: paged_decode_attention(q, k_pool, v_pool, tables, lens, scale), 1)
-        splits = default_launch(rows, HKV, HQ // HKV, D, args.width, q.device)
+        splits = default_num_splits(rows, HKV, args.width, q.device)
         best = (heur_us, ("heuristic",))
         for s, n, w in itertools.product((1, 2, 4, 8), (16, 32, 64), (2, 4, 8)):
             try:
@@ -124,7 +124,7 @@ def main() -> None:
             if us < best[0]:
                 best = (us, (s, n, w))
         kv_bytes = 2 * rows * ctx * HKV * D * 2
-        print(f"{rows:4d} {ctx:4d} | {f'(splits, tile) {splits}':>18} {heur_us:7.2f} | {str(best[1]):>26} {best[0]:7.2f} "
+        print(f"{rows:4d} {ctx:4d} | {f'splits {splits}':>18} {heur_us:7.2f} | {str(best[1]):>26} {best[0]:7.2f} "
               f"{kv_bytes / best[0] / 1e3:8.0f}")
 
 

@@ -232,34 +232,6 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
-# From 512 row x KV-head pairs (64 rows of 8 KV heads) up to 2048 (256 rows): one split of 64-token tiles. H200,
-# bf16, 16 q / 8 kv heads of 128, 64 rows at contexts 64 / 128 / 192 (the served ones: a prompt plus up to 151
-# frames): 13.5 / 23.6 / 34.6 us a call against 22.1 / 28.5 / 34.3 for the width-based splits of 16-token tiles
-# and their merge (benchmarks/results/h200/2026-12-03-session17, call 3, tune_paged_decode.py --matrix: the most
-# robust of 24 launches, worst 1.01x of the best). At 256 rows session 13 found one split of 16-token tiles best
-# at short contexts; not measured with these tiles, so that size keeps the default.
-WIDE_TILE_PAIRS = (512, 2048)
-WIDE_TILE = 64
-
-
-def default_launch(batch: int, num_kv_heads: int, group: int, head_dim: int, max_tokens: int,
-                   device: torch.device) -> tuple[int, int]:
-    """(num_splits, block_n) when the caller gives neither: WIDE_TILE_PAIRS' one split of WIDE_TILE-token tiles
-    where it was measured (a [G, N, D] tile no larger than the 2 x 64 x 128 timed), else `default_num_splits` and
-    the tile by head_dim and group. Host-known inputs only, so fixed for a captured graph."""
-    pairs = batch * num_kv_heads
-    if device.type == "cuda" and WIDE_TILE_PAIRS[0] <= pairs < WIDE_TILE_PAIRS[1] \
-            and triton.next_power_of_2(group) * triton.next_power_of_2(head_dim) <= 2 * 128:
-        return 1, WIDE_TILE
-    return default_num_splits(batch, num_kv_heads, max_tokens, device), default_tile(group, head_dim)
-
-
-def default_tile(group: int, head_dim: int) -> int:
-    """Tokens a tile: the [G, N, D] broadcast tile around 4K fp32 values (64 registers a thread at 2 warps),
-    >= 16 tokens."""
-    return max(16, min(64, 4096 // (triton.next_power_of_2(group) * triton.next_power_of_2(head_dim))))
-
-
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
                            block_n: int | None = None, num_warps: int = 2, k_new: torch.Tensor | None = None,
@@ -270,8 +242,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
     same result as writing it first and calling without them.
 
-    num_splits: split-K chunks, block_n: tokens per tile (both None: `default_launch`; one None:
-    `default_num_splits` / `default_tile`). num_warps: Triton's launch option.
+    num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
+    group). num_warps: Triton's launch option.
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
@@ -288,10 +260,9 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     width = block_tables.shape[1]
     max_tokens = width * block_size
     block_d = triton.next_power_of_2(head_dim)
-    if num_splits is None and block_n is None:
-        num_splits, block_n = default_launch(batch, num_kv_heads, group, head_dim, max_tokens, q.device)
     if block_n is None:
-        block_n = default_tile(group, head_dim)
+        # Keep the [G, N, D] broadcast tile around 4K fp32 values (64 registers a thread at 2 warps), >= 16 tokens.
+        block_n = max(16, min(64, 4096 // (triton.next_power_of_2(group) * block_d)))
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
