@@ -37,7 +37,10 @@ def folded_weights(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
     qkv, gate_up = attn.fused_qkv(), mlp.fused_gate_up()
     if qkv is None or gate_up is None:
         return None
-    params = (qkv, layer.input_layernorm.weight, gate_up, layer.post_attention_layernorm.weight)
+    # The Linears' own weights too: they are views of the fused tensors, but an in-place edit through one of them
+    # bumps only its own version counter, not the fused tensor's.
+    params = (qkv, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, layer.input_layernorm.weight,
+              gate_up, mlp.gate_proj.weight, mlp.up_proj.weight, layer.post_attention_layernorm.weight)
     cached = layer._derived
     if cached is None and qkv.is_cuda and torch.cuda.is_current_stream_capturing():
         return None         # never allocate inside a capture (per_weight_version would not keep it either)
