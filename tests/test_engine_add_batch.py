@@ -96,6 +96,14 @@ def test_prepare_requests_falls_back_to_prepare_one_by_one():
     assert results[0] == "prepared x" and results[2] == "prepared z"
     assert isinstance(results[1], ValueError) and str(results[1]) == "bad text"
 
+    class RaisesForTheBatch(_OnlyPrepare):          # prepare_many itself raises for one bad request
+        def prepare_many(self, requests):
+            if any(r.text == "bad" for r in requests):
+                raise ValueError("bad text somewhere")
+            return [self.prepare(r) for r in requests]
+    results = prepare_requests(RaisesForTheBatch(), [speech("x"), speech("y", text="bad"), speech("z")])
+    assert results[0] == "prepared x" and results[2] == "prepared z" and str(results[1]) == "bad text"
+
     class Broken:
         def prepare_many(self, requests):
             return []

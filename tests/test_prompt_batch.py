@@ -111,6 +111,41 @@ def test_bad_requests_fail_alone_with_the_message_they_get_alone():
         assert str(result) == str(alone.value)
 
 
+def test_a_plain_value_error_fails_only_its_request():
+    """Not only PromptError: torch's own ValueError for a malformed input (a ragged x-vector list), and a tokenizer
+    that raises for one text inside the batched encode, fail their request alone, with the message they get alone."""
+    m = model("base")
+    hidden = m.config.talker.hidden_size
+    good = PromptRequest(text="Hello there.", x_vector=torch.ones(hidden))
+    ragged = PromptRequest(text="Hi.", x_vector=[[1.0] * hidden, [1.0]])
+    picky = PromptRequest(text="Hi, RAISE here.", x_vector=torch.ones(hidden))
+
+    class Picky:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def encode(self, text):
+            if "RAISE" in text:
+                raise ValueError("the tokenizer refused this text")
+            return self.inner.encode(text)
+
+        def encode_batch(self, texts):
+            return [self.encode(t) for t in texts]
+    tokenizer = Picky(m.tokenizer)
+    requests = [good, ragged, good, picky] + [good] * 6           # >= 8 texts: the batched encode runs
+    with torch.no_grad():
+        results = build_prompts(m.config, tokenizer, m.talker, requests)
+        want = build_prompt(m.config, tokenizer, m.talker, good)
+    for i, result in enumerate(results):
+        if requests[i] is good:
+            assert_same_prompt(result, want)
+    for i in (1, 3):
+        assert isinstance(results[i], ValueError)
+        with pytest.raises(ValueError) as alone:
+            build_prompt(m.config, tokenizer, m.talker, requests[i])
+        assert str(results[i]) == str(alone.value)
+
+
 class _OutOfRangeForBad:
     """The tiny tokenizer, but a text with "BAD" in it starts with an id outside the text embedding table (a
     checkpoint whose tokenizer and weights disagree): only the kept-rows gather notices, in the batched part."""

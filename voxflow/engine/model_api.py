@@ -170,14 +170,19 @@ class CodecModel(Protocol):
 
 
 def prepare_requests(model: TTSModel, requests: list[SpeechRequest]) -> list[PreparedRequest | ValueError]:
-    """The model's `prepare_many` when it has one, else `prepare` request by request: per request its
-    PreparedRequest or the ValueError its `prepare` raised (anything else is an engine bug and propagates)."""
+    """The model's `prepare_many` when it has one (and it does not raise a ValueError for the batch as a whole),
+    else `prepare` request by request: per request its PreparedRequest or the ValueError its `prepare` raised
+    (anything else is an engine bug and propagates)."""
     many = getattr(model, "prepare_many", None)
     if many is not None:
-        results = many(requests)
-        if len(results) != len(requests):
-            raise RuntimeError(f"prepare_many returned {len(results)} results for {len(requests)} requests")
-        return results
+        try:
+            results = many(requests)
+        except ValueError:
+            results = None      # a bad request broke the batched pass: one by one below, so that only it fails
+        if results is not None:
+            if len(results) != len(requests):
+                raise RuntimeError(f"prepare_many returned {len(results)} results for {len(requests)} requests")
+            return results
     results = []
     for request in requests:
         try:

@@ -233,7 +233,7 @@ def build_prompts(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Prom
     for i, request in enumerate(requests):
         try:
             checked[i] = _check(config, request)
-        except PromptError as e:
+        except ValueError as e:         # a PromptError, or torch's own for a malformed tensor (e.g. a ragged x-vector)
             results[i] = e
     if checked:
         try:
@@ -243,10 +243,10 @@ def build_prompts(config: Qwen3TTSConfig, tokenizer: TextEncoder, embedder: Prom
                 results[i] = e
             checked = {}
     tokenized = {}
-    for (i, c), ids in zip(checked.items(), _encode_all(tokenizer, list(checked.values()))):
+    for i, c, ids in _encode_isolating_errors(tokenizer, checked, results):
         try:
             tokenized[i] = _tokenized(config, c, *ids)
-        except PromptError as e:
+        except ValueError as e:
             results[i] = e
     for i, prompt in _assemble_isolating_errors(config, embedder, tokenized).items():
         results[i] = prompt
@@ -340,6 +340,25 @@ def _check_ref_codes(config: Qwen3TTSConfig, request: PromptRequest, ref_codes: 
 # one; below, waking those threads costs more than it saves (a lone request with an instruction: 0.34 ms for the pair
 # against 0.21 ms one by one, CPU profile of the bench prompts).
 _ENCODE_BATCH_FROM = 8
+
+
+def _encode_isolating_errors(tokenizer: TextEncoder, checked: dict[int, _Checked], results: list):
+    """(index, checked request, its ids) of each request the tokenizer takes: all together, and when that raises a
+    ValueError, one by one so that only the request it belongs to fails (its error into `results`)."""
+    items = list(checked.items())
+    try:
+        return [(i, c, ids) for (i, c), ids in zip(items, _encode_all(tokenizer, [c for _, c in items]))]
+    except ValueError as e:
+        if len(items) == 1:
+            results[items[0][0]] = e
+            return []
+    out = []
+    for i, c in items:
+        try:
+            out.append((i, c, _encode_all(tokenizer, [c])[0]))
+        except ValueError as e:
+            results[i] = e
+    return out
 
 
 def _encode_all(tokenizer: TextEncoder, checked: list[_Checked]) -> list[tuple]:
