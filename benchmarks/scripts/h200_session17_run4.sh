@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (A record of call 4 as it ran: the talker's folded norms it measured, and their switch VOXFLOW_FOLDED_NORMS_PAGED,
+# were removed after it (f91fd33), as was the paged decode's wide-tile launch (db6fcac).)
 # Session 17, call 4, the last (`bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]):
 #  1. GPU tests of what changed since call 3: the paged decode's one split of wide tiles from 64 rows (e70faae),
 #     the folded norms through the talker's paged cache (74dda5e: qk_norm_rope folded=), the fp32 engine (12

@@ -70,6 +70,7 @@ def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
     from voxflow.kernels.qk_norm_rope import qk_norm_rope
     from voxflow.layers.attention import eager_attention
     from voxflow.layers.rotary import RotaryEmbedding
+    torch.manual_seed(batch)            # reproducible: a failure here is a rounding case to look at again
     for length in (0, 1, 14):
         qkv = torch.randn(batch, 1, 32 * 128, device="cuda").to(dtype)
         q, k, v = qkv[..., :2048].view(batch, 1, 16, 128), qkv[..., 2048:3072].view(batch, 1, 8, 128), \

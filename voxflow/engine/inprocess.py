@@ -61,17 +61,18 @@ class CoreDriver:
         """Requests that arrived together, their prompts built in one batched pass (`EngineCore.add_requests`);
         an ERROR record for each one refused, as if they had been added one by one (an id repeated in the batch
         splits it there: the repeat is judged after the first is in)."""
-        outs, batch = [], []
+        outs, batch, ids = [], [], set()
         for request in requests:
             rid = request.request_id
-            if any(r.request_id == rid for r in batch):
+            if rid in ids:
                 outs += self._add_batch(batch)
-                batch = []
+                batch, ids = [], set()
             if rid in self.live:
                 outs.append(FinalRecord(request_id=rid, reason=FinishReason.ERROR,
                                         error=f"request id {rid!r} is already in flight"))
             else:
                 batch.append(request)
+                ids.add(rid)
         return outs + self._add_batch(batch)
 
     def _add_batch(self, batch: list[SpeechRequest]) -> list[EngineOutput]:

@@ -22,7 +22,7 @@ from voxflow.kernels.dense_decode_attention import supported as attention_suppor
 from voxflow.kernels.qk_norm_rope import _norm_rope_heads
 from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
-from voxflow.kernels.rms_norm import round_to
+from voxflow.kernels.rms_norm import MAX_ROW_FACTOR_WIDTH, round_to, row_factor
 
 
 NUM_WARPS = 4      # Triton's default; benchmarks/scripts/tune_cp_attention.py times others
@@ -64,9 +64,7 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
         # The layer's input RMSNorm was folded into the q|k|v weight (voxflow/layers/folded_norms.py): its row
         # factor rsqrt(mean(x^2) + eps), fp32 statistics of the layer input row as the reference norm takes them,
         # scales the raw projections here.
-        xo = tl.arange(0, BLOCK_X)
-        xr = tl.load(x_ptr + b * sx_b + xo, mask=xo < hidden, other=0.0).to(tl.float32)
-        r = tl.math.rsqrt(tl.sum(xr * xr, axis=0) * inv_h + x_eps)
+        r = row_factor(x_ptr + b * sx_b, hidden, inv_h, x_eps, BLOCK_X)
     else:
         r = 1.0
     # 1. the new token: q heads of the group -> scratch, k -> cache position T (normed, rotated), v -> position T
@@ -104,13 +102,11 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch
     return attention_supported(q.transpose(1, 2), k.transpose(1, 2))
 
 
-MAX_FOLDED_HIDDEN = 4096   # the layer input row sits in registers for its statistics
-
-
 def supported_folded(x: torch.Tensor, q: torch.Tensor) -> bool:
-    """Rows x [B, H] for `folded_norm`: q's batch, dtype and device, a unit last stride, H <= MAX_FOLDED_HIDDEN."""
+    """Rows x [B, H] for `folded_norm`: q's batch, dtype and device, a unit last stride, H <= 4096 (rms_norm.py's
+    MAX_ROW_FACTOR_WIDTH)."""
     return (x.dim() == 2 and x.shape[0] == q.shape[0] and x.dtype == q.dtype and x.device == q.device
-            and x.stride(-1) == 1 and 1 <= x.shape[1] <= MAX_FOLDED_HIDDEN)
+            and x.stride(-1) == 1 and 1 <= x.shape[1] <= MAX_ROW_FACTOR_WIDTH)
 
 
 def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,

@@ -43,6 +43,19 @@ def round_to(x, DTYPE: tl.constexpr):
         return x
 
 
+MAX_ROW_FACTOR_WIDTH = 4096   # `row_factor` holds a whole row in registers
+
+
+@triton.jit
+def row_factor(row_ptr, width, inv_width, eps, BLOCK: tl.constexpr):
+    """rsqrt(mean(x^2) + eps) of one row (fp32 statistics, the mean as sum * fl(1/width) like the kernel below and
+    torch's CUDA mean): the factor of an RMSNorm folded into the GEMM that read the row (voxflow/layers/
+    folded_norms.py). BLOCK >= width, a power of two."""
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(row_ptr + offs, mask=offs < width, other=0.0).to(tl.float32)
+    return tl.math.rsqrt(tl.sum(x * x, axis=0) * inv_width + eps)
+
+
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr,
                      x_row_stride, res_row_stride, out_row_stride, sum_row_stride,

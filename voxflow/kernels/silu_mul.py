@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from voxflow.kernels.rms_norm import round_to
+from voxflow.kernels.rms_norm import MAX_ROW_FACTOR_WIDTH, round_to, row_factor
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _BLOCK = 1024
@@ -76,9 +76,7 @@ def _silu_mul_folded_kernel(gate_ptr, up_ptr, x_ptr, out_ptr, width, hidden, inv
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < width
-    xo = tl.arange(0, BLOCK_X)
-    xr = tl.load(x_ptr + row * stride_x + xo, mask=xo < hidden, other=0.0).to(tl.float32)
-    r = tl.math.rsqrt(tl.sum(xr * xr, axis=0) * inv_h + eps)
+    r = row_factor(x_ptr + row * stride_x, hidden, inv_h, eps, BLOCK_X)
     dtype = gate_ptr.dtype.element_ty
     g = round_to(tl.load(gate_ptr + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32) * r, dtype)
     u = round_to(tl.load(up_ptr + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32) * r, dtype)
@@ -90,15 +88,12 @@ def _silu_mul_folded_kernel(gate_ptr, up_ptr, x_ptr, out_ptr, width, hidden, inv
     tl.store(out_ptr + row * stride_o + cols, round_to(silu * u, dtype).to(dtype), mask=mask)
 
 
-MAX_FOLDED_HIDDEN = 4096   # the MLP input row sits in registers for its statistics
-
-
 def supported_folded(gate: torch.Tensor, up: torch.Tensor, x: torch.Tensor) -> bool:
-    """gate / up [rows, I] (unit last strides: e.g. the halves of one gate|up output), x [rows, H <= 4096] with a
-    unit last stride, one dtype and device."""
+    """gate / up [rows, I] (unit last strides: e.g. the halves of one gate|up output), x [rows, H] with a unit last
+    stride and H <= rms_norm.py's MAX_ROW_FACTOR_WIDTH, one dtype and device."""
     return (gate.dim() == 2 and supported(gate, up) and gate.stride(-1) == 1 and up.stride(-1) == 1
             and x.dim() == 2 and x.shape[0] == gate.shape[0] and x.dtype == gate.dtype and x.device == gate.device
-            and x.stride(-1) == 1 and 1 <= x.shape[1] <= MAX_FOLDED_HIDDEN)
+            and x.stride(-1) == 1 and 1 <= x.shape[1] <= MAX_ROW_FACTOR_WIDTH)
 
 
 def silu_mul_folded(gate: torch.Tensor, up: torch.Tensor, x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -9,8 +9,9 @@ On CUDA (kernel switch on) fused kernels cut launches, same rounding points: q_n
 (voxflow/kernels/qk_norm_rope.py), each residual add + the norm after it in one (`add_rms_norm`: the
 post-attention one inside a layer, the MLP's into the next layer's input norm, `forward_deferred`), and for decode
 batches of a few rows the skinny GEMMs with the residual add / silu * up fused in (`_forward_skinny`); a cache
-with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself.
-Everywhere else the plain torch code below runs unchanged.
+with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself, and
+above the skinny sizes such a layer step runs with both norms folded into its GEMM weights (`_forward_folded`,
+voxflow/layers/folded_norms.py). Everywhere else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # predictor's): both RMSNorms folded into the GEMMs after them and the residual adds into the GEMMs before them
 # (voxflow/layers/folded_norms.py): six launches a layer step instead of ~9. H200, 1.7B, c=64 step 7.59 -> 7.37 ms
 # (benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off. (The same through
-# the talker's paged cache was slower there, call 4: removed, commit 74dda5e.)
+# the talker's paged cache was slower there, call 4: added in 74dda5e, reverted in f91fd33.)
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 
 
@@ -158,7 +159,8 @@ class Qwen3DecoderLayer(nn.Module):
         output as (x, pending) with the same meaning. On the kernel path above the skinny sizes the final residual
         add is left pending, so that the next layer's input norm (or the stack's final norm) takes it in one
         fused add + norm launch instead of an add and a norm; the sum is rounded where `x + mlp` would round it,
-        so the residual stream carries the same bits. Elsewhere pending comes back None.
+        so the residual stream carries the same bits. Elsewhere pending comes back None, and so from the folded
+        path (FOLDED_NORMS), whose down_proj GEMM adds the residual itself.
         x_owned: x is the caller's own scratch (an earlier layer's output), which the folded path may add into in
         place (saves a copy a residual add); a stack's input is never overwritten."""
         kernels = use_kernels(x)
@@ -242,7 +244,6 @@ class Qwen3DecoderLayer(nn.Module):
         rows = _linear_plus(out, o_w, rows)
         act = nl.norm_linear(rows, gate_up_w, post.weight, post.eps, swiglu=True)
         return _linear_plus(act, down_w, rows)
-
 
     def _forward_folded(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, x_owned: bool
                         ) -> torch.Tensor | None:

@@ -146,7 +146,7 @@ class SnakeBeta(nn.Module):
     def _channel_terms(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(e^alpha, 1 / (e^beta + 1e-9)) per channel, exactly as forward's torch expression forms them."""
         return per_weight_version(self, (self.alpha, self.beta),
-                                   lambda: (torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9)))
+                                  lambda: (torch.exp(self.alpha), 1.0 / (torch.exp(self.beta) + 1e-9)))
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None, bias: torch.Tensor | None = None
                 ) -> torch.Tensor:
@@ -261,7 +261,7 @@ class Codebook(nn.Module):
 
     def embeddings(self) -> torch.Tensor:
         return per_weight_version(self, (self.cluster_usage, self.embedding_sum),
-                                   lambda: self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None])
+                                  lambda: self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None])
 
 
 class _CodebookHolder(nn.Module):
