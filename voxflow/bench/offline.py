@@ -93,7 +93,7 @@ def run_level(core, factory: RequestFactory, level: Level, prompts: list[Prompt]
 
 def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, seed: int, progress,
                keep_audio: bool = False):
-    from voxflow.engine.engine import QueueFullError, add_to_core
+    from voxflow.engine.engine import add_to_core, refusal_kind
     from voxflow.engine.request import AudioChunk
     open_loop = level.mode == "open"
     times = poisson_times(len(items), level.rate, seed) if open_loop else [None] * len(items)
@@ -131,12 +131,7 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
         for (req, rec, arrival), error in zip(admitted, errors):
             if error is None:
                 continue
-            if isinstance(error, QueueFullError):
-                kind = "overloaded"
-            elif isinstance(error, ValueError):
-                kind = "invalid_request"
-            else:
-                raise error
+            kind = refusal_kind(error)
             del inflight[req.request_id]
             rec.error, rec.error_detail, rec.end_s = kind, str(error)[:300], time.monotonic() - arrival
             finish(rec)

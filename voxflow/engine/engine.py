@@ -60,6 +60,17 @@ class QueueFullError(RuntimeError):
     """The engine's queue is full: retry later (HTTP 429/503)."""
 
 
+def refusal_kind(error: Exception) -> str:
+    """The error kind of a request `add_to_core` refused: "overloaded" (QueueFullError: back-pressure, not a failure
+    of the engine) or "invalid_request" (ValueError: bad input, this request only). Anything else is an engine bug
+    and is raised."""
+    if isinstance(error, QueueFullError):
+        return "overloaded"
+    if isinstance(error, ValueError):
+        return "invalid_request"
+    raise error
+
+
 def add_to_core(core, requests: list[SpeechRequest]) -> list[Exception | None]:
     """A burst of requests into any core: `EngineCore.add_requests` (their prompts built in one batched pass) when
     it has it, else `add_request` one by one (e.g. OneShotCore). Per request None (queued) or the ValueError /

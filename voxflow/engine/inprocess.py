@@ -21,7 +21,7 @@ import traceback
 from typing import Any, Callable
 
 from .client import EngineClient, EngineOutput
-from .engine import QueueFullError, add_to_core
+from .engine import add_to_core, refusal_kind
 from .request import FinalRecord, FinishReason, SpeechRequest
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,9 @@ class CoreDriver:
             rid = request.request_id
             if error is None:
                 self.live.add(rid)
-            elif isinstance(error, QueueFullError):     # back-pressure, not a failure of the engine
-                outs.append(FinalRecord(request_id=rid, reason=FinishReason.ERROR, error=str(error),
-                                        error_kind="overloaded"))
-            elif isinstance(error, ValueError):         # bad input: this request only
+            else:
                 outs.append(FinalRecord(request_id=rid, reason=FinishReason.ERROR,
-                                        error=str(error) or type(error).__name__, error_kind="invalid_request"))
-            else:                                       # anything else is an engine bug: raise
-                raise error
+                                        error=str(error) or type(error).__name__, error_kind=refusal_kind(error)))
         return outs
 
     def abort(self, request_id: str) -> list[EngineOutput]:
