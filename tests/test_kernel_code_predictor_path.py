@@ -46,6 +46,19 @@ def small_code_predictor(dtype):
     return cp.to(dtype).eval()
 
 
+def case(rows: int, dtype, g: torch.Generator):
+    """A fresh small code predictor and a predict's inputs for `rows` rows: the talker state, the c0 embedding."""
+    cp = small_code_predictor(dtype)
+    h = torch.randn(rows, 96, generator=g).to(dtype)
+    return cp, h, torch.randn(rows, 96, generator=g).to(dtype)
+
+
+def assert_logits_close(got: torch.Tensor, want: torch.Tensor, tol: float, *label) -> None:
+    """max |got - want| within tol of max |want| (the tolerances of the module docstring)."""
+    err = (got.float() - want.float()).abs().max().item()
+    assert err <= tol * want.float().abs().max().item(), (*label, err)
+
+
 def run(cp, h, c0, kernels: bool, forced: torch.Tensor | None):
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
@@ -99,9 +112,7 @@ def check_folded_norms_path_against_reference():
     try:
         g = torch.Generator().manual_seed(9)
         for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
-            cp = small_code_predictor(dtype)
-            h = torch.randn(9, 96, generator=g).to(dtype)
-            c0 = torch.randn(9, 96, generator=g).to(dtype)
+            cp, h, c0 = case(9, dtype, g)
             codes_r, logits_r = run(cp, h, c0, False, None)
             for v in spies.values():
                 v.clear()
@@ -112,8 +123,7 @@ def check_folded_norms_path_against_reference():
             assert spies["attention"] == [True] * (2 * 3), spies["attention"]      # 2 layers x 3 steps, folded
             assert len(spies["silu"]) == 2 * 3
             assert len(spies["add_norm"]) == 4           # the prefill step's only (2 post-attention, 1 + 1 deferred)
-            err = (logits_k.float() - logits_r.float()).abs().max().item()
-            assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
+            assert_logits_close(logits_k, logits_r, tol, dtype)
         # The folded layers add into their input in place from the second layer on, never into the stack's input
         # (the caller's: e.g. the code predictor's input rows when its projection is the identity, as in 0.6B).
         from voxflow.layers.static_kv_cache import StaticKVCache
@@ -157,9 +167,7 @@ def _check_per_layer_kernel_path():
     # cuBLAS-sized GEMMs with every residual add fused into the norm after it (Qwen3DecoderLayer.forward_deferred).
     # (bf16 through these kernels: the one-row and fused-layer checks below run a bf16 pass each)
     for rows, dtype, tol in ((1, torch.float32, 1e-4), (3, torch.float32, 1e-4), (12, torch.float32, 1e-4)):
-        cp = small_code_predictor(dtype)
-        h = torch.randn(rows, 96, generator=g).to(dtype)
-        c0 = torch.randn(rows, 96, generator=g).to(dtype)
+        cp, h, c0 = case(rows, dtype, g)
         forced = torch.randint(0, 256, (rows, 4), generator=g)
         calls.clear()
         attention_calls.clear()
@@ -177,8 +185,7 @@ def _check_per_layer_kernel_path():
         assert len(add_norms) == (0 if skinny else 4 * (2 + 1 + 1))
         codes_r, logits_r = run(cp, h, c0, False, forced)
         assert torch.equal(codes_k, forced) and torch.equal(codes_r, forced)
-        err = (logits_k.float() - logits_r.float()).abs().max().item()
-        assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
+        assert_logits_close(logits_k, logits_r, tol, dtype)
         if dtype == torch.float32 and rows == 1:     # (greedy: one row is enough; the logits above hold the rest)
             greedy_k, _ = run(cp, h, c0, True, None)
             greedy_r, _ = run(cp, h, c0, False, None)
@@ -208,9 +215,7 @@ def check_one_row_norm_linear_layers_against_reference():
     try:
         g = torch.Generator().manual_seed(4)
         for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
-            cp = small_code_predictor(dtype)
-            h = torch.randn(1, 96, generator=g).to(dtype)
-            c0 = torch.randn(1, 96, generator=g).to(dtype)
+            cp, h, c0 = case(1, dtype, g)
             codes_r, logits_r = run(cp, h, c0, False, None)
             calls.clear()
             gated.clear()
@@ -218,8 +223,7 @@ def check_one_row_norm_linear_layers_against_reference():
             codes_k, logits_k = run(cp, h, c0, True, codes_r)
             assert calls.count(False) == 2 * 3 and calls.count(True) == 2 * 3    # 2 layers x 3 single-token steps
             assert not any(gated), "down_proj took the silu * up prologue on the one-row path"
-            err = (logits_k.float() - logits_r.float()).abs().max().item()
-            assert err <= tol * logits_r.float().abs().max().item(), (dtype, err)
+            assert_logits_close(logits_k, logits_r, tol, dtype)
             if dtype == torch.float32:          # and left to itself, the kernel path draws the same greedy codes
                 assert torch.equal(logits_k.argmax(-1), codes_r)
     finally:
@@ -339,9 +343,7 @@ def check_fused_layer_path_against_reference():
         for rows, dtype, tol, nl_head in ((1, torch.float32, 1e-4, False), (1, torch.bfloat16, 5e-2, True),
                                           (3, torch.float32, 1e-4, True)):
             cp_mod.CP_NORM_LINEAR_LM_HEAD = nl_head
-            cp = small_code_predictor(dtype)
-            h = torch.randn(rows, 96, generator=g).to(dtype)
-            c0 = torch.randn(rows, 96, generator=g).to(dtype)
+            cp, h, c0 = case(rows, dtype, g)
             for v in spies.values():
                 v.clear()
             codes_k, logits_k = run(cp, h, c0, True, None)
@@ -366,8 +368,7 @@ def check_fused_layer_path_against_reference():
             # greedy on both paths: equal codes mean both saw the same inputs at every step, so the logits compare
             codes_r, logits_r = run(cp, h, c0, False, None)
             assert torch.equal(codes_k, codes_r), (rows, dtype)
-            err = (logits_k.float() - logits_r.float()).abs().max().item()
-            assert err <= tol * logits_r.float().abs().max().item(), (rows, dtype, err)
+            assert_logits_close(logits_k, logits_r, tol, rows, dtype)
     finally:
         for (m, name), real in zip(patched, saved):
             setattr(m, name, real)
