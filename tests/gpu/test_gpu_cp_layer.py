@@ -216,6 +216,35 @@ def test_five_layers_in_a_cuda_graph():
     assert torch.equal(replayed, frame())
 
 
+def predict_on_vs_off(switch, calls: list, rows: int, dtype, tol: float):
+    """CodePredictor.predict at the 1.7B shapes with `switch(on)` off, then on: the path it turns on ran on every
+    single-token step (`calls`, filled by the caller's spy, counts 5 layers x 14 steps), and teacher-forced with the
+    off path's codes its logits are within tol of max |logit|. -> (codes on, codes off, logits off, max error)."""
+    cp = make_code_predictor(dtype, DEV)
+    h, c0 = (torch.randn(rows, 2048, device=DEV) * 2).to(dtype), torch.randn(rows, 2048, device=DEV).to(dtype)
+    greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
+    switch(False)
+    codes_off, logits_off = cp.predict(h, c0, greedy)
+    forced = lambda logits, j: codes_off[:, j]              # noqa: E731
+    switch(True)
+    calls.clear()
+    codes_on, _ = cp.predict(h, c0, greedy)
+    assert len(calls) == 5 * 14, "the path did not run on every single-token step"
+    _, logits_forced = cp.predict(h, c0, forced)
+    err = (logits_forced.float() - logits_off.float()).abs().max().item()
+    assert err <= tol * logits_off.float().abs().max().item(), (dtype, err)
+    return codes_on, codes_off, logits_off, err
+
+
+def assert_codes_equal_up_to_near_ties(codes_on, codes_off, logits_off, err):
+    """Per row, the first code that differs must be one the reference's logits put within twice the logit error of
+    their maximum (a near-tie the rounding may flip); later codes follow from it and are not compared."""
+    for row in (codes_on != codes_off).any(dim=1).nonzero().flatten().tolist():
+        j = int((codes_on[row] != codes_off[row]).nonzero()[0])
+        step = logits_off[row, j].float()
+        assert step[codes_on[row, j]] >= step.max() - 2 * err, (row, j, codes_on[row], codes_off[row])
+
+
 @torch.no_grad()
 def test_predict_fused_layer_on_vs_off():
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
@@ -225,26 +254,12 @@ def test_predict_fused_layer_on_vs_off():
     cp_layer.layer_step = lambda *a, **kw: (calls.append(1), saved[1](*a, **kw))[1]
     try:
         for dtype in (torch.float32, torch.bfloat16):
-            cp = make_code_predictor(dtype, DEV)
-            h, c0 = (torch.randn(1, 2048, device=DEV) * 2).to(dtype), torch.randn(1, 2048, device=DEV).to(dtype)
-            greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
-            cp_mod.CP_FUSED_LAYER = False
-            codes_off, logits_off = cp.predict(h, c0, greedy)
-            forced = lambda logits, j: codes_off[:, j]              # noqa: E731
-            cp_mod.CP_FUSED_LAYER = True
-            calls.clear()
-            codes_on, _ = cp.predict(h, c0, greedy)
-            assert len(calls) == 5 * 14, "the fused layer did not run on every single-token step"
-            _, logits_forced = cp.predict(h, c0, forced)
-            err = (logits_forced.float() - logits_off.float()).abs().max().item()
-            assert err <= 5e-2 * logits_off.float().abs().max().item(), (dtype, err)
+            codes_on, codes_off, logits_off, err = predict_on_vs_off(
+                lambda on: setattr(cp_mod, "CP_FUSED_LAYER", on), calls, 1, dtype, 5e-2)
             if dtype == torch.float32:
                 assert torch.equal(codes_on, codes_off)
-            elif not torch.equal(codes_on, codes_off):
-                # bf16 may pick another code only where the reference's top two logits are within the error bound
-                j = int((codes_on != codes_off)[0].nonzero()[0])
-                step = logits_off[0, j].float()
-                assert step[codes_on[0, j]] >= step.max() - 2 * err, (j, codes_on, codes_off)
+            else:       # bf16 may pick another code only where the reference's top two logits are that close
+                assert_codes_equal_up_to_near_ties(codes_on, codes_off, logits_off, err)
     finally:
         cp_mod.CP_FUSED_LAYER, cp_layer.layer_step = saved
 
@@ -261,26 +276,10 @@ def test_predict_folded_norms_on_vs_off():
     sm.silu_mul_folded = lambda *a: (calls.append(1), saved[1](*a))[1]
     try:
         for dtype in (torch.float32, torch.bfloat16):
-            cp = make_code_predictor(dtype, DEV)
-            h, c0 = (torch.randn(64, 2048, device=DEV) * 2).to(dtype), torch.randn(64, 2048, device=DEV).to(dtype)
-            greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
-            layer_mod.FOLDED_NORMS = False
-            codes_off, logits_off = cp.predict(h, c0, greedy)
-            forced = lambda logits, j: codes_off[:, j]              # noqa: E731
-            layer_mod.FOLDED_NORMS = True
-            calls.clear()
-            codes_on, _ = cp.predict(h, c0, greedy)
-            assert len(calls) == 5 * 14, "the folded layer did not run on every single-token step"
-            _, logits_forced = cp.predict(h, c0, forced)
-            err = (logits_forced.float() - logits_off.float()).abs().max().item()
-            tol = 1e-4 if dtype == torch.float32 else 5e-2
-            assert err <= tol * logits_off.float().abs().max().item(), (dtype, err)
             # 64 rows x 15 draws: even fp32's last-bit differences may meet a near-tie, so the same rule for both
             # dtypes (fp32's error bound is ~1e-6 of the logits: only true near-ties pass)
-            if not torch.equal(codes_on, codes_off):
-                for row in (codes_on != codes_off).any(dim=1).nonzero().flatten().tolist():
-                    j = int((codes_on[row] != codes_off[row]).nonzero()[0])
-                    step = logits_off[row, j].float()
-                    assert step[codes_on[row, j]] >= step.max() - 2 * err, (row, j)
+            assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
+                lambda on: setattr(layer_mod, "FOLDED_NORMS", on), calls, 64, dtype,
+                1e-4 if dtype == torch.float32 else 5e-2))
     finally:
         layer_mod.FOLDED_NORMS, sm.silu_mul_folded = saved
