@@ -14,6 +14,13 @@ Session 13 saw 79 us a layer at 256 rows in the served step (benchmarks/results/
 graph, so the K/V a call reads is not still in L2 from the call before, as in the served step where 27 other
 layers run in between); then, per row count, the candidate whose worst ratio to the best time over the contexts
 is smallest (the launch is chosen on the host, which does not know the contexts).
+
+    python benchmarks/scripts/tune_paged_decode.py --chunks [--baseline OLD_MODULE.py] [--rows ...] [--contexts ...]
+
+--chunks: the served call (the new token appended by the kernel) at the heuristic's split count, by tile and
+shortest chunk (`min_split_tokens`), the default launch, and optionally a baseline: the same call through another
+version of the kernel module (a file, e.g. `git show REV:voxflow/kernels/paged_decode_attention.py`), with its
+own defaults. Same page-set rotation as --matrix.
 """
 from __future__ import annotations
 
@@ -84,14 +91,84 @@ def matrix(rows_list: list[int], contexts: list[int], width_tokens: int) -> None
               f"{worst.get(None, float('nan')):.2f}x", flush=True)
 
 
+def load_module(path: str):
+    """A kernel module from a file (another revision of paged_decode_attention.py), importable beside ours."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("baseline_paged_decode", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def appended(rows: int, ctx: int, width_tokens: int):
+    """A batch as `batch` makes it, plus the step's new token (k/v handed to the kernel, written to page 0, which no
+    table holds: the pools' contents stay fixed from call to call)."""
+    q, k_pool, v_pool, tables, lens = batch(rows, ctx, width_tokens)
+    k_new = torch.randn(rows, HKV, D, device="cuda").to(torch.bfloat16)
+    slots = torch.arange(rows, device="cuda") % PAGE
+    return q, k_pool, v_pool, tables, lens, dict(k_new=k_new, v_new=torch.randn_like(k_new), slots=slots)
+
+
+def chunks(rows_list: list[int], contexts: list[int], width_tokens: int, baseline: str | None) -> None:
+    old = load_module(baseline) if baseline else None
+    scale = D ** -0.5
+    candidates = ["default"] + (["baseline"] if old else []) + [
+        (n, m) for n in (16, 32, 64) for m in (16, 64, 128, 256) if m >= n]
+
+    def call(cand, q, k, v, t, n, new):
+        if cand == "baseline":
+            return old.paged_decode_attention(q, k, v, t, n, scale, **new)
+        kw = {} if cand == "default" else dict(block_n=cand[0], min_split_tokens=cand[1])
+        return paged_decode_attention(q, k, v, t, n, scale, **kw, **new)
+
+    for rows in rows_list:
+        times = {}
+        for ctx in contexts:
+            sets = [appended(rows, ctx, width_tokens) for _ in range(ROTATE)]
+            ref = [paged_decode_attention_ref_like(*s_) for s_ in sets]
+            for cand in candidates:
+                try:
+                    outs = [call(cand, *s_) for s_ in sets]
+                    if not all(torch.allclose(o.float(), r.float(), atol=2e-2, rtol=2e-2) for o, r in zip(outs, ref)):
+                        print(f"  rows {rows} ctx {ctx} {cand}: WRONG RESULT")
+                        continue
+                    times[cand, ctx] = bench(lambda: [call(cand, *s_) for s_ in sets], ROTATE)
+                except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or launch
+                    print(f"  rows {rows} ctx {ctx} {cand}: {type(e).__name__}: {str(e)[:100]}")
+            sets = ref = None
+            torch.cuda.empty_cache()
+        splits = default_num_splits(rows, HKV, width_tokens, torch.device("cuda"))
+        print(f"rows {rows} (splits {splits}): us a call by context, ratio to the best at that context")
+        print(f"{'(tile, shortest chunk)':>24} | " + " ".join(f"{c:>12}" for c in contexts) + " |  worst")
+        best_at = {c: min(t for (k, cc), t in times.items() if cc == c) for c in contexts}
+        for cand in candidates:
+            if all((cand, c) in times for c in contexts):
+                cells = " ".join(f"{times[cand, c]:6.1f} {times[cand, c] / best_at[c]:4.2f}x" for c in contexts)
+                worst = max(times[cand, c] / best_at[c] for c in contexts)
+                print(f"{str(cand):>24} | {cells} | {worst:5.2f}", flush=True)
+
+
+def paged_decode_attention_ref_like(q, k_pool, v_pool, tables, lens, new):
+    """The reference for an appended call: the default launch on copies of the pools (it writes the new token)."""
+    return paged_decode_attention(q, k_pool.clone(), v_pool.clone(), tables, lens, D ** -0.5, **new)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="64,256")
     ap.add_argument("--contexts", default="64,128,256")
     ap.add_argument("--width", type=int, default=4096, help="block-table width in tokens (what the heuristic sees)")
     ap.add_argument("--matrix", action="store_true", help="every candidate at every context (see the docstring)")
+    ap.add_argument("--chunks", action="store_true", help="tile x shortest chunk at every context (the docstring)")
+    ap.add_argument("--baseline", help="--chunks: another revision of the kernel module, to time beside it")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.chunks:
+        print(f"{torch.cuda.get_device_name()}, bf16, {HQ} q / {HKV} kv heads of {D}, pages of {PAGE}, "
+              f"table width {args.width} tokens, new token appended")
+        chunks([int(r) for r in args.rows.split(",")], [int(c) for c in args.contexts.split(",")], args.width,
+               args.baseline)
+        return
     if args.matrix:
         print(f"{torch.cuda.get_device_name()}, bf16, {HQ} q / {HKV} kv heads of {D}, pages of {PAGE}, "
               f"table width {args.width} tokens")

@@ -147,12 +147,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
                          part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
-                         APPEND=append, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
-    for pdl in (False, True):
+                         MIN_SPLIT=64, APPEND=append, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
+    for append, pdl in ((False, False), (True, True)):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
-                    dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),
-                    dict(NUM_HEADS=16, HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=8, BLOCK_S=8, USE_PDL=pdl),
-                    dict(launch_pdl=pdl)))
+                    dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf, lens_ptr=i64),
+                    dict(NUM_HEADS=16, HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=8, BLOCK_S=8, BLOCK_N=16, MIN_SPLIT=64,
+                         APPEND=append, USE_PDL=pdl), dict(launch_pdl=pdl)))
     from voxflow.kernels import paged_prefill_attention as prefill
     for dt, precision in (("bf16", "tf32"), ("fp32", "ieee")):
         p = _ptr(dt)
