@@ -96,6 +96,12 @@ def run_kernel_cases() -> None:
         assert not out.isnan().any(), f"case {i}: NaN"
         rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2 ** -7, 1e-5)
         torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")
+        # The merge by each row's last chunk program (the default) left its arrival counters at 0 again, and
+        # merging in a second kernel instead gives the same output.
+        counters = pda.arrival_counters("paged_decode", q.device, len(lens) * hkv)
+        assert not counters.any(), f"case {i}: counters {counters.tolist()}"
+        separate = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, fused_merge=False, **launch)
+        torch.testing.assert_close(separate, out, rtol=1e-6, atol=0, msg=lambda m: f"case {i}, second kernel: {m}")
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
         check_append(q, k_pool, v_pool, tables, ctx, scale, launch, out, rtol, atol, i)
@@ -260,3 +266,12 @@ def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):
 
 if __name__ == "__main__":
     run_kernel_cases()
+
+
+def test_launch_overrides_from_the_environment_parse_and_reject_what_they_do_not_know():
+    assert pda._launch_overrides("") == {}
+    assert pda._launch_overrides("block_n=32, fused_merge=0,min_split_tokens=64") == dict(
+        block_n=32, fused_merge=False, min_split_tokens=64)
+    for bad in ("tile=32", "block_n=x", "num_warps"):
+        with pytest.raises(ValueError, match="VOXFLOW_PAGED_DECODE_LAUNCH"):
+            pda._launch_overrides(bad)

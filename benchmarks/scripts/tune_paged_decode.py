@@ -17,8 +17,8 @@ is smallest (the launch is chosen on the host, which does not know the contexts)
 
     python benchmarks/scripts/tune_paged_decode.py --chunks [--baseline OLD_MODULE.py] [--rows ...] [--contexts ...]
 
---chunks: the served call (the new token appended by the kernel) at the heuristic's split count, by tile and
-shortest chunk (`min_split_tokens`), the default launch, and optionally a baseline: the same call through another
+--chunks: the served call (the new token appended by the kernel) at the heuristic's split count, by tile, shortest
+chunk (`min_split_tokens`), merge (by the last chunk program or a second kernel) and warps, the default launch, and optionally a baseline: the same call through another
 version of the kernel module (a file, e.g. `git show REV:voxflow/kernels/paged_decode_attention.py`), with its
 own defaults. Same page-set rotation as --matrix.
 """
@@ -112,13 +112,16 @@ def appended(rows: int, ctx: int, width_tokens: int):
 def chunks(rows_list: list[int], contexts: list[int], width_tokens: int, baseline: str | None) -> None:
     old = load_module(baseline) if baseline else None
     scale = D ** -0.5
+    # (tile, shortest chunk, merged by the last chunk program, warps)
     candidates = ["default"] + (["baseline"] if old else []) + [
-        (n, m) for n in (16, 32, 64) for m in (16, 64, 128, 256) if m >= n]
+        (16, 16, 1, 2), (16, 64, 1, 2), (16, 128, 1, 2), (32, 32, 1, 2), (32, 64, 1, 2), (64, 64, 1, 2),
+        (64, 64, 1, 4), (16, 16, 0, 2), (16, 64, 0, 2)]
 
     def call(cand, q, k, v, t, n, new):
         if cand == "baseline":
             return old.paged_decode_attention(q, k, v, t, n, scale, **new)
-        kw = {} if cand == "default" else dict(block_n=cand[0], min_split_tokens=cand[1])
+        kw = {} if cand == "default" else dict(block_n=cand[0], min_split_tokens=cand[1], fused_merge=bool(cand[2]),
+                                               num_warps=cand[3])
         return paged_decode_attention(q, k, v, t, n, scale, **kw, **new)
 
     for rows in rows_list:
@@ -139,7 +142,7 @@ def chunks(rows_list: list[int], contexts: list[int], width_tokens: int, baselin
             torch.cuda.empty_cache()
         splits = default_num_splits(rows, HKV, width_tokens, torch.device("cuda"))
         print(f"rows {rows} (splits {splits}): us a call by context, ratio to the best at that context")
-        print(f"{'(tile, shortest chunk)':>24} | " + " ".join(f"{c:>12}" for c in contexts) + " |  worst")
+        print(f"{'(tile, chunk, fused, warps)':>24} | " + " ".join(f"{c:>12}" for c in contexts) + " |  worst")
         best_at = {c: min(t for (k, cc), t in times.items() if cc == c) for c in contexts}
         for cand in candidates:
             if all((cand, c) in times for c in contexts):

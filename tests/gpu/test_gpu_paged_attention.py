@@ -92,20 +92,25 @@ def test_kernel_matches_reference_at_tiny_checkpoint_shapes(dtype):
     torch.testing.assert_close(out.float(), ref, **TOL[dtype])
 
 
-@pytest.mark.parametrize("min_split", [None, 16, 64, 200])
-def test_chunk_minimum_at_short_contexts(min_split, monkeypatch):
+@pytest.mark.parametrize("fused_merge", [True, False])
+@pytest.mark.parametrize("min_split,block_n", [(None, None), (16, None), (64, None), (200, None), (64, 32), (64, 64)])
+def test_chunk_minimum_at_short_contexts(min_split, block_n, fused_merge, monkeypatch):
     """64 rows of 1-400 tokens with chunks of at least `min_split` tokens (None: the default): rows of one chunk
-    (written by their one program, skipped by the merge) next to rows that use a few of the 17 splits. Output and
-    partials come from a NaN-filled allocator, so anything left unwritten or read unwritten shows."""
+    (written by their one program, skipped by the merge) next to rows that use a few of the 17 splits, merged by
+    the last chunk program of a row to finish or by a second kernel. Output and partials come from a NaN-filled
+    allocator, so anything left unwritten or read unwritten shows; the arrival counters are left at 0."""
     monkeypatch.setattr(pda, "_empty", lambda shape, dtype=None, device=None: torch.full(
         shape, float("nan"), dtype=dtype, device=device))
     q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(64, 400, seed=9), torch.bfloat16, width=4096 // BS,
                                                   seed=9)
     assert default_num_splits(64, HKV, 4096, q.device) > 1
-    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, min_split_tokens=min_split)
-    ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
-    assert not out.isnan().any()
-    torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
+    for _ in range(3):                               # the counters must be back at 0 for the next call
+        out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, min_split_tokens=min_split,
+                                     block_n=block_n, fused_merge=fused_merge)
+        ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
+        assert not out.isnan().any()
+        torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
+    assert not pda.arrival_counters("paged_decode", q.device, 64 * HKV).any()
 
 
 def test_default_split_choice():

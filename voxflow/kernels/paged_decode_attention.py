@@ -23,14 +23,15 @@ decode is bound by reading K/V, and fp32 inputs then stay true fp32 (no TF32).
 
 Split-K ("flash-decoding"): one program per (row, KV head) is too few to keep the GPU's memory system busy
 (B * Hkv = 512 programs at B = 64 is under 8 warps per SM), so the launch has `num_splits` programs per (row, KV
-head), each program writes its chunk's unnormalised (max, sum, accumulator), and a second small kernel merges
-them. The launch (split count, tile, shortest chunk) depends only on host-known numbers (B, Hkv, W, the GPU's SM
-count), never on the lengths, so graph capture still works. Each row's OWN length is cut into chunks on the
-device: chunks of whole tiles, at least `min_split_tokens` long, at most `num_splits` of them (a 200-token
-context at B = 1 runs as ~13 one-tile programs per KV head, not one 13-tile program). The programs past a row's
-last chunk write nothing, the merge reads only the row's chunks, and a row that fits in one chunk has its output
-written by that chunk's program directly (the merge skips it): a short context at a large batch then costs
-neither the parallelism it does not need nor the partials' round trip through memory.
+head), and each program writes its chunk's unnormalised (max, sum, accumulator). The last of a row's chunk programs
+to finish merges them (an arrival counter per (row, KV head), as in split-K GEMMs: no second launch on the step's
+critical path; with `fused_merge=False` a second small kernel merges instead). The launch (split count, tile,
+shortest chunk) depends only on host-known numbers (B, Hkv, W, the GPU's SM count), never on the lengths, so graph
+capture still works. Each row's OWN length is cut into chunks on the device: chunks of whole tiles, at least
+`min_split_tokens` long, at most `num_splits` of them (a 200-token context at B = 1 runs as ~13 one-tile programs
+per KV head, not one 13-tile program). The programs past a row's last chunk write nothing, the merge reads only the
+row's chunks, and a row that fits in one chunk has its output written by that chunk's program directly: a short
+context at a large batch then costs neither the parallelism it does not need nor the partials' round trip.
 
 A row with context_lens 0 (e.g. batch padding) yields zeros, never NaN, and never touches its table.
 """
@@ -43,6 +44,7 @@ import os
 import torch
 
 from voxflow.kernels import use_pdl
+from voxflow.kernels.arrival_counters import arrival_counters
 
 try:
     import triton
@@ -102,6 +104,17 @@ if triton is not None:
         return per, tl.maximum(tl.cdiv(ctx, per), 1)
 
     @triton.jit
+    def merge_chunks(m, part_sum, acc, AXIS: tl.constexpr):
+        """The output from chunk partials along AXIS (running max m, sum of exp2(score - m), accumulator; acc has one
+        more, last, axis: D). Chunks with m = -inf (masked) weigh 0; no chunk at all gives 0."""
+        m_all = tl.max(m, axis=AXIS)
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)   # every chunk empty: keep exp2 finite (weights 0)
+        w = tl.exp2(m - tl.expand_dims(m_all, AXIS))
+        total = tl.sum(w * part_sum, axis=AXIS)
+        return tl.sum(tl.expand_dims(w, AXIS + 1) * acc, axis=AXIS) / tl.expand_dims(tl.where(total > 0, total, 1.0),
+                                                                                     AXIS)
+
+    @triton.jit
     def store_normalised(out_rows, acc, s_sum, mask):
         """acc / s_sum into the output rows. No token (an empty row): s_sum == 0 and acc == 0, so 0, not 0 / 0."""
         out = acc / tl.where(s_sum > 0, s_sum, 1.0)[:, None]
@@ -116,7 +129,7 @@ if triton is not None:
     @triton.jit
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
-            kn_ptr, vn_ptr, slot_ptr,
+            kn_ptr, vn_ptr, slot_ptr, cnt_ptr,
             scale_log2,
             stride_qb, stride_qh, stride_qd,
             stride_knb, stride_knh, stride_vnb, stride_vnh,
@@ -126,7 +139,7 @@ if triton is not None:
             stride_ob, stride_oh, stride_od,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr,
-            APPEND: tl.constexpr, USE_PDL: tl.constexpr):
+            BLOCK_S: tl.constexpr, FUSED_MERGE: tl.constexpr, APPEND: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel()
         row = tl.program_id(0)
@@ -199,10 +212,26 @@ if triton is not None:
                 store_normalised(out_rows, acc, s_sum, q_mask)
         elif split < active:
             # Partials laid out [B, Hq, NUM_SPLITS] and [B, Hq, NUM_SPLITS, HEAD_DIM], contiguous.
-            part = (row * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split                  # [G]
-            tl.store(part_m_ptr + part, m, mask=g_ok)
-            tl.store(part_l_ptr + part, s_sum, mask=g_ok)
-            tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=q_mask)
+            first = (row * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS                          # [G]
+            tl.store(part_m_ptr + first + split, m, mask=g_ok)
+            tl.store(part_l_ptr + first + split, s_sum, mask=g_ok)
+            tl.store(part_acc_ptr + (first + split)[:, None] * HEAD_DIM + d[None, :], acc, mask=q_mask)
+            if FUSED_MERGE:
+                # The row's last chunk program to finish merges the chunks (no second launch); see the wrapper.
+                tl.debug_barrier()                                  # all of this program's partials are stored
+                counter = cnt_ptr + row * tl.num_programs(1) + kv_head
+                arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+                if arrived == active - 1:
+                    s = tl.arange(0, BLOCK_S)
+                    s_ok = g_ok[:, None] & (s < active)[None, :]                                    # [G, S]
+                    parts = first[:, None] + s[None, :]
+                    out = merge_chunks(
+                        tl.load(part_m_ptr + parts, mask=s_ok, other=float("-inf"), cache_modifier=".cg"),
+                        tl.load(part_l_ptr + parts, mask=s_ok, other=0.0, cache_modifier=".cg"),
+                        tl.load(part_acc_ptr + parts[:, :, None] * HEAD_DIM + d[None, None, :],
+                                mask=s_ok[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg"), 1)
+                    tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=q_mask)
+                    tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")            # ready for the next launch
 
     @triton.jit
     def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lens_ptr, stride_ob, stride_oh,
@@ -227,11 +256,7 @@ if triton is not None:
         part_sum = tl.load(part_l_ptr + base + s, mask=s_ok, other=0.0)
         acc = tl.load(part_acc_ptr + (base + s)[:, None] * HEAD_DIM + d[None, :],
                       mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-        m_all = tl.max(m, axis=0)
-        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)   # every split empty: keep exp2 finite (weights 0)
-        w = tl.exp2(m - m_all)                                 # empty splits (m = -inf) weigh 0
-        total = tl.sum(w * part_sum, axis=0)
-        out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)
+        out = merge_chunks(m, part_sum, acc, 0)
         tl.store(out_ptr + row * stride_ob + head * stride_oh + d * stride_od, out.to(out_ptr.dtype.element_ty),
                  mask=d_ok)
 
@@ -246,9 +271,24 @@ MIN_TOKENS_PER_SPLIT = 64    # shorter chunks: the partial write + merge outweig
 MAX_SPLITS = 32
 # The shortest chunk the device cuts a row's context into, once the batch alone gives every SM a program per chunk
 # (B * Hkv >= SMs); below that, chunks of one tile (parallelism first: a 1-row decode has only Hkv programs a
-# chunk). VOXFLOW_PAGED_MIN_SPLIT=N (tokens) sets it for every batch, for A/B runs; 0 = one tile.
+# chunk).
 MIN_SPLIT_TOKENS_ABOVE = MIN_TOKENS_PER_SPLIT
-_MIN_SPLIT_OVERRIDE = os.environ.get("VOXFLOW_PAGED_MIN_SPLIT")
+
+
+def _launch_overrides(text: str) -> dict:
+    """VOXFLOW_PAGED_DECODE_LAUNCH="block_n=32,min_split_tokens=64,fused_merge=0,num_warps=4": defaults for every
+    call that leaves those arguments out, for A/B runs of a served step (benchmarks/scripts/)."""
+    known = {"block_n", "min_split_tokens", "fused_merge", "num_warps"}
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if key not in known or not value.lstrip("-").isdigit():
+            raise ValueError(f"VOXFLOW_PAGED_DECODE_LAUNCH: {item!r} is not one of {sorted(known)} = an integer")
+        out[key] = bool(int(value)) if key == "fused_merge" else int(value)
+    return out
+
+
+_OVERRIDES = _launch_overrides(os.environ.get("VOXFLOW_PAGED_DECODE_LAUNCH", ""))
 # The output and the partials are left unwritten where the kernels skip them (chunks past a row's context, the
 # partials of one-chunk rows); the interpreter tests swap in a NaN-filled allocator to show that nothing unwritten
 # is read or returned.
@@ -273,9 +313,7 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
 
 def default_min_split_tokens(batch: int, num_kv_heads: int, block_n: int, device: torch.device) -> int:
     """The shortest chunk (tokens, a multiple of block_n) of a row's own context; see MIN_SPLIT_TOKENS_ABOVE."""
-    if _MIN_SPLIT_OVERRIDE is not None:
-        tokens = int(_MIN_SPLIT_OVERRIDE)
-    elif device.type != "cuda":
+    if device.type != "cuda":
         tokens = block_n
     else:
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
@@ -285,9 +323,10 @@ def default_min_split_tokens(batch: int, num_kv_heads: int, block_n: int, device
 
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                           block_n: int | None = None, num_warps: int = 2, min_split_tokens: int | None = None,
-                           k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
-                           slots: torch.Tensor | None = None) -> torch.Tensor:
+                           block_n: int | None = None, num_warps: int | None = None,
+                           min_split_tokens: int | None = None, fused_merge: bool | None = None,
+                           k_new: torch.Tensor | None = None,
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
@@ -296,8 +335,15 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
 
     num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
     group). min_split_tokens: the shortest chunk of a row's context, rounded up to whole tiles (None:
-    `default_min_split_tokens`). num_warps: Triton's launch option.
+    `default_min_split_tokens`). fused_merge: a row's chunks are merged by its last chunk program to finish
+    (an arrival counter per (row, KV head), `arrival_counters`), not by a second kernel launch (None: yes).
+    num_warps: Triton's launch option (None: 2). Arguments left None take VOXFLOW_PAGED_DECODE_LAUNCH's values
+    first (`_launch_overrides`).
     """
+    block_n = _OVERRIDES.get("block_n") if block_n is None else block_n
+    num_warps = _OVERRIDES.get("num_warps", 2) if num_warps is None else num_warps
+    min_split_tokens = _OVERRIDES.get("min_split_tokens") if min_split_tokens is None else min_split_tokens
+    fused_merge = _OVERRIDES.get("fused_merge", True) if fused_merge is None else fused_merge
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
     batch, num_heads, head_dim = q.shape
@@ -335,6 +381,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     else:
         k_new = v_new = q                  # unused (APPEND is compiled out)
         slots = context_lens
+    fused_merge = fused_merge and num_splits > 1
+    counters = arrival_counters("paged_decode", q.device, batch * num_kv_heads) if fused_merge else out
     if num_splits > 1:
         part_m = _empty((batch, num_heads, num_splits), device=q.device, dtype=torch.float32)
         part_l = _empty((batch, num_heads, num_splits), device=q.device, dtype=torch.float32)
@@ -343,7 +391,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
     pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
+        q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots, counters,
         scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
@@ -351,9 +399,10 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, MIN_SPLIT=min_split_tokens, APPEND=append,
-        USE_PDL=pdl, num_warps=num_warps, **launch_kwargs(pdl))
-    if num_splits > 1:
+        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, MIN_SPLIT=min_split_tokens,
+        BLOCK_S=triton.next_power_of_2(num_splits), FUSED_MERGE=fused_merge, APPEND=append, USE_PDL=pdl,
+        num_warps=num_warps, **launch_kwargs(pdl))
+    if num_splits > 1 and not fused_merge:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, context_lens, out.stride(0), out.stride(1), out.stride(2),
             NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits,
