@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The kernel changes this call measured were removed afterwards: 2443208 and 474f20f reverted; see
+# benchmarks/results/h200/2026-12-03-session18/README.md.)
 # Session 18, call 1 (`bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]):
 #  1. GPU tests: the paged decode with chunks of >= min_split_tokens (2443208), in graphs and through the engine;
 #  2. tune_paged_decode.py --chunks: tile x shortest chunk x context at 16 / 64 / 256 rows, beside the previous

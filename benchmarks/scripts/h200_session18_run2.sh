@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The kernel changes this call measured were removed afterwards: 2443208 and 474f20f reverted; see
+# benchmarks/results/h200/2026-12-03-session18/README.md.)
 # Session 18, call 2 (`bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree",
 # "benchmarks/scripts/.baseline_pda.py"]; the results come back as one archive, r.tgz: a call returns 8 files at most,
 # and call 1 lost its tune table and traces to that limit):

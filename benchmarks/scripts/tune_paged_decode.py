@@ -20,7 +20,9 @@ is smallest (the launch is chosen on the host, which does not know the contexts)
 --chunks: the served call (the new token appended by the kernel) at the heuristic's split count, by tile, shortest
 chunk (`min_split_tokens`), merge (by the last chunk program or a second kernel) and warps, the default launch, and optionally a baseline: the same call through another
 version of the kernel module (a file, e.g. `git show REV:voxflow/kernels/paged_decode_attention.py`), with its
-own defaults. Same page-set rotation as --matrix.
+own defaults. Same page-set rotation as --matrix. (Its candidates' min_split_tokens / fused_merge arguments were
+removed after session 18's call 2, whose table is in benchmarks/results/h200/2026-12-03-session18/: run it at
+474f20f; today's kernel times only the default and the baseline.)
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ fp32 softmax, the weighted sum rounded once to the dtype (as the dense kernels s
 Epilogue as skinny_linear: y rounded to the dtype, residual + y rounded. The tiles of column block 0 alone write
 the new normed, rotated keys and raw values into cache position T (each KV head from the first query head of its
 group); every tile attends to the new token from registers and reads only positions < T, so nothing reads what is
-being written. The counters (`arrival_counters`, int32 per column block) are reset by the tile that consumed them.
+being written. The counters (`tile_counters`, int32 per column block) are reset by the tile that consumed them.
 
 The body is `_attention_o_proj_tile` (one tile a program).
 
@@ -44,7 +44,6 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.arrival_counters import arrival_counters
 from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
@@ -192,6 +191,19 @@ def _attention_o_proj_kernel(qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, 
                            BLOCK_N, USE_PDL)
 
 
+_COUNTERS: dict = {}
+
+
+def tile_counters(device: torch.device, n: int) -> torch.Tensor:
+    """int32 [n] zeros, one per column block, kept per device and size (each launch leaves them at 0 again), made
+    on first use (the warm-up call before a CUDA-graph capture, normally)."""
+    key = (str(device), n)
+    counters = _COUNTERS.get(key)
+    if counters is None:
+        counters = _COUNTERS[key] = torch.zeros(n, dtype=torch.int32, device=device)
+    return counters
+
+
 def _pow2_floor(v: int) -> int:
     return 1 << (max(v, 1).bit_length() - 1)
 
@@ -284,7 +296,7 @@ def attention_o_proj(qkv: torch.Tensor, residual: torch.Tensor, w_o: torch.Tenso
     cos2, sin2 = cos.reshape(-1, d), sin.reshape(-1, d)
     n_tiles, nhb = triton.cdiv(n, cfg["BLOCK_N"]), num_heads // cfg["BLOCK_H"]
     ws = torch.empty(m, nhb, n, dtype=torch.float32, device=qkv.device) if nhb > 1 else out
-    counters = arrival_counters("attention_o_proj", qkv.device, n_tiles) if nhb > 1 else out
+    counters = tile_counters(qkv.device, n_tiles) if nhb > 1 else out
     pdl = use_pdl(qkv)
     _attention_o_proj_kernel[(nhb * n_tiles,)](
         qkv, residual, w_o, q_weight, k_weight, cos2, sin2, k_cache, v_cache, out, ws, counters,

@@ -45,7 +45,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import paged_decode_attention as paged
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
     from voxflow.kernels import causal_conv, uniform_noise
-    bf, f32, i32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i32"), _ptr("i64")
+    bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
     for top_p, talker, pdl in ((False, False, False), (True, False, False), (False, True, False),
@@ -142,23 +142,17 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"dense_decode append={append}", dense._dense_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, out_ptr=bf, kn_ptr=bf, vn_ptr=bf, scale="fp32"),
                     dict(GROUPS=2, GP=2, D=128, BLOCK_T=16, APPEND=append), {}))
-    for append, pdl, fused, block_n, warps in ((False, False, False, 16, 2), (True, False, True, 16, 2),
-                                               (True, True, True, 16, 2), (True, False, True, 64, 4),
-                                               (True, True, True, 64, 4)):
-        out.append((f"paged_decode append={append} fused_merge={fused} block_n={block_n} warps={warps}"
-                    + (" pdl" if pdl else ""),
-                    paged._paged_decode_kernel,
+    for append, pdl in ((False, False), (True, False), (True, True)):
+        out.append((f"paged_decode append={append}" + (" pdl" if pdl else ""), paged._paged_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
-                         part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, cnt_ptr=i32,
-                         scale_log2="fp32"),
-                    dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=8,
-                         MIN_SPLIT=64, BLOCK_S=8, FUSED_MERGE=fused, APPEND=append, USE_PDL=pdl),
-                    dict(num_warps=warps, launch_pdl=pdl)))
-    for append, pdl in ((False, False), (True, True)):
+                         part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
+                    dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
+                         APPEND=append, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
+    for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
-                    dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf, lens_ptr=i64),
-                    dict(NUM_HEADS=16, HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=8, BLOCK_S=8, BLOCK_N=16, MIN_SPLIT=64,
-                         APPEND=append, USE_PDL=pdl), dict(launch_pdl=pdl)))
+                    dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),
+                    dict(NUM_HEADS=16, HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=8, BLOCK_S=8, USE_PDL=pdl),
+                    dict(launch_pdl=pdl)))
     from voxflow.kernels import paged_prefill_attention as prefill
     for dt, precision in (("bf16", "tf32"), ("fp32", "ieee")):
         p = _ptr(dt)

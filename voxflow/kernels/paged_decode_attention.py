@@ -22,16 +22,12 @@ Scores are broadcast-multiply-sums on CUDA cores rather than tl.dot: with GROUP 
 decode is bound by reading K/V, and fp32 inputs then stay true fp32 (no TF32).
 
 Split-K ("flash-decoding"): one program per (row, KV head) is too few to keep the GPU's memory system busy
-(B * Hkv = 512 programs at B = 64 is under 8 warps per SM), so the launch has `num_splits` programs per (row, KV
-head), and each program writes its chunk's unnormalised (max, sum, accumulator). The last of a row's chunk programs
-to finish merges them (an arrival counter per (row, KV head), as in split-K GEMMs: no second launch on the step's
-critical path; with `fused_merge=False` a second small kernel merges instead). The launch (split count, tile,
-shortest chunk) depends only on host-known numbers (B, Hkv, W, the GPU's SM count), never on the lengths, so graph
-capture still works. Each row's OWN length is cut into chunks on the device: chunks of whole tiles, at least
-`min_split_tokens` long, at most `num_splits` of them (a 200-token context at B = 1 runs as ~13 one-tile programs
-per KV head, not one 13-tile program). The programs past a row's last chunk write nothing, the merge reads only the
-row's chunks, and a row that fits in one chunk has its output written by that chunk's program directly: a short
-context at a large batch then costs neither the parallelism it does not need nor the partials' round trip.
+(B * Hkv = 512 programs at B = 64 is under 8 warps per SM), so the token range [0, W * block_size) is cut into
+`num_splits` chunks, each program writes its chunk's unnormalised (max, sum, accumulator), and a second
+small kernel merges them. The split count depends only on host-known numbers (B, Hkv, W, the GPU's SM count),
+never on the lengths, so graph capture still works; each row's own length is cut into the chunks on the device
+(a 200-token context at B = 1 runs as ~13 one-tile programs per KV head, not one 13-tile program), and chunks
+past it run zero iterations.
 
 A row with context_lens 0 (e.g. batch padding) yields zeros, never NaN, and never touches its table.
 """
@@ -39,12 +35,10 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import torch
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.arrival_counters import arrival_counters
 
 try:
     import triton
@@ -87,40 +81,6 @@ if triton is not None:
         return page, tok % PAGE
 
     @triton.jit
-    def paged_tokens(lens_ptr, row, APPEND: tl.constexpr):
-        """Tokens of row `row` that are in the pages. With APPEND the new token (the context's last) comes in
-        registers instead: the pages hold the ctx - 1 before it."""
-        ctx = tl.load(lens_ptr + row).to(tl.int32)
-        if APPEND:
-            ctx = tl.maximum(ctx - 1, 0)
-        return ctx
-
-    @triton.jit
-    def split_plan(ctx, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, MIN_SPLIT: tl.constexpr):
-        """How a row's `ctx` paged tokens are cut: chunks of whole BLOCK_N tiles, >= MIN_SPLIT tokens (a multiple
-        of BLOCK_N), at most NUM_SPLITS of them. Returns (tokens a chunk, chunks in use >= 1): an empty row still
-        has its one chunk, which writes its (zero) output."""
-        per = tl.maximum(tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N, MIN_SPLIT)
-        return per, tl.maximum(tl.cdiv(ctx, per), 1)
-
-    @triton.jit
-    def merge_chunks(m, part_sum, acc, AXIS: tl.constexpr):
-        """The output from chunk partials along AXIS (running max m, sum of exp2(score - m), accumulator; acc has one
-        more, last, axis: D). Chunks with m = -inf (masked) weigh 0; no chunk at all gives 0."""
-        m_all = tl.max(m, axis=AXIS)
-        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)   # every chunk empty: keep exp2 finite (weights 0)
-        w = tl.exp2(m - tl.expand_dims(m_all, AXIS))
-        total = tl.sum(w * part_sum, axis=AXIS)
-        return tl.sum(tl.expand_dims(w, AXIS + 1) * acc, axis=AXIS) / tl.expand_dims(tl.where(total > 0, total, 1.0),
-                                                                                     AXIS)
-
-    @triton.jit
-    def store_normalised(out_rows, acc, s_sum, mask):
-        """acc / s_sum into the output rows. No token (an empty row): s_sum == 0 and acc == 0, so 0, not 0 / 0."""
-        out = acc / tl.where(s_sum > 0, s_sum, 1.0)[:, None]
-        tl.store(out_rows, out.to(out_rows.dtype.element_ty), mask=mask)
-
-    @triton.jit
     def load_kv_tile(ptr, page, pos, kv_head, d, mask, stride_blk, stride_pos, stride_h, stride_d):
         """[N, D] keys or values of one KV head at those pages / positions, in the pool's dtype (masked: 0)."""
         return tl.load(ptr + page[:, None] * stride_blk + pos[:, None] * stride_pos + kv_head * stride_h
@@ -129,7 +89,7 @@ if triton is not None:
     @triton.jit
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
-            kn_ptr, vn_ptr, slot_ptr, cnt_ptr,
+            kn_ptr, vn_ptr, slot_ptr,
             scale_log2,
             stride_qb, stride_qh, stride_qd,
             stride_knb, stride_knh, stride_vnb, stride_vnh,
@@ -138,8 +98,8 @@ if triton is not None:
             stride_tb, stride_tw,
             stride_ob, stride_oh, stride_od,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr,
-            BLOCK_S: tl.constexpr, FUSED_MERGE: tl.constexpr, APPEND: tl.constexpr, USE_PDL: tl.constexpr):
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
+            USE_PDL: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel()
         row = tl.program_id(0)
@@ -155,9 +115,14 @@ if triton is not None:
         q = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
                     mask=q_mask, other=0.0).to(tl.float32)                                  # [G, D]
 
-        ctx = paged_tokens(lens_ptr, row, APPEND)
-        tokens_per_split, active = split_plan(ctx, NUM_SPLITS, BLOCK_N, MIN_SPLIT)
-        lo = split * tokens_per_split       # a program past the row's last chunk runs no tile and writes nothing
+        ctx = tl.load(lens_ptr + row).to(tl.int32)
+        if APPEND:
+            # The new token (the context's last) comes in kn/vn: the pages hold the ctx - 1 before it.
+            ctx = tl.maximum(ctx - 1, 0)
+        # Each row's OWN context is cut into NUM_SPLITS chunks of whole tiles (bounds read on the device): a short
+        # context then spreads over the splits too, instead of sitting in the first chunk of the table's width.
+        tokens_per_split = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = split * tokens_per_split
         hi = tl.minimum(lo + tokens_per_split, ctx)
         m = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max of the log2-scaled scores
         s_sum = tl.zeros([BLOCK_G], tl.float32)            # running sum of exp2(score - m)
@@ -203,60 +168,40 @@ if triton is not None:
                     acc = acc * alpha[:, None] + p_new[:, None] * vn.to(tl.float32)[None, :]
                     m = m_new
 
-        out_rows = out_ptr + row * stride_ob + heads[:, None] * stride_oh + d[None, :] * stride_od
         if NUM_SPLITS == 1:
-            store_normalised(out_rows, acc, s_sum, q_mask)
-        elif active == 1:
-            # The row fits in one chunk: its output straight away (the merge skips the row).
-            if split == 0:
-                store_normalised(out_rows, acc, s_sum, q_mask)
-        elif split < active:
+            # No token (empty row): s_sum == 0 and acc == 0, so the output is 0 instead of 0 / 0.
+            out = acc / tl.where(s_sum > 0, s_sum, 1.0)[:, None]
+            tl.store(out_ptr + row * stride_ob + heads[:, None] * stride_oh + d[None, :] * stride_od,
+                     out.to(out_ptr.dtype.element_ty), mask=q_mask)
+        else:
             # Partials laid out [B, Hq, NUM_SPLITS] and [B, Hq, NUM_SPLITS, HEAD_DIM], contiguous.
-            first = (row * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS                          # [G]
-            tl.store(part_m_ptr + first + split, m, mask=g_ok)
-            tl.store(part_l_ptr + first + split, s_sum, mask=g_ok)
-            tl.store(part_acc_ptr + (first + split)[:, None] * HEAD_DIM + d[None, :], acc, mask=q_mask)
-            if FUSED_MERGE:
-                # The row's last chunk program to finish merges the chunks (no second launch); see the wrapper.
-                tl.debug_barrier()                                  # all of this program's partials are stored
-                counter = cnt_ptr + row * tl.num_programs(1) + kv_head
-                arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-                if arrived == active - 1:
-                    s = tl.arange(0, BLOCK_S)
-                    s_ok = g_ok[:, None] & (s < active)[None, :]                                    # [G, S]
-                    parts = first[:, None] + s[None, :]
-                    out = merge_chunks(
-                        tl.load(part_m_ptr + parts, mask=s_ok, other=float("-inf"), cache_modifier=".cg"),
-                        tl.load(part_l_ptr + parts, mask=s_ok, other=0.0, cache_modifier=".cg"),
-                        tl.load(part_acc_ptr + parts[:, :, None] * HEAD_DIM + d[None, None, :],
-                                mask=s_ok[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg"), 1)
-                    tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=q_mask)
-                    tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")            # ready for the next launch
+            part = (row * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split                  # [G]
+            tl.store(part_m_ptr + part, m, mask=g_ok)
+            tl.store(part_l_ptr + part, s_sum, mask=g_ok)
+            tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=q_mask)
 
     @triton.jit
-    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, lens_ptr, stride_ob, stride_oh,
-                               stride_od, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
-                               MIN_SPLIT: tl.constexpr, APPEND: tl.constexpr, USE_PDL: tl.constexpr):
+    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, stride_ob, stride_oh, stride_od,
+                               NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:
             wait_for_previous_kernel()
         row = tl.program_id(0)
         head = tl.program_id(1)
-        # The same plan as the decode kernel's: a row of one chunk has its output already, the rest merge only
-        # the chunks their programs wrote.
-        _, active = split_plan(paged_tokens(lens_ptr, row, APPEND), NUM_SPLITS, BLOCK_N, MIN_SPLIT)
-        if active == 1:
-            return
         s = tl.arange(0, BLOCK_S)
         d = tl.arange(0, BLOCK_D)
-        s_ok = s < active
+        s_ok = s < NUM_SPLITS
         d_ok = d < HEAD_DIM
         base = (row * NUM_HEADS + head) * NUM_SPLITS
         m = tl.load(part_m_ptr + base + s, mask=s_ok, other=float("-inf"))
         part_sum = tl.load(part_l_ptr + base + s, mask=s_ok, other=0.0)
         acc = tl.load(part_acc_ptr + (base + s)[:, None] * HEAD_DIM + d[None, :],
                       mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-        out = merge_chunks(m, part_sum, acc, 0)
+        m_all = tl.max(m, axis=0)
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)   # every split empty: keep exp2 finite (weights 0)
+        w = tl.exp2(m - m_all)                                 # empty splits (m = -inf) weigh 0
+        total = tl.sum(w * part_sum, axis=0)
+        out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)
         tl.store(out_ptr + row * stride_ob + head * stride_oh + d * stride_od, out.to(out_ptr.dtype.element_ty),
                  mask=d_ok)
 
@@ -269,30 +214,6 @@ if triton is not None:
 PROGRAMS_PER_SM = 64
 MIN_TOKENS_PER_SPLIT = 64    # shorter chunks: the partial write + merge outweighs the parallelism they add
 MAX_SPLITS = 32
-# The shortest chunk the device cuts a row's context into, once the batch alone gives every SM a program per chunk
-# (B * Hkv >= SMs); below that, chunks of one tile (parallelism first: a 1-row decode has only Hkv programs a
-# chunk).
-MIN_SPLIT_TOKENS_ABOVE = MIN_TOKENS_PER_SPLIT
-
-
-def _launch_overrides(text: str) -> dict:
-    """VOXFLOW_PAGED_DECODE_LAUNCH="block_n=32,min_split_tokens=64,fused_merge=0,num_warps=4": defaults for every
-    call that leaves those arguments out, for A/B runs of a served step (benchmarks/scripts/)."""
-    known = {"block_n", "min_split_tokens", "fused_merge", "num_warps"}
-    out = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, _, value = item.partition("=")
-        if key not in known or not value.lstrip("-").isdigit():
-            raise ValueError(f"VOXFLOW_PAGED_DECODE_LAUNCH: {item!r} is not one of {sorted(known)} = an integer")
-        out[key] = bool(int(value)) if key == "fused_merge" else int(value)
-    return out
-
-
-_OVERRIDES = _launch_overrides(os.environ.get("VOXFLOW_PAGED_DECODE_LAUNCH", ""))
-# The output and the partials are left unwritten where the kernels skip them (chunks past a row's context, the
-# partials of one-chunk rows); the interpreter tests swap in a NaN-filled allocator to show that nothing unwritten
-# is read or returned.
-_empty = torch.empty
 
 
 @functools.lru_cache(maxsize=None)
@@ -311,21 +232,9 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
-def default_min_split_tokens(batch: int, num_kv_heads: int, block_n: int, device: torch.device) -> int:
-    """The shortest chunk (tokens, a multiple of block_n) of a row's own context; see MIN_SPLIT_TOKENS_ABOVE."""
-    if device.type != "cuda":
-        tokens = block_n
-    else:
-        sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-        tokens = MIN_SPLIT_TOKENS_ABOVE if batch * num_kv_heads >= sms else block_n
-    return max(block_n, -(-tokens // block_n) * block_n)
-
-
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                           block_n: int | None = None, num_warps: int | None = None,
-                           min_split_tokens: int | None = None, fused_merge: bool | None = None,
-                           k_new: torch.Tensor | None = None,
+                           block_n: int | None = None, num_warps: int = 2, k_new: torch.Tensor | None = None,
                            v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
@@ -334,16 +243,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     same result as writing it first and calling without them.
 
     num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
-    group). min_split_tokens: the shortest chunk of a row's context, rounded up to whole tiles (None:
-    `default_min_split_tokens`). fused_merge: a row's chunks are merged by its last chunk program to finish
-    (an arrival counter per (row, KV head), `arrival_counters`), not by a second kernel launch (None: yes).
-    num_warps: Triton's launch option (None: 2). Arguments left None take VOXFLOW_PAGED_DECODE_LAUNCH's values
-    first (`_launch_overrides`).
+    group). num_warps: Triton's launch option.
     """
-    block_n = _OVERRIDES.get("block_n") if block_n is None else block_n
-    num_warps = _OVERRIDES.get("num_warps", 2) if num_warps is None else num_warps
-    min_split_tokens = _OVERRIDES.get("min_split_tokens") if min_split_tokens is None else min_split_tokens
-    fused_merge = _OVERRIDES.get("fused_merge", True) if fused_merge is None else fused_merge
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
     batch, num_heads, head_dim = q.shape
@@ -365,11 +266,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
-    if min_split_tokens is None:
-        min_split_tokens = default_min_split_tokens(batch, num_kv_heads, block_n, q.device)
-    min_split_tokens = max(block_n, -(-int(min_split_tokens) // block_n) * block_n)
 
-    out = _empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
     append = k_new is not None
@@ -381,17 +279,15 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     else:
         k_new = v_new = q                  # unused (APPEND is compiled out)
         slots = context_lens
-    fused_merge = fused_merge and num_splits > 1
-    counters = arrival_counters("paged_decode", q.device, batch * num_kv_heads) if fused_merge else out
     if num_splits > 1:
-        part_m = _empty((batch, num_heads, num_splits), device=q.device, dtype=torch.float32)
-        part_l = _empty((batch, num_heads, num_splits), device=q.device, dtype=torch.float32)
-        part_acc = _empty((batch, num_heads, num_splits, head_dim), device=q.device, dtype=torch.float32)
+        part_m = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
+        part_l = torch.empty_like(part_m)
+        part_acc = torch.empty(batch, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
     else:
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
     pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots, counters,
+        q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
         scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
@@ -399,13 +295,11 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, MIN_SPLIT=min_split_tokens,
-        BLOCK_S=triton.next_power_of_2(num_splits), FUSED_MERGE=fused_merge, APPEND=append, USE_PDL=pdl,
-        num_warps=num_warps, **launch_kwargs(pdl))
-    if num_splits > 1 and not fused_merge:
+        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, USE_PDL=pdl, num_warps=num_warps,
+        **launch_kwargs(pdl))
+    if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
-            part_m, part_l, part_acc, out, context_lens, out.stride(0), out.stride(1), out.stride(2),
+            part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
             NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits,
-            BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_N=block_n, MIN_SPLIT=min_split_tokens,
-            APPEND=append, USE_PDL=pdl, **launch_kwargs(pdl))
+            BLOCK_S=triton.next_power_of_2(num_splits), USE_PDL=pdl, **launch_kwargs(pdl))
     return out
