@@ -67,9 +67,12 @@ KERNEL_CASES = [
 
 
 def run_kernel_cases() -> None:
-    """Runs in the child (TRITON_INTERPRET=1 set before anything imported Triton): every case, kernel vs ref."""
+    """Runs in the child (TRITON_INTERPRET=1 set before anything imported Triton): every case, kernel vs ref, with
+    scores and weighted sums on CUDA cores and as MMAs (tensor_cores: the group padded to 16 rows, 64-token tiles
+    unless the case says otherwise)."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
-    for i, (lens, hkv, group, d, bs, dtype_name, splits, strided) in enumerate(KERNEL_CASES):
+    for i, (lens, hkv, group, d, bs, dtype_name, splits, strided, tensor_cores) in enumerate(
+            (*case, tc) for case in KERNEL_CASES for tc in (False, True)):
         dtype = getattr(torch, dtype_name)
         k_pool, v_pool, tables, ctx, gen = random_pages(lens, hkv, d, bs, dtype, seed=i)
         q = torch.randn(len(lens), hkv * group, d, generator=gen).to(dtype)
@@ -77,7 +80,8 @@ def run_kernel_cases() -> None:
             q = q.transpose(0, 1).contiguous().transpose(0, 1)
             assert not q.is_contiguous()
         scale = d ** -0.5
-        out = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits)
+        out = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits,
+                                         tensor_cores=tensor_cores)
         ref = pda.paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, ctx, scale)
         assert out.dtype == dtype and out.shape == q.shape
         assert not out.isnan().any(), f"case {i}: NaN"
@@ -85,11 +89,11 @@ def run_kernel_cases() -> None:
         torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
-        check_append(q, k_pool, v_pool, tables, ctx, scale, splits, out, rtol, atol, i)
-        print(f"case {i} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
+        check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, out, rtol, atol, i)
+        print(f"case {i} tensor_cores={tensor_cores} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
 
 
-def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, expect, rtol, atol, i):
+def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, expect, rtol, atol, i):
     """The fused-write variant: each row's last token handed over in k_new / v_new with its slot blanked (NaN)
     in the pools. Same output as the plain call; afterwards the pools hold the token again. An empty row (batch
     padding) writes to a spare page and attends to nothing."""
@@ -103,7 +107,7 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, expect, rtol, at
     k_app.view(-1, *k_pool.shape[2:])[slots] = float("nan")
     v_app.view(-1, *v_pool.shape[2:])[slots] = float("nan")
     out = pda.paged_decode_attention(q, k_app, v_app, tables, ctx, scale, num_splits=splits,
-                                     k_new=k_new, v_new=v_new, slots=slots)
+                                     tensor_cores=tensor_cores, k_new=k_new, v_new=v_new, slots=slots)
     torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
@@ -116,7 +120,7 @@ def test_kernel_matches_reference_in_triton_interpreter():
     child = subprocess.run([sys.executable, os.path.abspath(__file__)], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=300)
     assert child.returncode == 0, f"kernel cases failed:\n{child.stdout}\n{child.stderr}"
-    assert child.stdout.count(" ok: ") == len(KERNEL_CASES), child.stdout
+    assert child.stdout.count(" ok: ") == 2 * len(KERNEL_CASES), child.stdout
 
 
 # --------------------------------------------------------------------- reference vs the existing path

@@ -15,14 +15,13 @@ graph, so the K/V a call reads is not still in L2 from the call before, as in th
 layers run in between); then, per row count, the candidate whose worst ratio to the best time over the contexts
 is smallest (the launch is chosen on the host, which does not know the contexts).
 
-    python benchmarks/scripts/tune_paged_decode.py --chunks [--baseline OLD_MODULE.py] [--rows ...] [--contexts ...]
+    python benchmarks/scripts/tune_paged_decode.py --tc [--baseline OLD_MODULE.py] [--rows ...] [--contexts ...]
 
---chunks: the served call (the new token appended by the kernel) at the heuristic's split count, by tile, shortest
-chunk (`min_split_tokens`), merge (by the last chunk program or a second kernel) and warps, the default launch, and optionally a baseline: the same call through another
-version of the kernel module (a file, e.g. `git show REV:voxflow/kernels/paged_decode_attention.py`), with its
-own defaults. Same page-set rotation as --matrix. (Its candidates' min_split_tokens / fused_merge arguments were
-removed after session 18's call 2, whose table is in benchmarks/results/h200/2026-12-03-session18/: run it at
-474f20f; today's kernel times only the default and the baseline.)
+--tc: the served call (the new token appended by the kernel): the default launch, the CUDA-core and tensor-core
+variants' own defaults, tensor-core candidates (tile, warps, stages, splits), and optionally a baseline: the same
+call through another version of the kernel module (a file, e.g. `git show REV:voxflow/kernels/
+paged_decode_attention.py`), with its own defaults. Same page-set rotation as --matrix. (Session 18's call 2 ran
+a `--chunks` mode of this script, at 474f20f, over launch options removed since.)
 """
 from __future__ import annotations
 
@@ -111,46 +110,48 @@ def appended(rows: int, ctx: int, width_tokens: int):
     return q, k_pool, v_pool, tables, lens, dict(k_new=k_new, v_new=torch.randn_like(k_new), slots=slots)
 
 
-def chunks(rows_list: list[int], contexts: list[int], width_tokens: int, baseline: str | None) -> None:
+def compare(rows_list: list[int], contexts: list[int], width_tokens: int, baseline: str | None) -> None:
     old = load_module(baseline) if baseline else None
     scale = D ** -0.5
-    # (tile, shortest chunk, merged by the last chunk program, warps)
-    candidates = ["default"] + (["baseline"] if old else []) + [
-        (16, 16, 1, 2), (16, 64, 1, 2), (16, 128, 1, 2), (32, 32, 1, 2), (32, 64, 1, 2), (64, 64, 1, 2),
-        (64, 64, 1, 4), (16, 16, 0, 2), (16, 64, 0, 2)]
+    # name -> keyword arguments; tensor-core candidates as (tile, warps, stages, splits)
+    candidates = {"default": {}, "cuda cores": dict(tensor_cores=False), "tensor cores": dict(tensor_cores=True)}
+    if old:
+        candidates["baseline"] = None
+    for tile, warps, stages, splits in itertools.product((32, 64), (4, 8), (2,), (1, 2, 4)):
+        if tile == 64 and warps == 4:
+            continue                                         # spills (compile_check: 255 registers + stack)
+        candidates[f"tc {tile} {warps}w {stages}st {splits}sp"] = dict(
+            tensor_cores=True, block_n=tile, num_warps=warps, num_stages=stages, num_splits=splits)
 
-    def call(cand, q, k, v, t, n, new):
-        if cand == "baseline":
+    def call(name, q, k, v, t, n, new):
+        if candidates[name] is None:
             return old.paged_decode_attention(q, k, v, t, n, scale, **new)
-        kw = {} if cand == "default" else dict(block_n=cand[0], min_split_tokens=cand[1], fused_merge=bool(cand[2]),
-                                               num_warps=cand[3])
-        return paged_decode_attention(q, k, v, t, n, scale, **kw, **new)
+        return paged_decode_attention(q, k, v, t, n, scale, **candidates[name], **new)
 
     for rows in rows_list:
         times = {}
         for ctx in contexts:
             sets = [appended(rows, ctx, width_tokens) for _ in range(ROTATE)]
             ref = [paged_decode_attention_ref_like(*s_) for s_ in sets]
-            for cand in candidates:
+            for name in candidates:
                 try:
-                    outs = [call(cand, *s_) for s_ in sets]
+                    outs = [call(name, *s_) for s_ in sets]
                     if not all(torch.allclose(o.float(), r.float(), atol=2e-2, rtol=2e-2) for o, r in zip(outs, ref)):
-                        print(f"  rows {rows} ctx {ctx} {cand}: WRONG RESULT")
+                        print(f"  rows {rows} ctx {ctx} {name}: WRONG RESULT")
                         continue
-                    times[cand, ctx] = bench(lambda: [call(cand, *s_) for s_ in sets], ROTATE)
+                    times[name, ctx] = bench(lambda: [call(name, *s_) for s_ in sets], ROTATE)
                 except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or launch
-                    print(f"  rows {rows} ctx {ctx} {cand}: {type(e).__name__}: {str(e)[:100]}")
+                    print(f"  rows {rows} ctx {ctx} {name}: {type(e).__name__}: {str(e)[:100]}")
             sets = ref = None
             torch.cuda.empty_cache()
-        splits = default_num_splits(rows, HKV, width_tokens, torch.device("cuda"))
-        print(f"rows {rows} (splits {splits}): us a call by context, ratio to the best at that context")
-        print(f"{'(tile, chunk, fused, warps)':>24} | " + " ".join(f"{c:>12}" for c in contexts) + " |  worst")
+        print(f"rows {rows}: us a call by context, ratio to the best at that context")
+        print(f"{'candidate':>24} | " + " ".join(f"{c:>12}" for c in contexts) + " |  worst")
         best_at = {c: min(t for (k, cc), t in times.items() if cc == c) for c in contexts}
-        for cand in candidates:
-            if all((cand, c) in times for c in contexts):
-                cells = " ".join(f"{times[cand, c]:6.1f} {times[cand, c] / best_at[c]:4.2f}x" for c in contexts)
-                worst = max(times[cand, c] / best_at[c] for c in contexts)
-                print(f"{str(cand):>24} | {cells} | {worst:5.2f}", flush=True)
+        for name in candidates:
+            if all((name, c) in times for c in contexts):
+                cells = " ".join(f"{times[name, c]:6.1f} {times[name, c] / best_at[c]:4.2f}x" for c in contexts)
+                worst = max(times[name, c] / best_at[c] for c in contexts)
+                print(f"{name:>24} | {cells} | {worst:5.2f}", flush=True)
 
 
 def paged_decode_attention_ref_like(q, k_pool, v_pool, tables, lens, new):
@@ -164,14 +165,14 @@ def main() -> None:
     ap.add_argument("--contexts", default="64,128,256")
     ap.add_argument("--width", type=int, default=4096, help="block-table width in tokens (what the heuristic sees)")
     ap.add_argument("--matrix", action="store_true", help="every candidate at every context (see the docstring)")
-    ap.add_argument("--chunks", action="store_true", help="tile x shortest chunk at every context (the docstring)")
-    ap.add_argument("--baseline", help="--chunks: another revision of the kernel module, to time beside it")
+    ap.add_argument("--tc", action="store_true", help="tensor-core candidates at every context (the docstring)")
+    ap.add_argument("--baseline", help="--tc: another revision of the kernel module, to time beside it")
     args = ap.parse_args()
     torch.manual_seed(0)
-    if args.chunks:
+    if args.tc:
         print(f"{torch.cuda.get_device_name()}, bf16, {HQ} q / {HKV} kv heads of {D}, pages of {PAGE}, "
               f"table width {args.width} tokens, new token appended")
-        chunks([int(r) for r in args.rows.split(",")], [int(c) for c in args.contexts.split(",")], args.width,
+        compare([int(r) for r in args.rows.split(",")], [int(c) for c in args.contexts.split(",")], args.width,
                args.baseline)
         return
     if args.matrix:

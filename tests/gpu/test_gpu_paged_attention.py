@@ -16,7 +16,7 @@ import torch
 import voxflow.kernels as K
 from voxflow.engine.model_api import PagedKVContext
 from voxflow.kernels.paged_decode_attention import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,
-                                                    default_num_splits, paged_decode_attention,
+                                                    default_num_splits, default_tensor_cores, paged_decode_attention,
                                                     paged_decode_attention_ref)
 from voxflow.layers.attention import attention_bias
 from voxflow.layers.paged_attention import PagedKVView
@@ -27,6 +27,14 @@ torch.backends.cuda.matmul.allow_tf32 = False     # the reference is plain fp32
 HQ, HKV, D, BS = 16, 8, 128, 16
 SCALE = D ** -0.5
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=2 ** -7, atol=1e-5)}
+# The tensor-core variant in bf16: its weighted sum is a TF32 MMA, so each softmax weight is rounded to a 10-bit
+# mantissa (relative 2^-11) before it multiplies a value (unit-normal here, |v| < ~5): up to ~2^-11 * 5 < 2^-8 of
+# absolute error on top of the output's rounding. fp32 pools take IEEE fp32 MMAs: TOL[float32].
+TC_TOL = {torch.float32: TOL[torch.float32], torch.bfloat16: dict(rtol=2 ** -7, atol=2 ** -8)}
+
+
+def tol(dtype, tensor_cores):
+    return (TC_TOL if tensor_cores else TOL)[dtype]
 
 
 def ragged_lens(batch, max_len, seed):
@@ -71,15 +79,38 @@ def paged_batch(lens, dtype, width=None, seed=0, heads=(HQ, HKV, D)):
     return q, k_pool, v_pool, tables, lens.cuda()
 
 
+@pytest.mark.parametrize("tensor_cores", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch", [1, 7, 64])
 @pytest.mark.parametrize("splits", [None, 1, 5])
-def test_kernel_matches_reference_at_real_shapes(batch, dtype, splits):
+def test_kernel_matches_reference_at_real_shapes(batch, dtype, splits, tensor_cores):
     q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 4096, seed=batch), dtype, seed=batch)
-    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=splits)
+    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=splits,
+                                 tensor_cores=tensor_cores)
     ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
     assert out.dtype == dtype and not out.isnan().any()
-    torch.testing.assert_close(out.float(), ref, **TOL[dtype])
+    torch.testing.assert_close(out.float(), ref, **tol(dtype, tensor_cores))
+
+
+@pytest.mark.parametrize("block_n,warps", [(32, 4), (32, 8), (64, 8)])
+def test_tensor_core_tiles_at_short_contexts_with_the_new_token(block_n, warps):
+    """64 rows of 1-300 tokens (the served contexts), the new token appended by the kernel: the tensor-core variant's
+    tiles against the reference, and its default launch against the CUDA-core one."""
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(64, 300, seed=11), torch.bfloat16, seed=11)
+    last = lens - 1
+    slots = tables.gather(1, (last // BS)[:, None])[:, 0] * BS + last % BS
+    flat = (-1, HKV, D)
+    k_new, v_new = k_pool.view(flat)[slots].clone(), v_pool.view(flat)[slots].clone()
+    ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
+    for tc, kw in ((True, dict(block_n=block_n, num_warps=warps)), (True, {}), (False, {})):
+        k_app, v_app = k_pool.clone(), v_pool.clone()
+        k_app.view(flat)[slots] = float("nan")                         # the kernel must write the new token
+        v_app.view(flat)[slots] = float("nan")
+        out = paged_decode_attention(q, k_app, v_app, tables, lens, SCALE, tensor_cores=tc, k_new=k_new, v_new=v_new,
+                                     slots=slots, **kw)
+        assert torch.equal(k_app.view(flat)[slots], k_new) and torch.equal(v_app.view(flat)[slots], v_new)
+        torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16, tc))
+    assert default_tensor_cores(64, HKV, HQ // HKV, D, q.device)       # the variant the served c=64 step runs
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -164,7 +195,8 @@ def test_attend_replays_in_a_cuda_graph_with_new_lengths_tables_and_pages(batch,
         flat_k = k_pool.view(-1, HKV, D)
         assert torch.equal(flat_k[slots[:, 0]], k_new[:, :, 0])         # the write was replayed too
         ref = paged_decode_attention_ref(q4[:, :, 0].float(), k_pool, v_pool, tables, lens, SCALE)
-        torch.testing.assert_close(out[:, 0].float(), ref, **TOL[dtype])
+        torch.testing.assert_close(out[:, 0].float(), ref, **tol(dtype, default_tensor_cores(batch, HKV, HQ // HKV, D,
+                                                                                            q.device)))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -14,6 +14,7 @@ import inspect
 import torch
 
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -147,7 +148,15 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
                          part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
-                         APPEND=append, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
+                         APPEND=append, TENSOR_CORES=False, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
+                         SMALL_POOL=True, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
+    for splits, pdl in ((1, False), (2, False), (2, True)):
+        out.append((f"paged_decode tensor_cores splits={splits}" + (" pdl" if pdl else ""), paged._paged_decode_kernel,
+                    dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
+                         part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
+                    dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=64, NUM_SPLITS=splits,
+                         APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
+                         SMALL_POOL=splits == 1, USE_PDL=pdl), dict(num_warps=8, num_stages=2, launch_pdl=pdl)))
     for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
                     dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),

@@ -19,7 +19,11 @@ span pages and any block size works), and keeps an fp32 online softmax (running 
 accumulator; exp2 with log2(e) folded into the scale). The loop bound is `context_lens[b]` loaded on the
 device: no host read, so a call with a fixed table width is CUDA-graph capturable whatever the lengths.
 Scores are broadcast-multiply-sums on CUDA cores rather than tl.dot: with GROUP = 2 the "matrix" has 2 rows,
-decode is bound by reading K/V, and fp32 inputs then stay true fp32 (no TF32).
+decode is bound by reading K/V, and fp32 inputs then stay true fp32 (no TF32). That keeps tiles small (16 tokens)
+and programs many. The tensor-core variant (`tensor_cores`, TENSOR_CORES) is for batches that fill the GPU on their
+own: 32-64-token tiles whose K and V are requested together, the group's query heads padded to 16 rows so that the
+scores and the weighted sum are MMAs (fp32 pools: IEEE fp32 MMAs; bf16 / fp16: the scores exact in the fp32
+accumulator, the weights rounded to TF32 in the weighted sum).
 
 Split-K ("flash-decoding"): one program per (row, KV head) is too few to keep the GPU's memory system busy
 (B * Hkv = 512 programs at B = 64 is under 8 warps per SM), so the token range [0, W * block_size) is cut into
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 
@@ -99,7 +104,8 @@ if triton is not None:
             stride_ob, stride_oh, stride_od,
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
-            USE_PDL: tl.constexpr):
+            TENSOR_CORES: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel()
         row = tl.program_id(0)
@@ -112,8 +118,10 @@ if triton is not None:
         d_ok = d < HEAD_DIM
         heads = kv_head * GROUP + g
         q_mask = g_ok[:, None] & d_ok[None, :]
-        q = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
-                    mask=q_mask, other=0.0).to(tl.float32)                                  # [G, D]
+        q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
+                       mask=q_mask, other=0.0)                                               # [G, D]
+        q = q_in.to(tl.float32)
+        q_dot = q_in.to(DOT_DTYPE)                         # TENSOR_CORES: the scores' MMA operand (padded rows: 0)
 
         ctx = tl.load(lens_ptr + row).to(tl.int32)
         if APPEND:
@@ -133,18 +141,35 @@ if triton is not None:
             ok = tok < hi
             page, pos = page_slots(table_row, tok, ok, stride_tw, PAGE)
             kv_mask = ok[:, None] & d_ok[None, :]
-            k = load_kv_tile(k_ptr, page, pos, kv_head, d, kv_mask, stride_kblk, stride_kpos, stride_kh,
-                             stride_kd).to(tl.float32)                                         # [N, D]
-            scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale_log2            # [G, N]
+            if TENSOR_CORES:
+                # Both tiles requested before any arithmetic (one memory round trip a tile), scores on the tensor
+                # cores: products of the pool's dtype are exact in the fp32 accumulator.
+                # One offset tensor for both pools (the wrapper checks that their strides are equal), in int32 when
+                # the pool has < 2^31 elements: 64-bit offsets for [N, D] tiles cost the registers of a second program
+                # an SM (sm_90, 64-token tiles, 8 warps: 196 registers a thread against 128).
+                first = page.to(tl.int32) if SMALL_POOL else page
+                offs = (first * stride_kblk + pos * stride_kpos + kv_head * stride_kh)[:, None] + d[None, :] * stride_kd
+                k = tl.load(k_ptr + offs, mask=kv_mask, other=0.0)                              # [N, D]
+                v = tl.load(v_ptr + offs, mask=kv_mask, other=0.0)
+                scores = tl.dot(q_dot, tl.trans(k.to(DOT_DTYPE)), input_precision=DOT_PRECISION) * scale_log2
+            else:
+                k = load_kv_tile(k_ptr, page, pos, kv_head, d, kv_mask, stride_kblk, stride_kpos, stride_kh,
+                                 stride_kd).to(tl.float32)                                     # [N, D]
+                scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale_log2        # [G, N]
             scores = tl.where(ok[None, :], scores, float("-inf"))
             # The first token of every tile is inside the context, so m_new is finite from the first tile on.
             m_new = tl.maximum(m, tl.max(scores, axis=1))
             alpha = tl.exp2(m - m_new)                     # exp2(-inf) = 0 on the first tile
             p = tl.exp2(scores - m_new[:, None])
             s_sum = s_sum * alpha + tl.sum(p, axis=1)
-            v = load_kv_tile(v_ptr, page, pos, kv_head, d, kv_mask, stride_vblk, stride_vpos, stride_vh,
-                             stride_vd).to(tl.float32)                                         # [N, D]
-            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+            if TENSOR_CORES:
+                # p stays fp32 (rounded to TF32's 10-bit mantissa by the MMA: ~2^-11, against bf16's 2^-8 were it
+                # cast to the pool's dtype); the values are exact in fp32 / TF32 when the pool is bf16 / fp16.
+                acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
+            else:
+                v = load_kv_tile(v_ptr, page, pos, kv_head, d, kv_mask, stride_vblk, stride_vpos, stride_vh,
+                                 stride_vd).to(tl.float32)                                     # [N, D]
+                acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
             m = m_new
 
         if APPEND:
@@ -214,6 +239,14 @@ if triton is not None:
 PROGRAMS_PER_SM = 64
 MIN_TOKENS_PER_SPLIT = 64    # shorter chunks: the partial write + merge outweighs the parallelism they add
 MAX_SPLITS = 32
+# The tensor-core variant (TENSOR_CORES): wide tiles whose K and V are requested together, scores and the weighted
+# sum as MMAs with the group's query heads padded to 16 rows. Fewer, fatter programs, so it takes over once the
+# batch alone gives every SM a program (B * Hkv >= SMs), with enough splits for TC_PROGRAMS_PER_SM programs an SM.
+TC_TILE = 64
+TC_WARPS = 8
+TC_STAGES = 2
+TC_PROGRAMS_PER_SM = 4
+_TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always / never (A/B runs); unset: by batch
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,9 +265,36 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
+def _dot_dtype(pool_dtype: torch.dtype):
+    """The scores' MMA operands: the pool's dtype; fp32 under Triton's interpreter (CPU tests), whose bf16 tl.dot
+    is wrong (a 16 x 16 bf16 product off by 1e10 in triton 3.9). A bf16 / fp16 value is exact in TF32, so the fp32
+    operands give the same products."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return tl.float32
+    return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(pool_dtype, tl.float32)
+
+
+def default_tensor_cores(batch: int, num_kv_heads: int, group: int, head_dim: int, device: torch.device) -> bool:
+    """The tensor-core variant for batches that fill the SMs on their own (see TC_TILE); VOXFLOW_PAGED_DECODE_TC
+    forces it on or off."""
+    if device.type != "cuda" or group > 16 or head_dim < 16:
+        return False
+    if _TC_OVERRIDE is not None:
+        return _TC_OVERRIDE == "1"
+    return batch * num_kv_heads >= _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def default_tc_splits(batch: int, num_kv_heads: int, max_tokens: int, device: torch.device) -> int:
+    """Split count of the tensor-core variant: ~TC_PROGRAMS_PER_SM programs an SM, chunks of >= two tiles."""
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    want = math.ceil(TC_PROGRAMS_PER_SM * sms / max(1, batch * num_kv_heads))
+    return max(1, min(want, MAX_SPLITS, max_tokens // (2 * TC_TILE)))
+
+
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
-                           block_n: int | None = None, num_warps: int = 2, k_new: torch.Tensor | None = None,
+                           block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
+                           tensor_cores: bool | None = None, k_new: torch.Tensor | None = None,
                            v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
@@ -242,8 +302,9 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
     same result as writing it first and calling without them.
 
-    num_splits: split-K chunks (None: `default_num_splits`). block_n: tokens per tile (None: by head_dim and
-    group). num_warps: Triton's launch option.
+    tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
+    `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
+    num_warps / num_stages: Triton's launch options (None: 2 / Triton's; TC_WARPS / TC_STAGES).
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
@@ -260,11 +321,26 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     width = block_tables.shape[1]
     max_tokens = width * block_size
     block_d = triton.next_power_of_2(head_dim)
-    if block_n is None:
-        # Keep the [G, N, D] broadcast tile around 4K fp32 values (64 registers a thread at 2 warps), >= 16 tokens.
-        block_n = max(16, min(64, 4096 // (triton.next_power_of_2(group) * block_d)))
-    if num_splits is None:
-        num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
+    same_strides = k_pool.stride() == v_pool.stride()
+    if tensor_cores is None:
+        tensor_cores = same_strides and default_tensor_cores(batch, num_kv_heads, group, head_dim, q.device)
+    if tensor_cores:
+        if not same_strides:
+            raise ValueError("tensor_cores: the K and V pools must have the same strides (one offset tensor)")
+        block_g = max(16, triton.next_power_of_2(group))           # an MMA takes >= 16 rows: the group, padded
+        block_n = block_n or TC_TILE
+        launch = dict(num_warps=num_warps or TC_WARPS, num_stages=num_stages or TC_STAGES)
+        if num_splits is None:
+            num_splits = default_tc_splits(batch, num_kv_heads, max_tokens, q.device)
+    else:
+        block_g = triton.next_power_of_2(group)
+        if block_n is None:
+            # Keep the [G, N, D] broadcast tile around 4K fp32 values (64 registers a thread at 2 warps), >= 16
+            # tokens.
+            block_n = max(16, min(64, 4096 // (block_g * block_d)))
+        launch = dict(num_warps=num_warps or 2, **({"num_stages": num_stages} if num_stages else {}))
+        if num_splits is None:
+            num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -294,8 +370,10 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         *k_pool.stride(), *v_pool.stride(),
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
-        GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        PAGE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, APPEND=append, USE_PDL=pdl, num_warps=num_warps,
+        GROUP=group, BLOCK_G=block_g, HEAD_DIM=head_dim, BLOCK_D=block_d, PAGE=block_size, BLOCK_N=block_n,
+        NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
+        DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32", SMALL_POOL=k_pool.numel() < 2 ** 31,
+        USE_PDL=pdl, **launch,
         **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
