@@ -242,10 +242,13 @@ MAX_SPLITS = 32
 # The tensor-core variant (TENSOR_CORES): wide tiles whose K and V are requested together, scores and the weighted
 # sum as MMAs with the group's query heads padded to 16 rows. Fewer, fatter programs, so it takes over once the
 # batch alone gives every SM a program (B * Hkv >= SMs), with enough splits for TC_PROGRAMS_PER_SM programs an SM.
-TC_TILE = 64
-TC_WARPS = 8
+# H200, 64 / 256 rows, contexts 64-1024, the new token appended (benchmarks/results/h200/2026-12-03-session18,
+# call 3): 32-token tiles, 4 warps, one split were the fastest everywhere, 2.0-2.4x / 1.8x faster than the CUDA-core
+# variant (64 rows x 128 tokens: 14.3 us against 29.8); 64-token tiles (8 warps) and 2-4 splits were slower.
+TC_TILE = 32
+TC_WARPS = 4
 TC_STAGES = 2
-TC_PROGRAMS_PER_SM = 4
+TC_PROGRAMS_PER_SM = 3       # 64 rows x 8 KV heads: one split; 17 rows: three
 _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always / never (A/B runs); unset: by batch
 
 
