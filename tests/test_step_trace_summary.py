@@ -1,0 +1,54 @@
+"""voxflow.tools.step_trace_summary: a step trace's wall time grouped by kind of step, on a hand-made trace."""
+import gzip
+import json
+
+import pytest
+
+from voxflow.tools import step_trace_summary as sts
+
+# (t in s, decode rows, codec chunks launched, prefill chunks, host ms by phase)
+STEPS = [(0.000, 2, 0, 1, {}),                        # a warm-up step: before the first full one
+         (0.010, 4, 0, 0, {"launch_decode": 0.5, "collect_decode": 4.0}),
+         (0.015, 4, 3, 0, {"launch_decode": 0.9}),
+         (0.025, 3, 0, 1, {}),
+         (0.027, 4, 0, 0, {"launch_decode": 0.7, "collect_decode": 6.0}),
+         (0.034, 4, 0, 0, {})]                        # the last step: no successor, not counted
+
+
+def trace():
+    return [dict(step=i, t=t, decode=d, codec_launched=c, prefill=p, ms=ms) for i, (t, d, c, p, ms) in enumerate(STEPS)]
+
+
+def test_groups_the_span_from_the_first_full_step_by_kind():
+    s = sts.summarize(trace())
+    assert s["full_rows"] == 4 and s["steps"] == 4
+    assert s["span_ms"] == pytest.approx(24.0)
+    durations = {k: [round(d, 6) for d in g.durations_ms] for k, g in s["groups"].items()}
+    assert durations == {"full": [5.0, 7.0], "full + codec": [10.0], "partial + prefill": [2.0]}
+    assert s["mean_rows"] == pytest.approx(15 / 4)
+    assert s["host_ms"] == {"collect_decode": pytest.approx(5.0), "launch_decode": pytest.approx(0.6)}
+    table = sts.render(s)
+    assert "| full | 2 | 12.0 | 50.0% | 6.00 | 6.00 |" in table
+    assert table.index("| full |") < table.index("| full + codec |") < table.index("| partial + prefill |")
+
+
+def test_from_start_and_a_given_full_batch():
+    s = sts.summarize(trace(), from_start=True)
+    assert s["steps"] == 5 and s["span_ms"] == pytest.approx(34.0)
+    assert [round(d, 6) for d in s["groups"]["partial + prefill"].durations_ms] == [10.0, 2.0]
+    s = sts.summarize(trace(), full_rows=3)
+    assert set(s["groups"]) == {"full", "full + codec", "full + prefill"}
+    with pytest.raises(ValueError, match="no step decoded 9 rows"):
+        sts.summarize(trace(), full_rows=9)
+    with pytest.raises(ValueError, match="two steps"):
+        sts.summarize(trace()[:1])
+
+
+def test_reads_gzipped_traces_from_the_command_line(tmp_path, capsys):
+    path = tmp_path / "steps.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(line) + "\n" for line in trace())
+    sts.main([str(path)])
+    out = capsys.readouterr().out
+    assert out.startswith("span 24 ms, 4 steps from the first full one (4 rows); mean decode rows a step 3.8")
+    assert "host ms by phase (median) of the full steps without codec or prefill work: collect_decode 5.00" in out

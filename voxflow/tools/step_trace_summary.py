@@ -1,0 +1,93 @@
+"""Where a served run's wall time went, from its per-step trace (`voxflow serve --trace-steps PATH`, or
+`--engine-arg trace_steps=PATH` on an offline `voxflow bench`; step_trace.py has the line format).
+
+    python -m voxflow.tools.step_trace_summary TRACE.jsonl[.gz] [--full-rows N] [--from-start]
+
+A step's wall time is the time from its start to the next step's start. Steps are grouped by whether the batch was
+full (decode rows == N, by default the most rows any step decoded), whether the step launched codec work, and
+whether it prefilled. The span starts at the first full step (unless --from-start), so warm-up requests and the
+first wave's ramp are left out; the last step, which has no successor, is not counted. Printed: a markdown table
+(steps, ms, share of the span, median and mean ms a step), the mean decode rows a step, and the median host
+phases of the full steps without codec or prefill work.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from dataclasses import dataclass, field
+
+
+def read_trace(path: str) -> list[dict]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass
+class Group:
+    durations_ms: list[float] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return sum(self.durations_ms)
+
+
+def step_kind(step: dict, full_rows: int) -> str:
+    kind = "full" if step.get("decode", 0) >= full_rows else "partial"
+    if step.get("codec_launched"):
+        kind += " + codec"
+    if step.get("prefill"):
+        kind += " + prefill"
+    return kind
+
+
+def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool = False) -> dict:
+    """{"full_rows", "span_ms", "steps", "mean_rows", "groups": {kind: Group}, "host_ms": {phase: median}}."""
+    if len(steps) < 2:
+        raise ValueError("a trace needs at least two steps")
+    full_rows = full_rows or max(s.get("decode", 0) for s in steps)
+    if not from_start:
+        first = next((i for i, s in enumerate(steps) if s.get("decode", 0) >= full_rows), None)
+        if first is None:
+            raise ValueError(f"no step decoded {full_rows} rows")
+        steps = steps[first:]
+    if len(steps) < 2:
+        raise ValueError("fewer than two steps from the first full one")
+    groups: dict[str, Group] = {}
+    for step, nxt in zip(steps, steps[1:]):
+        groups.setdefault(step_kind(step, full_rows), Group()).durations_ms.append((nxt["t"] - step["t"]) * 1e3)
+    counted = steps[:-1]
+    plain = [s for s in counted if step_kind(s, full_rows) == "full"]
+    phases = sorted({k for s in plain for k in s.get("ms", {})})
+    return {"full_rows": full_rows, "span_ms": (steps[-1]["t"] - steps[0]["t"]) * 1e3, "steps": len(counted),
+            "mean_rows": sum(s.get("decode", 0) for s in counted) / len(counted), "groups": groups,
+            "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases}}
+
+
+def render(summary: dict) -> str:
+    span = summary["span_ms"]
+    lines = [f"span {span:.0f} ms, {summary['steps']} steps from the first full one ({summary['full_rows']} rows); "
+             f"mean decode rows a step {summary['mean_rows']:.1f}", "",
+             "| steps | count | ms | share | median ms | mean ms |", "|---|---|---|---|---|---|"]
+    for kind, g in sorted(summary["groups"].items(), key=lambda kv: -kv[1].total):
+        lines.append(f"| {kind} | {len(g.durations_ms)} | {g.total:.1f} | {g.total / span:.1%} | "
+                     f"{statistics.median(g.durations_ms):.2f} | {statistics.mean(g.durations_ms):.2f} |")
+    if summary["host_ms"]:
+        lines += ["", "host ms by phase (median) of the full steps without codec or prefill work: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in summary["host_ms"].items())]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", help="a step trace (.jsonl or .jsonl.gz)")
+    ap.add_argument("--full-rows", type=int, default=None, help="decode rows of a full batch (default: the most seen)")
+    ap.add_argument("--from-start", action="store_true", help="count from the first step, warm-up included")
+    args = ap.parse_args(argv)
+    print(render(summarize(read_trace(args.trace), args.full_rows, args.from_start)))
+
+
+if __name__ == "__main__":
+    main()
