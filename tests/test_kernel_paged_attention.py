@@ -10,7 +10,9 @@ module's kernels into interpreted ones. The child runs this file as a script (`_
 Tolerances: fp32 kernel vs fp32 reference 1e-5 (only the summation order differs); bf16 kernel output vs the
 reference computed in fp32 from the same bf16 inputs: rtol 2^-7 = one bf16 ulp (the kernel rounds only its
 output; the interpreter's fp32 -> bf16 cast truncates, so up to a whole ulp here, half of one on a GPU) + atol
-1e-5; reference vs gather + eager (fp32) 1e-6.
+1e-5, and for the tensor-core variant atol 2^-8: its softmax weights are rounded to TF32 (2^-11 relative) and
+normalised by the same rounded weights, so the output moves by <= 2^-10 x max |v| (< 2^-8 for these unit-normal
+values); reference vs gather + eager (fp32) 1e-6.
 """
 import importlib.util
 import os
@@ -63,13 +65,14 @@ KERNEL_CASES = [
     ([1, 37, 70], 2, 1, 16, 8, "bfloat16", 2, False),
     ([9, 40, 66], 2, 2, 16, 8, "bfloat16", 1, True),
     ([3, 24], 1, 3, 16, 8, "float32", 4, False),          # a group that is not a power of two
+    ([5, 40], 1, 2, 24, 8, "float32", 2, False),          # a head_dim that is not a power of two (masked lanes)
 ]
 
 
 def run_kernel_cases() -> None:
     """Runs in the child (TRITON_INTERPRET=1 set before anything imported Triton): every case, kernel vs ref, with
-    scores and weighted sums on CUDA cores and as MMAs (tensor_cores: the group padded to 16 rows, 64-token tiles
-    unless the case says otherwise)."""
+    scores and weighted sums on CUDA cores and as MMAs (tensor_cores: the group padded to 16 rows, 32-token tiles).
+    Messages name the case's index in that doubled list (case // 2 in KERNEL_CASES)."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
     for i, (lens, hkv, group, d, bs, dtype_name, splits, strided, tensor_cores) in enumerate(
             (*case, tc) for case in KERNEL_CASES for tc in (False, True)):
@@ -85,7 +88,7 @@ def run_kernel_cases() -> None:
         ref = pda.paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, ctx, scale)
         assert out.dtype == dtype and out.shape == q.shape
         assert not out.isnan().any(), f"case {i}: NaN"
-        rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2 ** -7, 1e-5)
+        rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2 ** -7, 2 ** -8 if tensor_cores else 1e-5)
         torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
@@ -113,6 +116,30 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, ex
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
 
 
+def check_tf32_rounding() -> None:
+    """Runs in the child: the kernel's round_to_tf32 gives the nearer of the two TF32 neighbours (ties: the larger)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _round(x_ptr, out_ptr, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(out_ptr + i, pda.round_to_tf32(tl.load(x_ptr + i)))
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(1000, generator=gen), torch.tensor([0.0, 1.0, 2.0 ** -30])])
+    halfway = (torch.tensor([0x3F000000 | 0x1000, 0x3E800000 | 0x3000], dtype=torch.int32)).view(torch.float32)
+    x = torch.cat([x, halfway, torch.zeros(1024 - len(x) - 2)])
+    out = torch.empty_like(x)
+    _round[(1,)](x, out, N=1024)
+    low = (x.view(torch.int32) & -0x2000).view(torch.float32)
+    high = ((x.view(torch.int32) & -0x2000) + 0x2000).view(torch.float32)
+    nearest = torch.where((x - low) < (high - x), low, high)
+    assert torch.equal(out, nearest), (out - nearest).abs().max()
+    assert (out.view(torch.int32) & 0x1FFF).eq(0).all()
+    print("tf32 rounding ok")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_kernel_matches_reference_in_triton_interpreter():
     path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
@@ -121,6 +148,7 @@ def test_kernel_matches_reference_in_triton_interpreter():
                            text=True, timeout=300)
     assert child.returncode == 0, f"kernel cases failed:\n{child.stdout}\n{child.stderr}"
     assert child.stdout.count(" ok: ") == 2 * len(KERNEL_CASES), child.stdout
+    assert "tf32 rounding ok" in child.stdout
 
 
 # --------------------------------------------------------------------- reference vs the existing path
@@ -249,5 +277,42 @@ def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):
     assert torch.equal(mask.sum(1), kv.context_lens)          # each row's real slots, right-aligned
 
 
+def test_tensor_core_variant_is_chosen_for_half_precision_batches_that_fill_the_sms(monkeypatch):
+    monkeypatch.setattr(pda, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(pda, "_TC_OVERRIDE", None)
+    gpu = torch.device("cuda", 0)                      # only its type and index are read
+    assert pda.default_tensor_cores(17, 8, 2, 128, gpu)                  # 136 programs >= 132 SMs
+    assert not pda.default_tensor_cores(16, 8, 2, 128, gpu)
+    assert not pda.default_tensor_cores(64, 8, 2, 128, gpu, torch.float32)   # fp32 dots would not be MMAs
+    assert not pda.default_tensor_cores(64, 8, 17, 128, gpu)             # a group past one 16-row MMA
+    assert not pda.default_tensor_cores(64, 8, 2, 8, gpu)
+    assert not pda.default_tensor_cores(64, 8, 2, 128, torch.device("cpu"))
+    monkeypatch.setattr(pda, "_TC_OVERRIDE", "0")
+    assert not pda.default_tensor_cores(64, 8, 2, 128, gpu)
+    monkeypatch.setattr(pda, "_TC_OVERRIDE", "1")
+    assert pda.default_tensor_cores(1, 8, 2, 128, gpu)
+    # ~3 programs an SM: one split at 64 rows, more below; never below two tiles a chunk.
+    assert [pda.default_tc_splits(b, 8, 4096, gpu) for b in (64, 48, 17)] == [1, 2, 3]
+    assert pda.default_tc_splits(17, 8, 64, gpu) == 1
+    assert pda.default_tc_splits(17, 8, 4096, torch.device("cpu")) == 1
+
+
+def test_int32_offsets_only_when_every_offset_of_the_pools_fits():
+    small = torch.empty(4, 16, 8, 128, device="meta")
+    assert pda._offsets_fit_int32(small, small)
+    strided = torch.empty(4, device="meta").as_strided((2, 16, 8, 128), (2 ** 31, 1024, 128, 1))   # numel < 2^31
+    assert strided.numel() < 2 ** 31 and not pda._offsets_fit_int32(small, strided)
+
+
+def test_forcing_the_tensor_core_variant_on_inputs_it_cannot_take_is_refused():
+    k_pool, v_pool, tables, ctx, gen = random_pages([5, 9], 1, 16, 8, torch.bfloat16, seed=0)
+    q = torch.randn(2, 20, 16, generator=gen).to(torch.bfloat16)                   # a group of 20 query heads
+    with pytest.raises(ValueError, match="<= 16 query heads"):
+        pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, 0.25, tensor_cores=True)
+    with pytest.raises(ValueError, match="share a dtype"):
+        pda.paged_decode_attention(q[:, :2].float(), k_pool, v_pool, tables, ctx, 0.25, tensor_cores=True)
+
+
 if __name__ == "__main__":
     run_kernel_cases()
+    check_tf32_rounding()

@@ -2,7 +2,7 @@
 # Session 18, call 3 (`bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree",
 # "benchmarks/scripts/.baseline_pda.py"] with .baseline_pda.py = `git show 25804f1:voxflow/kernels/
 # paged_decode_attention.py`, the kernel before the tensor-core variant; results come back as one archive, r.tgz):
-#  1. GPU tests: the paged decode's tensor-core variant (real shapes, short contexts with the new token, a 64-row
+#  1. GPU tests: the paged decode's tensor-core variant (real shapes, short contexts with the new token, a 48-row
 #     graph replay), and the fp32 engine == the CPU reference with the variant forced on (VOXFLOW_PAGED_DECODE_TC=1);
 #  2. tune_paged_decode.py --tc at 64 / 256 rows beside the baseline module;
 #  3. profile_step c=64: the default (tensor cores from B * Hkv >= SMs) vs VOXFLOW_PAGED_DECODE_TC=0, one machine;

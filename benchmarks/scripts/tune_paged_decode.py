@@ -2,6 +2,8 @@
 on a GPU: 1.7B talker heads (16 q / 8 kv of 128), bf16, 16-token pages scattered over the pool (a shuffled page
 order, as a long-running server's block manager leaves them), every row at the same context length.
 
+The default mode and --matrix sweep the CUDA-core variant (tensor_cores=False); --tc the tensor-core one.
+
 For each (rows, context): the heuristic's launch (default_num_splits from the table width, default tile and warps)
 and candidates (splits 1 / 2 / 4 / 8, tiles of 16 / 32 / 64 tokens, 2 / 4 / 8 warps), us a call from CUDA-graph
 replays, and the K/V bandwidth the best one reaches. Each candidate's output is checked against the heuristic's.
@@ -61,9 +63,11 @@ def matrix(rows_list: list[int], contexts: list[int], width_tokens: int) -> None
         times = {}                                       # (candidate, ctx) -> us a call
         for ctx in contexts:
             sets = [batch(rows, ctx, width_tokens) for _ in range(ROTATE)]
-            ref = [paged_decode_attention(q, k, v, t, n, scale) for q, k, v, t, n in sets]
+            # The CUDA-core variant's launches (the tensor-core variant has its own mode, --tc).
+            ref = [paged_decode_attention(q, k, v, t, n, scale, tensor_cores=False) for q, k, v, t, n in sets]
             for cand in candidates:
-                kw = {} if cand is None else dict(num_splits=cand[0], block_n=cand[1], num_warps=cand[2])
+                kw = dict(tensor_cores=False) if cand is None else dict(
+                    num_splits=cand[0], block_n=cand[1], num_warps=cand[2], tensor_cores=False)
                 try:
                     outs = [paged_decode_attention(q, k, v, t, n, scale, **kw) for q, k, v, t, n in sets]
                     if not all(torch.allclose(o.float(), r.float(), atol=2e-2, rtol=2e-2) for o, r in zip(outs, ref)):
@@ -155,8 +159,10 @@ def compare(rows_list: list[int], contexts: list[int], width_tokens: int, baseli
 
 
 def paged_decode_attention_ref_like(q, k_pool, v_pool, tables, lens, new):
-    """The reference for an appended call: the default launch on copies of the pools (it writes the new token)."""
-    return paged_decode_attention(q, k_pool.clone(), v_pool.clone(), tables, lens, D ** -0.5, **new)
+    """The reference for an appended call: the CUDA-core variant (held to paged_decode_attention_ref by the GPU
+    tests) on copies of the pools (it writes the new token, which the tables do not hold)."""
+    return paged_decode_attention(q, k_pool.clone(), v_pool.clone(), tables, lens, D ** -0.5, tensor_cores=False,
+                                  **new)
 
 
 def main() -> None:
@@ -188,19 +194,20 @@ def main() -> None:
                                        [int(c) for c in args.contexts.split(",")]):
         q, k_pool, v_pool, tables, lens = batch(rows, ctx, args.width)
         scale = D ** -0.5
-        ref = paged_decode_attention(q, k_pool, v_pool, tables, lens, scale)
-        heur_us = bench(lambda: paged_decode_attention(q, k_pool, v_pool, tables, lens, scale), 1)
+        cores = dict(tensor_cores=False)            # this mode sweeps the CUDA-core variant's launches
+        ref = paged_decode_attention(q, k_pool, v_pool, tables, lens, scale, **cores)
+        heur_us = bench(lambda: paged_decode_attention(q, k_pool, v_pool, tables, lens, scale, **cores), 1)
         splits = default_num_splits(rows, HKV, args.width, q.device)
         best = (heur_us, ("heuristic",))
         for s, n, w in itertools.product((1, 2, 4, 8), (16, 32, 64), (2, 4, 8)):
             try:
                 out = paged_decode_attention(q, k_pool, v_pool, tables, lens, scale, num_splits=s, block_n=n,
-                                             num_warps=w)
+                                             num_warps=w, **cores)
                 if not torch.allclose(out.float(), ref.float(), atol=2e-2, rtol=2e-2):
                     print(f"  splits {s} tile {n} warps {w}: WRONG RESULT")
                     continue
                 us = bench(lambda: paged_decode_attention(q, k_pool, v_pool, tables, lens, scale, num_splits=s,
-                                                          block_n=n, num_warps=w), 1)
+                                                          block_n=n, num_warps=w, **cores), 1)
             except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or launch
                 print(f"  splits {s} tile {n} warps {w}: {type(e).__name__}: {str(e)[:100]}")
                 continue

@@ -150,13 +150,18 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
                          APPEND=append, TENSOR_CORES=False, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
                          SMALL_POOL=True, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
-    for splits, pdl in ((1, False), (2, False), (2, True)):
-        out.append((f"paged_decode tensor_cores splits={splits}" + (" pdl" if pdl else ""), paged._paged_decode_kernel,
+    # The tensor-core variant: the default launch (32-token tiles, 4 warps; int32 and int64 offsets, 1 and 2
+    # splits) and call 3's 64-token tiles at 8 warps.
+    for block_n, warps, splits, small, pdl in ((32, 4, 1, True, False), (32, 4, 1, True, True),
+                                               (32, 4, 2, False, False), (32, 4, 2, False, True),
+                                               (64, 8, 1, True, False)):
+        out.append((f"paged_decode tensor_cores block_n={block_n} warps={warps} splits={splits} int32={small}"
+                    + (" pdl" if pdl else ""), paged._paged_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
                          part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
-                    dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=64, NUM_SPLITS=splits,
+                    dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=splits == 1, USE_PDL=pdl), dict(num_warps=8, num_stages=2, launch_pdl=pdl)))
+                         SMALL_POOL=small, USE_PDL=pdl), dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
     for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
                     dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),

@@ -21,9 +21,10 @@ device: no host read, so a call with a fixed table width is CUDA-graph capturabl
 Scores are broadcast-multiply-sums on CUDA cores rather than tl.dot: with GROUP = 2 the "matrix" has 2 rows,
 decode is bound by reading K/V, and fp32 inputs then stay true fp32 (no TF32). That keeps tiles small (16 tokens)
 and programs many. The tensor-core variant (`tensor_cores`, TENSOR_CORES) is for batches that fill the GPU on their
-own: 32-64-token tiles whose K and V are requested together, the group's query heads padded to 16 rows so that the
-scores and the weighted sum are MMAs (fp32 pools: IEEE fp32 MMAs; bf16 / fp16: the scores exact in the fp32
-accumulator, the weights rounded to TF32 in the weighted sum).
+own (bf16 / fp16 pools): 32-token tiles whose K and V are requested together, the group's query heads padded to 16
+rows so that the scores and the weighted sum are MMAs (the scores exact in the fp32 accumulator; the softmax weights
+rounded to TF32 for the weighted sum, the same rounded weights normalising it). Forced on an fp32 pool (tests) it
+computes IEEE fp32 dots, on CUDA cores.
 
 Split-K ("flash-decoding"): one program per (row, KV head) is too few to keep the GPU's memory system busy
 (B * Hkv = 512 programs at B = 64 is under 8 warps per SM), so the token range [0, W * block_size) is cut into
@@ -86,10 +87,22 @@ if triton is not None:
         return page, tok % PAGE
 
     @triton.jit
+    def kv_tile_offsets(page, pos, kv_head, d, stride_blk, stride_pos, stride_h, stride_d):
+        """[N, D] element offsets of one KV head's tile at those pages / positions (in page's integer type)."""
+        return (page * stride_blk + pos * stride_pos + kv_head * stride_h)[:, None] + d[None, :] * stride_d
+
+    @triton.jit
     def load_kv_tile(ptr, page, pos, kv_head, d, mask, stride_blk, stride_pos, stride_h, stride_d):
         """[N, D] keys or values of one KV head at those pages / positions, in the pool's dtype (masked: 0)."""
-        return tl.load(ptr + page[:, None] * stride_blk + pos[:, None] * stride_pos + kv_head * stride_h
-                       + d[None, :] * stride_d, mask=mask, other=0.0)
+        return tl.load(ptr + kv_tile_offsets(page, pos, kv_head, d, stride_blk, stride_pos, stride_h, stride_d),
+                       mask=mask, other=0.0)
+
+    @triton.jit
+    def round_to_tf32(x):
+        """Non-negative fp32 values rounded to TF32's 10-bit mantissa (to nearest; the carry may move the exponent).
+        A TF32 MMA would otherwise drop the low 13 bits, a bias toward zero of up to 2^-10."""
+        bits = x.to(tl.int32, bitcast=True)
+        return ((bits + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
 
     @triton.jit
     def _paged_decode_kernel(
@@ -145,10 +158,10 @@ if triton is not None:
                 # Both tiles requested before any arithmetic (one memory round trip a tile), scores on the tensor
                 # cores: products of the pool's dtype are exact in the fp32 accumulator.
                 # One offset tensor for both pools (the wrapper checks that their strides are equal), in int32 when
-                # the pool has < 2^31 elements: 64-bit offsets for [N, D] tiles cost the registers of a second program
-                # an SM (sm_90, 64-token tiles, 8 warps: 196 registers a thread against 128).
+                # every offset of the pools fits: 64-bit offsets for [N, D] tiles cost registers (sm_90, 32-token
+                # tiles, 4 warps: 192 a thread against 158; 64-token tiles, 8 warps: 196 against 128).
                 first = page.to(tl.int32) if SMALL_POOL else page
-                offs = (first * stride_kblk + pos * stride_kpos + kv_head * stride_kh)[:, None] + d[None, :] * stride_kd
+                offs = kv_tile_offsets(first, pos, kv_head, d, stride_kblk, stride_kpos, stride_kh, stride_kd)
                 k = tl.load(k_ptr + offs, mask=kv_mask, other=0.0)                              # [N, D]
                 v = tl.load(v_ptr + offs, mask=kv_mask, other=0.0)
                 scores = tl.dot(q_dot, tl.trans(k.to(DOT_DTYPE)), input_precision=DOT_PRECISION) * scale_log2
@@ -161,10 +174,14 @@ if triton is not None:
             m_new = tl.maximum(m, tl.max(scores, axis=1))
             alpha = tl.exp2(m - m_new)                     # exp2(-inf) = 0 on the first tile
             p = tl.exp2(scores - m_new[:, None])
+            if TENSOR_CORES and DOT_PRECISION == "tf32":
+                # The weights the MMA below will use, rounded once, and the same ones normalise: the output is a
+                # weighted mean whose weights are off by <= 2^-11 (relative), unbiased.
+                p = round_to_tf32(p)
             s_sum = s_sum * alpha + tl.sum(p, axis=1)
             if TENSOR_CORES:
-                # p stays fp32 (rounded to TF32's 10-bit mantissa by the MMA: ~2^-11, against bf16's 2^-8 were it
-                # cast to the pool's dtype); the values are exact in fp32 / TF32 when the pool is bf16 / fp16.
+                # p is exact in TF32 now (rounded above: ~2^-11, against 2^-8 were it cast to bf16); the values are
+                # exact in TF32 when the pool is bf16 / fp16.
                 acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
             else:
                 v = load_kv_tile(v_ptr, page, pos, kv_head, d, kv_mask, stride_vblk, stride_vpos, stride_vh,
@@ -243,8 +260,9 @@ MAX_SPLITS = 32
 # sum as MMAs with the group's query heads padded to 16 rows. Fewer, fatter programs, so it takes over once the
 # batch alone gives every SM a program (B * Hkv >= SMs), with enough splits for TC_PROGRAMS_PER_SM programs an SM.
 # H200, 64 / 256 rows, contexts 64-1024, the new token appended (benchmarks/results/h200/2026-12-03-session18,
-# call 3): 32-token tiles, 4 warps, one split were the fastest everywhere, 2.0-2.4x / 1.8x faster than the CUDA-core
-# variant (64 rows x 128 tokens: 14.3 us against 29.8); 64-token tiles (8 warps) and 2-4 splits were slower.
+# call 3): 32-token tiles, 4 warps, one split were the fastest everywhere, 1.9-2.4x / 1.8x faster than the CUDA-core
+# variant (64 rows x 128 tokens: 14.3 us against 29.8); 64-token tiles (8 warps) and 2-4 splits were slower. Not
+# measured between 17 and 63 rows, which get 2-3 splits by TC_PROGRAMS_PER_SM.
 TC_TILE = 32
 TC_WARPS = 4
 TC_STAGES = 2
@@ -263,8 +281,7 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
     if device.type != "cuda":
         return 1
     programs = max(1, batch * num_kv_heads)
-    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    want = math.ceil(PROGRAMS_PER_SM * sms / programs)
+    want = math.ceil(PROGRAMS_PER_SM * _sms(device) / programs)
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
@@ -277,21 +294,39 @@ def _dot_dtype(pool_dtype: torch.dtype):
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(pool_dtype, tl.float32)
 
 
-def default_tensor_cores(batch: int, num_kv_heads: int, group: int, head_dim: int, device: torch.device) -> bool:
-    """The tensor-core variant for batches that fill the SMs on their own (see TC_TILE); VOXFLOW_PAGED_DECODE_TC
-    forces it on or off."""
-    if device.type != "cuda" or group > 16 or head_dim < 16:
+def _sms(device: torch.device) -> int:
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def tensor_core_shapes_ok(group: int, head_dim: int) -> bool:
+    """An MMA needs >= 16 along every dimension: the group padded to 16 rows (so at most 16), head_dim >= 16."""
+    return group <= 16 and head_dim >= 16
+
+
+def default_tensor_cores(batch: int, num_kv_heads: int, group: int, head_dim: int, device: torch.device,
+                         pool_dtype: torch.dtype = torch.bfloat16) -> bool:
+    """The tensor-core variant for bf16 / fp16 pools and batches that fill the SMs on their own (see TC_TILE);
+    VOXFLOW_PAGED_DECODE_TC forces it on or off there."""
+    if device.type != "cuda" or pool_dtype not in (torch.bfloat16, torch.float16) \
+            or not tensor_core_shapes_ok(group, head_dim):
         return False
     if _TC_OVERRIDE is not None:
         return _TC_OVERRIDE == "1"
-    return batch * num_kv_heads >= _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return batch * num_kv_heads >= _sms(device)
 
 
 def default_tc_splits(batch: int, num_kv_heads: int, max_tokens: int, device: torch.device) -> int:
-    """Split count of the tensor-core variant: ~TC_PROGRAMS_PER_SM programs an SM, chunks of >= two tiles."""
-    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    want = math.ceil(TC_PROGRAMS_PER_SM * sms / max(1, batch * num_kv_heads))
+    """Split count of the tensor-core variant: ~TC_PROGRAMS_PER_SM programs an SM, chunks of >= two tiles (measured
+    at 64 and 256 rows only, where one split was fastest)."""
+    if device.type != "cuda":
+        return 1
+    want = math.ceil(TC_PROGRAMS_PER_SM * _sms(device) / max(1, batch * num_kv_heads))
     return max(1, min(want, MAX_SPLITS, max_tokens // (2 * TC_TILE)))
+
+
+def _offsets_fit_int32(*pools: torch.Tensor) -> bool:
+    """Every element offset of these (possibly strided) tensors is < 2^31."""
+    return all(sum((n - 1) * st for n, st in zip(t.shape, t.stride())) < 2 ** 31 for t in pools)
 
 
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
@@ -324,12 +359,17 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     width = block_tables.shape[1]
     max_tokens = width * block_size
     block_d = triton.next_power_of_2(head_dim)
-    same_strides = k_pool.stride() == v_pool.stride()
+    tc_inputs_ok = k_pool.stride() == v_pool.stride() and q.dtype == k_pool.dtype
     if tensor_cores is None:
-        tensor_cores = same_strides and default_tensor_cores(batch, num_kv_heads, group, head_dim, q.device)
+        tensor_cores = tc_inputs_ok and default_tensor_cores(batch, num_kv_heads, group, head_dim, q.device,
+                                                             k_pool.dtype)
     if tensor_cores:
-        if not same_strides:
-            raise ValueError("tensor_cores: the K and V pools must have the same strides (one offset tensor)")
+        if not tc_inputs_ok:
+            raise ValueError("tensor_cores: q and the pools must share a dtype, and the K and V pools their strides "
+                             "(one offset tensor)")
+        if not tensor_core_shapes_ok(group, head_dim) or (block_n is not None and block_n < 16):
+            raise ValueError(f"tensor_cores: needs <= 16 query heads a KV head (got {group}), head_dim >= 16 (got "
+                             f"{head_dim}) and tiles of >= 16 tokens (got {block_n})")
         block_g = max(16, triton.next_power_of_2(group))           # an MMA takes >= 16 rows: the group, padded
         block_n = block_n or TC_TILE
         launch = dict(num_warps=num_warps or TC_WARPS, num_stages=num_stages or TC_STAGES)
@@ -375,9 +415,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=head_dim, BLOCK_D=block_d, PAGE=block_size, BLOCK_N=block_n,
         NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
-        DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32", SMALL_POOL=k_pool.numel() < 2 ** 31,
-        USE_PDL=pdl, **launch,
-        **launch_kwargs(pdl))
+        DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
+        SMALL_POOL=_offsets_fit_int32(k_pool, v_pool), USE_PDL=pdl, **launch, **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
