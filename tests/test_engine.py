@@ -267,6 +267,20 @@ def test_tiny_kv_pool_preempts_and_every_request_finishes_correctly():
     assert_all_released(core)
 
 
+def test_kv_reservation_queues_instead_of_preempting_and_every_request_finishes_correctly():
+    """The same tiny pool with kv_reserve_frames covering every request's frames: requests wait for room instead
+    of being preempted, and the codes are still the reference's."""
+    core = make_engine(num_kv_blocks=14, block_size=4, kv_reserve_frames=16)
+    assert core.scheduler.config.reserve_frames == 16
+    reqs = [greedy(t, n, voice=v, request_id=f"r{i}") for i, (t, n, v) in enumerate(
+        [("Hello world.", 14, "vivian"), ("The quick brown fox.", 16, "ryan"), ("Speak happily.", 12, "eric"),
+         ("This is a test.", 15, "sohee")])]
+    results = drive(core, {0: reqs})
+    assert core.stats()["preemptions"] == 0
+    assert_engine_matches_reference("custom_voice", core, results, reqs)
+    assert_all_released(core)
+
+
 def test_nan_audio_ends_its_request_with_an_error_and_the_engine_goes_on():
     """A codec that decodes NaN (as an overflowing half-precision decoder would; here its output conv's bias is
     NaN) poisons that stream's codec state: the request ends with an error naming the fix, no NaN or zeroed chunk

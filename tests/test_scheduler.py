@@ -2,6 +2,7 @@
 that writes a content tag into a fake paged cache at every scheduled slot and checks, before each chunk or decode,
 that the sequence's whole context reads back what it should (so a wrong prefix-cache hit, a block shared by
 mistake or a lost position fails)."""
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from voxflow.engine.block_manager import BlockManager, blocks_for
@@ -10,9 +11,10 @@ from voxflow.engine.sequence import Sequence, SeqStatus
 
 
 class FakeEngine:
-    def __init__(self, num_blocks, block_size, max_num_seqs=4, max_num_batched_tokens=16, chunk=None):
+    def __init__(self, num_blocks, block_size, max_num_seqs=4, max_num_batched_tokens=16, chunk=None,
+                 reserve_frames=0):
         self.bm = BlockManager(num_blocks, block_size)
-        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunk)
+        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunk, reserve_frames)
         self.sched = Scheduler(self.config, self.bm)
         self.cache = {}                   # flat slot -> content tag
         self.eos_after = {}               # request_id -> frames after which the model says "finished"
@@ -89,6 +91,32 @@ def test_tiny_pool_preempts_and_every_request_still_finishes():
     # The oldest request is never the victim while others hold blocks.
     assert seqs[0].num_preemptions == 0
     eng.assert_all_blocks_free()
+
+
+def test_reserving_growth_queues_requests_instead_of_preempting_them():
+    # The tiny pool above: each request ends at 4 blocks, the pool has 6, so only one runs at a time.
+    eng = FakeEngine(num_blocks=6, block_size=4, max_num_seqs=4, reserve_frames=12)
+    seqs = [eng.add([i * 100 + j for j in range(4)], max_frames=12) for i in range(4)]
+    eng.run()
+    assert not any(out.preempted for out in eng.outputs)
+    assert all(s.num_frames == 12 and s.num_preemptions == 0 for s in seqs) and set(eng.finished) == set(seqs)
+    assert max(len(out.decode) for out in eng.outputs) == 1
+    eng.assert_all_blocks_free()
+
+
+def test_reservation_counts_each_holders_growth_up_to_reserve_frames():
+    # Prompts of one block; 4 more frames need one more block each: 2 blocks a request, 5 fit in 10 (all 6 without
+    # the reservation).
+    for reserve, admitted in ((4, 5), (0, 6)):
+        eng = FakeEngine(num_blocks=10, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, reserve_frames=reserve)
+        for i in range(6):
+            eng.add([i * 100 + j for j in range(4)], max_frames=12)
+        assert len(eng.step().prefill) == admitted, reserve
+
+
+def test_reserve_frames_must_not_be_negative():
+    with pytest.raises(ValueError, match="reserve_frames"):
+        SchedulerConfig(4, 16, None, -1)
 
 
 def test_preempted_sequence_resumes_first_with_prompt_plus_fed_back_frames():
@@ -219,11 +247,12 @@ request = st.fixed_dictionaries({
     max_num_seqs=st.integers(1, 4),
     extra_tokens=st.integers(1, 10),
     chunk=st.none() | st.integers(1, 6),
+    reserve=st.sampled_from([0, 2, 100]),
     reqs=st.lists(request, min_size=1, max_size=8),
 )
 def test_random_traffic_keeps_invariants_and_finishes_everything(block_size, num_blocks, max_num_seqs,
-                                                                 extra_tokens, chunk, reqs):
-    eng = FakeEngine(num_blocks, block_size, max_num_seqs, max_num_seqs + extra_tokens, chunk)
+                                                                 extra_tokens, chunk, reserve, reqs):
+    eng = FakeEngine(num_blocks, block_size, max_num_seqs, max_num_seqs + extra_tokens, chunk, reserve)
     added, aborted = [], set()
     for step in range(3000):
         for i, r in enumerate(reqs):
@@ -238,6 +267,9 @@ def test_random_traffic_keeps_invariants_and_finishes_everything(block_size, num
         eng.step()
     else:
         raise AssertionError("requests did not finish")
+    if reserve >= max(r["max_frames"] for r in reqs):
+        # Room for every admitted request's whole growth: nothing is ever preempted.
+        assert not any(out.preempted for out in eng.outputs)
     done = {s.request_id for s in eng.finished} | aborted
     for s in added:
         assert s.status is SeqStatus.FINISHED

@@ -126,12 +126,16 @@ class BlockManager:
             hits.append(block_id)
         return hits
 
-    def can_allocate(self, seq: Sequence) -> bool:
+    def allocation_cost(self, seq: Sequence) -> int:
+        """Free capacity (`num_free_blocks`) that allocating the sequence's prefill target would take."""
         hits = self._cache_hits(seq)
         fresh = blocks_for(seq.num_prefill_target, self.block_size) - len(hits)
         # A hit on an unreferenced cached block takes it out of the free capacity too.
         hits_from_free = sum(1 for b in hits if self.blocks[b].ref_count == 0)
-        return fresh <= self.num_free_blocks - hits_from_free
+        return fresh + hits_from_free
+
+    def can_allocate(self, seq: Sequence) -> bool:
+        return self.allocation_cost(seq) <= self.num_free_blocks
 
     def allocate(self, seq: Sequence) -> int:
         """Blocks for the sequence's whole prefill target, reusing cached prefix blocks. Sets `num_computed`

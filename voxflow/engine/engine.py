@@ -138,7 +138,8 @@ class EngineCore:
         self.v_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
         self.block_manager = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
-                                                   config.prefill_chunk_size), self.block_manager)
+                                                   config.prefill_chunk_size, config.kv_reserve_frames),
+                                   self.block_manager)
         self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
                                         max_frames_per_launch=config.codec_frames_per_step)
         from ..kernels import kernels_enabled

@@ -16,6 +16,12 @@ prefilling) are preempted (blocks freed, slot and frames kept) and go back to th
 resumption they re-prefill prompt + fed-back frames (prompt blocks usually come straight from the prefix cache).
 The oldest sequence is never preempted while others hold blocks, so the oldest always progresses; sequences that
 could not fit even alone in the whole pool are rejected at `add`.
+
+With `reserve_frames` > 0, admission also keeps room for growth: a sequence is admitted only when the free blocks
+cover its prompt plus every block holder's growth up to `reserve_frames` more frames (each capped at its
+max_frames), its own included. A pool too small for the whole batch then queues requests instead of admitting them
+and preempting them later (a preemption re-prefills the prompt and the frames so far, and the request finishes late:
+benchmarks/results/h200/2026-12-03-session18, call 2). Growth past the reservation is still met by preemption.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ class SchedulerConfig:
     max_num_seqs: int                      # sequences holding a model slot (running + prefilling + preempted)
     max_num_batched_tokens: int            # positions computed per step: decodes + prefill chunks
     prefill_chunk_size: int | None = None  # most prefill positions of one sequence per step (None: budget only)
+    reserve_frames: int = 0                # admission keeps room for this many more frames a holder (0: none)
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -43,6 +50,8 @@ class SchedulerConfig:
             raise ValueError("max_num_batched_tokens must exceed max_num_seqs")
         if self.prefill_chunk_size is not None and self.prefill_chunk_size < 1:
             raise ValueError("prefill_chunk_size must be >= 1")
+        if self.reserve_frames < 0:
+            raise ValueError("reserve_frames must be >= 0")
 
 
 class PrefillChunk(NamedTuple):
@@ -212,12 +221,17 @@ class Scheduler:
             budget -= self._prefill_chunk(seq, budget, out)
         if not admit:
             return
+        reserved = sum(self._growth_blocks(s) for s in (*self._running, *self._prefilling))
         # Admissions in order; stop at the first that cannot go (no skipping: big prompts are not starved).
         for queue in (self._preempted, self._waiting):
             while queue and budget > 0:
                 seq = queue[0]
                 if (seq.slot is None and not self._free_slots) or not self.bm.can_allocate(seq):
                     return
+                growth = self._growth_blocks(seq, admitted=False)
+                if reserved + growth + self.bm.allocation_cost(seq) > self.bm.num_free_blocks:
+                    return
+                reserved += growth
                 if queue is self._waiting:
                     self._waiting.popleft()
                 else:
@@ -228,6 +242,15 @@ class Scheduler:
                 seq.status = SeqStatus.PREFILLING
                 self._prefilling.append(seq)
                 budget -= self._prefill_chunk(seq, budget, out)
+
+    def _growth_blocks(self, seq: Sequence, admitted: bool = True) -> int:
+        """Blocks beyond what `seq` holds (or, not yet admitted, what its prefill target takes) that its next
+        `reserve_frames` frames may need, capped at its max_frames."""
+        if not self.config.reserve_frames:
+            return 0
+        frames = min(seq.max_frames, seq.num_frames + self.config.reserve_frames)
+        held = len(seq.block_table) if admitted else blocks_for(seq.num_prefill_target, self.bm.block_size)
+        return max(0, blocks_for(seq.prompt_len + frames, self.bm.block_size) - held)
 
     def _prefill_chunk(self, seq: Sequence, budget: int, out: SchedulerOutput) -> int:
         size = min(seq.num_prefill_remaining, budget, self.config.prefill_chunk_size or budget)
