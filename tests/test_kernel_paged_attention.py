@@ -291,6 +291,8 @@ def test_tensor_core_variant_is_chosen_for_half_precision_batches_that_fill_the_
     assert not pda.default_tensor_cores(64, 8, 2, 128, gpu)
     monkeypatch.setattr(pda, "_TC_OVERRIDE", "1")
     assert pda.default_tensor_cores(1, 8, 2, 128, gpu)
+    assert pda.default_tensor_cores(1, 8, 2, 128, gpu, torch.float32)    # forced: fp32 too (tests)
+    assert not pda.default_tensor_cores(1, 8, 17, 128, gpu)              # never past its shapes
     # ~3 programs an SM: one split at 64 rows, more below; never below two tiles a chunk.
     assert [pda.default_tc_splits(b, 8, 4096, gpu) for b in (64, 48, 17)] == [1, 2, 3]
     assert pda.default_tc_splits(17, 8, 64, gpu) == 1

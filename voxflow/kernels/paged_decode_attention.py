@@ -305,14 +305,14 @@ def tensor_core_shapes_ok(group: int, head_dim: int) -> bool:
 
 def default_tensor_cores(batch: int, num_kv_heads: int, group: int, head_dim: int, device: torch.device,
                          pool_dtype: torch.dtype = torch.bfloat16) -> bool:
-    """The tensor-core variant for bf16 / fp16 pools and batches that fill the SMs on their own (see TC_TILE);
-    VOXFLOW_PAGED_DECODE_TC forces it on or off there."""
-    if device.type != "cuda" or pool_dtype not in (torch.bfloat16, torch.float16) \
-            or not tensor_core_shapes_ok(group, head_dim):
+    """The tensor-core variant for bf16 / fp16 pools and batches that fill the SMs on their own (see TC_TILE).
+    VOXFLOW_PAGED_DECODE_TC=0 / 1 forces it off / on wherever its shapes allow, fp32 pools included (IEEE dots on
+    CUDA cores there: for tests such as the fp32 engine against the CPU reference)."""
+    if device.type != "cuda" or not tensor_core_shapes_ok(group, head_dim):
         return False
     if _TC_OVERRIDE is not None:
         return _TC_OVERRIDE == "1"
-    return batch * num_kv_heads >= _sms(device)
+    return pool_dtype in (torch.bfloat16, torch.float16) and batch * num_kv_heads >= _sms(device)
 
 
 def default_tc_splits(batch: int, num_kv_heads: int, max_tokens: int, device: torch.device) -> int:
