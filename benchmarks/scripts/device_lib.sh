@@ -7,6 +7,8 @@
 #   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
 #   stop_server NAME            stop it, keep /health and the gzipped trace
 #   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
+#   small_checkpoint_bg         the same for /tmp/real-0.6b; `wait $CK6`
+#   archive_results             on exit, pack $R into $OUT/r.tgz (a call returns at most 8 files; R under /tmp)
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
@@ -54,6 +56,15 @@ stop_server() {
 real_checkpoint_bg() {
   python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-1.7b --variant custom_voice --size 1.7B | tail -1 &
   CK=$!
+}
+
+small_checkpoint_bg() {
+  python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-0.6b --variant custom_voice --size 0.6B > /dev/null 2>&1 &
+  CK6=$!
+}
+
+archive_results() {
+  trap 'tar czf $OUT/r.tgz -C "$(dirname "$R")" "$(basename "$R")"' EXIT TERM
 }
 
 gpu_tests() {

@@ -11,10 +11,9 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
-trap 'tar czf $OUT/r.tgz -C /tmp r' EXIT TERM
+archive_results
 real_checkpoint_bg
-python3 -m voxflow.tools.real_size_checkpoint --out /tmp/real-0.6b --variant custom_voice --size 0.6B > /dev/null 2>&1 &
-CK6=$!
+small_checkpoint_bg
 gpu_tests 70 tests/gpu/test_gpu_paged_attention.py
 VOXFLOW_PAGED_DECODE_TC=1 timeout 50 python3 -m pytest -rfs --tb=short -p no:cacheprovider \
   "tests/gpu/test_gpu_engine.py::test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference" \

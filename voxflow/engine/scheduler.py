@@ -221,13 +221,16 @@ class Scheduler:
             budget -= self._prefill_chunk(seq, budget, out)
         if not admit:
             return
-        reserved = sum(self._growth_blocks(s) for s in (*self._running, *self._prefilling))
+        # Blocks kept for the holders' growth (reserve_frames; 0 without a reservation, not summed then).
+        reserved = sum(map(self._growth_blocks, (*self._running, *self._prefilling))) \
+            if self.config.reserve_frames else 0
         # Admissions in order; stop at the first that cannot go (no skipping: big prompts are not starved).
         for queue in (self._preempted, self._waiting):
             while queue and budget > 0:
                 seq = queue[0]
-                if (seq.slot is None and not self._free_slots) or not self.bm.can_allocate(seq):
+                if seq.slot is None and not self._free_slots:
                     return
+                # Its prompt's blocks (bm.can_allocate's test) plus every reservation, its own included.
                 growth = self._growth_blocks(seq, admitted=False)
                 if reserved + growth + self.bm.allocation_cost(seq) > self.bm.num_free_blocks:
                     return

@@ -268,6 +268,7 @@ TC_WARPS = 4
 TC_STAGES = 2
 TC_PROGRAMS_PER_SM = 3       # 64 rows x 8 KV heads: one split; 17 rows: three
 _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always / never (A/B runs); unset: by batch
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
 
 
 @functools.lru_cache(maxsize=None)
@@ -289,7 +290,7 @@ def _dot_dtype(pool_dtype: torch.dtype):
     """The scores' MMA operands: the pool's dtype; fp32 under Triton's interpreter (CPU tests), whose bf16 tl.dot
     is wrong (a 16 x 16 bf16 product off by 1e10 in triton 3.9). A bf16 / fp16 value is exact in TF32, so the fp32
     operands give the same products."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if _INTERPRETED:
         return tl.float32
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(pool_dtype, tl.float32)
 
@@ -416,7 +417,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=head_dim, BLOCK_D=block_d, PAGE=block_size, BLOCK_N=block_n,
         NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
         DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
-        SMALL_POOL=_offsets_fit_int32(k_pool, v_pool), USE_PDL=pdl, **launch, **launch_kwargs(pdl))
+        SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
+        USE_PDL=pdl, **launch, **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
