@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared at the end of session 18 for the next call (NOT YET RUN; rename it to the session's run name once it has
-# run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
+# Prepared at the end of session 18; ran as session 19 call 1 (the record of that call;
+# the text below is as prepared). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
 # ".device_tree"]; the results come back as one archive, r.tgz (a call returns 8 files at most). About 520 s:
 #  1. GPU tests of the paged decode: the TF32 rounding (4f4d045) and the 64-row graph replay came after the last GPU
 #     run; the fp32 engine == the CPU reference with the tensor-core variant forced on;
