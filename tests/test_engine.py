@@ -281,22 +281,6 @@ def test_kv_reservation_queues_instead_of_preempting_and_every_request_finishes_
     assert_all_released(core)
 
 
-def test_decode_branches_give_each_request_the_reference_codes():
-    """A decode step split into parallel row ranges (decode_branches; on a CPU they run one after another) leaves
-    every request's codes and audio as the reference's, with requests joining and leaving between steps."""
-    core = make_engine(decode_branches=3, decode_branch_rows=2)
-    sizes = []
-    decode = core.model.decode
-    core.model.decode = lambda slots, kv: (sizes.append(len(slots)), decode(slots, kv))[1]
-    reqs = [greedy(t, n, voice=v, request_id=f"b{i}") for i, (t, n, v) in enumerate(
-        [("Hello world.", 14, "vivian"), ("The quick brown fox.", 16, "ryan"), ("Speak happily.", 12, "eric"),
-         ("This is a test.", 15, "sohee"), ("One more.", 9, "vivian"), ("And the last.", 11, "ryan")])]
-    results = drive(core, {0: reqs[:4], 4: reqs[4:]})
-    assert sizes.count(2) > 0 and sizes.count(3) > 0        # buckets 8 (3 + 3 + 2 rows) and 4 (2 + 2) were split
-    assert_engine_matches_reference("custom_voice", core, results, reqs)
-    assert_all_released(core)
-
-
 def test_nan_audio_ends_its_request_with_an_error_and_the_engine_goes_on():
     """A codec that decodes NaN (as an overflowing half-precision decoder would; here its output conv's bias is
     NaN) poisons that stream's codec state: the request ends with an error naming the fix, no NaN or zeroed chunk

@@ -62,30 +62,6 @@ def test_fixed_width_and_limits():
         runner.run([0], [list(range(17))], [1], [16])
 
 
-def test_branches_split_the_bucket_into_row_ranges_and_join_their_outputs_in_order():
-    model = RecordingModel()
-    runner = DecodeRunner(model, [], [], block_size=16, max_batch=64, max_width=8, scratch_block=7,
-                          cuda_graphs=False, branches=2, min_branch_rows=16)
-    assert runner.branch_bounds(64) == [(0, 32), (32, 64)]
-    assert runner.branch_bounds(48) == [(0, 24), (24, 48)]
-    assert runner.branch_bounds(24) == [(0, 24)]                # two branches would hold < 16 rows each
-    slots = list(range(40))                                     # bucket 48: 8 padding rows, all in the second range
-    out = runner.run(slots, [[s] for s in slots], [s + 1 for s in slots], [16 * s for s in slots])
-    (s0, t0, l0, m0), (s1, t1, l1, m1) = model.calls[-2:]
-    assert s0.tolist() == list(range(24)) and s1.tolist() == list(range(24, 40)) + [99] * 8
-    assert t0[:, 0].tolist() == list(range(24)) and t1[:, 0].tolist() == list(range(24, 40)) + [7] * 8
-    assert l1.tolist() == list(range(25, 41)) + [1] * 8 and m1[:, 0].tolist() == [16 * s for s in range(24, 40)] + [
-        7 * 16] * 8
-    assert out.frames[:, 0].tolist() == slots and out.finished.tolist() == [s == 2 for s in slots]
-    three = DecodeRunner(model, [], [], block_size=16, max_batch=64, max_width=8, scratch_block=7,
-                         cuda_graphs=False, branches=3, min_branch_rows=16)
-    assert three.branch_bounds(64) == [(0, 21), (21, 42), (42, 64)] and three.branch_bounds(32) == [(0, 16), (16, 32)]
-    import pytest
-    with pytest.raises(ValueError, match="must be >= 1"):
-        DecodeRunner(model, [], [], block_size=16, max_batch=8, max_width=8, scratch_block=0, cuda_graphs=False,
-                     branches=0)
-
-
 class _ReplayCounter:
     def __init__(self):
         self.replays = 0

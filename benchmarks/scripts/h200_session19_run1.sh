@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 19, call 1 (`bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]; one archive
-# back, r.tgz). About 560 s:
+# back, r.tgz). About 560 s. A record: decode_branches (9b589cc) was removed after this call (the session README).
 #  1. GPU tests: the paged decode after the TF32 rounding (4f4d045) and its 64-row graph replay (never run on a GPU);
 #     decode_branches (9b589cc) in fp32 against the CPU reference; attention_o_proj on two streams at once; the fp32
 #     engine with the tensor-core variant forced on;

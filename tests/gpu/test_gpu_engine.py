@@ -111,16 +111,6 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     assert_equals_reference(got, texts)
 
 
-@pytest.mark.parametrize("branches", [2, 3])
-def test_gpu_fp32_decode_branches_equal_cpu_reference(branches):
-    """decode_branches: twelve requests' steps (bucket 16) as parallel row ranges of >= 4 rows on their own CUDA
-    streams inside one graph: the CPU loop's codes and audio (a missing fork or join would show as stale frames,
-    a scratch buffer shared between branches as wrong ones)."""
-    texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16, decode_branches=branches, decode_branch_rows=4)
-    assert_equals_reference(got, texts)
-
-
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     """qwen3_layer.ONE_ROW_NORM_LINEAR (on by default; set here so the test holds whatever the default): one
     request alone, so the talker's layers run at one row with their norms folded into q|k|v and gate|up: the

@@ -35,10 +35,6 @@ class EngineConfig:
     codec_max_batch: int | None = None         # most requests per codec call (its activations dominate memory)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; H200 session 8: no gain)
-    decode_branches: int = 1                   # on a GPU: a decode step's rows as this many parallel branches (own
-                                               # CUDA streams, one graph), each of >= decode_branch_rows rows
-                                               # (graph_runner.py); 1: one batch
-    decode_branch_rows: int = 16
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
     batch_prefill: bool = True                 # a step's prefill chunks in one forward (off: one request at a time)
     packed_prefill: bool = True                # with prefill graphs: a step's chunks end to end, unpadded, in one

@@ -147,8 +147,7 @@ class EngineCore:
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
                                    max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
                                    # the paged attention kernel reads only real pages: one table width fits all
-                                   fixed_width=device.type == "cuda" and kernels_enabled(),
-                                   branches=config.decode_branches, min_branch_rows=config.decode_branch_rows)
+                                   fixed_width=device.type == "cuda" and kernels_enabled())
         self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
         want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
                                else config.cuda_graphs and device.type == "cuda")

@@ -22,7 +22,6 @@ before the next `run` (the engine does, on the same stream).
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 
@@ -70,8 +69,7 @@ class RunnerStats:
 
 class DecodeRunner:
     def __init__(self, model: TTSModel, k_cache, v_cache, block_size: int, max_batch: int, max_width: int,
-                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False, branches: int = 1,
-                 min_branch_rows: int = 16):
+                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False):
         self.model = model
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_size = block_size
@@ -82,10 +80,6 @@ class DecodeRunner:
         self.scratch_block = scratch_block
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.stats = RunnerStats()
-        if branches < 1 or min_branch_rows < 1:
-            raise ValueError(f"decode branches ({branches}) and rows per branch ({min_branch_rows}) must be >= 1")
-        self.branches, self.min_branch_rows = branches, min_branch_rows
-        self._branch_streams: list = []         # created on first use (a GPU run with branches > 1)
         B, W = self.buckets[-1], self.max_width
         pin = self.device.type == "cuda"
         # Host staging (two sets, used alternately) and the static device inputs every graph reads.
@@ -158,41 +152,8 @@ class DecodeRunner:
         return PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][:bucket],
                               d["mapping"][:bucket])
 
-    def branch_bounds(self, bucket: int) -> list[tuple[int, int]]:
-        """The row ranges a bucket's step runs as independent branches: `branches` near-equal parts while each keeps
-        at least `min_branch_rows` rows, else the whole bucket as one."""
-        parts = max(1, min(self.branches, bucket // self.min_branch_rows))
-        cuts = [bucket * i // parts for i in range(parts + 1)]
-        return list(zip(cuts[:-1], cuts[1:]))
-
     def _decode(self, bucket: int, width: int) -> DecodeOutput:
-        bounds = self.branch_bounds(bucket)
-        if len(bounds) == 1:
-            return self.model.decode(self._dev["slots"][:bucket], self._views(bucket, width))
-        return self._decode_branches(bounds, self._views(bucket, width))
-
-    def _decode_branches(self, bounds: list[tuple[int, int]], kv: PagedKVContext) -> DecodeOutput:
-        """The step as independent decodes of row ranges. On a GPU each range after the first runs on its own stream
-        (forked from and joined back into the current one, so a captured graph holds them as parallel branches):
-        the one-row-per-request steps are latency-bound, and a second branch's kernels fill the SMs and the launch
-        gaps the first leaves idle. Rows never interact in a decode, so the result is the whole batch's, row for
-        row (up to the GEMMs' kernel choice for the smaller row count). On a CPU the ranges run one after another."""
-        on_gpu = self.device.type == "cuda"
-        main = torch.cuda.current_stream() if on_gpu else None
-        while on_gpu and len(self._branch_streams) < len(bounds) - 1:
-            self._branch_streams.append(torch.cuda.Stream())
-        outs = []
-        for i, (lo, hi) in enumerate(bounds):
-            part = PagedKVContext(kv.k_cache, kv.v_cache, kv.block_size, kv.block_tables[lo:hi],
-                                  kv.context_lens[lo:hi], kv.slot_mapping[lo:hi])
-            stream = self._branch_streams[i - 1] if on_gpu and i else None
-            if stream is not None:
-                stream.wait_stream(main)
-            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                outs.append(self.model.decode(self._dev["slots"][lo:hi], part))
-        for stream in self._branch_streams[:len(bounds) - 1] if on_gpu else ():
-            main.wait_stream(stream)
-        return DecodeOutput(*(torch.cat(parts) for parts in zip(*((o.frames, o.finished, o.eos) for o in outs))))
+        return self.model.decode(self._dev["slots"][:bucket], self._views(bucket, width))
 
     # ---- CUDA graphs ----------------------------------------------------------------------------------------
     def _check_epoch(self) -> None:

@@ -195,11 +195,9 @@ _COUNTERS: dict = {}
 
 
 def tile_counters(device: torch.device, n: int) -> torch.Tensor:
-    """int32 [n] zeros, one per column block, kept per device, size and stream (each launch leaves them at 0 again;
-    launches on two streams, e.g. a decode step's parallel branches, must not share them), made on first use (the
-    warm-up call before a CUDA-graph capture, normally)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if torch.device(device).type == "cuda" else 0
-    key = (str(device), n, stream)
+    """int32 [n] zeros, one per column block, kept per device and size (each launch leaves them at 0 again), made
+    on first use (the warm-up call before a CUDA-graph capture, normally)."""
+    key = (str(device), n)
     counters = _COUNTERS.get(key)
     if counters is None:
         counters = _COUNTERS[key] = torch.zeros(n, dtype=torch.int32, device=device)
