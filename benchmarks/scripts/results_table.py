@@ -6,7 +6,7 @@ Results are read as `voxflow bench` wrote them: .json, or .json.gz (how the comm
 
 One row per measured level: run folder, label and stack tags, model, level, first-packet latency p50 / p99,
 RTF (mean; lower is faster), audio seconds per wall second, share of streams without underrun, peak GPU memory
-of the engine (when the result recorded it). `--plots` (re)writes each result's PNGs beside it.
+of the engine (its total where the result recorded it, else the peak of its tensors). `--plots` (re)writes each result's PNGs beside it.
 """
 from __future__ import annotations
 
@@ -32,6 +32,16 @@ def _pct(rate) -> str:
     return "—" if rate is None else f"{rate * 100:.0f}%"      # not a streamed run (the official package)
 
 
+def _memory(stats: dict) -> str:
+    """The engine's peak total (allocator reservation + CUDA context and modules: engine/gpu_memory.py) where the
+    result recorded it; older results only recorded the peak of allocated tensors, marked as such."""
+    total = stats.get("peak_gpu_memory_total_bytes")
+    if total:
+        return f"{total / 2**30:.1f} GiB total"
+    peak = stats.get("peak_gpu_memory_bytes") or (stats.get("startup") or {}).get("peak_gpu_memory_bytes")
+    return f"{peak / 2**30:.1f} GiB tensors" if peak else "—"
+
+
 def rows(paths: list[str]) -> list[str]:
     out = ["| run | label | model | level | TTFP p50 / p99 (ms) | RTF | audio-s/s | no underrun | peak GPU mem |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -40,8 +50,7 @@ def rows(paths: list[str]) -> list[str]:
         if "levels" not in result:          # not a bench result (e.g. a saved /health answer)
             continue
         stats = ((result.get("target") or {}).get("engine") or {}).get("stats") or {}
-        peak = stats.get("peak_gpu_memory_bytes") or (stats.get("startup") or {}).get("peak_gpu_memory_bytes")
-        mem = f"{peak / 2**30:.1f} GiB" if peak else "—"
+        mem = _memory(stats)
         for level in result["levels"]:
             s = level["summary"]
             cont = s.get("continuity") or {}

@@ -111,6 +111,29 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     assert_equals_reference(got, texts)
 
 
+def test_gpu_memory_limit_caps_the_allocator_and_the_total_is_reported():
+    """gpu_memory_limit_bytes: the engine's reported peak total (allocator peak reservation + context and modules)
+    stays within the limit while it serves, the allocator's share is capped, and the codes are unchanged."""
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    free, total = torch.cuda.mem_get_info()
+    limit = (total - free) + 3 * 2 ** 30
+    try:
+        core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), device="cuda",
+                                                   dtype="float32", max_num_seqs=8, num_kv_blocks=512,
+                                                   codec_dtype="float32", gpu_memory_limit_bytes=limit))
+        reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
+                              sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(TEXTS)]
+        run_offline(core, reqs)
+        stats = core.stats()
+        assert 0 < stats["peak_gpu_memory_total_bytes"] <= limit, (stats["peak_gpu_memory_total_bytes"], limit)
+        assert stats["peak_gpu_memory_reserved_bytes"] >= stats["peak_gpu_memory_bytes"]
+        with pytest.raises(torch.cuda.OutOfMemoryError):      # the cap binds: 4 GiB more do not fit
+            torch.empty(4 * 2 ** 30, dtype=torch.uint8, device="cuda")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+
+
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     """qwen3_layer.ONE_ROW_NORM_LINEAR (on by default; set here so the test holds whatever the default): one
     request alone, so the talker's layers run at one row with their norms folded into q|k|v and gate|up: the

@@ -32,6 +32,7 @@ from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_block
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
+from .gpu_memory import footprint, limit_allocator
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
@@ -192,6 +193,7 @@ class EngineCore:
         if device.type == "cuda":
             self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)
             self.startup["gpu_memory_reserved_bytes"] = torch.cuda.memory_reserved(device)
+            self.startup.update(footprint(device))
 
     def _warm_up(self) -> None:
         """Capture the decode graphs (and the codec's) up front, and report the time it took."""
@@ -243,6 +245,8 @@ class EngineCore:
         from ..kernels import set_kernels_enabled
         from ..models.registry import load_for_engine
         set_kernels_enabled(config.kernels)          # process-wide: one engine per process
+        if config.gpu_memory_limit_bytes is not None:      # before the weights: the cap covers everything after
+            limit_allocator(torch.device(config.device), config.gpu_memory_limit_bytes)
         options = {"max_frames": config.max_model_len}     # no request it accepts outgrows the slot buffers
         if config.codec_dtype != "auto":
             options["codec_dtype"] = config.codec_dtype
@@ -357,7 +361,7 @@ class EngineCore:
         memory = {}
         if device.type == "cuda":
             memory = {"peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device),
-                      "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device)}
+                      "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device), **footprint(device)}
         return {**memory, "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
                 "codec_nonfinite_chunks": getattr(self.codec, "nonfinite_chunks", 0),

@@ -1,0 +1,40 @@
+"""engine/gpu_memory.py: the whole-footprint figures and the allocator cap, with the CUDA queries stood in for (the
+real ones run in tests/gpu/test_gpu_engine.py)."""
+import pytest
+import torch
+
+from voxflow.engine import gpu_memory
+from voxflow.engine.config import EngineConfig
+from voxflow.engine.engine import EngineCore
+
+GB = 10 ** 9
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    state = dict(free=130 * GB, total=140 * GB, reserved=6 * GB, peak_reserved=7 * GB, fraction=None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (state["free"], state["total"]))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: state["reserved"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: state["peak_reserved"])
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda fraction, device=None: state.update(fraction=fraction))
+    return state
+
+
+def test_footprint_counts_what_lies_outside_the_allocator(fake_cuda):
+    got = gpu_memory.footprint(torch.device("cuda", 0))
+    # 10 GB in use on the device, 6 of them reserved by the allocator: 4 outside (context, modules, graphs)
+    assert got == {"gpu_memory_used_bytes": 10 * GB, "gpu_memory_outside_allocator_bytes": 4 * GB,
+                   "peak_gpu_memory_reserved_bytes": 7 * GB, "peak_gpu_memory_total_bytes": 11 * GB}
+
+
+def test_the_cap_leaves_the_allocator_the_limit_less_what_is_outside_it(fake_cuda):
+    budget = gpu_memory.limit_allocator(torch.device("cuda", 0), 8 * GB)
+    assert budget == 4 * GB and fake_cuda["fraction"] == pytest.approx(4 / 140)
+    with pytest.raises(ValueError, match="below what the CUDA context already uses"):
+        gpu_memory.limit_allocator(torch.device("cuda", 0), 4 * GB)
+
+
+def test_a_cap_on_a_cpu_engine_is_refused_before_anything_loads(tmp_path):
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        EngineCore.from_config(EngineConfig(model=str(tmp_path / "absent"), gpu_memory_limit_bytes=8 * GB))
