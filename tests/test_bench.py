@@ -555,6 +555,20 @@ def tiny(name="custom_voice"):
     return os.path.join(os.environ["VOXFLOW_TINY_DIR"], name)
 
 
+@pytest.mark.parametrize("freeze", [True, False])
+def test_offline_engine_freezes_its_startup_objects_as_the_server_does(freeze):
+    import gc
+
+    from voxflow.bench.offline import build_engine
+    gc.unfreeze()
+    try:
+        core = build_engine(tiny(), max_num_seqs=2, gc_freeze=freeze)
+        # frozen: everything alive after startup, the engine's modules and tensors among them (thousands)
+        assert (gc.get_freeze_count() > 1000) == freeze and core.model is not None
+    finally:
+        gc.unfreeze()
+
+
 def test_offline_mode_on_tiny_checkpoint(tmp_path):
     from voxflow.bench.offline import parse_engine_args
     assert parse_engine_args(["chunk_frames=3", "kv_cache_bytes=none", "max-num-seqs=2"]) == \

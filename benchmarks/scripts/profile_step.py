@@ -17,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from voxflow.bench.offline import parse_engine_args
 from voxflow.engine.engine import EngineConfig, EngineCore
+from voxflow.engine.gc_freeze import freeze_startup_objects
 from voxflow.engine.request import SamplingOptions, SpeechRequest
 
 ACTIVITIES = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
@@ -27,6 +28,7 @@ def engine(model: str, concurrency: int, graphs: bool, extra: dict) -> EngineCor
     cfg = dict(model=model, device="cuda", dtype="bfloat16", max_num_seqs=max(concurrency, 1), cuda_graphs=graphs)
     cfg.update(extra)
     core = EngineCore.from_config(EngineConfig(**cfg))
+    freeze_startup_objects()                  # as the server does: no full collections scanning the engine's objects
     for i in range(concurrency):
         core.add_request(SpeechRequest(text=TEXT, voice="vivian", request_id=str(i),
                                        sampling=SamplingOptions(max_new_tokens=2000, ignore_eos=True)))

@@ -59,6 +59,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-seqs", type=int, help="engine slots (default: the engine's default)")
     g.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field, e.g. chunk_frames=25 (repeatable)")
+    g.add_argument("--no-gc-freeze", action="store_true",
+                   help="leave the engine's startup objects in the garbage collector's sight (by default they are "
+                        "frozen after startup, as the server does)")
     g = p.add_argument_group("load")
     g.add_argument("--concurrency", help="closed-loop levels, comma-separated, e.g. 1,4,16,64")
     g.add_argument("--request-rate", help="open-loop Poisson rates in req/s, comma-separated (inf = all at once)")
@@ -300,7 +303,8 @@ def _run(args) -> int:
     else:
         from . import offline
         core = offline.build_engine(args.model, device=args.device, dtype=args.dtype,
-                                    max_num_seqs=args.max_num_seqs, engine_args=offline.parse_engine_args(args.engine_arg))
+                                    max_num_seqs=args.max_num_seqs, engine_args=offline.parse_engine_args(args.engine_arg),
+                                    gc_freeze=not args.no_gc_freeze)
         factory = offline.RequestFactory(core, spec)
         make_bar = _progress(args)
         ran = []

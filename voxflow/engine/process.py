@@ -20,7 +20,6 @@ in turn watches its parent's sentinel and exits if the API process disappears (n
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import logging
 import multiprocessing
@@ -38,6 +37,7 @@ import zmq.asyncio
 
 from . import wire
 from .client import EngineClient, EngineStartupError, wait_within
+from .gc_freeze import freeze_startup_objects
 from .inprocess import CoreDriver
 from .request import SpeechRequest
 
@@ -64,8 +64,7 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
             return
         # Everything built so far (weights, graphs, tokenizer, caches) lives as long as the process: out of the
         # garbage collector's sight, so that a collection while serving scans only what requests create.
-        gc.collect()
-        gc.freeze()
+        freeze_startup_objects()
         startup = getattr(core, "startup", None)        # graph capture seconds, peak GPU memory, KV pool ...
         sock.send(wire.pack(["ready", {"pid": os.getpid(), "startup": startup}]))
         driver = CoreDriver(core)
