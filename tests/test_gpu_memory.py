@@ -17,7 +17,8 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: state["reserved"])
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: state["peak_reserved"])
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
-                        lambda fraction, device=None: state.update(fraction=fraction))
+                        lambda fraction, device=None: state.update(fraction=fraction, index=device))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     return state
 
 
@@ -29,8 +30,8 @@ def test_footprint_counts_what_lies_outside_the_allocator(fake_cuda):
 
 
 def test_the_cap_leaves_the_allocator_the_limit_less_what_is_outside_it(fake_cuda):
-    budget = gpu_memory.limit_allocator(torch.device("cuda", 0), 8 * GB)
-    assert budget == 4 * GB and fake_cuda["fraction"] == pytest.approx(4 / 140)
+    budget = gpu_memory.limit_allocator(torch.device("cuda"), 8 * GB)      # no index: the current device's
+    assert budget == 4 * GB and fake_cuda["fraction"] == pytest.approx(4 / 140) and fake_cuda["index"] == 0
     with pytest.raises(ValueError, match="below what the CUDA context already uses"):
         gpu_memory.limit_allocator(torch.device("cuda", 0), 4 * GB)
 

@@ -39,5 +39,6 @@ def limit_allocator(device: torch.device, limit_bytes: int) -> int:
     if budget <= 0:
         raise ValueError(f"gpu_memory_limit_bytes={limit_bytes} is below what the CUDA context already uses "
                          f"({outside} bytes)")
-    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+    index = device.index if device.index is not None else torch.cuda.current_device()    # the call needs one
+    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), index)
     return budget
