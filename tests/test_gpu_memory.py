@@ -29,6 +29,11 @@ def test_footprint_counts_what_lies_outside_the_allocator(fake_cuda):
                    "peak_gpu_memory_reserved_bytes": 7 * GB, "peak_gpu_memory_total_bytes": 11 * GB}
 
 
+def test_outside_allocator_is_never_negative(fake_cuda):
+    fake_cuda["reserved"] = 12 * GB                 # a driver figure a moment behind the allocator's
+    assert gpu_memory.outside_allocator_bytes(torch.device("cuda", 0)) == 0
+
+
 def test_the_cap_leaves_the_allocator_the_limit_less_what_is_outside_it(fake_cuda):
     budget = gpu_memory.limit_allocator(torch.device("cuda"), 8 * GB)      # no index: the current device's
     assert budget == 4 * GB and fake_cuda["fraction"] == pytest.approx(4 / 140) and fake_cuda["index"] == 0

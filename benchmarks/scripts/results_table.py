@@ -6,7 +6,8 @@ Results are read as `voxflow bench` wrote them: .json, or .json.gz (how the comm
 
 One row per measured level: run folder, label and stack tags, model, level, first-packet latency p50 / p99,
 RTF (mean; lower is faster), audio seconds per wall second, share of streams without underrun, peak GPU memory
-of the engine (its total where the result recorded it, else the peak of its tensors). `--plots` (re)writes each result's PNGs beside it.
+of the engine (its total where the result recorded it, else the peak of its tensors). `--plots` (re)writes each
+result's PNGs beside it.
 """
 from __future__ import annotations
 

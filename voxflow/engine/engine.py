@@ -32,7 +32,7 @@ from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_block
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
-from .gpu_memory import footprint, limit_allocator
+from .gpu_memory import footprint, limit_allocator, outside_allocator_bytes
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
@@ -196,23 +196,36 @@ class EngineCore:
             self.startup.update(footprint(device))
 
     def _warm_up(self) -> None:
-        """Capture the decode graphs (and the codec's) up front, and report the time it took."""
+        """Capture the decode graphs (and the codec's) up front, and report the time it took (and on a GPU the
+        memory outside the allocator after each stage: engine/gpu_memory.py)."""
         cfg = self.config
+        on_gpu = torch.device(self.model.device).type == "cuda"
+        stages: dict = {}
+
+        def stage(name: str) -> None:
+            if on_gpu:
+                stages[name] = outside_allocator_bytes(torch.device(self.model.device))
+        stage("weights_and_kv")
         if self.runner.cuda_graphs and cfg.capture_at_start:
             with torch.no_grad():
                 self.startup["graph_capture_seconds"] = round(self.runner.capture(widths=[1, 2, 4, 8, 16]), 3)
             self.startup["graphs"] = self.runner.stats.graphs
+            stage("decode_graphs")
         if self.prefill_runner is not None and self.prefill_runner.cuda_graphs and cfg.capture_at_start:
             self.startup["prefill_graph_capture_seconds"] = round(self.prefill_runner.capture(), 3)
             self.startup["prefill_graphs"] = self.prefill_runner.stats.graphs
-        on_gpu = torch.device(self.model.device).type == "cuda"
+            stage("prefill_graphs")
         warm = getattr(self.codec, "warmup", None)
         if warm is not None and on_gpu and cfg.capture_at_start:
             frame_counts = sorted({1, 2, 5, 10, cfg.chunk_frames})
             self.startup["codec_capture_seconds"] = round(warm(self.runner.buckets, frame_counts), 3)
+            stage("codec_graphs")
         wanted = cfg.warmup_requests if cfg.warmup_requests is not None else (on_gpu and cfg.capture_at_start)
         if wanted and hasattr(self.model, "warmup_requests"):
             self._run_warmup()
+            stage("warmup_requests")
+        if on_gpu:
+            self.startup["gpu_memory_outside_allocator_by_stage"] = stages
 
     def _run_warmup(self) -> None:
         """The model's warm-up requests (one alone, then the rest together, their prompts built in one batch as a
@@ -254,9 +267,15 @@ class EngineCore:
             options["codec_cuda_graphs"] = False
         if config.codec_max_batch is not None:
             options["codec_max_batch"] = config.codec_max_batch
+        device = torch.device(config.device)
+        before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
                                        max_slots=config.max_num_seqs, **options)
-        return cls(model, codec, config)
+        core = cls(model, codec, config)
+        if before_weights is not None:              # the stages _warm_up recorded, after the context's own share
+            stages = core.startup["gpu_memory_outside_allocator_by_stage"]
+            core.startup["gpu_memory_outside_allocator_by_stage"] = {"context": before_weights, **stages}
+        return core
 
     # ---- requests ---------------------------------------------------------------------------------------
     @property
