@@ -1,7 +1,8 @@
 # Shared steps of the device-call scripts (source it; bash). Earlier scripts (session 8 and before) spell these out
 # inline: they are the records of calls that ran and stay as they ran.
-#   device_setup DIR            install the carried wheels (h200_targets.sh STAGE=none), PYTHONPATH, GPU name; the
-#                               tree's commit from a carried .device_tree (stamp_tree.sh) for the results
+#   device_setup DIR            install the carried wheels (h200_targets.sh STAGE=none), PYTHONPATH, GPU name, the
+#                               GPU's clocks / power and the host CPU (machine.txt); the tree's commit from a carried
+#                               .device_tree (stamp_tree.sh) for the results
 #   serve_variant NAME ARGS...  start `voxflow serve /tmp/real-1.7b` (bf16, 64 seqs, step trace in $R) with extra
 #                               ARGS and wait for /ready; returns 1 (and prints the log's tail) if it never came up
 #   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
@@ -30,6 +31,8 @@ device_setup() {
   STAGE=none bash benchmarks/scripts/h200_targets.sh > /dev/null 2>&1
   export PYTHONPATH=$PWD:/tmp/site
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt"
+  # Machines differ by ~10% on the same tree (sessions 18-19): their clocks, power limits and host CPUs, kept.
+  { nvidia-smi -q -d CLOCK,POWER,PERFORMANCE; lscpu; } > "$R/machine.txt" 2>&1
 }
 
 serve_variant() {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prepared at the end of session 19 for the next call (NOT YET RUN; rename it to the session's run name once it has
+# run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
+# ".device_tree"]; one archive back (r.tgz). About 450 s:
+#  1. GPU tests: the memory cap with the per-stage record of memory outside the allocator (not yet run on a GPU);
+#  2. 0.6B c=64: where its ~2 GiB outside the allocator comes from (the startup stages, printed), with the 2.4 GB pool
+#     (no preemptions: 645.6 in session 19), then the same with codec calls of <= 32 (a wave's 64 chunks in two
+#     calls, not four);
+#  3. HTTP c=64 with the defaults, the machine's clocks and host recorded (machine.txt).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+device_setup /tmp/r
+archive_results
+real_checkpoint_bg
+small_checkpoint_bg
+gpu_tests 60 "tests/gpu/test_gpu_engine.py::test_gpu_memory_limit_caps_the_allocator_and_the_total_is_reported"
+wait $CK6
+small() {   # LABEL [ARGS]: bench_small_8gb with a 2.4 GB pool and a step trace; the footprint by startup stage
+  bench_small_8gb "$1" --engine-arg kv_cache_bytes=2400000000 --engine-arg trace_steps=$R/steps_0p6b_$1.jsonl "${@:2}"
+  python3 -c "import gzip,json,sys; s=json.load(gzip.open(sys.argv[1]))['target']['engine']['stats']; g=2**30; \
+print('  preemptions', s['preemptions'], '| GiB: peak total', round(s['peak_gpu_memory_total_bytes'] / g, 2), \
+'peak reserved', round(s['peak_gpu_memory_reserved_bytes'] / g, 2), '| outside the allocator by stage', \
+{k: round(v / g, 2) for k, v in s['startup']['gpu_memory_outside_allocator_by_stage'].items()})" \
+    "$R/h200_0p6b_offline_c64_$1.json.gz"
+  echo "  at ${SECONDS}s"
+}
+small kv2p4gb
+small kv2p4gb_codec32 --engine-arg codec_max_batch=32
+gzip -f $R/steps_0p6b_*.jsonl
+wait $CK
+if serve_variant default; then
+  bench_http --label http-default --concurrency 64 --num-prompts 256 --num-warmups 8 \
+    --output $R/h200_1p7b_http_c64_default.json.gz
+fi
+stop_server default
+echo "done at ${SECONDS}s"
