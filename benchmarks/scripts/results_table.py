@@ -33,10 +33,14 @@ def _pct(rate) -> str:
     return "—" if rate is None else f"{rate * 100:.0f}%"      # not a streamed run (the official package)
 
 
-def _memory(stats: dict) -> str:
+def _memory(result: dict) -> str:
     """The engine's peak total (allocator reservation + CUDA context and modules: engine/gpu_memory.py) where the
-    result recorded it; older results only recorded the peak of allocated tensors, marked as such."""
-    total = stats.get("peak_gpu_memory_total_bytes")
+    result recorded it (offline: the engine's stats; HTTP: the server's /health after the run); older results only
+    recorded the peak of allocated tensors, marked as such."""
+    target = result.get("target") or {}
+    stats = (target.get("engine") or {}).get("stats") or {}
+    health = ((((target.get("server_info") or {}).get("health_after") or {}).get("body") or {}).get("engine") or {})
+    total = stats.get("peak_gpu_memory_total_bytes") or health.get("peak_gpu_memory_total_bytes")
     if total:
         return f"{total / 2**30:.1f} GiB total"
     peak = stats.get("peak_gpu_memory_bytes") or (stats.get("startup") or {}).get("peak_gpu_memory_bytes")
@@ -50,8 +54,7 @@ def rows(paths: list[str]) -> list[str]:
         result = read_json(path)
         if "levels" not in result:          # not a bench result (e.g. a saved /health answer)
             continue
-        stats = ((result.get("target") or {}).get("engine") or {}).get("stats") or {}
-        mem = _memory(stats)
+        mem = _memory(result)
         for level in result["levels"]:
             s = level["summary"]
             cont = s.get("continuity") or {}

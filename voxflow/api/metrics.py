@@ -41,6 +41,12 @@ UNDERRUN_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 CONTINUITY_THRESHOLDS_MS = (100, 200)
 ENGINE_COUNTERS = ("finished", "aborted", "errors", "preemptions", "steps",
                    "codec_nonfinite_chunks")       # chunks whose NaN samples the codec zeroed (codec_runner.py)
+# The engine's GPU footprint (engine/gpu_memory.py; absent on a CPU): name -> (stats key, help).
+ENGINE_MEMORY = {
+    "gpu_memory_used_bytes": ("gpu_memory_used_bytes", "GPU memory in use on the engine's device (driver's view)"),
+    "gpu_memory_peak_total_bytes": ("peak_gpu_memory_total_bytes", "The engine's peak GPU footprint: its "
+                                    "allocator's peak reservation plus the CUDA context, modules and graphs"),
+}
 
 
 class Metrics:
@@ -76,6 +82,8 @@ class Metrics:
         self.engine_up = Gauge("voxflow_engine_up", "1 when the engine answers", registry=r)
         self.engine_counters = {name: Gauge(f"voxflow_engine_{name}", f"Engine counter '{name}' (since start)",
                                             registry=r) for name in ENGINE_COUNTERS}
+        self.engine_memory = {key: Gauge(f"voxflow_{name}", text, registry=r)
+                              for name, (key, text) in ENGINE_MEMORY.items()}
         for t in CONTINUITY_THRESHOLDS_MS:
             self.continuity_ok.labels(threshold_ms=str(t))
         for reason in ("concurrency", "queue_full", "unavailable"):
@@ -91,7 +99,7 @@ class Metrics:
         for key, gauge in (("running", self.running), ("waiting", self.waiting), ("kv_usage", self.kv_usage)):
             if isinstance(stats.get(key), (int, float)):
                 gauge.set(stats[key])
-        for name, gauge in self.engine_counters.items():
+        for name, gauge in (*self.engine_counters.items(), *self.engine_memory.items()):
             if isinstance(stats.get(name), (int, float)):
                 gauge.set(stats[name])
 

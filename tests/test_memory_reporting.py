@@ -1,0 +1,51 @@
+"""The engine's GPU footprint (engine/gpu_memory.py) where users and benchmarks see it: Prometheus gauges, /health's
+engine keys, and the results table's memory column (which prefers the total to the older peak of tensors)."""
+import importlib.util
+import os
+
+from voxflow.api.metrics import Metrics
+from voxflow.api.routes_misc import HEALTH_ENGINE_KEYS
+
+GIB = 2 ** 30
+
+
+def _results_table():
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "scripts", "results_table.py")
+    spec = importlib.util.spec_from_file_location("results_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gauges(m: Metrics) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+    return {s.name: s.value for f in text_string_to_metric_families(m.render().decode()) for s in f.samples}
+
+
+def test_gauges_carry_the_engines_footprint():
+    m = Metrics()
+    m.observe_engine({"alive": True, "stats": {"running": 3, "gpu_memory_used_bytes": 9 * GIB,
+                                               "peak_gpu_memory_total_bytes": 10 * GIB}})
+    got = _gauges(m)
+    assert got["voxflow_gpu_memory_used_bytes"] == 9 * GIB
+    assert got["voxflow_gpu_memory_peak_total_bytes"] == 10 * GIB
+    cpu = Metrics()                    # a CPU engine reports none: the gauges stay at 0
+    cpu.observe_engine({"alive": True, "stats": {"running": 0}})
+    assert _gauges(cpu)["voxflow_gpu_memory_peak_total_bytes"] == 0
+
+
+def test_health_shows_the_footprint_keys():
+    assert {"gpu_memory_used_bytes", "peak_gpu_memory_total_bytes"} <= set(HEALTH_ENGINE_KEYS)
+
+
+def test_results_table_prefers_the_total_and_marks_older_peaks_as_tensors():
+    memory = _results_table()._memory
+    offline = {"target": {"engine": {"stats": {"peak_gpu_memory_bytes": 5 * GIB,
+                                               "peak_gpu_memory_total_bytes": 9.4 * GIB}}}}
+    older = {"target": {"engine": {"stats": {"startup": {"peak_gpu_memory_bytes": int(5.7 * GIB)}}}}}
+    http = {"target": {"server_info": {"health_after": {"body": {"engine": {"peak_gpu_memory_total_bytes":
+                                                                             int(79.3 * GIB)}}}}}}
+    assert memory(offline) == "9.4 GiB total"
+    assert memory(older) == "5.7 GiB tensors"
+    assert memory(http) == "79.3 GiB total"
+    assert memory({"target": {}}) == "—"
