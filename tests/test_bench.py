@@ -563,8 +563,8 @@ def test_offline_engine_freezes_its_startup_objects_as_the_server_does(freeze):
     gc.unfreeze()
     try:
         core = build_engine(tiny(), max_num_seqs=2, gc_freeze=freeze)
-        # frozen: everything alive after startup, the engine's modules and tensors among them (thousands)
-        assert (gc.get_freeze_count() > 1000) == freeze and core.model is not None
+        # frozen objects sit in the permanent generation, which gc.get_objects() does not list
+        assert any(o is core.model for o in gc.get_objects()) != freeze
     finally:
         gc.unfreeze()
 
@@ -578,7 +578,7 @@ def test_offline_mode_on_tiny_checkpoint(tmp_path):
     rc, res = run(tmp_path, "--model", tiny(), "--concurrency", 2, "--num-prompts", 2, "--num-warmups", 0,
                   "--languages", "english", "--lengths", "short", "--max-new-tokens", 5, "--ignore-eos",
                   "--engine-arg", "chunk_frames=2", "--extra-body", '{"initial_codec_chunk_frames": 1}',
-                  "--no-plots", "--label", "tiny")
+                  "--no-plots", "--label", "tiny", "--no-gc-freeze")     # not in the test process (a leak there)
     assert rc == 0
     report.validate_result(res)
     lv = level(res, "c=2")

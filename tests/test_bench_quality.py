@@ -34,7 +34,7 @@ def test_offline_bench_on_piper_scores_english_requests(tmp_path):
     out = tmp_path / "res.json"
     rc = bench_main(["--model", "piper:en_US-joe-medium", "--dataset", str(path), "--concurrency", "2",
                      "--num-prompts", "3", "--num-warmups", "0", "--no-language", "--no-plots", "--no-progress", "--quality",
-                     "--output", str(out)])
+                     "--output", str(out), "--no-gc-freeze"])
     assert rc == 0
     res = json.loads(out.read_text())
     report.validate_result(res)

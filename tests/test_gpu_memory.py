@@ -34,6 +34,11 @@ def test_outside_allocator_is_never_negative(fake_cuda):
     assert gpu_memory.outside_allocator_bytes(torch.device("cuda", 0)) == 0
 
 
+def test_room_within_a_cap_counts_everything_in_use(fake_cuda):
+    assert gpu_memory.room_within(torch.device("cuda", 0), 16 * GB) == 6 * GB        # 10 GB in use
+    assert gpu_memory.room_within(torch.device("cuda", 0), 8 * GB) == 0
+
+
 def test_the_cap_leaves_the_allocator_the_limit_less_what_is_outside_it(fake_cuda):
     budget = gpu_memory.limit_allocator(torch.device("cuda"), 8 * GB)      # no index: the current device's
     assert budget == 4 * GB and fake_cuda["fraction"] == pytest.approx(4 / 140) and fake_cuda["index"] == 0

@@ -29,9 +29,11 @@ def test_gauges_carry_the_engines_footprint():
     got = _gauges(m)
     assert got["voxflow_gpu_memory_used_bytes"] == 9 * GIB
     assert got["voxflow_gpu_memory_peak_total_bytes"] == 10 * GIB
-    cpu = Metrics()                    # a CPU engine reports none: the gauges stay at 0
+    m.observe_engine({"alive": True, "stats": {"gpu_memory_used_bytes": 8 * GIB}})       # later readings update
+    assert _gauges(m)["voxflow_gpu_memory_used_bytes"] == 8 * GIB
+    cpu = Metrics()                    # a CPU engine reports none: no GPU gauges at all (not a misleading 0)
     cpu.observe_engine({"alive": True, "stats": {"running": 0}})
-    assert _gauges(cpu)["voxflow_gpu_memory_peak_total_bytes"] == 0
+    assert not any(name.startswith("voxflow_gpu_memory") for name in _gauges(cpu))
 
 
 def test_health_shows_the_footprint_keys():

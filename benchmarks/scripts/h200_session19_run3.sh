@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 19, call 3 (`bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]; one archive
-# back, r.tgz). Did not run as its own call: call 4 (h200_session19_run4.sh) ran it. Offline c=256 (the best-concurrency target; session 15: 1,016.5 audio-s/s), an A/B on one machine:
+# back, r.tgz). Did not run as its own call: call 4 (h200_session19_run4.sh) ran it. Offline c=256 (the
+# best-concurrency target; session 15: 1,016.5 audio-s/s), an A/B on one machine:
 # the engine's startup objects frozen out of the garbage collector's sight (the default since c1c2a2a, as the server
 # does) against --no-gc-freeze (how every earlier offline run ran), each with a step trace (gc_ms a step). Call 1's
 # c=256 profile spent 7.6 ms a step in collect_decode beyond its wait (session 17: 0.7).

@@ -127,7 +127,6 @@ def test_gpu_memory_limit_caps_the_allocator_and_the_total_is_reported():
         run_offline(core, reqs)
         stats = core.stats()
         assert 0 < stats["peak_gpu_memory_total_bytes"] <= limit, (stats["peak_gpu_memory_total_bytes"], limit)
-        assert stats["peak_gpu_memory_reserved_bytes"] >= stats["peak_gpu_memory_bytes"]
         stages = core.startup["gpu_memory_outside_allocator_by_stage"]      # where the memory outside it grew
         assert list(stages)[:2] == ["context", "weights_and_kv"] and "decode_graphs" in stages
         assert all(0 < v <= limit for v in stages.values())

@@ -82,8 +82,7 @@ class Metrics:
         self.engine_up = Gauge("voxflow_engine_up", "1 when the engine answers", registry=r)
         self.engine_counters = {name: Gauge(f"voxflow_engine_{name}", f"Engine counter '{name}' (since start)",
                                             registry=r) for name in ENGINE_COUNTERS}
-        self.engine_memory = {key: Gauge(f"voxflow_{name}", text, registry=r)
-                              for name, (key, text) in ENGINE_MEMORY.items()}
+        self.engine_memory: dict[str, Gauge] = {}       # made when an engine first reports them (a GPU engine)
         for t in CONTINUITY_THRESHOLDS_MS:
             self.continuity_ok.labels(threshold_ms=str(t))
         for reason in ("concurrency", "queue_full", "unavailable"):
@@ -99,9 +98,14 @@ class Metrics:
         for key, gauge in (("running", self.running), ("waiting", self.waiting), ("kv_usage", self.kv_usage)):
             if isinstance(stats.get(key), (int, float)):
                 gauge.set(stats[key])
-        for name, gauge in (*self.engine_counters.items(), *self.engine_memory.items()):
+        for name, gauge in self.engine_counters.items():
             if isinstance(stats.get(name), (int, float)):
                 gauge.set(stats[name])
+        for name, (key, text) in ENGINE_MEMORY.items():
+            if isinstance(stats.get(key), (int, float)):
+                if key not in self.engine_memory:
+                    self.engine_memory[key] = Gauge(f"voxflow_{name}", text, registry=self.registry)
+                self.engine_memory[key].set(stats[key])
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

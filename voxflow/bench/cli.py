@@ -303,7 +303,8 @@ def _run(args) -> int:
     else:
         from . import offline
         core = offline.build_engine(args.model, device=args.device, dtype=args.dtype,
-                                    max_num_seqs=args.max_num_seqs, engine_args=offline.parse_engine_args(args.engine_arg),
+                                    max_num_seqs=args.max_num_seqs,
+                                    engine_args=offline.parse_engine_args(args.engine_arg),
                                     gc_freeze=not args.no_gc_freeze)
         factory = offline.RequestFactory(core, spec)
         make_bar = _progress(args)

@@ -20,8 +20,10 @@ class EngineConfig:
     kv_cache_bytes: int | None = None          # memory for the KV pool (default: block_manager.default_kv_bytes)
     num_kv_blocks: int | None = None           # or an explicit number of pages (tests: a tiny pool)
     max_model_len: int = 10240                 # most KV positions of one request (prompt + frames)
-    gpu_memory_limit_bytes: int | None = None  # on a GPU: the engine's whole footprint (CUDA context included) kept
-                                               # within this many bytes (gpu_memory.py); None: no cap
+    gpu_memory_limit_bytes: int | None = None  # on a GPU: cap the allocator at this many bytes less what the CUDA
+                                               # context holds when the engine starts (what the context adds later
+                                               # is reported, not capped: gpu_memory.py); a default KV pool is
+                                               # sized under it; applied by from_config; None: no cap
     kv_reserve_frames: int = 0                 # admit a request only with KV room for every request's next this
                                                # many frames (scheduler.py); 0: admit on the prompt alone
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)

@@ -32,7 +32,7 @@ from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_block
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
-from .gpu_memory import footprint, limit_allocator, outside_allocator_bytes
+from .gpu_memory import footprint, limit_allocator, outside_allocator_bytes, room_within
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
@@ -129,6 +129,8 @@ class EngineCore:
             num_blocks = config.num_kv_blocks
         else:
             free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+            if free is not None and config.gpu_memory_limit_bytes is not None:     # the pool fits under the cap
+                free = min(free, room_within(device, config.gpu_memory_limit_bytes))
             budget = config.kv_cache_bytes or default_kv_bytes(model.kv_spec.bytes_per_token, config.max_num_seqs,
                                                                 free)
             num_blocks = num_blocks_for(budget, model.kv_spec, config.block_size)
@@ -273,7 +275,7 @@ class EngineCore:
                                        max_slots=config.max_num_seqs, **options)
         core = cls(model, codec, config)
         if before_weights is not None:              # the stages _warm_up recorded, after the context's own share
-            stages = core.startup["gpu_memory_outside_allocator_by_stage"]
+            stages = core.startup.get("gpu_memory_outside_allocator_by_stage", {})
             core.startup["gpu_memory_outside_allocator_by_stage"] = {"context": before_weights, **stages}
         return core
 

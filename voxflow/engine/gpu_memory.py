@@ -17,19 +17,29 @@ from __future__ import annotations
 import torch
 
 
+def _used_and_outside(device: torch.device) -> tuple[int, int]:
+    """(device memory in use, the part of it the caching allocator did not reserve), from one driver snapshot."""
+    free, total = torch.cuda.mem_get_info(device)
+    used = total - free
+    return used, max(0, used - torch.cuda.memory_reserved(device))
+
+
 def outside_allocator_bytes(device: torch.device) -> int:
     """Device memory in use that the caching allocator did not reserve: the CUDA context, loaded kernel modules,
     graph executables, libraries' own buffers (startup records it after each stage: where it grows)."""
-    free, total = torch.cuda.mem_get_info(device)
-    return max(0, (total - free) - torch.cuda.memory_reserved(device))
+    return _used_and_outside(device)[1]
+
+
+def room_within(device: torch.device, limit_bytes: int) -> int:
+    """Bytes still free under limit_bytes (device memory in use counted against it; >= 0): what a KV pool sized
+    from free memory may take when a cap is set."""
+    return max(0, limit_bytes - _used_and_outside(device)[0])
 
 
 def footprint(device: torch.device) -> dict:
     """Bytes: device_used (the driver's total - free), outside_allocator (device_used - the allocator's
     reservation), peak_reserved, and peak_total = peak_reserved + outside_allocator."""
-    free, total = torch.cuda.mem_get_info(device)
-    used = total - free
-    outside = outside_allocator_bytes(device)
+    used, outside = _used_and_outside(device)
     peak_reserved = torch.cuda.max_memory_reserved(device)
     return {"gpu_memory_used_bytes": used, "gpu_memory_outside_allocator_bytes": outside,
             "peak_gpu_memory_reserved_bytes": peak_reserved, "peak_gpu_memory_total_bytes": peak_reserved + outside}
