@@ -13,6 +13,8 @@
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
+#   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
+#                               outside the allocator by startup stage when recorded), GiB
 #   bench_small_8gb LABEL [ARGS] offline 0.6B c=64 in the <= 8 GB configuration (/tmp/real-0.6b; a 2 GB KV pool unless
 #                               ARGS give another kv_cache_bytes, codec calls of <= 16; 192 prompts) into
 #                               $R/h200_0p6b_offline_c64_LABEL.*. Not capped: its whole footprint is 9.4-9.8 GiB
@@ -91,4 +93,15 @@ bench_small_8gb() {
     --device cuda --model /tmp/real-0.6b --label "small-$1" --engine-arg codec_max_batch=16 \
     --engine-arg kv_cache_bytes=2000000000 --concurrency 64 --num-prompts 192 --num-warmups 8 --max-num-seqs 64 \
     --output "$R/h200_0p6b_offline_c64_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
+}
+
+print_footprint() {
+  python3 - "$1" <<'PY'
+import gzip, json, sys
+s = json.load(gzip.open(sys.argv[1]))["target"]["engine"]["stats"]
+g = 2 ** 30
+stages = {k: round(v / g, 2) for k, v in s["startup"].get("gpu_memory_outside_allocator_by_stage", {}).items()}
+print("  preemptions", s["preemptions"], "| GiB: peak total", round(s["peak_gpu_memory_total_bytes"] / g, 2),
+      "peak reserved", round(s["peak_gpu_memory_reserved_bytes"] / g, 2), "| outside the allocator by stage", stages)
+PY
 }

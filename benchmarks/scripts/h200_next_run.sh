@@ -17,11 +17,7 @@ gpu_tests 60 "tests/gpu/test_gpu_engine.py::test_gpu_memory_limit_caps_the_alloc
 wait $CK6
 small() {   # LABEL [ARGS]: bench_small_8gb with a 2.4 GB pool and a step trace; the footprint by startup stage
   bench_small_8gb "$1" --engine-arg kv_cache_bytes=2400000000 --engine-arg trace_steps=$R/steps_0p6b_$1.jsonl "${@:2}"
-  python3 -c "import gzip,json,sys; s=json.load(gzip.open(sys.argv[1]))['target']['engine']['stats']; g=2**30; \
-print('  preemptions', s['preemptions'], '| GiB: peak total', round(s['peak_gpu_memory_total_bytes'] / g, 2), \
-'peak reserved', round(s['peak_gpu_memory_reserved_bytes'] / g, 2), '| outside the allocator by stage', \
-{k: round(v / g, 2) for k, v in s['startup']['gpu_memory_outside_allocator_by_stage'].items()})" \
-    "$R/h200_0p6b_offline_c64_$1.json.gz"
+  print_footprint "$R/h200_0p6b_offline_c64_$1.json.gz"
   echo "  at ${SECONDS}s"
 }
 small kv2p4gb
