@@ -32,7 +32,7 @@ from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_block
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
-from .gpu_memory import footprint, limit_allocator, outside_allocator_bytes, room_within
+from .gpu_memory import limit_allocator, memory_stats, outside_allocator_bytes, room_within
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
@@ -193,20 +193,19 @@ class EngineCore:
         self.trace = StepTrace(config.trace_steps, config.trace_profile_prepare) if config.trace_steps else None
         self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
         if device.type == "cuda":
-            self.startup["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated(device)
-            self.startup["gpu_memory_reserved_bytes"] = torch.cuda.memory_reserved(device)
-            self.startup.update(footprint(device))
+            self.startup.update(memory_stats(device))
 
     def _warm_up(self) -> None:
         """Capture the decode graphs (and the codec's) up front, and report the time it took (and on a GPU the
         memory outside the allocator after each stage: engine/gpu_memory.py)."""
         cfg = self.config
-        on_gpu = torch.device(self.model.device).type == "cuda"
+        device = torch.device(self.model.device)
+        on_gpu = device.type == "cuda"
         stages: dict = {}
 
         def stage(name: str) -> None:
             if on_gpu:
-                stages[name] = outside_allocator_bytes(torch.device(self.model.device))
+                stages[name] = outside_allocator_bytes(device)
         stage("weights_and_kv")
         if self.runner.cuda_graphs and cfg.capture_at_start:
             with torch.no_grad():
@@ -379,10 +378,7 @@ class EngineCore:
     def stats(self) -> dict:
         r = self.runner.stats
         device = torch.device(self.model.device)
-        memory = {}
-        if device.type == "cuda":
-            memory = {"peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device),
-                      "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device), **footprint(device)}
+        memory = memory_stats(device) if device.type == "cuda" else {}
         return {**memory, "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
                 "codec_nonfinite_chunks": getattr(self.codec, "nonfinite_chunks", 0),

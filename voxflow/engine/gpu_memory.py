@@ -17,32 +17,40 @@ from __future__ import annotations
 import torch
 
 
-def _used_and_outside(device: torch.device) -> tuple[int, int]:
-    """(device memory in use, the part of it the caching allocator did not reserve), from one driver snapshot."""
+def _snapshot(device: torch.device) -> tuple[int, int, int]:
+    """(device memory in use, the part of it the caching allocator did not reserve, the device's total), from one
+    driver query."""
     free, total = torch.cuda.mem_get_info(device)
     used = total - free
-    return used, max(0, used - torch.cuda.memory_reserved(device))
+    return used, max(0, used - torch.cuda.memory_reserved(device)), total
 
 
 def outside_allocator_bytes(device: torch.device) -> int:
     """Device memory in use that the caching allocator did not reserve: the CUDA context, loaded kernel modules,
     graph executables, libraries' own buffers (startup records it after each stage: where it grows)."""
-    return _used_and_outside(device)[1]
+    return _snapshot(device)[1]
 
 
 def room_within(device: torch.device, limit_bytes: int) -> int:
     """Bytes still free under limit_bytes (device memory in use counted against it; >= 0): what a KV pool sized
     from free memory may take when a cap is set."""
-    return max(0, limit_bytes - _used_and_outside(device)[0])
+    return max(0, limit_bytes - _snapshot(device)[0])
 
 
 def footprint(device: torch.device) -> dict:
     """Bytes: device_used (the driver's total - free), outside_allocator (device_used - the allocator's
     reservation), peak_reserved, and peak_total = peak_reserved + outside_allocator."""
-    used, outside = _used_and_outside(device)
+    used, outside, _ = _snapshot(device)
     peak_reserved = torch.cuda.max_memory_reserved(device)
     return {"gpu_memory_used_bytes": used, "gpu_memory_outside_allocator_bytes": outside,
             "peak_gpu_memory_reserved_bytes": peak_reserved, "peak_gpu_memory_total_bytes": peak_reserved + outside}
+
+
+def memory_stats(device: torch.device) -> dict:
+    """What the engine reports (startup and stats): the allocator's own peak of tensors and reservation now, and
+    the footprint."""
+    return {"peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device),
+            "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device), **footprint(device)}
 
 
 def limit_allocator(device: torch.device, limit_bytes: int) -> int:
@@ -50,8 +58,7 @@ def limit_allocator(device: torch.device, limit_bytes: int) -> int:
     allocator's budget in bytes. Raises ValueError when the limit does not even cover what is outside it."""
     if device.type != "cuda":
         raise ValueError(f"gpu_memory_limit_bytes needs a CUDA device (the engine runs on {device})")
-    free, total = torch.cuda.mem_get_info(device)          # creates the context if it is not there yet
-    outside = max(0, (total - free) - torch.cuda.memory_reserved(device))
+    _, outside, total = _snapshot(device)                  # creates the context if it is not there yet
     budget = limit_bytes - outside
     if budget <= 0:
         raise ValueError(f"gpu_memory_limit_bytes={limit_bytes} is below what the CUDA context already uses "
