@@ -358,3 +358,19 @@ def test_speed_works_for_compressed_formats_streamed(fmt):
     assert 0.95 * expected <= len(y) <= 1.05 * expected + codec_slack, (len(y), expected)
     assert abs(dominant_frequency(y, out_sr) - 440) <= 10
     assert sum(len(p) for p in parts[:-1]) > 0  # tempo-changed audio streams too
+
+
+def test_pcm16_convention_rounds_clips_and_silences_nan():
+    """to_pcm16 (one convention for engines, encoders and files): round(x * 32768) half to even, clipped to int16;
+    out-of-range samples clip, NaN is silence, +-inf full scale; the input is left as it was."""
+    x = np.array([0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -3.0, np.nan, np.inf, -np.inf, 1.5 / 32768, 2.5 / 32768,
+                  -1.5 / 32768], dtype=np.float32)
+    before = x.copy()
+    got = to_pcm16(x)
+    assert got.dtype == np.int16
+    assert got.tolist() == [0, 16384, -16384, 32767, -32768, 32767, -32768, 0, 32767, -32768, 2, 2, -2]
+    assert np.array_equal(x, before, equal_nan=True)
+    rng = np.random.default_rng(0)
+    y = rng.uniform(-1.2, 1.2, 48000).astype(np.float32)
+    want = np.clip(np.round(np.clip(y, -1.0, 1.0) * np.float32(32768.0)), -32768, 32767).astype(np.int16)
+    assert np.array_equal(to_pcm16(y), want)

@@ -30,21 +30,30 @@ def frames_of(stream: int, start: int, n: int) -> torch.Tensor:
     return codes
 
 
-def run(budget, steps=80, streams=8):
-    codec = RecordingCodec()
+def run(budget, steps=80, streams=8, codec=None, by_rows=False):
+    """by_rows: each step's frames pushed as the rows of one [streams, 16] tensor (push_rows, as the engine does),
+    else one tensor per stream (push)."""
+    codec = codec or RecordingCodec()
     ex = CodecExecutor(codec, chunk_frames=25, ramp=True, max_frames_per_launch=budget)
     made = {i: 0 for i in range(streams)}
     pcm = {i: [] for i in range(streams)}
     launches = []
     for step in range(steps):
+        rows, owners = [], []
         for i in range(streams):
             if step == 0:
                 ex.add(str(i), stream=True, initial_frames=2, chunk_frames=None, num_active=streams)
-            if str(i) in ex.streams and made[i] < 60:
-                ex.push(str(i), frames_of(i, made[i], 1))
+            owners.append(str(i) if str(i) in ex.streams and made[i] < 60 else None)
+            rows.append(frames_of(i, made[i], 1))
+            if owners[-1] is not None and not by_rows:
+                ex.push(str(i), rows[-1])
+        if by_rows:
+            ex.push_rows(torch.cat(rows), owners)
+        for i, owner in enumerate(owners):
+            if owner is not None:
                 made[i] += 1
                 if made[i] == 60:
-                    ex.finish(str(i))
+                    ex.finish(owner)
         before = len(codec.calls)
         ex.launch()
         launches.append(codec.calls[before:])
@@ -53,12 +62,40 @@ def run(budget, steps=80, streams=8):
     return codec, launches, pcm
 
 
-def test_every_frame_is_decoded_once_in_order_whatever_the_budget():
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_every_frame_is_decoded_once_in_order_whatever_the_budget(by_rows):
     for budget in (None, 60, 1):
-        _, _, pcm = run(budget)
+        _, _, pcm = run(budget, by_rows=by_rows)
         for i, chunks in pcm.items():
             got = np.concatenate(chunks)
             assert np.array_equal(got, i * 1000 + np.arange(60, dtype=np.float32)), (budget, i)
+
+
+def test_pushed_blocks_split_across_chunks_keep_every_frame_once_in_order():
+    """Blocks of 7 frames into chunks of 5 (a block's rest stays pending for the next chunk), rows of steps in
+    between; an async codec gets them as rows of their sources."""
+    codec = AsyncRecordingCodec()
+    ex = CodecExecutor(codec, chunk_frames=5, ramp=False)
+    ex.add("a", stream=True, initial_frames=5, chunk_frames=5, num_active=2)
+    ex.add("b", stream=True, initial_frames=5, chunk_frames=5, num_active=2)
+    made, pcm = 0, {"a": [], "b": []}
+    for k in range(6):
+        ex.push("a", frames_of(0, made, 7))
+        ex.push_rows(torch.cat([frames_of(9, 0, 1), frames_of(0, made + 7, 1), frames_of(1, k, 1)]),
+                     [None, "a", "b"])
+        made += 8
+        ex.launch()                                     # a chunk of 5 per stream and launch
+        for dc in ex.collect(block=True):
+            pcm[dc.request_id].append(dc.pcm)
+    assert ex.streams["a"].num_pending == 48 - 30 and ex.streams["b"].num_pending == 6 - 5
+    ex.finish("a")
+    ex.finish("b")
+    ex.launch()                                         # the final chunks: what is left
+    for dc in ex.collect(block=True):
+        pcm[dc.request_id].append(dc.pcm)
+    assert [len(c) for c in pcm["a"]] == [5] * 6 + [18]
+    assert np.array_equal(np.concatenate(pcm["a"]), np.arange(48, dtype=np.float32))
+    assert np.array_equal(np.concatenate(pcm["b"]), 1000 + np.arange(6, dtype=np.float32))
 
 
 def test_a_burst_of_aligned_chunks_is_spread_and_first_chunks_never_wait():
@@ -134,7 +171,7 @@ class AsyncRecordingCodec(RecordingCodec):
 
     def decode_async(self, states, frames, final=None, after=None):
         self.afters.append(("decode_async", after))
-        pcm, _ = self.decode(states, [torch.cat(p) for p in frames])
+        pcm, _ = self.decode(states, frames.tensors())
         return type("Done", (), {"ready": lambda self: True, "result": lambda self: pcm})()
 
 

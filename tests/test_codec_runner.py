@@ -323,9 +323,18 @@ def test_pool_state_is_packed_so_a_step_gathers_once_per_dtype(dec, monkeypatch)
     counter) instead of one per state tensor (~38)."""
     r = runner(dec, max_rows=3)
     s = r.new_state(None)
-    calls = []
-    real = torch.Tensor.index_select
-    monkeypatch.setattr(torch.Tensor, "index_select", lambda t, *a: (calls.append(t.shape), real(t, *a))[1])
+    calls, inside = [], [False]            # counted while the pool gathers its rows (not the frames' own gather)
+    real, gather = torch.Tensor.index_select, r.pool._packed.gather
+    monkeypatch.setattr(torch.Tensor, "index_select",
+                        lambda t, *a: (calls.append(t.shape) if inside[0] else None, real(t, *a))[1])
+
+    def gathering(rows):
+        inside[0] = True
+        try:
+            return gather(rows)
+        finally:
+            inside[0] = False
+    monkeypatch.setattr(r.pool._packed, "gather", gathering)
     r.decode([s], [codes_for(2, 0)])
     assert len(r.pool.state.tensors) > 10 and len(calls) == 2, calls
 

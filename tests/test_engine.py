@@ -39,12 +39,14 @@ def make_engine(name: str = "custom_voice", **kw) -> EngineCore:
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, name), **cfg))
     core.recorded = {}                                   # request id -> frames handed to the codec
 
-    push = core.codec_exec.push
+    push_rows = core.codec_exec.push_rows
 
-    def recording_push(rid, frames):
-        core.recorded.setdefault(rid, []).append(frames.clone())
-        push(rid, frames)
-    core.codec_exec.push = recording_push
+    def recording_push_rows(frames, request_ids):
+        for i, rid in enumerate(request_ids):
+            if rid is not None:
+                core.recorded.setdefault(rid, []).append(frames[i:i + 1].clone())
+        push_rows(frames, request_ids)
+    core.codec_exec.push_rows = recording_push_rows
     return core
 
 

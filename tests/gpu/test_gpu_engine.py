@@ -34,8 +34,14 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
     if config.get("talker_high_priority"):
         assert core._stream is not None and core._stream.priority < 0
     frames = {}
-    push = core.codec_exec.push
-    core.codec_exec.push = lambda rid, f: (frames.setdefault(rid, []).append(f.clone()), push(rid, f))
+    push_rows = core.codec_exec.push_rows
+
+    def recording_push_rows(step_frames, request_ids):
+        for i, rid in enumerate(request_ids):
+            if rid is not None:
+                frames.setdefault(rid, []).append(step_frames[i:i + 1].clone())
+        push_rows(step_frames, request_ids)
+    core.codec_exec.push_rows = recording_push_rows
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
                           sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(texts)]
     replays = core.prefill_runner.stats.replays if cuda_graphs else 0

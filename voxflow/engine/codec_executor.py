@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .frame_rows import FrameRows, Piece
 from .model_api import CodecModel
 
 
@@ -55,7 +56,7 @@ class CodecStream:
     chunk_frames: int
     prefix_frames: torch.Tensor | None = None
     state: Any = None
-    pending: list[torch.Tensor] = field(default_factory=list)   # frames not yet decoded, each [n, 16]
+    pending: list[Piece] = field(default_factory=list)          # frames not yet decoded: (source, start, rows)
     num_pending: int = 0
     frames_done: int = 0                                        # frames already sent to the codec
     chunks_done: int = 0                                        # chunks launched
@@ -131,9 +132,19 @@ class CodecExecutor:
             self.codec.release(s.state)
 
     def push(self, request_id: str, frames: torch.Tensor) -> None:
+        """Frames [n, Q] for one request."""
         s = self.streams[request_id]
-        s.pending.append(frames)
+        s.pending.append((frames, 0, frames.shape[0]))
         s.num_pending += frames.shape[0]
+
+    def push_rows(self, frames: torch.Tensor, request_ids: list[str | None]) -> None:
+        """One talker step's frames [B, Q]: row i is the next frame of request_ids[i] (None: a row for no one).
+        Rows are named, not sliced (frame_rows.py): a step at c=64 would otherwise make 64 views."""
+        for i, rid in enumerate(request_ids):
+            if rid is not None:
+                s = self.streams[rid]
+                s.pending.append((frames, i, 1))
+                s.num_pending += 1
 
     def finish(self, request_id: str) -> None:
         """The talker is done with this request: what is pending goes out as the final (partial) chunk."""
@@ -199,12 +210,13 @@ class CodecExecutor:
             launched += len(group)
         return launched
 
-    def _decode(self, group: list[CodecStream], frames: list[list[torch.Tensor]], final: list[bool], when: dict):
+    def _decode(self, group: list[CodecStream], frames: list[list[Piece]], final: list[bool], when: dict):
         states = [s.state for s in group]
+        rows = FrameRows.of_pieces(frames)
         if hasattr(self.codec, "decode_async"):
-            return self.codec.decode_async(states, frames, final=final, **when)
+            return self.codec.decode_async(states, rows, final=final, **when)
         # A plain CodecModel takes one [n, 16] tensor per request.
-        pcm, new_states = self.codec.decode(states, [p[0] if len(p) == 1 else torch.cat(p) for p in frames])
+        pcm, new_states = self.codec.decode(states, rows.tensors())
         for s, state in zip(group, new_states):
             s.state = state
         return _SyncPending(pcm)
@@ -223,18 +235,23 @@ class CodecExecutor:
         return out
 
     @staticmethod
-    def _take(s: CodecStream, n: int) -> list[torch.Tensor]:
-        """The next n pending frames as the pieces they arrived in (views, no copy): the codec assembles them on
-        its own stream, after the event of the step that made them, rather than on the talker's stream after it."""
-        pieces, need = [], n
-        while need:
-            head = s.pending[0]
-            if head.shape[0] <= need:
-                pieces.append(s.pending.pop(0))
-                need -= head.shape[0]
+    def _take(s: CodecStream, n: int) -> list[Piece]:
+        """The next n pending frames as the pieces they arrived in (no copy): the codec assembles them on its own
+        stream, after the event of the step that made them, rather than on the talker's stream after it."""
+        pieces, need, taken = [], n, 0
+        for source, start, count in s.pending:
+            if count <= need:
+                pieces.append((source, start, count))
+                need -= count
+                taken += 1
             else:
-                pieces.append(head[:need])
-                s.pending[0] = head[need:]
-                need = 0
+                pieces.append((source, start, need))
+                break
+            if not need:
+                break
+        del s.pending[:taken]
+        if need:                                # the head piece was split: its rest stays pending
+            source, start, count = s.pending[0]
+            s.pending[0] = (source, start + need, count - need)
         s.num_pending -= n
         return pieces

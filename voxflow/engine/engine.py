@@ -528,11 +528,12 @@ class EngineCore:
         t0 = time.perf_counter()
         finished, eos = inflight.wait()
         self.timings["wait_decode"] += time.perf_counter() - t0
+        owners: list[str | None] = [None] * len(inflight.seqs)      # the request each row of frames goes to
         for i, live in enumerate(inflight.seqs):
             rid = live.request.request_id
             if self.live.get(rid) is not live or live.talker_done:
                 continue            # aborted since, or the extra decode of a request that finished a step earlier
-            self.codec_exec.push(rid, inflight.frames[i:i + 1])
+            owners[i] = rid
             live.frames_out += 1
             if live.first_frame_at is None:
                 live.first_frame_at = time.monotonic()
@@ -541,6 +542,7 @@ class EngineCore:
                 self._release_talker(live)
                 self.codec_exec.finish(rid)
                 self._finishing[rid] = live
+        self.codec_exec.push_rows(inflight.frames, owners)
 
     # ---- outputs ----------------------------------------------------------------------------------------
     def _chunk(self, live: _Live, pcm: np.ndarray, first_frame: int, num_frames: int, index: int) -> AudioChunk:

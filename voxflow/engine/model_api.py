@@ -157,7 +157,8 @@ class CodecModel(Protocol):
     #   decode_async(states, frames, final=[bool], after=event) -> pending with ready() / result() -> [PCM]:
     #       the same decode, started on the codec's own stream (after `after`, an event of the talker's stream)
     #       with the PCM copied to host memory asynchronously; states are updated in place; final[i] says the
-    #       state is never used again (its chunk may be padded to a captured shape).
+    #       state is never used again (its chunk may be padded to a captured shape). The engine passes `frames`
+    #       as a FrameRows (engine/frame_rows.py: rows of its steps' frame tensors, gathered on the device).
     #   release(state): the request is gone; its state's memory may be reused.
     #   new_states([prefix_frames | None, ...], after=event) -> [state]: new_state for several requests at once
     #       (first chunks of a burst of requests: one pass instead of one per request). With decode_async, both

@@ -39,6 +39,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ...engine.frame_rows import FrameRows, stack_sources
 from ...engine.host_to_device import to_device
 from .codec_decoder import CodecDecoder
 from .codec_graphs import CodecGraphs
@@ -173,8 +174,8 @@ class Qwen3CodecRunner:
                 # One batched call: sixteen clones of one voice arriving together prime their rows in the
                 # reference's few pieces at batch 16, not sixteen batch-1 decodes one after another (session 7's
                 # voice-clone c=16 run: first frame 129 ms after prefill, first chunk 272 ms after that).
-                self._enqueue([h for h, _ in primed], [[p] for _, p in primed], [False] * len(primed),
-                              want_audio=False)
+                self._enqueue([h for h, _ in primed], FrameRows.of_tensors([[p] for _, p in primed]),
+                              [False] * len(primed), want_audio=False)
         return handles
 
     def release(self, state: CodecRow) -> None:
@@ -195,9 +196,10 @@ class Qwen3CodecRunner:
         return self.decode_async(states, frames, final).result(), list(states)
 
     @torch.no_grad()
-    def decode_async(self, states: list[CodecRow], frames: list[Frames], final: list[bool] | None = None,
+    def decode_async(self, states: list[CodecRow], frames: list[Frames] | FrameRows, final: list[bool] | None = None,
                      after: torch.cuda.Event | None = None) -> PendingPCM:
-        """`decode`, queued on the codec stream; returns at once (on CPU it has already run).
+        """`decode`, queued on the codec stream; returns at once (on CPU it has already run). frames: per request
+        its frames, or all of them as a FrameRows (the engine's codec stage: rows of its steps' frames).
 
         The codec stream first waits for everything queued so far on the caller's current stream, or, when
         `after` (a CUDA event) is given, only for that event: then every CUDA tensor in `frames` must have been
@@ -213,9 +215,10 @@ class Qwen3CodecRunner:
         for s in states:
             if not isinstance(s, CodecRow) or s.released or s.pool is not self.pool:
                 raise ValueError(f"not a live codec state of this runner: {s!r}")
-        blocks = [list(f) if isinstance(f, (list, tuple)) else [f] for f in frames]
+        if not isinstance(frames, FrameRows):
+            frames = FrameRows.of_tensors([list(f) if isinstance(f, (list, tuple)) else [f] for f in frames])
         with self._on_stream(after):
-            return self._enqueue(states, blocks, final, want_audio=True)
+            return self._enqueue(states, frames, final, want_audio=True)
 
     @property
     def capture_seconds(self) -> float:
@@ -269,27 +272,21 @@ class Qwen3CodecRunner:
         stream)."""
         return to_device(t, self.device)
 
-    def _enqueue(self, states: list[CodecRow], blocks: list[list[torch.Tensor]], final: list[bool],
-                 want_audio: bool) -> PendingPCM:
+    def _enqueue(self, states: list[CodecRow], frames: FrameRows, final: list[bool], want_audio: bool) -> PendingPCM:
         """Decode on the current stream (the codec stream on CUDA); the PCM copies are queued behind it."""
-        q = self.decoder.config.num_quantizers
-        counts = []
-        for block in blocks:
-            for f in block:
-                if f.dim() != 2 or f.shape[1] != q:
-                    raise ValueError(f"frames must be [n, {q}], got {tuple(f.shape)}")
-            counts.append(sum(int(f.shape[0]) for f in block))
+        counts = frames.counts()
         groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
         for i, n in enumerate(counts):
             pieces = frame_pieces(n, final[i], self.frame_buckets)
             if pieces:
                 groups[pieces].append(i)
         pending = PendingPCM(len(states), None, list(states), self._note_nonfinite)
+        stacked = self._stack(frames.sources) if groups else None
         cap = self._max_batch()
         for pieces, idx in groups.items():
             for a in range(0, len(idx), cap or len(idx)):
                 batch = idx[a: a + cap] if cap else idx
-                wav = self._decode_batch([states[i] for i in batch], [blocks[i] for i in batch], pieces)
+                wav = self._decode_batch([states[i] for i in batch], frames, stacked, batch, pieces)
                 if not want_audio:
                     continue
                 if self.cuda:
@@ -304,14 +301,17 @@ class Qwen3CodecRunner:
             pending._event.record(self.stream)
         return pending
 
-    def _decode_batch(self, states: list[CodecRow], blocks: list[list[torch.Tensor]], pieces: tuple[int, ...]
-                      ) -> torch.Tensor:
-        """B requests, cut into the same pieces -> float32 waveform [B, sum(pieces) * upsample] on the device."""
+    def _decode_batch(self, states: list[CodecRow], frames: FrameRows, stacked: torch.Tensor, batch: list[int],
+                      pieces: tuple[int, ...]) -> torch.Tensor:
+        """B requests (frames' rows `batch`), cut into the same pieces -> float32 waveform [B, sum(pieces) *
+        upsample] on the device."""
         b, total, spf = len(states), sum(pieces), self.samples_per_frame
         padded = self._batch_bucket(b)
         rows = [s.row for s in states] + [self.pool.scratch_row] * (padded - b)
         rows = self._to_device(torch.tensor(rows, dtype=torch.long))
-        codes = self._codes(blocks, padded, total)
+        # [padded, Q, total]: zero codes fill the padding (valid codes: what padded rows and padded final frames
+        # decode is discarded, it only has to be finite).
+        codes = frames.gather(stacked, batch, padded, total, self._to_device).transpose(1, 2)
         out = torch.empty((b, total * spf), dtype=torch.float32, device=self.device)
         at = 0
         for m in pieces:
@@ -321,35 +321,11 @@ class Qwen3CodecRunner:
             at += m
         return out
 
-    def _codes(self, blocks: list[list[torch.Tensor]], padded: int, total: int) -> torch.Tensor:
-        """Each request's frame pieces -> codes [padded, Q, total] int64 on the device; zero codes fill the
-        padding (valid codes: what padded rows and padded final frames decode is discarded, it only has to be
-        finite)."""
-        q = self.decoder.config.num_quantizers
-        # Each request's pieces then zero frames up to `total`, end to end: [padded * total, q] in ONE concatenation
-        # (a few batched copy kernels) rather than one copy per piece (25 per request in a regular chunk: the
-        # engine pushes a frame a step).
-        pieces = []
-        zeros = torch.zeros((padded * total, q), dtype=torch.long, device=self.device)
-        recorded = set()
-        for block in blocks:
-            count = 0
-            for f in block:
-                if f.device.type == "cuda":
-                    # Made on the caller's stream, read here on the codec stream: keep the allocator from
-                    # handing its memory to someone else before this read has run. Once per underlying tensor:
-                    # the engine's pieces are rows of one step's frames (64 x 25 rows of 25 tensors at c=64).
-                    base = f if f._base is None else f._base
-                    if id(base) not in recorded:
-                        recorded.add(id(base))
-                        f.record_stream(self.stream)
-                else:
-                    f = self._to_device(f)
-                pieces.append(f if f.dtype == torch.long else f.to(torch.long))
-                count += f.shape[0]
-            if count < total:                   # a final chunk padded to its bucket
-                pieces.append(zeros[: total - count])
-        if padded > len(blocks):                # padding rows of the batch bucket
-            pieces.append(zeros[: (padded - len(blocks)) * total])
-        buf = torch.cat(pieces).view(padded, total, q)
-        return buf.transpose(1, 2)
+    def _stack(self, sources: list[torch.Tensor]) -> torch.Tensor:
+        """A call's frame sources end to end on the device, a zero row last (frame_rows.stack_sources)."""
+        for s in sources:
+            if s.device.type == "cuda":
+                # Made on the caller's stream, read here on the codec stream: keep the allocator from handing its
+                # memory to someone else before this read has run.
+                s.record_stream(self.stream)
+        return stack_sources(sources, self.decoder.config.num_quantizers, self.device, self._to_device)
