@@ -49,3 +49,42 @@ def test_the_cap_leaves_the_allocator_the_limit_less_what_is_outside_it(fake_cud
 def test_a_cap_on_a_cpu_engine_is_refused_before_anything_loads(tmp_path):
     with pytest.raises(ValueError, match="needs a CUDA device"):
         EngineCore.from_config(EngineConfig(model=str(tmp_path / "absent"), gpu_memory_limit_bytes=8 * GB))
+
+
+@pytest.fixture
+def fake_stack(monkeypatch):
+    """The runtime's stack limit stood in for: the local memory outside the allocator follows it (1 MB a byte)."""
+    state = dict(limit=5344, sets=[])
+    monkeypatch.setattr(gpu_memory, "stack_limit_bytes", lambda: state["limit"])
+
+    def set_limit(value):
+        state["sets"].append(value)
+        state["limit"] = value
+        return True
+    monkeypatch.setattr(gpu_memory, "set_stack_limit_bytes", set_limit)
+    monkeypatch.setattr(gpu_memory, "outside_allocator_bytes", lambda device: state["limit"] * 10 ** 6)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    return state
+
+
+def test_a_grown_stack_limit_is_put_back_and_what_it_freed_is_reported(fake_stack):
+    got = gpu_memory.shrink_stack_to(torch.device("cuda", 0), 1024)
+    assert fake_stack["sets"] == [1024]
+    assert got == {"from": 5344, "to": 1024, "freed_bytes": (5344 - 1024) * 10 ** 6}
+
+
+def test_a_stack_limit_that_did_not_grow_or_is_unknown_is_left_alone(fake_stack):
+    assert gpu_memory.shrink_stack_to(torch.device("cuda", 0), 5344) is None          # not grown
+    assert gpu_memory.shrink_stack_to(torch.device("cuda", 0), None) is None          # not read before
+    assert gpu_memory.shrink_stack_to(torch.device("cpu"), 1024) is None              # no GPU
+    fake_stack["limit"] = None                                                        # the runtime not found
+    assert gpu_memory.shrink_stack_to(torch.device("cuda", 0), 1024) is None
+    assert fake_stack["sets"] == []
+
+
+def test_without_a_cuda_runtime_the_stack_calls_say_so():
+    """On this CPU machine there is no libcudart in the process (or it is PyTorch's CPU build): None / False,
+    never an exception."""
+    if gpu_memory._cudart() is not None:
+        pytest.skip("a CUDA runtime is loaded in this process")
+    assert gpu_memory.stack_limit_bytes() is None and gpu_memory.set_stack_limit_bytes(1024) is False

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Session 20 call 2. `bash benchmarks/scripts/stamp_tree.sh` first; `git archive b8bdba5 voxflow -o .old_voxflow.tar`
 # (the engine before FrameRows, for the A/B); carry [".whl", ".device_tree", ".old_voxflow.tar"]; one archive back.
-# About 520 s:
+# About 560 s:
 #  1. the GPU tests (the codec stage now hands the codec rows of its steps' frames: engine/frame_rows.py);
 #  2. probe_stack_growth.py, 0.6B with the 2.4 GB pool: which op or kernel grows the per-thread stack limit (call 1:
 #     5,344 B after startup, 1.1 GiB of local memory), whether anything after the load needs more than 1,024 B, and
 #     the allocator's reservation by startup stage;
-#  3. 0.6B c=64 (2.4 GB pool), the engine before FrameRows (b8bdba5) then this tree: the A/B in one call;
+#  3. 0.6B c=64 (2.4 GB pool), the engine before FrameRows (b8bdba5) then this tree, with and without
+#     shrink_stack_after_load (the stack limit back to its value of before the load, before any graph is captured);
 #  4. profile_host_step.py, 0.6B c=64: where the engine thread's host time goes now;
 #  5. HTTP c=64 (1.7B) with this tree.
 set -uo pipefail
@@ -29,6 +30,7 @@ small() {   # LABEL [ARGS]: bench_small_8gb with a 2.4 GB pool and a step trace
 }
 (cd /tmp/old && small before_frame_rows)      # the old package first on sys.path (the working directory)
 small frame_rows
+small frame_rows_no_shrink --engine-arg shrink_stack_after_load=false
 gzip -f $R/steps_0p6b_*.jsonl
 python3 benchmarks/scripts/profile_host_step.py /tmp/real-0.6b 64 200 kv_cache_bytes=2400000000 codec_max_batch=16 \
   > $R/profile_host_step_0p6b_c64.txt 2>&1

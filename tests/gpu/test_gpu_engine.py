@@ -142,6 +142,30 @@ def test_gpu_memory_limit_caps_the_allocator_and_the_total_is_reported():
         torch.cuda.set_per_process_memory_fraction(1.0)
 
 
+def test_gpu_stack_limit_shrinks_and_frees_its_local_memory():
+    """gpu_memory's stack-limit calls reach the CUDA runtime: growing the per-thread limit by 4 KB makes the driver
+    reserve local memory for every resident thread (outside the allocator), and shrink_stack_to gives it back and
+    says how much; an engine (which shrinks the limit after its load, before its graphs) serves the reference's
+    codes."""
+    from voxflow.engine.gpu_memory import outside_allocator_bytes, set_stack_limit_bytes, shrink_stack_to, \
+        stack_limit_bytes
+    device = torch.device("cuda", torch.cuda.current_device())
+    start = stack_limit_bytes()
+    assert start is not None and start > 0
+    props = torch.cuda.get_device_properties(device)
+    threads = props.multi_processor_count * props.max_threads_per_multi_processor
+    torch.cuda.synchronize()
+    before = outside_allocator_bytes(device)
+    assert set_stack_limit_bytes(start + 4096) and stack_limit_bytes() >= start + 4096
+    torch.cuda.synchronize()
+    grown = outside_allocator_bytes(device) - before
+    assert grown >= 4096 * threads * 0.9, (grown, threads)
+    shrunk = shrink_stack_to(device, start)
+    assert shrunk is not None and shrunk["to"] == start and stack_limit_bytes() == start
+    assert shrunk["freed_bytes"] >= 0.9 * grown, (shrunk, grown)
+    assert_equals_reference(engine_codes("float32", texts=TEXTS[:2]), TEXTS[:2])
+
+
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     """qwen3_layer.ONE_ROW_NORM_LINEAR (on by default; set here so the test holds whatever the default): one
     request alone, so the talker's layers run at one row with their norms folded into q|k|v and gate|up: the

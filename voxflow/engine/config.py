@@ -24,6 +24,9 @@ class EngineConfig:
                                                # context holds when the engine starts (what the context adds later
                                                # is reported, not capped: gpu_memory.py); a default KV pool is
                                                # sized under it; applied by from_config; None: no cap
+    shrink_stack_after_load: bool = True       # on a GPU: the per-thread stack limit back to its value before the
+                                               # load once the load is done (the local memory a one-off kernel of
+                                               # the load made the driver reserve for good: gpu_memory.py)
     kv_reserve_frames: int = 0                 # admit a request only with KV room for every request's next this
                                                # many frames (scheduler.py); 0: admit on the prompt alone
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)

@@ -32,7 +32,8 @@ from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_block
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
-from .gpu_memory import limit_allocator, memory_stats, outside_allocator_bytes, room_within
+from .gpu_memory import (limit_allocator, memory_stats, outside_allocator_bytes, room_within, shrink_stack_to,
+                         stack_limit_bytes)
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
@@ -270,9 +271,15 @@ class EngineCore:
             options["codec_max_batch"] = config.codec_max_batch
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
+        stack = stack_limit_bytes() if device.type == "cuda" and config.shrink_stack_after_load else None
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
                                        max_slots=config.max_num_seqs, **options)
+        # A kernel of the load's one-off work may have grown the driver's local-memory reservation for good
+        # (gpu_memory.py); back to the limit of before, while no graph is captured yet.
+        shrunk = shrink_stack_to(device, stack)
         core = cls(model, codec, config)
+        if shrunk is not None:
+            core.startup["stack_limit_shrunk"] = shrunk
         if before_weights is not None:              # the stages _warm_up recorded, after the context's own share
             stages = core.startup.get("gpu_memory_outside_allocator_by_stage", {})
             core.startup["gpu_memory_outside_allocator_by_stage"] = {"context": before_weights, **stages}

@@ -66,3 +66,61 @@ def limit_allocator(device: torch.device, limit_bytes: int) -> int:
     index = device.index if device.index is not None else torch.cuda.current_device()    # the call needs one
     torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), index)
     return budget
+
+
+# ---- the per-thread stack limit: the driver's local-memory reservation ------------------------------------------
+# The driver reserves local memory once per context: the largest per-thread stack any launched kernel has needed,
+# for every thread the GPU can hold at once (on an H200 132 SMs x 2,048 threads), and it never shrinks on its own.
+# One kernel that needs ~5 KB a thread holds ~1.1 GiB from then on (session 20 call 1, the 0.6B engine: grown while
+# the weights loaded and the codec's fp16 check ran). Setting the limit back releases it. PyTorch has no call for
+# it, so the CUDA runtime PyTorch loaded is called directly (found in the process's memory map).
+STACK_SIZE_LIMIT = 0            # cudaLimitStackSize
+_runtime: list = []             # [the runtime library, or None where it cannot be found], once looked up
+
+
+def _cudart():
+    if not _runtime:
+        import ctypes
+        lib = None
+        try:
+            with open("/proc/self/maps") as f:
+                paths = sorted({line.split()[-1] for line in f if "libcudart.so" in line})
+            lib = ctypes.CDLL(paths[0]) if paths else None
+        except OSError:
+            lib = None
+        _runtime.append(lib)
+    return _runtime[0]
+
+
+def stack_limit_bytes() -> int | None:
+    """The current device's per-thread stack limit, or None where the CUDA runtime cannot be reached."""
+    import ctypes
+    lib = _cudart()
+    if lib is None:
+        return None
+    value = ctypes.c_size_t()
+    return value.value if lib.cudaDeviceGetLimit(ctypes.byref(value), STACK_SIZE_LIMIT) == 0 else None
+
+
+def set_stack_limit_bytes(value: int) -> bool:
+    """Set the current device's per-thread stack limit (the driver resizes its local-memory reservation to it);
+    True when it was set. Only before CUDA graphs are captured: graphs captured before hold the old reservation
+    (a replay after the reset failed with an unspecified launch failure, session 20 call 1)."""
+    import ctypes
+    lib = _cudart()
+    return lib is not None and lib.cudaDeviceSetLimit(STACK_SIZE_LIMIT, ctypes.c_size_t(value)) == 0
+
+
+def shrink_stack_to(device: torch.device, value: int | None) -> dict | None:
+    """Put the stack limit back to `value` (read before a one-off step that grew it) when it grew; returns what was
+    done for the startup record ({"from", "to", "freed_bytes"}), None when nothing was."""
+    if value is None or device.type != "cuda":
+        return None
+    grown = stack_limit_bytes()
+    if grown is None or grown <= value:
+        return None
+    torch.cuda.synchronize(device)
+    before = outside_allocator_bytes(device)
+    if not set_stack_limit_bytes(value):
+        return None
+    return {"from": grown, "to": value, "freed_bytes": before - outside_allocator_bytes(device)}
