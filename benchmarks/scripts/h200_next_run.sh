@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Prepared at the end of session 20 for the next call (NOT YET RUN; rename it to the session's run name once it has
+# run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
+# ".device_tree"]; one archive back (r.tgz). About 250 s:
+#  1. probe_allocations.py, 0.6B (2.4 GB pool, codec calls of <= 16), now by pool AND stream, three voxflow frames a
+#     site, and the allocator's snapshot dumped for study here: session 20 call 3 found ~870 MiB reserved but free in
+#     the default pool (warm-up runs on a stream of their own per decode capture?), 640 MiB of live q|k|v outputs
+#     (20 blocks of 32 MiB, qwen3_layer.py:84 / :215) and a 1.2 GiB graph pool (the codec's, by creation order?);
+#  2. the GPU tests of the engine and the codec (session 20's runs of them were cut at 200 s by Triton's JIT on
+#     fresh machines: codec in call 2, engine in call 3 passed).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+device_setup /tmp/r
+archive_results
+small_checkpoint_bg
+wait $CK6
+python3 benchmarks/scripts/probe_allocations.py /tmp/real-0.6b 64 --dump $R/allocations_0p6b.pickle \
+  kv_cache_bytes=2400000000 codec_max_batch=16 2>&1 | grep -v Warning | tee $R/probe_allocations.txt | tail -80
+gzip -f $R/allocations_0p6b.pickle
+echo "  at ${SECONDS}s"
+gpu_tests 300 tests/gpu/test_gpu_engine.py tests/gpu/test_gpu_codec.py
+echo "done at ${SECONDS}s"
