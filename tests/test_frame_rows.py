@@ -24,8 +24,11 @@ def test_rows_name_each_source_once_and_pick_the_right_frames():
     want = [torch.stack([steps[0][1], steps[1][1], steps[2][1]]),
             torch.cat([steps[0][3:4], block[2:5]]),
             steps[2][0:2]]
-    for got, w in zip(fr.tensors(), want):
-        assert torch.equal(got, w)
+    got = fr.tensors()
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert got[2].data_ptr() == steps[2].data_ptr()             # one piece: a view, no copy
+    assert FrameRows.of_pieces([[]]).tensors()[0].shape == (0, 0)   # a request without frames
 
 
 def test_gather_pads_frames_and_requests_with_zero_codes():

@@ -1,11 +1,15 @@
-"""engine/gpu_memory.py: the whole-footprint figures and the allocator cap, with the CUDA queries stood in for (the
-real ones run in tests/gpu/test_gpu_engine.py)."""
+"""engine/gpu_memory.py: the whole-footprint figures, the allocator cap and the stack limit, with the CUDA queries
+stood in for (the real ones run in tests/gpu/test_gpu_engine.py)."""
+import os
+
 import pytest
 import torch
 
 from voxflow.engine import gpu_memory
 from voxflow.engine.config import EngineConfig
 from voxflow.engine.engine import EngineCore
+
+TINY = os.environ.get("VOXFLOW_TINY_DIR", "")           # conftest.py writes the tiny checkpoints
 
 GB = 10 ** 9
 
@@ -55,10 +59,10 @@ def test_a_cap_on_a_cpu_engine_is_refused_before_anything_loads(tmp_path):
 def fake_stack(monkeypatch):
     """The runtime's stack limit stood in for: the local memory outside the allocator follows it (1 MB a byte)."""
     state = dict(limit=5344, sets=[])
-    monkeypatch.setattr(gpu_memory, "stack_limit_bytes", lambda: state["limit"])
+    monkeypatch.setattr(gpu_memory, "stack_limit_bytes", lambda device: state["limit"])
 
-    def set_limit(value):
-        state["sets"].append(value)
+    def set_limit(device, value):
+        state["sets"].append((device, value))
         state["limit"] = value
         return True
     monkeypatch.setattr(gpu_memory, "set_stack_limit_bytes", set_limit)
@@ -68,8 +72,8 @@ def fake_stack(monkeypatch):
 
 
 def test_a_grown_stack_limit_is_put_back_and_what_it_freed_is_reported(fake_stack):
-    got = gpu_memory.shrink_stack_to(torch.device("cuda", 0), 1024)
-    assert fake_stack["sets"] == [1024]
+    got = gpu_memory.shrink_stack_to(torch.device("cuda", 1), 1024)
+    assert fake_stack["sets"] == [(torch.device("cuda", 1), 1024)]          # on the engine's device
     assert got == {"from": 5344, "to": 1024, "freed_bytes": (5344 - 1024) * 10 ** 6}
 
 
@@ -82,9 +86,59 @@ def test_a_stack_limit_that_did_not_grow_or_is_unknown_is_left_alone(fake_stack)
     assert fake_stack["sets"] == []
 
 
-def test_without_a_cuda_runtime_the_stack_calls_say_so():
-    """On this CPU machine there is no libcudart in the process (or it is PyTorch's CPU build): None / False,
-    never an exception."""
-    if gpu_memory._cudart() is not None:
-        pytest.skip("a CUDA runtime is loaded in this process")
-    assert gpu_memory.stack_limit_bytes() is None and gpu_memory.set_stack_limit_bytes(1024) is False
+def test_without_a_cuda_runtime_or_when_it_fails_the_stack_calls_say_so(monkeypatch):
+    """No runtime found: None / False. A runtime whose calls fail (a CUDA build on a host without a GPU): the same,
+    never an exception or a made-up value; and the calls go to the engine's device."""
+    cuda0 = torch.device("cuda", 0)
+    monkeypatch.setattr(gpu_memory, "_runtime", [None])
+    assert gpu_memory.stack_limit_bytes(cuda0) is None and gpu_memory.set_stack_limit_bytes(cuda0, 1024) is False
+
+    class FailingRuntime:
+        calls = []
+
+        def cudaDeviceGetLimit(self, value, limit):
+            self.calls.append(("get", limit))
+            return 100                                  # cudaErrorNoDevice
+
+        def cudaDeviceSetLimit(self, limit, value):
+            self.calls.append(("set", limit, value))
+            return 100
+    runtime, devices = FailingRuntime(), []
+
+    class OnDevice:                                     # torch.cuda.device, recorded (this torch may have no CUDA)
+        def __init__(self, device):
+            devices.append(device)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+    monkeypatch.setattr(gpu_memory, "_runtime", [runtime])
+    monkeypatch.setattr(torch.cuda, "device", OnDevice)
+    assert gpu_memory.stack_limit_bytes(cuda0) is None
+    assert gpu_memory.set_stack_limit_bytes(cuda0, 1024) is False
+    assert runtime.calls == [("get", 0), ("set", 0, 1024)] and devices == [cuda0, cuda0]
+
+
+def test_the_engine_shrinks_the_stack_after_the_load_and_before_any_capture(monkeypatch):
+    """from_config reads the limit before the load, shrinks it after the load and before the engine's warm-up (where
+    the graphs are captured), and records what it freed; shrink_stack_after_load=False reads nothing."""
+    import voxflow.engine.engine as engine_module
+    import voxflow.models.registry as registry
+    order, sentinel = [], {"from": 5344, "to": 1024, "freed_bytes": 7}
+    monkeypatch.setattr(engine_module, "stack_limit_bytes", lambda device: order.append("read") or 1024)
+    monkeypatch.setattr(engine_module, "shrink_stack_to",
+                        lambda device, value: order.append(("shrink", value)) or (sentinel if value else None))
+    load = registry.load_for_engine
+    monkeypatch.setattr(registry, "load_for_engine", lambda *a, **k: order.append("load") or load(*a, **k))
+    warm = EngineCore._warm_up
+    monkeypatch.setattr(EngineCore, "_warm_up", lambda self: order.append("warm_up") or warm(self))
+    model = os.path.join(TINY, "custom_voice")
+    core = EngineCore.from_config(EngineConfig(model=model, max_num_seqs=2, num_kv_blocks=16))
+    assert order == ["read", "load", ("shrink", 1024), "warm_up"]
+    assert core.startup["stack_limit_shrunk"] == sentinel
+    order.clear()
+    core = EngineCore.from_config(EngineConfig(model=model, max_num_seqs=2, num_kv_blocks=16,
+                                               shrink_stack_after_load=False))
+    assert order == ["load", ("shrink", None), "warm_up"] and "stack_limit_shrunk" not in core.startup

@@ -150,18 +150,18 @@ def test_gpu_stack_limit_shrinks_and_frees_its_local_memory():
     from voxflow.engine.gpu_memory import outside_allocator_bytes, set_stack_limit_bytes, shrink_stack_to, \
         stack_limit_bytes
     device = torch.device("cuda", torch.cuda.current_device())
-    start = stack_limit_bytes()
+    start = stack_limit_bytes(device)
     assert start is not None and start > 0
     props = torch.cuda.get_device_properties(device)
     threads = props.multi_processor_count * props.max_threads_per_multi_processor
     torch.cuda.synchronize()
     before = outside_allocator_bytes(device)
-    assert set_stack_limit_bytes(start + 4096) and stack_limit_bytes() >= start + 4096
+    assert set_stack_limit_bytes(device, start + 4096) and stack_limit_bytes(device) >= start + 4096
     torch.cuda.synchronize()
     grown = outside_allocator_bytes(device) - before
     assert grown >= 4096 * threads * 0.9, (grown, threads)
     shrunk = shrink_stack_to(device, start)
-    assert shrunk is not None and shrunk["to"] == start and stack_limit_bytes() == start
+    assert shrunk is not None and shrunk["to"] == start and stack_limit_bytes(device) == start
     assert shrunk["freed_bytes"] >= 0.9 * grown, (shrunk, grown)
     assert_equals_reference(engine_codes("float32", texts=TEXTS[:2]), TEXTS[:2])
 

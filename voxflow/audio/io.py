@@ -165,8 +165,8 @@ def _as_numpy(wav) -> np.ndarray:
 
 def to_pcm16(wav) -> np.ndarray:
     """Float audio -> int16 samples, clipped to [-1, 1] (NaN becomes silence). One float32 working copy, every step
-    in place (the engine thread converts each chunk of an s16 stream: 2 s, 48,000 samples, ~0.12 ms here against
-    ~0.13 with a new array per step)."""
+    in place: the engine thread converts each chunk of an s16 stream (2 s, 48,000 samples), and a new array per
+    step took ~8% longer on the development machine's CPU."""
     x = np.array(_as_numpy(wav), dtype=np.float32, copy=True)
     np.nan_to_num(x, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
     np.clip(x, -1.0, 1.0, out=x)

@@ -271,7 +271,7 @@ class EngineCore:
             options["codec_max_batch"] = config.codec_max_batch
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
-        stack = stack_limit_bytes() if device.type == "cuda" and config.shrink_stack_after_load else None
+        stack = stack_limit_bytes(device) if config.shrink_stack_after_load else None
         model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
                                        max_slots=config.max_num_seqs, **options)
         # A kernel of the load's one-off work may have grown the driver's local-memory reservation for good
@@ -535,12 +535,15 @@ class EngineCore:
         t0 = time.perf_counter()
         finished, eos = inflight.wait()
         self.timings["wait_decode"] += time.perf_counter() - t0
-        owners: list[str | None] = [None] * len(inflight.seqs)      # the request each row of frames goes to
+        # The request each row of frames goes to: none for one aborted since, or for the extra decode of a request
+        # that finished a step earlier.
+        owners = [live.request.request_id if self.live.get(live.request.request_id) is live and not live.talker_done
+                  else None for live in inflight.seqs]
+        self.codec_exec.push_rows(inflight.frames, owners)
         for i, live in enumerate(inflight.seqs):
-            rid = live.request.request_id
-            if self.live.get(rid) is not live or live.talker_done:
-                continue            # aborted since, or the extra decode of a request that finished a step earlier
-            owners[i] = rid
+            rid = owners[i]
+            if rid is None:
+                continue
             live.frames_out += 1
             if live.first_frame_at is None:
                 live.first_frame_at = time.monotonic()
@@ -549,7 +552,6 @@ class EngineCore:
                 self._release_talker(live)
                 self.codec_exec.finish(rid)
                 self._finishing[rid] = live
-        self.codec_exec.push_rows(inflight.frames, owners)
 
     # ---- outputs ----------------------------------------------------------------------------------------
     def _chunk(self, live: _Live, pcm: np.ndarray, first_frame: int, num_frames: int, index: int) -> AudioChunk:

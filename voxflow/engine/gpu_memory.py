@@ -14,6 +14,8 @@ reported total, so a run shows whether it stayed under.
 """
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 
@@ -79,48 +81,60 @@ _runtime: list = []             # [the runtime library, or None where it cannot 
 
 
 def _cudart():
+    """PyTorch's CUDA runtime, as mapped into this process (the one whose current device PyTorch sets): the
+    libcudart of PyTorch's CUDA major version where several are loaded."""
     if not _runtime:
-        import ctypes
         lib = None
         try:
             with open("/proc/self/maps") as f:
                 paths = sorted({line.split()[-1] for line in f if "libcudart.so" in line})
-            lib = ctypes.CDLL(paths[0]) if paths else None
-        except OSError:
+            major = (torch.version.cuda or "").split(".")[0]
+            ours = [p for p in paths if major and p.endswith(f"libcudart.so.{major}")] or paths
+            if ours:
+                lib = ctypes.CDLL(ours[0])
+                lib.cudaDeviceGetLimit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+                lib.cudaDeviceGetLimit.restype = ctypes.c_int
+                lib.cudaDeviceSetLimit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+                lib.cudaDeviceSetLimit.restype = ctypes.c_int
+        except (OSError, AttributeError):
             lib = None
         _runtime.append(lib)
     return _runtime[0]
 
 
-def stack_limit_bytes() -> int | None:
-    """The current device's per-thread stack limit, or None where the CUDA runtime cannot be reached."""
-    import ctypes
-    lib = _cudart()
+def stack_limit_bytes(device: torch.device) -> int | None:
+    """`device`'s per-thread stack limit, or None where there is none to read (not a CUDA device, or the CUDA
+    runtime cannot be reached)."""
+    lib = _cudart() if device.type == "cuda" else None
     if lib is None:
         return None
     value = ctypes.c_size_t()
-    return value.value if lib.cudaDeviceGetLimit(ctypes.byref(value), STACK_SIZE_LIMIT) == 0 else None
+    with torch.cuda.device(device):          # the runtime's limits are its current device's
+        rc = lib.cudaDeviceGetLimit(ctypes.byref(value), STACK_SIZE_LIMIT)
+    return value.value if rc == 0 else None
 
 
-def set_stack_limit_bytes(value: int) -> bool:
-    """Set the current device's per-thread stack limit (the driver resizes its local-memory reservation to it);
-    True when it was set. Only before CUDA graphs are captured: graphs captured before hold the old reservation
-    (a replay after the reset failed with an unspecified launch failure, session 20 call 1)."""
-    import ctypes
+def set_stack_limit_bytes(device: torch.device, value: int) -> bool:
+    """Set `device`'s per-thread stack limit (the driver resizes its local-memory reservation to it); True when it
+    was set. Only before CUDA graphs are captured: graphs captured before hold the old reservation (a replay after
+    the reset failed with an unspecified launch failure, session 20 call 1)."""
     lib = _cudart()
-    return lib is not None and lib.cudaDeviceSetLimit(STACK_SIZE_LIMIT, ctypes.c_size_t(value)) == 0
+    if lib is None:
+        return False
+    with torch.cuda.device(device):
+        return lib.cudaDeviceSetLimit(STACK_SIZE_LIMIT, value) == 0
 
 
 def shrink_stack_to(device: torch.device, value: int | None) -> dict | None:
-    """Put the stack limit back to `value` (read before a one-off step that grew it) when it grew; returns what was
-    done for the startup record ({"from", "to", "freed_bytes"}), None when nothing was."""
+    """Put `device`'s stack limit back to `value` (read before a one-off step that grew it) when it grew; returns
+    what was done for the startup record ({"from", "to", "freed_bytes"}), None when nothing was."""
     if value is None or device.type != "cuda":
         return None
-    grown = stack_limit_bytes()
+    grown = stack_limit_bytes(device)
     if grown is None or grown <= value:
         return None
     torch.cuda.synchronize(device)
     before = outside_allocator_bytes(device)
-    if not set_stack_limit_bytes(value):
+    if not set_stack_limit_bytes(device, value):
         return None
     return {"from": grown, "to": value, "freed_bytes": before - outside_allocator_bytes(device)}
