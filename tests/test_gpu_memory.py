@@ -142,3 +142,27 @@ def test_the_engine_shrinks_the_stack_after_the_load_and_before_any_capture(monk
     core = EngineCore.from_config(EngineConfig(model=model, max_num_seqs=2, num_kv_blocks=16,
                                                shrink_stack_after_load=False))
     assert order == ["load", ("shrink", None), "warm_up"] and "stack_limit_shrunk" not in core.startup
+
+
+def test_the_runtime_is_the_libcudart_of_pytorchs_cuda_major(monkeypatch):
+    """Where an extension has mapped another libcudart beside PyTorch's, the one of PyTorch's CUDA major is used
+    (the versioned file name a symlink resolves to counts), and its argument types are declared."""
+    import io
+    maps = ("7f00-7f01 r-xp 0 08:01 1 /x/ext/lib/libcudart.so.12.8.90\n"
+            "7f02-7f03 r-xp 0 08:01 2 /x/nvidia/cu13/lib/libcudart.so.13.0.96\n"
+            "7f04-7f05 r-xp 0 08:01 3 /usr/lib/libc.so.6\n")
+    monkeypatch.setattr(gpu_memory, "open", lambda path: io.StringIO(maps), raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    loaded = []
+
+    class Lib:
+        def __init__(self, path):
+            loaded.append(path)
+            self.cudaDeviceGetLimit = type("F", (), {})()
+            self.cudaDeviceSetLimit = type("F", (), {})()
+    monkeypatch.setattr(gpu_memory.ctypes, "CDLL", Lib)
+    monkeypatch.setattr(gpu_memory, "_runtime", [])
+    lib = gpu_memory._cudart()
+    assert loaded == ["/x/nvidia/cu13/lib/libcudart.so.13.0.96"]
+    assert lib.cudaDeviceSetLimit.argtypes[1] is gpu_memory.ctypes.c_size_t
+    assert gpu_memory._cudart() is lib                              # looked up once

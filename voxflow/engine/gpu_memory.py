@@ -89,7 +89,8 @@ def _cudart():
             with open("/proc/self/maps") as f:
                 paths = sorted({line.split()[-1] for line in f if "libcudart.so" in line})
             major = (torch.version.cuda or "").split(".")[0]
-            ours = [p for p in paths if major and p.endswith(f"libcudart.so.{major}")] or paths
+            # (the mapped file may be the versioned one a symlink names: libcudart.so.13.0.96)
+            ours = [p for p in paths if major and p.rsplit("/", 1)[-1].startswith(f"libcudart.so.{major}")] or paths
             if ours:
                 lib = ctypes.CDLL(ours[0])
                 lib.cudaDeviceGetLimit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
