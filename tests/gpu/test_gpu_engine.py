@@ -166,6 +166,18 @@ def test_gpu_stack_limit_shrinks_and_frees_its_local_memory():
     assert_equals_reference(engine_codes("float32", texts=TEXTS[:2]), TEXTS[:2])
 
 
+def test_gpu_decode_captures_warm_up_on_one_stream(monkeypatch):
+    """Every decode graph's warm-up runs on the runner's one side stream (a new stream per capture kept a cuBLAS
+    workspace and a block cache each: graph_runner.warm_then_capture), and the codes stay the reference's."""
+    import voxflow.engine.graph_runner as graph_runner
+    sides, real = [], graph_runner.warm_then_capture
+    monkeypatch.setattr(graph_runner, "warm_then_capture",
+                        lambda run, pool, side=None: (sides.append(side), real(run, pool, side))[1])
+    got = engine_codes("float32", texts=TEXTS[:1])
+    assert len(sides) > 1 and isinstance(sides[0], torch.cuda.Stream) and all(s is sides[0] for s in sides)
+    assert_equals_reference(got, TEXTS[:1])
+
+
 def test_gpu_one_row_norm_linear_layers_equal_cpu_reference(monkeypatch):
     """qwen3_layer.ONE_ROW_NORM_LINEAR (on by default; set here so the test holds whatever the default): one
     request alone, so the talker's layers run at one row with their norms folded into q|k|v and gate|up: the
