@@ -19,7 +19,7 @@ def test_rows_name_each_source_once_and_pick_the_right_frames():
     requests = [[(steps[0], 1, 1), (steps[1], 1, 1), (steps[2], 1, 1)],     # one row of three steps
                 [(steps[0], 3, 1), (block, 2, 3)],                         # a row, then a slice of a block
                 [(steps[2], 0, 2)]]                                        # two rows of one source
-    fr = FrameRows.of_pieces(requests)
+    fr = FrameRows(requests)
     assert len(fr.sources) == 4 and fr.counts() == [3, 4, 2]
     want = [torch.stack([steps[0][1], steps[1][1], steps[2][1]]),
             torch.cat([steps[0][3:4], block[2:5]]),
@@ -28,12 +28,12 @@ def test_rows_name_each_source_once_and_pick_the_right_frames():
     for g, w in zip(got, want):
         assert torch.equal(g, w)
     assert got[2].data_ptr() == steps[2].data_ptr()             # one piece: a view, no copy
-    assert FrameRows.of_pieces([[]]).tensors()[0].shape == (0, 0)   # a request without frames
+    assert FrameRows([[]]).tensors()[0].shape == (0, 0)   # a request without frames
 
 
 def test_gather_pads_frames_and_requests_with_zero_codes():
     steps = [step(k) for k in range(2)]
-    fr = FrameRows.of_pieces([[(steps[0], 0, 1), (steps[1], 0, 1)], [(steps[1], 2, 1)], [(steps[0], 3, 1)]])
+    fr = FrameRows([[(steps[0], 0, 1), (steps[1], 0, 1)], [(steps[1], 2, 1)], [(steps[0], 3, 1)]])
     stacked = stack_sources(fr.sources, 16, torch.device("cpu"), lambda t: t)
     assert stacked.shape == (9, 16) and not stacked[-1].any()              # the zero row last
     out = fr.gather(stacked, [1, 0], padded=4, length=3, index_to_device=lambda t: t)

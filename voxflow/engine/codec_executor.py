@@ -212,7 +212,7 @@ class CodecExecutor:
 
     def _decode(self, group: list[CodecStream], frames: list[list[Piece]], final: list[bool], when: dict):
         states = [s.state for s in group]
-        rows = FrameRows.of_pieces(frames)
+        rows = FrameRows(frames)
         if hasattr(self.codec, "decode_async"):
             return self.codec.decode_async(states, rows, final=final, **when)
         # A plain CodecModel takes one [n, 16] tensor per request.

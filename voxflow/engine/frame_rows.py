@@ -11,7 +11,6 @@ A piece is (source tensor [r, Q], start row, row count), a slice of the source t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -19,47 +18,33 @@ import torch
 Piece = tuple[torch.Tensor, int, int]
 
 
-@dataclass
 class FrameRows:
-    """sources: the distinct source tensors [r_k, Q], in first use order; rows[i]: request i's frames as row numbers
-    into the sources stacked end to end (`torch.cat(sources)`), in order; pieces[i]: the same as its pieces (what
-    `tensors` slices)."""
-    sources: list[torch.Tensor]
-    rows: list[list[int]]
-    pieces: list[list[Piece]]
+    """Per request its frames as pieces, in order. sources: the distinct source tensors [r_k, Q], in first use order
+    (each listed once however many pieces use it); a piece's rows are numbered into the sources stacked end to end
+    (`stack_sources`), which is what `gather` reads."""
 
-    @classmethod
-    def of_pieces(cls, requests: Sequence[Sequence[Piece]]) -> "FrameRows":
-        """Per request its pieces in order -> FrameRows (each source listed once however many pieces use it)."""
-        sources: list[torch.Tensor] = []
-        offset_of: dict[int, int] = {}
+    def __init__(self, pieces: Sequence[Sequence[Piece]]):
+        self.pieces = [list(p) for p in pieces]
+        self.sources: list[torch.Tensor] = []
+        self._offset: dict[int, int] = {}                   # id(source) -> its first row in the stack
         stacked = 0
-        rows = []
-        for pieces in requests:
-            numbers: list[int] = []
-            for source, start, count in pieces:
-                offset = offset_of.get(id(source))
-                if offset is None:
-                    offset = offset_of[id(source)] = stacked
-                    sources.append(source)
+        for request in self.pieces:
+            for source, _, _ in request:
+                if id(source) not in self._offset:
+                    self._offset[id(source)] = stacked
+                    self.sources.append(source)
                     stacked += source.shape[0]
-                if count == 1:
-                    numbers.append(offset + start)
-                else:
-                    numbers.extend(range(offset + start, offset + start + count))
-            rows.append(numbers)
-        return cls(sources, rows, [list(p) for p in requests])
 
     @classmethod
     def of_tensors(cls, requests: Sequence[Sequence[torch.Tensor]]) -> "FrameRows":
         """Per request its frames as whole tensors in order (each [n, Q])."""
-        return cls.of_pieces([[(t, 0, t.shape[0]) for t in pieces] for pieces in requests])
+        return cls([[(t, 0, t.shape[0]) for t in pieces] for pieces in requests])
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.pieces)
 
     def counts(self) -> list[int]:
-        return [len(r) for r in self.rows]
+        return [sum(count for _, _, count in request) for request in self.pieces]
 
     def tensors(self) -> list[torch.Tensor]:
         """Per request its frames as one [n, Q] tensor (for codecs that take plain tensors): a view of its one piece,
@@ -82,11 +67,17 @@ class FrameRows:
         zero = stacked.shape[0] - 1
         flat: list[int] = []
         for i in requests:
-            numbers = self.rows[i]
-            if len(numbers) > length:
-                raise ValueError(f"request {i} has {len(numbers)} frames, more than {length}")
-            flat.extend(numbers)
-            flat.extend([zero] * (length - len(numbers)))
+            before = len(flat)
+            for source, start, count in self.pieces[i]:
+                first = self._offset[id(source)] + start
+                if count == 1:
+                    flat.append(first)
+                else:
+                    flat.extend(range(first, first + count))
+            n = len(flat) - before
+            if n > length:
+                raise ValueError(f"request {i} has {n} frames, more than {length}")
+            flat.extend([zero] * (length - n))
         flat.extend([zero] * ((padded - len(requests)) * length))
         index = index_to_device(torch.tensor(flat, dtype=torch.long))
         return stacked.index_select(0, index).view(padded, length, stacked.shape[1])
