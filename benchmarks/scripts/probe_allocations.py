@@ -14,9 +14,7 @@ from collections import defaultdict
 
 import torch
 
-from voxflow.bench.offline import parse_engine_args
-from voxflow.engine.engine import EngineConfig, EngineCore
-from voxflow.engine.request import SamplingOptions, SpeechRequest
+from probe_common import add_requests, build_engine
 
 MIB = 2 ** 20
 
@@ -67,14 +65,9 @@ def main() -> None:
         dump = rest[at + 1]
         del rest[at:at + 2]
     torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
-    cfg = dict(model=model, device="cuda", dtype="bfloat16", max_num_seqs=concurrency)
-    cfg.update(parse_engine_args(rest))
-    core = EngineCore.from_config(EngineConfig(**cfg))
+    core = build_engine(model, concurrency, rest)
     summarize("after startup")
-    for i in range(concurrency):
-        core.add_request(SpeechRequest(text="Hello there, this is a sentence of ordinary length.", voice="vivian",
-                                       request_id=str(i),
-                                       sampling=SamplingOptions(max_new_tokens=80, ignore_eos=True)))
+    add_requests(core, concurrency, 80)
     for _ in range(40):                                # past the prefills and a wave of codec chunks
         core.step()
     summarize("serving 64 requests, 40 steps in")

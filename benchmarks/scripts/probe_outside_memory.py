@@ -10,35 +10,16 @@ In one fresh process, the memory outside the allocator (driver's used - allocato
 
     python benchmarks/scripts/probe_outside_memory.py MODEL_DIR CONCURRENCY [KEY=VALUE engine args]
 """
-import ctypes
 import gc
 import sys
 
 import torch
 import torch.nn.functional as F
 
-from voxflow.bench.offline import parse_engine_args
-from voxflow.engine.engine import EngineConfig, EngineCore
-from voxflow.engine.gpu_memory import outside_allocator_bytes
-from voxflow.engine.request import SamplingOptions, SpeechRequest
+from probe_common import add_requests, build_engine
+from voxflow.engine.gpu_memory import outside_allocator_bytes, set_stack_limit_bytes, stack_limit_bytes
 
 MIB = 2 ** 20
-STACK_SIZE = 0          # cudaLimitStackSize
-
-
-def cudart() -> ctypes.CDLL:
-    """The CUDA runtime this process already loaded (torch's), found in its memory map."""
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "libcudart" in line}
-    if not paths:
-        raise RuntimeError("libcudart is not loaded")
-    return ctypes.CDLL(sorted(paths)[0])
-
-
-def stack_limit(rt: ctypes.CDLL) -> int:
-    value = ctypes.c_size_t()
-    assert rt.cudaDeviceGetLimit(ctypes.byref(value), STACK_SIZE) == 0
-    return value.value
 
 
 def report(label: str, device: torch.device) -> None:
@@ -51,12 +32,10 @@ def report(label: str, device: torch.device) -> None:
 
 def main() -> None:
     model, concurrency = sys.argv[1], int(sys.argv[2])
-    extra = parse_engine_args(sys.argv[3:])
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())
     torch.zeros(1, device=device)
     report("1. context", device)
-    rt = cudart()
-    print(f"   stack limit {stack_limit(rt)} B per thread", flush=True)
+    print(f"   stack limit {stack_limit_bytes(device)} B per thread", flush=True)
     a = torch.randn(256, 1024, device=device, dtype=torch.bfloat16)
     _ = a @ a.T
     report("2. + bf16 matmul", device)
@@ -66,23 +45,18 @@ def main() -> None:
     _ = F.conv_transpose1d(x, w.transpose(0, 1).contiguous()[:, :256], stride=2)
     report("3. + fp32 conv1d / conv_transpose1d", device)
     del a, x, w, _
-    cfg = dict(model=model, device="cuda", dtype="bfloat16", max_num_seqs=concurrency)
-    cfg.update(extra)
-    core = EngineCore.from_config(EngineConfig(**cfg))
+    core = build_engine(model, concurrency, sys.argv[3:])
     for name, value in core.startup.get("gpu_memory_outside_allocator_by_stage", {}).items():
         print(f"   4. startup stage {name:30s} outside {value / MIB:8.0f} MiB", flush=True)
     report("4. + engine startup", device)
-    print(f"   stack limit {stack_limit(rt)} B per thread", flush=True)
-    err = rt.cudaDeviceSetLimit(STACK_SIZE, ctypes.c_size_t(1024))
-    report(f"5. stack limit reset to 1024 B (rc {err})", device)
-    for i in range(concurrency):
-        core.add_request(SpeechRequest(text="Hello there, this is a sentence of ordinary length.", voice="vivian",
-                                       request_id=str(i),
-                                       sampling=SamplingOptions(max_new_tokens=60, ignore_eos=True)))
+    print(f"   stack limit {stack_limit_bytes(device)} B per thread", flush=True)
+    ok = set_stack_limit_bytes(device, 1024)
+    report(f"5. stack limit reset to 1024 B (set: {ok})", device)
+    add_requests(core, concurrency, 60)
     while core.has_work():
         core.step()
     report(f"6. + {concurrency} requests served", device)
-    print(f"   stack limit {stack_limit(rt)} B per thread", flush=True)
+    print(f"   stack limit {stack_limit_bytes(device)} B per thread", flush=True)
     del core
     gc.collect()
     torch.cuda.empty_cache()

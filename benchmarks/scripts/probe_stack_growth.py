@@ -4,13 +4,13 @@ Session 20 call 1: the limit stood at 5,344 B per thread after the engine's star
 to 1,024 freed 1.1 GiB (the reservation is that stack for every thread the GPU can hold at once). It grew while the
 weights loaded and the codec's fp16 check ran. This runs the engine's startup with every aten op and every Triton
 launch followed by a read of the limit, and prints the op or kernel after which it grew. After the load (weights and
-codec check) it resets the limit to 1,024 B, so growth during graph capture, warm-up and serving shows separately.
+codec check) it resets the limit to 1,024 B, so growth during graph capture, warm-up and serving shows separately
+(the engine now does that itself, `shrink_stack_after_load`: then this reset finds nothing left to shrink).
 At each of the engine's startup stages it also prints the allocator's reservation and peak of tensors (what the
 other ~7 GiB of the 0.6B configuration's footprint is made of).
 
     python benchmarks/scripts/probe_stack_growth.py MODEL_DIR CONCURRENCY [KEY=VALUE engine args]
 """
-import ctypes
 import sys
 
 import torch
@@ -19,33 +19,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import voxflow.engine.engine as engine_module
 import voxflow.models.registry as registry
-from voxflow.bench.offline import parse_engine_args
-from voxflow.engine.engine import EngineConfig, EngineCore
-from voxflow.engine.gpu_memory import outside_allocator_bytes
-from voxflow.engine.request import SamplingOptions, SpeechRequest
+from probe_common import add_requests, build_engine
+from voxflow.engine.gpu_memory import outside_allocator_bytes, shrink_stack_to, stack_limit_bytes
 
-STACK_SIZE = 0          # cudaLimitStackSize
 MIB = 2 ** 20
-
-
-def cudart() -> ctypes.CDLL:
-    """The CUDA runtime this process already loaded (torch's), found in its memory map."""
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "libcudart" in line}
-    return ctypes.CDLL(sorted(paths)[0])
 
 
 class Watch:
     def __init__(self):
-        torch.zeros(1, device="cuda")
-        self.rt = cudart()
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        torch.zeros(1, device=self.device)
         self.last = self.limit()
         self.where = "start"
 
     def limit(self) -> int:
-        value = ctypes.c_size_t()
-        assert self.rt.cudaDeviceGetLimit(ctypes.byref(value), STACK_SIZE) == 0
-        return value.value
+        return stack_limit_bytes(self.device)
 
     def check(self, what) -> None:
         now = self.limit()
@@ -55,12 +43,9 @@ class Watch:
             self.last = now
 
     def reset(self, label: str) -> None:
-        torch.cuda.synchronize()
-        before = outside_allocator_bytes(torch.device("cuda"))
-        rc = self.rt.cudaDeviceSetLimit(STACK_SIZE, ctypes.c_size_t(1024))
-        after = outside_allocator_bytes(torch.device("cuda"))
-        print(f"{label}: stack {self.last} -> 1024 B (rc {rc}); outside the allocator {before / MIB:.0f} -> "
-              f"{after / MIB:.0f} MiB", flush=True)
+        shrunk = shrink_stack_to(self.device, 1024)
+        freed = f"{shrunk['freed_bytes'] / MIB:.0f} MiB freed" if shrunk else "nothing to shrink"
+        print(f"{label}: stack {self.last} -> 1024 B; {freed} outside the allocator", flush=True)
         self.last = self.limit()
 
 
@@ -107,23 +92,18 @@ def main() -> None:
               f" peak of tensors {torch.cuda.max_memory_allocated(device) / MIB:.0f} MiB", flush=True)
         return value
     engine_module.outside_allocator_bytes = outside_and_reserved
-    cfg = dict(model=model, device="cuda", dtype="bfloat16", max_num_seqs=concurrency)
-    cfg.update(parse_engine_args(sys.argv[3:]))
     with OpWatch(watch):
-        core = EngineCore.from_config(EngineConfig(**cfg))
+        core = build_engine(model, concurrency, sys.argv[3:])
         print(f"startup done; stack {watch.limit()} B; outside the allocator by stage (MiB): "
               f"{ {k: round(v / MIB) for k, v in core.startup['gpu_memory_outside_allocator_by_stage'].items()} }",
               flush=True)
         watch.where = "serving"
-        for i in range(concurrency):
-            core.add_request(SpeechRequest(text="Hello there, this is a sentence of ordinary length.",
-                                           voice="vivian", request_id=str(i),
-                                           sampling=SamplingOptions(max_new_tokens=60, ignore_eos=True)))
+        add_requests(core, concurrency, 60)
         while core.has_work():
             core.step()
         torch.cuda.synchronize()
     print(f"served {concurrency} requests; stack {watch.limit()} B; outside the allocator "
-          f"{outside_allocator_bytes(torch.device('cuda')) / MIB:.0f} MiB", flush=True)
+          f"{outside_allocator_bytes(watch.device) / MIB:.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,26 +13,17 @@ import sys
 
 import torch
 
-from voxflow.bench.offline import parse_engine_args
-from voxflow.engine.engine import EngineConfig, EngineCore
+from probe_common import add_requests, build_engine
 from voxflow.engine.gc_freeze import freeze_startup_objects
-from voxflow.engine.request import SamplingOptions, SpeechRequest
 
 
 def main() -> None:
     model, concurrency = sys.argv[1], int(sys.argv[2])
     rest = sys.argv[3:]
     steps = int(rest.pop(0)) if rest and rest[0].isdigit() else 200
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = dict(model=model, device=device, dtype="bfloat16" if device == "cuda" else "float32",
-               max_num_seqs=concurrency)
-    cfg.update(parse_engine_args(rest))
-    core = EngineCore.from_config(EngineConfig(**cfg))
+    core = build_engine(model, concurrency, rest, "cuda" if torch.cuda.is_available() else "cpu")
     freeze_startup_objects()
-    for i in range(concurrency):
-        core.add_request(SpeechRequest(text="Hello there, this is a sentence of ordinary length.", voice="vivian",
-                                       request_id=str(i),
-                                       sampling=SamplingOptions(max_new_tokens=steps + 100, ignore_eos=True)))
+    add_requests(core, concurrency, steps + 100)
     for _ in range(30):
         core.step()
     before = dict(core.timings)
