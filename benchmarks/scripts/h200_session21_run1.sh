@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared at the end of session 20 for the next call (NOT YET RUN; rename it to the session's run name once it has
-# run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
+# Session 21 call 1 (prepared at the end of session 20). Run name: 2026-12-03-session21/call1.
+# `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
 # ".device_tree"]; one archive back (r.tgz). About 400 s:
 #  0. first, two GPU tests alone, of code that has not run on a GPU yet: the stack limit (the review's mends,
 #     c66db39 / e7b6b95: the runtime's calls under torch.cuda.device, argtypes, the libcudart of PyTorch's CUDA
