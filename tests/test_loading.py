@@ -67,3 +67,43 @@ def test_seeded_sampling_is_reproducible():
     a, b, c = run(3), run(3), run(4)
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
+
+
+class _Probe(torch.nn.Module):
+    """Records the default dtype it was constructed under; an fp32 RoPE-like buffer built with an explicit dtype."""
+    def __init__(self, cfg):
+        super().__init__()
+        self.built_under = torch.get_default_dtype()
+        self.lin = torch.nn.Linear(4, 3)
+        self.emb = torch.nn.Embedding(5, 4)
+        self.register_buffer("inv_freq", torch.arange(2, dtype=torch.float32), persistent=False)
+        if cfg == "default-dtype buffer":
+            self.register_buffer("bad", torch.ones(2), persistent=False)
+
+
+def test_build_makes_parameters_in_the_target_dtype_and_keeps_buffers_fp32():
+    from voxflow.models.qwen3_tts.model import _build
+    m = _build(_Probe, None, torch.device("cpu"), torch.bfloat16)
+    # born in bf16 (no fp32 copy first, whose freed blocks a GPU's allocator would keep), default dtype restored
+    assert m.built_under == torch.bfloat16 and torch.get_default_dtype() == torch.float32
+    assert {p.dtype for p in m.parameters()} == {torch.bfloat16} and m.inv_freq.dtype == torch.float32
+    assert not any(p.requires_grad for p in m.parameters())
+    with pytest.raises(TypeError, match="buffer bad was built in torch.bfloat16"):
+        _build(_Probe, "default-dtype buffer", torch.device("cpu"), torch.bfloat16)
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_load_into_copies_into_the_modules_own_tensors():
+    from voxflow.models.qwen3_tts.weights import load_into
+    m = _Probe(None)
+    m.second = torch.nn.Linear(4, 3)
+    m.second.weight = m.lin.weight          # one tensor under two names
+    where = {n: p.data_ptr() for n, p in m.named_parameters()}
+    values = {k: torch.randn(v.shape, dtype=torch.float64) for k, v in m.state_dict().items()}
+    load_into(m, values, what="probe")
+    assert m.lin.weight.data_ptr() == where["lin.weight"] and m.emb.weight.data_ptr() == where["emb.weight"]
+    assert m.lin.weight.dtype == torch.float32 and not m.lin.weight.requires_grad
+    # each name keeps its own value: the shared tensor's second name got a copy of its own
+    assert torch.equal(m.lin.weight, values["lin.weight"].float())
+    assert torch.equal(m.second.weight, values["second.weight"].float())
+    assert m.second.weight.data_ptr() != m.lin.weight.data_ptr()

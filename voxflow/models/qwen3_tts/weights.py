@@ -54,15 +54,24 @@ def load_into(module: nn.Module, tensors: dict[str, torch.Tensor], *, what: str,
     """Copy `tensors` (keys without `prefix`) into `module`, checking names and shapes both ways.
 
     Values are cast to each parameter's dtype and moved to its device, so the caller picks dtype and device
-    by building the module first. A module on the meta device is materialised on the CPU.
+    by building the module first. They are copied into the module's own tensors, so loading allocates nothing
+    that stays: a second copy of the weights would leave the first one's blocks cached but unused on a GPU. A
+    module on the meta device is materialised on the CPU, and a tensor that two names share gets its own copy
+    for the second name (each name keeps its checkpoint value).
     `ignore_unexpected`: key prefixes that real checkpoints carry but inference never reads.
     """
     check_keys(module, {k: tuple(v.shape) for k, v in tensors.items()}, what=what, prefix=prefix,
                ignore_unexpected=ignore_unexpected)
-    for name, target in module.state_dict(keep_vars=True).items():
-        device = torch.device("cpu") if target.device.type == "meta" else target.device
-        value = tensors[name].to(device=device, dtype=target.dtype)
-        _assign(module, name, value)
+    seen: set[int] = set()
+    with torch.no_grad():
+        for name, target in module.state_dict(keep_vars=True).items():
+            if target.device.type != "meta" and target.data_ptr() not in seen:
+                seen.add(target.data_ptr())
+                target.copy_(tensors[name])
+                target.requires_grad_(False)          # as a loaded Parameter always was (inference only)
+                continue
+            device = torch.device("cpu") if target.device.type == "meta" else target.device
+            _assign(module, name, tensors[name].to(device=device, dtype=target.dtype))
 
 
 def _assign(module: nn.Module, name: str, value: torch.Tensor) -> None:
