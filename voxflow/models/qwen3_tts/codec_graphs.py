@@ -7,17 +7,20 @@ shapes and no host synchronisation for a given (B, T), so each such shape is cap
     static inputs   rows [B] (pool row numbers), codes [B, Q, T]       written before each replay
     static output   waveform [B, T * upsample] float32                 read (copied out) after each replay
 
-All graphs share one memory pool (`torch.cuda.graph_pool_handle()`), so the memory of the many shapes is that of
-the largest, not their sum: a later capture may reuse the memory of an earlier graph's intermediates, which are
+All graphs share one memory pool (a `torch.cuda.MemPool`), so the memory of the many shapes is that of the
+largest, not their sum: a later capture may reuse the memory of an earlier graph's intermediates, which are
 dead once its replay ends. That memory may then also hold another graph's static output, so an output is only
 valid until the next replay of ANY graph: `run`'s caller copies it out at once, on the same stream (replays and
 copies are serialised on the codec stream, which is what makes the sharing safe).
 
 Capture follows the documented recipe: the step first runs eagerly on the (non-default) codec stream a few times
-so that lazy initialisation (cuBLAS handles and workspaces, cuDNN heuristics, allocator growth) happens outside
-the capture; the warm-up and capture use rows that all point at the pool's scratch row, so nothing a live request
-owns is written. `capture_error_mode="thread_local"` lets other threads (e.g. an engine thread running the
-talker) keep using CUDA while this thread captures.
+so that lazy initialisation (cuBLAS handles and workspaces, cuDNN heuristics, derived weights) happens outside
+the capture. The warm-up allocates from the graphs' own pool, which the capture then reuses: run outside it, its
+activations were a second copy of the graph's, freed to the caching allocator's default pool but kept reserved
+there (16 streams x 25 frames in fp16: ~0.75 GiB of the 0.6B engine's peak, session 21 call 1's snapshot). The
+warm-up and capture use rows that all point at the pool's scratch row, so nothing a live request owns is written.
+`capture_error_mode="thread_local"` lets other threads (e.g. an engine thread running the talker) keep using CUDA
+while this thread captures.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ class CodecGraphs:
     def __init__(self, pool: CodecStatePool, stream: torch.cuda.Stream):
         self.pool = pool
         self.stream = stream
-        self.mempool = torch.cuda.graph_pool_handle()
+        self.mempool = torch.cuda.MemPool()         # the graphs' memory, and their eager warm-ups'
         self.graphs: dict[tuple[int, int], _Captured] = {}
         self.num_quantizers = pool.decoder.config.num_quantizers
         self.capture_seconds = 0.0          # host time spent capturing (the engine's step trace reads it)
@@ -67,14 +70,14 @@ class CodecGraphs:
             return self.graphs[key]
         device = self.pool.device
         started = time.perf_counter()
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream), torch.cuda.use_mem_pool(self.mempool, device):
             rows = torch.full((batch,), self.pool.scratch_row, dtype=torch.long, device=device)
             codes = torch.zeros((batch, self.num_quantizers, frames), dtype=torch.long, device=device)
             with torch.no_grad():
                 for _ in range(WARMUP_RUNS):
                     self.pool.step(rows, codes)
         graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(graph, pool=self.mempool, stream=self.stream,
+        with torch.no_grad(), torch.cuda.graph(graph, pool=self.mempool.id, stream=self.stream,
                                                capture_error_mode="thread_local"):
             out = self.pool.step(rows, codes)
         captured = self.graphs[key] = _Captured(graph, rows, codes, out)
