@@ -48,7 +48,7 @@ def summarize(label: str) -> None:
                 s[1] += block["size"]
     print(f"== {label}: reserved {torch.cuda.memory_reserved() / MIB:.0f} MiB, allocated "
           f"{torch.cuda.memory_allocated() / MIB:.0f} MiB, peak allocated {torch.cuda.max_memory_allocated() / MIB:.0f}"
-          f" MiB", flush=True)
+          f" MiB, peak reserved {torch.cuda.max_memory_reserved() / MIB:.0f} MiB", flush=True)
     for pool, (n, reserved, allocated) in sorted(pools.items(), key=lambda kv: -kv[1][1]):
         print(f"  pool {pool:32s} {n:5d} segments  reserved {reserved / MIB:8.0f} MiB  allocated "
               f"{allocated / MIB:8.0f} MiB")
