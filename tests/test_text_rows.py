@@ -98,3 +98,25 @@ def test_prompt_from_kept_rows_equals_the_grouped_build(model, kw):
     assert close(got.inputs_embeds, want.inputs_embeds)
     assert close(got.trailing_text, want.trailing_text)
     assert np.isfinite(got.inputs_embeds.numpy()).all()
+
+
+def test_a_table_in_host_memory_is_gathered_there_and_projected_on_the_talkers_device(monkeypatch):
+    """text_embedding_on_host: the table stays in host memory while the rest of the talker sits on another device
+    (here "meta", the one other device a CPU has: shapes, no values; the GPU test holds the values). The kept-rows
+    path hands the table host ids (no copy to the device and back), and the projected rows land on the talker's
+    device."""
+    model = Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"))
+    talker = model.talker
+    table = talker.model.text_embedding.weight
+    talker.to("meta")
+    talker.model.text_embedding.weight = torch.nn.Parameter(table, requires_grad=False)
+    assert talker.device.type == "meta"
+    gathered = []
+    real = torch.nn.functional.embedding
+    monkeypatch.setattr(torch.nn.functional, "embedding",
+                        lambda ids, weight, *a, **k: (gathered.append((ids.device.type, weight.device.type)),
+                                                      real(ids, weight, *a, **k))[1])
+    rows = ProjectedTextRows(talker).rows([9707, 11, 9707])
+    assert rows.device.type == "meta" and rows.shape == (3, model.config.talker.hidden_size)
+    assert gathered == [("cpu", "cpu")]
+    assert direct(talker, [5, 6]).shape == (2, model.config.talker.hidden_size)     # host ids, no kept rows

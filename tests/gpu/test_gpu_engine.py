@@ -166,6 +166,18 @@ def test_gpu_stack_limit_shrinks_and_frees_its_local_memory():
     assert_equals_reference(engine_codes("float32", texts=TEXTS[:2]), TEXTS[:2])
 
 
+def test_gpu_text_embedding_on_host_serves_the_reference(monkeypatch):
+    """text_embedding_on_host: the talker's text table is loaded into host memory (the prompt builds gather rows
+    there and project them on the GPU), and the engine serves the CPU reference's codes and audio."""
+    import voxflow.models.qwen3_tts.model as model_mod
+    tables, real = [], model_mod._move_text_embedding
+    monkeypatch.setattr(model_mod, "_move_text_embedding", lambda talker, to, device: (
+        real(talker, to, device), tables.append(talker.model.text_embedding.weight))[0])
+    got = engine_codes("float32", texts=TEXTS[:2], text_embedding_on_host=True)
+    assert len(tables) == 1 and tables[0].device.type == "cpu" and tables[0].abs().sum() > 0   # loaded, on the host
+    assert_equals_reference(got, TEXTS[:2])
+
+
 def test_gpu_decode_captures_warm_up_on_one_stream(monkeypatch):
     """Every decode graph's warm-up runs on the runner's one side stream (a new stream per capture kept a cuBLAS
     workspace and a block cache each: graph_runner.warm_then_capture), and the codes stay the reference's."""

@@ -269,6 +269,8 @@ class EngineCore:
             options["codec_cuda_graphs"] = False
         if config.codec_max_batch is not None:
             options["codec_max_batch"] = config.codec_max_batch
+        if config.text_embedding_on_host:
+            options["text_embedding_on_host"] = True
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
         stack = stack_limit_bytes(device) if config.shrink_stack_after_load else None

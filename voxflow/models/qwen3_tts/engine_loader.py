@@ -9,6 +9,8 @@ passes codec_precision.py's check against its fp32 decode, else fp32; "float32",
 caps how many requests one codec call decodes (bigger groups are split): the codec's activations grow with the
 batch (a 64 x 25-frame call holds GBs of upsampled feature maps), so a memory-bound deployment trades a few more
 calls for a smaller peak.
+`text_embedding_on_host` keeps the talker's text embedding table (594 MiB in bf16) in host memory: prompt builds
+gather new ids' rows there (model.py); nothing per step reads it.
 `max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
 makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
@@ -23,12 +25,13 @@ from .plugin import Qwen3TTSPlugin
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
-         max_frames: int | None = None):
+         max_frames: int | None = None, text_embedding_on_host: bool = False):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
         raise ValueError(f"codec_dtype must be one of {', '.join(CODEC_DTYPES)}, got {codec_dtype!r}")
-    model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype))
+    model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype),
+                                     text_embedding_device="cpu" if text_embedding_on_host else None)
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
     for p in model.codec_decoder.parameters():
         p.data = p.data.to(getattr(torch, chosen))

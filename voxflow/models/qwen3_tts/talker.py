@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxflow.engine.host_to_device import to_device
 from voxflow.layers.attention import KVCache
 from voxflow.layers.qwen3_layer import Qwen3DecoderStack, positions_from_mask
 from voxflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
@@ -95,8 +96,14 @@ class Talker(nn.Module):
 
     # ---- embeddings -------------------------------------------------------------------------------
     def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
-        """Text token ids [...] -> [..., H]."""
-        return self.text_projection(self.model.text_embedding(ids))
+        """Text token ids [...] -> [..., H] (on the device of the projection, whatever the ids' device).
+
+        The table may live in host memory (Qwen3TTS.from_pretrained's text_embedding_device): the rows are gathered
+        there (ids already in host memory cost no copy) and only they move to the device."""
+        table = self.model.text_embedding.weight
+        if table.device == self.device:
+            return self.text_projection(self.model.text_embedding(ids))
+        return self.text_projection(to_device(F.embedding(ids.to(table.device), table), self.device))
 
     def embed_codec(self, ids: torch.Tensor) -> torch.Tensor:
         """Codec-vocabulary ids (codebook-0 codes, control tokens, language/speaker rows) [...] -> [..., H]."""

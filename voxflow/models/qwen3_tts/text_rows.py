@@ -52,7 +52,7 @@ class ProjectedTextRows:
         missing = np.unique(ids[self._slot[ids] < 0])
         if ids.size == 0 or (ids.size > self.max_rows and np.unique(ids).size > self.max_rows):  # more than it keeps
             with torch.no_grad():
-                return self.talker.embed_text(to_device(torch.from_numpy(ids), self.talker.device))
+                return self.talker.embed_text(self._ids_for_table(ids))
         if missing.size and self._used + missing.size > self.max_rows:
             self._reset(version)
             missing = np.unique(ids)
@@ -60,10 +60,14 @@ class ProjectedTextRows:
             self._add(missing)
         return self._table.index_select(0, to_device(torch.from_numpy(self._slot[ids]), self._table.device))
 
+    def _ids_for_table(self, ids: np.ndarray) -> torch.Tensor:
+        """Host ids as a tensor where the embedding table lives (in host memory: no copy to the device and back)."""
+        return to_device(torch.from_numpy(ids), self.talker.model.text_embedding.weight.device)
+
     def _add(self, new_ids: np.ndarray) -> None:
         device = self.talker.device
         with torch.no_grad():
-            projected = self.talker.embed_text(to_device(torch.from_numpy(new_ids), device))
+            projected = self.talker.embed_text(self._ids_for_table(new_ids))
         end = self._used + new_ids.size
         if self._table is None or end > self._table.shape[0]:
             size = min(self.max_rows, max(_FIRST_ROWS, 2 * end))
