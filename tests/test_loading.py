@@ -107,3 +107,29 @@ def test_load_into_copies_into_the_modules_own_tensors():
     assert torch.equal(m.lin.weight, values["lin.weight"].float())
     assert torch.equal(m.second.weight, values["second.weight"].float())
     assert m.second.weight.data_ptr() != m.lin.weight.data_ptr()
+
+
+@pytest.mark.parametrize("device, on_host, passed", [("cuda", True, True), ("cuda", False, False),
+                                                     ("cpu", True, False)])
+def test_the_engine_keeps_the_text_table_in_host_memory_on_a_gpu_by_default(monkeypatch, device, on_host, passed):
+    """EngineConfig.text_embedding_on_host (default on) reaches the model's loader on a GPU only (on a CPU the table
+    is in host memory anyway); the loader then loads the table there (model.py, tests/test_text_rows.py)."""
+    import voxflow.engine.engine as engine_module
+    import voxflow.models.registry as registry
+    from voxflow.engine.config import EngineConfig
+    from voxflow.engine.engine import EngineCore
+    assert EngineConfig(model="m").text_embedding_on_host is True
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def load(*args, **options):
+        seen.update(options)
+        raise Stop
+    monkeypatch.setattr(engine_module, "outside_allocator_bytes", lambda d: 0)    # no GPU to ask here
+    monkeypatch.setattr(registry, "load_for_engine", load)
+    with pytest.raises(Stop):
+        EngineCore.from_config(EngineConfig(model="m", device=device, text_embedding_on_host=on_host,
+                                            shrink_stack_after_load=False))
+    assert seen.get("text_embedding_on_host", False) is passed

@@ -64,7 +64,7 @@ def main() -> None:
         at = rest.index("--dump")
         dump = rest[at + 1]
         del rest[at:at + 2]
-    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     core = build_engine(model, concurrency, rest)
     summarize("after startup")
     add_requests(core, concurrency, 80)

@@ -269,7 +269,7 @@ class EngineCore:
             options["codec_cuda_graphs"] = False
         if config.codec_max_batch is not None:
             options["codec_max_batch"] = config.codec_max_batch
-        if config.text_embedding_on_host:
+        if config.text_embedding_on_host and torch.device(config.device).type == "cuda":
             options["text_embedding_on_host"] = True
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
