@@ -52,3 +52,20 @@ else:
     def test_silu_mul_on_fused_halves_under_the_interpreter():
         pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
         run_child(__file__, CHILD_FLAG)
+
+
+def test_layers_fuse_at_construction_and_loading_writes_into_the_fused_weights():
+    """q|k|v and gate|up are fused when the layer is built, so load_into (which copies in place) fills the fused
+    weights: nothing is fused, copied or freed after the load (a GPU's allocator kept those freed copies)."""
+    from voxflow.layers.mlp import SwiGLU
+    from voxflow.layers.qwen3_layer import Qwen3Attention
+    from voxflow.models.qwen3_tts.weights import load_into
+    attn, mlp = Qwen3Attention(32, 4, 2, 16, 1e-6), SwiGLU(32, 48)
+    qkv, gate_up = attn._qkv, mlp._gate_up
+    assert still_fused(qkv, [attn.q_proj, attn.k_proj, attn.v_proj]) and still_fused(gate_up, [mlp.gate_proj,
+                                                                                                  mlp.up_proj])
+    for module, fused, names in ((attn, qkv, ("q_proj", "k_proj", "v_proj")), (mlp, gate_up, ("gate_proj", "up_proj"))):
+        values = {k: torch.randn(v.shape) for k, v in module.state_dict().items()}
+        load_into(module, values, what="layer")
+        assert torch.equal(fused, torch.cat([values[f"{n}.weight"] for n in names]))
+    assert attn.fused_qkv() is qkv and mlp.fused_gate_up() is gate_up

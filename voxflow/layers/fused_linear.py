@@ -1,8 +1,10 @@
 """Several bias-free Linear layers that read the same input, as ONE weight (one GEMM launch instead of several).
 
 `fuse_weights(linears)` concatenates their weights once and makes each Linear's weight a VIEW of its rows: no
-extra memory, the state dict keeps its names, and loading into a Linear writes the fused weight. Used on the GPU
-path only (q|k|v of attention, gate|up of the MLP); the outputs are column slices of the one GEMM's output. The
+extra memory, the state dict keeps its names, and loading into a Linear writes the fused weight. The layers fuse at
+construction, before the weights are loaded into the views (a fusion after the load leaves the replaced weights'
+memory cached but unused on a GPU). The fused weight is read on the GPU path only (q|k|v of attention, gate|up of
+the MLP); the outputs are column slices of the one GEMM's output. The
 per-element dot products are the same, but a wider GEMM may pick another cuBLAS kernel, so results can differ in
 the last bits from separate GEMMs (held to tolerances in tests/gpu).
 """

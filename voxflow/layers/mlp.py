@@ -22,10 +22,11 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self._gate_up = None                  # the fused gate|up weight (GPU path), made on first use
+        self._gate_up = fuse_weights([self.gate_proj, self.up_proj])   # made here: see Qwen3Attention._qkv
 
     def fused_gate_up(self) -> torch.Tensor | None:
-        """The fused gate|up weight (made on first use; None while a CUDA graph is being captured before it exists)."""
+        """The fused gate|up weight (fused again if a weight was replaced since; None while a CUDA graph is being
+        captured then)."""
         pair = [self.gate_proj, self.up_proj]
         if not still_fused(self._gate_up, pair):
             self._gate_up = fuse_weights(pair)

@@ -63,10 +63,14 @@ class Qwen3Attention(nn.Module):
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
-        self._qkv = None                      # the fused q|k|v weight (GPU path), made on first use
+        # The fused q|k|v weight (the GPU path's one GEMM), made here so that the loaded weights are written into it
+        # (load_into copies in place): fused on first use, the three copies it replaced stayed reserved as holes in
+        # the allocator's cache (~660 MiB with gate|up for the 0.6B talker, session 21 call 3's snapshot).
+        self._qkv = fuse_weights([self.q_proj, self.k_proj, self.v_proj])
 
     def fused_qkv(self) -> torch.Tensor | None:
-        """The fused q|k|v weight (made on first use; None while a CUDA graph is being captured before it exists)."""
+        """The fused q|k|v weight (fused again if a weight was replaced since, e.g. by a cast; None while a CUDA graph
+        is being captured then)."""
         trio = [self.q_proj, self.k_proj, self.v_proj]
         if not still_fused(self._qkv, trio):
             self._qkv = fuse_weights(trio)
