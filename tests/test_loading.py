@@ -133,3 +133,12 @@ def test_the_engine_keeps_the_text_table_in_host_memory_on_a_gpu_by_default(monk
         EngineCore.from_config(EngineConfig(model="m", device=device, text_embedding_on_host=on_host,
                                             shrink_stack_after_load=False))
     assert seen.get("text_embedding_on_host", False) is passed
+
+
+def test_cast_parameters_casts_every_parameter_and_keeps_buffers():
+    from voxflow.models.qwen3_tts.engine_loader import _cast_parameters
+    m = _Probe(None)
+    want = {n: p.detach().clone() for n, p in m.named_parameters()}
+    _cast_parameters(m, torch.float16)
+    assert {p.dtype for p in m.parameters()} == {torch.float16} and m.inv_freq.dtype == torch.float32
+    assert all(torch.equal(p, want[n].half()) for n, p in m.named_parameters())
