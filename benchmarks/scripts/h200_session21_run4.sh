@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 21 call 4 (the session's last ~250 s of device time). `bash benchmarks/scripts/stamp_tree.sh` first; carry
 # [".whl", ".device_tree"]. About 110 s: 0.6B c=64 (2.4 GB pool, codec calls of <= 16) with the layers fused at
-# construction, its footprint; then the engine GPU tests with whatever time is left (cut by the timeout).
+# construction and the codec cast whole (its fp32 segments freed), its footprint; then the engine GPU tests with
+# whatever time is left (cut by the timeout).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
