@@ -12,5 +12,5 @@ wait $CK6
 bench_small_8gb kv2p4gb_fused_at_build --engine-arg kv_cache_bytes=2400000000
 print_footprint "$R/h200_0p6b_offline_c64_kv2p4gb_fused_at_build.json.gz"
 echo "  at ${SECONDS}s"
-gpu_tests $((150 - SECONDS)) tests/gpu/test_gpu_engine.py
+gpu_tests $((135 - SECONDS)) tests/gpu/test_gpu_engine.py
 echo "done at ${SECONDS}s"
