@@ -135,10 +135,16 @@ def test_the_engine_keeps_the_text_table_in_host_memory_on_a_gpu_by_default(monk
     assert seen.get("text_embedding_on_host", False) is passed
 
 
-def test_cast_parameters_casts_every_parameter_and_keeps_buffers():
-    from voxflow.models.qwen3_tts.engine_loader import _cast_parameters
+def test_cast_parameters_casts_fused_groups_whole_and_every_other_parameter():
+    """The fused gate|up is cast as one tensor and its Linears stay views of it (cast one by one, the old fused
+    weight stayed alive beside split copies); the other parameters are cast, buffers are not."""
+    from voxflow.layers.cast import cast_parameters
+    from voxflow.layers.fused_linear import still_fused
+    from voxflow.layers.mlp import SwiGLU
     m = _Probe(None)
+    m.mlp = SwiGLU(4, 6)
     want = {n: p.detach().clone() for n, p in m.named_parameters()}
-    _cast_parameters(m, torch.float16)
+    cast_parameters(m, torch.float16)
     assert {p.dtype for p in m.parameters()} == {torch.float16} and m.inv_freq.dtype == torch.float32
     assert all(torch.equal(p, want[n].half()) for n, p in m.named_parameters())
+    assert m.mlp._gate_up.dtype == torch.float16 and still_fused(m.mlp._gate_up, [m.mlp.gate_proj, m.mlp.up_proj])

@@ -3,10 +3,11 @@
 `fuse_weights(linears)` concatenates their weights once and makes each Linear's weight a VIEW of its rows: no
 extra memory, the state dict keeps its names, and loading into a Linear writes the fused weight. The layers fuse at
 construction, before the weights are loaded into the views (a fusion after the load leaves the replaced weights'
-memory cached but unused on a GPU). The fused weight is read on the GPU path only (q|k|v of attention, gate|up of
-the MLP); the outputs are column slices of the one GEMM's output. The
-per-element dot products are the same, but a wider GEMM may pick another cuBLAS kernel, so results can differ in
-the last bits from separate GEMMs (held to tolerances in tests/gpu).
+memory cached but unused on a GPU; a cast goes through `cast_fused_groups`, which keeps them fused, while
+`Module.to` splits the views and the next use fuses again). The fused weight is read on the GPU path only (q|k|v
+of attention, gate|up of the MLP); the outputs are column slices of the one GEMM's output. The per-element dot
+products are the same, but a wider GEMM may pick another cuBLAS kernel, so results can differ in the last bits
+from separate GEMMs (held to tolerances in tests/gpu).
 """
 from __future__ import annotations
 
@@ -21,12 +22,33 @@ def fuse_weights(linears: list[nn.Linear]) -> torch.Tensor | None:
     if w0.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
     fused = torch.cat([lin.weight.detach() for lin in linears])
+    _point_views(fused, linears)
+    return fused
+
+
+def _point_views(fused: torch.Tensor, linears: list[nn.Linear]) -> None:
     at = 0
     for lin in linears:
         n = lin.weight.shape[0]
         lin.weight.data = fused[at:at + n]
         at += n
-    return fused
+
+
+def cast_fused_groups(module: nn.Module, dtype: torch.dtype) -> set[int]:
+    """Every still-fused group under `module` (a submodule's `fused_groups()`: attribute name -> its Linears) cast
+    to `dtype` as one tensor, its Linears' weights views of the cast copy again; returns the ids of the parameters
+    cast here. (Cast one by one, the views became separate tensors and the old fused weight stayed alive beside
+    them until a later use fused them again.)"""
+    done: set[int] = set()
+    for m in module.modules():
+        for attr, linears in getattr(m, "fused_groups", dict)().items():
+            fused = getattr(m, attr)
+            if still_fused(fused, linears) and fused.dtype != dtype:
+                cast = fused.to(dtype)
+                setattr(m, attr, cast)
+                _point_views(cast, linears)
+                done.update(id(lin.weight) for lin in linears)
+    return done
 
 
 def still_fused(fused: torch.Tensor | None, linears: list[nn.Linear]) -> bool:

@@ -24,6 +24,10 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
         self._gate_up = fuse_weights([self.gate_proj, self.up_proj])   # made here: see Qwen3Attention._qkv
 
+    def fused_groups(self) -> dict[str, list[nn.Linear]]:
+        """Fused weight attribute -> the Linears whose weights are views of it (fused_linear.cast_fused_groups)."""
+        return {"_gate_up": [self.gate_proj, self.up_proj]}
+
     def fused_gate_up(self) -> torch.Tensor | None:
         """The fused gate|up weight (fused again if a weight was replaced since; None while a CUDA graph is being
         captured then)."""

@@ -68,6 +68,10 @@ class Qwen3Attention(nn.Module):
         # the allocator's cache (~660 MiB with gate|up for the 0.6B talker, session 21 call 3's snapshot).
         self._qkv = fuse_weights([self.q_proj, self.k_proj, self.v_proj])
 
+    def fused_groups(self) -> dict[str, list[nn.Linear]]:
+        """Fused weight attribute -> the Linears whose weights are views of it (fused_linear.cast_fused_groups)."""
+        return {"_qkv": [self.q_proj, self.k_proj, self.v_proj]}
+
     def fused_qkv(self) -> torch.Tensor | None:
         """The fused q|k|v weight (fused again if a weight was replaced since, e.g. by a cast; None while a CUDA graph
         is being captured then)."""

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from voxflow.layers.cast import cast_parameters
 from voxflow.layers.derived_weights import drop_derived_weights
 
 log = logging.getLogger("voxflow.codec")
@@ -38,8 +39,7 @@ CHECK_SEED = 0
 def cast_decoder(decoder, dtype: torch.dtype):
     """A copy with its parameters in `dtype` (buffers such as the RoPE frequencies stay fp32, as model._build)."""
     out = copy.deepcopy(decoder)
-    for p in out.parameters():
-        p.data = p.data.to(dtype)
+    cast_parameters(out, dtype)
     return out
 
 

@@ -18,22 +18,12 @@ from __future__ import annotations
 
 import torch
 
+from voxflow.layers.cast import cast_parameters
+
 from .codec_precision import CODEC_DTYPES, resolve_codec_dtype
 from .codec_runner import BATCH_BUCKETS, Qwen3CodecRunner
 from .model import Qwen3TTS
 from .plugin import Qwen3TTSPlugin
-
-def _cast_parameters(module: torch.nn.Module, dtype: torch.dtype) -> None:
-    """Every parameter of `module` in `dtype`: all the copies first, then the originals dropped, so that on a GPU the
-    originals' segments come free whole and go back to the driver (cast one by one, each copy took part of the
-    previous original's block, and the rest of it stayed reserved: the codec's fp32 weights, session 21 call 3)."""
-    params = [p for p in module.parameters() if p.dtype != dtype]
-    copies = [p.data.to(dtype) for p in params]
-    for p, c in zip(params, copies):
-        p.data = c
-    if params and params[0].is_cuda:
-        torch.cuda.empty_cache()
-
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
@@ -45,7 +35,7 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype),
                                      text_embedding_device="cpu" if text_embedding_on_host else None)
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
-    _cast_parameters(model.codec_decoder, getattr(torch, chosen))
+    cast_parameters(model.codec_decoder, getattr(torch, chosen))
     buckets = BATCH_BUCKETS
     if codec_max_batch is not None:
         if codec_max_batch < 1:
