@@ -18,7 +18,10 @@ so that lazy initialisation (cuBLAS handles and workspaces, cuDNN heuristics, de
 the capture. The warm-up allocates from the graphs' own pool, which the capture then reuses: run outside it, its
 activations were a second copy of the graph's, freed to the caching allocator's default pool but kept reserved
 there (16 streams x 25 frames in fp16: ~0.75 GiB of the 0.6B engine's peak, session 21 call 1's snapshot). The
-warm-up and capture use rows that all point at the pool's scratch row, so nothing a live request owns is written.
+rule that makes this safe: nothing a warm-up allocates may outlive it once a graph exists, since its blocks may be
+another graph's scratch memory, overwritten by that graph's replays. The static inputs are made outside the pool;
+the lazily derived weights (packed convolutions, fused projections) are made by the first warm-up, before any graph.
+The warm-up and capture use rows that all point at the pool's scratch row, so nothing a live request owns is written.
 `capture_error_mode="thread_local"` lets other threads (e.g. an engine thread running the talker) keep using CUDA
 while this thread captures.
 """
@@ -46,7 +49,8 @@ class CodecGraphs:
     def __init__(self, pool: CodecStatePool, stream: torch.cuda.Stream):
         self.pool = pool
         self.stream = stream
-        self.mempool = torch.cuda.MemPool()         # the graphs' memory, and their eager warm-ups'
+        with torch.cuda.device(pool.device):         # a pool belongs to the device current at its creation
+            self.mempool = torch.cuda.MemPool()      # the graphs' memory, and their eager warm-ups'
         self.graphs: dict[tuple[int, int], _Captured] = {}
         self.num_quantizers = pool.decoder.config.num_quantizers
         self.capture_seconds = 0.0          # host time spent capturing (the engine's step trace reads it)
@@ -70,10 +74,11 @@ class CodecGraphs:
             return self.graphs[key]
         device = self.pool.device
         started = time.perf_counter()
-        with torch.cuda.stream(self.stream), torch.cuda.use_mem_pool(self.mempool, device):
+        with torch.cuda.stream(self.stream):
+            # the static inputs outlive the warm-up: outside the graphs' pool (module docstring)
             rows = torch.full((batch,), self.pool.scratch_row, dtype=torch.long, device=device)
             codes = torch.zeros((batch, self.num_quantizers, frames), dtype=torch.long, device=device)
-            with torch.no_grad():
+            with torch.no_grad(), torch.cuda.use_mem_pool(self.mempool, device):
                 for _ in range(WARMUP_RUNS):
                     self.pool.step(rows, codes)
         graph = torch.cuda.CUDAGraph()
