@@ -133,7 +133,8 @@ def _build(module_cls, cfg, device: torch.device, dtype: torch.dtype) -> torch.n
 
     Parameters are created in `dtype` directly (the default dtype during construction), not in fp32 and then
     cast: on a GPU the fp32 copies were freed blocks the caching allocator kept, and the smaller weights loaded
-    into them left ~790 MiB reserved but unused for good (0.6B, session 21 call 1's allocator snapshot)."""
+    into them left ~790 MiB reserved but unused for good (0.6B, session 21 call 1's allocator snapshot). The
+    default dtype is process-wide: a load runs before the engine's threads start, nothing else makes tensors then."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

@@ -99,7 +99,8 @@ class Talker(nn.Module):
         """Text token ids [...] -> [..., H] (on the device of the projection, whatever the ids' device).
 
         The table may live in host memory (Qwen3TTS.from_pretrained's text_embedding_device): the rows are gathered
-        there (ids already in host memory cost no copy) and only they move to the device."""
+        there and only they move to the device. Ids on the device are copied to the host first, a blocking copy:
+        prompt builds hand host ids (text_rows.py)."""
         table = self.model.text_embedding.weight
         if table.device == self.device:
             return self.text_projection(self.model.text_embedding(ids))

@@ -62,11 +62,12 @@ def load_into(module: nn.Module, tensors: dict[str, torch.Tensor], *, what: str,
     """
     check_keys(module, {k: tuple(v.shape) for k, v in tensors.items()}, what=what, prefix=prefix,
                ignore_unexpected=ignore_unexpected)
-    seen: set[int] = set()
+    seen: set[tuple] = set()               # tensors already written: one shared by two names is seen again
     with torch.no_grad():
         for name, target in module.state_dict(keep_vars=True).items():
-            if target.device.type != "meta" and target.data_ptr() not in seen:
-                seen.add(target.data_ptr())
+            key = (target.data_ptr(), tuple(target.shape), target.stride())
+            if target.device.type != "meta" and (target.numel() == 0 or key not in seen):
+                seen.add(key)
                 target.copy_(tensors[name])
                 target.requires_grad_(False)          # as a loaded Parameter always was (inference only)
                 continue
