@@ -246,6 +246,19 @@ def test_warmup_runs_in_the_graphs_own_memory(dec):
     assert transient <= 32 * 2**20, (transient / 2**20, largest / 2**20)
 
 
+def test_codec_on_an_sm_partition_equals_the_whole_gpu(dec):
+    """stream_sms: the codec stream in a CUDA green context of 48 SMs (engine/sm_partition.py) decodes the plan to
+    the same PCM as the default stream, graphs and all."""
+    whole = Qwen3CodecRunner.from_decoder(dec, max_rows=8)
+    part = Qwen3CodecRunner.from_decoder(dec, max_rows=8, stream_sms=48)
+    assert part._partition is not None and whole._partition is None
+    want, _ = run_plan(whole)
+    got, _ = run_plan(part)
+    assert (4, 25) in part.graphs
+    for k in PLAN:
+        assert np.abs(got[k] - want[k]).max() <= TOL, k
+
+
 def test_fused_codec_kernels_equal_the_plain_torch_decoder(dec, monkeypatch):
     """The codec's GPU-only paths (the channels-last waveform stack of codec_waveform_cl.py with its Triton
     convolutions, transposed convolutions as GEMM + overlap-add, biases folded into SnakeBeta and the residual add)

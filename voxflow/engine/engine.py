@@ -271,6 +271,8 @@ class EngineCore:
             options["codec_max_batch"] = config.codec_max_batch
         if config.text_embedding_on_host and torch.device(config.device).type == "cuda":
             options["text_embedding_on_host"] = True
+        if config.codec_sms is not None:
+            options["codec_sms"] = config.codec_sms
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
         stack = stack_limit_bytes(device) if config.shrink_stack_after_load else None

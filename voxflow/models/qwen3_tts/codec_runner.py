@@ -41,6 +41,7 @@ import torch
 
 from ...engine.frame_rows import FrameRows, stack_sources
 from ...engine.host_to_device import to_device
+from ...engine.sm_partition import partitioned_stream
 from .codec_decoder import CodecDecoder
 from .codec_graphs import CodecGraphs
 from .codec_pool import CodecRow, CodecStatePool
@@ -120,12 +121,13 @@ class Qwen3CodecRunner:
     """Streaming codec decode for up to `max_rows` live requests (the engine's max_num_seqs).
 
     cuda_graphs: replay captured CUDA graphs (CUDA only; ignored on CPU). batch_buckets / frame_buckets: the
-    padded shapes (see the module docstring); None turns that padding / splitting off.
+    padded shapes (see the module docstring); None turns that padding / splitting off. stream_sms: on a GPU, the
+    codec stream's kernels confined to this many SMs (engine/sm_partition.py); None: the whole GPU.
     """
 
     def __init__(self, model, *, max_rows: int = 32, cuda_graphs: bool = True,
                  batch_buckets: Sequence[int] | None = BATCH_BUCKETS,
-                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS):
+                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS, stream_sms: int | None = None):
         self.decoder: CodecDecoder = model.codec_decoder
         self.sample_rate = model.sample_rate
         self.samples_per_frame = model.samples_per_frame
@@ -145,6 +147,9 @@ class Qwen3CodecRunner:
         self.batch_buckets = batch_buckets
         self.cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self._partition = None             # the green context that owns a partitioned stream (kept alive with it)
+        if self.cuda and stream_sms is not None:
+            self.stream, self._partition = partitioned_stream(self.device, stream_sms)
         self.graphs = CodecGraphs(self.pool, self.stream) if self.cuda and cuda_graphs else None
 
     @classmethod

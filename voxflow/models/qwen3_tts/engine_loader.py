@@ -11,6 +11,7 @@ batch (a 64 x 25-frame call holds GBs of upsampled feature maps), so a memory-bo
 calls for a smaller peak.
 `text_embedding_on_host` keeps the talker's text embedding table (594 MiB in bf16) in host memory: prompt builds
 gather new ids' rows there (model.py); nothing per step reads it.
+`codec_sms` confines the codec stream's kernels to that many SMs of the GPU (engine/sm_partition.py).
 `max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
 makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
@@ -27,7 +28,7 @@ from .plugin import Qwen3TTSPlugin
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
-         max_frames: int | None = None, text_embedding_on_host: bool = False):
+         max_frames: int | None = None, text_embedding_on_host: bool = False, codec_sms: int | None = None):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
@@ -41,6 +42,7 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
         if codec_max_batch < 1:
             raise ValueError(f"codec_max_batch must be >= 1, got {codec_max_batch}")
         buckets = tuple(b for b in BATCH_BUCKETS if b < codec_max_batch) + (codec_max_batch,)
-    codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets)
+    codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets,
+                             stream_sms=codec_sms)
     codec.precision = precision                 # how the dtype was chosen: the engine's startup record
     return Qwen3TTSPlugin(model, max_slots=max_slots, max_frames=max_frames), codec
