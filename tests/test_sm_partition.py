@@ -65,3 +65,9 @@ def test_the_engine_hands_codec_sms_to_the_codec_runner(monkeypatch):
     core = EngineCore.from_config(EngineConfig(model=os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"),
                                                max_num_seqs=2, num_kv_blocks=16, codec_sms=48))
     assert seen == [48] and core.codec.stream is None
+
+
+def test_green_contexts_without_streams_are_an_error(h200, monkeypatch):
+    monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(lambda **kw: object()))
+    with pytest.raises(SMPartitionError, match="make no streams"):
+        partitioned_stream(torch.device("cuda", 0), 48)

@@ -33,4 +33,6 @@ def partitioned_stream(device: torch.device, num_sms: int) -> tuple[torch.cuda.S
         raise SMPartitionError(f"this PyTorch ({torch.__version__}) has no CUDA green contexts: no SM partition")
     index = device.index if device.index is not None else torch.cuda.current_device()
     context = green.create(num_sms=num_sms, device_id=index)
+    if not hasattr(context, "Stream"):
+        raise SMPartitionError(f"this PyTorch's ({torch.__version__}) green contexts make no streams: no SM partition")
     return context.Stream(), context
