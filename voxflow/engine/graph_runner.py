@@ -40,15 +40,27 @@ def batch_buckets(max_batch: int) -> list[int]:
     return sizes
 
 
-def warm_then_capture(run, pool, side: "torch.cuda.Stream | None" = None) -> tuple["torch.cuda.CUDAGraph", object]:
-    """Run `run()` once on a side stream (lazy initialisation, Triton compiles: nothing of that may happen inside a
-    capture), then capture it into a CUDA graph in the memory pool `pool`; returns (graph, the captured outputs).
+_warm_up_streams: dict[str, "torch.cuda.Stream"] = {}
 
-    Pass one `side` stream for all of a runner's captures: every stream that runs a GEMM gets a cuBLAS workspace of
-    its own, kept for the life of the process (32 MiB on Hopper), and the blocks a warm-up frees are cached for
-    its stream only. Session 20 call 3 found 20 live 32 MiB blocks allocated by the q|k|v GEMM after startup, when
-    each decode capture warmed up on a new stream (a hypothesis the next GPU run checks)."""
-    side = side or torch.cuda.Stream()
+
+def warm_up_stream(device=None) -> "torch.cuda.Stream":
+    """The one side stream every capture's warm-up runs on, per device (decode and prefill runners alike): every
+    stream that runs a GEMM gets a cuBLAS workspace of its own, kept for the life of the process (32 MiB on Hopper),
+    and the blocks a warm-up frees are cached for its stream only. With a new stream per decode capture, 20 such
+    workspaces stayed live after startup (session 20 call 3); one stream for the decode captures left 3 (session 21
+    call 1)."""
+    key = str(device)                      # the runners all name the device as the model does
+    stream = _warm_up_streams.get(key)
+    if stream is None:
+        stream = _warm_up_streams[key] = torch.cuda.Stream(device)
+    return stream
+
+
+def warm_then_capture(run, pool, side: "torch.cuda.Stream | None" = None) -> tuple["torch.cuda.CUDAGraph", object]:
+    """Run `run()` once on a side stream (`warm_up_stream()` unless given: lazy initialisation, Triton compiles:
+    nothing of that may happen inside a capture), then capture it into a CUDA graph in the memory pool `pool`;
+    returns (graph, the captured outputs)."""
+    side = side or warm_up_stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), torch.no_grad():
         run()
@@ -97,7 +109,7 @@ class DecodeRunner:
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, DecodeOutput]] = {}
         self._epoch = getattr(model, "graph_epoch", 0)
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
-        self._side = torch.cuda.Stream(self.device) if self.cuda_graphs else None    # every capture's warm-up
+        self._side = warm_up_stream(self.device) if self.cuda_graphs else None      # every capture's warm-up
 
     # ---- shapes ---------------------------------------------------------------------------------------------
     def bucket_for(self, batch: int) -> int:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .graph_runner import RunnerStats, warm_then_capture, width_bucket
+from .graph_runner import RunnerStats, warm_then_capture, warm_up_stream, width_bucket
 from .model_api import PagedKVContext
 
 # B x L within the step's token budget (2048 by default: 512 for up to 4 prompts, 2048 for one).
@@ -101,7 +101,7 @@ class GraphedPrefill:
             return 0.0
         self._buffers()
         started = time.perf_counter()
-        side = torch.cuda.Stream()
+        side = warm_up_stream(self.device)
         for key in sorted(self.shapes, key=self._capture_order):
             if key in self._graphs:
                 continue
