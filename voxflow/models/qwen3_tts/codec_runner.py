@@ -146,10 +146,11 @@ class Qwen3CodecRunner:
             batch_buckets = tuple(b for b in sizes if b < max_rows) + tuple(b for b in sizes if b >= max_rows)[:1]
         self.batch_buckets = batch_buckets
         self.cuda = self.device.type == "cuda"
-        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
-        self._partition = None             # the green context that owns a partitioned stream (kept alive with it)
+        self.stream, self._partition = None, None   # _partition: the green context owning a partitioned stream
         if self.cuda and stream_sms is not None:
             self.stream, self._partition = partitioned_stream(self.device, stream_sms)
+        elif self.cuda:
+            self.stream = torch.cuda.Stream(self.device)
         self.graphs = CodecGraphs(self.pool, self.stream) if self.cuda and cuda_graphs else None
 
     @classmethod

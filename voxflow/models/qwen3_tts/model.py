@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from voxflow.layers.cast import cast_parameters
+
 from ..hub import resolve_model_dir
 from .codec_decoder import CodecDecoder
 from .config import CodecConfig, GenerationDefaults, Qwen3TTSConfig, load_configs
@@ -147,6 +149,5 @@ def _build(module_cls, cfg, device: torch.device, dtype: torch.dtype) -> torch.n
     for name, b in module.named_buffers():
         if b.is_floating_point() and b.dtype != torch.float32:
             raise TypeError(f"{module_cls.__name__} buffer {name} was built in {b.dtype}, not float32")
-    for p in module.parameters():
-        p.data = p.data.to(dtype)
+    cast_parameters(module, dtype)         # any parameter a module made in a dtype of its own (fused groups whole)
     return module.eval().requires_grad_(False)
