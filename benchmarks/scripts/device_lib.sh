@@ -13,14 +13,17 @@
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
+#   probe_small_allocations [ARGS]  probe_allocations.py on /tmp/real-0.6b (2.4 GB pool, codec calls of <= 16; ARGS:
+#                               its options, e.g. --dump FILE) into $R/probe_allocations.txt, the pool summaries shown
+#   bench_small_traced LABEL [ARGS]  bench_small_8gb with a 2.4 GB pool and a step trace ($R/steps_0p6b_LABEL.jsonl),
+#                               then its footprint
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
 #                               outside the allocator by startup stage when recorded), GiB
 #   bench_small_8gb LABEL [ARGS] offline 0.6B c=64 in the <= 8 GB configuration (/tmp/real-0.6b; a 2 GB KV pool unless
 #                               ARGS give another kv_cache_bytes, codec calls of <= 16; 192 prompts) into
-#                               $R/h200_0p6b_offline_c64_LABEL.*. Not capped: its whole footprint is 9.4-9.8 GiB
-#                               (session 19 call 5), so --engine-arg gpu_memory_limit_bytes=8000000000 runs out of
-#                               memory until the ~2 GiB outside the allocator shrinks. 150 s: a fresh machine's first
-#                               run pays Triton's JIT.
+#                               $R/h200_0p6b_offline_c64_LABEL.*. Not capped: its whole footprint was 9.4-9.8 GiB
+#                               in session 19 (a cap of 8e9 bytes ran out of memory then), 7.34 GiB with a 2.4 GB
+#                               pool in session 21 call 2. 150 s: a fresh machine's first run pays Triton's JIT.
 
 device_setup() {
   R=$1; mkdir -p "$R"
@@ -104,4 +107,15 @@ stages = {k: round(v / g, 2) for k, v in s["startup"].get("gpu_memory_outside_al
 print("  preemptions", s["preemptions"], "| GiB: peak total", round(s["peak_gpu_memory_total_bytes"] / g, 2),
       "peak reserved", round(s["peak_gpu_memory_reserved_bytes"] / g, 2), "| outside the allocator by stage", stages)
 PY
+}
+
+probe_small_allocations() {
+  python3 benchmarks/scripts/probe_allocations.py /tmp/real-0.6b 64 "$@" kv_cache_bytes=2400000000 codec_max_batch=16 \
+    2>&1 | grep -v Warning | tee $R/probe_allocations.txt | grep -A9 "^=="
+}
+
+bench_small_traced() {
+  bench_small_8gb "$1" --engine-arg kv_cache_bytes=2400000000 --engine-arg trace_steps=$R/steps_0p6b_$1.jsonl "${@:2}"
+  print_footprint "$R/h200_0p6b_offline_c64_$1.json.gz"
+  echo "  at ${SECONDS}s"
 }

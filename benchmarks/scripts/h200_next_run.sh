@@ -23,11 +23,9 @@ gpu_tests 180 "tests/gpu/test_gpu_codec.py::test_warmup_runs_in_the_graphs_own_m
   "tests/gpu/test_gpu_engine.py::test_gpu_text_embedding_on_host_serves_the_reference"
 cp $R/gpu_tests.txt $R/gpu_tests_first.txt
 wait $CK6
-python3 benchmarks/scripts/probe_allocations.py /tmp/real-0.6b 64 kv_cache_bytes=2400000000 codec_max_batch=16 \
-  2>&1 | grep -v Warning | tee $R/probe_allocations.txt | grep -A9 "^=="
+probe_small_allocations
 echo "  at ${SECONDS}s"
-bench_small_8gb kv2p4gb --engine-arg kv_cache_bytes=2400000000
-print_footprint "$R/h200_0p6b_offline_c64_kv2p4gb.json.gz"
-echo "  at ${SECONDS}s"
+bench_small_traced kv2p4gb
+gzip -f $R/steps_0p6b_*.jsonl
 gpu_tests 300 tests/gpu/test_gpu_engine.py tests/gpu/test_gpu_codec.py
 echo "done at ${SECONDS}s"

@@ -12,13 +12,8 @@ device_setup /tmp/r
 archive_results
 small_checkpoint_bg
 wait $CK6
-small() {   # LABEL [ARGS]: bench_small_8gb with a 2.4 GB pool and a step trace
-  bench_small_8gb "$1" --engine-arg kv_cache_bytes=2400000000 --engine-arg trace_steps=$R/steps_0p6b_$1.jsonl "${@:2}"
-  print_footprint "$R/h200_0p6b_offline_c64_$1.json.gz"
-  echo "  at ${SECONDS}s"
-}
-small default
-small codec_sms64 --engine-arg codec_sms=64
-small codec_sms48 --engine-arg codec_sms=48
+bench_small_traced default
+bench_small_traced codec_sms64 --engine-arg codec_sms=64
+bench_small_traced codec_sms48 --engine-arg codec_sms=48
 gzip -f $R/steps_0p6b_*.jsonl
 echo "done at ${SECONDS}s"
