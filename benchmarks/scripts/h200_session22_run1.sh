@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared at the end of session 21 for the next call (NOT YET RUN: session 21's device time ran out; rename it to the
-# session's run name once it has run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh`
+# Prepared at the end of session 21, run as session 22 call 1 (kept as that call's record).
+# `bash benchmarks/scripts/stamp_tree.sh`
 # first; carry [".whl", ".device_tree"]; one archive back (r.tgz). About 550 s:
 #  0. first, alone, two GPU tests of code that has not run on a GPU yet: the codec warm-up test as rewritten after
 #     the review (a second shape's warm-up after the largest graph reserves nothing new; static inputs outside the
