@@ -6,7 +6,9 @@ import types
 import pytest
 import torch
 
-from voxflow.engine.sm_partition import SMPartitionError, partitioned_stream
+from voxflow.engine.sm_partition import SMPartitionError, auto_sms, check_setting, partitioned_stream, stream_for
+from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
+from voxflow.tools.codec_snr import load_codec_decoder
 
 
 @pytest.fixture
@@ -71,3 +73,55 @@ def test_green_contexts_without_streams_are_an_error(h200, monkeypatch):
     monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(lambda **kw: object()))
     with pytest.raises(SMPartitionError, match="make no streams"):
         partitioned_stream(torch.device("cuda", 0), 48)
+
+
+@pytest.mark.parametrize("total, expected", [(132, 64), (108, 48), (78, 32), (16, 8), (10, 8)])
+def test_auto_takes_half_the_sms_in_whole_partition_steps(total, expected):
+    assert auto_sms(total) == expected
+
+
+@pytest.fixture
+def plain_streams(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: ("plain", device))
+
+
+def test_auto_is_half_an_h200(h200, plain_streams):
+    stream, context, sms = stream_for(torch.device("cuda", 0), "auto")
+    assert (stream, sms) == (("stream", 64), 64) and h200 == [context]
+
+
+@pytest.mark.parametrize("why", ["no green contexts", "the driver refuses"])
+def test_auto_falls_back_to_the_whole_gpu(h200, plain_streams, monkeypatch, why):
+    """A default must not stop a server: where no partition can be made, "auto" is the whole GPU."""
+    if why == "no green contexts":
+        monkeypatch.setattr(torch.cuda.green_contexts, "SUPPORTED", False, raising=False)
+    else:
+        def refuse(**kw):
+            raise RuntimeError("CUDA driver error: not supported")
+        monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(refuse))
+    device = torch.device("cuda", 0)
+    assert stream_for(device, "auto") == (("plain", device), None, None)
+
+
+def test_an_asked_count_is_not_silently_dropped(h200, plain_streams, monkeypatch):
+    monkeypatch.setattr(torch.cuda.green_contexts, "SUPPORTED", False, raising=False)
+    with pytest.raises(SMPartitionError):
+        stream_for(torch.device("cuda", 0), 64)
+    device = torch.device("cuda", 0)
+    assert stream_for(device, None) == (("plain", device), None, None)
+
+
+@pytest.mark.parametrize("setting", ["half", 0, -8, 1.5, True])
+def test_a_bad_setting_is_a_clear_error_even_on_a_cpu(setting):
+    with pytest.raises(ValueError, match='None, "auto" or a number of SMs'):
+        check_setting(setting)
+    decoder = load_codec_decoder(os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"))
+    with pytest.raises(ValueError, match='None, "auto" or a number of SMs'):
+        Qwen3CodecRunner.from_decoder(decoder, stream_sms=setting)
+
+
+def test_engine_args_read_auto_counts_and_none():
+    from voxflow.engine.engine_args import parse_engine_args
+    assert parse_engine_args(["codec_sms=auto"]) == {"codec_sms": "auto"}
+    assert parse_engine_args(["codec_sms=64"]) == {"codec_sms": 64}
+    assert parse_engine_args(["codec_sms=none"]) == {"codec_sms": None}

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from voxflow.engine.sm_partition import auto_sms
 from voxflow.models.qwen3_tts.codec_decoder import CodecDecoder
 from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
 from voxflow.tools.codec_snr import cast_decoder, load_codec_decoder, measure, random_real_codec_decoder, snr_db
@@ -251,7 +252,9 @@ def test_codec_on_an_sm_partition_equals_the_whole_gpu(dec):
     the same PCM as the default stream, graphs and all."""
     whole = Qwen3CodecRunner.from_decoder(dec, max_rows=8)
     part = Qwen3CodecRunner.from_decoder(dec, max_rows=8, stream_sms=48)
-    assert part._partition is not None and whole._partition is None
+    assert part._partition is not None and whole._partition is None and part.stream_sms == 48
+    auto = Qwen3CodecRunner.from_decoder(dec, max_rows=8, stream_sms="auto")    # EngineConfig's default
+    assert auto.stream_sms == auto_sms(torch.cuda.get_device_properties(0).multi_processor_count)
     want, _ = run_plan(whole)
     got, _ = run_plan(part)
     assert (4, 25) in part.graphs

@@ -12,6 +12,7 @@ import torch
 from voxflow.engine.engine import EngineConfig, EngineCore
 from voxflow.engine.offline import run_offline
 from voxflow.engine.request import SamplingOptions, SpeechRequest, StreamingOptions
+from voxflow.engine.sm_partition import auto_sms
 from voxflow.models.qwen3_tts.generate import SynthesisRequest, decode_to_wav, generate_codes, prepare
 from voxflow.models.qwen3_tts.model import Qwen3TTS
 from voxflow.models.qwen3_tts.sampling import RequestSampler
@@ -134,6 +135,9 @@ def test_gpu_memory_limit_caps_the_allocator_and_the_total_is_reported():
         stats = core.stats()
         assert 0 < stats["peak_gpu_memory_total_bytes"] <= limit, (stats["peak_gpu_memory_total_bytes"], limit)
         stages = core.startup["gpu_memory_outside_allocator_by_stage"]      # where the memory outside it grew
+        # The default codec_sms ("auto"): half the SMs where green contexts exist (engine/sm_partition.py).
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        assert core.startup["codec_sms"] == (auto_sms(sms) if torch.cuda.green_contexts.SUPPORTED else None)
         assert list(stages)[:2] == ["context", "weights_and_kv"] and "decode_graphs" in stages
         assert all(0 < v <= limit for v in stages.values())
         with pytest.raises(torch.cuda.OutOfMemoryError):      # the cap binds: 4 GiB more do not fit

@@ -43,8 +43,10 @@ class EngineConfig:
     text_embedding_on_host: bool = True        # on a GPU: the talker's text embedding table (594 MiB in bf16) in host
                                                # memory; prompt builds gather new ids' rows there, no step reads it
                                                # (H200 session 21: 0.6B c=64 total 7.93 -> 7.34 GiB, same speed)
-    codec_sms: int | None = None               # on a GPU: the codec's kernels on this many SMs only (a CUDA green
-                                               # context; sm_partition.py), the rest kept for the talker; None: all
+    codec_sms: int | str | None = "auto"       # on a GPU: the codec's kernels on this many SMs only (a CUDA green
+                                               # context; sm_partition.py), the rest kept for the talker; "auto":
+                                               # half (64 of an H200's 132: 0.6B c=64 656 -> 698 audio-s/s, H200
+                                               # session 22) where green contexts exist, else all; None: all
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; H200 session 8: no gain)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)

@@ -188,6 +188,8 @@ class EngineCore:
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
         if getattr(codec, "precision", None):       # the codec's dtype and how it was chosen (codec_precision.py)
             self.startup["codec_precision"] = codec.precision
+        if getattr(codec, "stream", None) is not None:      # a GPU codec stream: its SMs (None: the whole GPU)
+            self.startup["codec_sms"] = getattr(codec, "stream_sms", None)
         self.trace: StepTrace | None = None
         self._warm_up()
         # After warm-up: the trace holds served steps only.

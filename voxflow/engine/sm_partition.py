@@ -5,15 +5,23 @@ Why: the codec decodes on its own stream beside the talker, and its large convol
 talker's small per-frame kernels wait for one. At c=64 on an H200 the steps that also launch codec work took
 10.6-11 ms against ~6 for the others (0.6B, session 20-21 step traces). A stream priority (the talker ahead) and a
 capped convolution grid did not help (sessions 8, 11, 21): a running block keeps its SM until it ends. A green
-context confines the codec's blocks to its SMs, so the talker always finds the others free. Off by default: an
-experiment until an H200 A/B shows the trade (the codec on fewer SMs takes longer per call) pays.
+context confines the codec's blocks to its SMs, so the talker always finds the others free. The trade: the codec
+takes longer per call on fewer SMs. H200 session 22 call 2 (0.6B c=64, one machine): the whole GPU 656 audio-s/s,
+96 SMs 681, 64 SMs 698, 48 SMs 663, 32 SMs 640; "auto" (EngineConfig's default) takes half the SMs, 64 of 132.
 
 The driver rounds a partition to its granularity (8 SMs on Hopper). PyTorch exposes green contexts from 2.9 when
 built against CUDA >= 12.8; elsewhere asking for a partition is an error, not a silent fallback.
 """
 from __future__ import annotations
 
+import logging
+
 import torch
+
+log = logging.getLogger(__name__)
+
+AUTO_SHARE = 0.5      # of the GPU's SMs for "auto" (the best of 32/48/64/96 of 132 measured, above)
+GRANULARITY = 8       # SMs: the driver's partition step on Hopper; "auto" rounds down to it
 
 
 class SMPartitionError(RuntimeError):
@@ -36,3 +44,36 @@ def partitioned_stream(device: torch.device, num_sms: int) -> tuple[torch.cuda.S
     if not hasattr(context, "Stream"):
         raise SMPartitionError(f"this PyTorch's ({torch.__version__}) green contexts make no streams: no SM partition")
     return context.Stream(), context
+
+
+def check_setting(setting: int | str | None) -> None:
+    """An SM setting is None (the whole GPU), "auto" or a positive count; anything else is a clear error early, on a
+    CPU too, where no stream is made."""
+    if setting is None or setting == "auto":
+        return
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
+        raise ValueError(f'an SM partition is None, "auto" or a number of SMs >= 1, not {setting!r}')
+
+
+def auto_sms(total: int) -> int:
+    """The "auto" share of a GPU with `total` SMs, in whole partition steps (64 of an H200's 132)."""
+    return max(GRANULARITY, int(total * AUTO_SHARE) // GRANULARITY * GRANULARITY)
+
+
+def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.cuda.Stream, object | None, int | None]:
+    """(a stream on CUDA `device`, the green context owning it or None, its SMs or None for the whole GPU) for an SM
+    setting: None, the whole GPU; a count, that partition or an SMPartitionError; "auto", the AUTO_SHARE partition
+    where this PyTorch and driver make one, else the whole GPU (logged): a default must not stop a server."""
+    check_setting(setting)
+    if setting is None:
+        return torch.cuda.Stream(device), None, None
+    if setting != "auto":
+        stream, context = partitioned_stream(device, setting)
+        return stream, context, setting
+    sms = auto_sms(torch.cuda.get_device_properties(device).multi_processor_count)
+    try:
+        stream, context = partitioned_stream(device, sms)
+    except (SMPartitionError, RuntimeError) as e:      # RuntimeError: a driver that refuses the green context
+        log.info("no SM partition, the whole GPU: %s", e)
+        return torch.cuda.Stream(device), None, None
+    return stream, context, sms

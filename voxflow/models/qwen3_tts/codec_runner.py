@@ -41,7 +41,7 @@ import torch
 
 from ...engine.frame_rows import FrameRows, stack_sources
 from ...engine.host_to_device import to_device
-from ...engine.sm_partition import partitioned_stream
+from ...engine import sm_partition
 from .codec_decoder import CodecDecoder
 from .codec_graphs import CodecGraphs
 from .codec_pool import CodecRow, CodecStatePool
@@ -122,12 +122,12 @@ class Qwen3CodecRunner:
 
     cuda_graphs: replay captured CUDA graphs (CUDA only; ignored on CPU). batch_buckets / frame_buckets: the
     padded shapes (see the module docstring); None turns that padding / splitting off. stream_sms: on a GPU, the
-    codec stream's kernels confined to this many SMs (engine/sm_partition.py); None: the whole GPU.
+    codec stream's kernels confined to this many SMs, or "auto" (engine/sm_partition.py); None: the whole GPU.
     """
 
     def __init__(self, model, *, max_rows: int = 32, cuda_graphs: bool = True,
                  batch_buckets: Sequence[int] | None = BATCH_BUCKETS,
-                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS, stream_sms: int | None = None):
+                 frame_buckets: Sequence[int] | None = FRAME_BUCKETS, stream_sms: int | str | None = None):
         self.decoder: CodecDecoder = model.codec_decoder
         self.sample_rate = model.sample_rate
         self.samples_per_frame = model.samples_per_frame
@@ -146,11 +146,11 @@ class Qwen3CodecRunner:
             batch_buckets = tuple(b for b in sizes if b < max_rows) + tuple(b for b in sizes if b >= max_rows)[:1]
         self.batch_buckets = batch_buckets
         self.cuda = self.device.type == "cuda"
-        self.stream, self._partition = None, None   # _partition: the green context owning a partitioned stream
-        if self.cuda and stream_sms is not None:
-            self.stream, self._partition = partitioned_stream(self.device, stream_sms)
-        elif self.cuda:
-            self.stream = torch.cuda.Stream(self.device)
+        sm_partition.check_setting(stream_sms)
+        # _partition: the green context owning a partitioned stream; stream_sms: its SMs (None: the whole GPU)
+        self.stream, self._partition, self.stream_sms = None, None, None
+        if self.cuda:
+            self.stream, self._partition, self.stream_sms = sm_partition.stream_for(self.device, stream_sms)
         self.graphs = CodecGraphs(self.pool, self.stream) if self.cuda and cuda_graphs else None
 
     @classmethod

@@ -28,7 +28,8 @@ from .plugin import Qwen3TTSPlugin
 
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
-         max_frames: int | None = None, text_embedding_on_host: bool = False, codec_sms: int | None = None):
+         max_frames: int | None = None, text_embedding_on_host: bool = False,
+         codec_sms: int | str | None = None):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
