@@ -64,9 +64,11 @@ def test_the_engine_hands_codec_sms_to_the_codec_runner(monkeypatch):
         seen.append(kwargs.get("stream_sms"))
         return real(*args, **kwargs)
     monkeypatch.setattr(loader, "Qwen3CodecRunner", runner)
-    core = EngineCore.from_config(EngineConfig(model=os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"),
-                                               max_num_seqs=2, num_kv_blocks=16, codec_sms=48))
-    assert seen == [48] and core.codec.stream is None
+    model = os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice")
+    core = EngineCore.from_config(EngineConfig(model=model, max_num_seqs=2, num_kv_blocks=16, codec_sms=48))
+    assert seen == [48] and core.codec.stream is None and "codec_sms" not in core.startup
+    EngineCore.from_config(EngineConfig(model=model, max_num_seqs=2, num_kv_blocks=16))
+    assert seen == [48, "auto"]                      # the default
 
 
 def test_green_contexts_without_streams_are_an_error(h200, monkeypatch):
@@ -75,7 +77,7 @@ def test_green_contexts_without_streams_are_an_error(h200, monkeypatch):
         partitioned_stream(torch.device("cuda", 0), 48)
 
 
-@pytest.mark.parametrize("total, expected", [(132, 64), (108, 48), (78, 32), (16, 8), (10, 8)])
+@pytest.mark.parametrize("total, expected", [(132, 64), (108, 48), (78, 32), (16, 8), (15, None), (8, None)])
 def test_auto_takes_half_the_sms_in_whole_partition_steps(total, expected):
     assert auto_sms(total) == expected
 
@@ -85,25 +87,36 @@ def plain_streams(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: ("plain", device))
 
 
-def test_auto_is_half_an_h200(h200, plain_streams):
-    stream, context, sms = stream_for(torch.device("cuda", 0), "auto")
-    assert (stream, sms) == (("stream", 64), 64) and h200 == [context]
+@pytest.mark.parametrize("index", [0, 1])
+def test_auto_is_half_an_h200_on_the_asked_device(h200, plain_streams, index):
+    stream, context, sms = stream_for(torch.device("cuda", index), "auto")
+    assert (stream, sms) == (("stream", 64), 64) and h200 == [context] and context.device_id == index
 
 
-@pytest.mark.parametrize("why", ["no green contexts", "the driver refuses"])
-def test_auto_falls_back_to_the_whole_gpu(h200, plain_streams, monkeypatch, why):
-    """A default must not stop a server: where no partition can be made, "auto" is the whole GPU."""
+def refuse(**kw):
+    raise RuntimeError("CUDA driver error: not supported")
+
+
+@pytest.mark.parametrize("why", ["no green contexts", "the driver refuses", "too few SMs"])
+def test_auto_falls_back_to_the_whole_gpu_with_a_warning(h200, plain_streams, monkeypatch, caplog, why):
+    """A default must not stop a server: where no partition can be made, "auto" is the whole GPU, and says so."""
     if why == "no green contexts":
         monkeypatch.setattr(torch.cuda.green_contexts, "SUPPORTED", False, raising=False)
-    else:
-        def refuse(**kw):
-            raise RuntimeError("CUDA driver error: not supported")
+    elif why == "the driver refuses":
         monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(refuse))
+    else:
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
+            multi_processor_count=8))
     device = torch.device("cuda", 0)
-    assert stream_for(device, "auto") == (("plain", device), None, None)
+    with caplog.at_level("WARNING", logger="voxflow.engine.sm_partition"):
+        assert stream_for(device, "auto") == (("plain", device), None, None)
+    assert "no SM partition, the whole GPU" in caplog.text and h200 == []
 
 
 def test_an_asked_count_is_not_silently_dropped(h200, plain_streams, monkeypatch):
+    monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(refuse))
+    with pytest.raises(RuntimeError, match="driver error"):
+        stream_for(torch.device("cuda", 0), 64)
     monkeypatch.setattr(torch.cuda.green_contexts, "SUPPORTED", False, raising=False)
     with pytest.raises(SMPartitionError):
         stream_for(torch.device("cuda", 0), 64)
@@ -118,6 +131,16 @@ def test_a_bad_setting_is_a_clear_error_even_on_a_cpu(setting):
     decoder = load_codec_decoder(os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"))
     with pytest.raises(ValueError, match='None, "auto" or a number of SMs'):
         Qwen3CodecRunner.from_decoder(decoder, stream_sms=setting)
+
+
+def test_the_loader_rejects_a_bad_setting_before_loading(monkeypatch):
+    import voxflow.models.qwen3_tts.engine_loader as loader
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+    monkeypatch.setattr(loader.Qwen3TTS, "from_pretrained", no_load)
+    with pytest.raises(ValueError, match='None, "auto" or a number of SMs'):
+        loader.load("unused", codec_sms="Auto")
 
 
 def test_engine_args_read_auto_counts_and_none():

@@ -7,10 +7,13 @@ talker's small per-frame kernels wait for one. At c=64 on an H200 the steps that
 capped convolution grid did not help (sessions 8, 11, 21): a running block keeps its SM until it ends. A green
 context confines the codec's blocks to its SMs, so the talker always finds the others free. The trade: the codec
 takes longer per call on fewer SMs. H200 session 22 call 2 (0.6B c=64, one machine): the whole GPU 656 audio-s/s,
-96 SMs 681, 64 SMs 698, 48 SMs 663, 32 SMs 640; "auto" (EngineConfig's default) takes half the SMs, 64 of 132.
+96 SMs 681, 64 SMs 698, 48 SMs 663, 32 SMs 640. "auto" (EngineConfig's default) takes half the SMs, 64 of 132
+(call 3: 0.6B c=64 664 -> 694, 1.7B c=64 601 -> 634 audio-s/s against the whole GPU; c=1 unchanged).
 
-The driver rounds a partition to its granularity (8 SMs on Hopper). PyTorch exposes green contexts from 2.9 when
-built against CUDA >= 12.8; elsewhere asking for a partition is an error, not a silent fallback.
+The driver rounds a partition up to its granularity (8 SMs on Hopper: 60 asked run on 64). PyTorch exposes green
+contexts from 2.9 when built against CUDA >= 12.8. Where there are none (or the driver refuses one), an asked count
+is an error, never a silent fallback; "auto" falls back to the whole GPU with a warning: a default must not stop a
+server. So does "auto" on a GPU too small to halve (< 16 SMs).
 """
 from __future__ import annotations
 
@@ -55,25 +58,30 @@ def check_setting(setting: int | str | None) -> None:
         raise ValueError(f'an SM partition is None, "auto" or a number of SMs >= 1, not {setting!r}')
 
 
-def auto_sms(total: int) -> int:
-    """The "auto" share of a GPU with `total` SMs, in whole partition steps (64 of an H200's 132)."""
-    return max(GRANULARITY, int(total * AUTO_SHARE) // GRANULARITY * GRANULARITY)
+def auto_sms(total: int) -> int | None:
+    """The "auto" share of a GPU with `total` SMs, rounded down to whole partition steps (64 of an H200's 132); None
+    (the whole GPU) where that share is less than one step."""
+    sms = int(total * AUTO_SHARE) // GRANULARITY * GRANULARITY
+    return sms or None
 
 
 def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.cuda.Stream, object | None, int | None]:
     """(a stream on CUDA `device`, the green context owning it or None, its SMs or None for the whole GPU) for an SM
     setting: None, the whole GPU; a count, that partition or an SMPartitionError; "auto", the AUTO_SHARE partition
-    where this PyTorch and driver make one, else the whole GPU (logged): a default must not stop a server."""
+    where this PyTorch and driver make one, else the whole GPU (a warning): a default must not stop a server."""
     check_setting(setting)
     if setting is None:
         return torch.cuda.Stream(device), None, None
     if setting != "auto":
         stream, context = partitioned_stream(device, setting)
         return stream, context, setting
-    sms = auto_sms(torch.cuda.get_device_properties(device).multi_processor_count)
+    total = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = auto_sms(total)
     try:
+        if sms is None:
+            raise SMPartitionError(f"{total} SMs are too few to halve in steps of {GRANULARITY}")
         stream, context = partitioned_stream(device, sms)
     except (SMPartitionError, RuntimeError) as e:      # RuntimeError: a driver that refuses the green context
-        log.info("no SM partition, the whole GPU: %s", e)
+        log.warning("codec_sms=auto: no SM partition, the whole GPU (%s)", e)
         return torch.cuda.Stream(device), None, None
     return stream, context, sms

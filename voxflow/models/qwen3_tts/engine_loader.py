@@ -11,7 +11,9 @@ batch (a 64 x 25-frame call holds GBs of upsampled feature maps), so a memory-bo
 calls for a smaller peak.
 `text_embedding_on_host` keeps the talker's text embedding table (594 MiB in bf16) in host memory: prompt builds
 gather new ids' rows there (model.py); nothing per step reads it.
-`codec_sms` confines the codec stream's kernels to that many SMs of the GPU (engine/sm_partition.py).
+`codec_sms` confines the codec stream's kernels to that many SMs of the GPU, or "auto": half of them where
+green contexts exist (engine/sm_partition.py). The loader's default, None, is the whole GPU; EngineConfig's is
+"auto".
 `max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
 makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from voxflow.engine.sm_partition import check_setting
 from voxflow.layers.cast import cast_parameters
 
 from .codec_precision import CODEC_DTYPES, resolve_codec_dtype
@@ -34,6 +37,7 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
         raise ValueError(f"codec_dtype must be one of {', '.join(CODEC_DTYPES)}, got {codec_dtype!r}")
+    check_setting(codec_sms)                    # before the load: a bad value fails in a second, not minutes
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype),
                                      text_embedding_device="cpu" if text_embedding_on_host else None)
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
