@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Session 22 call 4, on the session's last ~390 s of device time. `bash benchmarks/scripts/stamp_tree.sh` first;
-# carry [".whl", ".device_tree"]. About 300 s. The HTTP server (1.7B, 64 seqs) with codec_sms="auto", the new
+# Prepared in session 22 (NOT YET RUN: no machine was lent in its last ~390 s of device time; rename it to the
+# session's run name once it has run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh`
+# first; carry [".whl", ".device_tree"]. About 300 s. The HTTP server (1.7B, 64 seqs) with codec_sms="auto", the new
 # default: c=64 throughput and p99 first-audio latency (the target: >= 600 audio-s/s, p99 <= 300 ms), then c=1.
 # Then, if time is left, 0.6B c=64 with the codec's regular chunks spread thinner (codec_frames_per_step 100 instead
 # of 400): in the bench's lock-step waves 64 chunks fall due on the same step, and 400 frames a step puts them on 4
 # steps of every 25; on its partition the codec then overlaps the following steps (call 3: steps without codec work
-# 6.28 -> 6.58 ms). The results are packed after each part: the call may be cut at the session's last second.
+# 6.28 -> 6.58 ms). The results are packed after each part, in case the call is cut.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
