@@ -15,7 +15,9 @@ import torch
 # Shared test helpers (float_compare.py, interpreter_child.py) importable from tests/gpu as well.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Two cores (CI): one process with two threads, or, under pytest-xdist's two workers, one thread each (a worker
+# with two threads would only contend with the other for the cores).
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 _made_here = None
 
 
