@@ -39,9 +39,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ...engine import sm_partition
 from ...engine.frame_rows import FrameRows, stack_sources
 from ...engine.host_to_device import to_device
-from ...engine import sm_partition
 from .codec_decoder import CodecDecoder
 from .codec_graphs import CodecGraphs
 from .codec_pool import CodecRow, CodecStatePool
