@@ -77,7 +77,7 @@ def test_green_contexts_without_streams_are_an_error(h200, monkeypatch):
         partitioned_stream(torch.device("cuda", 0), 48)
 
 
-@pytest.mark.parametrize("total, expected", [(132, 64), (108, 48), (78, 32), (16, 8), (15, None), (8, None)])
+@pytest.mark.parametrize("total, expected", [(132, 64), (114, 56), (108, 48), (100, 48), (99, None), (16, None)])
 def test_auto_takes_half_the_sms_in_whole_partition_steps(total, expected):
     assert auto_sms(total) == expected
 
@@ -97,20 +97,34 @@ def refuse(**kw):
     raise RuntimeError("CUDA driver error: not supported")
 
 
-@pytest.mark.parametrize("why", ["no green contexts", "the driver refuses", "too few SMs"])
+@pytest.mark.parametrize("why", ["no green contexts", "the driver refuses"])
 def test_auto_falls_back_to_the_whole_gpu_with_a_warning(h200, plain_streams, monkeypatch, caplog, why):
     """A default must not stop a server: where no partition can be made, "auto" is the whole GPU, and says so."""
     if why == "no green contexts":
         monkeypatch.setattr(torch.cuda.green_contexts, "SUPPORTED", False, raising=False)
-    elif why == "the driver refuses":
-        monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(refuse))
     else:
-        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
-            multi_processor_count=8))
+        monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(refuse))
     device = torch.device("cuda", 0)
     with caplog.at_level("WARNING", logger="voxflow.engine.sm_partition"):
         assert stream_for(device, "auto") == (("plain", device), None, None)
     assert "no SM partition, the whole GPU" in caplog.text and h200 == []
+
+
+def test_auto_leaves_a_small_gpu_whole_without_a_warning(h200, plain_streams, monkeypatch, caplog):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
+        multi_processor_count=58))
+    device = torch.device("cuda", 0)
+    with caplog.at_level("WARNING", logger="voxflow.engine.sm_partition"):
+        assert stream_for(device, "auto") == (("plain", device), None, None)
+    assert caplog.text == "" and h200 == []
+
+
+def test_auto_does_not_swallow_running_out_of_memory(h200, plain_streams, monkeypatch):
+    def oom(**kw):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+    monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(oom))
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        stream_for(torch.device("cuda", 0), "auto")
 
 
 def test_an_asked_count_is_not_silently_dropped(h200, plain_streams, monkeypatch):

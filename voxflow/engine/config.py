@@ -46,8 +46,8 @@ class EngineConfig:
     codec_sms: int | str | None = "auto"       # on a GPU: the codec's kernels on this many SMs only (a CUDA green
                                                # context; sm_partition.py), the rest kept for the talker; "auto":
                                                # half (64 of an H200's 132: 0.6B c=64 664 -> 694 audio-s/s, H200
-                                               # session 22) where green contexts exist, else all (a warning);
-                                               # None: all. A count is rounded up by the driver (8s on Hopper)
+                                               # session 22) on GPUs of >= 100 SMs where green contexts exist,
+                                               # else all; None: all. The driver rounds a count up (8s on Hopper)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; H200 session 8: no gain)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)

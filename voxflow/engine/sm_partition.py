@@ -13,7 +13,8 @@ takes longer per call on fewer SMs. H200 session 22 call 2 (0.6B c=64, one machi
 The driver rounds a partition up to its granularity (8 SMs on Hopper: 60 asked run on 64). PyTorch exposes green
 contexts from 2.9 when built against CUDA >= 12.8. Where there are none (or the driver refuses one), an asked count
 is an error, never a silent fallback; "auto" falls back to the whole GPU with a warning: a default must not stop a
-server. So does "auto" on a GPU too small to halve (< 16 SMs).
+server. "auto" is also the whole GPU on GPUs of fewer than AUTO_MIN_SMS SMs: the share was measured on an H200 only,
+and on a small GPU half the SMs may be too few for the codec's work (32 of 132 already lost: 640 audio-s/s).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 AUTO_SHARE = 0.5      # of the GPU's SMs for "auto" (the best of 32/48/64/96 of 132 measured, above)
 GRANULARITY = 8       # SMs: the driver's partition step on Hopper; "auto" rounds down to it
+AUTO_MIN_SMS = 100    # "auto" partitions GPUs of at least this many SMs (H100 / H200: 114-132), else the whole GPU
 
 
 class SMPartitionError(RuntimeError):
@@ -60,9 +62,10 @@ def check_setting(setting: int | str | None) -> None:
 
 def auto_sms(total: int) -> int | None:
     """The "auto" share of a GPU with `total` SMs, rounded down to whole partition steps (64 of an H200's 132); None
-    (the whole GPU) where that share is less than one step."""
-    sms = int(total * AUTO_SHARE) // GRANULARITY * GRANULARITY
-    return sms or None
+    (the whole GPU) on a GPU of fewer than AUTO_MIN_SMS."""
+    if total < AUTO_MIN_SMS:
+        return None
+    return int(total * AUTO_SHARE) // GRANULARITY * GRANULARITY
 
 
 def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.cuda.Stream, object | None, int | None]:
@@ -77,10 +80,13 @@ def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.c
         return stream, context, setting
     total = torch.cuda.get_device_properties(device).multi_processor_count
     sms = auto_sms(total)
+    if sms is None:
+        log.info("codec_sms=auto: the whole GPU (%d SMs; partitions only from %d)", total, AUTO_MIN_SMS)
+        return torch.cuda.Stream(device), None, None
     try:
-        if sms is None:
-            raise SMPartitionError(f"{total} SMs are too few to halve in steps of {GRANULARITY}")
         stream, context = partitioned_stream(device, sms)
+    except torch.cuda.OutOfMemoryError:
+        raise                                         # not a refusal of the partition: the caller must see it
     except (SMPartitionError, RuntimeError) as e:      # RuntimeError: a driver that refuses the green context
         log.warning("codec_sms=auto: no SM partition, the whole GPU (%s)", e)
         return torch.cuda.Stream(device), None, None
