@@ -439,11 +439,11 @@ def test_failures_are_counted_not_raised(fake, tmp_path):
     assert all(r["status"] == 503 and "fake e503" in r["error_detail"] for r in bad)
     assert s["audio_duration_s"]["mean"] == pytest.approx(2.5)        # the dropped stream's audio is not counted
 
-    with socket.socket() as sock:                                     # a port nobody listens on
+    with socket.socket() as sock:          # a port nobody listens on: held bound (no other process takes it), no listen
         sock.bind(("127.0.0.1", 0))
         dead = sock.getsockname()[1]
-    rc, res = run(tmp_path, "--base-url", f"http://127.0.0.1:{dead}", "--concurrency", 2, "--num-prompts", 3,
-                  "--num-warmups", 0, "--no-plots", name="dead")
+        rc, res = run(tmp_path, "--base-url", f"http://127.0.0.1:{dead}", "--concurrency", 2, "--num-prompts", 3,
+                      "--num-warmups", 0, "--no-plots", name="dead")
     s = level(res, "c=2")["summary"]
     assert rc == 1 and s["failures"] == {"connect_error": 3} and s["audio_throughput"] == 0
     assert res["target"]["server_info"]["models"]["status"] is None
