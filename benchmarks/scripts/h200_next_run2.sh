@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Prepared in session 22 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
+# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 330 s.
+# The codec's SM share for the 1.7B: session 22 measured only 64 SMs ("auto") against the whole GPU there (1.7B
+# offline c=64: 633.7 against 600.5 audio-s/s); the 0.6B's sweep (call 2) put 64 first, 96 second, 48 third. Here
+# 48, 80 and 96 SMs beside auto and the whole GPU, 1.7B offline c=64 (192 prompts of 151 frames), all on one machine,
+# then the 0.6B with codec_frames_per_step=200 beside auto (h200_next_run.sh has 100).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+device_setup /tmp/r
+archive_results
+real_checkpoint_bg
+small_checkpoint_bg
+
+bench_1p7b() {   # LABEL [ARGS]: 1.7B offline c=64, 151 frames, into $R/h200_1p7b_offline_c64_LABEL.*
+  timeout 150 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
+    --ignore-eos --no-progress --no-plots --label "1p7b-$1" --concurrency 64 --num-prompts 192 --num-warmups 4 \
+    --max-num-seqs 64 --output "$R/h200_1p7b_offline_c64_$1.json.gz" \
+    --engine-arg trace_steps=$R/steps_1p7b_$1.jsonl "${@:2}" 2>&1 | grep -v "^\s*$" | tail -1
+  grep -E "^\| c=" "$R/h200_1p7b_offline_c64_$1.md"
+  echo "  at ${SECONDS}s"
+}
+
+wait $CK
+bench_1p7b auto
+bench_1p7b whole --engine-arg codec_sms=none
+bench_1p7b sms48 --engine-arg codec_sms=48
+bench_1p7b sms80 --engine-arg codec_sms=80
+bench_1p7b sms96 --engine-arg codec_sms=96
+wait $CK6
+bench_small_traced auto
+bench_small_traced fps200 --engine-arg codec_frames_per_step=200
+gzip -f $R/steps_*.jsonl
+echo "done at ${SECONDS}s"
