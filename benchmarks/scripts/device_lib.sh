@@ -10,11 +10,14 @@
 #   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
 #   small_checkpoint_bg         the same for /tmp/real-0.6b; `wait $CK6`
 #   archive_results             on exit, pack $R into $OUT/r.tgz (a call returns at most 8 files; R under /tmp)
+#   pack_results                pack it now (a call that may be cut at its time limit keeps what ran)
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
 #   probe_small_allocations [ARGS]  probe_allocations.py on /tmp/real-0.6b (2.4 GB pool, codec calls of <= 16; ARGS:
 #                               its options, e.g. --dump FILE) into $R/probe_allocations.txt, the pool summaries shown
+#   bench_1p7b_c64 LABEL [ARGS]  offline 1.7B c=64 (/tmp/real-1.7b, 64 seqs, 192 prompts of 151 frames) with a step
+#                               trace into $R/h200_1p7b_offline_c64_LABEL.* and $R/steps_1p7b_LABEL.jsonl
 #   bench_small_traced LABEL [ARGS]  bench_small_8gb with a 2.4 GB pool and a step trace ($R/steps_0p6b_LABEL.jsonl),
 #                               then its footprint
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
@@ -74,8 +77,12 @@ small_checkpoint_bg() {
   CK6=$!
 }
 
+pack_results() {
+  tar czf "$OUT/r.tgz" -C "$(dirname "$R")" "$(basename "$R")"
+}
+
 archive_results() {
-  trap 'tar czf $OUT/r.tgz -C "$(dirname "$R")" "$(basename "$R")"' EXIT TERM
+  trap pack_results EXIT TERM
 }
 
 gpu_tests() {
@@ -89,6 +96,15 @@ bench_offline() {
     --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
     --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
+}
+
+bench_1p7b_c64() {
+  timeout 150 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
+    --ignore-eos --no-progress --no-plots --label "1p7b-$1" --concurrency 64 --num-prompts 192 --num-warmups 4 \
+    --max-num-seqs 64 --output "$R/h200_1p7b_offline_c64_$1.json.gz" \
+    --engine-arg trace_steps=$R/steps_1p7b_$1.jsonl "${@:2}" 2>&1 | grep -v "^\s*$" | tail -1
+  grep -E "^\| c=" "$R/h200_1p7b_offline_c64_$1.md"
+  echo "  at ${SECONDS}s"
 }
 
 bench_small_8gb() {

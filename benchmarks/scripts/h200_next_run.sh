@@ -6,7 +6,7 @@
 # Then, if time is left, 0.6B c=64 with the codec's regular chunks spread thinner (codec_frames_per_step 100 instead
 # of 400): in the bench's lock-step waves 64 chunks fall due on the same step, and 400 frames a step puts them on 4
 # steps of every 25; on its partition the codec then overlaps the following steps (call 3: steps without codec work
-# 6.28 -> 6.58 ms). The results are packed after each part, in case the call is cut.
+# 5.93 -> 6.41 ms). The results are packed after each part, in case the call is cut.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
@@ -20,10 +20,9 @@ if serve_variant auto; then
   bench_http --label http-c1 --concurrency 1 --num-prompts 16 --num-warmups 2 --output $R/h200_1p7b_http_c1.json.gz
 fi
 stop_server auto
-pack() { tar czf $OUT/r.tgz -C "$(dirname "$R")" "$(basename "$R")"; }
-pack
+pack_results
 wait $CK6
 bench_small_traced auto
-pack
+pack_results
 bench_small_traced fps100 --engine-arg codec_frames_per_step=100
 echo "done at ${SECONDS}s"

@@ -12,21 +12,12 @@ archive_results
 real_checkpoint_bg
 small_checkpoint_bg
 
-bench_1p7b() {   # LABEL [ARGS]: 1.7B offline c=64, 151 frames, into $R/h200_1p7b_offline_c64_LABEL.*
-  timeout 150 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
-    --ignore-eos --no-progress --no-plots --label "1p7b-$1" --concurrency 64 --num-prompts 192 --num-warmups 4 \
-    --max-num-seqs 64 --output "$R/h200_1p7b_offline_c64_$1.json.gz" \
-    --engine-arg trace_steps=$R/steps_1p7b_$1.jsonl "${@:2}" 2>&1 | grep -v "^\s*$" | tail -1
-  grep -E "^\| c=" "$R/h200_1p7b_offline_c64_$1.md"
-  echo "  at ${SECONDS}s"
-}
-
 wait $CK
-bench_1p7b auto
-bench_1p7b whole --engine-arg codec_sms=none
-bench_1p7b sms48 --engine-arg codec_sms=48
-bench_1p7b sms80 --engine-arg codec_sms=80
-bench_1p7b sms96 --engine-arg codec_sms=96
+bench_1p7b_c64 auto
+bench_1p7b_c64 whole --engine-arg codec_sms=none
+bench_1p7b_c64 sms48 --engine-arg codec_sms=48
+bench_1p7b_c64 sms80 --engine-arg codec_sms=80
+bench_1p7b_c64 sms96 --engine-arg codec_sms=96
 wait $CK6
 bench_small_traced auto
 bench_small_traced fps200 --engine-arg codec_frames_per_step=200

@@ -74,7 +74,7 @@ def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.c
     where this PyTorch and driver make one, else the whole GPU (a warning): a default must not stop a server."""
     check_setting(setting)
     if setting is None:
-        return torch.cuda.Stream(device), None, None
+        return _whole_gpu(device)
     if setting != "auto":
         stream, context = partitioned_stream(device, setting)
         return stream, context, setting
@@ -82,12 +82,16 @@ def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.c
     sms = auto_sms(total)
     if sms is None:
         log.info("codec_sms=auto: the whole GPU (%d SMs; partitions only from %d)", total, AUTO_MIN_SMS)
-        return torch.cuda.Stream(device), None, None
+        return _whole_gpu(device)
     try:
         stream, context = partitioned_stream(device, sms)
     except torch.cuda.OutOfMemoryError:
         raise                                         # not a refusal of the partition: the caller must see it
-    except (SMPartitionError, RuntimeError) as e:      # RuntimeError: a driver that refuses the green context
+    except RuntimeError as e:                         # SMPartitionError, or a driver that refuses the green context
         log.warning("codec_sms=auto: no SM partition, the whole GPU (%s)", e)
-        return torch.cuda.Stream(device), None, None
+        return _whole_gpu(device)
     return stream, context, sms
+
+
+def _whole_gpu(device: torch.device) -> tuple[torch.cuda.Stream, None, None]:
+    return torch.cuda.Stream(device), None, None

@@ -146,11 +146,12 @@ class Qwen3CodecRunner:
             batch_buckets = tuple(b for b in sizes if b < max_rows) + tuple(b for b in sizes if b >= max_rows)[:1]
         self.batch_buckets = batch_buckets
         self.cuda = self.device.type == "cuda"
-        sm_partition.check_setting(stream_sms)
         # _partition: the green context owning a partitioned stream; stream_sms: its SMs (None: the whole GPU)
         self.stream, self._partition, self.stream_sms = None, None, None
         if self.cuda:
             self.stream, self._partition, self.stream_sms = sm_partition.stream_for(self.device, stream_sms)
+        else:
+            sm_partition.check_setting(stream_sms)      # no stream on a CPU, but a bad setting is still an error
         self.graphs = CodecGraphs(self.pool, self.stream) if self.cuda and cuda_graphs else None
 
     @classmethod
