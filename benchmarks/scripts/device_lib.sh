@@ -29,7 +29,8 @@
 #                               pool in session 21 call 2. 150 s: a fresh machine's first run pays Triton's JIT.
 
 device_setup() {
-  R=$1; mkdir -p "$R"
+  # Emptied first: a warm machine keeps the last call's folder, and the step traces append to their files.
+  R=$1; rm -rf "$R"; mkdir -p "$R"
   export PYTHONUNBUFFERED=1
   if [ -f .device_tree ]; then           # stamp_tree.sh's record of the tree (carried): the results' commit
     export VOXFLOW_GIT_COMMIT=$(head -1 .device_tree)

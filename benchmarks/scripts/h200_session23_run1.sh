@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Prepared in session 22 (NOT YET RUN: no machine was lent in its last ~390 s of device time; rename it to the
-# session's run name once it has run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh`
-# first; carry [".whl", ".device_tree"]. About 300 s. The HTTP server (1.7B, 64 seqs) with codec_sms="auto", the new
-# default: c=64 throughput and p99 first-audio latency (the target: >= 600 audio-s/s, p99 <= 300 ms), then c=1.
+# Session 23 call 1 (prepared in session 22). Results: benchmarks/results/h200/2026-12-03-session23/call1.
+# `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 300 s. The HTTP server
+# (1.7B, 64 seqs) with codec_sms="auto", the new default: c=64 throughput and p99 first-audio latency (the target:
+# >= 600 audio-s/s, p99 <= 300 ms), then c=1.
 # Then, if time is left, 0.6B c=64 with the codec's regular chunks spread thinner (codec_frames_per_step 100 instead
 # of 400): in the bench's lock-step waves 64 chunks fall due on the same step, and 400 frames a step puts them on 4
 # steps of every 25; on its partition the codec then overlaps the following steps (call 3: steps without codec work

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Prepared in session 22 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
-# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 330 s.
+# Session 23 call 2 (prepared in session 22; ran on the machine still warm from call 1). Results:
+# benchmarks/results/h200/2026-12-03-session23/call2. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
+# ".device_tree"]. About 330 s.
 # The codec's SM share for the 1.7B: session 22 measured only 64 SMs ("auto") against the whole GPU there (1.7B
 # offline c=64: 633.7 against 600.5 audio-s/s); the 0.6B's sweep (call 2) put 64 first, 96 second, 48 third. Here
 # 48, 80 and 96 SMs beside auto and the whole GPU, 1.7B offline c=64 (192 prompts of 151 frames), all on one machine,
-# then the 0.6B with codec_frames_per_step=200 beside auto (h200_next_run.sh has 100).
+# then the 0.6B with codec_frames_per_step=200 beside auto (call 1 had 100).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
