@@ -75,14 +75,20 @@ def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.c
     check_setting(setting)
     if setting is None:
         return _whole_gpu(device)
+    sms = setting
+    if setting == "auto":
+        total = torch.cuda.get_device_properties(device).multi_processor_count
+        sms = auto_sms(total)
+        if sms is None:
+            log.info("codec_sms=auto: the whole GPU (%d SMs; partitions only from %d)", total, AUTO_MIN_SMS)
+            return _whole_gpu(device)
+    from . import sm_split
+    if sm_split.rest_enabled():         # experimental: the talker on the SMs this partition leaves (sm_split.py)
+        made = sm_split.split(device, sms)
+        return made.first, made, sms
     if setting != "auto":
         stream, context = partitioned_stream(device, setting)
         return stream, context, setting
-    total = torch.cuda.get_device_properties(device).multi_processor_count
-    sms = auto_sms(total)
-    if sms is None:
-        log.info("codec_sms=auto: the whole GPU (%d SMs; partitions only from %d)", total, AUTO_MIN_SMS)
-        return _whole_gpu(device)
     try:
         stream, context = partitioned_stream(device, sms)
     except torch.cuda.OutOfMemoryError:
