@@ -32,7 +32,7 @@ def test_engine_entry_points_run_on_the_engine_stream(monkeypatch):
         entered.append(current[0])
         yield
     monkeypatch.setattr(torch.cuda, "stream", recording)
-    monkeypatch.setattr(engine_module, "talker_stream", lambda device, high, codec_sms=None: sentinel if high else None)
+    monkeypatch.setattr(engine_module, "talker_stream", lambda device, high: sentinel if high else None)
     current = ["constructor"]
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, "custom_voice"), max_num_seqs=2,
                                                num_kv_blocks=64, block_size=16, talker_high_priority=True))

@@ -12,7 +12,6 @@ import torch
 from voxflow.engine.engine import EngineConfig, EngineCore
 from voxflow.engine.offline import run_offline
 from voxflow.engine.request import SamplingOptions, SpeechRequest, StreamingOptions
-from voxflow.engine import sm_split
 from voxflow.engine.sm_partition import auto_sms
 from voxflow.models.qwen3_tts.generate import SynthesisRequest, decode_to_wav, generate_codes, prepare
 from voxflow.models.qwen3_tts.model import Qwen3TTS
@@ -35,9 +34,6 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
     assert core.runner.cuda_graphs == cuda_graphs
     if config.get("talker_high_priority"):
         assert core._stream is not None and core._stream.priority < 0
-    if sm_split.rest_enabled():         # the talker on the SMs the codec's partition leaves
-        assert sm_split.is_split_stream(core._stream) and sm_split.is_split_stream(core.codec.stream)
-        assert 0 < core.startup["talker_sms"] < torch.cuda.get_device_properties(0).multi_processor_count
     frames = {}
     push_rows = core.codec_exec.push_rows
 
@@ -100,15 +96,6 @@ def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
     while the codec keeps its own: the same greedy codes and audio as the CPU loop (any missing ordering between
     the streams would show as wrong or stale frames)."""
     got = engine_codes("float32", texts=TEXTS, talker_high_priority=True)
-    assert_equals_reference(got, TEXTS)
-
-
-def test_gpu_engine_with_the_talker_on_the_sms_the_codec_leaves_equals_cpu_reference(monkeypatch):
-    """VOXFLOW_TALKER_SMS=rest (engine/sm_split.py): the talker's work (captures included) on one green context, the
-    codec's on a disjoint one: the same greedy codes and audio as the CPU loop."""
-    pytest.importorskip("cuda.bindings", reason="needs NVIDIA's driver API bindings (pip install cuda-bindings)")
-    monkeypatch.setenv(sm_split.ENV, "rest")
-    got = engine_codes("float32", texts=TEXTS)
     assert_equals_reference(got, TEXTS)
 
 

@@ -32,7 +32,6 @@ from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_block
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
-from .sm_split import is_split_stream, split
 from .gpu_memory import (limit_allocator, memory_stats, outside_allocator_bytes, room_within, shrink_stack_to,
                          stack_limit_bytes)
 from .graph_runner import DecodeRunner
@@ -117,7 +116,7 @@ class EngineCore:
         device = torch.device(model.device)
         # The talker's GPU work (this constructor's allocations and captures, prompt builds, steps) on one stream:
         # the current one, or a high-priority one (engine_stream.py).
-        self._stream = talker_stream(device, config.talker_high_priority, getattr(codec, "stream_sms", None))
+        self._stream = talker_stream(device, config.talker_high_priority)
         self._build(device)
         log.info("engine ready: %s", self.startup)
 
@@ -191,8 +190,6 @@ class EngineCore:
             self.startup["codec_precision"] = codec.precision
         if getattr(codec, "stream", None) is not None:      # a GPU codec stream: its SMs (None: the whole GPU)
             self.startup["codec_sms"] = getattr(codec, "stream_sms", None)
-        if self._stream is not None and is_split_stream(self._stream):      # the talker on the rest (sm_split.py)
-            self.startup["talker_sms"] = split(device, codec.stream_sms).rest_sms
         self.trace: StepTrace | None = None
         self._warm_up()
         # After warm-up: the trace holds served steps only.

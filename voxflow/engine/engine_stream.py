@@ -19,22 +19,10 @@ import functools
 
 import torch
 
-from . import sm_split
 
-
-def talker_stream(device: torch.device, high_priority: bool, codec_sms: int | None = None
-                  ) -> torch.cuda.Stream | None:
+def talker_stream(device: torch.device, high_priority: bool) -> torch.cuda.Stream | None:
     """A highest-priority stream on a CUDA device (None: keep the current stream), ordered after the work already
-    queued on the current stream (the weights were loaded there). With VOXFLOW_TALKER_SMS=rest (experimental,
-    sm_split.py), instead the stream on the SMs that the codec's partition of `codec_sms` SMs leaves."""
-    if device.type == "cuda" and sm_split.rest_enabled():
-        if codec_sms is None:
-            raise sm_split.SMPartitionError(f"{sm_split.ENV}=rest needs the codec on a partition (codec_sms)")
-        if high_priority:
-            raise sm_split.SMPartitionError(f"{sm_split.ENV}=rest and talker_high_priority do not combine")
-        stream = sm_split.split(device, codec_sms).rest
-        stream.wait_stream(torch.cuda.current_stream(device))
-        return stream
+    queued on the current stream (the weights were loaded there)."""
     if not high_priority or device.type != "cuda":
         return None
     _, greatest = torch.cuda.Stream.priority_range()

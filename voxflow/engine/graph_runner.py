@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import torch
 
 from .model_api import DecodeOutput, PagedKVContext, TTSModel
-from .sm_split import is_split_stream
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -67,10 +66,7 @@ def warm_then_capture(run, pool, side: "torch.cuda.Stream | None" = None) -> tup
         run()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    # On an SM split's stream (sm_split.py) the capture runs there: kernels captured on PyTorch's own capture stream
-    # would replay on the whole GPU.
-    current = torch.cuda.current_stream()
-    with torch.no_grad(), torch.cuda.graph(graph, pool=pool, stream=current if is_split_stream(current) else None):
+    with torch.no_grad(), torch.cuda.graph(graph, pool=pool):
         out = run()
     return graph, out
 

@@ -10,6 +10,11 @@ takes longer per call on fewer SMs. H200 session 22 call 2 (0.6B c=64, one machi
 96 SMs 681, 64 SMs 698, 48 SMs 663, 32 SMs 640. "auto" (EngineConfig's default) takes half the SMs, 64 of 132
 (call 3: 0.6B c=64 664 -> 694, 1.7B c=64 601 -> 634 audio-s/s against the whole GPU; c=1 unchanged).
 
+The talker keeps the whole GPU. Confining it to the SMs the codec leaves (a second green context from one driver
+split, so that its blocks never wait on the codec's SMs) was measured slower, because its step time follows its SM
+count: 0.6B c=64 steps without codec work took 5.83 ms on 132 SMs, 7.22 on 84, 7.74 on 68 and 9.29 on 52, and the
+runs gave 687 (this default) against 616 / 589 / 505 audio-s/s (H200 session 23 call 4; the code is in c9bf07d).
+
 The driver rounds a partition up to its granularity (8 SMs on Hopper: 60 asked run on 64). PyTorch exposes green
 contexts from 2.9 when built against CUDA >= 12.8. Where there are none (or the driver refuses one), an asked count
 is an error, never a silent fallback; "auto" falls back to the whole GPU with a warning: a default must not stop a
@@ -75,20 +80,14 @@ def stream_for(device: torch.device, setting: int | str | None) -> tuple[torch.c
     check_setting(setting)
     if setting is None:
         return _whole_gpu(device)
-    sms = setting
-    if setting == "auto":
-        total = torch.cuda.get_device_properties(device).multi_processor_count
-        sms = auto_sms(total)
-        if sms is None:
-            log.info("codec_sms=auto: the whole GPU (%d SMs; partitions only from %d)", total, AUTO_MIN_SMS)
-            return _whole_gpu(device)
-    from . import sm_split
-    if sm_split.rest_enabled():         # experimental: the talker on the SMs this partition leaves (sm_split.py)
-        made = sm_split.split(device, sms)
-        return made.first, made, sms
     if setting != "auto":
         stream, context = partitioned_stream(device, setting)
         return stream, context, setting
+    total = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = auto_sms(total)
+    if sms is None:
+        log.info("codec_sms=auto: the whole GPU (%d SMs; partitions only from %d)", total, AUTO_MIN_SMS)
+        return _whole_gpu(device)
     try:
         stream, context = partitioned_stream(device, sms)
     except torch.cuda.OutOfMemoryError:
