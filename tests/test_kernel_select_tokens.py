@@ -98,11 +98,38 @@ def check_radix_widths_agree():
     the boundary, k = 1 and k >= V in the case)."""
     from voxflow.kernels.select_tokens import select_tokens
     g = torch.Generator().manual_seed(5)
-    args = make_case(g, 12, 2048, torch.bfloat16, False)
-    want = reference(*args, 3, False)
-    for bits in (1, 4):
-        got = select_tokens(*args, 3, False, radix_bits=bits)
-        assert torch.equal(got, want), (bits, (got != want).nonzero().flatten().tolist())
+    # bf16 and fp16 logits: only their significant key bits are decided (select_tokens.key_bits: 16 / 19-20)
+    for dtype in (torch.bfloat16, torch.float16):
+        args = make_case(g, 12, 2048, dtype, False)
+        want = reference(*args, 3, False)
+        for bits in (1, 2, 4):
+            got = select_tokens(*args, 3, False, radix_bits=bits)
+            assert torch.equal(got, want), (dtype, bits, (got != want).nonzero().flatten().tolist())
+
+
+def check_kth_value_from_16_bit_logits():
+    """Rows built so that only the top-k threshold decides the draw: k = 40 and 50 values above a tail, all
+    negative or all positive, fp16 values one ulp apart around the k-th: with too few key bits decided, or the low
+    bits of the threshold's key set for the wrong sign, the threshold lands off the k-th value and ids differ."""
+    from voxflow.kernels.select_tokens import select_tokens
+    g = torch.Generator().manual_seed(11)
+    for dtype in (torch.bfloat16, torch.float16):
+        for sign in (1.0, -1.0):
+            base = torch.full((8, 2048), -30.0)
+            top = 3.0 + torch.arange(64, dtype=torch.float32) * (2.0 ** -8 if dtype == torch.float16 else 2.0 ** -5)
+            for r in range(8):
+                base[r, torch.randperm(2048, generator=g)[:64]] = sign * top
+            logits = base.to(dtype)
+            n = logits.shape[0]
+            do_sample = torch.ones(n, dtype=torch.bool)
+            temperature = torch.full((n,), 0.9)
+            top_k = torch.tensor([40, 50, 1, 63, 64, 65, 2, 39])
+            top_p = torch.ones(n, dtype=torch.float64)
+            keys, frame = torch.arange(n) * 7919, torch.arange(n)
+            args = (logits, do_sample, temperature, top_k, top_p, keys, frame)
+            want = reference(*args, 2, False)
+            got = select_tokens(*args, 2, False)
+            assert torch.equal(got, want), (dtype, sign, (got != want).nonzero().flatten().tolist())
 
 
 def check_talker_processing_matches_select_c0():
@@ -184,6 +211,9 @@ if IN_CHILD:
     def test_child_radix_widths_agree():
         check_radix_widths_agree()
 
+    def test_child_kth_value_from_16_bit_logits():
+        check_kth_value_from_16_bit_logits()
+
     def test_child_supported():
         check_supported()
 
@@ -204,6 +234,20 @@ else:
                 select_tokens(*args, embed=table, embed_out=out)
         with pytest.raises(ValueError, match="together"):
             select_tokens(*args, embed=torch.zeros(2048, 8))
+
+    def test_key_bits_cover_what_an_fp32_value_from_each_dtype_can_differ_in(monkeypatch):
+        import voxflow.kernels.select_tokens as select_tokens_module
+        from voxflow.kernels.select_tokens import key_bits
+        assert [key_bits(torch.bfloat16, False, b) for b in (1, 2, 4)] == [16, 16, 16]
+        assert [key_bits(torch.float16, False, b) for b in (1, 2, 4)] == [19, 20, 20]
+        assert [key_bits(torch.float32, False, b) for b in (1, 2, 4)] == [32, 32, 32]
+        assert key_bits(torch.bfloat16, True, 2) == 32            # the talker's processed logits: any fp32 value
+        monkeypatch.setattr(select_tokens_module, "FULL_KEYS", True)      # the A/B switch: all bits, every dtype
+        assert key_bits(torch.bfloat16, False, 2) == key_bits(torch.float16, False, 4) == 32
+        for dtype, bits in ((torch.bfloat16, 16), (torch.float16, 19)):   # the claim itself, on every value
+            values = torch.arange(2 ** 16, dtype=torch.int32).to(torch.int16).view(dtype).float()
+            values = values[torch.isfinite(values) | torch.isinf(values)]
+            assert (values.view(torch.int32) & ((1 << (32 - bits)) - 1) == 0).all()
 
     def test_select_tokens_rejects_radix_widths_other_than_1_2_4():
         from voxflow.kernels.select_tokens import select_tokens

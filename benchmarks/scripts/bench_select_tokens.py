@@ -1,6 +1,7 @@
 """GPU time of one fused token draw (voxflow/kernels/select_tokens.py) by num_warps, the top-k radix select's bits a
 pass (RADIX_BITS), batch and vocabulary, against the torch pipeline it replaces: CUDA-graph replays of 16
-back-to-back draws (one decode step's worth). Top-k 50, no top-p (Qwen3-TTS's sampling defaults).
+back-to-back draws (one decode step's worth). Top-k 50, no top-p (Qwen3-TTS's sampling defaults). bf16 logits (the
+served path's) decide 16 key bits in the radix select, fp32 ones all 32 (select_tokens.key_bits): both are timed.
 
     python benchmarks/scripts/bench_select_tokens.py
 """
@@ -29,24 +30,24 @@ def timed(fn, reps=20) -> float:
 
 
 def main() -> None:
-    for b in (1, 16, 64):
-        for vocab in (2048, 3072):
-            logits = torch.randn(b, vocab, device="cuda", dtype=torch.bfloat16)
-            p = WarpParams(torch.ones(b, dtype=torch.bool, device="cuda"), torch.full((b,), 0.9, device="cuda"),
-                           torch.full((b,), 50, dtype=torch.long, device="cuda"),
-                           torch.ones(b, dtype=torch.float64, device="cuda"), top_k_max=64, any_top_p=False)
-            keys = torch.arange(b, device="cuda")
-            frame = torch.zeros(b, dtype=torch.long, device="cuda")
-            row = [f"B={b:3d} V={vocab}"]
-            # (session 11 call 2 compared radix bits 1 / 2 / 4 at 4 and 8 warps: 2 bits at 8 warps won)
-            for warps, bits in ((8, 1), (2, 2), (4, 2), (8, 2), (16, 2)):
-                us = timed(lambda: select_tokens(logits, p.do_sample, p.temperature, p.top_k, p.top_p, keys,
-                                                 frame, 3, False, num_warps=warps, radix_bits=bits))
-                row.append(f"w{warps} r{bits} {us:5.1f}")
-            torch_us = timed(lambda: torch.where(p.do_sample, gumbel_argmax(warp_logits(logits.float(), p), keys,
-                                                                             frame, 3), logits.float().argmax(-1)))
-            row.append(f"torch {torch_us:6.1f} us")
-            print("  ".join(row), flush=True)
+    for b, vocab, dtype in [(b, v, d) for b in (1, 16, 64) for v in (2048, 3072)
+                            for d in (torch.bfloat16, torch.float32)]:
+        logits = torch.randn(b, vocab, device="cuda", dtype=dtype)
+        p = WarpParams(torch.ones(b, dtype=torch.bool, device="cuda"), torch.full((b,), 0.9, device="cuda"),
+                       torch.full((b,), 50, dtype=torch.long, device="cuda"),
+                       torch.ones(b, dtype=torch.float64, device="cuda"), top_k_max=64, any_top_p=False)
+        keys = torch.arange(b, device="cuda")
+        frame = torch.zeros(b, dtype=torch.long, device="cuda")
+        row = [f"B={b:3d} V={vocab} {str(dtype)[6:]:8s}"]
+        # (session 11 call 2 compared radix bits 1 / 2 / 4 at 4 and 8 warps: 2 bits at 8 warps won)
+        for warps, bits in ((8, 1), (2, 2), (4, 2), (8, 2), (16, 2)):
+            us = timed(lambda: select_tokens(logits, p.do_sample, p.temperature, p.top_k, p.top_p, keys,
+                                             frame, 3, False, num_warps=warps, radix_bits=bits))
+            row.append(f"w{warps} r{bits} {us:5.1f}")
+        torch_us = timed(lambda: torch.where(p.do_sample, gumbel_argmax(warp_logits(logits.float(), p), keys,
+                                                                         frame, 3), logits.float().argmax(-1)))
+        row.append(f"torch {torch_us:6.1f} us")
+        print("  ".join(row), flush=True)
 
 
 if __name__ == "__main__":

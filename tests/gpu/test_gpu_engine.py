@@ -25,7 +25,9 @@ torch.backends.cuda.matmul.allow_tf32 = False
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
-def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, **config):
+def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, sampling=None, **config):
+    """{request id: (codes, audio)} of the engine serving `texts`, greedy unless `sampling(i)` gives request i's
+    options."""
     # the codec in fp32, not the GPU default ("auto": fp16 after its check), since the audio is held to the CPU
     # loop's within 1e-4
     config = dict(dict(max_num_seqs=8, num_kv_blocks=512, block_size=16, codec_dtype="float32"), **config)
@@ -44,7 +46,8 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
         push_rows(step_frames, request_ids)
     core.codec_exec.push_rows = recording_push_rows
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
-                          sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(texts)]
+                          sampling=sampling(i) if sampling else SamplingOptions(greedy=True, max_new_tokens=31))
+            for i, t in enumerate(texts)]
     replays = core.prefill_runner.stats.replays if cuda_graphs else 0
     results = run_offline(core, reqs)
     if cuda_graphs:            # the prompts went through the prefill CUDA graphs (voxflow/engine/prefill_runner.py)
@@ -231,6 +234,23 @@ def test_gpu_engine_codes_equal_with_pdl_on_and_off():
                 assert np.array_equal(wav, runs[1][rid][1]), rid
     finally:
         set_pdl_enabled(saved)
+
+
+def test_gpu_sampled_codes_equal_with_16_and_32_key_bits(monkeypatch):
+    """The draws' top-k threshold from the top 16 key bits of bf16 logits (select_tokens.key_bits) against all 32
+    (VOXFLOW_SELECT_FULL_KEYS, the path before): the bf16 engine sampling with the model's defaults (top-k, a
+    temperature), seeded, one request alone and twelve together, gives the same codes and audio."""
+    from voxflow.kernels import select_tokens
+    seeded = lambda i: SamplingOptions(seed=1000 + i, max_new_tokens=31, ignore_eos=True)
+    for texts, seqs in ((TEXTS[1:2], 8), (TEXTS * 3, 16)):
+        runs = []
+        for full in (False, True):
+            monkeypatch.setattr(select_tokens, "FULL_KEYS", full)
+            runs.append(engine_codes("bfloat16", texts=texts, sampling=seeded, max_num_seqs=seqs))
+        for rid, (codes, wav) in runs[0].items():
+            assert codes.shape[0] >= 30
+            assert torch.equal(codes, runs[1][rid][0]), rid
+            assert np.array_equal(wav, runs[1][rid][1]), rid
 
 
 def test_gpu_fp32_single_request_equals_cpu_reference(monkeypatch):

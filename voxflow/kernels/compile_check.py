@@ -58,6 +58,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8"), emb_ptr=bf,
                          emb_out_ptr=bf),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
+                         KEY_BITS=select_tokens.key_bits(_DTYPE_OF["bf16"], talker, select_tokens.RADIX_BITS),
                          BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048),
                     dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
     for dt in ("fp32", "bf16"):

@@ -21,8 +21,9 @@ frame, each outside the PDL chain). A copy: the same bits as the lookup.
 Numerics against the reference:
 - temperature: IEEE fp32 division; top-k: the k-th largest value, values >= it survive (boundary ties too, as in
   apply_top_k) -- exact. Without top-p it comes from a radix select (on an H200 the full-row bitonic sort
-  cost 14.5 us at V=2048 and 55 us at the talker's 3072, padded to 4096); with top-p from the ascending sort
-  that stage needs anyway. Noise bits: exact. The Gumbel transform uses the precise
+  cost 14.5 us at V=2048 and 55 us at the talker's 3072, padded to 4096) over the unscaled logits, whose k-th
+  largest divided by the temperature is the scaled row's (`key_bits`: half the passes for bf16 logits); with
+  top-p from the ascending sort that stage needs anyway. Noise bits: exact. The Gumbel transform uses the precise
   log on CUDA (libdevice logf, as torch's), so without top-p the ids equal the reference's bit for bit.
 - top-p (transformers' rule of apply_top_p): the kept set is a suffix of the ascending order, so the kernel keeps
   the values >= the smallest kept one. Two differences, both at the nucleus boundary only: (1) exact value ties
@@ -35,6 +36,8 @@ Numerics against the reference:
 - NaN logits are not supported (the reference's softmax would be NaN too).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -51,10 +54,13 @@ MAX_VOCAB = 4096
 # of 4 counts (H200, 8 warps, one row: 10.1 us at V = 2048 and 15.8 at 3072, against 12.3 / 18.1 deciding one bit
 # a pass and 12.7 / 28.5 four: session 11 call 2).
 RADIX_BITS = 2
+# VOXFLOW_SELECT_FULL_KEYS=1: the radix select decides all 32 key bits for every dtype, as before session 23 (the
+# A/B of `key_bits`; the same ids either way).
+FULL_KEYS = os.environ.get("VOXFLOW_SELECT_FULL_KEYS", "0") == "1"
 
 
 @triton.jit
-def _kth_largest(w, k, RADIX_BITS: tl.constexpr):
+def _kth_largest(w, k, RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr):
     """The k-th largest of the fp32 values w (a whole row) by a radix select on their order-preserving uint32 keys:
     the largest key T with at least k keys >= T, decided RADIX_BITS bits at a time from the top, returned as the
     fp32 value it encodes. The value the k-th slot of a descending sort holds, for far fewer barriers than a
@@ -62,18 +68,25 @@ def _kth_largest(w, k, RADIX_BITS: tl.constexpr):
 
     Each pass counts the keys >= every candidate digit at once (a [2^RADIX_BITS, BLOCK] comparison summed over
     the row: one reduction instead of one per bit) and keeps the largest digit whose count is still >= k. The count
-    falls as the trial key grows, so digit by digit this finds the same T as deciding bit by bit (RADIX_BITS = 1)."""
+    falls as the trial key grows, so digit by digit this finds the same T as deciding bit by bit (RADIX_BITS = 1).
+
+    Only the top KEY_BITS are decided (a multiple of RADIX_BITS): for values that came from 16-bit logits the low
+    32 - KEY_BITS bits of every value are zero, so of every key they are zero (a positive value) or all ones (a
+    negative one); T's are then set from its sign. Exact, and half the passes for bf16 (KEY_BITS 16)."""
     bits = w.to(tl.uint32, bitcast=True)
     # Negative: all bits flipped; else the sign bit set. (XOR with all ones rather than `~`: Triton 3.6 lowers `~`
     # on uint32 through a -1 that does not fit.)
     keys = tl.where((bits >> 31) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
     digits = tl.arange(0, 1 << RADIX_BITS).to(tl.uint32)
     result = tl.full([], 0, tl.uint32)
-    for p in tl.static_range(32 // RADIX_BITS - 1, -1, -1):
+    for p in tl.static_range(32 // RADIX_BITS - 1, (32 - KEY_BITS) // RADIX_BITS - 1, -1):
         trials = result | (digits << (p * RADIX_BITS))                                  # [2^RADIX_BITS]
         counts = tl.sum((keys[None, :] >= trials[:, None]).to(tl.int32), 1)           # keys >= each trial
         digit = tl.max(tl.where(counts >= k, digits, 0), 0)     # digit 0 always qualifies (count >= k held)
         result = result | (digit << (p * RADIX_BITS))
+    if KEY_BITS < 32:
+        low: tl.constexpr = (1 << (32 - KEY_BITS)) - 1
+        result = tl.where((result >> 31) != 0, result, result | low)          # a negative value's key: ones
     value_bits = tl.where((result >> 31) != 0, result & 0x7FFFFFFF, result ^ 0xFFFFFFFF)
     return value_bits.to(tl.float32, bitcast=True)
 
@@ -86,7 +99,7 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                           seen_ptr, penalty_ptr, num_gen_ptr, min_new_ptr, suppress_ptr, eos_id, stride_seen,
                           emb_ptr, emb_out_ptr, emb_dim, stride_emb, stride_emb_out,
                           USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
-                          RADIX_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
+                          RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
                           EMBED: tl.constexpr, BLOCK_E: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel()
@@ -128,7 +141,9 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                 kept = (cumulative > cut) | (offs == BLOCK - 1)
                 thr = tl.maximum(thr, tl.min(tl.where(kept, filt, float("inf")), 0))
         else:
-            thr = _kth_largest(w, k, RADIX_BITS)       # no sort needed for top-k alone
+            # No sort needed for top-k alone. The k-th largest of w = x / t is x's k-th largest / t (a division by
+            # t > 0 keeps the order, ties included), and x from 16-bit logits has KEY_BITS significant key bits.
+            thr = tl.div_rn(_kth_largest(x, k, RADIX_BITS, KEY_BITS), tl.load(temperature_ptr + row).to(tl.float32))
         w = tl.where(w >= thr, w, float("-inf"))
         # The noise of batch_sampling.uniform_noise / kernels/uniform_noise.py, bit for bit.
         key = tl.load(keys_ptr + row).to(tl.uint32)
@@ -149,6 +164,17 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         for e0 in range(0, emb_dim, BLOCK_E):
             e = e0 + tl.arange(0, BLOCK_E)
             tl.store(dst + e, tl.load(src + e, mask=e < emb_dim), mask=e < emb_dim)
+
+
+def key_bits(dtype: torch.dtype, talker: bool, radix_bits: int) -> int:
+    """The top-k radix select's significant key bits (_kth_largest): the bits an fp32 value converted from `dtype`
+    can differ in (bf16: sign, exponent, 7 mantissa bits = 16; fp16: its 10 mantissa bits take the fp32 value to
+    bit 13 = 19), rounded up to whole passes; 32 for fp32 logits and for the talker's draw, whose logit processing
+    (x * p, x / p) makes values of any fp32 bits."""
+    if FULL_KEYS:
+        return 32
+    significant = 32 if talker else {torch.bfloat16: 16, torch.float16: 19}.get(dtype, 32)
+    return -(-significant // radix_bits) * radix_bits
 
 
 def supported(logits: torch.Tensor) -> bool:
@@ -197,7 +223,8 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
             logits, do_sample.contiguous().view(torch.uint8), temperature.contiguous(), top_k.contiguous(),
             top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
             *extra, *emb, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
-            RADIX_BITS=radix_bits, BLOCK=block, USE_PDL=pdl, EMBED=embed is not None,
+            RADIX_BITS=radix_bits, KEY_BITS=key_bits(logits.dtype, talker is not None, radix_bits), BLOCK=block,
+            USE_PDL=pdl, EMBED=embed is not None,
             BLOCK_E=min(4096, triton.next_power_of_2(embed.shape[1])) if embed is not None else 16,
             num_warps=num_warps or (8 if block >= 2048 else 4),
             enable_fp_fusion=False,   # every product / sum rounded as in the torch ops
