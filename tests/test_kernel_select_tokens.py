@@ -93,13 +93,13 @@ def check_matches_reference():
 
 
 def check_radix_widths_agree():
-    """The top-k radix select decided 1, 2 or 4 bits a pass (select_tokens.RADIX_BITS, 2 by default and checked
-    above): the same k-th largest, hence the same ids as the reference (negative values, -inf entries, ties across
-    the boundary, k = 1 and k >= V in the case)."""
+    """The top-k radix select decided 1, 2 or 4 bits a pass (select_tokens.RADIX_BITS, 2 by default): the same
+    k-th largest, hence the same ids as the reference (negative values, -inf entries, ties across the boundary,
+    k = 1 and k >= V in the case)."""
     from voxflow.kernels.select_tokens import select_tokens
     g = torch.Generator().manual_seed(5)
-    # bf16 and fp16 logits: only their significant key bits are decided (select_tokens.key_bits: 16 / 19-20)
-    for dtype in (torch.bfloat16, torch.float16):
+    # fp32 logits decide all 32 key bits, bf16 and fp16 ones only their significant ones (select_tokens.key_bits)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         args = make_case(g, 12, 2048, dtype, False)
         want = reference(*args, 3, False)
         for bits in (1, 2, 4):
@@ -109,8 +109,10 @@ def check_radix_widths_agree():
 
 def check_kth_value_from_16_bit_logits():
     """Rows built so that only the top-k threshold decides the draw: k = 40 and 50 values above a tail, all
-    negative or all positive, fp16 values one ulp apart around the k-th: with too few key bits decided, or the low
-    bits of the threshold's key set for the wrong sign, the threshold lands off the k-th value and ids differ."""
+    negative or all positive, a few ulps apart around the k-th: with too few key bits decided, or a positive
+    threshold's low key bits set (above the k-th value), the threshold lands off the k-th value and ids differ. (A
+    negative threshold's low bits only move it by less than an ulp of the logits' dtype, which no 16-bit value
+    lies within; the -inf thresholds of the reference cases check them: k >= the finite values.)"""
     from voxflow.kernels.select_tokens import select_tokens
     g = torch.Generator().manual_seed(11)
     for dtype in (torch.bfloat16, torch.float16):
@@ -130,6 +132,34 @@ def check_kth_value_from_16_bit_logits():
             want = reference(*args, 2, False)
             got = select_tokens(*args, 2, False)
             assert torch.equal(got, want), (dtype, sign, (got != want).nonzero().flatten().tolist())
+
+
+def check_talker_draw_keeps_all_key_bits():
+    """The talker's draw processes bf16 logits in fp32 (the repetition penalty: x / p), so its values have low bits
+    and its radix select must decide all 32 key bits (select_tokens.key_bits(talker=True)). Each row: one seen id a
+    with logit L, penalised to L / p, the top-1; an unseen id b at L / p truncated to bf16, just below it. With k =
+    1 only a survives; a threshold from 16 key bits would be that truncation and keep b too (drawn about half the
+    time)."""
+    from voxflow.kernels.select_tokens import select_tokens
+    from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, suppress_mask
+    n, vocab, a, b = 16, 3072, 7, 11
+    logit = (3.0 + torch.arange(n) / 8).to(torch.bfloat16).float()
+    penalty = torch.full((n,), 1.05)
+    penalised = logit / penalty
+    below = (penalised.view(torch.int32) & ~0xFFFF).view(torch.float32)        # truncated to bf16 (positive)
+    assert (below < penalised).all()                       # (1.05: no row divides exactly)
+    raw = torch.full((n, vocab), -30.0)
+    raw[:, a], raw[:, b] = logit, below
+    raw = raw.to(torch.bfloat16)
+    assert torch.equal(raw[:, b].float(), below)
+    seen = torch.zeros(n, vocab, dtype=torch.bool)
+    seen[:, a] = True
+    do_sample = torch.ones(n, dtype=torch.bool)
+    got = select_tokens(raw, do_sample, torch.full((n,), 0.9), torch.ones(n, dtype=torch.long),
+                        torch.ones(n, dtype=torch.float64), torch.arange(n) * 104729, torch.arange(n), 0, False,
+                        talker=(seen, penalty, torch.full((n,), 5), torch.zeros(n, dtype=torch.long),
+                                suppress_mask(vocab), CODEC_EOS_ID))
+    assert (got == a).all(), got.tolist()
 
 
 def check_talker_processing_matches_select_c0():
@@ -213,6 +243,9 @@ if IN_CHILD:
 
     def test_child_kth_value_from_16_bit_logits():
         check_kth_value_from_16_bit_logits()
+
+    def test_child_talker_draw_keeps_all_key_bits():
+        check_talker_draw_keeps_all_key_bits()
 
     def test_child_supported():
         check_supported()

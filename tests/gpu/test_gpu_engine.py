@@ -242,11 +242,20 @@ def test_gpu_sampled_codes_equal_with_16_and_32_key_bits(monkeypatch):
     temperature), seeded, one request alone and twelve together, gives the same codes and audio."""
     from voxflow.kernels import select_tokens
     seeded = lambda i: SamplingOptions(seed=1000 + i, max_new_tokens=31, ignore_eos=True)
+    real_key_bits, used = select_tokens.key_bits, []
+
+    def recording_key_bits(*args):
+        used.append(real_key_bits(*args))
+        return used[-1]
+    monkeypatch.setattr(select_tokens, "key_bits", recording_key_bits)
     for texts, seqs in ((TEXTS[1:2], 8), (TEXTS * 3, 16)):
         runs = []
         for full in (False, True):
             monkeypatch.setattr(select_tokens, "FULL_KEYS", full)
+            used.clear()
             runs.append(engine_codes("bfloat16", texts=texts, sampling=seeded, max_num_seqs=seqs))
+            # the draws ran the kernel: the code predictor's from bf16 logits on 16 bits (32 with FULL_KEYS)
+            assert (16 in used) != full and 32 in used, (full, sorted(set(used)))
         for rid, (codes, wav) in runs[0].items():
             assert codes.shape[0] >= 30
             assert torch.equal(codes, runs[1][rid][0]), rid

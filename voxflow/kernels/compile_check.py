@@ -49,16 +49,18 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
-    for top_p, talker, pdl in ((False, False, False), (True, False, False), (False, True, False),
-                               (False, False, True)):
-        out.append((f"select_tokens top_p={top_p} talker={talker}" + (" pdl" if pdl else ""),
+    # (and fp16 logits, whose radix select decides 20 key bits: select_tokens.key_bits)
+    for top_p, talker, pdl, dt in ((False, False, False, "bf16"), (True, False, False, "bf16"),
+                                   (False, True, False, "bf16"), (False, False, True, "bf16"),
+                                   (False, False, False, "fp16")):
+        out.append((f"select_tokens {dt} top_p={top_p} talker={talker}" + (" pdl" if pdl else ""),
                     select_tokens._select_tokens_kernel,
-                    dict(logits_ptr=bf, do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
+                    dict(logits_ptr=_ptr(dt), do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
                          top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
                          penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8"), emb_ptr=bf,
                          emb_out_ptr=bf),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
-                         KEY_BITS=select_tokens.key_bits(_DTYPE_OF["bf16"], talker, select_tokens.RADIX_BITS),
+                         KEY_BITS=select_tokens.key_bits(_DTYPE_OF[dt], talker, select_tokens.RADIX_BITS),
                          BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048),
                     dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
     for dt in ("fp32", "bf16"):
