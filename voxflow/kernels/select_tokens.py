@@ -119,10 +119,11 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         x = tl.where(suppressed, float("-inf"), x)
     ids = tl.argmax(x, 0, tie_break_left=True)
     if tl.load(do_sample_ptr + row) != 0:          # greedy rows skip everything below
-        w = tl.div_rn(x, tl.load(temperature_ptr + row).to(tl.float32))
+        temperature = tl.load(temperature_ptr + row).to(tl.float32)
         k = tl.load(top_k_ptr + row)
         k = tl.minimum(tl.maximum(tl.where(k > 0, k, vocab), 1), vocab)
         if USE_TOP_P:
+            w = tl.div_rn(x, temperature)
             # One ascending sort serves both filters; the -inf padding sorts to the front and never matters.
             asc = tl.sort(w)
             thr = tl.max(tl.where(offs == BLOCK - k, asc, float("-inf")), 0)      # the k-th largest
@@ -143,7 +144,8 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         else:
             # No sort needed for top-k alone. The k-th largest of w = x / t is x's k-th largest / t (a division by
             # t > 0 keeps the order, ties included), and x from 16-bit logits has KEY_BITS significant key bits.
-            thr = tl.div_rn(_kth_largest(x, k, RADIX_BITS, KEY_BITS), tl.load(temperature_ptr + row).to(tl.float32))
+            thr = tl.div_rn(_kth_largest(x, k, RADIX_BITS, KEY_BITS), temperature)
+            w = tl.div_rn(x, temperature)           # after the select: only x lives through its passes
         w = tl.where(w >= thr, w, float("-inf"))
         # The noise of batch_sampling.uniform_noise / kernels/uniform_noise.py, bit for bit.
         key = tl.load(keys_ptr + row).to(tl.uint32)
