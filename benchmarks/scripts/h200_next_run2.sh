@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Prepared in session 23 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
+# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 450 s.
+# The targets not re-measured since the codec partition became the default (session 22): the HTTP server (1.7B,
+# 64 seqs) at c=16 (target: TTFP p99 <= 100 ms, no underruns; last measured in session 17: 53 ms) and c=64 again on
+# another machine (session 23 call 1: 615.1 audio-s/s, p99 217 ms), then offline c=256, the best concurrency
+# (target >= 1,000 audio-s/s; session 19: 1,223.8). The results are packed after each part.
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+device_setup /tmp/r
+archive_results
+real_checkpoint_bg
+wait $CK
+if serve_variant auto; then
+  bench_http --label http-c16 --concurrency 16 --num-prompts 64 --num-warmups 4 --output $R/h200_1p7b_http_c16.json.gz
+  echo "  at ${SECONDS}s"
+  bench_http --label http-c64 --concurrency 64 --num-prompts 256 --num-warmups 8 --output $R/h200_1p7b_http_c64.json.gz
+  echo "  at ${SECONDS}s"
+fi
+stop_server auto
+pack_results
+bench_offline auto
+echo "done at ${SECONDS}s"
