@@ -1,11 +1,14 @@
 """Tile configurations of the channels-last codec convolutions (voxflow/kernels/causal_conv.py) at the shapes of a
 64-stream x 25-frame codec call on the real-size decoder, then the whole codec call with the winners.
 
-    PYTHONPATH=$PWD python benchmarks/scripts/tune_causal_conv.py [BATCH] [FRAMES] [DTYPES, e.g. float32]
+    PYTHONPATH=$PWD python benchmarks/scripts/tune_causal_conv.py [BATCH] [FRAMES] [DTYPES, e.g. float32] [SMS]
 
 Prints per (Cin, Cout, k, dtype) the time of each candidate and a TUNED table to paste into causal_conv.py; the
-whole codec call is timed with the current table first, then with the winners.
+whole codec call is timed with the current table first, then with the winners. SMS: everything on a stream confined
+to that many SMs (engine/sm_partition.py), where the served codec runs ("auto": 64 of an H200's 132); the table was
+tuned on the whole GPU (sessions 6-15), and tiles that fill 132 SMs in whole waves may not fill 64.
 """
+import contextlib
 import sys
 
 import torch
@@ -19,6 +22,7 @@ from event_timing import timed  # noqa: E402
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 FRAMES = int(sys.argv[2]) if len(sys.argv) > 2 else 25
 DTYPES = [getattr(torch, d) for d in sys.argv[3].split(",")] if len(sys.argv) > 3 else [torch.float32, torch.bfloat16]
+SMS = int(sys.argv[4]) if len(sys.argv) > 4 else None
 # (channels, samples a frame) of the four upsampling blocks' residual units, and the output conv
 STAGES = ((768, 32), (384, 160), (192, 640), (96, 1920))
 CANDIDATES = {
@@ -83,18 +87,30 @@ def codec_call(dtype) -> None:
     from voxflow.tools.codec_snr import random_real_codec_decoder
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from profile_codec import time_calls
-    runner = Qwen3CodecRunner.from_decoder(random_real_codec_decoder("cuda").to(dtype), max_rows=B)
+    runner = Qwen3CodecRunner.from_decoder(random_real_codec_decoder("cuda").to(dtype), max_rows=B, stream_sms=SMS)
     states = [runner.new_state(None) for _ in range(B)]
     for n in (1, 10, FRAMES):
         frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(B)]
         time_calls(runner, states, frames, f"codec {str(dtype)[6:]} B={B} n={n}", warm=2, reps=5)
 
 
+def on_partition():
+    """The kernel timings' stream: SMS SMs of the GPU (a green context), or the current stream."""
+    if SMS is None:
+        return contextlib.nullcontext()
+    from voxflow.engine.sm_partition import partitioned_stream
+    stream, context = partitioned_stream(torch.device("cuda", torch.cuda.current_device()), SMS)
+    on_partition.keep = context                     # alive while its stream is used
+    print(f"on {SMS} SMs of {torch.cuda.get_device_properties(0).multi_processor_count}", flush=True)
+    return torch.cuda.stream(stream)
+
+
 if __name__ == "__main__":
     for dtype in DTYPES:
         print("with the current table:")
         codec_call(dtype)
-    table = tune()
+    with on_partition():
+        table = tune()
     print("TUNED = {")
     for (c, cout, k, dtype), cfg in table.items():
         print(f"    ({c}, {cout}, {k}, torch.{str(dtype)[6:]}): {cfg},")
