@@ -6,6 +6,8 @@
 #   serve_variant NAME ARGS...  start `voxflow serve /tmp/real-1.7b` (bf16, 64 seqs, step trace in $R) with extra
 #                               ARGS and wait for /ready; returns 1 (and prints the log's tail) if it never came up
 #   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
+#   bench_http_at C LABEL       bench_http at concurrency C (1, 16 or 64) with the targets' sizes (16 / 64 / 256
+#                               prompts) into $R/h200_1p7b_http_LABEL.*
 #   stop_server NAME            stop it, keep /health and the gzipped trace
 #   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
 #   small_checkpoint_bg         the same for /tmp/real-0.6b; `wait $CK6`
@@ -16,8 +18,10 @@
 #                               $R/h200_1p7b_offline_c256_LABEL.*
 #   probe_small_allocations [ARGS]  probe_allocations.py on /tmp/real-0.6b (2.4 GB pool, codec calls of <= 16; ARGS:
 #                               its options, e.g. --dump FILE) into $R/probe_allocations.txt, the pool summaries shown
-#   bench_1p7b_c64 LABEL [ARGS]  offline 1.7B c=64 (/tmp/real-1.7b, 64 seqs, 192 prompts of 151 frames) with a step
-#                               trace into $R/h200_1p7b_offline_c64_LABEL.* and $R/steps_1p7b_LABEL.jsonl
+#   bench_1p7b_at C LABEL [ARGS] offline 1.7B at concurrency C, 1 or 64 (/tmp/real-1.7b, 64 seqs, 16 / 192 prompts of
+#                               151 frames) with a step trace into $R/h200_1p7b_offline_cC_LABEL.* and
+#                               $R/steps_1p7b_LABEL.jsonl (c=1: steps_1p7b_c1_LABEL.jsonl)
+#   bench_1p7b_c64 LABEL [ARGS]  bench_1p7b_at 64 (the name session 22-23 call records use)
 #   bench_small_traced LABEL [ARGS]  bench_small_8gb with a 2.4 GB pool and a step trace ($R/steps_0p6b_LABEL.jsonl),
 #                               then its footprint
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
@@ -63,6 +67,19 @@ bench_http() {
     --base-url http://127.0.0.1:8000 "$@" 2>&1 | grep -v "^\s*$" | tail -2
 }
 
+bench_http_at() {
+  local c=$1 name=$2 prompts warmups
+  case $c in
+    1) prompts=16; warmups=2 ;;
+    16) prompts=64; warmups=4 ;;
+    64) prompts=256; warmups=8 ;;
+    *) echo "bench_http_at: concurrency 1, 16 or 64, not $c"; return 1 ;;
+  esac
+  bench_http --label "http-$name" --concurrency $c --num-prompts $prompts --num-warmups $warmups \
+    --output "$R/h200_1p7b_http_$name.json.gz"
+  echo "  at ${SECONDS}s"
+}
+
 stop_server() {
   curl -s http://127.0.0.1:8000/health > "$R/health_$1.json"
   kill $SRV 2>/dev/null; wait $SRV; gzip -f "$R/steps_http_$1.jsonl" 2>/dev/null
@@ -99,14 +116,22 @@ bench_offline() {
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
 }
 
-bench_1p7b_c64() {
+bench_1p7b_at() {
+  local c=$1 name=$2 prompts warmups tag; shift 2
+  case $c in
+    1) prompts=16; warmups=2; tag=c1_$name ;;
+    64) prompts=192; warmups=4; tag=$name ;;
+    *) echo "bench_1p7b_at: concurrency 1 or 64, not $c"; return 1 ;;
+  esac
   timeout 150 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
-    --ignore-eos --no-progress --no-plots --label "1p7b-$1" --concurrency 64 --num-prompts 192 --num-warmups 4 \
-    --max-num-seqs 64 --output "$R/h200_1p7b_offline_c64_$1.json.gz" \
-    --engine-arg trace_steps=$R/steps_1p7b_$1.jsonl "${@:2}" 2>&1 | grep -v "^\s*$" | tail -1
-  grep -E "^\| c=" "$R/h200_1p7b_offline_c64_$1.md"
+    --ignore-eos --no-progress --no-plots --label "1p7b-${tag//_/-}" --concurrency $c --num-prompts $prompts \
+    --num-warmups $warmups --max-num-seqs 64 --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
+    --engine-arg trace_steps=$R/steps_1p7b_$tag.jsonl "$@" 2>&1 | grep -v "^\s*$" | tail -1
+  grep -E "^\| c=" "$R/h200_1p7b_offline_c${c}_$name.md"
   echo "  at ${SECONDS}s"
 }
+
+bench_1p7b_c64() { bench_1p7b_at 64 "$@"; }
 
 bench_small_8gb() {
   timeout 150 python3 -m voxflow.bench --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \

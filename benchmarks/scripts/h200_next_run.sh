@@ -19,15 +19,9 @@ timeout 150 python3 benchmarks/scripts/bench_select_tokens.py > $R/bench_select_
 grep "^B=" $R/bench_select_tokens.txt
 pack_results
 wait $CK
-c1() {
-  timeout 150 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
-    --ignore-eos --no-progress --no-plots --label "1p7b-c1-$1" --concurrency 1 --num-prompts 16 --num-warmups 2 \
-    --max-num-seqs 64 --output "$R/h200_1p7b_offline_c1_$1.json.gz" 2>&1 | grep -v "^\s*$" | tail -1
-  grep -E "^\| c=" "$R/h200_1p7b_offline_c1_$1.md"
-}
-c1 keys16
-VOXFLOW_SELECT_FULL_KEYS=1 c1 keys32
-c1 keys16b
+bench_1p7b_at 1 keys16
+VOXFLOW_SELECT_FULL_KEYS=1 bench_1p7b_at 1 keys32
+bench_1p7b_at 1 keys16b
 pack_results
 wait $CK6
 bench_small_traced keys16

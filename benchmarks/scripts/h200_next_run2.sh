@@ -12,10 +12,8 @@ archive_results
 real_checkpoint_bg
 wait $CK
 if serve_variant auto; then
-  bench_http --label http-c16 --concurrency 16 --num-prompts 64 --num-warmups 4 --output $R/h200_1p7b_http_c16.json.gz
-  echo "  at ${SECONDS}s"
-  bench_http --label http-c64 --concurrency 64 --num-prompts 256 --num-warmups 8 --output $R/h200_1p7b_http_c64.json.gz
-  echo "  at ${SECONDS}s"
+  bench_http_at 16 c16
+  bench_http_at 64 c64
 fi
 stop_server auto
 pack_results

@@ -8,7 +8,6 @@ whole codec call is timed with the current table first, then with the winners. S
 to that many SMs (engine/sm_partition.py), where the served codec runs ("auto": 64 of an H200's 132); the table was
 tuned on the whole GPU (sessions 6-15), and tiles that fill 132 SMs in whole waves may not fill 64.
 """
-import contextlib
 import sys
 
 import torch
@@ -94,22 +93,16 @@ def codec_call(dtype) -> None:
         time_calls(runner, states, frames, f"codec {str(dtype)[6:]} B={B} n={n}", warm=2, reps=5)
 
 
-def on_partition():
-    """The kernel timings' stream: SMS SMs of the GPU (a green context), or the current stream."""
-    if SMS is None:
-        return contextlib.nullcontext()
-    from voxflow.engine.sm_partition import partitioned_stream
-    stream, context = partitioned_stream(torch.device("cuda", torch.cuda.current_device()), SMS)
-    on_partition.keep = context                     # alive while its stream is used
-    print(f"on {SMS} SMs of {torch.cuda.get_device_properties(0).multi_processor_count}", flush=True)
-    return torch.cuda.stream(stream)
-
-
 if __name__ == "__main__":
     for dtype in DTYPES:
         print("with the current table:")
         codec_call(dtype)
-    with on_partition():
+    stream = context = None             # the timings. stream: SMS SMs (context: its green context), or the current
+    if SMS is not None:
+        from voxflow.engine.sm_partition import partitioned_stream
+        stream, context = partitioned_stream(torch.device("cuda", torch.cuda.current_device()), SMS)
+        print(f"on {SMS} SMs of {torch.cuda.get_device_properties(0).multi_processor_count}", flush=True)
+    with torch.cuda.stream(stream):     # (None: no change of stream)
         table = tune()
     print("TUNED = {")
     for (c, cout, k, dtype), cfg in table.items():
