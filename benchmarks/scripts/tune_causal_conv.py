@@ -97,7 +97,8 @@ if __name__ == "__main__":
     for dtype in DTYPES:
         print("with the current table:")
         codec_call(dtype)
-    stream = context = None             # the timings. stream: SMS SMs (context: its green context), or the current
+    # The timings' stream: SMS SMs of the GPU (context: its green context, kept to the end), or the current one.
+    stream = context = None
     if SMS is not None:
         from voxflow.engine.sm_partition import partitioned_stream
         stream, context = partitioned_stream(torch.device("cuda", torch.cuda.current_device()), SMS)
