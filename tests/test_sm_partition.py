@@ -33,6 +33,25 @@ def test_a_partition_is_a_green_context_stream_on_the_asked_device(h200):
     assert stream == ("stream", 48) and h200 == [context] and (context.num_sms, context.device_id) == (48, 1)
 
 
+def test_a_green_context_outlives_its_stream_and_owner(h200, monkeypatch):
+    """A tensor freed after its partition's context was destroyed aborts the process (the allocator records an event
+    on the dead context's stream), so the contexts stay alive after every caller has dropped them."""
+    import gc
+    import weakref
+    from voxflow.engine import sm_partition
+    monkeypatch.setattr(sm_partition, "_LIVE_CONTEXTS", [])
+
+    class Context:                      # a stand-in that can be weakly referenced, unlike SimpleNamespace
+        def Stream(self):
+            return "stream"
+    monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(lambda **kw: Context()))
+    stream, context = partitioned_stream(torch.device("cuda", 0), 48)
+    alive = weakref.ref(context)
+    del stream, context
+    gc.collect()
+    assert alive() is not None and sm_partition._LIVE_CONTEXTS == [alive()]
+
+
 @pytest.mark.parametrize("num_sms", [0, -8, 132, 200])
 def test_a_partition_must_leave_sms_on_both_sides(h200, num_sms):
     with pytest.raises(SMPartitionError, match="1..131 of this GPU's 132 SMs"):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 23 (NOT YET RUN: the session's device time was spent; rename it to the session's run name once
-# it has run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
+# Session 24 call 1 (prepared in session 23; ran on tree f71c7f3 in 310 s).
+# `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl",
 # ".device_tree"]. About 450 s. The token draw's top-k radix select deciding only the key bits that bf16 logits
 # have (16 instead of 32: select_tokens.key_bits, exact, CPU-tested in Triton's interpreter only): its GPU tests
 # (the kernel against the reference; the bf16 engine's sampled codes equal with 16 and 32 key bits), its kernel time

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Prepared in session 23 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
-# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 400 s.
+# Session 24 call 3 (prepared in session 23; ran on tree f71c7f3 in 30 s). It aborted after the first codec timing:
+# "CUDA error: context is destroyed" (the runner's states freed after its green context; fixed by
+# sm_partition._LIVE_CONTEXTS).
+# `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 400 s.
 # The codec's convolution tiles re-tuned where the served codec runs: on 64 of the H200's 132 SMs (codec_sms "auto",
 # the default since session 22), for the 0.6B configuration's calls of 16 streams x 25 frames in fp16. The TUNED
 # table was chosen on the whole GPU (session 15 call 3); a tile grid that fills 132 SMs in whole waves may leave a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 23 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
-# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 450 s.
+# Session 24 call 2 (prepared in session 23; ran on tree f71c7f3 in 204 s).
+# `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 450 s.
 # The targets not re-measured since the codec partition became the default (session 22): the HTTP server (1.7B,
 # 64 seqs) at c=16 (target: TTFP p99 <= 100 ms, no underruns; last measured in session 17: 53 ms) and c=64 again on
 # another machine (session 23 call 1: 615.1 audio-s/s, p99 217 ms), then offline c=256, the best concurrency
