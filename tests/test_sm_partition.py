@@ -13,6 +13,8 @@ from voxflow.tools.codec_snr import load_codec_decoder
 
 @pytest.fixture
 def h200(monkeypatch):
+    from voxflow.engine import sm_partition
+    monkeypatch.setattr(sm_partition, "_LIVE_CONTEXTS", [])          # the stand-ins stay out of the real list
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
         multi_processor_count=132))
     made = []
@@ -39,7 +41,6 @@ def test_a_green_context_outlives_its_stream_and_owner(h200, monkeypatch):
     import gc
     import weakref
     from voxflow.engine import sm_partition
-    monkeypatch.setattr(sm_partition, "_LIVE_CONTEXTS", [])
 
     class Context:                      # a stand-in that can be weakly referenced, unlike SimpleNamespace
         def Stream(self):

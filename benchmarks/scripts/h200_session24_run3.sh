@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 24 call 3 (prepared in session 23; ran on tree f71c7f3 in 30 s). It aborted after the first codec timing:
-# "CUDA error: context is destroyed" (the runner's states freed after its green context; fixed by
-# sm_partition._LIVE_CONTEXTS).
+# "CUDA error: context is destroyed" (the frames the runner had read, marked with record_stream for its stream,
+# freed after its green context; fixed by sm_partition._LIVE_CONTEXTS).
 # `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 400 s.
 # The codec's convolution tiles re-tuned where the served codec runs: on 64 of the H200's 132 SMs (codec_sms "auto",
 # the default since session 22), for the 0.6B configuration's calls of 16 streams x 25 frames in fp16. The TUNED

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 24 call 6. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 300 s.
+# Session 24 call 6 (ran on tree 099404b in 244 s).
+# `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 300 s.
 # HTTP c=16 (1.7B, 64 prompts) with the codec partition (codec_sms auto, the default) and without it (none), one
 # machine, two runs each: call 2 measured TTFP p99 96 ms against session 17's 53 (before the partition); does the
 # codec on half the SMs cost c=16's first packets, or was call 2's host slower (its intake / prepare phases grew)?

@@ -262,29 +262,31 @@ def test_codec_on_an_sm_partition_equals_the_whole_gpu(dec):
         assert np.abs(got[k] - want[k]).max() <= TOL, k
 
 
-# A runner collected before the states it made (tune_causal_conv.py's codec_call: the runner is the first local, so
-# it goes first): the states' tensors, used on the partitioned stream, are freed after its green context.
-STATES_OUTLIVE_RUNNER = """
+# A runner collected before the frame tensors it read (tune_causal_conv.py's codec_call: the runner is the first
+# local, so it goes first): the runner marks the caller's frames with record_stream for its partitioned stream, so
+# freeing them afterwards records an event on that stream, whose green context must still be alive.
+FRAMES_OUTLIVE_RUNNER = """
 import torch
 from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
 from voxflow.tools.codec_snr import random_real_codec_decoder
 runner = Qwen3CodecRunner.from_decoder(random_real_codec_decoder("cuda"), max_rows=2, stream_sms=48)
 states = [runner.new_state(None) for _ in range(2)]
-runner.decode(states, [torch.randint(0, 2048, (3, 16), device="cuda") for _ in range(2)])
+frames = [torch.randint(0, 2048, (3, 16), device="cuda") for _ in range(2)]
+runner.decode(states, frames)
 del runner
 torch.cuda.synchronize()
-del states
+del frames, states
 torch.cuda.synchronize()
 print("freed")
 """
 
 
-def test_states_freed_after_their_partitioned_runner_end_cleanly():
+def test_frames_freed_after_their_partitioned_runner_end_cleanly():
     """Session 24 call 3 aborted with "CUDA error: context is destroyed" when a partitioned runner was collected
-    before its states; sm_partition keeps the green contexts alive, so the process ends with 0."""
+    before the frames it had read; sm_partition keeps the green contexts alive, so the process ends with 0."""
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-c", STATES_OUTLIVE_RUNNER], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", FRAMES_OUTLIVE_RUNNER], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "freed" in done.stdout, done.stderr[-2000:]
 
 

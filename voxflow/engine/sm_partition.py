@@ -33,10 +33,12 @@ AUTO_SHARE = 0.5      # of the GPU's SMs for "auto" (the best of 32/48/64/96 of 
 GRANULARITY = 8       # SMs: the driver's partition step on Hopper; "auto" rounds down to it
 AUTO_MIN_SMS = 100    # "auto" partitions GPUs of at least this many SMs (H100 / H200: 114-132), else the whole GPU
 
-# Every green context made, kept to the end of the process. A tensor last used on a partitioned stream records an
-# event on that stream when it is freed; if its context was destroyed first (its owner collected before the tensor),
-# the caching allocator aborts the process ("CUDA error: context is destroyed": H200 session 24 call 3, a codec
-# runner's states outliving the runner in tune_causal_conv.py). A process makes one or a few, so none is released.
+# Every green context made, kept to the end of the process. A tensor marked with record_stream for a partitioned
+# stream (the codec runner marks the caller's frame tensors it reads there) records an event on that stream when it
+# is freed; if the stream's context was destroyed first (its runner collected before the tensor), the caching
+# allocator aborts the process ("CUDA error: context is destroyed": H200 session 24 call 3, tune_causal_conv.py's
+# frames freed after their runner). One context per partitioned runner: a server makes one, a GPU test session a
+# few dozen, so none is released. (Not reused between runners: that sharing has not been run on a GPU.)
 _LIVE_CONTEXTS: list = []
 
 
@@ -57,9 +59,9 @@ def partitioned_stream(device: torch.device, num_sms: int) -> tuple[torch.cuda.S
         raise SMPartitionError(f"this PyTorch ({torch.__version__}) has no CUDA green contexts: no SM partition")
     index = device.index if device.index is not None else torch.cuda.current_device()
     context = green.create(num_sms=num_sms, device_id=index)
-    _LIVE_CONTEXTS.append(context)
     if not hasattr(context, "Stream"):
         raise SMPartitionError(f"this PyTorch's ({torch.__version__}) green contexts make no streams: no SM partition")
+    _LIVE_CONTEXTS.append(context)
     return context.Stream(), context
 
 
