@@ -57,6 +57,8 @@ RADIX_BITS = 2
 # VOXFLOW_SELECT_FULL_KEYS=1: the radix select decides all 32 key bits for every dtype, as before session 23 (the
 # A/B of `key_bits`; the same ids either way).
 FULL_KEYS = os.environ.get("VOXFLOW_SELECT_FULL_KEYS", "0") == "1"
+# The bits an fp32 value converted from a 16-bit dtype can differ in (key_bits); any other dtype: all 32.
+_SIGNIFICANT_KEY_BITS = {torch.bfloat16: 16, torch.float16: 19}
 
 
 @triton.jit
@@ -175,7 +177,7 @@ def key_bits(dtype: torch.dtype, talker: bool, radix_bits: int) -> int:
     (x * p, x / p) makes values of any fp32 bits."""
     if FULL_KEYS:
         return 32
-    significant = 32 if talker else {torch.bfloat16: 16, torch.float16: 19}.get(dtype, 32)
+    significant = 32 if talker else _SIGNIFICANT_KEY_BITS.get(dtype, 32)
     return -(-significant // radix_bits) * radix_bits
 
 
