@@ -391,8 +391,8 @@ def check_batch_skinny_path_against_reference():
     sk.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}    # few programs: interpreter
     real_addmm = torch.Tensor.addmm_
     addmms = []
-    saved = bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels
-    bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels = True, (lambda t: True), (lambda t: True)
+    saved = bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels, bl.PROGRAMS
+    bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels, bl.PROGRAMS = True, (lambda t: True), (lambda t: True), None
     torch.Tensor.addmm_ = lambda self, *a, **kw: (addmms.append(1), real_addmm(self, *a, **kw))[1]
     try:
         g = torch.Generator().manual_seed(11)
@@ -419,11 +419,15 @@ def check_batch_skinny_path_against_reference():
         assert got is res and calls == [True] and torch.allclose(res, want, rtol=1e-5, atol=1e-5)
         assert bl.linear_plus(x[:8], w, res[:8], in_place=True) is None             # below MIN_ROWS
         assert torch.equal(bl.linear(x[:8], w), torch.nn.functional.linear(x[:8], w)) and len(calls) == 1
+        # PROGRAMS (the grid-size knob): BLOCK_N ~ N / PROGRAMS within 16..128, the same result
+        bl.PROGRAMS = 2
+        assert bl._config(w) == {"BLOCK_N": 16} and bl._config(torch.empty(4096, 1)) == {"BLOCK_N": 128}
+        assert torch.allclose(bl.linear(x, w), torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-5)
         bl.BATCH_SKINNY = False
-        assert bl.linear_plus(x, w, res, in_place=False) is None and len(calls) == 1
+        assert bl.linear_plus(x, w, res, in_place=False) is None and len(calls) == 2
     finally:
         sk.skinny_linear, sk.launch_config, torch.Tensor.addmm_ = real_sk, real_config, real_addmm
-        bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels = saved
+        bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels, bl.PROGRAMS = saved
 
 
 if IN_CHILD:

@@ -120,3 +120,29 @@ def test_a_table_in_host_memory_is_gathered_there_and_projected_on_the_talkers_d
     assert rows.device.type == "meta" and rows.shape == (3, model.config.talker.hidden_size)
     assert gathered == [("cpu", "cpu")]
     assert direct(talker, [5, 6]).shape == (2, model.config.talker.hidden_size)     # host ids, no kept rows
+
+
+def test_a_preloaded_table_holds_every_id_and_builds_project_nothing(model, monkeypatch):
+    """preload (the engine's default on a GPU): every id projected when the table is made, in chunks, into one
+    table of vocab rows (no growth); rows equal the per-request projection; a build projects nothing; a weight
+    change projects the whole vocabulary again."""
+    import voxflow.models.qwen3_tts.text_rows as text_rows
+    monkeypatch.setattr(text_rows, "PRELOAD_CHUNK", 40000)         # a few chunks, the last one partial
+    talker = model.talker
+    cache = ProjectedTextRows(talker, preload=True)
+    vocab = talker.model.text_embedding.num_embeddings
+    assert cache.projected == vocab and cache._table.shape == (vocab, talker.cfg.hidden_size)
+    assert cache.table_bytes == vocab * talker.cfg.hidden_size * 4
+    ids = [0, vocab - 1, 151644, 9707, 40000, 39999]                 # both ends, chunk borders
+    assert close(cache.rows(ids), direct(talker, ids))
+    assert cache.projected == vocab
+    w = talker.text_projection.linear_fc1.bias
+    saved = w.detach().clone()
+    try:
+        with torch.no_grad():
+            w.add_(0.25)
+        assert close(cache.rows(ids), direct(talker, ids))
+        assert cache.projected == 2 * vocab
+    finally:
+        with torch.no_grad():
+            w.copy_(saved)

@@ -28,3 +28,21 @@ def test_gpu_prompt_from_kept_rows_is_within_one_bf16_rounding():
     assert a.shape == b.shape
     # one bf16 rounding (2^-8 relative) of each term of the summed rows, with room for the sum's own rounding
     assert (a - b).abs().max() <= 2 ** -7 * b.abs().max()
+
+
+def test_gpu_engine_preloads_every_text_row_and_serving_projects_none():
+    """EngineConfig.preload_text_rows (default on a GPU): the whole vocabulary projected at load, before the KV
+    pool is sized; the warm-up and a served request project nothing more; its prompt within one bf16 rounding of
+    the per-request projection (the test above)."""
+    from voxflow.engine.engine import EngineConfig, EngineCore
+    from voxflow.engine.offline import run_offline
+    from voxflow.engine.request import SamplingOptions, SpeechRequest
+    core = EngineCore.from_config(EngineConfig(model=os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"),
+                                               device="cuda", dtype="bfloat16", max_num_seqs=4, num_kv_blocks=64))
+    talker = core.model.model.talker
+    rows = talker._text_rows
+    vocab = talker.model.text_embedding.num_embeddings
+    assert rows is not None and rows.preload and rows.projected == vocab
+    run_offline(core, [SpeechRequest(text="An entirely new sentence, never seen.", voice="vivian",
+                                     sampling=SamplingOptions(greedy=True, max_new_tokens=4))])
+    assert talker._text_rows is rows and rows.projected == vocab

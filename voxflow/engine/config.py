@@ -43,6 +43,10 @@ class EngineConfig:
     text_embedding_on_host: bool = True        # on a GPU: the talker's text embedding table (594 MiB in bf16) in host
                                                # memory; prompt builds gather new ids' rows there, no step reads it
                                                # (H200 session 21: 0.6B c=64 total 7.93 -> 7.34 GiB, same speed)
+    preload_text_rows: bool = True             # on a GPU: every text token id's projected prompt row made at load
+                                               # (vocab x hidden: 622 MB 1.7B, 311 MB 0.6B; qwen3_tts/text_rows.py),
+                                               # so a prompt build never runs the projection (off: projected on a
+                                               # text's first sight, kept up to 32768 ids)
     codec_sms: int | str | None = "auto"       # on a GPU: the codec's kernels on this many SMs only (a CUDA green
                                                # context; sm_partition.py), the rest kept for the talker; "auto":
                                                # half (64 of an H200's 132: 0.6B c=64 664 -> 694 audio-s/s, H200

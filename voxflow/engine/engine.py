@@ -275,6 +275,8 @@ class EngineCore:
             options["text_embedding_on_host"] = True
         if config.codec_sms is not None:
             options["codec_sms"] = config.codec_sms
+        if config.preload_text_rows and torch.device(config.device).type == "cuda":
+            options["preload_text_rows"] = True
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
         stack = stack_limit_bytes(device) if config.shrink_stack_after_load else None

@@ -22,6 +22,11 @@ import torch.nn.functional as F
 from voxflow.kernels import use_kernels
 
 BATCH_SKINNY = os.environ.get("VOXFLOW_BATCH_SKINNY", "0") == "1"
+# The grid size the GEMMs aim at (BLOCK_N ~ N / PROGRAMS, 16..128), where set; unset: skinny_linear's own launch
+# heuristic (~128 programs, one per SM of an H200). An experiment's knob (VOXFLOW_BATCH_SKINNY_PROGRAMS): at c=64 the
+# codec's kernels hold half the SMs during most steps (engine/sm_partition.py), and a grid sized for the whole GPU
+# may then wait on them (H200 session 25 call 2).
+PROGRAMS = int(os.environ.get("VOXFLOW_BATCH_SKINNY_PROGRAMS", "0")) or None
 # Fewer rows take the layers' own few-row paths (qwen3_layer.SKINNY_MAX_ROWS: skinny_linear with its fused
 # prologues, norm_linear), tuned for them; more than skinny_linear.MAX_M go to cuBLAS.
 MIN_ROWS = 9
@@ -42,7 +47,7 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if rows is None:
         return F.linear(x, w)
     from voxflow.kernels import skinny_linear as sk
-    return sk.skinny_linear(rows, w).view(*x.shape[:-1], w.shape[0])
+    return sk.skinny_linear(rows, w, config=_config(w)).view(*x.shape[:-1], w.shape[0])
 
 
 def linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, in_place: bool) -> torch.Tensor | None:
@@ -53,4 +58,12 @@ def linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, in_pla
     if rows is None:
         return None
     from voxflow.kernels import skinny_linear as sk
-    return sk.skinny_linear(rows, w, residual=residual, out=residual if in_place else None)
+    return sk.skinny_linear(rows, w, residual=residual, out=residual if in_place else None, config=_config(w))
+
+
+def _config(w: torch.Tensor) -> dict | None:
+    """skinny_linear's config override for weight w [N, K]: PROGRAMS' BLOCK_N, or None (its own heuristic)."""
+    if PROGRAMS is None:
+        return None
+    block_n = 1 << max(0, (w.shape[0] // PROGRAMS).bit_length() - 1)
+    return {"BLOCK_N": min(128, max(16, block_n))}

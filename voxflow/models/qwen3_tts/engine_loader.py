@@ -14,6 +14,8 @@ gather new ids' rows there (model.py); nothing per step reads it.
 `codec_sms` confines the codec stream's kernels to that many SMs of the GPU, or "auto": half of them where
 green contexts exist (engine/sm_partition.py). The loader's default, None, is the whole GPU; EngineConfig's is
 "auto".
+`preload_text_rows` (on a GPU) projects every text token id's prompt row at load (text_rows.py, preload: vocab x
+hidden on the device, before the engine sizes its KV pool), so that prompt builds never run the text projection.
 `max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
 makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
@@ -32,7 +34,7 @@ from .plugin import Qwen3TTSPlugin
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
          max_frames: int | None = None, text_embedding_on_host: bool = False,
-         codec_sms: int | str | None = None):
+         codec_sms: int | str | None = None, preload_text_rows: bool = False):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
@@ -40,6 +42,8 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
     check_setting(codec_sms)                    # before the load: a bad value fails in a second, not minutes
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype),
                                      text_embedding_device="cpu" if text_embedding_on_host else None)
+    if preload_text_rows and model.talker.device.type == "cuda":
+        model.talker.preload_text_rows()
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
     cast_parameters(model.codec_decoder, getattr(torch, chosen))
     buckets = BATCH_BUCKETS

@@ -83,6 +83,13 @@ class Talker(nn.Module):
             self._text_rows = ProjectedTextRows(self)
         return self._text_rows.rows(ids)
 
+    def preload_text_rows(self) -> int:
+        """Project every text token id now and keep the rows (text_rows.py, preload): prompt builds then only gather.
+        Turns keeping rows on. Returns the table's device bytes."""
+        self.keep_text_rows = True
+        self._text_rows = ProjectedTextRows(self, preload=True)
+        return self._text_rows.table_bytes
+
     def weights_version(self) -> tuple:
         """Changes when a prompt-embedding weight is replaced or changed in place (or moved / cast)."""
         return tuple((p.data_ptr(), p._version, p.dtype) for p in (
