@@ -495,13 +495,13 @@ def test_the_recorded_commit_comes_from_the_device_stamp_when_there_is_one(monke
 
 
 def test_the_result_records_the_engine_switches_set_in_the_environment(monkeypatch):
-    """A variant chosen by an environment switch (VOXFLOW_BATCH_SKINNY=1, ...) is named in the result's tool
+    """A variant chosen by an environment switch (VOXFLOW_FOLDED_NORMS=0, ...) is named in the result's tool
     record, so two results of one tree say which is which; the git stamp is not repeated there."""
-    monkeypatch.setenv("VOXFLOW_BATCH_SKINNY", "1")
+    monkeypatch.setenv("VOXFLOW_FOLDED_NORMS", "0")
     monkeypatch.setenv("VOXFLOW_GIT_COMMIT", "0123abcd")
     monkeypatch.setenv("NOT_VOXFLOW_X", "1")
     switches = report.tool_info()["switches"]
-    assert switches.get("VOXFLOW_BATCH_SKINNY") == "1"
+    assert switches.get("VOXFLOW_FOLDED_NORMS") == "0"
     assert not any(k.startswith("VOXFLOW_GIT_") or not k.startswith("VOXFLOW_") for k in switches)
 
 def test_results_can_be_written_gzipped_and_read_back(fake, tmp_path):

@@ -376,60 +376,6 @@ def check_fused_layer_path_against_reference():
         cp_layer.CONFIGS.update(saved_configs)
 
 
-def check_batch_skinny_path_against_reference():
-    """voxflow/layers/batch_linear.py's switch (BATCH_SKINNY, on here) at nine rows: every GEMM of the single-token
-    layer steps (folded norms: q|k|v and gate|up plain, o_proj and down_proj with the residual in the epilogue),
-    of the 2-token prefill step's plain kernel layers and every lm_head runs through skinny_linear (spied, counted),
-    none on cuBLAS's addmm; logits within the module's tolerances of the reference, fp32 greedy codes equal.
-    Then the switch's rules on their own: fewer than MIN_ROWS rows or the switch off -> the torch path; the
-    residual GEMM in place writes the caller's buffer and returns it."""
-    import voxflow.layers.batch_linear as bl
-    import voxflow.layers.mlp as mlp_mod
-    from voxflow.kernels import skinny_linear as sk
-    calls, real_sk, real_config = [], sk.skinny_linear, sk.launch_config
-    sk.skinny_linear = lambda x, w, **kw: (calls.append(kw.get("residual") is not None), real_sk(x, w, **kw))[1]
-    sk.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}    # few programs: interpreter
-    real_addmm = torch.Tensor.addmm_
-    addmms = []
-    saved = bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels, bl.PROGRAMS
-    bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels, bl.PROGRAMS = True, (lambda t: True), (lambda t: True), None
-    torch.Tensor.addmm_ = lambda self, *a, **kw: (addmms.append(1), real_addmm(self, *a, **kw))[1]
-    try:
-        g = torch.Generator().manual_seed(11)
-        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
-            cp, h, c0 = case(9, dtype, g)
-            bl.BATCH_SKINNY = False
-            codes_r, logits_r = run(cp, h, c0, False, None)
-            bl.BATCH_SKINNY = True
-            calls.clear()
-            codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
-            steps = 3                                 # 4 code groups: a 2-token prefill, then 3 single-token steps
-            # plain: per single-token layer step q|k|v and gate|up; the prefill's 4 GEMMs per layer; 4 lm_heads
-            assert calls.count(False) == 2 * 2 * steps + 4 * 2 + 4, calls
-            assert calls.count(True) == 2 * 2 * steps, calls          # o_proj and down_proj + residual
-            assert not addmms, "a folded layer step fell back to cuBLAS's addmm"
-            if dtype == torch.float32:
-                assert torch.equal(codes_k, codes_r)
-            assert_logits_close(logits_k, logits_r, tol, dtype)
-        x, w = torch.randn(9, 64, generator=g), torch.randn(32, 64, generator=g)
-        res = torch.randn(9, 32, generator=g)
-        want = res + torch.nn.functional.linear(x, w)
-        calls.clear()
-        got = bl.linear_plus(x, w, res, in_place=True)
-        assert got is res and calls == [True] and torch.allclose(res, want, rtol=1e-5, atol=1e-5)
-        assert bl.linear_plus(x[:8], w, res[:8], in_place=True) is None             # below MIN_ROWS
-        assert torch.equal(bl.linear(x[:8], w), torch.nn.functional.linear(x[:8], w)) and len(calls) == 1
-        # PROGRAMS (the grid-size knob): BLOCK_N ~ N / PROGRAMS within 16..128, the same result
-        bl.PROGRAMS = 2
-        assert bl._config(w) == {"BLOCK_N": 16} and bl._config(torch.empty(4096, 1)) == {"BLOCK_N": 128}
-        assert torch.allclose(bl.linear(x, w), torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-5)
-        bl.BATCH_SKINNY = False
-        assert bl.linear_plus(x, w, res, in_place=False) is None and len(calls) == 2
-    finally:
-        sk.skinny_linear, sk.launch_config, torch.Tensor.addmm_ = real_sk, real_config, real_addmm
-        bl.BATCH_SKINNY, bl.use_kernels, mlp_mod.use_kernels, bl.PROGRAMS = saved
-
-
 if IN_CHILD:
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
@@ -448,9 +394,6 @@ if IN_CHILD:
 
     def test_child_one_row_norm_linear_layers_against_reference():
         check_one_row_norm_linear_layers_against_reference()
-
-    def test_child_batch_skinny_path_against_reference():
-        check_batch_skinny_path_against_reference()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

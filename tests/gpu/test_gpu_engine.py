@@ -121,20 +121,6 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     assert_equals_reference(got, texts)
 
 
-def test_gpu_fp32_batch_skinny_gemms_equal_cpu_reference(monkeypatch):
-    """voxflow/layers/batch_linear.py's switch on: twelve requests (decode bucket 16), the talker's and the code
-    predictor's GEMMs at 9..64 rows through skinny_linear (counted) instead of cuBLAS: the same fp32 codes and
-    audio as the CPU loop."""
-    import voxflow.layers.batch_linear as bl
-    from voxflow.kernels import skinny_linear as sk
-    monkeypatch.setattr(bl, "BATCH_SKINNY", True)
-    rows, real = [], sk.skinny_linear
-    monkeypatch.setattr(sk, "skinny_linear", lambda x, w, **kw: (rows.append(x.shape[0]), real(x, w, **kw))[1])
-    texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16)
-    assert any(r >= bl.MIN_ROWS for r in rows), "the batch GEMMs did not run through skinny_linear"
-    assert_equals_reference(got, texts)
-
 def test_gpu_memory_limit_caps_the_allocator_and_the_total_is_reported():
     """gpu_memory_limit_bytes: the engine's reported peak total (allocator peak reservation + context and modules)
     stays within the limit while it serves, the allocator's share is capped, and the codes are unchanged."""

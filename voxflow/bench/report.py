@@ -83,7 +83,7 @@ def tool_info(name: str = "voxflow bench") -> dict:
 
 def env_switches() -> dict:
     """The VOXFLOW_* environment variables of this process (the engine's switches: VOXFLOW_KERNELS, VOXFLOW_PDL,
-    VOXFLOW_BATCH_SKINNY, ...; the git stamp excluded), so that a result says which variant ran. In an offline
+    VOXFLOW_FOLDED_NORMS, ...; the git stamp excluded), so that a result says which variant ran. In an offline
     run this process hosts the engine; in an HTTP run they are the client's, not the server's."""
     return {k: v for k, v in sorted(os.environ.items())
             if k.startswith("VOXFLOW_") and not k.startswith("VOXFLOW_GIT_")}

@@ -46,7 +46,8 @@ class EngineConfig:
     preload_text_rows: bool = True             # on a GPU: every text token id's projected prompt row made at load
                                                # (vocab x hidden: 622 MB 1.7B, 311 MB 0.6B; qwen3_tts/text_rows.py),
                                                # so a prompt build never runs the projection (off: projected on a
-                                               # text's first sight, kept up to 32768 ids)
+                                               # text's first sight, kept up to 32768 ids). H200 session 25: a fresh
+                                               # server's HTTP c=16 TTFP p50 73 -> 60 ms
     codec_sms: int | str | None = "auto"       # on a GPU: the codec's kernels on this many SMs only (a CUDA green
                                                # context; sm_partition.py), the rest kept for the talker; "auto":
                                                # half (64 of an H200's 132: 0.6B c=64 664 -> 694 audio-s/s, H200

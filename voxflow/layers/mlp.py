@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.kernels import use_kernels
-from voxflow.layers import batch_linear
 from voxflow.layers.fused_linear import fuse_weights, still_fused
 
 
@@ -41,7 +40,7 @@ class SwiGLU(nn.Module):
         if use_kernels(x):
             fused = self.fused_gate_up()
             if fused is not None:
-                gate_up = batch_linear.linear(x, fused)
+                gate_up = F.linear(x, fused)
                 i = self.gate_proj.out_features
                 gate, up = gate_up[..., :i], gate_up[..., i:]
             else:
@@ -55,5 +54,5 @@ class SwiGLU(nn.Module):
         if use_kernels(gate):
             from voxflow.kernels import silu_mul as fused   # imported lazily: CPU runs never load Triton code
             if fused.supported(gate, up):
-                return batch_linear.linear(fused.silu_mul(gate, up), self.down_proj.weight)
+                return self.down_proj(fused.silu_mul(gate, up))
         return self.down_proj(F.silu(gate) * up)

@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.kernels import use_kernels
-from voxflow.layers import batch_linear
 from voxflow.layers.attention import KVCache, LayerKVCache, attention_bias, eager_attention
 from voxflow.layers.fused_linear import fuse_weights, still_fused
 from voxflow.layers.mlp import SwiGLU
@@ -90,7 +89,7 @@ class Qwen3Attention(nn.Module):
         if use_kernels(x):
             fused = self.fused_qkv()
             if fused is not None:
-                return self.split_qkv(batch_linear.linear(x, fused))
+                return self.split_qkv(F.linear(x, fused))
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def _norm_rope(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -110,8 +109,7 @@ class Qwen3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
-        out = self.attend(*self._project(x), cos, sin, cache, bias)
-        return batch_linear.linear(out, self.o_proj.weight) if use_kernels(out) else self.o_proj(out)
+        return self.o_proj(self.attend(*self._project(x), cos, sin, cache, bias))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                cache: LayerKVCache | None, bias: torch.Tensor | None) -> torch.Tensor:
@@ -272,7 +270,7 @@ class Qwen3DecoderLayer(nn.Module):
         b, s, hidden = x.shape
         rows = x.reshape(b, hidden)
         in_eps = self.input_layernorm.eps
-        qkv = batch_linear.linear(rows, qkv_w)[:, None]                        # [B, 1, width], not normed yet
+        qkv = F.linear(rows, qkv_w)[:, None]                                   # [B, 1, width], not normed yet
         q, k, v = attn.split_qkv(qkv)
         per_head = (b, 1, -1, attn.head_dim)
         out = cache.attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), attn.q_norm, attn.k_norm,
@@ -281,17 +279,13 @@ class Qwen3DecoderLayer(nn.Module):
             out = attn.attend(*attn.split_qkv(fn.scale_rows(qkv, rows, in_eps)), cos, sin, cache, None)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
-        out = out.reshape(b, -1)
-        h = batch_linear.linear_plus(out, attn.o_proj.weight, rows, in_place=x_owned)
-        if h is None:
-            o_w = attn.o_proj.weight.t()
-            h = rows.addmm_(out, o_w) if x_owned else torch.addmm(rows, out, o_w)
-        gate_up = batch_linear.linear(h, gate_up_w)
+        o_w = attn.o_proj.weight.t()
+        h = rows.addmm_(out.reshape(b, -1), o_w) if x_owned else torch.addmm(rows, out.reshape(b, -1), o_w)
+        gate_up = F.linear(h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
-        down = batch_linear.linear_plus(act, mlp.down_proj.weight, h, in_place=True)   # h is ours either way
-        return (down if down is not None else h.addmm_(act, mlp.down_proj.weight.t())).view(b, s, hidden)
+        return h.addmm_(act, mlp.down_proj.weight.t()).view(b, s, hidden)        # h is ours either way
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

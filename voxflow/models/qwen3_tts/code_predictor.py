@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from voxflow.kernels import use_kernels
-from voxflow.layers import batch_linear
 from voxflow.layers.attention import KVCache
 from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
 from voxflow.layers.static_kv_cache import StaticKVCache
@@ -118,8 +117,7 @@ class CodePredictor(nn.Module):
         if last is None:
             if b > SKINNY_PROLOGUE_MAX_ROWS:
                 # normed by the stack: its last residual add and the final norm are one fused launch
-                normed = self.model(h, None, cache, rope=(cos, sin))[:, -1]
-                return batch_linear.linear(normed, self.lm_head[j].weight)
+                return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin))[:, -1])
             last = self.model(h, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
         head, norm = self.lm_head[j].weight, self.model.norm
         if fused and CP_NORM_LINEAR_LM_HEAD:

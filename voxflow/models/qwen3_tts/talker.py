@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.engine.host_to_device import to_device
-from voxflow.layers import batch_linear
 from voxflow.layers.attention import KVCache
 from voxflow.layers.qwen3_layer import Qwen3DecoderStack, positions_from_mask
 from voxflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
@@ -148,7 +147,7 @@ class Talker(nn.Module):
         to the last position only gives the same logits up to GEMM rounding (~1e-7 in fp32); pass the whole
         prefill hidden state when bit-exact parity with the reference matters.
         """
-        return batch_linear.linear(hidden, self.codec_head.weight)     # F.linear unless the batch switch takes it
+        return self.codec_head(hidden)
 
     # ---- code predictor ---------------------------------------------------------------------------
     def predict_residual_codes(self, h_last: torch.Tensor, c0: torch.Tensor, sample_fn: SampleFn,

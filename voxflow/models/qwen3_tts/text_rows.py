@@ -20,7 +20,8 @@ PRELOAD_CHUNK ids, into one table allocated once (vocab x H: 622 MB for the 1.7B
 no prompt build ever runs the projection. Why: a first sight of a text's ids costs its build a projection call
 (H200 session 25 call 1, 1.7B: 1.15 ms a build on first sight against 0.69 on second, 0.42 ms a projection call),
 and a fresh server's first users pay it in a wave of prompt builds (session 24 call 6: prepare 22-44 ms per wave of
-16 on first sight against 10-11 on second).
+16 on first sight against 10-11 on second). Measured with it (session 25 call 3, HTTP c=16 on a fresh 1.7B server,
+its first run): intake + prepare 16.5 -> 6.9 ms a request, TTFP p50 73 -> 60 ms, p99 78 -> 75.
 """
 from __future__ import annotations
 
