@@ -359,6 +359,10 @@ def test_client_disconnect_aborts_the_engine_request(server, http):
     after = wait_idle(http)                     # the API noticed, the engine finished the request
     assert after[("voxflow_engine_aborted", ())] == before[("voxflow_engine_aborted", ())] + 1
     assert after[("voxflow_engine_codec_nonfinite_chunks", ())] == 0      # the engine's NaN-chunk count, exported
+    # prompt positions admitted (the stream's prompt, at least a template's worth) and those the prefix cache held
+    grew = after[("voxflow_engine_prompt_tokens", ())] - before[("voxflow_engine_prompt_tokens", ())]
+    cached = after[("voxflow_engine_prompt_tokens_cached", ())]
+    assert grew >= 8 and 0 <= cached <= after[("voxflow_engine_prompt_tokens", ())]
     key = ("voxflow_requests_finished_total", (("reason", "client_disconnect"),))
     assert after[key] - before.get(key, 0) == 1
     assert after[("voxflow_kv_cache_usage_ratio", ())] == 0          # no leaked KV blocks

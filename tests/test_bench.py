@@ -504,6 +504,23 @@ def test_the_result_records_the_engine_switches_set_in_the_environment(monkeypat
     assert switches.get("VOXFLOW_FOLDED_NORMS") == "0"
     assert not any(k.startswith("VOXFLOW_GIT_") or not k.startswith("VOXFLOW_") for k in switches)
 
+def test_the_report_says_how_much_of_the_prompts_the_prefix_cache_held():
+    """A run against a server that has seen its prompts before measures prefix-cache hits: the report gives the
+    reused share from the server's counters (/health before and after an HTTP run; an offline engine's totals) and
+    says the TTFP is flattered above half; nothing where the engine does not report them."""
+    def health(total, cached):
+        return {"status": 200, "body": {"engine": {"prompt_tokens": total, "prompt_tokens_cached": cached}}}
+    http = {"target": {"server_info": {"health": health(1000, 100), "health_after": health(3000, 1900)}}}
+    assert report.prefix_cache_reuse(http) == (1800, 2000)
+    line = report._prefix_cache_line(http)
+    assert "1800 of 2000" in line and "90%" in line and "lower than for new text" in line
+    fresh = {"target": {"server_info": {"health": health(0, 0), "health_after": health(2000, 200)}}}
+    assert "10%" in report._prefix_cache_line(fresh) and "new text" not in report._prefix_cache_line(fresh)
+    offline = {"target": {"engine": {"stats": {"prompt_tokens": 500, "prompt_tokens_cached": 0}}}}
+    assert report.prefix_cache_reuse(offline) == (0, 500)
+    other = {"target": {"server_info": {"health": {"status": 200, "body": {"ok": True}}, "health_after": None}}}
+    assert report.prefix_cache_reuse(other) is None and report._prefix_cache_line(other) is None
+
 def test_results_can_be_written_gzipped_and_read_back(fake, tmp_path):
     """--output x.json.gz writes the result gzip-compressed (the committed results are kept so: every request's
     record makes a c=256 result ~0.4 MB of JSON), the Markdown and plots beside it as x.md / x_*.png; load_result,

@@ -248,6 +248,10 @@ def test_prefix_cache_reuses_voice_clone_prompt_blocks(graphs):
         for o in core.step():
             out[o.request_id].append(o)
     assert seq_other.num_cached >= 8                                  # role + codec prefix with the x-vector
+    # the counters the benchmark reports (prefix-cache reuse): every admitted prompt position, and the cached ones
+    stats = core.stats()
+    assert stats["prompt_tokens"] == 2 * prompt_len + len(seq_other.position_keys)
+    assert stats["prompt_tokens_cached"] == seq.num_cached + seq_other.num_cached
     for req in (again, other):
         ref_codes, _, _ = reference("base", req)
         assert torch.equal(codes_of(core, req.request_id), ref_codes)

@@ -263,11 +263,50 @@ def _quality_cell(q: dict | None) -> str:
 def _server_engine_breakdown(result: dict) -> dict | None:
     """HTTP runs: the voxflow server's engine TTFP breakdown (mean ms since the engine started, read from /health
     after the run); None for other servers and offline runs."""
-    health = ((result.get("target") or {}).get("server_info") or {}).get("health_after") or {}
-    body = health.get("body")
-    engine = body.get("engine") if isinstance(body, dict) else None
-    parts = engine.get("ttfp_breakdown_ms") if isinstance(engine, dict) else None
+    engine = _engine_of(((result.get("target") or {}).get("server_info") or {}).get("health_after"))
+    parts = engine.get("ttfp_breakdown_ms")
     return parts if isinstance(parts, dict) and parts else None
+
+
+def _engine_of(health: dict | None) -> dict:
+    body = (health or {}).get("body")
+    engine = body.get("engine") if isinstance(body, dict) else None
+    return engine if isinstance(engine, dict) else {}
+
+
+PREFIX_CACHE_WARN = 0.5     # above this share of reused prompt positions the report warns: TTFP is flattered
+
+
+def prefix_cache_reuse(result: dict) -> tuple[int, int] | None:
+    """(prompt positions found in the engine's prefix cache, prompt positions admitted) during the run, warm-ups
+    included: an HTTP run's difference of the server's counters (/health before and after), an offline run's
+    engine totals. None where the engine does not report them (other servers, older results)."""
+    t = result.get("target") or {}
+    info = t.get("server_info") or {}
+    if info:
+        before, after = _engine_of(info.get("health")), _engine_of(info.get("health_after"))
+        if not all(isinstance(e.get(k), int) for e in (before, after) for k in ("prompt_tokens",
+                                                                                 "prompt_tokens_cached")):
+            return None
+        return (after["prompt_tokens_cached"] - before["prompt_tokens_cached"],
+                after["prompt_tokens"] - before["prompt_tokens"])
+    stats = (t.get("engine") or {}).get("stats") or {}
+    if isinstance(stats.get("prompt_tokens"), int) and isinstance(stats.get("prompt_tokens_cached"), int):
+        return stats["prompt_tokens_cached"], stats["prompt_tokens"]
+    return None
+
+
+def _prefix_cache_line(result: dict) -> str | None:
+    reuse = prefix_cache_reuse(result)
+    if reuse is None or reuse[1] <= 0:
+        return None
+    cached, total = reuse
+    line = (f"- prefix cache during the run (warm-ups included): {cached} of {total} prompt positions reused "
+            f"({cached / total:.0%})")
+    if cached / total > PREFIX_CACHE_WARN:
+        line += (": most prompts were already cached by this server (an earlier run of the same prompts?), so "
+                 "prefill and TTFP are lower than for new text")
+    return line
 
 
 def markdown_table(result: dict) -> str:
@@ -307,6 +346,9 @@ def markdown_table(result: dict) -> str:
     if engine:
         lines.append("- the server's engine, TTFP breakdown since it started (its /health after the run), mean ms: "
                      + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in engine.items()))
+    reuse_line = _prefix_cache_line(result)
+    if reuse_line:
+        lines.append(reuse_line)
     lines.append("")
     lines.append("RTF = E2E latency / audio duration: lower is faster, < 1 is faster than real time. "
                  "audio-s/s = audio seconds per wall second. Warm-up requests excluded.")

@@ -250,6 +250,7 @@ class EngineCore:
             for rid in list(self.live):
                 self.abort(rid)
         self.steps = 0
+        self.scheduler.prompt_tokens = self.scheduler.prompt_tokens_cached = 0
         self.stats_counters = dict.fromkeys(self.stats_counters, 0)
         self.stats_counters["audio_seconds"] = 0.0
         self._ttfp_parts = dict.fromkeys(TTFP_PARTS, 0.0)
@@ -396,6 +397,8 @@ class EngineCore:
         memory = memory_stats(device) if device.type == "cuda" else {}
         return {**memory, "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "kv_usage": self.scheduler.kv_usage(), "steps": self.steps, **self.stats_counters,
+                "prompt_tokens": self.scheduler.prompt_tokens,
+                "prompt_tokens_cached": self.scheduler.prompt_tokens_cached,
                 "codec_nonfinite_chunks": getattr(self.codec, "nonfinite_chunks", 0),
                 "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup,
                 "step_seconds": {k: round(v, 3) for k, v in self.timings.items()},

@@ -93,6 +93,10 @@ class Scheduler:
         self._live: dict[str, Sequence] = {}
         self._rejected: list[Rejection] = []
         self._free_slots = list(range(config.max_num_seqs))   # min-heap: low slots first (compact batches)
+        # Prompt positions of first admissions, and how many of them the prefix cache already held (a benchmark
+        # that repeats prompts against one server measures cache hits: its report says how many).
+        self.prompt_tokens = 0
+        self.prompt_tokens_cached = 0
 
     # ---- metrics ----------------------------------------------------------------------------------------
     @property
@@ -235,11 +239,15 @@ class Scheduler:
                 if reserved + growth + self.bm.allocation_cost(seq) > self.bm.num_free_blocks:
                     return
                 reserved += growth
-                if queue is self._waiting:
+                first = queue is self._waiting
+                if first:
                     self._waiting.popleft()
                 else:
                     self._preempted.pop(0)
-                self.bm.allocate(seq)
+                cached = self.bm.allocate(seq)
+                if first:
+                    self.prompt_tokens += seq.prompt_len
+                    self.prompt_tokens_cached += min(cached, seq.prompt_len)
                 if seq.slot is None:
                     seq.slot = heapq.heappop(self._free_slots)
                 seq.status = SeqStatus.PREFILLING
