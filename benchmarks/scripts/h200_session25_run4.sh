@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session 25 call 4. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 330 s.
+# The 1.7B targets on this session's defaults (preloaded text rows), one fresh HTTP server: c=1, c=16, c=64 on
+# prompts it has not seen (each level's measured prompts differ from the others'... see the README: the bench
+# draws each level's prompts from the same bundled set, so a later level may reuse earlier prompts' prefixes; the
+# report's new prefix-cache line says how much), then c=16 again on the same prompts (its report should warn), and
+# offline c=256 (best concurrency).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+device_setup /tmp/r
+archive_results
+real_checkpoint_bg
+wait $CK
+if serve_variant auto; then
+  bench_http_at 1 c1
+  bench_http_at 16 c16
+  bench_http_at 64 c64
+  bench_http_at 16 c16_again
+fi
+stop_server auto
+pack_results
+bench_offline auto
+echo "done at ${SECONDS}s"
