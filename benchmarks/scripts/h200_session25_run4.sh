@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Session 25 call 4. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 330 s.
-# The 1.7B targets on this session's defaults (preloaded text rows), one fresh HTTP server: c=1, c=16, c=64 on
-# prompts it has not seen (each level's measured prompts differ from the others'... see the README: the bench
-# draws each level's prompts from the same bundled set, so a later level may reuse earlier prompts' prefixes; the
-# report's new prefix-cache line says how much), then c=16 again on the same prompts (its report should warn), and
-# offline c=256 (best concurrency).
+# The 1.7B targets on this session's defaults (preloaded text rows), one fresh HTTP server: c=1, c=16, c=64, then
+# c=16 again (the same prompts as the first c=16), and offline c=256 (best concurrency). Each report now says how
+# much of its prompts the server's prefix cache held: the bench draws every level's prompts from the 66 bundled
+# ones in one order, so later levels (and c=64's 256 prompts) repeat earlier prompts.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
