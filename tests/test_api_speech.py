@@ -325,6 +325,9 @@ def test_health_and_root(http):
     # the engine's own split of first-audio latency (an HTTP benchmark records it after its run)
     assert set(r.json()["engine"]["ttfp_breakdown_ms"]) == {"prepare", "queue_and_prefill", "first_frame",
                                                             "first_chunk"}
+    # and the prefix cache's counters (the bench reads them before and after a run)
+    engine = r.json()["engine"]
+    assert engine["prompt_tokens"] > 0 and 0 <= engine["prompt_tokens_cached"] <= engine["prompt_tokens"]
     assert http.get("/").json()["model"] == MODEL
 
 
