@@ -504,6 +504,7 @@ def test_the_result_records_the_engine_switches_set_in_the_environment(monkeypat
     assert switches.get("VOXFLOW_FOLDED_NORMS") == "0"
     assert not any(k.startswith("VOXFLOW_GIT_") or not k.startswith("VOXFLOW_") for k in switches)
 
+
 def test_the_report_says_how_much_of_the_prompts_the_prefix_cache_held():
     """A run against a server that has seen its prompts before measures prefix-cache hits: the report gives the
     reused share from the server's counters (/health before and after an HTTP run; an offline engine's totals) and
@@ -520,6 +521,7 @@ def test_the_report_says_how_much_of_the_prompts_the_prefix_cache_held():
     assert report.prefix_cache_reuse(offline) == (0, 500)
     other = {"target": {"server_info": {"health": {"status": 200, "body": {"ok": True}}, "health_after": None}}}
     assert report.prefix_cache_reuse(other) is None and report._prefix_cache_line(other) is None
+
 
 def test_results_can_be_written_gzipped_and_read_back(fake, tmp_path):
     """--output x.json.gz writes the result gzip-compressed (the committed results are kept so: every request's
@@ -622,6 +624,27 @@ def test_offline_mode_on_tiny_checkpoint(tmp_path):
     assert set(s["ttfp_breakdown_ms"]) == set(lv["requests"][0]["ttfp_parts_s"])
     assert res["target"]["kind"] == "offline" and res["target"]["engine"]["config"]["chunk_frames"] == 2
     assert res["hardware"]["where"] == "engine" and res["model"]["sample_rate"] == 24000
+
+
+def test_unique_prompts_keep_the_prefix_cache_to_the_template(tmp_path):
+    """--unique-prompts: every request (each level's, warm-ups too) sends its own text, so a second level on the
+    same engine finds only the prompt template in the prefix cache, where without it the repeated prompts are
+    cached whole; the result names the run's tag and the sent prompts' ids."""
+    def bench(*extra):
+        rc, res = run(tmp_path, "--model", tiny(), "--concurrency", "1,1", "--num-prompts", 2, "--num-warmups", 1,
+                      "--languages", "english", "--lengths", "short", "--max-new-tokens", 3, "--ignore-eos",
+                      "--engine-arg", "block_size=4", "--no-plots", "--no-gc-freeze", *extra,
+                      name="u" + str(len(extra)))
+        assert rc == 0
+        return res
+    plain, fresh = bench(), bench("--unique-prompts")
+    (plain_cached, plain_total), (fresh_cached, fresh_total) = map(report.prefix_cache_reuse, (plain, fresh))
+    assert plain_cached > plain_total / 3 and fresh_cached < plain_cached / 2, (plain_cached, fresh_cached)
+    tag = fresh["workload"]["unique_prompts_tag"]
+    assert len(tag) == 6 and plain["workload"]["unique_prompts_tag"] is None
+    ids = [r["prompt_id"] for lv in fresh["levels"] for r in lv["requests"]]
+    assert len(set(ids)) == len(ids) == 6 and all("#" in i for i in ids)      # 2 levels x (2 + 1 warm-up)
+    assert fresh["workload"]["body_example"]["input"].startswith(f"Take {tag}-0. ")
 
 
 def test_offline_runner_adds_a_burst_together_and_a_bad_request_fails_alone():

@@ -6,7 +6,11 @@ each tagged short / medium / long. Other sets: a `.jsonl` file (`text`, optional
 reference paths relative to the file), or a `.txt` file with one prompt per line.
 
 Order: the selected prompts are shuffled with `seed` and cycled to the requested count, so every system sees the
-same prompts in the same order. Voice clone: each prompt's own reference clip, else `--ref-audio`, else a
+same prompts in the same order. `--unique-prompts` gives every request of the run its own text (a lead-in naming
+the run and the request: `unique`), so that a server's prefix cache holds nothing of it beyond the prompt template:
+the bundled set has 66 prompts, and a level of more requests, a later level, or a second run against the same
+server otherwise repeats texts whose KV the server still has (H200 session 25: an HTTP c=64 run of 256 prompts
+computed ~9 prompt positions a request). Voice clone: each prompt's own reference clip, else `--ref-audio`, else a
 generated speech-like clip (deterministic, 3 s at 24 kHz) with `DEFAULT_REF_TEXT`. Fixed-length runs (random
 weights never emit EOS) send `max_new_tokens` and `ignore_eos`; whatever else a target server needs goes in
 `extra_body` (merged last; a null value removes a key).
@@ -120,6 +124,14 @@ def ordered(prompts: list[Prompt], count: int, seed: int) -> list[Prompt]:
         rng.shuffle(cycle)
         out.extend(cycle)
     return out[:count]
+
+
+def unique(prompts: list[Prompt], tag: str, start: int = 0) -> list[Prompt]:
+    """The prompts with texts no other request shares: "Take <tag>-<n>. " before each text (n = start, start+1,
+    ...; the tag names the run, so a second run differs too), ids suffixed "#<n>" (a quality pass scores the sent
+    text)."""
+    return [Prompt(id=f"{p.id}#{start + i}", text=f"Take {tag}-{start + i}. {p.text}", language=p.language,
+                   length=p.length, ref_audio=p.ref_audio, ref_text=p.ref_text) for i, p in enumerate(prompts)]
 
 
 # ------------------------------------------------------------------------------------------------ reference clip
