@@ -6,8 +6,8 @@
 #   serve_variant NAME ARGS...  start `voxflow serve /tmp/real-1.7b` (bf16, 64 seqs, step trace in $R) with extra
 #                               ARGS and wait for /ready; returns 1 (and prints the log's tail) if it never came up
 #   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
-#   bench_http_at C LABEL       bench_http at concurrency C (1, 16 or 64) with the targets' sizes (16 / 64 / 256
-#                               prompts) into $R/h200_1p7b_http_LABEL.*
+#   bench_http_at C LABEL [ARGS] bench_http at concurrency C (1, 16 or 64) with the targets' sizes (16 / 64 / 256
+#                               prompts) into $R/h200_1p7b_http_LABEL.* (ARGS: more bench options)
 #   stop_server NAME            stop it, keep /health and the gzipped trace
 #   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
 #   small_checkpoint_bg         the same for /tmp/real-0.6b; `wait $CK6`
@@ -76,7 +76,7 @@ bench_http_at() {
     *) echo "bench_http_at: concurrency 1, 16 or 64, not $c"; return 1 ;;
   esac
   bench_http --label "http-$name" --concurrency $c --num-prompts $prompts --num-warmups $warmups \
-    --output "$R/h200_1p7b_http_$name.json.gz"
+    --output "$R/h200_1p7b_http_$name.json.gz" "${@:3}"
   echo "  at ${SECONDS}s"
 }
 
