@@ -32,6 +32,12 @@
 #                               in session 19 (a cap of 8e9 bytes ran out of memory then), 7.34 GiB with a 2.4 GB
 #                               pool in session 21 call 2. 150 s: a fresh machine's first run pays Triton's JIT.
 
+# Every bench here sends prompts no request sent before (`--unique-prompts`, from session 25 on): the bundled set
+# has 66 prompts, so larger runs, later levels and repeated runs otherwise measure the server's prefix cache (session
+# 25 call 5: HTTP c=64 601.0 audio-s/s on unique prompts, 629.6 on the repeated ones). UNIQUE= (empty) before a
+# call reproduces the earlier sessions' runs.
+UNIQUE=${UNIQUE---unique-prompts}
+
 device_setup() {
   # Emptied first: a warm machine keeps the last call's folder, and the step traces append to their files.
   R=$1; rm -rf "$R"; mkdir -p "$R"
@@ -63,7 +69,7 @@ serve_variant() {
 }
 
 bench_http() {
-  timeout 150 python3 -m voxflow.bench --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \
+  timeout 150 python3 -m voxflow.bench $UNIQUE --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \
     --base-url http://127.0.0.1:8000 "$@" 2>&1 | grep -v "^\s*$" | tail -2
 }
 
@@ -110,7 +116,7 @@ gpu_tests() {
 }
 
 bench_offline() {
-  timeout 110 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
+  timeout 110 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
     --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
     --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
@@ -123,7 +129,7 @@ bench_1p7b_at() {
     64) prompts=192; warmups=4; tag=$name ;;
     *) echo "bench_1p7b_at: concurrency 1 or 64, not $c"; return 1 ;;
   esac
-  timeout 150 python3 -m voxflow.bench --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
+  timeout 150 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
     --ignore-eos --no-progress --no-plots --label "1p7b-${tag//_/-}" --concurrency $c --num-prompts $prompts \
     --num-warmups $warmups --max-num-seqs 64 --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
     --engine-arg trace_steps=$R/steps_1p7b_$tag.jsonl "$@" 2>&1 | grep -v "^\s*$" | tail -1
@@ -134,7 +140,7 @@ bench_1p7b_at() {
 bench_1p7b_c64() { bench_1p7b_at 64 "$@"; }
 
 bench_small_8gb() {
-  timeout 150 python3 -m voxflow.bench --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \
+  timeout 150 python3 -m voxflow.bench $UNIQUE --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \
     --device cuda --model /tmp/real-0.6b --label "small-$1" --engine-arg codec_max_batch=16 \
     --engine-arg kv_cache_bytes=2000000000 --concurrency 64 --num-prompts 192 --num-warmups 8 --max-num-seqs 64 \
     --output "$R/h200_0p6b_offline_c64_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2

@@ -3,6 +3,7 @@
 # HTTP c=16 and c=64 (1.7B) on prompts no request has sent before (`voxflow bench --unique-prompts`): call 4's
 # step trace showed its c=64 run computing ~9 prompt positions a request (256 prompts from the 66 bundled ones, the
 # rest from the prefix cache). Then c=64 on the plain prompts again, its report's new prefix-cache line beside.
+# (Ran before device_lib.sh made --unique-prompts every bench's default: rerun as it ran with UNIQUE= set empty.)
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
