@@ -645,6 +645,9 @@ def test_unique_prompts_keep_the_prefix_cache_to_the_template(tmp_path):
     ids = [r["prompt_id"] for lv in fresh["levels"] for r in lv["requests"]]
     assert len(set(ids)) == len(ids) == 6 and all("#" in i for i in ids)      # 2 levels x (2 + 1 warm-up)
     assert fresh["workload"]["body_example"]["input"].startswith(f"Take {tag}-0. ")
+    # a quality pass would score the lead-ins as speech: refused before anything runs
+    rc, res = run(tmp_path, "--model", tiny(), "--concurrency", 1, "--unique-prompts", "--quality", name="q")
+    assert rc == 2 and res is None
 
 
 def test_offline_runner_adds_a_burst_together_and_a_bad_request_fails_alone():

@@ -274,6 +274,9 @@ def _run(args) -> int:
     if bool(args.base_url) == bool(args.model):
         raise WorkloadError("give exactly one of --base-url (online) or --model (offline)")
     if getattr(args, "quality", False):
+        if args.unique_prompts:
+            raise WorkloadError("--quality with --unique-prompts: each text's lead-in (\"Take <tag>-<n>.\") would be "
+                                "scored as part of the speech; measure quality in a run of its own")
         from .quality import require_asr
         require_asr()
     levels = build_levels(args)
@@ -294,10 +297,8 @@ def _run(args) -> int:
             n += len(measured)
             plan.append((lv, lv_measured, unique(warmups[lv.key], unique_tag, n)))
             n += lv.num_warmups
-        scored = [p for _, m, _ in plan for p in m]
     else:
         plan = [(lv, measured, warmups[lv.key]) for lv in levels]
-        scored = chosen
     jb = args.jitter_buffer_ms / 1000.0
     on_level = lambda lv, recs: _print_level(lv, recs, jb)  # noqa: E731
 
@@ -346,7 +347,7 @@ def _run(args) -> int:
 
     qualities = [None] * len(ran)
     if getattr(args, "quality", False):
-        qualities = _score_quality(ran, scored, args.quality_max_wer)
+        qualities = _score_quality(ran, chosen, args.quality_max_wer)
     example = spec.body(plan[0][1][0])           # the first request as sent
     if isinstance(example.get("ref_audio"), str):
         example["ref_audio"] = example["ref_audio"][:64] + "..."

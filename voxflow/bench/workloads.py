@@ -128,7 +128,7 @@ def ordered(prompts: list[Prompt], count: int, seed: int) -> list[Prompt]:
 
 def unique(prompts: list[Prompt], tag: str, start: int = 0) -> list[Prompt]:
     """The prompts with texts no other request shares: "Take <tag>-<n>. " before each text (n = start, start+1,
-    ...; the tag names the run, so a second run differs too), ids suffixed "#<n>" (a quality pass scores the sent
+    ...; the tag names the run, so a second run differs too), ids suffixed "#<n>" (each record names its own
     text)."""
     return [Prompt(id=f"{p.id}#{start + i}", text=f"Take {tag}-{start + i}. {p.text}", language=p.language,
                    length=p.length, ref_audio=p.ref_audio, ref_text=p.ref_text) for i, p in enumerate(prompts)]
