@@ -500,9 +500,11 @@ def test_the_result_records_the_engine_switches_set_in_the_environment(monkeypat
     monkeypatch.setenv("VOXFLOW_FOLDED_NORMS", "0")
     monkeypatch.setenv("VOXFLOW_GIT_COMMIT", "0123abcd")
     monkeypatch.setenv("NOT_VOXFLOW_X", "1")
+    monkeypatch.setenv("VOXFLOW_API_KEY", "s3cret")                 # a credential: never in a committed result
     switches = report.tool_info()["switches"]
     assert switches.get("VOXFLOW_FOLDED_NORMS") == "0"
     assert not any(k.startswith("VOXFLOW_GIT_") or not k.startswith("VOXFLOW_") for k in switches)
+    assert "VOXFLOW_API_KEY" not in switches and "s3cret" not in json.dumps(report.tool_info())
 
 
 def test_the_report_says_how_much_of_the_prompts_the_prefix_cache_held():
@@ -515,6 +517,8 @@ def test_the_report_says_how_much_of_the_prompts_the_prefix_cache_held():
     assert report.prefix_cache_reuse(http) == (1800, 2000)
     line = report._prefix_cache_line(http)
     assert "1800 of 2000" in line and "90%" in line and "lower than for new text" in line
+    restarted = {"target": {"server_info": {"health": health(3000, 1900), "health_after": health(200, 0)}}}
+    assert report.prefix_cache_reuse(restarted) is None
     fresh = {"target": {"server_info": {"health": health(0, 0), "health_after": health(2000, 200)}}}
     assert "10%" in report._prefix_cache_line(fresh) and "new text" not in report._prefix_cache_line(fresh)
     offline = {"target": {"engine": {"stats": {"prompt_tokens": 500, "prompt_tokens_cached": 0}}}}
@@ -626,7 +630,7 @@ def test_offline_mode_on_tiny_checkpoint(tmp_path):
     assert res["hardware"]["where"] == "engine" and res["model"]["sample_rate"] == 24000
 
 
-def test_unique_prompts_keep_the_prefix_cache_to_the_template(tmp_path):
+def test_unique_prompts_keep_the_prefix_cache_to_the_template(tmp_path, capsys):
     """--unique-prompts: every request (each level's, warm-ups too) sends its own text, so a second level on the
     same engine finds only the prompt template in the prefix cache, where without it the repeated prompts are
     cached whole; the result names the run's tag and the sent prompts' ids."""
@@ -641,13 +645,14 @@ def test_unique_prompts_keep_the_prefix_cache_to_the_template(tmp_path):
     (plain_cached, plain_total), (fresh_cached, fresh_total) = map(report.prefix_cache_reuse, (plain, fresh))
     assert plain_cached > plain_total / 3 and fresh_cached < plain_cached / 2, (plain_cached, fresh_cached)
     tag = fresh["workload"]["unique_prompts_tag"]
-    assert len(tag) == 6 and plain["workload"]["unique_prompts_tag"] is None
+    assert len(tag) == 4 and tag.isdigit() and plain["workload"]["unique_prompts_tag"] is None
     ids = [r["prompt_id"] for lv in fresh["levels"] for r in lv["requests"]]
-    assert len(set(ids)) == len(ids) == 6 and all("#" in i for i in ids)      # 2 levels x (2 + 1 warm-up)
-    assert fresh["workload"]["body_example"]["input"].startswith(f"Take {tag}-0. ")
+    assert len(set(ids)) == len(ids) == 6 and all("-u" in i for i in ids)     # 2 levels x (2 + 1 warm-up)
+    assert fresh["workload"]["body_example"]["input"].startswith(f"Take {tag}-00000. ")
     # a quality pass would score the lead-ins as speech: refused before anything runs
+    capsys.readouterr()
     rc, res = run(tmp_path, "--model", tiny(), "--concurrency", 1, "--unique-prompts", "--quality", name="q")
-    assert rc == 2 and res is None
+    assert rc == 2 and res is None and "--quality with --unique-prompts" in capsys.readouterr().err
 
 
 def test_offline_runner_adds_a_burst_together_and_a_bad_request_fails_alone():

@@ -216,6 +216,14 @@ def test_abort_mid_stream_frees_blocks_slot_and_codec_state():
     assert_all_released(core)
 
 
+def test_a_cpu_engine_preloads_no_text_rows():
+    """EngineConfig.preload_text_rows (on by default) acts on a GPU only: a CPU engine builds its prompts with the
+    official code's grouped projection (bit-identical prompts), keeps no rows and records no preload."""
+    core = make_engine()
+    assert core.config.preload_text_rows
+    assert core.model.talker._text_rows is None and "preloaded_text_rows" not in core.startup
+
+
 @pytest.mark.parametrize("graphs", [False, True, "packed"], ids=["eager", "prefill-runner", "packed"])
 def test_prefix_cache_reuses_voice_clone_prompt_blocks(graphs):
     """A prompt whose prefix is cached computes only the rest into its pages and gives the reference's codes: on

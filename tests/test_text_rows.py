@@ -128,10 +128,14 @@ def test_a_preloaded_table_holds_every_id_and_builds_project_nothing(model, monk
     change projects the whole vocabulary again."""
     import voxflow.models.qwen3_tts.text_rows as text_rows
     monkeypatch.setattr(text_rows, "PRELOAD_CHUNK", 40000)         # a few chunks, the last one partial
+    tables = []                                                     # the table each chunk was written into
+    real_add = ProjectedTextRows._add
+    monkeypatch.setattr(ProjectedTextRows, "_add", lambda self, ids: (tables.append(self._table), real_add(self, ids)))
     talker = model.talker
     cache = ProjectedTextRows(talker, preload=True)
     vocab = talker.model.text_embedding.num_embeddings
     assert cache.projected == vocab and cache._table.shape == (vocab, talker.cfg.hidden_size)
+    assert len(tables) == -(-vocab // 40000) and all(t is cache._table for t in tables)     # allocated once, first
     assert cache.table_bytes == vocab * talker.cfg.hidden_size * 4
     ids = [0, vocab - 1, 151644, 9707, 40000, 39999]                 # both ends, chunk borders
     assert close(cache.rows(ids), direct(talker, ids))

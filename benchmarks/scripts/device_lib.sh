@@ -69,7 +69,8 @@ serve_variant() {
 }
 
 bench_http() {
-  timeout 150 python3 -m voxflow.bench $UNIQUE --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \
+  timeout 150 python3 -m voxflow.bench $UNIQUE --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress \
+    --no-plots \
     --base-url http://127.0.0.1:8000 "$@" 2>&1 | grep -v "^\s*$" | tail -2
 }
 
@@ -116,7 +117,8 @@ gpu_tests() {
 }
 
 bench_offline() {
-  timeout 110 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
+  timeout 110 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 \
+    --max-new-tokens 151 \
     --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
     --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
@@ -129,7 +131,8 @@ bench_1p7b_at() {
     64) prompts=192; warmups=4; tag=$name ;;
     *) echo "bench_1p7b_at: concurrency 1 or 64, not $c"; return 1 ;;
   esac
-  timeout 150 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 --max-new-tokens 151 \
+  timeout 150 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 \
+    --max-new-tokens 151 \
     --ignore-eos --no-progress --no-plots --label "1p7b-${tag//_/-}" --concurrency $c --num-prompts $prompts \
     --num-warmups $warmups --max-num-seqs 64 --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
     --engine-arg trace_steps=$R/steps_1p7b_$tag.jsonl "$@" 2>&1 | grep -v "^\s*$" | tail -1
@@ -140,7 +143,8 @@ bench_1p7b_at() {
 bench_1p7b_c64() { bench_1p7b_at 64 "$@"; }
 
 bench_small_8gb() {
-  timeout 150 python3 -m voxflow.bench $UNIQUE --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress --no-plots \
+  timeout 150 python3 -m voxflow.bench $UNIQUE --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress \
+    --no-plots \
     --device cuda --model /tmp/real-0.6b --label "small-$1" --engine-arg codec_max_batch=16 \
     --engine-arg kv_cache_bytes=2000000000 --concurrency 64 --num-prompts 192 --num-warmups 8 --max-num-seqs 64 \
     --output "$R/h200_0p6b_offline_c64_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2

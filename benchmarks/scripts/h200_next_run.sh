@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Prepared in session 25 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
-# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 330 s.
+# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 420 s.
 # 1. The 0.6B c=64 <= 8 GB baseline on unique prompts (device_lib.sh's default since session 25), twice: the 800
 #    audio-s/s target's honest starting point and its run-to-run spread on one machine.
 # 2. A cheap A/B on cuBLAS's split-K: at 64 rows 103 GEMMs a step run split-K with a separate reduce kernel
-#    (2.0 us each, ~0.2 ms of a 5.7 ms step; session 24 call 5). Without a cuBLASLt workspace
-#    (CUBLASLT_WORKSPACE_SIZE=0, KiB, read by PyTorch) cuBLAS cannot pick those; the step profile says which
-#    kernels it picks instead, the bench whether the step got shorter.
+#    (2.0 us each, ~0.2 ms of a 5.7 ms step; session 24 call 5). Without a workspace cuBLAS cannot pick those:
+#    PyTorch reads CUBLAS_WORKSPACE_CONFIG (cublasGemmEx, the bias-free GEMMs) and CUBLASLT_WORKSPACE_SIZE (KiB,
+#    the Lt path), both set to zero here. The step profile must show splitKreduce_kernel gone (else the A/B tested
+#    nothing) and which kernels cuBLAS picks instead; the bench, whether the step got shorter.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 device_setup /tmp/r
@@ -15,12 +16,18 @@ small_checkpoint_bg
 wait $CK6
 bench_small_traced base_a
 bench_small_traced base_b
-CUBLASLT_WORKSPACE_SIZE=0 bench_small_traced nows
+CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 bench_small_traced nows
 pack_results
 for v in base nows; do
-  env $([ $v = nows ] && echo CUBLASLT_WORKSPACE_SIZE=0) timeout 150 python3 benchmarks/scripts/profile_step.py \
-    /tmp/real-0.6b 64 --no-eager codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v Warn \
-    > $R/profile_step_0p6b_64_$v.txt
+  ws=(); [ $v = nows ] && ws=(CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0)
+  env "${ws[@]}" timeout 150 python3 benchmarks/scripts/profile_step.py /tmp/real-0.6b 64 --no-eager \
+    codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v Warn > $R/profile_step_0p6b_64_$v.txt
   head -20 $R/profile_step_0p6b_64_$v.txt
 done
+pack_results
+# 3. Offline c=256 (the best-concurrency target, >= 1,000 audio-s/s) on unique prompts: session 25's 1,215.0 took
+#    83% of its prompt positions from the prefix cache (512 prompts from the 66 bundled).
+real_checkpoint_bg
+wait $CK
+bench_offline unique
 echo "done at ${SECONDS}s"

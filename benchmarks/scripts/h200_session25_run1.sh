@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on tree 2899e61 in 198 s. Its VOXFLOW_BATCH_SKINNY switch and the batch_skinny GPU test were removed in ecb2178;
+# its benches ran before device_lib.sh made --unique-prompts the default (UNIQUE= set empty reruns them as they ran).
 # Session 25 call 1. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 400 s.
 # 1. GPU tests: the codec partition's (incl. the corrected teardown test: frames freed after their partitioned
 #    runner, never run on a GPU yet), the batch skinny GEMMs' engine test (voxflow/layers/batch_linear.py, switch

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on tree 8ee6867 in 398 s. VOXFLOW_BATCH_SKINNY[_PROGRAMS] no longer exist (removed in ecb2178); its benches
+# ran on the repeated bundled prompts (UNIQUE= set empty reruns them as they ran).
 # Session 25 call 3. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 520 s.
 # 1. GPU tests: the preloaded text rows (EngineConfig.preload_text_rows, new default) and the fp32 engine == CPU loop.
 # 2. 0.6B c=64 (<= 8 GB configuration, now with the 311 MB preloaded table: its footprint against call 2's 6.77 GiB)

@@ -31,9 +31,8 @@ def test_gpu_prompt_from_kept_rows_is_within_one_bf16_rounding():
 
 
 def test_gpu_engine_preloads_every_text_row_and_serving_projects_none():
-    """EngineConfig.preload_text_rows (default on a GPU): the whole vocabulary projected at load, before the KV
-    pool is sized; the warm-up and a served request project nothing more; its prompt within one bf16 rounding of
-    the per-request projection (the test above)."""
+    """EngineConfig.preload_text_rows (default on a GPU): the whole vocabulary projected at load (recorded in the
+    startup record); the warm-up and a served request project nothing more."""
     from voxflow.engine.engine import EngineConfig, EngineCore
     from voxflow.engine.offline import run_offline
     from voxflow.engine.request import SamplingOptions, SpeechRequest
@@ -43,6 +42,7 @@ def test_gpu_engine_preloads_every_text_row_and_serving_projects_none():
     rows = talker._text_rows
     vocab = talker.model.text_embedding.num_embeddings
     assert rows is not None and rows.preload and rows.projected == vocab
+    assert core.startup["preloaded_text_rows"]["bytes"] == vocab * talker.cfg.hidden_size * 2       # bf16
     run_offline(core, [SpeechRequest(text="An entirely new sentence, never seen.", voice="vivian",
                                      sampling=SamplingOptions(greedy=True, max_new_tokens=4))])
     assert talker._text_rows is rows and rows.projected == vocab

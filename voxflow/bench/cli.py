@@ -18,7 +18,7 @@ import os
 import sys
 
 from .workloads import (LENGTHS, RequestSpec, WorkloadError, describe_prompts, load_prompts, ordered,
-                        parse_extra_body, select, unique)
+                        parse_extra_body, select, unique, unique_tag)
 
 EXIT_BAD_INPUT = 2
 
@@ -73,7 +73,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="prompt order and Poisson arrivals")
     g.add_argument("--unique-prompts", action="store_true",
                    help="give every request its own text (a numbered lead-in with a tag new to this run), so the "
-                        "server's prefix cache holds none of it beyond the prompt template: first-sight latency")
+                        "server's prefix cache holds nothing from the text on: first-sight latency")
     g = p.add_argument_group("workload")
     g.add_argument("--dataset", default="bundled",
                    help="bundled (default), a .jsonl / .txt prompt file, or a seed-tts-eval meta.lst")
@@ -286,19 +286,14 @@ def _run(args) -> int:
     if spec.task == "voice_clone" and args.ref_audio and not os.path.isfile(args.ref_audio):
         raise WorkloadError(f"--ref-audio {args.ref_audio}: no such file")
     measured = ordered(chosen, args.num_prompts, args.seed)
-    warmups = {lv.key: ordered(chosen, lv.num_warmups, args.seed + 1000) for lv in levels}
-    unique_tag = None
+    plan = [(lv, measured, ordered(chosen, lv.num_warmups, args.seed + 1000)) for lv in levels]
+    tag = None
     if args.unique_prompts:
         # Each level's requests (warm-ups too) get texts of their own: levels run one after another on one server.
-        unique_tag = os.urandom(3).hex()
-        plan, n = [], 0
-        for lv in levels:
-            lv_measured = unique(measured, unique_tag, n)
-            n += len(measured)
-            plan.append((lv, lv_measured, unique(warmups[lv.key], unique_tag, n)))
-            n += lv.num_warmups
-    else:
-        plan = [(lv, measured, warmups[lv.key]) for lv in levels]
+        tag, n, plan = unique_tag(), 0, list(plan)
+        for i, (lv, lv_measured, lv_warmups) in enumerate(plan):
+            plan[i] = (lv, unique(lv_measured, tag, n), unique(lv_warmups, tag, n + len(lv_measured)))
+            n += len(lv_measured) + len(lv_warmups)
     jb = args.jitter_buffer_ms / 1000.0
     on_level = lambda lv, recs: _print_level(lv, recs, jb)  # noqa: E731
 
@@ -353,7 +348,8 @@ def _run(args) -> int:
         example["ref_audio"] = example["ref_audio"][:64] + "..."
     workload = {"dataset": args.dataset, "languages": _split(args.languages) or None,
                 "lengths": _split(args.lengths) or None, "seed": args.seed, "selected": describe_prompts(chosen),
-                "measured_prompt_ids": [p.id for p in measured], "unique_prompts_tag": unique_tag,
+                # the set's ids; with --unique-prompts each record's prompt_id adds "-u<n>" (its own text)
+                "measured_prompt_ids": [p.id for p in measured], "unique_prompts_tag": tag,
                 "request": _jsonable(spec.describe()),
                 "body_example": example}
     config = _jsonable(_redacted(vars(args)))

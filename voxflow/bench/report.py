@@ -81,12 +81,17 @@ def tool_info(name: str = "voxflow bench") -> dict:
     return {"name": name, "version": __version__, **git_info(), "switches": env_switches()}
 
 
+# VOXFLOW_* names never recorded: credentials (VOXFLOW_API_KEY: results are committed and shared) and the git stamp
+# (recorded as git_commit already).
+_NOT_SWITCHES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "AUTH", "GIT_")
+
+
 def env_switches() -> dict:
     """The VOXFLOW_* environment variables of this process (the engine's switches: VOXFLOW_KERNELS, VOXFLOW_PDL,
-    VOXFLOW_FOLDED_NORMS, ...; the git stamp excluded), so that a result says which variant ran. In an offline
-    run this process hosts the engine; in an HTTP run they are the client's, not the server's."""
+    VOXFLOW_FOLDED_NORMS, ...; never a credential), so that a result says which variant ran. In an offline run
+    this process hosts the engine; in an HTTP run they are the client's, not the server's."""
     return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith("VOXFLOW_") and not k.startswith("VOXFLOW_GIT_")}
+            if k.startswith("VOXFLOW_") and not any(word in k[len("VOXFLOW_"):] for word in _NOT_SWITCHES)}
 
 
 def hardware_info(where: str) -> dict:
@@ -288,8 +293,9 @@ def prefix_cache_reuse(result: dict) -> tuple[int, int] | None:
         if not all(isinstance(e.get(k), int) for e in (before, after) for k in ("prompt_tokens",
                                                                                  "prompt_tokens_cached")):
             return None
-        return (after["prompt_tokens_cached"] - before["prompt_tokens_cached"],
-                after["prompt_tokens"] - before["prompt_tokens"])
+        cached = after["prompt_tokens_cached"] - before["prompt_tokens_cached"]
+        total = after["prompt_tokens"] - before["prompt_tokens"]
+        return (cached, total) if 0 <= cached <= total else None      # counters that went back: a restart
     stats = (t.get("engine") or {}).get("stats") or {}
     if isinstance(stats.get("prompt_tokens"), int) and isinstance(stats.get("prompt_tokens_cached"), int):
         return stats["prompt_tokens_cached"], stats["prompt_tokens"]
@@ -304,8 +310,8 @@ def _prefix_cache_line(result: dict) -> str | None:
     line = (f"- prefix cache during the run (warm-ups included): {cached} of {total} prompt positions reused "
             f"({cached / total:.0%})")
     if cached / total > PREFIX_CACHE_WARN:
-        line += (": most prompts were already cached by this server (an earlier run of the same prompts?), so "
-                 "prefill and TTFP are lower than for new text")
+        line += (": most prompt positions were cached (prompts repeated within this run or sent to this server "
+                 "before), so prefill and TTFP are lower than for new text; see --unique-prompts")
     return line
 
 

@@ -7,7 +7,8 @@ reference paths relative to the file), or a `.txt` file with one prompt per line
 
 Order: the selected prompts are shuffled with `seed` and cycled to the requested count, so every system sees the
 same prompts in the same order. `--unique-prompts` gives every request of the run its own text (a lead-in naming
-the run and the request: `unique`), so that a server's prefix cache holds nothing of it beyond the prompt template:
+the run and the request: `unique`), so that a server's prefix cache holds nothing from the text on (what comes
+before the text in the prompt, e.g. a shared voice-clone reference, may still be cached):
 the bundled set has 66 prompts, and a level of more requests, a later level, or a second run against the same
 server otherwise repeats texts whose KV the server still has (H200 session 25: an HTTP c=64 run of 256 prompts
 computed ~9 prompt positions a request). Voice clone: each prompt's own reference clip, else `--ref-audio`, else a
@@ -23,7 +24,7 @@ import base64
 import json
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 import numpy as np
@@ -126,12 +127,18 @@ def ordered(prompts: list[Prompt], count: int, seed: int) -> list[Prompt]:
     return out[:count]
 
 
+def unique_tag() -> str:
+    """A run's tag for `unique`: four random digits (every digit is one token in Qwen's tokenizer, so every run's
+    lead-ins have the same length)."""
+    return f"{random.SystemRandom().randrange(10000):04d}"
+
+
 def unique(prompts: list[Prompt], tag: str, start: int = 0) -> list[Prompt]:
     """The prompts with texts no other request shares: "Take <tag>-<n>. " before each text (n = start, start+1,
-    ...; the tag names the run, so a second run differs too), ids suffixed "#<n>" (each record names its own
-    text)."""
-    return [Prompt(id=f"{p.id}#{start + i}", text=f"Take {tag}-{start + i}. {p.text}", language=p.language,
-                   length=p.length, ref_audio=p.ref_audio, ref_text=p.ref_text) for i, p in enumerate(prompts)]
+    ..., five digits; the tag names the run, so a second run differs too), ids suffixed "-u<n>" (each record names
+    its own text)."""
+    return [replace(p, id=f"{p.id}-u{start + i}", text=f"Take {tag}-{start + i:05d}. {p.text}")
+            for i, p in enumerate(prompts)]
 
 
 # ------------------------------------------------------------------------------------------------ reference clip

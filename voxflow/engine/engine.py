@@ -186,6 +186,8 @@ class EngineCore:
                                       "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
+        if getattr(model, "preloaded_text_rows", None):     # the prompt rows made at load: bytes, seconds
+            self.startup["preloaded_text_rows"] = model.preloaded_text_rows
         if getattr(codec, "precision", None):       # the codec's dtype and how it was chosen (codec_precision.py)
             self.startup["codec_precision"] = codec.precision
         if getattr(codec, "stream", None) is not None:      # a GPU codec stream: its SMs (None: the whole GPU)

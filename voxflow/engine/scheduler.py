@@ -247,7 +247,7 @@ class Scheduler:
                 cached = self.bm.allocate(seq)
                 if first:
                     self.prompt_tokens += seq.prompt_len
-                    self.prompt_tokens_cached += min(cached, seq.prompt_len)
+                    self.prompt_tokens_cached += cached          # (cache hits stop before the prompt's end)
                 if seq.slot is None:
                     seq.slot = heapq.heappop(self._free_slots)
                 seq.status = SeqStatus.PREFILLING

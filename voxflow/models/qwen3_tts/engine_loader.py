@@ -31,6 +31,7 @@ from .codec_runner import BATCH_BUCKETS, Qwen3CodecRunner
 from .model import Qwen3TTS
 from .plugin import Qwen3TTSPlugin
 
+
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
          max_frames: int | None = None, text_embedding_on_host: bool = False,
@@ -42,8 +43,7 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
     check_setting(codec_sms)                    # before the load: a bad value fails in a second, not minutes
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype),
                                      text_embedding_device="cpu" if text_embedding_on_host else None)
-    if preload_text_rows and model.talker.device.type == "cuda":
-        model.talker.preload_text_rows()
+    preloaded = model.talker.preload_text_rows() if preload_text_rows and model.talker.device.type == "cuda" else None
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
     cast_parameters(model.codec_decoder, getattr(torch, chosen))
     buckets = BATCH_BUCKETS
@@ -54,4 +54,6 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
     codec = Qwen3CodecRunner(model, max_rows=max_slots, cuda_graphs=codec_cuda_graphs, batch_buckets=buckets,
                              stream_sms=codec_sms)
     codec.precision = precision                 # how the dtype was chosen: the engine's startup record
-    return Qwen3TTSPlugin(model, max_slots=max_slots, max_frames=max_frames), codec
+    plugin = Qwen3TTSPlugin(model, max_slots=max_slots, max_frames=max_frames)
+    plugin.preloaded_text_rows = preloaded          # {bytes, seconds}: the engine's startup record
+    return plugin, codec

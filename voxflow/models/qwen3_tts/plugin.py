@@ -73,6 +73,7 @@ class Qwen3TTSPlugin:
         self.samples_per_frame = model.samples_per_frame
         self.device = model.device
         self.max_slots = max_slots
+        self.preloaded_text_rows: dict | None = None    # the loader's record of the prompt rows made at load
         self.kv_spec = KVSpec(num_layers=tc.num_hidden_layers, num_kv_heads=tc.num_key_value_heads,
                               head_dim=tc.head_dim, dtype=model.dtype)
         self.eos_id = tc.codec_eos_token_id

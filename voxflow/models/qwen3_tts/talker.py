@@ -16,6 +16,8 @@ interleaved MRoPE with three identical position rows reduces exactly to this pla
 """
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -82,12 +84,16 @@ class Talker(nn.Module):
             self._text_rows = ProjectedTextRows(self)
         return self._text_rows.rows(ids)
 
-    def preload_text_rows(self) -> int:
+    def preload_text_rows(self) -> dict:
         """Project every text token id now and keep the rows (text_rows.py, preload): prompt builds then only gather.
-        Turns keeping rows on. Returns the table's device bytes."""
+        Turns keeping rows on. Returns what it made, for the engine's startup record: the table's device bytes and
+        the seconds it took."""
+        started = time.perf_counter()
         self.keep_text_rows = True
         self._text_rows = ProjectedTextRows(self, preload=True)
-        return self._text_rows.table_bytes
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return {"bytes": self._text_rows.table_bytes, "seconds": round(time.perf_counter() - started, 3)}
 
     def weights_version(self) -> tuple:
         """Changes when a prompt-embedding weight is replaced or changed in place (or moved / cast)."""

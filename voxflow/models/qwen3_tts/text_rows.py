@@ -32,7 +32,12 @@ from ...engine.host_to_device import to_device
 
 DEFAULT_MAX_ROWS = 32768          # 128 MiB at H=2048 in bf16
 _FIRST_ROWS = 1024
-PRELOAD_CHUNK = 8192              # ids a preload projects at a time (its transients: ~32 MB at H=2048 in bf16)
+# Ids a preload projects at a time. Its transients at H=2048 in bf16: the gathered rows, the MLP's hidden and
+# activated rows and its output, 32 MiB each (~130 MB on the device at the peak), and the rows' pinned host copy.
+PRELOAD_CHUNK = 8192
+
+
+_NONE = np.empty(0, dtype=np.int64)
 
 
 class ProjectedTextRows:
@@ -70,7 +75,7 @@ class ProjectedTextRows:
         version = self.talker.weights_version()
         if version != self._version:
             self._reset(version)
-        missing = np.unique(ids[self._slot[ids] < 0])
+        missing = _NONE if self.preload else np.unique(ids[self._slot[ids] < 0])     # preloaded: every id kept
         if ids.size == 0 or (ids.size > self.max_rows and np.unique(ids).size > self.max_rows):  # more than it keeps
             with torch.no_grad():
                 return self.talker.embed_text(self._ids_for_table(ids))
