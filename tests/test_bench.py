@@ -649,6 +649,10 @@ def test_unique_prompts_keep_the_prefix_cache_to_the_template(tmp_path, capsys):
     ids = [r["prompt_id"] for lv in fresh["levels"] for r in lv["requests"]]
     assert len(set(ids)) == len(ids) == 6 and all("-u" in i for i in ids)     # 2 levels x (2 + 1 warm-up)
     assert fresh["workload"]["body_example"]["input"].startswith(f"Take {tag}-00000. ")
+    # the report counts the texts: the plain run sent 6 requests of at most 3 texts (2 measured, 1 warm-up, twice)
+    assert plain["workload"]["requests_sent"] == fresh["workload"]["requests_sent"] == 6
+    assert plain["workload"]["distinct_texts"] <= 3 and fresh["workload"]["distinct_texts"] == 6
+    assert "different texts" in report.markdown_table(plain) and "different texts" not in report.markdown_table(fresh)
     # a quality pass would score the lead-ins as speech: refused before anything runs
     capsys.readouterr()
     rc, res = run(tmp_path, "--model", tiny(), "--concurrency", 1, "--unique-prompts", "--quality", name="q")

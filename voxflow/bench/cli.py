@@ -350,6 +350,9 @@ def _run(args) -> int:
                 "lengths": _split(args.lengths) or None, "seed": args.seed, "selected": describe_prompts(chosen),
                 # the set's ids; with --unique-prompts each record's prompt_id adds "-u<n>" (its own text)
                 "measured_prompt_ids": [p.id for p in measured], "unique_prompts_tag": tag,
+                # every level's requests, warm-ups included, and how many different texts they sent
+                "requests_sent": sum(len(m) + len(w) for _, m, w in plan),
+                "distinct_texts": len({p.text for _, m, w in plan for p in (*m, *w)}),
                 "request": _jsonable(spec.describe()),
                 "body_example": example}
     config = _jsonable(_redacted(vars(args)))

@@ -355,6 +355,10 @@ def markdown_table(result: dict) -> str:
     reuse_line = _prefix_cache_line(result)
     if reuse_line:
         lines.append(reuse_line)
+    w = result.get("workload") or {}
+    if isinstance(w.get("distinct_texts"), int) and w["distinct_texts"] < (w.get("requests_sent") or 0):
+        lines.append(f"- {w['requests_sent']} requests (warm-ups included) sent {w['distinct_texts']} different texts: "
+                     "a server with prefix caching computes a repeated prompt once (see --unique-prompts)")
     lines.append("")
     lines.append("RTF = E2E latency / audio duration: lower is faster, < 1 is faster than real time. "
                  "audio-s/s = audio seconds per wall second. Warm-up requests excluded.")
