@@ -52,3 +52,20 @@ def test_reads_gzipped_traces_from_the_command_line(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("span 24 ms, 4 steps from the first full one (4 rows); mean decode rows a step 3.8")
     assert "host ms by phase (median) of the full steps without codec or prefill work: collect_decode 5.00" in out
+
+
+def test_steps_that_start_while_codec_calls_are_in_flight_are_grouped_apart():
+    """codec_in_flight (the engine's trace from session 25 on): a step that starts while the line before left codec
+    calls in flight is a "codec running" step (on a GPU the codec's kernels share the SMs), kept out of the plain
+    full steps and their host-phase medians; a trace without the field groups as before."""
+    lines = [dict(t=0.000, decode=4, codec_launched=2, prefill=0, codec_in_flight=1, ms={"collect_decode": 1.0}),
+             dict(t=0.010, decode=4, codec_launched=0, prefill=0, codec_in_flight=0, ms={"collect_decode": 9.0}),
+             dict(t=0.016, decode=4, codec_launched=0, prefill=0, codec_in_flight=0, ms={"collect_decode": 5.0}),
+             dict(t=0.021, decode=4, codec_launched=0, prefill=0, codec_in_flight=0, ms={})]
+    s = sts.summarize(lines)
+    durations = {k: [round(d, 6) for d in g.durations_ms] for k, g in s["groups"].items()}
+    assert durations == {"full + codec": [10.0], "full + codec running": [6.0], "full": [5.0]}
+    assert s["host_ms"] == {"collect_decode": pytest.approx(5.0)}
+    assert "| full + codec running | 1 |" in sts.render(s)
+    old = [{k: v for k, v in line.items() if k != "codec_in_flight"} for line in lines]
+    assert set(sts.summarize(old)["groups"]) == {"full + codec", "full"}

@@ -221,6 +221,11 @@ class CodecExecutor:
             s.state = state
         return _SyncPending(pcm)
 
+    @property
+    def calls_in_flight(self) -> int:
+        """Codec calls launched and not yet collected (on a GPU: possibly still running on the codec's stream)."""
+        return len(self._launched)
+
     def collect(self, block: bool = False) -> list[DecodedChunk]:
         """Chunks whose PCM has landed, in launch order (block: wait for every launched chunk)."""
         out = []

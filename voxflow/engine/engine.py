@@ -487,6 +487,7 @@ class EngineCore:
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
                 "chunks": sum(isinstance(o, AudioChunk) for o in outputs),
                 "finished": sum(isinstance(o, FinalRecord) for o in outputs),
+                "codec_in_flight": self.codec_exec.calls_in_flight,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs

@@ -6,9 +6,10 @@ A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase o
 "decode" (rows), "prefill" (chunks), "prefill_tokens", "added" (requests queued since the previous step),
 "prepare_ms" (host time spent building prompts since the previous step: a burst of arrivals is built in one batched
 pass, counted once, failed requests included), "prepare_batches" (those passes), "codec_launched" (chunks started),
-"chunks" (chunks out), "finished" (final records out), "running", "waiting", "capture_ms" (CUDA graphs captured
-during the step: talker and codec), "gc_ms" (time in Python's garbage collector since the previous step: a
-collection pass over a serving process's heap can take milliseconds)}.
+"chunks" (chunks out), "finished" (final records out), "codec_in_flight" (codec calls launched and not yet collected
+at the step's end: on a GPU the codec may still be running while the next step runs), "running", "waiting",
+"capture_ms" (CUDA graphs captured during the step: talker and codec), "gc_ms" (time in Python's garbage collector
+since the previous step: a collection pass over a serving process's heap can take milliseconds)}.
 
 With `profile_prepare` (`EngineConfig.trace_profile_prepare`, `voxflow serve --trace-profile-prepare`), building a
 request's prompt (the model's `prepare` / `prepare_many`, on the engine thread) is also profiled with cProfile and

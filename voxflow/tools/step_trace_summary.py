@@ -4,11 +4,12 @@
     python -m voxflow.tools.step_trace_summary TRACE.jsonl[.gz] [--full-rows N] [--from-start]
 
 A step's wall time is the time from its start to the next step's start. Steps are grouped by whether the batch was
-full (decode rows == N, by default the most rows any step decoded), whether the step launched codec work, and
-whether it prefilled. The span starts at the first full step (unless --from-start), so warm-up requests and the
-first wave's ramp are left out; the last step, which has no successor, is not counted. Printed: a markdown table
-(steps, ms, share of the span, median and mean ms a step), the mean decode rows a step, and the median host
-phases of the full steps without codec or prefill work.
+full (decode rows == N, by default the most rows any step decoded), whether the step launched codec work, whether it
+prefilled, and whether codec calls were still in flight when it started ("codec running": on a GPU the codec's
+kernels share the SMs with the step's; traces with `codec_in_flight`, from session 25 on). The span starts at the
+first full step (unless --from-start), so warm-up requests and the first wave's ramp are left out; the last step,
+which has no successor, is not counted. Printed: a markdown table (steps, ms, share of the span, median and mean ms
+a step), the mean decode rows a step, and the median host phases of the full steps without codec or prefill work.
 """
 from __future__ import annotations
 
@@ -34,13 +35,21 @@ class Group:
         return sum(self.durations_ms)
 
 
-def step_kind(step: dict, full_rows: int) -> str:
+def step_kind(step: dict, full_rows: int, codec_running: bool = False) -> str:
     kind = "full" if step.get("decode", 0) >= full_rows else "partial"
     if step.get("codec_launched"):
         kind += " + codec"
     if step.get("prefill"):
         kind += " + prefill"
+    if codec_running:
+        kind += " + codec running"
     return kind
+
+
+def kinds(steps: list[dict], full_rows: int) -> list[str]:
+    """Each step's kind; "codec running" from the line before (its codec calls still in flight at its end)."""
+    return [step_kind(s, full_rows, i > 0 and steps[i - 1].get("codec_in_flight", 0) > 0)
+            for i, s in enumerate(steps)]
 
 
 def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool = False) -> dict:
@@ -48,18 +57,19 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
     if len(steps) < 2:
         raise ValueError("a trace needs at least two steps")
     full_rows = full_rows or max(s.get("decode", 0) for s in steps)
+    kind = kinds(steps, full_rows)              # (from the whole trace: a step's kind needs the line before)
     if not from_start:
         first = next((i for i, s in enumerate(steps) if s.get("decode", 0) >= full_rows), None)
         if first is None:
             raise ValueError(f"no step decoded {full_rows} rows")
-        steps = steps[first:]
+        steps, kind = steps[first:], kind[first:]
     if len(steps) < 2:
         raise ValueError("fewer than two steps from the first full one")
     groups: dict[str, Group] = {}
-    for step, nxt in zip(steps, steps[1:]):
-        groups.setdefault(step_kind(step, full_rows), Group()).durations_ms.append((nxt["t"] - step["t"]) * 1e3)
+    for step, nxt, k in zip(steps, steps[1:], kind):
+        groups.setdefault(k, Group()).durations_ms.append((nxt["t"] - step["t"]) * 1e3)
     counted = steps[:-1]
-    plain = [s for s in counted if step_kind(s, full_rows) == "full"]
+    plain = [s for s, k in zip(counted, kind) if k == "full"]
     phases = sorted({k for s in plain for k in s.get("ms", {})})
     return {"full_rows": full_rows, "span_ms": (steps[-1]["t"] - steps[0]["t"]) * 1e3, "steps": len(counted),
             "mean_rows": sum(s.get("decode", 0) for s in counted) / len(counted), "groups": groups,
