@@ -20,7 +20,7 @@ CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 bench_small_traced nows
 pack_results
 for v in base nows; do
   ws=(); [ $v = nows ] && ws=(CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0)
-  env "${ws[@]}" timeout 150 python3 benchmarks/scripts/profile_step.py /tmp/real-0.6b 64 --no-eager \
+  env "${ws[@]}" timeout 150 python3 benchmarks/scripts/profile_step.py /tmp/real-0.6b 64 --no-eager --stagger \
     codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v Warn > $R/profile_step_0p6b_64_$v.txt
   head -20 $R/profile_step_0p6b_64_$v.txt
 done

@@ -6,7 +6,13 @@
 3. (first concurrency only) the same steps run eagerly, grouped by the named ranges of the decode step
    (code_predictor / cp_sampling / talker / c0_sampling) to split the GPU time by stage.
 
-    python benchmarks/scripts/profile_step.py MODEL_DIR CONCURRENCY[,CONCURRENCY...] [--no-eager] [KEY=VALUE engine args]
+    python benchmarks/scripts/profile_step.py MODEL_DIR CONCURRENCY[,CONCURRENCY...] [--no-eager] [--stagger]
+        [KEY=VALUE engine args]
+
+--stagger adds the requests over 25 steps instead of at once. Started together, their codec chunks fall due in the
+same step, so the codec's bursts hit 2 of every 50 profiled steps, while in a served run its calls spread over the
+steps and run beside most of them (H200 session 25: a GEMM change that took 0.4 ms off this script's step did
+nothing to served throughput; served steps that start while the codec runs take ~2x).
 """
 import sys
 import time
@@ -24,15 +30,16 @@ ACTIVITIES = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_
 TEXT = "Hello there, this is a sentence of ordinary length for the profile."
 
 
-def engine(model: str, concurrency: int, graphs: bool, extra: dict) -> EngineCore:
+def engine(model: str, concurrency: int, graphs: bool, extra: dict, stagger: bool = False) -> EngineCore:
     cfg = dict(model=model, device="cuda", dtype="bfloat16", max_num_seqs=max(concurrency, 1), cuda_graphs=graphs)
     cfg.update(extra)
     core = EngineCore.from_config(EngineConfig(**cfg))
     freeze_startup_objects()                  # as the server does: no full collections scanning the engine's objects
-    for i in range(concurrency):
-        core.add_request(SpeechRequest(text=TEXT, voice="vivian", request_id=str(i),
-                                       sampling=SamplingOptions(max_new_tokens=2000, ignore_eos=True)))
-    for _ in range(30):                       # past the prefills, into the steady state
+    spread = 25 if stagger else 1             # steps the arrivals are spread over (a chunk is 25 frames)
+    for step in range(30 + spread):           # past the prefills, into the steady state
+        for i in range(concurrency * step // spread, concurrency * (step + 1) // spread) if step < spread else ():
+            core.add_request(SpeechRequest(text=TEXT, voice="vivian", request_id=str(i),
+                                           sampling=SamplingOptions(max_new_tokens=2000, ignore_eos=True)))
         core.step()
     sync()
     return core
@@ -72,9 +79,10 @@ def main() -> None:
     model = sys.argv[1]
     levels = [int(c) for c in sys.argv[2].split(",")]
     eager = "--no-eager" not in sys.argv[3:]
-    extra = parse_engine_args([a for a in sys.argv[3:] if a != "--no-eager"])
+    stagger = "--stagger" in sys.argv[3:]
+    extra = parse_engine_args([a for a in sys.argv[3:] if a not in ("--no-eager", "--stagger")])
     for i, c in enumerate(levels):
-        core = engine(model, c, True, extra)
+        core = engine(model, c, True, extra, stagger)
         before = dict(core.timings)
         ms = timed(core, 50)
         host = {k: round((core.timings[k] - before[k]) / 50 * 1e3, 2) for k in before}
