@@ -278,7 +278,7 @@ class EngineCore:
             options["text_embedding_on_host"] = True
         if config.codec_sms is not None:
             options["codec_sms"] = config.codec_sms
-        if config.preload_text_rows and torch.device(config.device).type == "cuda":
+        if config.preload_text_rows:                      # (the loader preloads on a GPU only)
             options["preload_text_rows"] = True
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None

@@ -35,9 +35,7 @@ _FIRST_ROWS = 1024
 # Ids a preload projects at a time. Its transients at H=2048 in bf16: the gathered rows, the MLP's hidden and
 # activated rows and its output, 32 MiB each (~130 MB on the device at the peak), and the rows' pinned host copy.
 PRELOAD_CHUNK = 8192
-
-
-_NONE = np.empty(0, dtype=np.int64)
+_NONE = np.empty(0, dtype=np.int64)         # the ids a preloaded table lacks
 
 
 class ProjectedTextRows:
