@@ -16,6 +16,8 @@
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
+#   bench_offline_at C LABEL [ARGS]  the same at concurrency C (2C prompts, C seqs) into
+#                               $R/h200_1p7b_offline_cC_LABEL.*
 #   probe_small_allocations [ARGS]  probe_allocations.py on /tmp/real-0.6b (2.4 GB pool, codec calls of <= 16; ARGS:
 #                               its options, e.g. --dump FILE) into $R/probe_allocations.txt, the pool summaries shown
 #   bench_1p7b_at C LABEL [ARGS] offline 1.7B at concurrency C, 1 or 64 (/tmp/real-1.7b, 64 seqs, 16 / 192 prompts of
@@ -117,11 +119,16 @@ gpu_tests() {
 }
 
 bench_offline() {
-  timeout 110 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 \
-    --max-new-tokens 151 \
-    --ignore-eos --no-progress --no-plots --label "offline-$1" --concurrency 256 --num-prompts 512 --num-warmups 8 \
-    --max-num-seqs 256 --output "$R/h200_1p7b_offline_c256_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -2
-  grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c256_$1.md"
+  bench_offline_at 256 "$@"
+}
+
+bench_offline_at() {
+  local c=$1 name=$2; shift 2
+  timeout 170 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 \
+    --max-new-tokens 151 --ignore-eos --no-progress --no-plots --label "offline-$name" --concurrency $c \
+    --num-prompts $((2 * c)) --num-warmups 8 --max-num-seqs $c --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
+    "$@" 2>&1 | grep -v "^\s*$" | tail -2
+  grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c${c}_$name.md"
 }
 
 bench_1p7b_at() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 25 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
-# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 420 s.
+# Session 26 call 1 (prepared in session 25), tree 3cf2c1c, 322 s on the H200: results in
+# benchmarks/results/h200/2026-12-04-session26/call1. `bash benchmarks/scripts/stamp_tree.sh` first; carry
+# [".whl", ".device_tree"].
 # 1. The 0.6B c=64 <= 8 GB baseline on unique prompts (device_lib.sh's default since session 25), twice: the 800
 #    audio-s/s target's honest starting point and its run-to-run spread on one machine.
 # 2. A cheap A/B on cuBLAS's split-K: at 64 rows 103 GEMMs a step run split-K with a separate reduce kernel
