@@ -108,6 +108,20 @@ def test_a_step_is_cut_into_runs_in_order_and_a_chunk_no_shape_holds_runs_eagerl
     assert eager == [(3, 30, 40), (4, 0, 20)]
 
 
+@pytest.mark.parametrize("budget, top", [(4096, 4096), (3000, 3072), (2048, 2048), (5000, 6144), (9000, 16384)])
+def test_packed_sizes_step_by_512_past_1024_up_to_the_budget(budget, top):
+    """The step's packed sizes reach the step budget with at most 512 positions of padding past 1024 (a 2.2k-position
+    step ran the 4096 graph before: as slow as a full one), and a plan takes the smallest size that holds a step."""
+    runner = PackedPrefillRunner(SpyModel(), None, None, BS, scratch_block=30, max_tokens=budget, max_chunks=16,
+                                 max_width=512, cuda_graphs=False)
+    sizes = sorted({t for t, _ in runner.shapes})
+    assert sizes[-1] == top
+    gaps = [b - a for a, b in zip(sizes, sizes[1:]) if a >= 1024 and b <= 4096]
+    assert gaps and max(gaps) == 512
+    if budget >= 4096:
+        assert runner.plan([(0, 548)] * 4)[0] == 2560                      # 16 prompts of ~180: 2,192 rows
+
+
 class FakeGraph:
     """Stands in for a CUDA graph on the CPU: `replay` runs the captured function again into the captured output."""
 
