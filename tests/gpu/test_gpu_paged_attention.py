@@ -116,6 +116,33 @@ def test_tensor_core_tiles_at_short_contexts_with_the_new_token(block_n, warps):
         assert default_tensor_cores(64, HKV, HQ // HKV, D, q.device)
 
 
+@pytest.mark.parametrize("tensor_cores", [False, True])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_norm_rope_variant_equals_qk_norm_rope_then_the_kernel(batch, tensor_cores):
+    """Raw projections in (norm_rope, the talker's decode path): the cached key is qk_norm_rope's bits and the
+    output is the two-launch path's within the tolerance of the kernel against the reference (the fused kernel is
+    compiled without fma contraction, the plain one with), bf16 at the talker's shapes, 1-300-token contexts."""
+    from voxflow.kernels.qk_norm_rope import qk_norm_rope
+    from voxflow.layers.rotary import RotaryEmbedding
+    q_raw, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 300, seed=21), torch.bfloat16, seed=21)
+    gen = torch.Generator("cuda").manual_seed(5)
+    k_raw, v_new = torch.randn(2, batch, HKV, D, device="cuda", generator=gen).to(torch.bfloat16)
+    qw, kw = (1 + 0.1 * torch.randn(2, D, device="cuda", generator=gen)).to(torch.bfloat16)
+    last = lens - 1
+    slots = tables.gather(1, (last // BS)[:, None])[:, 0] * BS + last % BS
+    cos, sin = RotaryEmbedding(D, 1e6).to("cuda")(last[:, None], torch.bfloat16)
+    q_n, k_n = qk_norm_rope(q_raw[:, None], k_raw[:, None], qw, kw, cos, sin, 1e-6, 1e-6)
+    pools, fused_pools = (k_pool.clone(), v_pool.clone()), (k_pool.clone(), v_pool.clone())
+    want = paged_decode_attention(q_n[:, 0], *pools, tables, lens, SCALE, tensor_cores=tensor_cores,
+                                  k_new=k_n[:, 0], v_new=v_new, slots=slots)
+    got = paged_decode_attention(q_raw, *fused_pools, tables, lens, SCALE, tensor_cores=tensor_cores, k_new=k_raw,
+                                 v_new=v_new, slots=slots, norm_rope=pda.NormRope(qw, kw, 1e-6, 1e-6, cos, sin))
+    flat = (-1, HKV, D)
+    assert torch.equal(fused_pools[0].view(flat)[slots], k_n[:, 0])
+    assert torch.equal(fused_pools[1].view(flat)[slots], v_new)
+    torch.testing.assert_close(got.float(), want.float(), **tol(torch.bfloat16, tensor_cores))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_matches_reference_at_tiny_checkpoint_shapes(dtype):
     # The tiny checkpoints' talker (4 query heads, 2 KV heads, head_dim 16), as tests/gpu/test_gpu_engine.py runs it.

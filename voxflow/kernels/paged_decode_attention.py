@@ -6,6 +6,8 @@
         block_tables [B, W]       row b's pages in order (-1 = unused; never read past the context)
         context_lens [B]          row b's tokens, the new one included
         out          [B, Hq, D]   in q's dtype; query head h reads KV head h // (Hq // Hkv)
+    with k_new / v_new / slots the new token is written by the kernel, and with norm_rope as well q and k_new are
+    raw projections that the kernel norms and rotates first (the talker's decode: no qk_norm_rope launch).
 
 Why a kernel: the reference path (`voxflow.layers.paged_attention`) gathers each row's whole context into a
 dense [B, Hkv, W * block_size, D] copy every layer and step, then runs masked eager attention over the full
@@ -41,6 +43,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -51,6 +54,7 @@ try:
     import triton.language as tl
 
     from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+    from voxflow.kernels.qk_norm_rope import _norm_rope_heads
 except ImportError:  # the reference below still works; callers check voxflow.kernels.use_kernels first
     triton = None
 
@@ -108,6 +112,7 @@ if triton is not None:
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
             kn_ptr, vn_ptr, slot_ptr,
+            qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, q_eps, k_eps, inv_d, stride_cos, stride_sin,
             scale_log2,
             stride_qb, stride_qh, stride_qd,
             stride_knb, stride_knh, stride_vnb, stride_vnh,
@@ -118,7 +123,7 @@ if triton is not None:
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
             TENSOR_CORES: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr):
+            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr, NORM_ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel()
         row = tl.program_id(0)
@@ -131,8 +136,34 @@ if triton is not None:
         d_ok = d < HEAD_DIM
         heads = kv_head * GROUP + g
         q_mask = g_ok[:, None] & d_ok[None, :]
-        q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
-                       mask=q_mask, other=0.0)                                               # [G, D]
+        if NORM_ROPE:
+            # q and the new key arrive as raw projections: the group's query heads normed and rotated into this
+            # program's own scratch rows [row, split] (qk_norm_rope's helper: its bits), split 0 the new key into
+            # its page slot (no program reads that slot in this call: the loop below stops before it); after the
+            # barrier the query is read back as a plain call reads q.
+            slot = tl.load(slot_ptr + row).to(tl.int64)
+            k_dst = k_ptr + (slot // PAGE) * stride_kblk + (slot % PAGE) * stride_kpos
+            dh = tl.arange(0, BLOCK_HALF)
+            dh_ok = dh < HEAD_DIM // 2
+            half = HEAD_DIM // 2
+            c1 = tl.load(cos_ptr + row * stride_cos + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
+            c2 = tl.load(cos_ptr + row * stride_cos + half + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
+            s1 = tl.load(sin_ptr + row * stride_sin + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
+            s2 = tl.load(sin_ptr + row * stride_sin + half + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
+            h0 = kv_head * GROUP
+            qs_row = tl.num_programs(1) * GROUP * HEAD_DIM                   # scratch [B, NUM_SPLITS, Hq, D]
+            _norm_rope_heads(q_ptr, qs_ptr, qw_ptr, row.to(tl.int64), split, h0, h0 + GROUP, stride_qb, 0,
+                             stride_qh, NUM_SPLITS * qs_row, qs_row, HEAD_DIM, c1, c2, s1, s2, dh, dh_ok, half, inv_d,
+                             q_eps, BLOCK_G)
+            if split == 0:
+                _norm_rope_heads(kn_ptr, k_dst, kw_ptr, row.to(tl.int64), 0, kv_head, kv_head + 1, stride_knb, 0,
+                                 stride_knh, 0, 0, stride_kh, c1, c2, s1, s2, dh, dh_ok, half, inv_d, k_eps, 2)
+            tl.debug_barrier()      # the stores above are read back below by other threads of this program
+            q_in = tl.load(qs_ptr + (row * NUM_SPLITS + split) * qs_row + heads[:, None] * HEAD_DIM + d[None, :],
+                           mask=q_mask, other=0.0)                                           # [G, D]
+        else:
+            q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
+                           mask=q_mask, other=0.0)                                           # [G, D]
         q = q_in.to(tl.float32)
         q_dot = q_in.to(DOT_DTYPE)                         # TENSOR_CORES: the scores' MMA operand (padded rows: 0)
 
@@ -193,12 +224,15 @@ if triton is not None:
             # Split 0 writes the new token's key/value into its page slot (the KV write that was two scatter
             # kernels per layer) and attends to it from registers; no program reads that slot in this call.
             if split == 0:
-                kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
-                vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
                 slot = tl.load(slot_ptr + row).to(tl.int64)
                 page, pos = slot // PAGE, slot % PAGE
-                tl.store(k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd,
-                         kn.to(k_ptr.dtype.element_ty), mask=d_ok)
+                k_slot = k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd
+                if NORM_ROPE:
+                    kn = tl.load(k_slot, mask=d_ok, other=0.0)                  # normed and rotated above
+                else:
+                    kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
+                    tl.store(k_slot, kn.to(k_ptr.dtype.element_ty), mask=d_ok)
+                vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
                 tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
                          vn.to(v_ptr.dtype.element_ty), mask=d_ok)
                 if tl.load(lens_ptr + row) > 0:
@@ -330,16 +364,37 @@ def _offsets_fit_int32(*pools: torch.Tensor) -> bool:
     return all(sum((n - 1) * st for n, st in zip(t.shape, t.stride())) < 2 ** 31 for t in pools)
 
 
+class NormRope(NamedTuple):
+    """The per-head norms and rotary tables for `paged_decode_attention(norm_rope=...)`: weights [D], cos / sin
+    [B or 1, 1, D] or [B or 1, D] (the row's position), all of q's dtype."""
+    q_weight: torch.Tensor
+    k_weight: torch.Tensor
+    q_eps: float
+    k_eps: float
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def _batch_stride(table: torch.Tensor) -> int:
+    """A rotary table's row stride (0: one row for the whole batch)."""
+    return table.stride(0) if table.shape[0] > 1 else 0
+
+
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
                            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                            tensor_cores: bool | None = None, k_new: torch.Tensor | None = None,
-                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+                           norm_rope: NormRope | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
     kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
     same result as writing it first and calling without them.
+
+    norm_rope (with k_new): q and k_new are the raw projections; the kernel applies the per-head RMSNorms and RoPE
+    (qk_norm_rope.py's numerics) before attending and writing: one launch fewer a layer than qk_norm_rope then
+    this call (the key it caches and the query it attends with are qk_norm_rope's bits).
 
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
@@ -399,6 +454,16 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     else:
         k_new = v_new = q                  # unused (APPEND is compiled out)
         slots = context_lens
+    if norm_rope is not None:
+        nr = norm_rope
+        if not append or any(t.stride(-1) != 1 for t in (q, k_pool, nr.cos, nr.sin)):
+            raise ValueError("norm_rope needs k_new / v_new / slots, and unit-stride head dims in q, the pools and "
+                             "the rotary tables")
+        q_scratch = torch.empty(batch, num_splits, num_heads, head_dim, dtype=q.dtype, device=q.device)
+        rope_args = (nr.q_weight.contiguous(), nr.k_weight.contiguous(), nr.cos, nr.sin, q_scratch, float(nr.q_eps),
+                     float(nr.k_eps), 1.0 / head_dim, _batch_stride(nr.cos), _batch_stride(nr.sin))
+    else:
+        rope_args = (q, q, q, q, q, 0.0, 0.0, 1.0, 0, 0)       # unused (NORM_ROPE is compiled out)
     if num_splits > 1:
         part_m = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
         part_l = torch.empty_like(part_m)
@@ -408,7 +473,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
-        scale * math.log2(math.e),
+        *rope_args, scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         *k_pool.stride(), *v_pool.stride(),
@@ -418,7 +483,12 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
         DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
         SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
-        USE_PDL=pdl, **launch, **launch_kwargs(pdl))
+        USE_PDL=pdl, NORM_ROPE=norm_rope is not None, BLOCK_HALF=max(1, triton.next_power_of_2(head_dim // 2)),
+        **launch, **launch_kwargs(pdl),
+        # qk_norm_rope's rounding in the prologue: no fma contraction, a compile option of the whole kernel, so the
+        # fp32 online softmax may round differently from the plain call's (within the same tolerance of the
+        # reference); the cached key and the normed query are qk_norm_rope's bits
+        **({"enable_fp_fusion": False} if norm_rope is not None else {}))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
