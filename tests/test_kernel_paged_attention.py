@@ -306,8 +306,8 @@ def test_qwen3_attention_uses_the_cache_attend_hook(fake_kernel, monkeypatch):
 
 def test_qwen3_attention_hands_raw_projections_to_the_paged_kernel(fake_kernel, monkeypatch):
     """Decode with kernels on: the layer passes its raw q / k to the paged kernel with the norms and rotary tables
-    (`attend_raw`, no qk_norm_rope launch), for the same output and cached key as the reference path; with
-    VOXFLOW_PAGED_NORM_ROPE off, or in a packed prefill, attend_raw declines and the usual path runs."""
+    (`attend_raw`, no qk_norm_rope launch; VOXFLOW_PAGED_NORM_ROPE on), for the same output and cached key as the
+    reference path; with the switch off, or in a packed prefill, attend_raw declines and the usual path runs."""
     import voxflow.layers.qwen3_layer as ql
     torch.manual_seed(0)
     attn = Qwen3Attention(hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=16, eps=1e-6)
@@ -319,6 +319,7 @@ def test_qwen3_attention_hands_raw_projections_to_the_paged_kernel(fake_kernel, 
     cos, sin = RotaryEmbedding(16, 10000.0)(kv.context_lens[:, None] - 1, x.dtype)
     ref_kv = clone_kv(kv)
     monkeypatch.setattr(ql, "use_kernels", lambda t: True)
+    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
     with torch.no_grad():
         out = attn(x, cos, sin, PagedKVView(kv, 1)[0], None)
         (*_, norm_rope), = fake_kernel

@@ -15,9 +15,9 @@ mask from `attention_mask [B, T]` over all T key slots, the queries being the la
     with kernels on: every row written first, then the tiled prefill kernel over its query tiles
     (voxflow.kernels.paged_prefill_attention);
   - otherwise the reference: `append` (below) and `eager_attention` with the given bias;
-- `attend_raw` takes a decode step's raw q / k projections (kernels on): the decode kernel norms and rotates them
-  itself, one launch a layer instead of qk_norm_rope's and its own (None elsewhere: the layer then norms, rotates
-  and calls `attend`);
+- `attend_raw` takes a decode step's raw q / k projections (kernels on, VOXFLOW_PAGED_NORM_ROPE=1): the decode
+  kernel norms and rotates them itself, one launch a layer instead of qk_norm_rope's and its own (None elsewhere:
+  the layer then norms, rotates and calls `attend`);
 - `append` writes, then gathers each row's whole context through its block table, RIGHT-aligned into
   [B, Hkv, T, D]: row b's tokens fill the last context_lens[b] key slots (its new tokens are the very last S),
   the slots before them are left padding;
@@ -43,9 +43,10 @@ from voxflow.layers.attention import eager_attention
 
 
 # Decode steps hand the raw q / k projections to the paged decode kernel, which applies the per-head norms and RoPE
-# itself (`attend_raw`): the talker's qk_norm_rope launch gone, 28 a frame. VOXFLOW_PAGED_NORM_ROPE=0: the separate
-# qk_norm_rope kernel, then the kernel (A/B runs).
-PAGED_NORM_ROPE = os.environ.get("VOXFLOW_PAGED_NORM_ROPE", "1") == "1"
+# itself (`attend_raw`): the talker's qk_norm_rope launch gone, 28 a frame. Off by default until it has run on a GPU
+# (written in session 26 after its device time was spent; tested under Triton's interpreter and compiled for sm_90
+# here): VOXFLOW_PAGED_NORM_ROPE=1 turns it on (benchmarks/scripts/h200_next_run.sh: GPU tests, c=1 A/B).
+PAGED_NORM_ROPE = os.environ.get("VOXFLOW_PAGED_NORM_ROPE", "0") == "1"
 
 
 class PagedLayerView:
