@@ -93,6 +93,7 @@ def run_kernel_cases() -> None:
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
         check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, out, rtol, atol, i)
+        check_last_split_merges(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, out, i)
         check_norm_rope(q.shape[1], k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, rtol, atol, i, gen)
         print(f"case {i} tensor_cores={tensor_cores} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
 
@@ -115,6 +116,29 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, ex
     torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
+
+
+def check_last_split_merges(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, expect, i):
+    """The split-K merge done by each (row, KV head)'s last split instead of the combine kernel: the same merge
+    (one helper), so the same output; the counters are left at zero for the next call. The wrapper's fresh buffers
+    come NaN-filled here: a merge before every split's partials are in would read NaN (else the CPU allocator may
+    hand back the plain call's freed partials, identical values)."""
+    empty = torch.empty
+
+    def poisoned(*shape, dtype=None, **kw):
+        t = empty(*shape, dtype=dtype, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    torch.empty = poisoned
+    try:
+        merged = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits,
+                                            tensor_cores=tensor_cores, last_split_merges=True)
+    finally:
+        torch.empty = empty
+    assert torch.equal(merged, expect), f"last split merges {i}: {(merged.float() - expect.float()).abs().max()}"
+    counters = pda._COUNTERS.get(q.device)
+    assert counters is not None or splits == 1, i           # (made by the first call with splits)
+    assert counters is None or not counters.any(), f"last split merges {i}: counters left non-zero"
 
 
 def check_norm_rope(hq, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, rtol, atol, i, gen):
@@ -145,6 +169,10 @@ def check_norm_rope(hq, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores
                                      tensor_cores=tensor_cores, k_new=k_raw, v_new=v_new, slots=slots,
                                      norm_rope=pda.NormRope(qw, kw, 1e-6, 1e-5, cos, sin))
     torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol, msg=lambda m: f"norm_rope {i}: {m}")
+    both = pda.paged_decode_attention(q_raw, k_pool.clone(), v_pool.clone(), tables, ctx, scale, num_splits=splits,
+                                      tensor_cores=tensor_cores, k_new=k_raw, v_new=v_new, slots=slots,
+                                      norm_rope=pda.NormRope(qw, kw, 1e-6, 1e-5, cos, sin), last_split_merges=True)
+    assert torch.equal(both, got), f"norm_rope + last split merges {i}"
     for a, b in zip(fused_pools, pools):
         assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)), f"norm_rope {i}: pools differ"
     assert torch.equal(fused_pools[0].view(-1, hkv, d)[slots], k_n[:, 0]), f"norm_rope {i}: cached key"

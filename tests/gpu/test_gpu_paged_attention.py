@@ -143,6 +143,30 @@ def test_norm_rope_variant_equals_qk_norm_rope_then_the_kernel(batch, tensor_cor
     torch.testing.assert_close(got.float(), want.float(), **tol(torch.bfloat16, tensor_cores))
 
 
+@pytest.mark.parametrize("batch", [1, 7])
+def test_last_split_merges_equals_the_combine_kernel_and_replays_in_a_graph(batch):
+    """The split-K merge by each (row, KV head)'s last split (a counter a pair, release / acquire at GPU scope):
+    the combine kernel's output at the talker's shapes, bf16, 1-2000-token contexts; then captured in a CUDA graph
+    and replayed with new queries, each replay against an uncaptured plain call: the counters come back to zero
+    after every call (a replay that found one non-zero would merge early or never)."""
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 2000, seed=31), torch.bfloat16, seed=31)
+    plain = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=8)
+    merged = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=8, last_split_merges=True)
+    torch.testing.assert_close(merged.float(), plain.float(), rtol=2 ** -7, atol=1e-5)   # one bf16 ulp
+    assert not pda._COUNTERS[q.device].any()
+    q_in = q.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = paged_decode_attention(q_in, k_pool, v_pool, tables, lens, SCALE, num_splits=8, last_split_merges=True)
+    gen = torch.Generator("cuda").manual_seed(3)
+    for _ in range(3):
+        q_in.copy_(torch.randn(q.shape, device="cuda", generator=gen).to(q.dtype))
+        graph.replay()
+        want = paged_decode_attention(q_in, k_pool, v_pool, tables, lens, SCALE, num_splits=8)
+        torch.testing.assert_close(out.float(), want.float(), rtol=2 ** -7, atol=1e-5)
+    assert not pda._COUNTERS[q.device].any()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_matches_reference_at_tiny_checkpoint_shapes(dtype):
     # The tiny checkpoints' talker (4 query heads, 2 KV heads, head_dim 16), as tests/gpu/test_gpu_engine.py runs it.

@@ -148,15 +148,20 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(GROUPS=2, GP=2, D=128, BLOCK_T=16, APPEND=append), {}))
     paged_args = dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
                       part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, qw_ptr=bf, kw_ptr=bf,
-                      cos_ptr=bf, sin_ptr=bf, qs_ptr=bf, q_eps="fp32", k_eps="fp32", inv_d="fp32", scale_log2="fp32")
-    # (norm_rope: the raw projections normed and rotated in the kernel, as the talker's decode launches it)
-    for append, pdl, norm_rope in ((False, False, False), (True, False, False), (True, True, False),
-                                   (True, True, True)):
-        out.append((f"paged_decode append={append}" + (" pdl" if pdl else "") + (" norm_rope" if norm_rope else ""),
+                      cos_ptr=bf, sin_ptr=bf, qs_ptr=bf, q_eps="fp32", k_eps="fp32", inv_d="fp32",
+                      count_ptr=_ptr("i32"), scale_log2="fp32")
+    # (norm_rope: the raw projections normed and rotated in the kernel; merges: the last split merges the partials
+    # (no combine kernel); both as the talker's decode launches them at small batches)
+    for append, pdl, norm_rope, merges in ((False, False, False, False), (True, False, False, False),
+                                           (True, True, False, False), (True, True, True, False),
+                                           (True, True, True, True)):
+        out.append((f"paged_decode append={append}" + (" pdl" if pdl else "") + (" norm_rope" if norm_rope else "")
+                    + (" last_split_merges" if merges else ""),
                     paged._paged_decode_kernel, paged_args,
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
                          APPEND=append, TENSOR_CORES=False, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=True, USE_PDL=pdl, NORM_ROPE=norm_rope, BLOCK_HALF=64),
+                         SMALL_POOL=True, USE_PDL=pdl, NORM_ROPE=norm_rope, BLOCK_HALF=64,
+                         LAST_SPLIT_MERGES=merges, BLOCK_S=8),
                     dict(num_warps=2, launch_pdl=pdl, **({"enable_fp_fusion": False} if norm_rope else {}))))
     # The tensor-core variant: the default launch (32-token tiles, 4 warps; int32 and int64 offsets, 1 and 2
     # splits) and call 3's 64-token tiles at 8 warps.
@@ -169,7 +174,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     paged_args,
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=small, USE_PDL=pdl, NORM_ROPE=norm_rope, BLOCK_HALF=64),
+                         SMALL_POOL=small, USE_PDL=pdl, NORM_ROPE=norm_rope, BLOCK_HALF=64,
+                         LAST_SPLIT_MERGES=False, BLOCK_S=triton.next_power_of_2(splits)),
                     dict(num_warps=warps, num_stages=2, launch_pdl=pdl,
                          **({"enable_fp_fusion": False} if norm_rope else {}))))
     for pdl in (False, True):

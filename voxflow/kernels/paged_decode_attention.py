@@ -112,7 +112,7 @@ if triton is not None:
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
             kn_ptr, vn_ptr, slot_ptr,
-            qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, q_eps, k_eps, inv_d, stride_cos, stride_sin,
+            qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, q_eps, k_eps, inv_d, stride_cos, stride_sin, count_ptr,
             scale_log2,
             stride_qb, stride_qh, stride_qd,
             stride_knb, stride_knh, stride_vnb, stride_vnh,
@@ -123,7 +123,8 @@ if triton is not None:
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
             TENSOR_CORES: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr, NORM_ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr):
+            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr, NORM_ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr,
+            LAST_SPLIT_MERGES: tl.constexpr, BLOCK_S: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel()
         row = tl.program_id(0)
@@ -255,20 +256,30 @@ if triton is not None:
             tl.store(part_m_ptr + part, m, mask=g_ok)
             tl.store(part_l_ptr + part, s_sum, mask=g_ok)
             tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=q_mask)
+            if LAST_SPLIT_MERGES:
+                # The combine kernel's merge, done by whichever split of (row, KV head) finishes last: one counter a
+                # pair, taken with acq_rel at GPU scope after the barrier (every thread's partial stores before
+                # the release), so the last taker sees every split's partials. It resets the counter for the next
+                # call (a graph replays the same counters).
+                tl.debug_barrier()
+                counter = count_ptr + row * tl.num_programs(1) + kv_head
+                if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == NUM_SPLITS - 1:
+                    for j in tl.static_range(GROUP):
+                        head = kv_head * GROUP + j
+                        merge_splits(part_m_ptr, part_l_ptr, part_acc_ptr,
+                                     (row * GROUP * tl.num_programs(1) + head) * NUM_SPLITS,
+                                     out_ptr + row * stride_ob + head * stride_oh, stride_od, HEAD_DIM, BLOCK_D,
+                                     NUM_SPLITS, BLOCK_S)
+                    tl.store(counter, 0)
 
     @triton.jit
-    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, stride_ob, stride_oh, stride_od,
-                               NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, USE_PDL: tl.constexpr):
-        if USE_PDL:
-            wait_for_previous_kernel()
-        row = tl.program_id(0)
-        head = tl.program_id(1)
+    def merge_splits(part_m_ptr, part_l_ptr, part_acc_ptr, base, out_row_ptr, stride_od, HEAD_DIM: tl.constexpr,
+                     BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
+        """One query head's output from its NUM_SPLITS partials (base: its first partial's index)."""
         s = tl.arange(0, BLOCK_S)
         d = tl.arange(0, BLOCK_D)
         s_ok = s < NUM_SPLITS
         d_ok = d < HEAD_DIM
-        base = (row * NUM_HEADS + head) * NUM_SPLITS
         m = tl.load(part_m_ptr + base + s, mask=s_ok, other=float("-inf"))
         part_sum = tl.load(part_l_ptr + base + s, mask=s_ok, other=0.0)
         acc = tl.load(part_acc_ptr + (base + s)[:, None] * HEAD_DIM + d[None, :],
@@ -278,8 +289,18 @@ if triton is not None:
         w = tl.exp2(m - m_all)                                 # empty splits (m = -inf) weigh 0
         total = tl.sum(w * part_sum, axis=0)
         out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)
-        tl.store(out_ptr + row * stride_ob + head * stride_oh + d * stride_od, out.to(out_ptr.dtype.element_ty),
-                 mask=d_ok)
+        tl.store(out_row_ptr + d * stride_od, out.to(out_row_ptr.dtype.element_ty), mask=d_ok)
+
+    @triton.jit
+    def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, stride_ob, stride_oh, stride_od,
+                               NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                               NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, USE_PDL: tl.constexpr):
+        if USE_PDL:
+            wait_for_previous_kernel()
+        row = tl.program_id(0)
+        head = tl.program_id(1)
+        merge_splits(part_m_ptr, part_l_ptr, part_acc_ptr, (row * NUM_HEADS + head) * NUM_SPLITS,
+                     out_ptr + row * stride_ob + head * stride_oh, stride_od, HEAD_DIM, BLOCK_D, NUM_SPLITS, BLOCK_S)
 
 
 # ------------------------------------------------------------------------------------------- wrapper
@@ -364,6 +385,29 @@ def _offsets_fit_int32(*pools: torch.Tensor) -> bool:
     return all(sum((n - 1) * st for n, st in zip(t.shape, t.stride())) < 2 ** 31 for t in pools)
 
 
+# The split-K merge in the decode kernel's last split instead of a combine kernel (one launch fewer a layer: 28 a
+# talker frame at small batches, where the split count is above one). Off until it has run on a GPU (written in
+# session 26 after the device time was spent; its ordering, release / acquire at GPU scope around a counter, cannot
+# be exercised by the interpreter). VOXFLOW_PAGED_LAST_SPLIT_MERGES=1 turns it on.
+LAST_SPLIT_MERGES = os.environ.get("VOXFLOW_PAGED_LAST_SPLIT_MERGES", "0") == "1"
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_MIN_COUNTERS = 1 << 14
+
+
+def _split_counters(device: torch.device, n: int) -> torch.Tensor | None:
+    """Zeroed int32 counters (at least n) for the last-split merge, one set per device: the kernel leaves them zero
+    again, so a set is made once. Two calls on one device must not run at once (the engine's decode steps run one
+    after another on the talker's stream). None inside a graph capture that finds no set large enough (the call
+    then merges with the combine kernel): a set is made by the uncaptured warm-up before a capture
+    (graph_runner.warm_then_capture)."""
+    have = _COUNTERS.get(device)
+    if have is None or have.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        have = _COUNTERS[device] = torch.zeros(max(n, _MIN_COUNTERS), dtype=torch.int32, device=device)
+    return have
+
+
 class NormRope(NamedTuple):
     """The per-head norms and rotary tables for `paged_decode_attention(norm_rope=...)`: weights [D], cos / sin
     [B or 1, 1, D] or [B or 1, D] (the row's position), all of q's dtype."""
@@ -385,7 +429,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
                            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                            tensor_cores: bool | None = None, k_new: torch.Tensor | None = None,
                            v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                           norm_rope: NormRope | None = None) -> torch.Tensor:
+                           norm_rope: NormRope | None = None, last_split_merges: bool | None = None
+                           ) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
@@ -395,6 +440,10 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     norm_rope (with k_new): q and k_new are the raw projections; the kernel applies the per-head RMSNorms and RoPE
     (qk_norm_rope.py's numerics) before attending and writing: one launch fewer a layer than qk_norm_rope then
     this call (the key it caches and the query it attends with are qk_norm_rope's bits).
+
+    last_split_merges (None: LAST_SPLIT_MERGES): with split-K, the last split of each (row, KV head) to finish
+    merges the partials itself (a counter per pair, `_split_counters`: calls on one device must not overlap)
+    instead of a second, combine kernel.
 
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
@@ -470,10 +519,13 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         part_acc = torch.empty(batch, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
     else:
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
+    if last_split_merges is None:
+        last_split_merges = LAST_SPLIT_MERGES
+    counters = _split_counters(q.device, batch * num_kv_heads) if last_split_merges and num_splits > 1 else None
     pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
-        *rope_args, scale * math.log2(math.e),
+        *rope_args, counters if counters is not None else slots, scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         *k_pool.stride(), *v_pool.stride(),
@@ -484,12 +536,13 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
         SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
         USE_PDL=pdl, NORM_ROPE=norm_rope is not None, BLOCK_HALF=max(1, triton.next_power_of_2(head_dim // 2)),
+        LAST_SPLIT_MERGES=counters is not None, BLOCK_S=triton.next_power_of_2(num_splits),
         **launch, **launch_kwargs(pdl),
         # qk_norm_rope's rounding in the prologue: no fma contraction, a compile option of the whole kernel, so the
         # fp32 online softmax may round differently from the plain call's (within the same tolerance of the
         # reference); the cached key and the normed query are qk_norm_rope's bits
         **({"enable_fp_fusion": False} if norm_rope is not None else {}))
-    if num_splits > 1:
+    if num_splits > 1 and counters is None:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
             NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits,
