@@ -361,14 +361,30 @@ def test_qwen3_attention_hands_raw_projections_to_the_paged_kernel(fake_kernel, 
     torch.testing.assert_close(kv.k_cache[0].nan_to_num(7.0), ref_kv.k_cache[0].nan_to_num(7.0), rtol=1e-6,
                                atol=1e-6)
     monkeypatch.setattr(pa, "use_kernels", lambda t: True)
-    q, k, v = torch.randn(3, 3, 1, 4, 16, generator=gen)[:, :, :, :2].unbind(0)   # [B, 1, Hkv, D] heads
-    args = (attn.q_norm, attn.k_norm, cos, sin, 0.25)
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", False)
-    assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    kv.prefill_tiles = (kv.block_tables, None)
-    assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
-    assert len(fake_kernel) == 1
+    with torch.no_grad():                   # (inference: an autograd-recording call stays on the reference)
+        q = torch.randn(3, 1, 4, 16, generator=gen)
+        k, v = torch.randn(2, 3, 1, 2, 16, generator=gen)
+        args = (attn.q_norm, attn.k_norm, cos, sin, 0.25)
+        assert PagedKVView(clone_kv(kv), 1)[0].attend_raw(q, k, v, *args).shape == (3, 1, 4, 16)    # taken
+        assert len(fake_kernel) == 2
+        monkeypatch.setattr(pa, "PAGED_NORM_ROPE", False)
+        assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
+        monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
+        monkeypatch.setattr(pa, "use_kernels", lambda t: False)
+        assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
+        monkeypatch.setattr(pa, "use_kernels", lambda t: True)
+        two = clone_kv(kv)
+        two.slot_mapping = two.slot_mapping.repeat(1, 2)                  # a two-token chunk a row
+        assert PagedKVView(two, 2)[0].attend_raw(q.repeat(1, 2, 1, 1), k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1),
+                                                  *args) is None
+        shared = clone_kv(kv)
+        shared.rows_share_sequences = True                                 # a packed prefill's rows
+        assert PagedKVView(shared, 1)[0].attend_raw(q, k, v, *args) is None
+        kv.prefill_tiles = (kv.block_tables, None)
+        assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
+        assert len(fake_kernel) == 2
+    # the talker's paged view never takes the layer's folded-norm path (only the code predictor's cache does)
+    assert not getattr(PagedKVView(kv, 1)[0], "takes_folded_norm", False)
 
 
 def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):

@@ -119,7 +119,7 @@ def test_packed_sizes_step_by_512_past_1024_up_to_the_budget(budget, top):
     gaps = [b - a for a, b in zip(sizes, sizes[1:]) if a >= 1024 and b <= 4096]
     assert gaps and max(gaps) == 512
     if budget >= 4096:
-        assert runner.plan([(0, 548)] * 4)[0] == 2560                      # 16 prompts of ~180: 2,192 rows
+        assert runner.plan([(0, 548)] * 4)[0] == 2560                      # 2,192 rows (16 prompts' worth)
 
 
 class FakeGraph:

@@ -240,6 +240,9 @@ def test_core_from_engine_config():
     cfg = OneShotConfig.from_engine_config(EngineConfig(model="x", max_num_seqs=3, max_num_batched_tokens=99,
                                                         max_waiting=7))
     assert (cfg.max_running, cfg.max_step_cost, cfg.max_waiting) == (3, 99, 7)
+    # the engine's default step budget is sized for a GPU talker: a one-shot engine keeps its own unless one is set
+    assert EngineConfig.max_num_batched_tokens != OneShotConfig.max_step_cost
+    assert OneShotConfig.from_engine_config(EngineConfig(model="x")).max_step_cost == OneShotConfig.max_step_cost
 
 
 # ------------------------------------------------------------------ loader and text cutting (no piper)

@@ -55,6 +55,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..audio.io import pcm_bytes
+from .config import EngineConfig
 from .engine import QueueFullError  # the class the clients catch as back-pressure
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 
@@ -91,11 +92,15 @@ class OneShotConfig:
 
     @classmethod
     def from_engine_config(cls, config: Any) -> "OneShotConfig":
-        """Map an EngineConfig: max_num_seqs -> max_running, max_num_batched_tokens -> max_step_cost,
-        max_waiting -> max_waiting. max_batch stays 4: with onnxruntime on CPU a step runs its units one after
-        another (see models/piper/voice.py), so a bigger batch only lengthens the step (abort latency)."""
-        return cls(max_running=max(1, int(getattr(config, "max_num_seqs", 32))),
-                   max_step_cost=max(1, int(getattr(config, "max_num_batched_tokens", 2048))),
+        """Map an EngineConfig: max_num_seqs -> max_running, max_num_batched_tokens -> max_step_cost (when set:
+        its default, 4096, is sized for a GPU talker's steps; a one-shot step's units run one after another on a
+        CPU, so it keeps its own 2048 then), max_waiting -> max_waiting. max_batch stays 4: with onnxruntime on CPU
+        a step runs its units one after another (see models/piper/voice.py), so a bigger batch only lengthens the
+        step (abort latency)."""
+        budget = getattr(config, "max_num_batched_tokens", None)
+        if budget is None or budget == EngineConfig.max_num_batched_tokens:
+            budget = cls.max_step_cost
+        return cls(max_running=max(1, int(getattr(config, "max_num_seqs", 32))), max_step_cost=max(1, int(budget)),
                    max_waiting=int(getattr(config, "max_waiting", 1024)))
 
 

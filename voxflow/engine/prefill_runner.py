@@ -31,7 +31,7 @@ import torch
 from .graph_runner import RunnerStats, warm_then_capture, warm_up_stream, width_bucket
 from .model_api import PagedKVContext
 
-# B x L within the step's token budget (2048 by default: 512 for up to 4 prompts, 2048 for one).
+# B x L within the step's token budget (4096 by default: 512 for up to 8 prompts, 2048 for two).
 PREFILL_LENGTHS = (32, 64, 128, 256, 512, 1024, 2048)
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 # Wider contexts for short query lengths (prefix-cache hits: a short new part after a long cached prefix), in

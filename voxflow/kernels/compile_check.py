@@ -152,11 +152,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                       count_ptr=_ptr("i32"), scale_log2="fp32")
     # (norm_rope: the raw projections normed and rotated in the kernel; merges: the last split merges the partials
     # (no combine kernel); both as the talker's decode launches them at small batches)
-    for append, pdl, norm_rope, merges in ((False, False, False, False), (True, False, False, False),
-                                           (True, True, False, False), (True, True, True, False),
+    for append, norm_rope, merges, pdl in ((False, False, False, False), (True, False, False, False),
+                                           (True, False, False, True), (True, True, False, False),
+                                           (True, True, False, True), (True, True, True, False),
                                            (True, True, True, True)):
-        out.append((f"paged_decode append={append}" + (" pdl" if pdl else "") + (" norm_rope" if norm_rope else "")
-                    + (" last_split_merges" if merges else ""),
+        out.append((f"paged_decode append={append}" + (" norm_rope" if norm_rope else "")
+                    + (" last_split_merges" if merges else "") + (" pdl" if pdl else ""),
                     paged._paged_decode_kernel, paged_args,
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
                          APPEND=append, TENSOR_CORES=False, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
@@ -165,12 +166,13 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(num_warps=2, launch_pdl=pdl, **({"enable_fp_fusion": False} if norm_rope else {}))))
     # The tensor-core variant: the default launch (32-token tiles, 4 warps; int32 and int64 offsets, 1 and 2
     # splits) and call 3's 64-token tiles at 8 warps.
-    for block_n, warps, splits, small, pdl, norm_rope in ((32, 4, 1, True, False, False), (32, 4, 1, True, True, False),
-                                                          (32, 4, 2, False, False, False),
-                                                          (32, 4, 2, False, True, False),
-                                                          (64, 8, 1, True, False, False), (32, 4, 1, True, True, True)):
+    # (norm_rope: at one split, 64+ rows, and at two with 64-bit offsets, the 17-63 rows' launch)
+    for block_n, warps, splits, small, norm_rope, pdl in (
+            (32, 4, 1, True, False, False), (32, 4, 1, True, False, True), (32, 4, 2, False, False, False),
+            (32, 4, 2, False, False, True), (64, 8, 1, True, False, False), (32, 4, 1, True, True, False),
+            (32, 4, 1, True, True, True), (32, 4, 2, False, True, False), (32, 4, 2, False, True, True)):
         out.append((f"paged_decode tensor_cores block_n={block_n} warps={warps} splits={splits} int32={small}"
-                    + (" pdl" if pdl else "") + (" norm_rope" if norm_rope else ""), paged._paged_decode_kernel,
+                    + (" norm_rope" if norm_rope else "") + (" pdl" if pdl else ""), paged._paged_decode_kernel,
                     paged_args,
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",

@@ -102,6 +102,12 @@ if triton is not None:
                        mask=mask, other=0.0)
 
     @triton.jit
+    def new_token_slot(slot_ptr, row, PAGE: tl.constexpr):
+        """The page (int64) and in-page position of row's new token, from its flat pool slot."""
+        slot = tl.load(slot_ptr + row).to(tl.int64)
+        return slot // PAGE, slot % PAGE
+
+    @triton.jit
     def round_to_tf32(x):
         """Non-negative fp32 values rounded to TF32's 10-bit mantissa (to nearest; the carry may move the exponent).
         A TF32 MMA would otherwise drop the low 13 bits, a bias toward zero of up to 2^-10."""
@@ -142,11 +148,11 @@ if triton is not None:
             # program's own scratch rows [row, split] (qk_norm_rope's helper: its bits), split 0 the new key into
             # its page slot (no program reads that slot in this call: the loop below stops before it); after the
             # barrier the query is read back as a plain call reads q.
-            slot = tl.load(slot_ptr + row).to(tl.int64)
-            k_dst = k_ptr + (slot // PAGE) * stride_kblk + (slot % PAGE) * stride_kpos
-            dh = tl.arange(0, BLOCK_HALF)
-            dh_ok = dh < HEAD_DIM // 2
+            new_page, new_pos = new_token_slot(slot_ptr, row, PAGE)
+            k_dst = k_ptr + new_page * stride_kblk + new_pos * stride_kpos
             half = HEAD_DIM // 2
+            dh = tl.arange(0, BLOCK_HALF)
+            dh_ok = dh < half
             c1 = tl.load(cos_ptr + row * stride_cos + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
             c2 = tl.load(cos_ptr + row * stride_cos + half + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
             s1 = tl.load(sin_ptr + row * stride_sin + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
@@ -160,8 +166,8 @@ if triton is not None:
                 _norm_rope_heads(kn_ptr, k_dst, kw_ptr, row.to(tl.int64), 0, kv_head, kv_head + 1, stride_knb, 0,
                                  stride_knh, 0, 0, stride_kh, c1, c2, s1, s2, dh, dh_ok, half, inv_d, k_eps, 2)
             tl.debug_barrier()      # the stores above are read back below by other threads of this program
-            q_in = tl.load(qs_ptr + (row * NUM_SPLITS + split) * qs_row + heads[:, None] * HEAD_DIM + d[None, :],
-                           mask=q_mask, other=0.0)                                           # [G, D]
+            q_rows = qs_ptr + (row.to(tl.int64) * NUM_SPLITS + split) * qs_row
+            q_in = tl.load(q_rows + heads[:, None] * HEAD_DIM + d[None, :], mask=q_mask, other=0.0)    # [G, D]
         else:
             q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
                            mask=q_mask, other=0.0)                                           # [G, D]
@@ -225,16 +231,19 @@ if triton is not None:
             # Split 0 writes the new token's key/value into its page slot (the KV write that was two scatter
             # kernels per layer) and attends to it from registers; no program reads that slot in this call.
             if split == 0:
-                slot = tl.load(slot_ptr + row).to(tl.int64)
-                page, pos = slot // PAGE, slot % PAGE
-                k_slot = k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd
+                # (the slot loaded again, not kept from the prologue: a value live across the loop costs
+                # registers, e.g. 128 -> 170 a thread in the 64-token tensor-core tiles)
+                new_page, new_pos = new_token_slot(slot_ptr, row, PAGE)
+                k_slot = k_ptr + new_page * stride_kblk + new_pos * stride_kpos + kv_head * stride_kh + d * stride_kd
                 if NORM_ROPE:
-                    kn = tl.load(k_slot, mask=d_ok, other=0.0)                  # normed and rotated above
+                    # Normed and rotated above, read back from the slot. (Batch padding rows all write one scratch
+                    # slot, so a padding row may read another's key: harmless, a one-token context weighs 1.)
+                    kn = tl.load(k_slot, mask=d_ok, other=0.0)
                 else:
                     kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
                     tl.store(k_slot, kn.to(k_ptr.dtype.element_ty), mask=d_ok)
                 vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
-                tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
+                tl.store(v_ptr + new_page * stride_vblk + new_pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
                          vn.to(v_ptr.dtype.element_ty), mask=d_ok)
                 if tl.load(lens_ptr + row) > 0:
                     score = tl.sum(q * kn.to(tl.float32)[None, :], axis=1) * scale_log2                 # [G]
@@ -508,6 +517,12 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         if not append or any(t.stride(-1) != 1 for t in (q, k_pool, nr.cos, nr.sin)):
             raise ValueError("norm_rope needs k_new / v_new / slots, and unit-stride head dims in q, the pools and "
                              "the rotary tables")
+        one_row_each = nr.cos.shape[0] in (1, batch) and nr.cos.numel() == nr.cos.shape[0] * head_dim
+        if head_dim % 2 or nr.q_weight.shape != (head_dim,) or nr.k_weight.shape != (head_dim,) \
+                or nr.sin.shape != nr.cos.shape or not one_row_each \
+                or any(t.dtype != q.dtype for t in (k_new, k_pool, nr.q_weight, nr.k_weight, nr.cos, nr.sin)):
+            raise ValueError("norm_rope needs an even head_dim, [D] norm weights, cos / sin of one [D] row for the "
+                             "batch or each row, all in q's dtype (and the pools too)")
         q_scratch = torch.empty(batch, num_splits, num_heads, head_dim, dtype=q.dtype, device=q.device)
         rope_args = (nr.q_weight.contiguous(), nr.k_weight.contiguous(), nr.cos, nr.sin, q_scratch, float(nr.q_eps),
                      float(nr.k_eps), 1.0 / head_dim, _batch_stride(nr.cos), _batch_stride(nr.sin))
