@@ -19,7 +19,7 @@ import triton.language as tl
 from voxflow.kernels import use_pdl
 from voxflow.kernels.dense_decode_attention import _attend_cached
 from voxflow.kernels.dense_decode_attention import supported as attention_supported
-from voxflow.kernels.qk_norm_rope import _norm_rope_heads
+from voxflow.kernels.qk_norm_rope import _norm_rope_heads, rope_halves
 from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
 from voxflow.kernels.rms_norm import MAX_ROW_FACTOR_WIDTH, round_to, row_factor
@@ -55,10 +55,7 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
     kvh = tl.program_id(1)
     dh = tl.arange(0, BLOCK_HALF)
     dh_mask = dh < half
-    c1 = tl.load(cos_ptr + b * cos_sb + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
-    c2 = tl.load(cos_ptr + b * cos_sb + half + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
-    s1 = tl.load(sin_ptr + b * sin_sb + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
-    s2 = tl.load(sin_ptr + b * sin_sb + half + dh, mask=dh_mask, other=0.0).to(tl.float32)[None, :]
+    c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + dh, sin_ptr + b * sin_sb + dh, dh, dh_mask, half)
     h0 = kvh * GROUPS
     if FOLDED:
         # The layer's input RMSNorm was folded into the q|k|v weight (voxflow/layers/folded_norms.py): its row

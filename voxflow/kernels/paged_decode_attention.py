@@ -54,7 +54,7 @@ try:
     import triton.language as tl
 
     from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
-    from voxflow.kernels.qk_norm_rope import _norm_rope_heads
+    from voxflow.kernels.qk_norm_rope import _norm_rope_heads, rope_halves
 except ImportError:  # the reference below still works; callers check voxflow.kernels.use_kernels first
     triton = None
 
@@ -153,10 +153,8 @@ if triton is not None:
             half = HEAD_DIM // 2
             dh = tl.arange(0, BLOCK_HALF)
             dh_ok = dh < half
-            c1 = tl.load(cos_ptr + row * stride_cos + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
-            c2 = tl.load(cos_ptr + row * stride_cos + half + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
-            s1 = tl.load(sin_ptr + row * stride_sin + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
-            s2 = tl.load(sin_ptr + row * stride_sin + half + dh, mask=dh_ok, other=0.0).to(tl.float32)[None, :]
+            c1, c2, s1, s2 = rope_halves(cos_ptr + row * stride_cos + dh, sin_ptr + row * stride_sin + dh, dh, dh_ok,
+                                         half)
             h0 = kv_head * GROUP
             qs_row = tl.num_programs(1) * GROUP * HEAD_DIM                   # scratch [B, NUM_SPLITS, Hq, D]
             _norm_rope_heads(q_ptr, qs_ptr, qw_ptr, row.to(tl.int64), split, h0, h0 + GROUP, stride_qb, 0,

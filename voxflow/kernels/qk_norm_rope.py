@@ -45,6 +45,17 @@ _TILE = 1024                  # elements per program per half tile at most: 8 he
 
 
 @triton.jit
+def rope_halves(cos_row, sin_row, d, d_mask, half):
+    """One position's rotary row as rotate-half takes it: cos[:half], cos[half:], sin[:half], sin[half:], each
+    [1, BLOCK_HALF] fp32 (masked lanes 0). cos_row / sin_row: pointers to the row's first element plus d."""
+    c1 = tl.load(cos_row, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+    c2 = tl.load(cos_row + half, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+    s1 = tl.load(sin_row, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+    s2 = tl.load(sin_row + half, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+    return c1, c2, s1, s2
+
+
+@triton.jit
 def _norm_rope_heads(src_ptr, dst_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss, src_sh, dst_sb, dst_ss, dst_sh,
                      c1, c2, s1, s2, d, d_mask, half, inv_d, eps, BLOCK_H: tl.constexpr, row_scale=1.0,
                      ROW_SCALE: tl.constexpr = False):
@@ -91,12 +102,8 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
     s = (token % seq_len).to(tl.int64)
     d = tl.arange(0, BLOCK_HALF)
     d_mask = d < half
-    cos_row = cos_ptr + b * cos_sb + s * cos_ss + d
-    sin_row = sin_ptr + b * sin_sb + s * sin_ss + d
-    c1 = tl.load(cos_row, mask=d_mask, other=0.0).to(tl.float32)[None, :]
-    c2 = tl.load(cos_row + half, mask=d_mask, other=0.0).to(tl.float32)[None, :]
-    s1 = tl.load(sin_row, mask=d_mask, other=0.0).to(tl.float32)[None, :]
-    s2 = tl.load(sin_row + half, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+    c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + s * cos_ss + d, sin_ptr + b * sin_sb + s * sin_ss + d, d,
+                                 d_mask, half)
     if block < n_q_blocks:
         _norm_rope_heads(q_ptr, qo_ptr, qw_ptr, b, s, block * BLOCK_H, n_q_heads,
                          q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
