@@ -119,9 +119,11 @@ def test_tensor_core_tiles_at_short_contexts_with_the_new_token(block_n, warps):
 @pytest.mark.parametrize("tensor_cores", [False, True])
 @pytest.mark.parametrize("batch", [1, 64])
 def test_norm_rope_variant_equals_qk_norm_rope_then_the_kernel(batch, tensor_cores):
-    """Raw projections in (norm_rope, the talker's decode path): the cached key is qk_norm_rope's bits and the
-    output is the two-launch path's within the tolerance of the kernel against the reference (the fused kernel is
-    compiled without fma contraction, the plain one with), bf16 at the talker's shapes, 1-300-token contexts."""
+    """Raw projections in (norm_rope, the talker's decode path): the cached key is qk_norm_rope's to within its own
+    GPU bound against torch (>= 99% of elements bit-equal, <= 1 eps of the head row's largest |value|: another warp
+    layout sums a head's squares in another order), the value cached as given, and the output is the two-launch
+    path's within the tolerance of the kernel against the reference (the fused kernel is compiled without fma
+    contraction, the plain one with), bf16 at the talker's shapes, 1-300-token contexts."""
     from voxflow.kernels.qk_norm_rope import qk_norm_rope
     from voxflow.layers.rotary import RotaryEmbedding
     q_raw, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 300, seed=21), torch.bfloat16, seed=21)
@@ -138,7 +140,10 @@ def test_norm_rope_variant_equals_qk_norm_rope_then_the_kernel(batch, tensor_cor
     got = paged_decode_attention(q_raw, *fused_pools, tables, lens, SCALE, tensor_cores=tensor_cores, k_new=k_raw,
                                  v_new=v_new, slots=slots, norm_rope=pda.NormRope(qw, kw, 1e-6, 1e-6, cos, sin))
     flat = (-1, HKV, D)
-    assert torch.equal(fused_pools[0].view(flat)[slots], k_n[:, 0])
+    key, want_key = fused_pools[0].view(flat)[slots].float(), k_n[:, 0].float()
+    assert (key == want_key).float().mean() >= 0.99
+    row_max = want_key.abs().amax(dim=-1, keepdim=True)
+    assert ((key - want_key).abs() <= torch.finfo(torch.bfloat16).eps * row_max).all()
     assert torch.equal(fused_pools[1].view(flat)[slots], v_new)
     torch.testing.assert_close(got.float(), want.float(), **tol(torch.bfloat16, tensor_cores))
 

@@ -145,7 +145,7 @@ if triton is not None:
         q_mask = g_ok[:, None] & d_ok[None, :]
         if NORM_ROPE:
             # q and the new key arrive as raw projections: the group's query heads normed and rotated into this
-            # program's own scratch rows [row, split] (qk_norm_rope's helper: its bits), split 0 the new key into
+            # program's own scratch rows [row, split] (qk_norm_rope's helper: its rounding), split 0 the new key into
             # its page slot (no program reads that slot in this call: the loop below stops before it); after the
             # barrier the query is read back as a plain call reads q.
             new_page, new_pos = new_token_slot(slot_ptr, row, PAGE)
@@ -446,7 +446,9 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
 
     norm_rope (with k_new): q and k_new are the raw projections; the kernel applies the per-head RMSNorms and RoPE
     (qk_norm_rope.py's numerics) before attending and writing: one launch fewer a layer than qk_norm_rope then
-    this call (the key it caches and the query it attends with are qk_norm_rope's bits).
+    this call (the key it caches and the query it attends with are rounded as qk_norm_rope rounds them; on a GPU
+    another warp layout may sum a head's squares in another order, so a bf16 element may now and then differ by
+    one ulp, as between qk_norm_rope and torch).
 
     last_split_merges (None: LAST_SPLIT_MERGES): with split-K, the last split of each (row, KV head) to finish
     merges the partials itself (a counter per pair, `_split_counters`: calls on one device must not overlap)
@@ -553,7 +555,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         **launch, **launch_kwargs(pdl),
         # qk_norm_rope's rounding in the prologue: no fma contraction, a compile option of the whole kernel, so the
         # fp32 online softmax may round differently from the plain call's (within the same tolerance of the
-        # reference); the cached key and the normed query are qk_norm_rope's bits
+        # reference); the cached key and the normed query keep qk_norm_rope's rounding steps
         **({"enable_fp_fusion": False} if norm_rope is not None else {}))
     if num_splits > 1 and counters is None:
         _combine_splits_kernel[(batch, num_heads)](
