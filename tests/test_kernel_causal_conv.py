@@ -29,12 +29,17 @@ def snake_ref(x, a, inv):
 
 
 def check_conv_against_torch():
+    from voxflow.kernels import causal_conv
     from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
     g = torch.Generator().manual_seed(0)
+    tma_calls = []
+    tma_kernel = causal_conv._conv_tma
+    causal_conv._conv_tma = lambda *args: (tma_calls.append(1), tma_kernel(*args))   # the child's own process
     # (B, T, Cin, Cout, k, dilation): masked channel tiles (96 -> 128), k blocks not dividing Cin, T not a multiple
     # of the 128-row tile, the 1x1 conv, the one-channel output conv; Cin 64 / 128: whole k blocks (EVEN_K)
+    # (and for the TMA kernel, which tiles each sequence apart: one sequence of several tiles, a last one partial)
     shapes = ((2, 130, 24, 24, 7, 3), (1, 50, 40, 96, 7, 9), (3, 129, 48, 20, 1, 1), (2, 70, 12, 1, 7, 1),
-              (2, 40, 64, 32, 7, 1), (1, 30, 128, 16, 1, 1))
+              (2, 40, 64, 32, 7, 1), (1, 30, 128, 16, 1, 1), (1, 300, 32, 40, 7, 2))
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for b, t, cin, cout, k, d in shapes:
             ctx = (k - 1) * d
@@ -58,20 +63,29 @@ def check_conv_against_torch():
                 if epilogue == "residual":
                     kwargs["residual"] = res_ncl.transpose(1, 2).contiguous()
                     want = (want.float() + res_ncl.float()).to(dtype)
-                got = conv1d_channels_last(x, packed, bias, d, **kwargs)
-                assert got.shape == (b, t, cout) and got.dtype == dtype
-                got = got.transpose(1, 2).double()
-                if dtype == torch.float32:
-                    bound = 1e-5 * (scale + 1.0)
-                else:
-                    # conv rounding (the reference stores the bf16 / fp16 conv first) + 2 ulps of what follows
-                    mag = (scale + want.double().abs() + 1.0)
-                    bound = 2 * torch.finfo(dtype).eps * mag
-                if epilogue == "snake":                   # sin's slope <= a * 2 inv: an input error grows by it
-                    bound = bound * (1 + 2 * (a.double() * inv.double()))[None, :, None]
-                err = (got - want.double()).abs()
-                assert (err <= bound).all(), (dtype, (b, t, cin, cout, k, d), epilogue, (err / bound).max().item())
-                assert want.abs().max() > 0.1                     # not a comparison of zeros
+                # pointer loads, then TMA descriptors where the operands allow them (the TMA kernel spied on)
+                for tma in (False, True):
+                    ran = len(tma_calls)
+                    got = conv1d_channels_last(x, packed, bias, d, tma=tma, **kwargs)
+                    block_t = causal_conv.launch_config(cin, cout, dtype, k)["BLOCK_T"]
+                    takes = causal_conv.tma_fits(x, packed) and causal_conv._sequence_tiles_waste_little(b, t, block_t)
+                    assert len(tma_calls) - ran == (1 if tma and takes else 0)
+                    assert got.shape == (b, t, cout) and got.dtype == dtype
+                    got = got.transpose(1, 2).double()
+                    if dtype == torch.float32:
+                        bound = 1e-5 * (scale + 1.0)
+                    else:
+                        # conv rounding (the reference stores the bf16 / fp16 conv first) + 2 ulps of what follows
+                        mag = (scale + want.double().abs() + 1.0)
+                        bound = 2 * torch.finfo(dtype).eps * mag
+                    if epilogue == "snake":                   # sin's slope <= a * 2 inv: an input error grows by it
+                        bound = bound * (1 + 2 * (a.double() * inv.double()))[None, :, None]
+                    err = (got - want.double()).abs()
+                    assert (err <= bound).all(), (dtype, (b, t, cin, cout, k, d), epilogue, tma,
+                                                  (err / bound).max().item())
+                    assert want.abs().max() > 0.1                     # not a comparison of zeros
+    # the TMA path where rows are 16-byte multiples (not 12 channels in 16 bits) and sequences fill their tiles
+    assert len(tma_calls) == 30
 
 
 def check_snake_channels_last():

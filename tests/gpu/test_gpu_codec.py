@@ -155,6 +155,28 @@ def test_fp16_streaming_snr_against_fp32_one_pass(dec, monkeypatch):
     assert result["cuda_graphs"] and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
 
 
+def test_tma_convolutions_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, monkeypatch):
+    """VOXFLOW_CONV_TMA's kernel (operand tiles through TMA descriptors, a tile per sequence): at the codec's
+    high-rate shapes in fp16 (16 sequences x 25 frames' rows) within 2 fp16 ulps of the pointer kernel (the same
+    products and sums in another tiling), and the whole fp16 stack streamed with it on keeps FP16_MIN_SNR_DB."""
+    from voxflow.kernels import causal_conv
+    g = torch.Generator("cuda").manual_seed(0)
+    for cin, k, dil in ((96, 7, 9), (192, 7, 1), (768, 1, 1)):
+        x = torch.randn(16, 2000 + (k - 1) * dil, cin, device="cuda", generator=g).half()
+        w = causal_conv.pack_weight((torch.randn(cin, cin, k, device="cuda", generator=g) / (cin * k) ** 0.5).half())
+        bias = torch.randn(cin, device="cuda", generator=g).half() * 0.1
+        want = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=False)
+        got = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=True)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2 * 2 ** -10, atol=1e-3)
+    calls = []
+    tma_kernel = causal_conv._conv_tma
+    monkeypatch.setattr(causal_conv, "CONV_TMA", True)
+    monkeypatch.setattr(causal_conv, "_conv_tma", lambda *a: calls.append(1) or tma_kernel(*a))
+    result = measure(dec, torch.float16, 150, seed=0)
+    print(result, len(calls))
+    assert calls and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
+
+
 def test_auto_codec_dtype_picks_fp16_for_the_real_size_decoder(dec):
     """codec_dtype="auto" on the GPU: the load-time check (codec_precision.py) passes at the real size and picks fp16;
     the cuDNN / matmul TF32 switches it turns off for its reference come back as they were (on, as serving has

@@ -117,6 +117,43 @@ def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
     tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
 
 
+@triton.jit
+def _conv_cl_tma_kernel(x_desc, w_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
+                        T, COUT, NK, res_sb, res_st, out_sb, out_st,
+                        KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
+                        RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                        DOT_IN_FP32: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
+    # `_conv_cl_kernel` with its operand tiles fetched by the tensor memory accelerator (TMA): a tile is one
+    # sequence's rows (grid axis 2 = the sequence), so each tap's input rows are one box of the [B, T_in, Cin]
+    # descriptor; rows and channels past the tensor read as zeros. A weight box past a tap's Cout rows reads the
+    # next tap's rows (or zeros past the last): only output columns >= Cout see them, and those are never stored.
+    t0 = tl.program_id(0) * BLOCK_T
+    n0 = tl.program_id(1) * BLOCK_N
+    b = tl.program_id(2)
+    acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+    for it in range(0, KSIZE * NK):
+        j = it // NK
+        k0 = (it - j * NK) * BLOCK_K
+        a = x_desc.load([b, t0 + j * DILATION, k0]).reshape(BLOCK_T, BLOCK_K)
+        w = w_desc.load([j * COUT + n0, k0])
+        if DOT_IN_FP32:                        # the interpreter's dot does not take bf16 operands
+            a = a.to(tl.float32)
+            w = w.to(tl.float32)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
+    tt = (t0 + tl.arange(0, BLOCK_T)).to(tl.int64)
+    cols = n0 + tl.arange(0, BLOCK_N)
+    col_ok = cols < COUT
+    dtype = out_ptr.dtype.element_ty
+    h = bias_snake_epilogue(acc, cols, col_ok, bias_ptr, a_ptr, inv_ptr, dtype, HAS_BIAS, SNAKE, PRECISE)
+    mask = (tt < T)[:, None] & col_ok[None, :]
+    bb = b.to(tl.int64)
+    if RESIDUAL:
+        res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
+        h = round_to(h + res.to(tl.float32), dtype)
+    tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
+
+
 def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int, maxnreg: int | None = None) -> dict:
     """A launch config; maxnreg caps the registers a thread (ptxas), e.g. 128 so that two 8-warp blocks fit an SM
     (benchmarks/scripts/conv_occupancy.py: 128 x 128 tiles take 157 (fp32) / 170 (bf16) registers uncapped)."""
@@ -246,11 +283,12 @@ def _dot_precision(x: torch.Tensor) -> str:
 
 def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1,
                          snake_terms: tuple[torch.Tensor, torch.Tensor] | None = None,
-                         residual: torch.Tensor | None = None) -> torch.Tensor:
+                         residual: torch.Tensor | None = None, tma: bool | None = None) -> torch.Tensor:
     """Valid convolution over channels-last rows: x [B, T + (k-1)*dilation, Cin] (already left-padded, unit channel
     stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] contiguous.
     snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit channel
-    stride): added last."""
+    stride): added last. tma (None: CONV_TMA): operand tiles through TMA descriptors where the tensors allow
+    (`tma_fits`)."""
     bsz, rows_in, cin = x.shape
     k, cout, wcin = weight_packed.shape
     if wcin != cin or not _unit_channel_stride(x) or not weight_packed.is_contiguous():
@@ -267,6 +305,11 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     precision = _dot_precision(x)
     a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
     res = residual if residual is not None else out                     # not read without RESIDUAL
+    if (CONV_TMA if tma is None else tma) and tma_fits(x, weight_packed) \
+            and _sequence_tiles_waste_little(bsz, t, cfg["BLOCK_T"]):
+        _conv_tma(x, weight_packed, bias, a, inv, res, out, cfg, precision, k, dilation, snake_terms is not None,
+                  residual is not None)
+        return out
     grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
     _conv_cl_kernel[grid](
         x, weight_packed, bias if bias is not None else x, a, inv, res, out,
@@ -280,6 +323,47 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_register_cap(cfg),
         enable_fp_fusion=False)                # SnakeBeta's rounded steps stay separate operations
     return out
+
+
+# The convolution's operand tiles through TMA descriptors (`_conv_cl_tma_kernel`) instead of pointer loads: on Hopper
+# the copy engine fills shared memory and the warps only multiply. Written in session 26 (tested under the
+# interpreter, compiled for sm_90) for the codec's convolutions, ~290 TFLOP/s fp16 with pointer loads on the H200;
+# not yet timed there, so off: VOXFLOW_CONV_TMA=1 turns it on.
+CONV_TMA = os.environ.get("VOXFLOW_CONV_TMA", "0") == "1"
+
+
+def tma_fits(x: torch.Tensor, weight_packed: torch.Tensor) -> bool:
+    """Whether both operands can be TMA descriptors: 16-byte aligned bases and row strides (a descriptor's rule)."""
+    size = x.element_size()
+    return (x.data_ptr() % 16 == 0 and weight_packed.data_ptr() % 16 == 0
+            and all(st * size % 16 == 0 for st in (x.stride(0), x.stride(1), weight_packed.stride(1))))
+
+
+def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
+    """The TMA kernel tiles each sequence's rows apart (a box never spans two sequences): take it only where that
+    costs at most 1/8 more tiles than the pointer kernel's tiles over all rows (the low-rate layers' short
+    sequences stay there)."""
+    return 8 * bsz * triton.cdiv(t, block_t) <= 9 * triton.cdiv(bsz * t, block_t)
+
+
+def _conv_tma(x, weight_packed, bias, a, inv, res, out, cfg, precision, k, dilation, snake, residual) -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    bsz, rows_in, cin = x.shape
+    cout = weight_packed.shape[1]
+    t = out.shape[1]
+    x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1],
+                              [1, cfg["BLOCK_T"], cfg["BLOCK_K"]])
+    w_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [cfg["BLOCK_N"], cfg["BLOCK_K"]])
+    grid = (triton.cdiv(t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]), bsz)
+    _conv_cl_tma_kernel[grid](
+        x_desc, w_desc, bias if bias is not None else x, a, inv, res, out, t, cout, triton.cdiv(cin, cfg["BLOCK_K"]),
+        res.stride(0), res.stride(1), out.stride(0), out.stride(1),
+        KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake, RESIDUAL=residual,
+        PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision), DOT_PRECISION=precision,
+        DOT_IN_FP32=not x.is_cuda, BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
+    # (no register cap: the tuned configs' maxnreg made ptxas spill here (16-216 bytes a thread, sm_90), while
+    # uncapped the kernel takes <= 128 registers anyway: compile_check)
 
 
 def _register_cap(cfg: dict) -> dict:

@@ -93,6 +93,9 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                        "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
             out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
                         *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
+            if dt == "fp16":                # the TMA variant (VOXFLOW_CONV_TMA) in the codec's GPU dtype
+                out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue}",
+                            *conv_tma_case(dt, k, epilogue, cfg)))
             # libdevice's sinf in the epilogue (FAST_EPILOGUE_SIN off), and the register cap (fp32 / bf16)
             if cin == cout == 96 and k == 7 and dt != "fp16":
                 kernel, types, consts, options = conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned)
@@ -223,6 +226,21 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
             dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned,
                  **({"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {})))
+
+
+def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict) -> tuple:
+    """(kernel, types, constexprs, options) of causal_conv.py's TMA convolution as `_conv_tma` launches it."""
+    from voxflow.kernels import causal_conv
+    p = _ptr(dt)
+    bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
+                  PRECISE=causal_conv.epilogue_sin_mode(True, _DTYPE_OF[dt], "tf32" if dt == "fp32" else "ieee"),
+                  DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False, BLOCK_T=bt, BLOCK_N=bn,
+                  BLOCK_K=bk)
+    types = dict(x_desc=f"tensordesc<{dt}[1,{bt},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>", bias_ptr=p, a_ptr=p,
+                 inv_ptr=p, res_ptr=p, out_ptr=p)
+    return (causal_conv._conv_cl_tma_kernel, types, consts,
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False))
 
 
 def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple:
