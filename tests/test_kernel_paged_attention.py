@@ -129,12 +129,14 @@ def check_last_split_merges(q, k_pool, v_pool, tables, ctx, scale, splits, tenso
         t = empty(*shape, dtype=dtype, **kw)
         return t.fill_(float("nan")) if t.is_floating_point() else t
 
+    empty_like = torch.empty_like
     torch.empty = poisoned
+    torch.empty_like = lambda t, **kw: empty_like(t, **kw).fill_(float("nan"))
     try:
         merged = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits,
                                             tensor_cores=tensor_cores, last_split_merges=True)
     finally:
-        torch.empty = empty
+        torch.empty, torch.empty_like = empty, empty_like
     assert torch.equal(merged, expect), f"last split merges {i}: {(merged.float() - expect.float()).abs().max()}"
     counters = pda._COUNTERS.get(q.device)
     assert counters is not None or splits == 1, i           # (made by the first call with splits)

@@ -11,7 +11,8 @@
 #    whole paged-attention file (norm_rope against qk_norm_rope + the plain kernel; the last-split merge against
 #    the combine kernel, in a replayed graph);
 # 2. 1.7B c=1: off, norm_rope, both (RTF target 0.04: 0.044 in session 26), and their step profiles;
-# 3. 1.7B c=64: off, both (the tensor-core variant takes norm_rope; one split there, so no merge).
+# 3. 1.7B c=64: off, both (the tensor-core variant takes norm_rope; one split at 64 rows, 2-3 while the batch
+#    ramps up and drains (17-49 rows), where the last split merges).
 # Turn each on by default (paged_attention.PAGED_NORM_ROPE, paged_decode_attention.LAST_SPLIT_MERGES) if the
 # tests pass and no run is slower.
 set -uo pipefail

@@ -160,21 +160,24 @@ def test_tma_convolutions_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, mo
     high-rate shapes in fp16 (16 sequences x 25 frames' rows) within 2 fp16 ulps of the pointer kernel (the same
     products and sums in another tiling), and the whole fp16 stack streamed with it on keeps FP16_MIN_SNR_DB."""
     from voxflow.kernels import causal_conv
+    calls = []
+    tma_kernel = causal_conv._conv_tma
+    monkeypatch.setattr(causal_conv, "_conv_tma", lambda *a: calls.append(1) or tma_kernel(*a))
     g = torch.Generator("cuda").manual_seed(0)
-    for cin, k, dil in ((96, 7, 9), (192, 7, 1), (768, 1, 1)):
+    for n, (cin, k, dil) in enumerate(((96, 7, 9), (192, 7, 1), (768, 1, 1))):
         x = torch.randn(16, 2000 + (k - 1) * dil, cin, device="cuda", generator=g).half()
         w = causal_conv.pack_weight((torch.randn(cin, cin, k, device="cuda", generator=g) / (cin * k) ** 0.5).half())
         bias = torch.randn(cin, device="cuda", generator=g).half() * 0.1
         want = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=False)
         got = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=True)
+        assert len(calls) == n + 1                                    # the TMA kernel ran
         torch.testing.assert_close(got.float(), want.float(), rtol=2 * 2 ** -10, atol=1e-3)
-    calls = []
-    tma_kernel = causal_conv._conv_tma
+    calls.clear()
     monkeypatch.setattr(causal_conv, "CONV_TMA", True)
-    monkeypatch.setattr(causal_conv, "_conv_tma", lambda *a: calls.append(1) or tma_kernel(*a))
     result = measure(dec, torch.float16, 150, seed=0)
     print(result, len(calls))
-    assert calls and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
+    assert calls and result["cuda_graphs"], result
+    assert result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
 
 
 def test_auto_codec_dtype_picks_fp16_for_the_real_size_decoder(dec):

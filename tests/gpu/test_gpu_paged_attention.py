@@ -148,26 +148,41 @@ def test_norm_rope_variant_equals_qk_norm_rope_then_the_kernel(batch, tensor_cor
     torch.testing.assert_close(got.float(), want.float(), **tol(torch.bfloat16, tensor_cores))
 
 
-@pytest.mark.parametrize("batch", [1, 7])
-def test_last_split_merges_equals_the_combine_kernel_and_replays_in_a_graph(batch):
+@pytest.mark.parametrize("batch, tensor_cores", [(1, False), (7, False), (24, True)])
+def test_last_split_merges_equals_the_combine_kernel_and_replays_in_a_graph(batch, tensor_cores, monkeypatch):
     """The split-K merge by each (row, KV head)'s last split (a counter a pair, release / acquire at GPU scope):
-    the combine kernel's output at the talker's shapes, bf16, 1-2000-token contexts; then captured in a CUDA graph
-    and replayed with new queries, each replay against an uncaptured plain call: the counters come back to zero
-    after every call (a replay that found one non-zero would merge early or never)."""
+    the combine kernel's output at the talker's shapes, bf16, 1-2000-token contexts, on CUDA cores and (24 rows, 3
+    splits) on tensor cores; the merged call's fresh buffers NaN-filled, so a merge before every partial is in shows.
+    Then captured in a CUDA graph and replayed 100 times with new queries, each against an uncaptured call through
+    the combine kernel: the counters come back to zero after every call (a replay that found one non-zero would
+    merge early or never)."""
     q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 2000, seed=31), torch.bfloat16, seed=31)
-    plain = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=8)
-    merged = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, num_splits=8, last_split_merges=True)
+    splits = 3 if tensor_cores else 8
+    args = (k_pool, v_pool, tables, lens, SCALE)
+    kw = dict(num_splits=splits, tensor_cores=tensor_cores)
+    plain = paged_decode_attention(q, *args, last_split_merges=False, **kw)
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def poisoned(*shape, **kw):
+        t = empty(*shape, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", poisoned)
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: empty_like(t, **kw).fill_(float("nan")))
+    merged = paged_decode_attention(q, *args, last_split_merges=True, **kw)
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch, "empty_like", empty_like)
     torch.testing.assert_close(merged.float(), plain.float(), rtol=2 ** -7, atol=1e-5)   # one bf16 ulp
     assert not pda._COUNTERS[q.device].any()
     q_in = q.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = paged_decode_attention(q_in, k_pool, v_pool, tables, lens, SCALE, num_splits=8, last_split_merges=True)
+        out = paged_decode_attention(q_in, *args, last_split_merges=True, **kw)
     gen = torch.Generator("cuda").manual_seed(3)
-    for _ in range(3):
+    for _ in range(100):
         q_in.copy_(torch.randn(q.shape, device="cuda", generator=gen).to(q.dtype))
         graph.replay()
-        want = paged_decode_attention(q_in, k_pool, v_pool, tables, lens, SCALE, num_splits=8)
+        want = paged_decode_attention(q_in, *args, last_split_merges=False, **kw)
         torch.testing.assert_close(out.float(), want.float(), rtol=2 ** -7, atol=1e-5)
     assert not pda._COUNTERS[q.device].any()
 

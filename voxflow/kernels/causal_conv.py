@@ -17,6 +17,7 @@ PyTorch decoder.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import torch
@@ -327,15 +328,20 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
 
 # The convolution's operand tiles through TMA descriptors (`_conv_cl_tma_kernel`) instead of pointer loads: on Hopper
 # the copy engine fills shared memory and the warps only multiply. Written in session 26 (tested under the
-# interpreter, compiled for sm_90) for the codec's convolutions, ~290 TFLOP/s fp16 with pointer loads on the H200;
-# not yet timed there, so off: VOXFLOW_CONV_TMA=1 turns it on.
+# interpreter, compiled for sm_90 by Triton 3.9; the H200 image has 3.6) for the codec's convolutions, ~290 TFLOP/s
+# fp16 with pointer loads on the H200; not yet timed there, so off: VOXFLOW_CONV_TMA=1 turns it on.
 CONV_TMA = os.environ.get("VOXFLOW_CONV_TMA", "0") == "1"
 
 
+_HAS_TENSOR_DESCRIPTORS = importlib.util.find_spec("triton.tools.tensor_descriptor") is not None   # Triton >= 3.3
+
+
 def tma_fits(x: torch.Tensor, weight_packed: torch.Tensor) -> bool:
-    """Whether both operands can be TMA descriptors: 16-byte aligned bases and row strides (a descriptor's rule)."""
+    """Whether both operands can be TMA descriptors: 16-byte aligned bases and row strides (a descriptor's rule),
+    a Triton that has them, and a batch the grid's third axis holds (65,535 at most)."""
     size = x.element_size()
-    return (x.data_ptr() % 16 == 0 and weight_packed.data_ptr() % 16 == 0
+    return (_HAS_TENSOR_DESCRIPTORS and x.shape[0] <= 65535 and x.data_ptr() % 16 == 0
+            and weight_packed.data_ptr() % 16 == 0
             and all(st * size % 16 == 0 for st in (x.stride(0), x.stride(1), weight_packed.stride(1))))
 
 

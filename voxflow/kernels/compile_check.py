@@ -170,17 +170,22 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     # The tensor-core variant: the default launch (32-token tiles, 4 warps; int32 and int64 offsets, 1 and 2
     # splits) and call 3's 64-token tiles at 8 warps.
     # (norm_rope: at one split, 64+ rows, and at two with 64-bit offsets, the 17-63 rows' launch)
-    for block_n, warps, splits, small, norm_rope, pdl in (
-            (32, 4, 1, True, False, False), (32, 4, 1, True, False, True), (32, 4, 2, False, False, False),
-            (32, 4, 2, False, False, True), (64, 8, 1, True, False, False), (32, 4, 1, True, True, False),
-            (32, 4, 1, True, True, True), (32, 4, 2, False, True, False), (32, 4, 2, False, True, True)):
+    # (and the last split merging, at two splits: 17-63 rows)
+    for block_n, warps, splits, small, norm_rope, merges, pdl in (
+            (32, 4, 1, True, False, False, False), (32, 4, 1, True, False, False, True),
+            (32, 4, 2, False, False, False, False), (32, 4, 2, False, False, False, True),
+            (64, 8, 1, True, False, False, False), (32, 4, 1, True, True, False, False),
+            (32, 4, 1, True, True, False, True), (32, 4, 2, False, True, False, False),
+            (32, 4, 2, False, True, False, True), (32, 4, 2, False, True, True, False),
+            (32, 4, 2, False, True, True, True)):
         out.append((f"paged_decode tensor_cores block_n={block_n} warps={warps} splits={splits} int32={small}"
-                    + (" norm_rope" if norm_rope else "") + (" pdl" if pdl else ""), paged._paged_decode_kernel,
+                    + (" norm_rope" if norm_rope else "") + (" last_split_merges" if merges else "")
+                    + (" pdl" if pdl else ""), paged._paged_decode_kernel,
                     paged_args,
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
                          SMALL_POOL=small, USE_PDL=pdl, NORM_ROPE=norm_rope, BLOCK_HALF=64,
-                         LAST_SPLIT_MERGES=False, BLOCK_S=triton.next_power_of_2(splits)),
+                         LAST_SPLIT_MERGES=merges, BLOCK_S=triton.next_power_of_2(splits)),
                     dict(num_warps=warps, num_stages=2, launch_pdl=pdl,
                          **({"enable_fp_fusion": False} if norm_rope else {}))))
     for pdl in (False, True):
@@ -239,8 +244,9 @@ def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict) -> tuple:
                   BLOCK_K=bk)
     types = dict(x_desc=f"tensordesc<{dt}[1,{bt},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>", bias_ptr=p, a_ptr=p,
                  inv_ptr=p, res_ptr=p, out_ptr=p)
+    aligned = ("bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "out_ptr", "COUT", "res_sb", "res_st", "out_sb", "out_st")
     return (causal_conv._conv_cl_tma_kernel, types, consts,
-            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False))
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
 
 
 def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple:

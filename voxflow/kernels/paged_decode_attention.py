@@ -398,6 +398,7 @@ def _offsets_fit_int32(*pools: torch.Tensor) -> bool:
 # be exercised by the interpreter). VOXFLOW_PAGED_LAST_SPLIT_MERGES=1 turns it on.
 LAST_SPLIT_MERGES = os.environ.get("VOXFLOW_PAGED_LAST_SPLIT_MERGES", "0") == "1"
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
+_RETIRED: list[torch.Tensor] = []      # outgrown sets, kept: a graph captured before may still count in one
 _MIN_COUNTERS = 1 << 14
 
 
@@ -411,6 +412,8 @@ def _split_counters(device: torch.device, n: int) -> torch.Tensor | None:
     if have is None or have.numel() < n:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None
+        if have is not None:
+            _RETIRED.append(have)
         have = _COUNTERS[device] = torch.zeros(max(n, _MIN_COUNTERS), dtype=torch.int32, device=device)
     return have
 
