@@ -16,6 +16,7 @@ import torch
 import voxflow.kernels as K
 from voxflow.engine.model_api import PagedKVContext
 import voxflow.kernels.paged_decode_attention as pda
+from voxflow.kernels.attention_o_proj import tile_counters
 from voxflow.kernels.paged_decode_attention import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,
                                                     default_num_splits, default_tensor_cores, paged_decode_attention,
                                                     paged_decode_attention_ref)
@@ -173,7 +174,7 @@ def test_last_split_merges_equals_the_combine_kernel_and_replays_in_a_graph(batc
     monkeypatch.setattr(torch, "empty", empty)
     monkeypatch.setattr(torch, "empty_like", empty_like)
     torch.testing.assert_close(merged.float(), plain.float(), rtol=2 ** -7, atol=1e-5)   # one bf16 ulp
-    assert not pda._COUNTERS[q.device].any()
+    assert not tile_counters(q.device, batch * HKV).any()
     q_in = q.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -184,7 +185,7 @@ def test_last_split_merges_equals_the_combine_kernel_and_replays_in_a_graph(batc
         graph.replay()
         want = paged_decode_attention(q_in, *args, last_split_merges=False, **kw)
         torch.testing.assert_close(out.float(), want.float(), rtol=2 ** -7, atol=1e-5)
-    assert not pda._COUNTERS[q.device].any()
+    assert not tile_counters(q.device, batch * HKV).any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

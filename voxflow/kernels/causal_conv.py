@@ -306,23 +306,22 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     precision = _dot_precision(x)
     a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
     res = residual if residual is not None else out                     # not read without RESIDUAL
+    # what both kernels take alike: the epilogue, the dot's precision, the tiles and the launch options
+    common = dict(KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
+                  RESIDUAL=residual is not None, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision),
+                  DOT_PRECISION=precision, DOT_IN_FP32=not x.is_cuda, BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                  enable_fp_fusion=False)              # SnakeBeta's rounded steps stay separate operations
+    bias_arg = bias if bias is not None else x
     if (CONV_TMA if tma is None else tma) and tma_fits(x, weight_packed) \
             and _sequence_tiles_waste_little(bsz, t, cfg["BLOCK_T"]):
-        _conv_tma(x, weight_packed, bias, a, inv, res, out, cfg, precision, k, dilation, snake_terms is not None,
-                  residual is not None)
+        _conv_tma(x, weight_packed, bias_arg, a, inv, res, out, common)
         return out
     grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
     _conv_cl_kernel[grid](
-        x, weight_packed, bias if bias is not None else x, a, inv, res, out,
+        x, weight_packed, bias_arg, a, inv, res, out,
         bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
-        res.stride(1), out.stride(0), out.stride(1),
-        KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
-        RESIDUAL=residual is not None, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision),
-        DOT_PRECISION=precision,
-        DOT_IN_FP32=not x.is_cuda, EVEN_K=cin % cfg["BLOCK_K"] == 0,
-        BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_register_cap(cfg),
-        enable_fp_fusion=False)                # SnakeBeta's rounded steps stay separate operations
+        res.stride(1), out.stride(0), out.stride(1), EVEN_K=cin % cfg["BLOCK_K"] == 0, **common, **_register_cap(cfg))
     return out
 
 
@@ -352,24 +351,20 @@ def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
     return 8 * bsz * triton.cdiv(t, block_t) <= 9 * triton.cdiv(bsz * t, block_t)
 
 
-def _conv_tma(x, weight_packed, bias, a, inv, res, out, cfg, precision, k, dilation, snake, residual) -> None:
+def _conv_tma(x, weight_packed, bias, a, inv, res, out, common: dict) -> None:
+    """`_conv_cl_tma_kernel` on conv1d_channels_last's operands (`common`: the arguments both kernels take)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     bsz, rows_in, cin = x.shape
-    cout = weight_packed.shape[1]
+    k, cout = weight_packed.shape[:2]
     t = out.shape[1]
-    x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1],
-                              [1, cfg["BLOCK_T"], cfg["BLOCK_K"]])
-    w_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [cfg["BLOCK_N"], cfg["BLOCK_K"]])
-    grid = (triton.cdiv(t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]), bsz)
-    _conv_cl_tma_kernel[grid](
-        x_desc, w_desc, bias if bias is not None else x, a, inv, res, out, t, cout, triton.cdiv(cin, cfg["BLOCK_K"]),
-        res.stride(0), res.stride(1), out.stride(0), out.stride(1),
-        KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake, RESIDUAL=residual,
-        PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision), DOT_PRECISION=precision,
-        DOT_IN_FP32=not x.is_cuda, BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
+    bt, bn, bk = common["BLOCK_T"], common["BLOCK_N"], common["BLOCK_K"]
+    x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1], [1, bt, bk])
+    w_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn, bk])
     # (no register cap: the tuned configs' maxnreg made ptxas spill here (16-216 bytes a thread, sm_90), while
     # uncapped the kernel takes <= 128 registers anyway: compile_check)
+    _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn), bsz)](
+        x_desc, w_desc, bias, a, inv, res, out, t, cout, triton.cdiv(cin, bk),
+        res.stride(0), res.stride(1), out.stride(0), out.stride(1), **common)
 
 
 def _register_cap(cfg: dict) -> dict:

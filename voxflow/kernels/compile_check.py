@@ -219,14 +219,20 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     return out
 
 
+def _conv_constexprs(dt: str, k: int, epilogue: str | None, cfg: dict) -> dict:
+    """The convolution kernels' constexprs as conv1d_channels_last passes them (dilation 3, a bias)."""
+    from voxflow.kernels import causal_conv
+    return dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
+                PRECISE=causal_conv.epilogue_sin_mode(True, _DTYPE_OF[dt], "tf32" if dt == "fp32" else "ieee"),
+                DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
+                **{key: v for key, v in cfg.items() if key.isupper()})
+
+
 def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg: dict, aligned: tuple) -> tuple:
     """(kernel, types, constexprs, options) of causal_conv.py's convolution as conv1d_channels_last launches it."""
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
-    consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
-                  PRECISE=causal_conv.epilogue_sin_mode(True, _DTYPE_OF[dt], "tf32" if dt == "fp32" else "ieee"),
-                  DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
-                  EVEN_K=cin % cfg["BLOCK_K"] == 0, **{key: v for key, v in cfg.items() if key.isupper()})
+    consts = dict(_conv_constexprs(dt, k, epilogue, cfg), EVEN_K=cin % cfg["BLOCK_K"] == 0)
     return (causal_conv._conv_cl_kernel,
             dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned,
@@ -238,14 +244,10 @@ def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict) -> tuple:
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
     bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    consts = dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
-                  PRECISE=causal_conv.epilogue_sin_mode(True, _DTYPE_OF[dt], "tf32" if dt == "fp32" else "ieee"),
-                  DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False, BLOCK_T=bt, BLOCK_N=bn,
-                  BLOCK_K=bk)
     types = dict(x_desc=f"tensordesc<{dt}[1,{bt},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>", bias_ptr=p, a_ptr=p,
                  inv_ptr=p, res_ptr=p, out_ptr=p)
     aligned = ("bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "out_ptr", "COUT", "res_sb", "res_st", "out_sb", "out_st")
-    return (causal_conv._conv_cl_tma_kernel, types, consts,
+    return (causal_conv._conv_cl_tma_kernel, types, _conv_constexprs(dt, k, epilogue, cfg),
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
 
 

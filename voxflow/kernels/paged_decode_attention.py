@@ -54,7 +54,9 @@ try:
     import triton.language as tl
 
     from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+    from voxflow.kernels.attention_o_proj import tile_counters
     from voxflow.kernels.qk_norm_rope import _norm_rope_heads, rope_halves
+    from voxflow.kernels.qk_norm_rope import supported as qk_norm_rope_supported
 except ImportError:  # the reference below still works; callers check voxflow.kernels.use_kernels first
     triton = None
 
@@ -397,30 +399,9 @@ def _offsets_fit_int32(*pools: torch.Tensor) -> bool:
 # session 26 after the device time was spent; its ordering, release / acquire at GPU scope around a counter, cannot
 # be exercised by the interpreter). VOXFLOW_PAGED_LAST_SPLIT_MERGES=1 turns it on.
 LAST_SPLIT_MERGES = os.environ.get("VOXFLOW_PAGED_LAST_SPLIT_MERGES", "0") == "1"
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-_RETIRED: list[torch.Tensor] = []      # outgrown sets, kept: a graph captured before may still count in one
-_MIN_COUNTERS = 1 << 14
-
-
-def _split_counters(device: torch.device, n: int) -> torch.Tensor | None:
-    """Zeroed int32 counters (at least n) for the last-split merge, one set per device: the kernel leaves them zero
-    again, so a set is made once. Two calls on one device must not run at once (the engine's decode steps run one
-    after another on the talker's stream). None inside a graph capture that finds no set large enough (the call
-    then merges with the combine kernel): a set is made by the uncaptured warm-up before a capture
-    (graph_runner.warm_then_capture)."""
-    have = _COUNTERS.get(device)
-    if have is None or have.numel() < n:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        if have is not None:
-            _RETIRED.append(have)
-        have = _COUNTERS[device] = torch.zeros(max(n, _MIN_COUNTERS), dtype=torch.int32, device=device)
-    return have
-
-
 class NormRope(NamedTuple):
     """The per-head norms and rotary tables for `paged_decode_attention(norm_rope=...)`: weights [D], cos / sin
-    [B or 1, 1, D] or [B or 1, D] (the row's position), all of q's dtype."""
+    [B or 1, 1, D] (the row's position), all of q's dtype."""
     q_weight: torch.Tensor
     k_weight: torch.Tensor
     q_eps: float
@@ -454,8 +435,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     one ulp, as between qk_norm_rope and torch).
 
     last_split_merges (None: LAST_SPLIT_MERGES): with split-K, the last split of each (row, KV head) to finish
-    merges the partials itself (a counter per pair, `_split_counters`: calls on one device must not overlap)
-    instead of a second, combine kernel.
+    merges the partials itself (a counter per pair, attention_o_proj.tile_counters: calls of one size on one device
+    must not overlap) instead of a second, combine kernel.
 
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
@@ -520,12 +501,10 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         if not append or any(t.stride(-1) != 1 for t in (q, k_pool, nr.cos, nr.sin)):
             raise ValueError("norm_rope needs k_new / v_new / slots, and unit-stride head dims in q, the pools and "
                              "the rotary tables")
-        one_row_each = nr.cos.shape[0] in (1, batch) and nr.cos.numel() == nr.cos.shape[0] * head_dim
-        if head_dim % 2 or nr.q_weight.shape != (head_dim,) or nr.k_weight.shape != (head_dim,) \
-                or nr.sin.shape != nr.cos.shape or not one_row_each \
-                or any(t.dtype != q.dtype for t in (k_new, k_pool, nr.q_weight, nr.k_weight, nr.cos, nr.sin)):
-            raise ValueError("norm_rope needs an even head_dim, [D] norm weights, cos / sin of one [D] row for the "
-                             "batch or each row, all in q's dtype (and the pools too)")
+        if not qk_norm_rope_supported(q[:, None], k_new[:, None], nr.q_weight, nr.k_weight, nr.cos, nr.sin) \
+                or nr.cos.shape[1] != 1 or k_pool.dtype != q.dtype:
+            raise ValueError("norm_rope needs what qk_norm_rope takes (an even head_dim, [D] norm weights, cos / sin "
+                             "[B or 1, 1, D], all in q's dtype) and pools of q's dtype")
         q_scratch = torch.empty(batch, num_splits, num_heads, head_dim, dtype=q.dtype, device=q.device)
         rope_args = (nr.q_weight.contiguous(), nr.k_weight.contiguous(), nr.cos, nr.sin, q_scratch, float(nr.q_eps),
                      float(nr.k_eps), 1.0 / head_dim, _batch_stride(nr.cos), _batch_stride(nr.sin))
@@ -539,7 +518,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
     if last_split_merges is None:
         last_split_merges = LAST_SPLIT_MERGES
-    counters = _split_counters(q.device, batch * num_kv_heads) if last_split_merges and num_splits > 1 else None
+    # one counter a (row, KV head), kept per device and size: attention_o_proj's last-tile counters, the same rule
+    counters = tile_counters(q.device, batch * num_kv_heads) if last_split_merges and num_splits > 1 else None
     pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
