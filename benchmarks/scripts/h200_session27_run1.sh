@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 26 (NOT YET RUN: that session's device time was spent; rename it to the session's run name
-# once it has run, and keep it as that call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry
-# [".whl", ".device_tree"]. About 450 s.
+# Prepared in session 26; ran as session 27 call 1 (tree c03b450, 326 s).
+# Carry [".whl", ".device_tree"].
 # Two launches fewer a talker layer at decode, both off by default until this has run:
 #   VOXFLOW_PAGED_NORM_ROPE=1          the per-head q/k norms and RoPE inside the paged decode kernel (norm_rope,
 #                                      PagedLayerView.attend_raw): no qk_norm_rope launch;

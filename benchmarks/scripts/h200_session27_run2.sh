@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 26 (NOT YET RUN; rename it to the session's run name once it has run, and keep it as that
-# call's record). `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 450 s.
+# Prepared in session 26; ran as session 27 call 2 (tree c03b450, 138 s).
+# Carry [".whl", ".device_tree"].
 # The codec's convolutions with their operand tiles through TMA descriptors (causal_conv._conv_cl_tma_kernel, off by
 # default until this has run: VOXFLOW_CONV_TMA=1), the lever named for the 0.6B c=64 target (800 audio-s/s; 666-686
 # in session 26, the convolutions at ~290 TFLOP/s fp16 with pointer loads):
