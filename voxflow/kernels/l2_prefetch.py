@@ -31,6 +31,8 @@ import triton.language as tl
 from voxflow.kernels import use_kernels
 
 AHEAD = int(os.environ.get("VOXFLOW_L2_PREFETCH", "0"))
+PROGRAMS = int(os.environ.get("VOXFLOW_L2_PREFETCH_PROGRAMS", "2"))    # programs (SMs) a prefetch launch takes
+DRY = False             # measuring only: launch the branch's kernels with nothing to prefetch (the fork's own cost)
 _SLOTS = 128            # chunks a program issues at most: one per thread (4 warps)
 
 
@@ -67,8 +69,8 @@ class WeightPrefetch:
     """Forks L2 prefetches of weights onto a side stream (`issue`) and joins it back (`join`). One per model; the
     side stream is made on first use, per device."""
 
-    def __init__(self, programs: int = 2):
-        self.programs = programs
+    def __init__(self, programs: int | None = None):
+        self.programs = programs            # None: PROGRAMS at each issue
         self._side: dict[int, torch.cuda.Stream] = {}
         self._pending: set[int] = set()
 
@@ -84,9 +86,11 @@ class WeightPrefetch:
         if side is None:
             side = self._side[index] = torch.cuda.Stream(w.device)
         side.wait_stream(torch.cuda.current_stream(w.device))
+        programs = self.programs or PROGRAMS
         with torch.cuda.stream(side):
-            _l2_prefetch_kernel[(self.programs,)](w.view(-1).view(torch.uint8), nbytes,
-                                                  chunking(nbytes, self.programs), SLOTS=_SLOTS, num_warps=4)
+            _l2_prefetch_kernel[(programs,)](w.view(-1).view(torch.uint8), 0 if DRY else nbytes,
+                                             chunking(nbytes, programs),
+                                             SLOTS=_SLOTS, num_warps=4)
         self._pending.add(index)
         return True
 
