@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 27 call 3. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 450 s.
+# Session 27 call 3 (tree cf5fa2e, 261 s); carry [".whl", ".device_tree"].
 # Do two half-batches decoding side by side on two streams make more frames a second than one batch
 # (probe_two_batches.py: E engines of C / E sequences each, stepped in turn, each talker on its own stream)?
 # 0.6B in the <= 8 GB configuration's engine settings: c=64 as one engine, as two of 32, and one of 32 alone; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 27 call 4. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 300 s.
+# Session 27 call 4 (tree 50448a0, 231 s); carry [".whl", ".device_tree"]. The weight prefetch it measured
+# was slower and is removed (its code, tune_l2_prefetch.py included, is in bd3d134).
 # The code predictor's weights brought into L2 ahead of its fused one-row kernels by a side branch of the graph
 # (voxflow/kernels/l2_prefetch.py, VOXFLOW_L2_PREFETCH=N kernels ahead, off by default until this has run):
 # 1. its GPU test (same bits on / off, eager and graphed; the prefetches issued);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 27 call 5. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 250 s.
+# Session 27 call 5 (tree bd3d134, 49 s); carry [".whl", ".device_tree"]. The weight prefetch it measured
+# was slower and is removed (its code, tune_l2_prefetch.py included, is in bd3d134).
 # Call 4's weight prefetch made a predict frame 1897 -> 5228 us with 2 programs a prefetch launch. Is that the
 # prefetches' own time (2 SMs' copy engines for 31 MB a layer: the side branch, serial, becomes the critical path
 # at the join) or the fork itself? tune_l2_prefetch.py over 2 / 16 / 64 programs, 1 / 2 ahead, and the branch with

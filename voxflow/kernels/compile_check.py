@@ -208,9 +208,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(q_ptr=bf, k_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qo_ptr=bf, ko_ptr=bf,
                          inv_d="fp32", q_eps="fp32", k_eps="fp32"), dict(BLOCK_H=8, BLOCK_HALF=64, USE_PDL=pdl),
                     dict(num_warps=4, enable_fp_fusion=False, launch_pdl=pdl)))
-    from voxflow.kernels import l2_prefetch
-    out.append(("l2_prefetch", l2_prefetch._l2_prefetch_kernel, dict(ptr=_ptr("u8")), dict(SLOTS=128),
-                dict(num_warps=4)))
     out.append(("rms_norm", rms_norm._rms_norm_kernel,
                 dict(x_ptr=bf, res_ptr=bf, w_ptr=bf, out_ptr=bf, sum_ptr=bf, inv_n="fp32", eps="fp32"),
                 dict(HAS_RESIDUAL=True, BLOCK=2048), dict(enable_fp_fusion=False)))

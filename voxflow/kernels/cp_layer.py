@@ -19,7 +19,6 @@ about one bf16 rounding of those GEMM inputs per layer. fp32: the reference up t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -71,27 +70,12 @@ def supported(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Te
             and nl.supported(x, w.gate_up, w.post_norm, swiglu=True))
 
 
-def weight_blobs(w: LayerWeights) -> tuple[torch.Tensor, ...]:
-    """The weight matrices the four kernels read, in launch order (what l2_prefetch.py may bring in ahead)."""
-    return (w.qkv, w.o, w.gate_up, w.down)
-
-
 def layer_step(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-               v_cache: torch.Tensor, length: int, before: Callable[[int], None] | None = None) -> torch.Tensor:
+               v_cache: torch.Tensor, length: int) -> torch.Tensor:
     """The layer on rows x [M, H] (one new token each, at cache position `length`; row b's cache is
-    k_cache[b] / v_cache[b], updated in place) -> new rows [M, H] (x itself is left unchanged).
-    `before(i)`, when given, is called just before kernel i (0..3) is launched (the weight prefetch's hook)."""
-    hook = before or _no_hook
-    hook(0)
+    k_cache[b] / v_cache[b], updated in place) -> new rows [M, H] (x itself is left unchanged)."""
     qkv = nl.norm_linear(x, w.qkv, w.input_norm, w.input_eps, config=CONFIGS["qkv"])
-    hook(1)
     h = attn.attention_o_proj(qkv, x, w.o, w.q_norm, w.k_norm, w.q_eps, w.k_eps, cos, sin, k_cache, v_cache, length,
                               w.num_heads, w.scale, config=CONFIGS["attention_o_proj"])
-    hook(2)
     act = nl.norm_linear(h, w.gate_up, w.post_norm, w.post_eps, swiglu=True, config=CONFIGS["gate_up"])
-    hook(3)
     return sk.skinny_linear(act, w.down, residual=h, out=h, config=CONFIGS["down"])
-
-
-def _no_hook(_: int) -> None:
-    pass

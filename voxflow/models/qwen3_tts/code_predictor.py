@@ -13,7 +13,6 @@ State-dict keys (checkpoint prefix `talker.code_predictor.` removed): `model.lay
 """
 from __future__ import annotations
 
-import functools
 import os
 from typing import Callable
 
@@ -65,8 +64,6 @@ class CodePredictor(nn.Module):
         self.model = CodePredictorBackbone(cfg, talker_hidden_size)
         self.lm_head = nn.ModuleList(
             nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(self.num_residual))
-        self._prefetch = None                   # l2_prefetch.WeightPrefetch, made on first use (when it applies)
-        self._prefetch_started = False
         if talker_hidden_size != cfg.hidden_size:
             self.small_to_mtp_projection = nn.Linear(talker_hidden_size, cfg.hidden_size, bias=True)
         else:
@@ -145,28 +142,9 @@ class CodePredictor(nn.Module):
                 cp_layer.supported(rows, w, cos, sin, c.k, c.v) and c.length < c.k.shape[2]
                 for w, c in zip(weights, cache.layers)):
             return None
-        before = self._prefetch_hook(weights, rows)
-        for i, (w, c) in enumerate(zip(weights, cache.layers)):
-            rows = cp_layer.layer_step(rows, w, cos, sin, c.k, c.v, c.claim(),
-                                       before=None if before is None else functools.partial(before, 4 * i))
+        for w, c in zip(weights, cache.layers):
+            rows = cp_layer.layer_step(rows, w, cos, sin, c.k, c.v, c.claim())
         return rows
-
-    def _prefetch_hook(self, weights: list, rows: torch.Tensor):
-        """Before kernel k of the fused pass (4 a layer): bring in the weights of kernel k + AHEAD of the cyclic
-        chain of layer kernels (the pass after this one reads the same matrices); None when l2_prefetch.py's switch
-        is off or does not apply. The first pass of a frame also brings in the first AHEAD blobs up front."""
-        from voxflow.kernels import cp_layer, l2_prefetch
-        if not l2_prefetch.applies(rows):
-            return None
-        blobs = [b for w in weights for b in cp_layer.weight_blobs(w)]
-        ahead = l2_prefetch.AHEAD
-        if self._prefetch is None:
-            self._prefetch = l2_prefetch.WeightPrefetch()
-        if not self._prefetch_started:
-            self._prefetch_started = True
-            for b in blobs[:ahead]:
-                self._prefetch.issue(b)
-        return lambda base, i: self._prefetch.issue(blobs[(base + i + ahead) % len(blobs)])
 
     @torch.no_grad()
     def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False
@@ -212,9 +190,6 @@ class CodePredictor(nn.Module):
             codes.append(code.to(torch.long))
             if frame_embed:
                 inputs.append(x[:, -1])
-        if self._prefetch_started:
-            self._prefetch.join(device)         # the side branch joined inside the step (and its graph)
-            self._prefetch_started = False
         if frame_embed:
             last = row if row is not None else tables[self.num_residual - 1](codes[-1])     # the last code's row
             inputs.append(last)
