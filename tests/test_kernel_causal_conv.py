@@ -86,6 +86,16 @@ def check_conv_against_torch():
                     assert want.abs().max() > 0.1                     # not a comparison of zeros
     # the TMA path where rows are 16-byte multiples (not 12 channels in 16 bits) and sequences fill their tiles
     assert len(tma_calls) == 39
+    # the default (tma=None): TMA on (CONV_TMA, unless VOXFLOW_CONV_TMA=0) for CUDA tensors only; a CPU tensor the
+    # TMA kernel would take still runs the pointer kernel
+    import os
+    assert causal_conv.CONV_TMA == (os.environ.get("VOXFLOW_CONV_TMA", "1") == "1")
+    causal_conv.CONV_TMA = True
+    x = torch.randn(1, 312, 32, generator=g).half()
+    packed = pack_weight((torch.randn(40, 32, 7, generator=g) / 15).half())
+    assert causal_conv.tma_fits(x, packed) and causal_conv._sequence_tiles_waste_little(1, 300, 128)
+    want = conv1d_channels_last(x, packed, None, 2, tma=False)
+    assert torch.equal(conv1d_channels_last(x, packed, None, 2), want) and len(tma_calls) == 39
 
 
 def check_snake_channels_last():

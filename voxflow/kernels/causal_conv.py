@@ -17,6 +17,7 @@ PyTorch decoder.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -288,7 +289,7 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     """Valid convolution over channels-last rows: x [B, T + (k-1)*dilation, Cin] (already left-padded, unit channel
     stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] contiguous.
     snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit channel
-    stride): added last. tma (None: CONV_TMA): operand tiles through TMA descriptors where the tensors allow
+    stride): added last. tma (None: CONV_TMA on CUDA tensors, off elsewhere): operand tiles through TMA descriptors where the tensors allow
     (`tma_fits`)."""
     bsz, rows_in, cin = x.shape
     k, cout, wcin = weight_packed.shape
@@ -313,7 +314,7 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
                   BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                   enable_fp_fusion=False)              # SnakeBeta's rounded steps stay separate operations
     bias_arg = bias if bias is not None else x
-    if (CONV_TMA if tma is None else tma) and tma_fits(x, weight_packed) \
+    if ((CONV_TMA and x.is_cuda) if tma is None else tma) and tma_fits(x, weight_packed) \
             and _sequence_tiles_waste_little(bsz, t, cfg["BLOCK_T"]):
         _conv_tma(x, weight_packed, bias_arg, a, inv, res, out, common)
         return out
@@ -326,10 +327,11 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
 
 
 # The convolution's operand tiles through TMA descriptors (`_conv_cl_tma_kernel`) instead of pointer loads: on Hopper
-# the copy engine fills shared memory and the warps only multiply. Written in session 26 (tested under the
-# interpreter, compiled for sm_90 by Triton 3.9; the H200 image has 3.6) for the codec's convolutions, ~290 TFLOP/s
-# fp16 with pointer loads on the H200; not yet timed there, so off: VOXFLOW_CONV_TMA=1 turns it on.
-CONV_TMA = os.environ.get("VOXFLOW_CONV_TMA", "0") == "1"
+# the copy engine fills shared memory and the warps only multiply. On by default on CUDA devices of compute
+# capability >= 9: the H200's codec call (16 streams, fp16) 5.39 -> 5.04 ms at 10 frames, 10.05 -> 9.53 at 25, the
+# same at 1; served 0.6B c=64 694.4 -> 697.4 audio-s/s, within run-to-run spread (benchmarks/results/h200/
+# 2026-12-04-session27, call 2). VOXFLOW_CONV_TMA=0 turns it off.
+CONV_TMA = os.environ.get("VOXFLOW_CONV_TMA", "1") == "1"
 
 
 _HAS_TENSOR_DESCRIPTORS = importlib.util.find_spec("triton.tools.tensor_descriptor") is not None   # Triton >= 3.3
@@ -339,9 +341,21 @@ def tma_fits(x: torch.Tensor, weight_packed: torch.Tensor) -> bool:
     """Whether both operands can be TMA descriptors: 16-byte aligned bases and row strides (a descriptor's rule),
     a Triton that has them, and a batch the grid's third axis holds (65,535 at most)."""
     size = x.element_size()
-    return (_HAS_TENSOR_DESCRIPTORS and x.shape[0] <= 65535 and x.data_ptr() % 16 == 0
+    return (_HAS_TENSOR_DESCRIPTORS and (not x.is_cuda or _has_tma(x.device)) and x.shape[0] <= 65535
+            and x.data_ptr() % 16 == 0
             and weight_packed.data_ptr() % 16 == 0
             and all(st * size % 16 == 0 for st in (x.stride(0), x.stride(1), weight_packed.stride(1))))
+
+
+def _has_tma(device: torch.device) -> bool:
+    """TMA is Hopper's (compute capability 9) and later's; elsewhere the pointer kernel runs."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability_major(index) >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
