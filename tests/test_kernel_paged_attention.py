@@ -93,8 +93,6 @@ def run_kernel_cases() -> None:
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
         check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, out, rtol, atol, i)
-        check_last_split_merges(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, out, i)
-        check_norm_rope(q.shape[1], k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, rtol, atol, i, gen)
         print(f"case {i} tensor_cores={tensor_cores} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
 
 
@@ -116,75 +114,6 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, ex
     torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
-
-
-def device_counters(device):
-    """Every last-split counter set made on `device` so far, as one tensor (None: none yet)."""
-    from voxflow.kernels import attention_o_proj
-    sets = [t for (dev, _), t in attention_o_proj._COUNTERS.items() if dev == str(device)]
-    return torch.cat(sets) if sets else None
-
-
-def check_last_split_merges(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, expect, i):
-    """The split-K merge done by each (row, KV head)'s last split instead of the combine kernel: the same merge
-    (one helper), so the same output; the counters are left at zero for the next call. The wrapper's fresh buffers
-    come NaN-filled here: a merge before every split's partials are in would read NaN (else the CPU allocator may
-    hand back the plain call's freed partials, identical values)."""
-    empty = torch.empty
-
-    def poisoned(*shape, dtype=None, **kw):
-        t = empty(*shape, dtype=dtype, **kw)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    empty_like = torch.empty_like
-    torch.empty = poisoned
-    torch.empty_like = lambda t, **kw: empty_like(t, **kw).fill_(float("nan"))
-    try:
-        merged = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits,
-                                            tensor_cores=tensor_cores, last_split_merges=True)
-    finally:
-        torch.empty, torch.empty_like = empty, empty_like
-    assert torch.equal(merged, expect), f"last split merges {i}: {(merged.float() - expect.float()).abs().max()}"
-    counters = device_counters(q.device)
-    assert counters is not None or splits == 1, i           # (made by the first call with splits)
-    assert counters is None or not counters.any(), f"last split merges {i}: counters left non-zero"
-
-
-def check_norm_rope(hq, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, rtol, atol, i, gen):
-    """The variant that takes raw projections (norm_rope): the same output as qk_norm_rope's kernel then the append
-    call, and the same key bits in the pool (qk_norm_rope's rounding: the shared helper)."""
-    from voxflow.kernels.qk_norm_rope import qk_norm_rope
-
-    batch, bs = len(ctx), k_pool.shape[1]
-    hkv, d = k_pool.shape[2:]
-    dtype = k_pool.dtype
-    # raw projections as the layer slices them out of one q|k|v row (strided per row)
-    qkv = torch.randn(batch, (hq + 2 * hkv) * d, generator=gen).to(dtype)
-    q_raw = qkv[:, :hq * d].view(batch, hq, d)
-    k_raw = qkv[:, hq * d:(hq + hkv) * d].view(batch, hkv, d)
-    v_new = qkv[:, (hq + hkv) * d:].view(batch, hkv, d)
-    qw, kw = (1 + 0.1 * torch.randn(2, d, generator=gen)).to(dtype)
-    rope = RotaryEmbedding(d, 10000.0)
-    cos, sin = rope((ctx - 1).clamp(min=0)[:, None], dtype)                           # [B, 1, D]
-    spare = next(p for p in range(k_pool.shape[0]) if p not in tables)
-    slots = torch.tensor([int(tables[b, (n - 1) // bs]) * bs + (n - 1) % bs if n > 0 else spare * bs
-                          for b, n in enumerate(ctx.tolist())])
-    q_n, k_n = qk_norm_rope(q_raw[:, None], k_raw[:, None], qw, kw, cos, sin, 1e-6, 1e-5)
-    pools = [k_pool.clone(), v_pool.clone()]
-    want = pda.paged_decode_attention(q_n[:, 0], *pools, tables, ctx, scale, num_splits=splits,
-                                      tensor_cores=tensor_cores, k_new=k_n[:, 0], v_new=v_new, slots=slots)
-    fused_pools = [k_pool.clone(), v_pool.clone()]
-    got = pda.paged_decode_attention(q_raw, *fused_pools, tables, ctx, scale, num_splits=splits,
-                                     tensor_cores=tensor_cores, k_new=k_raw, v_new=v_new, slots=slots,
-                                     norm_rope=pda.NormRope(qw, kw, 1e-6, 1e-5, cos, sin))
-    torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol, msg=lambda m: f"norm_rope {i}: {m}")
-    both = pda.paged_decode_attention(q_raw, k_pool.clone(), v_pool.clone(), tables, ctx, scale, num_splits=splits,
-                                      tensor_cores=tensor_cores, k_new=k_raw, v_new=v_new, slots=slots,
-                                      norm_rope=pda.NormRope(qw, kw, 1e-6, 1e-5, cos, sin), last_split_merges=True)
-    assert torch.equal(both, got), f"norm_rope + last split merges {i}"
-    for a, b in zip(fused_pools, pools):
-        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)), f"norm_rope {i}: pools differ"
-    assert torch.equal(fused_pools[0].view(-1, hkv, d)[slots], k_n[:, 0]), f"norm_rope {i}: cached key"
 
 
 def check_tf32_rounding() -> None:
@@ -272,14 +201,8 @@ def fake_kernel(monkeypatch):
     """Kernels 'on' for CPU tensors, the kernel replaced by its reference; records the calls."""
     calls = []
 
-    def kernel(*args, k_new=None, v_new=None, slots=None, norm_rope=None):
-        calls.append((*args, norm_rope))
-        if norm_rope is not None:       # raw projections: the kernel norms and rotates q and the new key first
-            from voxflow.kernels.qk_norm_rope import qk_norm_rope_reference
-            nr = norm_rope
-            q, k_new = (t[:, 0] for t in qk_norm_rope_reference(args[0][:, None], k_new[:, None], nr.q_weight,
-                                                                  nr.k_weight, nr.cos, nr.sin, nr.q_eps, nr.k_eps))
-            args = (q, *args[1:])
+    def kernel(*args, k_new=None, v_new=None, slots=None):
+        calls.append(args)
         # what the kernel does with the new token: write it, then attend over the whole context
         k_pool, v_pool = args[1], args[2]
         if k_new is not None:
@@ -339,61 +262,6 @@ def test_qwen3_attention_uses_the_cache_attend_hook(fake_kernel, monkeypatch):
     assert len(fake_kernel) == 1
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
 
-
-
-def test_qwen3_attention_hands_raw_projections_to_the_paged_kernel(fake_kernel, monkeypatch):
-    """Decode with kernels on: the layer passes its raw q / k to the paged kernel with the norms and rotary tables
-    (`attend_raw`, no qk_norm_rope launch; VOXFLOW_PAGED_NORM_ROPE on), for the same output and cached key as the
-    reference path; with the switch off, or in a packed prefill, attend_raw declines and the usual path runs."""
-    import voxflow.layers.qwen3_layer as ql
-    torch.manual_seed(0)
-    attn = Qwen3Attention(hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=16, eps=1e-6)
-    with torch.no_grad():
-        attn.q_norm.weight.uniform_(0.5, 1.5)
-        attn.k_norm.weight.uniform_(0.5, 1.5)
-    kv, gen = decode_setup()
-    x = torch.randn(3, 1, 32, generator=gen)
-    cos, sin = RotaryEmbedding(16, 10000.0)(kv.context_lens[:, None] - 1, x.dtype)
-    ref_kv = clone_kv(kv)
-    monkeypatch.setattr(ql, "use_kernels", lambda t: True)
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    with torch.no_grad():
-        out = attn(x, cos, sin, PagedKVView(kv, 1)[0], None)
-        (*_, norm_rope), = fake_kernel
-        assert norm_rope is not None and norm_rope.cos is cos and norm_rope.q_weight is attn.q_norm.weight
-        monkeypatch.setattr(ql, "use_kernels", lambda t: False)
-        monkeypatch.setattr(pa, "use_kernels", lambda t: False)
-        view = PagedKVView(ref_kv, 1)
-        bias = attention_bias(1, view.num_keys, view.key_valid, batch=3, dtype=x.dtype, device=x.device)
-        ref = attn(x, cos, sin, view[0], bias)
-    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(kv.k_cache[0].nan_to_num(7.0), ref_kv.k_cache[0].nan_to_num(7.0), rtol=1e-6,
-                               atol=1e-6)
-    monkeypatch.setattr(pa, "use_kernels", lambda t: True)
-    with torch.no_grad():                   # (inference: an autograd-recording call stays on the reference)
-        q = torch.randn(3, 1, 4, 16, generator=gen)
-        k, v = torch.randn(2, 3, 1, 2, 16, generator=gen)
-        args = (attn.q_norm, attn.k_norm, cos, sin, 0.25)
-        assert PagedKVView(clone_kv(kv), 1)[0].attend_raw(q, k, v, *args).shape == (3, 1, 4, 16)    # taken
-        assert len(fake_kernel) == 2
-        monkeypatch.setattr(pa, "PAGED_NORM_ROPE", False)
-        assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
-        monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-        monkeypatch.setattr(pa, "use_kernels", lambda t: False)
-        assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
-        monkeypatch.setattr(pa, "use_kernels", lambda t: True)
-        two = clone_kv(kv)
-        two.slot_mapping = two.slot_mapping.repeat(1, 2)                  # a two-token chunk a row
-        assert PagedKVView(two, 2)[0].attend_raw(q.repeat(1, 2, 1, 1), k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1),
-                                                  *args) is None
-        shared = clone_kv(kv)
-        shared.rows_share_sequences = True                                 # a packed prefill's rows
-        assert PagedKVView(shared, 1)[0].attend_raw(q, k, v, *args) is None
-        kv.prefill_tiles = (kv.block_tables, None)
-        assert PagedKVView(kv, 1)[0].attend_raw(q, k, v, *args) is None
-        assert len(fake_kernel) == 2
-    # the talker's paged view never takes the layer's folded-norm path (only the code predictor's cache does)
-    assert not getattr(PagedKVView(kv, 1)[0], "takes_folded_norm", False)
 
 
 def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):

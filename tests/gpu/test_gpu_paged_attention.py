@@ -16,7 +16,6 @@ import torch
 import voxflow.kernels as K
 from voxflow.engine.model_api import PagedKVContext
 import voxflow.kernels.paged_decode_attention as pda
-from voxflow.kernels.attention_o_proj import tile_counters
 from voxflow.kernels.paged_decode_attention import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,
                                                     default_num_splits, default_tensor_cores, paged_decode_attention,
                                                     paged_decode_attention_ref)
@@ -115,77 +114,6 @@ def test_tensor_core_tiles_at_short_contexts_with_the_new_token(block_n, warps):
         torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16, tc))
     if pda._TC_OVERRIDE is None:                                       # the variant the served c=64 step runs
         assert default_tensor_cores(64, HKV, HQ // HKV, D, q.device)
-
-
-@pytest.mark.parametrize("tensor_cores", [False, True])
-@pytest.mark.parametrize("batch", [1, 64])
-def test_norm_rope_variant_equals_qk_norm_rope_then_the_kernel(batch, tensor_cores):
-    """Raw projections in (norm_rope, the talker's decode path): the cached key is qk_norm_rope's to within its own
-    GPU bound against torch (>= 99% of elements bit-equal, <= 1 eps of the head row's largest |value|: another warp
-    layout sums a head's squares in another order), the value cached as given, and the output is the two-launch
-    path's within the tolerance of the kernel against the reference (the fused kernel is compiled without fma
-    contraction, the plain one with), bf16 at the talker's shapes, 1-300-token contexts."""
-    from voxflow.kernels.qk_norm_rope import qk_norm_rope
-    from voxflow.layers.rotary import RotaryEmbedding
-    q_raw, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 300, seed=21), torch.bfloat16, seed=21)
-    gen = torch.Generator("cuda").manual_seed(5)
-    k_raw, v_new = torch.randn(2, batch, HKV, D, device="cuda", generator=gen).to(torch.bfloat16)
-    qw, kw = (1 + 0.1 * torch.randn(2, D, device="cuda", generator=gen)).to(torch.bfloat16)
-    last = lens - 1
-    slots = tables.gather(1, (last // BS)[:, None])[:, 0] * BS + last % BS
-    cos, sin = RotaryEmbedding(D, 1e6).to("cuda")(last[:, None], torch.bfloat16)
-    q_n, k_n = qk_norm_rope(q_raw[:, None], k_raw[:, None], qw, kw, cos, sin, 1e-6, 1e-6)
-    pools, fused_pools = (k_pool.clone(), v_pool.clone()), (k_pool.clone(), v_pool.clone())
-    want = paged_decode_attention(q_n[:, 0], *pools, tables, lens, SCALE, tensor_cores=tensor_cores,
-                                  k_new=k_n[:, 0], v_new=v_new, slots=slots)
-    got = paged_decode_attention(q_raw, *fused_pools, tables, lens, SCALE, tensor_cores=tensor_cores, k_new=k_raw,
-                                 v_new=v_new, slots=slots, norm_rope=pda.NormRope(qw, kw, 1e-6, 1e-6, cos, sin))
-    flat = (-1, HKV, D)
-    key, want_key = fused_pools[0].view(flat)[slots].float(), k_n[:, 0].float()
-    assert (key == want_key).float().mean() >= 0.99
-    row_max = want_key.abs().amax(dim=-1, keepdim=True)
-    assert ((key - want_key).abs() <= torch.finfo(torch.bfloat16).eps * row_max).all()
-    assert torch.equal(fused_pools[1].view(flat)[slots], v_new)
-    torch.testing.assert_close(got.float(), want.float(), **tol(torch.bfloat16, tensor_cores))
-
-
-@pytest.mark.parametrize("batch, tensor_cores", [(1, False), (7, False), (24, True)])
-def test_last_split_merges_equals_the_combine_kernel_and_replays_in_a_graph(batch, tensor_cores, monkeypatch):
-    """The split-K merge by each (row, KV head)'s last split (a counter a pair, release / acquire at GPU scope):
-    the combine kernel's output at the talker's shapes, bf16, 1-2000-token contexts, on CUDA cores and (24 rows, 3
-    splits) on tensor cores; the merged call's fresh buffers NaN-filled, so a merge before every partial is in shows.
-    Then captured in a CUDA graph and replayed 100 times with new queries, each against an uncaptured call through
-    the combine kernel: the counters come back to zero after every call (a replay that found one non-zero would
-    merge early or never)."""
-    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 2000, seed=31), torch.bfloat16, seed=31)
-    splits = 3 if tensor_cores else 8
-    args = (k_pool, v_pool, tables, lens, SCALE)
-    kw = dict(num_splits=splits, tensor_cores=tensor_cores)
-    plain = paged_decode_attention(q, *args, last_split_merges=False, **kw)
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def poisoned(*shape, **kw):
-        t = empty(*shape, **kw)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", poisoned)
-    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: empty_like(t, **kw).fill_(float("nan")))
-    merged = paged_decode_attention(q, *args, last_split_merges=True, **kw)
-    monkeypatch.setattr(torch, "empty", empty)
-    monkeypatch.setattr(torch, "empty_like", empty_like)
-    torch.testing.assert_close(merged.float(), plain.float(), rtol=2 ** -7, atol=1e-5)   # one bf16 ulp
-    assert not tile_counters(q.device, batch * HKV).any()
-    q_in = q.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = paged_decode_attention(q_in, *args, last_split_merges=True, **kw)
-    gen = torch.Generator("cuda").manual_seed(3)
-    for _ in range(100):
-        q_in.copy_(torch.randn(q.shape, device="cuda", generator=gen).to(q.dtype))
-        graph.replay()
-        want = paged_decode_attention(q_in, *args, last_split_merges=False, **kw)
-        torch.testing.assert_close(out.float(), want.float(), rtol=2 ** -7, atol=1e-5)
-    assert not tile_counters(q.device, batch * HKV).any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

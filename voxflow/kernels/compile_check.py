@@ -149,45 +149,25 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"dense_decode append={append}", dense._dense_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, out_ptr=bf, kn_ptr=bf, vn_ptr=bf, scale="fp32"),
                     dict(GROUPS=2, GP=2, D=128, BLOCK_T=16, APPEND=append), {}))
-    paged_args = dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
-                      part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, qw_ptr=bf, kw_ptr=bf,
-                      cos_ptr=bf, sin_ptr=bf, qs_ptr=bf, q_eps="fp32", k_eps="fp32", inv_d="fp32",
-                      count_ptr=_ptr("i32"), scale_log2="fp32")
-    # (norm_rope: the raw projections normed and rotated in the kernel; merges: the last split merges the partials
-    # (no combine kernel); both as the talker's decode launches them at small batches)
-    for append, norm_rope, merges, pdl in ((False, False, False, False), (True, False, False, False),
-                                           (True, False, False, True), (True, True, False, False),
-                                           (True, True, False, True), (True, True, True, False),
-                                           (True, True, True, True)):
-        out.append((f"paged_decode append={append}" + (" norm_rope" if norm_rope else "")
-                    + (" last_split_merges" if merges else "") + (" pdl" if pdl else ""),
-                    paged._paged_decode_kernel, paged_args,
+    for append, pdl in ((False, False), (True, False), (True, True)):
+        out.append((f"paged_decode append={append}" + (" pdl" if pdl else ""), paged._paged_decode_kernel,
+                    dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
+                         part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
                          APPEND=append, TENSOR_CORES=False, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=True, USE_PDL=pdl, NORM_ROPE=norm_rope, BLOCK_HALF=64,
-                         LAST_SPLIT_MERGES=merges, BLOCK_S=8),
-                    dict(num_warps=2, launch_pdl=pdl, **({"enable_fp_fusion": False} if norm_rope else {}))))
+                         SMALL_POOL=True, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
     # The tensor-core variant: the default launch (32-token tiles, 4 warps; int32 and int64 offsets, 1 and 2
     # splits) and call 3's 64-token tiles at 8 warps.
-    # (norm_rope: at one split, 64+ rows, and at two with 64-bit offsets, the 17-63 rows' launch)
-    # (and the last split merging, at two splits: 17-63 rows)
-    for block_n, warps, splits, small, norm_rope, merges, pdl in (
-            (32, 4, 1, True, False, False, False), (32, 4, 1, True, False, False, True),
-            (32, 4, 2, False, False, False, False), (32, 4, 2, False, False, False, True),
-            (64, 8, 1, True, False, False, False), (32, 4, 1, True, True, False, False),
-            (32, 4, 1, True, True, False, True), (32, 4, 2, False, True, False, False),
-            (32, 4, 2, False, True, False, True), (32, 4, 2, False, True, True, False),
-            (32, 4, 2, False, True, True, True)):
+    for block_n, warps, splits, small, pdl in ((32, 4, 1, True, False), (32, 4, 1, True, True),
+                                               (32, 4, 2, False, False), (32, 4, 2, False, True),
+                                               (64, 8, 1, True, False)):
         out.append((f"paged_decode tensor_cores block_n={block_n} warps={warps} splits={splits} int32={small}"
-                    + (" norm_rope" if norm_rope else "") + (" last_split_merges" if merges else "")
                     + (" pdl" if pdl else ""), paged._paged_decode_kernel,
-                    paged_args,
+                    dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
+                         part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32"),
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=small, USE_PDL=pdl, NORM_ROPE=norm_rope, BLOCK_HALF=64,
-                         LAST_SPLIT_MERGES=merges, BLOCK_S=triton.next_power_of_2(splits)),
-                    dict(num_warps=warps, num_stages=2, launch_pdl=pdl,
-                         **({"enable_fp_fusion": False} if norm_rope else {}))))
+                         SMALL_POOL=small, USE_PDL=pdl), dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
     for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
                     dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),

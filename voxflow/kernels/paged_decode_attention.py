@@ -6,8 +6,6 @@
         block_tables [B, W]       row b's pages in order (-1 = unused; never read past the context)
         context_lens [B]          row b's tokens, the new one included
         out          [B, Hq, D]   in q's dtype; query head h reads KV head h // (Hq // Hkv)
-    with k_new / v_new / slots the new token is written by the kernel, and with norm_rope as well q and k_new are
-    raw projections that the kernel norms and rotates first (the talker's decode: no qk_norm_rope launch).
 
 Why a kernel: the reference path (`voxflow.layers.paged_attention`) gathers each row's whole context into a
 dense [B, Hkv, W * block_size, D] copy every layer and step, then runs masked eager attention over the full
@@ -43,7 +41,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import NamedTuple
 
 import torch
 
@@ -54,9 +51,6 @@ try:
     import triton.language as tl
 
     from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
-    from voxflow.kernels.attention_o_proj import tile_counters
-    from voxflow.kernels.qk_norm_rope import _norm_rope_heads, rope_halves
-    from voxflow.kernels.qk_norm_rope import supported as qk_norm_rope_supported
 except ImportError:  # the reference below still works; callers check voxflow.kernels.use_kernels first
     triton = None
 
@@ -104,12 +98,6 @@ if triton is not None:
                        mask=mask, other=0.0)
 
     @triton.jit
-    def new_token_slot(slot_ptr, row, PAGE: tl.constexpr):
-        """The page (int64) and in-page position of row's new token, from its flat pool slot."""
-        slot = tl.load(slot_ptr + row).to(tl.int64)
-        return slot // PAGE, slot % PAGE
-
-    @triton.jit
     def round_to_tf32(x):
         """Non-negative fp32 values rounded to TF32's 10-bit mantissa (to nearest; the carry may move the exponent).
         A TF32 MMA would otherwise drop the low 13 bits, a bias toward zero of up to 2^-10."""
@@ -120,7 +108,6 @@ if triton is not None:
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
             kn_ptr, vn_ptr, slot_ptr,
-            qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, q_eps, k_eps, inv_d, stride_cos, stride_sin, count_ptr,
             scale_log2,
             stride_qb, stride_qh, stride_qd,
             stride_knb, stride_knh, stride_vnb, stride_vnh,
@@ -131,8 +118,7 @@ if triton is not None:
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
             TENSOR_CORES: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr, NORM_ROPE: tl.constexpr, BLOCK_HALF: tl.constexpr,
-            LAST_SPLIT_MERGES: tl.constexpr, BLOCK_S: tl.constexpr):
+            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel()
         row = tl.program_id(0)
@@ -145,32 +131,8 @@ if triton is not None:
         d_ok = d < HEAD_DIM
         heads = kv_head * GROUP + g
         q_mask = g_ok[:, None] & d_ok[None, :]
-        if NORM_ROPE:
-            # q and the new key arrive as raw projections: the group's query heads normed and rotated into this
-            # program's own scratch rows [row, split] (qk_norm_rope's helper: its rounding), split 0 the new key into
-            # its page slot (no program reads that slot in this call: the loop below stops before it); after the
-            # barrier the query is read back as a plain call reads q.
-            new_page, new_pos = new_token_slot(slot_ptr, row, PAGE)
-            k_dst = k_ptr + new_page * stride_kblk + new_pos * stride_kpos
-            half = HEAD_DIM // 2
-            dh = tl.arange(0, BLOCK_HALF)
-            dh_ok = dh < half
-            c1, c2, s1, s2 = rope_halves(cos_ptr + row * stride_cos + dh, sin_ptr + row * stride_sin + dh, dh, dh_ok,
-                                         half)
-            h0 = kv_head * GROUP
-            qs_row = tl.num_programs(1) * GROUP * HEAD_DIM                   # scratch [B, NUM_SPLITS, Hq, D]
-            _norm_rope_heads(q_ptr, qs_ptr, qw_ptr, row.to(tl.int64), split, h0, h0 + GROUP, stride_qb, 0,
-                             stride_qh, NUM_SPLITS * qs_row, qs_row, HEAD_DIM, c1, c2, s1, s2, dh, dh_ok, half, inv_d,
-                             q_eps, BLOCK_G)
-            if split == 0:
-                _norm_rope_heads(kn_ptr, k_dst, kw_ptr, row.to(tl.int64), 0, kv_head, kv_head + 1, stride_knb, 0,
-                                 stride_knh, 0, 0, stride_kh, c1, c2, s1, s2, dh, dh_ok, half, inv_d, k_eps, 2)
-            tl.debug_barrier()      # the stores above are read back below by other threads of this program
-            q_rows = qs_ptr + (row.to(tl.int64) * NUM_SPLITS + split) * qs_row
-            q_in = tl.load(q_rows + heads[:, None] * HEAD_DIM + d[None, :], mask=q_mask, other=0.0)    # [G, D]
-        else:
-            q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
-                           mask=q_mask, other=0.0)                                           # [G, D]
+        q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
+                       mask=q_mask, other=0.0)                                               # [G, D]
         q = q_in.to(tl.float32)
         q_dot = q_in.to(DOT_DTYPE)                         # TENSOR_CORES: the scores' MMA operand (padded rows: 0)
 
@@ -231,19 +193,13 @@ if triton is not None:
             # Split 0 writes the new token's key/value into its page slot (the KV write that was two scatter
             # kernels per layer) and attends to it from registers; no program reads that slot in this call.
             if split == 0:
-                # (the slot loaded again, not kept from the prologue: a value live across the loop costs
-                # registers, e.g. 128 -> 170 a thread in the 64-token tensor-core tiles)
-                new_page, new_pos = new_token_slot(slot_ptr, row, PAGE)
-                k_slot = k_ptr + new_page * stride_kblk + new_pos * stride_kpos + kv_head * stride_kh + d * stride_kd
-                if NORM_ROPE:
-                    # Normed and rotated above, read back from the slot. (Batch padding rows all write one scratch
-                    # slot, so a padding row may read another's key: harmless, a one-token context weighs 1.)
-                    kn = tl.load(k_slot, mask=d_ok, other=0.0)
-                else:
-                    kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
-                    tl.store(k_slot, kn.to(k_ptr.dtype.element_ty), mask=d_ok)
+                kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
                 vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
-                tl.store(v_ptr + new_page * stride_vblk + new_pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
+                slot = tl.load(slot_ptr + row).to(tl.int64)
+                page, pos = slot // PAGE, slot % PAGE
+                tl.store(k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd,
+                         kn.to(k_ptr.dtype.element_ty), mask=d_ok)
+                tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
                          vn.to(v_ptr.dtype.element_ty), mask=d_ok)
                 if tl.load(lens_ptr + row) > 0:
                     score = tl.sum(q * kn.to(tl.float32)[None, :], axis=1) * scale_log2                 # [G]
@@ -265,40 +221,6 @@ if triton is not None:
             tl.store(part_m_ptr + part, m, mask=g_ok)
             tl.store(part_l_ptr + part, s_sum, mask=g_ok)
             tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=q_mask)
-            if LAST_SPLIT_MERGES:
-                # The combine kernel's merge, done by whichever split of (row, KV head) finishes last: one counter a
-                # pair, taken with acq_rel at GPU scope after the barrier (every thread's partial stores before
-                # the release), so the last taker sees every split's partials. It resets the counter for the next
-                # call (a graph replays the same counters).
-                tl.debug_barrier()
-                counter = count_ptr + row * tl.num_programs(1) + kv_head
-                if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == NUM_SPLITS - 1:
-                    for j in tl.static_range(GROUP):
-                        head = kv_head * GROUP + j
-                        merge_splits(part_m_ptr, part_l_ptr, part_acc_ptr,
-                                     (row * GROUP * tl.num_programs(1) + head) * NUM_SPLITS,
-                                     out_ptr + row * stride_ob + head * stride_oh, stride_od, HEAD_DIM, BLOCK_D,
-                                     NUM_SPLITS, BLOCK_S)
-                    tl.store(counter, 0)
-
-    @triton.jit
-    def merge_splits(part_m_ptr, part_l_ptr, part_acc_ptr, base, out_row_ptr, stride_od, HEAD_DIM: tl.constexpr,
-                     BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
-        """One query head's output from its NUM_SPLITS partials (base: its first partial's index)."""
-        s = tl.arange(0, BLOCK_S)
-        d = tl.arange(0, BLOCK_D)
-        s_ok = s < NUM_SPLITS
-        d_ok = d < HEAD_DIM
-        m = tl.load(part_m_ptr + base + s, mask=s_ok, other=float("-inf"))
-        part_sum = tl.load(part_l_ptr + base + s, mask=s_ok, other=0.0)
-        acc = tl.load(part_acc_ptr + (base + s)[:, None] * HEAD_DIM + d[None, :],
-                      mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-        m_all = tl.max(m, axis=0)
-        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)   # every split empty: keep exp2 finite (weights 0)
-        w = tl.exp2(m - m_all)                                 # empty splits (m = -inf) weigh 0
-        total = tl.sum(w * part_sum, axis=0)
-        out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)
-        tl.store(out_row_ptr + d * stride_od, out.to(out_row_ptr.dtype.element_ty), mask=d_ok)
 
     @triton.jit
     def _combine_splits_kernel(part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, stride_ob, stride_oh, stride_od,
@@ -308,8 +230,22 @@ if triton is not None:
             wait_for_previous_kernel()
         row = tl.program_id(0)
         head = tl.program_id(1)
-        merge_splits(part_m_ptr, part_l_ptr, part_acc_ptr, (row * NUM_HEADS + head) * NUM_SPLITS,
-                     out_ptr + row * stride_ob + head * stride_oh, stride_od, HEAD_DIM, BLOCK_D, NUM_SPLITS, BLOCK_S)
+        s = tl.arange(0, BLOCK_S)
+        d = tl.arange(0, BLOCK_D)
+        s_ok = s < NUM_SPLITS
+        d_ok = d < HEAD_DIM
+        base = (row * NUM_HEADS + head) * NUM_SPLITS
+        m = tl.load(part_m_ptr + base + s, mask=s_ok, other=float("-inf"))
+        part_sum = tl.load(part_l_ptr + base + s, mask=s_ok, other=0.0)
+        acc = tl.load(part_acc_ptr + (base + s)[:, None] * HEAD_DIM + d[None, :],
+                      mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        m_all = tl.max(m, axis=0)
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)   # every split empty: keep exp2 finite (weights 0)
+        w = tl.exp2(m - m_all)                                 # empty splits (m = -inf) weigh 0
+        total = tl.sum(w * part_sum, axis=0)
+        out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)
+        tl.store(out_ptr + row * stride_ob + head * stride_oh + d * stride_od, out.to(out_ptr.dtype.element_ty),
+                 mask=d_ok)
 
 
 # ------------------------------------------------------------------------------------------- wrapper
@@ -394,49 +330,16 @@ def _offsets_fit_int32(*pools: torch.Tensor) -> bool:
     return all(sum((n - 1) * st for n, st in zip(t.shape, t.stride())) < 2 ** 31 for t in pools)
 
 
-# The split-K merge in the decode kernel's last split instead of a combine kernel (one launch fewer a layer: 28 a
-# talker frame at small batches, where the split count is above one). Off until it has run on a GPU (written in
-# session 26 after the device time was spent; its ordering, release / acquire at GPU scope around a counter, cannot
-# be exercised by the interpreter). VOXFLOW_PAGED_LAST_SPLIT_MERGES=1 turns it on.
-LAST_SPLIT_MERGES = os.environ.get("VOXFLOW_PAGED_LAST_SPLIT_MERGES", "0") == "1"
-class NormRope(NamedTuple):
-    """The per-head norms and rotary tables for `paged_decode_attention(norm_rope=...)`: weights [D], cos / sin
-    [B or 1, 1, D] (the row's position), all of q's dtype."""
-    q_weight: torch.Tensor
-    k_weight: torch.Tensor
-    q_eps: float
-    k_eps: float
-    cos: torch.Tensor
-    sin: torch.Tensor
-
-
-def _batch_stride(table: torch.Tensor) -> int:
-    """A rotary table's row stride (0: one row for the whole batch)."""
-    return table.stride(0) if table.shape[0] > 1 else 0
-
-
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
                            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                            tensor_cores: bool | None = None, k_new: torch.Tensor | None = None,
-                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                           norm_rope: NormRope | None = None, last_split_merges: bool | None = None
-                           ) -> torch.Tensor:
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
     kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
     same result as writing it first and calling without them.
-
-    norm_rope (with k_new): q and k_new are the raw projections; the kernel applies the per-head RMSNorms and RoPE
-    (qk_norm_rope.py's numerics) before attending and writing: one launch fewer a layer than qk_norm_rope then
-    this call (the key it caches and the query it attends with are rounded as qk_norm_rope rounds them; on a GPU
-    another warp layout may sum a head's squares in another order, so a bf16 element may now and then differ by
-    one ulp, as between qk_norm_rope and torch).
-
-    last_split_merges (None: LAST_SPLIT_MERGES): with split-K, the last split of each (row, KV head) to finish
-    merges the partials itself (a counter per pair, attention_o_proj.tile_counters: calls of one size on one device
-    must not overlap) instead of a second, combine kernel.
 
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
@@ -496,34 +399,16 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     else:
         k_new = v_new = q                  # unused (APPEND is compiled out)
         slots = context_lens
-    if norm_rope is not None:
-        nr = norm_rope
-        if not append or any(t.stride(-1) != 1 for t in (q, k_pool, nr.cos, nr.sin)):
-            raise ValueError("norm_rope needs k_new / v_new / slots, and unit-stride head dims in q, the pools and "
-                             "the rotary tables")
-        if not qk_norm_rope_supported(q[:, None], k_new[:, None], nr.q_weight, nr.k_weight, nr.cos, nr.sin) \
-                or nr.cos.shape[1] != 1 or k_pool.dtype != q.dtype:
-            raise ValueError("norm_rope needs what qk_norm_rope takes (an even head_dim, [D] norm weights, cos / sin "
-                             "[B or 1, 1, D], all in q's dtype) and pools of q's dtype")
-        q_scratch = torch.empty(batch, num_splits, num_heads, head_dim, dtype=q.dtype, device=q.device)
-        rope_args = (nr.q_weight.contiguous(), nr.k_weight.contiguous(), nr.cos, nr.sin, q_scratch, float(nr.q_eps),
-                     float(nr.k_eps), 1.0 / head_dim, _batch_stride(nr.cos), _batch_stride(nr.sin))
-    else:
-        rope_args = (q, q, q, q, q, 0.0, 0.0, 1.0, 0, 0)       # unused (NORM_ROPE is compiled out)
     if num_splits > 1:
         part_m = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
         part_l = torch.empty_like(part_m)
         part_acc = torch.empty(batch, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
     else:
         part_m = part_l = part_acc = out   # unused (NUM_SPLITS == 1 branch is compiled out)
-    if last_split_merges is None:
-        last_split_merges = LAST_SPLIT_MERGES
-    # one counter a (row, KV head), kept per device and size: attention_o_proj's last-tile counters, the same rule
-    counters = tile_counters(q.device, batch * num_kv_heads) if last_split_merges and num_splits > 1 else None
     pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
-        *rope_args, counters if counters is not None else slots, scale * math.log2(math.e),
+        scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         *k_pool.stride(), *v_pool.stride(),
@@ -533,14 +418,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
         DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
         SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
-        USE_PDL=pdl, NORM_ROPE=norm_rope is not None, BLOCK_HALF=max(1, triton.next_power_of_2(head_dim // 2)),
-        LAST_SPLIT_MERGES=counters is not None, BLOCK_S=triton.next_power_of_2(num_splits),
-        **launch, **launch_kwargs(pdl),
-        # qk_norm_rope's rounding in the prologue: no fma contraction, a compile option of the whole kernel, so the
-        # fp32 online softmax may round differently from the plain call's (within the same tolerance of the
-        # reference); the cached key and the normed query keep qk_norm_rope's rounding steps
-        **({"enable_fp_fusion": False} if norm_rope is not None else {}))
-    if num_splits > 1 and counters is None:
+        USE_PDL=pdl, **launch, **launch_kwargs(pdl))
+    if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
             NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits,

@@ -15,9 +15,6 @@ mask from `attention_mask [B, T]` over all T key slots, the queries being the la
     with kernels on: every row written first, then the tiled prefill kernel over its query tiles
     (voxflow.kernels.paged_prefill_attention);
   - otherwise the reference: `append` (below) and `eager_attention` with the given bias;
-- `attend_raw` takes a decode step's raw q / k projections (kernels on, VOXFLOW_PAGED_NORM_ROPE=1): the decode
-  kernel norms and rotates them itself, one launch a layer instead of qk_norm_rope's and its own (None elsewhere:
-  the layer then norms, rotates and calls `attend`);
 - `append` writes, then gathers each row's whole context through its block table, RIGHT-aligned into
   [B, Hkv, T, D]: row b's tokens fill the last context_lens[b] key slots (its new tokens are the very last S),
   the slots before them are left padding;
@@ -33,20 +30,12 @@ the row. The gather indices are computed on first use only: the kernel path neve
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
 from voxflow.engine.model_api import PagedKVContext
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import eager_attention
-
-
-# Decode steps hand the raw q / k projections to the paged decode kernel, which applies the per-head norms and RoPE
-# itself (`attend_raw`): the talker's qk_norm_rope launch gone, 28 a frame. Off by default until it has run on a GPU
-# (written in session 26 after its device time was spent; tested under Triton's interpreter and compiled for sm_90
-# here): VOXFLOW_PAGED_NORM_ROPE=1 turns it on (benchmarks/scripts/h200_next_run.sh: GPU tests, c=1 A/B).
-PAGED_NORM_ROPE = os.environ.get("VOXFLOW_PAGED_NORM_ROPE", "0") == "1"
 
 
 class PagedLayerView:
@@ -88,28 +77,6 @@ class PagedLayerView:
         # The reference (and rows sharing sequences without tiles): `append` writes every row before gathering.
         keys, values = self.append(k, v)
         return eager_attention(q, keys, values, bias, scale)
-
-    def attend_raw(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm, k_norm, cos: torch.Tensor,
-                   sin: torch.Tensor, scale: float) -> torch.Tensor | None:
-        """A decode step from the raw projections (q [B, 1, Hq, D], k / v [B, 1, Hkv, D], per-head views): q/k
-        norms, RoPE, the new token's write and attention in the paged decode kernel (its norm_rope) ->
-        [B, 1, Hq, D]. None where that kernel does not take the step (nothing done: the caller then norms and
-        rotates, and calls `attend`)."""
-        p = self.parent
-        if not (PAGED_NORM_ROPE and q.shape[1] == 1 and use_kernels(q) and p.kv.prefill_tiles is None
-                and not p.kv.rows_share_sequences):
-            return None
-        from voxflow.kernels import qk_norm_rope
-        from voxflow.kernels.paged_decode_attention import NormRope, paged_decode_attention
-        k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
-        if not qk_norm_rope.supported(q, k, q_norm.weight, k_norm.weight, cos, sin) or k_pool.dtype != q.dtype \
-                or v.dtype != v_pool.dtype or any(t.stride(-1) != 1 for t in (q, k, v, cos, sin, k_pool)):
-            return None
-        out = paged_decode_attention(q[:, 0], k_pool, v_pool, p.kv.block_tables.to(q.device),
-                                     p.kv.context_lens.to(q.device), scale, k_new=k[:, 0], v_new=v[:, 0],
-                                     slots=p.write_index,
-                                     norm_rope=NormRope(q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps, cos, sin))
-        return out[:, None]
 
 
 class PagedKVView:

@@ -9,10 +9,9 @@ On CUDA (kernel switch on) fused kernels cut launches, same rounding points: q_n
 (voxflow/kernels/qk_norm_rope.py), each residual add + the norm after it in one (`add_rms_norm`: the
 post-attention one inside a layer, the MLP's into the next layer's input norm, `forward_deferred`), and for decode
 batches of a few rows the skinny GEMMs with the residual add / silu * up fused in (`_forward_skinny`); a cache
-with `attend_raw` (the code predictor's static cache; the talker's paged view at decode, VOXFLOW_PAGED_NORM_ROPE=1)
-takes the raw projections and does norms, RoPE and attention itself, and above the skinny sizes a layer step on a
-cache that `takes_folded_norm` (the code predictor's) runs with both norms folded into its GEMM weights
-(`_forward_folded`, voxflow/layers/folded_norms.py). Everywhere else the plain torch code below runs unchanged.
+with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself, and
+above the skinny sizes such a layer step runs with both norms folded into its GEMM weights (`_forward_folded`,
+voxflow/layers/folded_norms.py). Everywhere else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
 
@@ -40,8 +39,8 @@ SKINNY_PROLOGUE_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-02-session11, call 1; tune_talker_one_row.py). VOXFLOW_ONE_ROW_NORM_LINEAR=0
 # turns it off (rms_norm + cuBLAS for q|k|v and gate|up).
 ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
-# Single-token steps above the skinny sizes through a cache that `takes_folded_norm` (the code predictor's
-# static cache): both RMSNorms folded into the GEMMs after them and the residual adds into the GEMMs before them
+# Single-token steps above the skinny sizes through a cache that attends from raw projections (the code
+# predictor's): both RMSNorms folded into the GEMMs after them and the residual adds into the GEMMs before them
 # (voxflow/layers/folded_norms.py): six launches a layer step instead of ~9. H200, 1.7B, c=64 step 7.59 -> 7.37 ms
 # (benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off. (The same through
 # the talker's paged cache was slower there, call 4: added in 74dda5e, reverted in f91fd33.)
@@ -120,8 +119,8 @@ class Qwen3Attention(nn.Module):
         per_head = (b, s, -1, self.head_dim)
         attend_raw = getattr(cache, "attend_raw", None)
         if attend_raw is not None and s == 1 and bias is None and use_kernels(q):
-            # A cache that takes the raw projections (the code predictor's static cache; the talker's paged view
-            # with VOXFLOW_PAGED_NORM_ROPE=1): norms, RoPE, the append and attention in one kernel.
+            # A cache that takes the raw projections (the code predictor's static cache): norms, RoPE, the append
+            # and attention in one kernel.
             out = attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), self.q_norm, self.k_norm, cos,
                              sin, self.scale)
             if out is not None:
@@ -180,7 +179,7 @@ class Qwen3DecoderLayer(nn.Module):
             if out is not None:
                 return out, None
         if kernels and FOLDED_NORMS and pending is None and x.shape[1] == 1 and bias is None \
-                and getattr(cache, "takes_folded_norm", False):
+                and getattr(cache, "attend_raw", None) is not None:
             out = self._forward_folded(x, cos, sin, cache, x_owned)
             if out is not None:
                 return out, None
