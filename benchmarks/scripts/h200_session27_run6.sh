@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 27 call 6. `bash benchmarks/scripts/stamp_tree.sh` first; carry [".whl", ".device_tree"]. About 230 s.
+# Session 27 call 6 (tree dac7f72, 220 s); carry [".whl", ".device_tree"].
 # This session's final defaults: codec convolutions through TMA on by default (call 2), the paged norm_rope and
 # last-split merge removed (call 1), the weight prefetch removed (calls 4-5).
 # 1. GPU tests: the paged attention file (the default paths after the removal), the TMA codec test, the fp32 engine
