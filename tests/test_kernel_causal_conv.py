@@ -11,6 +11,8 @@ the same bound test_codec_decoder.py holds streaming to).
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -86,16 +88,29 @@ def check_conv_against_torch():
                     assert want.abs().max() > 0.1                     # not a comparison of zeros
     # the TMA path where rows are 16-byte multiples (not 12 channels in 16 bits) and sequences fill their tiles
     assert len(tma_calls) == 39
-    # the default (tma=None): TMA on (CONV_TMA, unless VOXFLOW_CONV_TMA=0) for CUDA tensors only; a CPU tensor the
-    # TMA kernel would take still runs the pointer kernel
-    import os
+    # the default (tma=None): TMA on (CONV_TMA, unless VOXFLOW_CONV_TMA=0) for fp16 CUDA tensors only; a CPU tensor
+    # the TMA kernel would take still runs the pointer kernel
     assert causal_conv.CONV_TMA == (os.environ.get("VOXFLOW_CONV_TMA", "1") == "1")
+    conv_tma, by_default = causal_conv.CONV_TMA, causal_conv.tma_by_default
     causal_conv.CONV_TMA = True
-    x = torch.randn(1, 312, 32, generator=g).half()
-    packed = pack_weight((torch.randn(40, 32, 7, generator=g) / 15).half())
-    assert causal_conv.tma_fits(x, packed) and causal_conv._sequence_tiles_waste_little(1, 300, 128)
-    want = conv1d_channels_last(x, packed, None, 2, tma=False)
-    assert torch.equal(conv1d_channels_last(x, packed, None, 2), want) and len(tma_calls) == 39
+    try:
+        w = torch.randn(40, 32, 7, generator=g) / 15
+        x32 = torch.randn(1, 312, 32, generator=g)
+        for dtype in (torch.float16, torch.bfloat16):
+            x, packed = x32.to(dtype), pack_weight(w.to(dtype))
+            block_t = causal_conv.launch_config(32, 40, dtype, 7)["BLOCK_T"]
+            assert causal_conv.tma_fits(x, packed) and causal_conv._sequence_tiles_waste_little(1, 300, block_t)
+            want = conv1d_channels_last(x, packed, None, 2, tma=False)
+            assert torch.equal(conv1d_channels_last(x, packed, None, 2), want) and len(tma_calls) == 39
+        # the default's dtype rule as on a CUDA device (tma_by_default told the tensor is on one): fp16 takes the
+        # TMA kernel, bf16 keeps the pointer kernel
+        causal_conv.tma_by_default = lambda is_cuda, dtype: by_default(True, dtype)
+        for dtype, tma_runs in ((torch.float16, 1), (torch.bfloat16, 0)):
+            ran = len(tma_calls)
+            conv1d_channels_last(x32.to(dtype), pack_weight(w.to(dtype)), None, 2)
+            assert len(tma_calls) - ran == tma_runs, dtype
+    finally:
+        causal_conv.CONV_TMA, causal_conv.tma_by_default = conv_tma, by_default
 
 
 def check_snake_channels_last():
@@ -220,6 +235,29 @@ if IN_CHILD:
 else:
     def test_channels_last_codec_kernels_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)
+
+    def test_tma_needs_an_nvidia_device_of_capability_9(monkeypatch):
+        """_has_tma, the device gate of tma_fits for CUDA tensors: capability 8 -> no, 9 (Hopper) and 10 -> yes; a
+        ROCm build (torch.version.hip set) -> no, whatever capability it reports."""
+        from voxflow.kernels import causal_conv
+        device = torch.device("cuda", 0)                   # an index given: no device is asked which is current
+        monkeypatch.setattr(torch.version, "hip", None)
+        for major, want in ((8, False), (9, True), (10, True)):
+            monkeypatch.setattr(causal_conv, "_major_capability", lambda index, m=major: m)
+            assert causal_conv._has_tma(device) is want, major
+        monkeypatch.setattr(torch.version, "hip", "6.2.41133")
+        assert causal_conv._has_tma(device) is False          # (the capability still patched to 10)
+
+    def test_tma_default_is_fp16_cuda_only(monkeypatch):
+        """tma_by_default, conv1d_channels_last's choice for tma=None: CONV_TMA for fp16 on CUDA; bf16 / fp32 (only
+        fp16 was measured faster) and CPU tensors keep the pointer kernel; VOXFLOW_CONV_TMA=0 (CONV_TMA off): none."""
+        from voxflow.kernels import causal_conv
+        monkeypatch.setattr(causal_conv, "CONV_TMA", True)
+        assert causal_conv.tma_by_default(True, torch.float16) is True
+        for is_cuda, dtype in ((True, torch.bfloat16), (True, torch.float32), (False, torch.float16)):
+            assert causal_conv.tma_by_default(is_cuda, dtype) is False, (is_cuda, dtype)
+        monkeypatch.setattr(causal_conv, "CONV_TMA", False)
+        assert causal_conv.tma_by_default(True, torch.float16) is False
 
     def test_channels_last_stack_is_not_taken_for_autograd(monkeypatch):
         """The Triton kernels have no backward: with a graph to record, the decoder keeps the plain path."""

@@ -17,7 +17,6 @@ PyTorch decoder.
 """
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 
@@ -25,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from voxflow.kernels import _major_capability
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.snake_beta import snake
 
@@ -289,8 +289,8 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     """Valid convolution over channels-last rows: x [B, T + (k-1)*dilation, Cin] (already left-padded, unit channel
     stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] contiguous.
     snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit channel
-    stride): added last. tma (None: CONV_TMA on CUDA tensors, off elsewhere): operand tiles through TMA descriptors where the tensors allow
-    (`tma_fits`)."""
+    stride): added last. tma: operand tiles through TMA descriptors where the tensors allow (`tma_fits`); None
+    (the default): `tma_by_default`, i.e. CONV_TMA for fp16 CUDA tensors only; True asks for it in any dtype."""
     bsz, rows_in, cin = x.shape
     k, cout, wcin = weight_packed.shape
     if wcin != cin or not _unit_channel_stride(x) or not weight_packed.is_contiguous():
@@ -314,7 +314,7 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
                   BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                   enable_fp_fusion=False)              # SnakeBeta's rounded steps stay separate operations
     bias_arg = bias if bias is not None else x
-    if ((CONV_TMA and x.is_cuda) if tma is None else tma) and tma_fits(x, weight_packed) \
+    if (tma_by_default(x.is_cuda, x.dtype) if tma is None else tma) and tma_fits(x, weight_packed) \
             and _sequence_tiles_waste_little(bsz, t, cfg["BLOCK_T"]):
         _conv_tma(x, weight_packed, bias_arg, a, inv, res, out, common)
         return out
@@ -327,19 +327,28 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
 
 
 # The convolution's operand tiles through TMA descriptors (`_conv_cl_tma_kernel`) instead of pointer loads: on Hopper
-# the copy engine fills shared memory and the warps only multiply. On by default on CUDA devices of compute
-# capability >= 9: the H200's codec call (16 streams, fp16) 5.39 -> 5.04 ms at 10 frames, 10.05 -> 9.53 at 25, the
-# same at 1; served 0.6B c=64 694.4 -> 697.4 audio-s/s, within run-to-run spread (benchmarks/results/h200/
-# 2026-12-04-session27, call 2). VOXFLOW_CONV_TMA=0 turns it off.
+# the copy engine fills shared memory and the warps only multiply. On by default for fp16 (the codec's GPU dtype)
+# on CUDA devices of compute capability >= 9: the H200's codec call (16 streams, fp16) 5.39 -> 5.04 ms at 10 frames,
+# 10.05 -> 9.53 at 25, the same at 1; served 0.6B c=64 694.4 -> 697.4 audio-s/s, within run-to-run spread
+# (benchmarks/results/h200/2026-12-04-session27, call 2). Only fp16 was measured there, so fp32 / bf16 keep the
+# pointer kernel unless a caller passes tma=True. VOXFLOW_CONV_TMA=0 turns the default off.
 CONV_TMA = os.environ.get("VOXFLOW_CONV_TMA", "1") == "1"
+
+
+def tma_by_default(is_cuda: bool, dtype: torch.dtype) -> bool:
+    """conv1d_channels_last's choice when not told (tma=None): CONV_TMA, for fp16 CUDA tensors only (the one dtype
+    measured faster with it); CPU tensors (the interpreter) and fp32 / bf16 take the pointer kernel."""
+    return CONV_TMA and is_cuda and dtype == torch.float16
 
 
 _HAS_TENSOR_DESCRIPTORS = importlib.util.find_spec("triton.tools.tensor_descriptor") is not None   # Triton >= 3.3
 
 
 def tma_fits(x: torch.Tensor, weight_packed: torch.Tensor) -> bool:
-    """Whether both operands can be TMA descriptors: 16-byte aligned bases and row strides (a descriptor's rule),
-    a Triton that has them, and a batch the grid's third axis holds (65,535 at most)."""
+    """Whether both operands can be TMA descriptors: a Triton that has them; for a CUDA tensor, a device with TMA
+    (`_has_tma`: NVIDIA, compute capability >= 9, not ROCm; CPU tensors run the kernel in the interpreter);
+    16-byte aligned bases and row strides (a descriptor's rule); and a batch the grid's third axis holds (65,535 at
+    most). Any of the three dtypes fits: which ones take TMA without being asked is `tma_by_default`'s rule (fp16)."""
     size = x.element_size()
     return (_HAS_TENSOR_DESCRIPTORS and (not x.is_cuda or _has_tma(x.device)) and x.shape[0] <= 65535
             and x.data_ptr() % 16 == 0
@@ -348,14 +357,12 @@ def tma_fits(x: torch.Tensor, weight_packed: torch.Tensor) -> bool:
 
 
 def _has_tma(device: torch.device) -> bool:
-    """TMA is Hopper's (compute capability 9) and later's; elsewhere the pointer kernel runs."""
+    """TMA is NVIDIA Hopper's (compute capability 9) and later's; ROCm builds report AMD's gfx9 parts as
+    capability 9.x but have no TMA. Elsewhere the pointer kernel runs."""
+    if torch.version.hip is not None:
+        return False
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability_major(index) >= 9
-
-
-@functools.lru_cache(maxsize=None)
-def _capability_major(index: int) -> int:
-    return torch.cuda.get_device_capability(index)[0]
+    return _major_capability(index) >= 9
 
 
 def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
