@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 26; ran as session 27 call 1 (tree c03b450, 326 s).
 # Carry [".whl", ".device_tree"].
+# The paged norm_rope and last-split merge that the switches below turn on were removed in 1d3e098 (their code is
+# in c03b450): on later trees the switches do nothing, and every "nr" / "nr_lsm" / "both" run is the default path.
 # Two launches fewer a talker layer at decode, both off by default until this has run:
 #   VOXFLOW_PAGED_NORM_ROPE=1          the per-head q/k norms and RoPE inside the paged decode kernel (norm_rope,
 #                                      PagedLayerView.attend_raw): no qk_norm_rope launch;

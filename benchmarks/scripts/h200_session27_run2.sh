@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 26; ran as session 27 call 2 (tree c03b450, 138 s).
 # Carry [".whl", ".device_tree"].
+# TMA convolutions are the default since 7efed93 (for fp16 tensors only since 16a16dc): on later trees the "off"
+# runs below need VOXFLOW_CONV_TMA=0 set (`bench_small_traced tma_off` sets nothing and would run with TMA on).
 # The codec's convolutions with their operand tiles through TMA descriptors (causal_conv._conv_cl_tma_kernel, off by
 # default until this has run: VOXFLOW_CONV_TMA=1), the lever named for the 0.6B c=64 target (800 audio-s/s; 666-686
 # in session 26, the convolutions at ~290 TFLOP/s fp16 with pointer loads):
