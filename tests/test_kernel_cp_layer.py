@@ -84,6 +84,20 @@ def check_norm_linear_cases(dtype):
     check_norm_linear(dtype, 1, 1024, 3072, False, WIDE_NL, plain_residual=True)        # cp down_proj
 
 
+def check_norm_linear_weight_preload(dtype):
+    """pdl.py's weight preload (the first K step's W tiles loaded before the PDL wait, that step peeled off the
+    loop) gives the loop's bits: one K step or four, plain, swiglu and plain + residual."""
+    from voxflow.kernels.norm_linear import norm_linear
+    for swiglu, residual in ((False, False), (True, False), (False, True)):
+        for config in (dict(BLOCK_N=32, BLOCK_K=32), dict(BLOCK_N=32, BLOCK_K=128)):
+            x, w, nw = norm_linear_inputs(1, 72, 128, dtype, swiglu, 3)
+            res = torch.randn(1, 72, generator=torch.Generator().manual_seed(4)).to(dtype) if residual else None
+            nw = None if residual else nw
+            got = [norm_linear(x, w, nw, EPS, swiglu=swiglu, residual=res, config=config, preload=p)
+                   for p in (False, True)]
+            assert torch.equal(*got), (dtype, swiglu, residual, config)
+
+
 def run_attention(a, config=None, out=None):
     from voxflow.kernels.attention_o_proj import attention_o_proj, supported
     assert supported(a["qkv"], a["residual"], a["w_o"], a["q_weight"], a["k_weight"], a["cos"], a["sin"],
@@ -197,6 +211,10 @@ if IN_CHILD:
         check_norm_linear_cases(dtype)
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_child_norm_linear_weight_preload(dtype):
+        check_norm_linear_weight_preload(dtype)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_child_attention_o_proj(dtype):
         check_attention_cases(dtype)
 
@@ -209,6 +227,13 @@ else:
 
 
 # Validation runs before any launch: these need no interpreter (and run in both processes).
+
+def test_norm_linear_weight_preload_is_for_one_row():
+    from voxflow.kernels.norm_linear import norm_linear
+    x, w, nw = norm_linear_inputs(3, 64, 128, torch.float32, False, 0)
+    with pytest.raises(ValueError, match="one row"):
+        norm_linear(x, w, nw, EPS, preload=True)
+
 
 def test_supported_accepts_the_real_shapes_and_rejects_others():
     from voxflow.kernels import attention_o_proj as attn

@@ -116,10 +116,27 @@ def check_config_overrides(dtype: torch.dtype) -> None:
         assert torch.equal(got, again), (dtype, m, variant, config)
 
 
+def check_weight_preload(dtype: torch.dtype) -> None:
+    """pdl.py's weight preload (the first K step's W tile loaded before the PDL wait, its step peeled off the loop)
+    gives the loop's bits, one K step or several, with every prologue / epilogue."""
+    from voxflow.kernels.skinny_linear import skinny_linear
+    g = torch.Generator().manual_seed(2)
+    for variant in ("plain", "norm", "gated+residual", "out=residual+bias"):
+        for config in (dict(BLOCK_K=32, BLOCK_N=16), dict(BLOCK_K=128, BLOCK_N=8)):   # 4 K steps / 1 step
+            args = make_inputs(variant, 1, 72, 128, dtype, g)
+            plain = skinny_linear(**args, eps=EPS, config=config, preload=False)
+            got = skinny_linear(**args, eps=EPS, config=config, preload=True)
+            assert torch.equal(got, plain), (dtype, variant, config)
+
+
 if IN_CHILD:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_child_variants(dtype):
         check_variants(dtype)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_child_weight_preload(dtype):
+        check_weight_preload(dtype)
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_child_config_overrides(dtype):
@@ -161,6 +178,14 @@ def test_supported_rejections():
     assert not supported(torch.zeros(2, 64), w, gated=True)                        # needs 2K columns
     with torch.enable_grad():
         assert not supported(torch.zeros(2, 64, requires_grad=True), w)
+
+
+def test_weight_preload_is_refused_off_the_one_split_fma_path():
+    from voxflow.kernels.skinny_linear import skinny_linear
+    x, w = torch.randn(1, 64), torch.randn(32, 64)
+    for config in (dict(USE_DOT=True, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16), dict(SPLIT_K=2)):
+        with pytest.raises(ValueError, match="preload"):
+            skinny_linear(x, w, config=config, preload=True)
 
 
 def test_bad_inputs_raise_clear_errors():

@@ -52,6 +52,24 @@ def test_pdl_variants_wait_before_any_memory_access_and_the_others_do_not_wait()
                 assert "griddepcontrol" not in ptx and "prefetch.global" not in ptx, variant
 
 
+def test_weight_preload_variants_load_before_the_wait_but_store_nothing_there():
+    """pdl.py's one exception: with the weight preload the one-row GEMMs issue loads (their first W tiles) before
+    griddepcontrol.wait -- that is the change -- and still nothing is stored before it; their PDL twins without
+    the preload keep the strict rule (the test above)."""
+    cases = {name: rest for name, *rest in compile_check.cases()}
+    preload_names = [name for name in cases if name.endswith(" pdl preload")]
+    assert {name.split(" ")[0] for name in preload_names} == {"norm_linear", "skinny_linear"}
+    for name in preload_names:
+        assert name[: -len(" preload")] in cases, name
+        fn, types, consts, options = cases[name]
+        ptx = compile_check.compile_kernel(fn, types, consts, **options)["ptx"]
+        wait = ptx.find("griddepcontrol.wait")
+        assert 0 <= wait < ptx.find("griddepcontrol.launch_dependents"), name
+        assert 0 <= ptx.find("ld.global") < wait, f"{name}: no weight load before the wait"
+        stores = [i for op in ("st.global", "atom.global", "red.global") if (i := ptx.find(op)) >= 0]
+        assert stores and min(stores) > wait, f"{name}: a store before griddepcontrol.wait"
+
+
 def test_pdl_needs_cuda_12_3_and_a_triton_with_griddepcontrol(monkeypatch):
     """use_pdl's toolchain check: no CUDA build or CUDA < 12.3 (graphs drop programmatic launches) -> off; a Triton
     without gdc_wait -> off; otherwise on (this Triton has it: the PDL variants above compile)."""

@@ -1,10 +1,11 @@
 """Programmatic dependent launch (voxflow/kernels/pdl.py, VOXFLOW_PDL, on by default on Hopper) on the GPU: the GEMM
-kernels that take it (norm_linear, skinny_linear, attention_o_proj) give bit-identical results with it on and off, alone,
-chained (each kernel reading the one before's output), and replayed from a CUDA graph with new inputs; the 1.7B
-code predictor's whole frame (70 fused layer steps) too. PDL changes when a kernel starts, never what it computes:
-any difference means a read before griddepcontrol.wait. The other decode kernels that take it (qk_norm_rope, paged
-decode, select_tokens, ...) are held on / off through the whole engine: tests/gpu/test_gpu_engine.py. Skipped without
-a Hopper-class GPU."""
+kernels that take it (norm_linear, skinny_linear, attention_o_proj) give bit-identical results with it on and off,
+alone, chained (each kernel reading the one before's output), and replayed from a CUDA graph with new inputs; the
+1.7B code predictor's whole frame (70 fused layer steps) too. PDL changes when a kernel starts, never what it
+computes: any difference means a read before griddepcontrol.wait. Both tests also run with the weight preload
+(pdl.py: the one-row GEMMs' first weight tiles loaded before the wait), which must give the same bits. The other
+decode kernels that take it (qk_norm_rope, paged decode, select_tokens, ...) are held on / off through the whole
+engine: tests/gpu/test_gpu_engine.py. Skipped without a Hopper-class GPU."""
 import pytest
 import torch
 
@@ -15,20 +16,25 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_
 DEV = "cuda"
 
 
-@pytest.fixture
-def pdl():
+@pytest.fixture(params=[False, True], ids=["wait", "preload"])
+def pdl(request):
     """switch(on): PDL on / off with the kernels on (both process-wide; an engine made earlier may have turned the
-    kernels off), asserting that the kernels do take PDL when it is on."""
+    kernels off), asserting that the kernels do take PDL when it is on; with PDL on, the weight preload as the
+    parameter says."""
     from voxflow.kernels import kernels_enabled, pdl_enabled, set_kernels_enabled, set_pdl_enabled, use_pdl
-    saved = pdl_enabled(), kernels_enabled()
+    from voxflow.kernels import pdl as pdl_module
+    saved = pdl_enabled(), kernels_enabled(), pdl_module.weight_preload(True)
     set_kernels_enabled(True)
 
     def switch(on: bool):
         set_pdl_enabled(on)
+        pdl_module.set_weight_preload(request.param)
         assert use_pdl(torch.empty(1, device=DEV)) is on
+        assert pdl_module.weight_preload(on) is (on and request.param)
     yield switch
     set_pdl_enabled(saved[0])
     set_kernels_enabled(saved[1])
+    pdl_module.set_weight_preload(saved[2])
 
 
 def chain(x, ws, nw):

@@ -111,12 +111,14 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     for m in (1, 4, 8, 64):
         for fused in (dict(NORM=True), dict(GATED=True, HAS_RES=True), dict(HAS_BIAS=True, HAS_RES=True)):
             cfg = skinny_linear.launch_config(m, 1024, 3072, None)
-            for pdl in ((False, True) if m == 1 else (False,)):
+            # (pdl, preload): PDL alone, and with pdl.py's weight preload (the first W tile before the wait)
+            for pdl, preload in (((False, False), (True, False), (True, True)) if m == 1 else ((False, False),)):
                 consts = dict(NORM=False, GATED=False, HAS_BIAS=False, HAS_RES=False, PRECISE_EXP=True,
-                              DOT_IN_FP32=False, USE_PDL=pdl)
+                              DOT_IN_FP32=False, USE_PDL=pdl, PRELOAD=preload)
                 consts.update(fused)
                 consts.update({k: v for k, v in cfg.items() if k.isupper()})
-                out.append((f"skinny_linear m={m} {'+'.join(k for k in fused)}" + (" pdl" if pdl else ""),
+                out.append((f"skinny_linear m={m} {'+'.join(k for k in fused)}" + (" pdl" if pdl else "")
+                            + (" preload" if preload else ""),
                             skinny_linear._skinny_linear_kernel, skinny_types, consts,
                             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl)))
     # The code predictor's fused layer kernels as the JIT specializes them at batch 1 (M == 1 a constant, aligned
@@ -130,8 +132,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("norm_linear down+residual (no norm)", *norm_linear_case(1, 1024, 3072, False, norm=False,
                                                                          residual=True)))
     # With programmatic dependent launch (pdl.py: griddepcontrol wait, then launch_dependents).
-    for name, n, swiglu in (("q|k|v", 4096, False), ("gate|up", 3072, True)):
-        out.append((f"norm_linear {name} pdl", *norm_linear_case(1, n, 1024, swiglu, pdl=True)))
+    # And with the weight preload (pdl.py), at the code predictor's and the talker's one-row widths.
+    for name, n, k, swiglu in (("q|k|v", 4096, 1024, False), ("gate|up", 3072, 1024, True),
+                               ("talker q|k|v", 4096, 2048, False), ("talker gate|up", 6144, 2048, True)):
+        for preload in (False, True):
+            out.append((f"norm_linear {name} pdl" + (" preload" if preload else ""),
+                        *norm_linear_case(1, n, k, swiglu, pdl=True, preload=preload)))
     for block_h, block_n, m in ((4, 32, 1), (2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (4, 32, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
@@ -246,13 +252,13 @@ def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple
 
 
 def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None = None, norm: bool = True,
-                     residual: bool = False, pdl: bool = False) -> tuple:
+                     residual: bool = False, pdl: bool = False, preload: bool = False) -> tuple:
     """(kernel, types, constexprs, options) of norm_linear.py's kernel as launched for [m, k] x [n(, x2), k]."""
     from voxflow.kernels import norm_linear
     cfg = {**norm_linear.launch_config(m, n, k, swiglu), **(config or {})}
     bf = _ptr("bf16")
     consts = dict(NORM=norm, SWIGLU=swiglu, HAS_RES=residual, PRECISE_EXP=True, USE_PDL=pdl,
-                  BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"])
+                  BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PRELOAD=preload)
     if m == 1:
         consts["M"] = 1
     ptrs = ("x_ptr", "g_ptr", "w_ptr", "res_ptr", "out_ptr")

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel, weight_preload
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.skinny_linear import _silu_mul
 
@@ -54,11 +54,26 @@ _CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 
 
 @triton.jit
+def _row_k_step(w, wu, x_ptr, g_ptr, kk, K, sq, acc, acc_u, NORM: tl.constexpr, SWIGLU: tl.constexpr):
+    """One K step at one row: the loaded W tile(s) [BLOCK_N, BLOCK_K] against x[kk] (normed as it is read)."""
+    a = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+    if NORM:
+        sq += a * a
+        a = a * tl.load(g_ptr + kk).to(tl.float32)          # exact in fp32 for 16-bit x and g
+    acc += tl.sum(w * a[None, :], axis=1)
+    if SWIGLU:
+        acc_u += tl.sum(wu * a[None, :], axis=1)
+    return sq, acc, acc_u
+
+
+@triton.jit
 def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm, stride_om,
                       k_float, eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr,
                       PRECISE_EXP: tl.constexpr, USE_PDL: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Output columns [tile * BLOCK_N, + BLOCK_N) of all M rows (the kernel below runs one tile a program)."""
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      PRELOAD: tl.constexpr = False):
+    """Output columns [tile * BLOCK_N, + BLOCK_N) of all M rows (the kernel below runs one tile a program).
+    PRELOAD (one row, PDL): the first K step's W tiles are loaded before the wait (pdl.py, weight preload)."""
     dtype = x_ptr.dtype.element_ty
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -67,7 +82,12 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
     n_mask = offs_n < N
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * K              # [BLOCK_N, 1]: gate (or only) rows
     u_rows = w_rows + N * K                                         # up rows (swiglu): W is [2N, K]
-    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
+    if PRELOAD:                 # weights only: no kernel of the step writes them
+        w0 = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None], other=0.0)
+        wu0 = w0
+        if SWIGLU:
+            wu0 = tl.load(u_rows + offs_k[None, :], mask=n_mask[:, None], other=0.0)
+    if USE_PDL:                 # pdl.py: no activation read before the previous kernel's results are visible
         wait_for_previous_kernel()
     if BLOCK_M == 1:
         sq = tl.zeros((BLOCK_K,), tl.float32)
@@ -77,19 +97,20 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
         sq = tl.zeros((BLOCK_M, BLOCK_K), tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    k_first = 0
+    if PRELOAD:
+        tl.static_assert(BLOCK_M == 1, "the weight preload is for one row")
+        sq, acc, acc_u = _row_k_step(w0.to(tl.float32), wu0.to(tl.float32), x_ptr, g_ptr, offs_k, K, sq, acc,
+                                     acc_u, NORM, SWIGLU)
+        k_first = BLOCK_K
+    for k0 in range(k_first, K, BLOCK_K):
         kk = k0 + offs_k
         w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None], other=0.0).to(tl.float32)
+        wu = w
         if SWIGLU:
             wu = tl.load(u_rows + kk[None, :], mask=n_mask[:, None], other=0.0).to(tl.float32)
         if BLOCK_M == 1:
-            a = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-            if NORM:
-                sq += a * a
-                a = a * tl.load(g_ptr + kk).to(tl.float32)          # exact in fp32 for 16-bit x and g
-            acc += tl.sum(w * a[None, :], axis=1)
-            if SWIGLU:
-                acc_u += tl.sum(wu * a[None, :], axis=1)
+            sq, acc, acc_u = _row_k_step(w, wu, x_ptr, g_ptr, kk, K, sq, acc, acc_u, NORM, SWIGLU)
         else:
             a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None],
                         other=0.0).to(tl.float32)
@@ -131,10 +152,11 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
 def _norm_linear_kernel(x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm, stride_om, k_float,
                         eps, NORM: tl.constexpr, SWIGLU: tl.constexpr, HAS_RES: tl.constexpr,
                         PRECISE_EXP: tl.constexpr, USE_PDL: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        PRELOAD: tl.constexpr = False):
     _norm_linear_tile(tl.program_id(0), x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stride_xm, stride_rm,
                       stride_om, k_float, eps, NORM, SWIGLU, HAS_RES, PRECISE_EXP, USE_PDL, BLOCK_M, BLOCK_N,
-                      BLOCK_K)
+                      BLOCK_K, PRELOAD)
 
 
 def _pow2_floor(v: int) -> int:
@@ -196,10 +218,12 @@ def supported(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None
 
 def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | None, eps: float, *,
                 swiglu: bool = False, residual: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                config: dict | None = None) -> torch.Tensor:
+                config: dict | None = None, preload: bool | None = None) -> torch.Tensor:
     """rms_norm(x, norm_weight, eps) @ w^T -> [M, N]; with swiglu (w = gate | up, [2N, K]) silu(gate) * up
     -> [M, N]; norm_weight None: x @ w^T (no norm). + residual [M, N] (rounded as torch's add) when given.
-    `out` may be `residual`, must not overlap x; `config` overrides `launch_config` (keys as it returns)."""
+    `out` may be `residual`, must not overlap x; `config` overrides `launch_config` (keys as it returns).
+    `preload`: the first K step's weights loaded before the PDL wait (one row only; None: pdl.weight_preload; the
+    interpreter tests force it to hold the peeled step to the loop)."""
     problem = _problem(x, w, norm_weight, swiglu)
     if problem is not None:
         raise ValueError(f"norm_linear: {problem}")
@@ -220,10 +244,13 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     res = residual if residual is not None else out
     pdl = use_pdl(x)
+    preload = weight_preload(pdl) and m == 1 if preload is None else bool(preload)
+    if preload and m != 1:
+        raise ValueError(f"norm_linear: the weight preload is for one row, not {m}")
     _norm_linear_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         x, norm_weight if norm_weight is not None else x, w, res, out, m, n, k, x.stride(0), res.stride(0),
         out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, SWIGLU=swiglu, HAS_RES=residual is not None, PRECISE_EXP=x.is_cuda,
         USE_PDL=pdl, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
+        PRELOAD=preload, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
     return out

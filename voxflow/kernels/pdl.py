@@ -28,8 +28,18 @@ tests/gpu/test_gpu_pdl.py holds on / off to equal bits, graphed too.
 The switch: `voxflow.kernels.use_pdl` (on by default on Hopper or newer; VOXFLOW_PDL=0 turns it off). Under
 Triton's interpreter (CPU tests) the kernels compile without these instructions (USE_PDL is a constexpr and
 False there).
+
+Weight preload (`weight_preload`, VOXFLOW_PDL_PRELOAD=1, off until measured): the one-row GEMM kernels
+(norm_linear.py, skinny_linear.py) load their first K step of WEIGHT tiles into registers before the wait, the
+one exception to the rule above. No kernel of a step writes a weight, so the values are the same; only their
+loads move ahead, into the time the kernel before is still running, so HBM keeps streaming across the kernel
+boundary instead of idling through each kernel's start. (Unlike session 10's L2 prefetch, which issued one
+prefetch instruction per 128-byte line before the wait, these are the kernel's own vector loads, issued once.)
+The PTX test checks that only those variants load before the wait, and that no variant stores before it.
 """
 from __future__ import annotations
+
+import os
 
 import triton
 import triton.language as tl
@@ -41,6 +51,19 @@ def wait_for_previous_kernel():
     next kernel start."""
     tl.extra.cuda.gdc_wait()
     tl.extra.cuda.gdc_launch_dependents()
+
+
+_preload = os.environ.get("VOXFLOW_PDL_PRELOAD", "0") == "1"
+
+
+def set_weight_preload(on: bool) -> None:
+    global _preload
+    _preload = bool(on)
+
+
+def weight_preload(pdl: bool) -> bool:
+    """Whether a kernel launched with PDL `pdl` preloads its weights before the wait (only PDL kernels can)."""
+    return pdl and _preload
 
 
 def launch_kwargs(pdl: bool) -> dict:

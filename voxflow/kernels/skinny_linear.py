@@ -40,7 +40,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel, weight_preload
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 64
@@ -94,12 +94,31 @@ def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, 
 
 
 @triton.jit
+def _input_tile(x_rows, nw_ptr, kk, m_mask, K, rstd, dtype: tl.constexpr, NORM: tl.constexpr, GATED: tl.constexpr,
+                PRECISE_EXP: tl.constexpr):
+    """The GEMM input tile a [BLOCK_M, BLOCK_K] at columns kk: dtype values (held as fp32 where a prologue made
+    them): silu(gate) * up (GATED), the normed row (NORM) or x itself."""
+    if GATED:
+        g = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
+        u = tl.load(x_rows + K + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
+        a = _silu_mul(g, u, dtype, PRECISE_EXP)
+    elif NORM:
+        xs = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
+        nw = tl.load(nw_ptr + kk).to(tl.float32)
+        a = round_to(round_to(xs * rstd[:, None], dtype) * nw[None, :], dtype)
+    else:
+        a = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0)
+    return a
+
+
+@triton.jit
 def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_ptr,
                           M, N, K, k_split, stride_xm, stride_rm, stride_om, k_float, eps,
                           NORM: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
                           PRECISE_EXP: tl.constexpr, DOT_IN_FP32: tl.constexpr, USE_DOT: tl.constexpr,
                           SPLIT_K: tl.constexpr, USE_PDL: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          PRELOAD: tl.constexpr = False):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     dtype = x_ptr.dtype.element_ty
@@ -109,8 +128,11 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
     m_mask = offs_m < M
     n_mask = offs_n < N
     x_rows = x_ptr + offs_m[:, None] * stride_xm        # [BLOCK_M, 1]; padding rows load zeros, never stored
-    if USE_PDL:         # pdl.py: nothing read before the previous kernel's results are visible
+    if PRELOAD:         # pdl.py's weight preload: the first K step's W tile; no kernel of the step writes W
+        w0 = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_mask[:, None], other=0.0)
+    if USE_PDL:         # pdl.py: no activation read before the previous kernel's results are visible
         wait_for_previous_kernel()
+    rstd = tl.zeros((BLOCK_M,), tl.float32)             # (set below with NORM; unused otherwise)
 
     if NORM:
         # First pass: the whole row's sum of squares (x is a few KB, so this and the re-reads below hit L1/L2).
@@ -127,19 +149,15 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
     else:
         acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), tl.float32)
     k_lo = pid_k * k_split
-    for k0 in range(k_lo, k_lo + k_split, BLOCK_K):
+    k_first = k_lo
+    if PRELOAD:
+        tl.static_assert(not USE_DOT and SPLIT_K == 1, "the weight preload is for the one-split FMA path")
+        a = _input_tile(x_rows, nw_ptr, offs_k, m_mask, K, rstd, dtype, NORM, GATED, PRECISE_EXP)
+        acc3 += a.to(tl.float32)[:, None, :] * w0.to(tl.float32)[None, :, :]
+        k_first = k_lo + BLOCK_K
+    for k0 in range(k_first, k_lo + k_split, BLOCK_K):
         kk = k0 + offs_k
-        # The GEMM input tile a [BLOCK_M, BLOCK_K]: dtype values (held as fp32 where a prologue made them).
-        if GATED:
-            g = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
-            u = tl.load(x_rows + K + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
-            a = _silu_mul(g, u, dtype, PRECISE_EXP)
-        elif NORM:
-            xs = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0).to(tl.float32)
-            nw = tl.load(nw_ptr + kk).to(tl.float32)
-            a = round_to(round_to(xs * rstd[:, None], dtype) * nw[None, :], dtype)
-        else:
-            a = tl.load(x_rows + kk[None, :], mask=m_mask[:, None], other=0.0)
+        a = _input_tile(x_rows, nw_ptr, kk, m_mask, K, rstd, dtype, NORM, GATED, PRECISE_EXP)
         if USE_DOT:
             # W^T tile [BLOCK_K, BLOCK_N] straight from the [N, K] layout (contiguous along K: coalesced).
             w = tl.load(w_ptr + offs_n[None, :] * K + kk[:, None], mask=n_mask[None, :], other=0.0)
@@ -226,7 +244,8 @@ def _problem(x: torch.Tensor, w: torch.Tensor, gated: bool) -> str | None:
     if x.stride(1) != 1 or not w.is_contiguous():
         return "x needs a unit last stride and w must be contiguous"
     if x.shape[1] != (2 * k if gated else k):
-        return f"x has {x.shape[1]} columns, w [{n}, {k}] needs {2 * k if gated else k}" + (" (gate | up)" if gated else "")
+        return (f"x has {x.shape[1]} columns, w [{n}, {k}] needs {2 * k if gated else k}"
+                + (" (gate | up)" if gated else ""))
     if k % 16 or n < 1 or w.numel() >= 2 ** 31:
         return f"unsupported size: K = {k} must be a multiple of 16, N = {n} >= 1, N * K < 2^31"
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
@@ -263,10 +282,13 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None = None,
                   residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-                  gated: bool = False, out: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+                  gated: bool = False, out: torch.Tensor | None = None, config: dict | None = None,
+                  preload: bool | None = None) -> torch.Tensor:
     """[M, N] in x's dtype: residual + F.linear(a, w, bias), where a = x, rms_norm(x, norm_weight, eps), or
     silu(gate) * up of x = [gate | up] (gated). `out` (optional) may be `residual` itself; it must not overlap x.
-    `config` overrides `launch_config` (keys as it returns; missing keys are taken from it)."""
+    `config` overrides `launch_config` (keys as it returns; missing keys are taken from it). `preload`: the first
+    K step's weight tile loaded before the PDL wait (the one-split FMA path only; None: pdl.weight_preload at one
+    row; the interpreter tests force it to hold the peeled step to the loop)."""
     problem = _problem(x, w, gated)
     if problem is not None:
         raise ValueError(f"skinny_linear: {problem}")
@@ -305,12 +327,16 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
     ws = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else x
     res = residual if residual is not None else x
     pdl = use_pdl(x)
+    fma_one_split = not cfg["USE_DOT"] and split == 1
+    preload = weight_preload(pdl) and m == 1 and fma_one_split if preload is None else bool(preload)
+    if preload and not fma_one_split:
+        raise ValueError("skinny_linear: the weight preload is for the one-split FMA path")
     _skinny_linear_kernel[(triton.cdiv(n, bn), split)](
         x, w, norm_weight if norm_weight is not None else x, bias if bias is not None else x, res, out, ws,
         m, n, k, k // split, x.stride(0), res.stride(0), out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         PRECISE_EXP=x.is_cuda, DOT_IN_FP32=not x.is_cuda or x.dtype == torch.float32, USE_DOT=cfg["USE_DOT"],
-        SPLIT_K=split, USE_PDL=pdl, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        SPLIT_K=split, USE_PDL=pdl, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PRELOAD=preload,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
     if split > 1:
         _split_k_reduce_kernel[(triton.cdiv(n, 64),)](
