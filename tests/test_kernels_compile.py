@@ -70,6 +70,17 @@ def test_weight_preload_variants_load_before_the_wait_but_store_nothing_there():
         assert stores and min(stores) > wait, f"{name}: a store before griddepcontrol.wait"
 
 
+def test_weight_preload_needs_pdl_the_switch_and_the_width(monkeypatch):
+    from voxflow.kernels import pdl
+    monkeypatch.setattr(pdl, "_preload", True)
+    monkeypatch.setattr(pdl, "PRELOAD_MIN_WIDTH", 2048)
+    assert pdl.weight_preload(True, 4096, 2048) and pdl.weight_preload(True, 2048, 6144)    # the 1.7B talker's
+    assert not pdl.weight_preload(True, 4096, 1024) and not pdl.weight_preload(True, 1024, 3072)   # the predictor's
+    assert not pdl.weight_preload(False, 4096, 2048)
+    monkeypatch.setattr(pdl, "_preload", False)
+    assert not pdl.weight_preload(True, 4096, 2048)
+
+
 def test_pdl_needs_cuda_12_3_and_a_triton_with_griddepcontrol(monkeypatch):
     """use_pdl's toolchain check: no CUDA build or CUDA < 12.3 (graphs drop programmatic launches) -> off; a Triton
     without gdc_wait -> off; otherwise on (this Triton has it: the PDL variants above compile)."""

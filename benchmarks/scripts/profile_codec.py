@@ -2,11 +2,13 @@
 n frames each (the engine's shapes: 1-frame steps, 25-frame regular chunks), replayed from the runner's CUDA graphs,
 in each precision setting asked for.
 
-    python benchmarks/scripts/profile_codec.py MODEL_DIR BATCH SETTING[,SETTING...]
+    python benchmarks/scripts/profile_codec.py MODEL_DIR BATCH SETTING[,SETTING...] [FRAMES[,FRAMES...] [TOP]]
     SETTING: fp32 (convolutions and matmuls in TF32, cuDNN's default switch) | fp32-strict (no TF32) | bf16 | fp16,
              each optionally with
              +bench (cudnn.benchmark: cuDNN times its algorithms once per shape before the capture) and/or
-             +ncl (the waveform stack in [B, C, T] layout: codec_waveform_cl.py's channels-last path off)
+             +ncl (the waveform stack in [B, C, T] layout: codec_waveform_cl.py's channels-last path off) and/or
+             +smsN (the codec's stream on N SMs, as a server's codec_sms; e.g. +sms64, "auto" on an H200)
+    FRAMES: the chunk sizes timed (default 1,25); TOP: kernels listed per chunk size (default 30).
 """
 import sys
 import time
@@ -37,24 +39,26 @@ def time_calls(codec, states, frames, label: str, warm: int = 3, reps: int = 10)
     return ms
 
 
-def run(model: str, batch: int, setting: str) -> None:
+def run(model: str, batch: int, setting: str, chunks: tuple = (1, 25), top: int = 30) -> None:
     base, *extra = setting.split("+")
     torch.backends.cudnn.allow_tf32 = base != "fp32-strict"
     torch.backends.cudnn.benchmark = "bench" in extra
     codec_waveform_cl.ENABLED = "ncl" not in extra
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(base, "float32")
-    _, codec = load_for_engine(model, device="cuda", dtype="bfloat16", max_slots=batch, codec_dtype=dtype)
+    sms = [int(e[3:]) for e in extra if e.startswith("sms")]
+    _, codec = load_for_engine(model, device="cuda", dtype="bfloat16", max_slots=batch, codec_dtype=dtype,
+                               **({"codec_sms": sms[0]} if sms else {}))
     t = time.perf_counter()
-    codec.warmup([batch], [1, 25])
+    codec.warmup([batch], list(chunks))
     print(f"{setting}: graph capture {time.perf_counter() - t:.1f} s", flush=True)
     states = [codec.new_state(None) for _ in range(batch)]
-    for n in (1, 25):
+    for n in chunks:
         frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(batch)]
         time_calls(codec, states, frames, f"{setting} B={batch} n={n}")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 codec.decode(states, frames)
-        kernel_summary(prof, 3, top=30)
+        kernel_summary(prof, 3, top=top)
     for s in states:
         codec.release(s)
     del codec
@@ -62,8 +66,10 @@ def run(model: str, batch: int, setting: str) -> None:
 
 
 def main() -> None:
+    chunks = tuple(int(n) for n in sys.argv[4].split(",")) if len(sys.argv) > 4 else (1, 25)
+    top = int(sys.argv[5]) if len(sys.argv) > 5 else 30
     for setting in sys.argv[3].split(","):
-        run(sys.argv[1], int(sys.argv[2]), setting)
+        run(sys.argv[1], int(sys.argv[2]), setting, chunks, top)
 
 
 if __name__ == "__main__":

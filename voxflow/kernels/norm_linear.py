@@ -244,7 +244,7 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     res = residual if residual is not None else out
     pdl = use_pdl(x)
-    preload = weight_preload(pdl) and m == 1 if preload is None else bool(preload)
+    preload = weight_preload(pdl, n, k) and m == 1 if preload is None else bool(preload)
     if preload and m != 1:
         raise ValueError(f"norm_linear: the weight preload is for one row, not {m}")
     _norm_linear_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](

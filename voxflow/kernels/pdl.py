@@ -36,6 +36,9 @@ loads move ahead, into the time the kernel before is still running, so HBM keeps
 boundary instead of idling through each kernel's start. (Unlike session 10's L2 prefetch, which issued one
 prefetch instruction per 128-byte line before the wait, these are the kernel's own vector loads, issued once.)
 The PTX test checks that only those variants load before the wait, and that no variant stores before it.
+Measured (H200 session 28 call 1): the talker's one-row layer step 41.2 -> 39.1 us, but the code predictor's real
+frame 1,908 -> 2,143 us (its micro-benchmark of fused layer steps alone: 25.6 -> 24.3) and the 1.7B c=1 step 3.41
+-> 3.55 ms. VOXFLOW_PDL_PRELOAD_MIN_WIDTH=2048 limits it to the talker's widths (PRELOAD_MIN_WIDTH).
 """
 from __future__ import annotations
 
@@ -54,6 +57,9 @@ def wait_for_previous_kernel():
 
 
 _preload = os.environ.get("VOXFLOW_PDL_PRELOAD", "0") == "1"
+# Only GEMMs whose N and K are both at least this wide preload: 2048 takes the 1.7B talker's one-row layers and not
+# the code predictor's (hidden 1024), whose real frame went slower with the preload (H200 session 28 call 1).
+PRELOAD_MIN_WIDTH = int(os.environ.get("VOXFLOW_PDL_PRELOAD_MIN_WIDTH", "0"))
 
 
 def set_weight_preload(on: bool) -> None:
@@ -61,9 +67,10 @@ def set_weight_preload(on: bool) -> None:
     _preload = bool(on)
 
 
-def weight_preload(pdl: bool) -> bool:
-    """Whether a kernel launched with PDL `pdl` preloads its weights before the wait (only PDL kernels can)."""
-    return pdl and _preload
+def weight_preload(pdl: bool, n: int = 1 << 30, k: int = 1 << 30) -> bool:
+    """Whether a kernel launched with PDL `pdl` preloads the weights of its [n, k] GEMM before the wait (only PDL
+    kernels can; PRELOAD_MIN_WIDTH)."""
+    return pdl and _preload and min(n, k) >= PRELOAD_MIN_WIDTH
 
 
 def launch_kwargs(pdl: bool) -> dict:
