@@ -23,8 +23,9 @@ def pdl(request):
     parameter says."""
     from voxflow.kernels import kernels_enabled, pdl_enabled, set_kernels_enabled, set_pdl_enabled, use_pdl
     from voxflow.kernels import pdl as pdl_module
-    saved = pdl_enabled(), kernels_enabled(), pdl_module.weight_preload(True)
+    saved = pdl_enabled(), kernels_enabled(), pdl_module._preload, pdl_module.PRELOAD_MIN_WIDTH
     set_kernels_enabled(True)
+    pdl_module.PRELOAD_MIN_WIDTH = 0            # every width here (the default takes the talker's only)
 
     def switch(on: bool):
         set_pdl_enabled(on)
@@ -35,6 +36,7 @@ def pdl(request):
     set_pdl_enabled(saved[0])
     set_kernels_enabled(saved[1])
     pdl_module.set_weight_preload(saved[2])
+    pdl_module.PRELOAD_MIN_WIDTH = saved[3]
 
 
 def chain(x, ws, nw):

@@ -98,7 +98,9 @@ class CodePredictor(nn.Module):
             from voxflow.kernels import skinny_linear as sk
             rows = x.reshape(b * s, -1)
             if sk.supported(rows, proj.weight) and proj.bias is not None:
-                return sk.skinny_linear(rows, proj.weight, bias=proj.bias).view(b, s, -1)
+                from voxflow.kernels.cp_layer import PRELOAD
+                return sk.skinny_linear(rows, proj.weight, bias=proj.bias,
+                                        preload=PRELOAD["project"] if b * s == 1 else None).view(b, s, -1)
         return proj(x)
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
@@ -127,7 +129,9 @@ class CodePredictor(nn.Module):
         if last.shape[0] <= SKINNY_PROLOGUE_MAX_ROWS:    # one row: the fused norm prologue beats norm + cuBLAS
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):
-                return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)
+                from voxflow.kernels.cp_layer import PRELOAD
+                return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps,
+                                        preload=PRELOAD["lm_head"] if last.shape[0] == 1 else None)
         return self.lm_head[j](norm(last))      # rows the fused layers made (CP_FUSED_MAX_ROWS > 1), or no skinny
 
     def _fused_layers(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
