@@ -183,6 +183,26 @@ def check_residual_unit_equals_the_two_kernels():
             assert want.abs().max() > 0.1
 
 
+def test_subpixel_weight_makes_the_transposed_convolution():
+    """codec_waveform_cl.subpixel_weight, checked with torch's own convolutions (no kernel): a valid two-tap conv
+    over [x[t-1], x[t]] with the packed weight and tiled bias, its [T, s * Cout] rows read as [T * s, Cout], is the
+    causal transposed conv (kernel 2s, stride s, the last s samples dropped); other kernel sizes are refused."""
+    from voxflow.models.qwen3_tts.codec_waveform_cl import subpixel_weight
+    g = torch.Generator().manual_seed(7)
+    for cin, cout, s in ((6, 5, 3), (8, 4, 2), (4, 3, 5)):
+        x = torch.randn(2, cin, 9, generator=g, dtype=torch.float64)
+        w = torch.randn(cin, cout, 2 * s, generator=g, dtype=torch.float64)
+        b = torch.randn(cout, generator=g, dtype=torch.float64)
+        want = F.conv_transpose1d(x, w, b, stride=s)[..., : 9 * s]                   # [B, Cout, T * s]
+        packed, tiled = subpixel_weight(w, b, s)
+        assert packed.shape == (2, s * cout, cin) and tiled.shape == (s * cout,)
+        rows = F.conv1d(F.pad(x, (1, 0)), packed.permute(1, 2, 0), tiled)           # [B, s * Cout, T]
+        got = rows.transpose(1, 2).reshape(2, 9 * s, cout).transpose(1, 2)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="2 \\* stride"):
+        subpixel_weight(torch.randn(4, 3, 5), None, 3)
+
+
 def check_waveform_stack_streams_like_the_plain_decoder():
     """A small decoder with the real rates (1920 samples a frame) and random weights: the channels-last stack,
     streamed a frame at a time, equals the plain decoder's one pass; without state, its one pass too."""
@@ -227,6 +247,17 @@ if IN_CHILD:
 
     def test_child_residual_unit():
         check_residual_unit_equals_the_two_kernels()
+
+    def test_child_waveform_stack_with_subpixel_transposed_convolutions(monkeypatch):
+        """codec_waveform_cl.SUBPIXEL: the upsampling blocks' transposed convolutions as two-tap convolutions,
+        carrying the last input row between calls; streamed and one-pass, the plain decoder's audio."""
+        from voxflow.models.qwen3_tts import codec_waveform_cl
+        monkeypatch.setattr(codec_waveform_cl, "SUBPIXEL", True)
+        calls = []
+        subpixel = codec_waveform_cl._conv_transpose_subpixel
+        monkeypatch.setattr(codec_waveform_cl, "_conv_transpose_subpixel", lambda *a: calls.append(1) or subpixel(*a))
+        check_waveform_stack_streams_like_the_plain_decoder()
+        assert len(calls) == 3 * 4                    # every upsampling block of each of the three stack runs
 
     def test_child_waveform_stack_with_fused_residual_units(monkeypatch):
         from voxflow.kernels import residual_unit

@@ -98,12 +98,23 @@ class CausalConvTranspose1d(StreamingModule):
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
         self.stride = stride
         self.overlap = kernel_size - stride
+        # kernel == 2 x stride (every upsampling block of the 12 Hz decoder): the GPU stack may run it as a two-tap
+        # convolution (codec_waveform_cl.SUBPIXEL), which carries the last input row instead of the spill
+        self.subpixel = kernel_size == 2 * stride
         self._derived: tuple | None = None     # the weight as one GEMM operand (codec_waveform_cl)
+
+    @property
+    def x_state_key(self) -> str:
+        """The sub-pixel form's context: the previous call's last input row [B, Cin, 1]."""
+        return self.state_key + ".x"
 
     def init_state(self, batch, device, dtype):
         if self.overlap == 0:
             return {}
-        return {self.state_key: torch.zeros(batch, self.conv.out_channels, self.overlap, device=device, dtype=dtype)}
+        state = {self.state_key: torch.zeros(batch, self.conv.out_channels, self.overlap, device=device, dtype=dtype)}
+        if self.subpixel:
+            state[self.x_state_key] = torch.zeros(batch, self.conv.in_channels, 1, device=device, dtype=dtype)
+        return state
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
         if use_kernels(x):

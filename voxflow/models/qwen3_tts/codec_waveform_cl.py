@@ -7,13 +7,18 @@ channels x 1920 samples a frame; in [B, C, T] layout each convolution went throu
 every bias, activation and residual add was a separate pass. Channels-last, a residual unit is three passes: the
 first SnakeBeta (written after the dilated convolution's left context), the dilated convolution with its bias and
 the second SnakeBeta in its epilogue, the 1x1 convolution with its bias and the residual add in its epilogue
-(voxflow/kernels/causal_conv.py); a transposed convolution is one GEMM whose rows are already channels-last.
+(voxflow/kernels/causal_conv.py); a transposed convolution is one GEMM whose rows are already channels-last, or
+with SUBPIXEL one two-tap convolution (`_conv_transpose_subpixel`).
 
 Same modules, same weights, same streaming state as the plain path (codec_decoder_blocks.py): each convolution's
 carried left context stays [B, C, context] in the state (read and written transposed: at most 54 samples), the
-transposed convolutions' spill [B, C, overlap]. The GPU tests hold this path to the plain PyTorch decoder.
+transposed convolutions' spill [B, C, overlap] (the sub-pixel form carries their last input row [B, Cin, 1] under
+its own key instead: a stream is decoded by one path throughout). The GPU tests hold this path to the plain PyTorch
+decoder.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import nn
@@ -25,6 +30,9 @@ from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderB
                                    StreamTensors)
 
 ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
+# The upsampling blocks' transposed convolutions (kernel = 2 x stride) as two-tap convolutions in sub-pixel form
+# (`_conv_transpose_subpixel`) instead of a GEMM + overlap-add pass; VOXFLOW_CODEC_SUBPIXEL=1, off until measured.
+SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
 
 
 def supported(x: torch.Tensor) -> bool:
@@ -43,14 +51,17 @@ def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors 
     x = first(h, state).transpose(1, 2).contiguous()          # the low-rate first conv (im2col GEMM), then [B, T, C]
     for block in blocks:
         x = _block(block, x, state)
-    y = _conv(out_conv, _activated_with_context(act, out_conv, x, state))        # [B, T, 1]
+    y = _conv(out_conv, _activated_with_context(act, out_conv.context, out_conv.state_key, x, state))  # [B, T, 1]
     return y.view(y.shape[0], 1, y.shape[1])
 
 
 def _block(block: DecoderBlock, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
     from voxflow.kernels.causal_conv import snake_channels_last
     act, up, *units = block.block
-    x = _conv_transpose(up, snake_channels_last(x, *act._channel_terms()), state)
+    if SUBPIXEL and up.subpixel:
+        x = _conv_transpose_subpixel(up, act, x, state)
+    else:
+        x = _conv_transpose(up, snake_channels_last(x, *act._channel_terms()), state)
     for unit in units:
         x = _residual_unit(unit, x, state)
     return x
@@ -58,7 +69,7 @@ def _block(block: DecoderBlock, x: torch.Tensor, state: StreamTensors | None) ->
 
 def _residual_unit(unit: ResidualUnit, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
     from voxflow.kernels import residual_unit
-    buf = _activated_with_context(unit.act1, unit.conv1, x, state)
+    buf = _activated_with_context(unit.act1, unit.conv1.context, unit.conv1.state_key, x, state)
     if residual_unit.ENABLED and residual_unit.supported(x, x.shape[2], unit.conv1.conv.kernel_size[0]):
         # both convolutions in one kernel: h stays on the SM (residual_unit.py)
         return residual_unit.residual_unit_channels_last(
@@ -68,21 +79,20 @@ def _residual_unit(unit: ResidualUnit, x: torch.Tensor, state: StreamTensors | N
     return _conv(unit.conv2, h, residual=x)
 
 
-def _activated_with_context(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor, state: StreamTensors | None
+def _activated_with_context(act: SnakeBeta, ctx: int, key: str, x: torch.Tensor, state: StreamTensors | None
                             ) -> torch.Tensor:
-    """[B, context + T, C]: the conv's carried left context (or zeros), then act(x) written straight after it; the
-    stream's new context is taken from its end."""
+    """[B, ctx + T, C]: the ctx rows of left context carried in state[key] ([B, C, ctx]; zeros without a state),
+    then act(x) written straight after them; the stream's new context is taken from its end."""
     from voxflow.kernels.causal_conv import snake_channels_last
     b, t, c = x.shape
-    ctx = conv.context
     buf = torch.empty((b, ctx + t, c), dtype=x.dtype, device=x.device)
     if state is None:
         buf[:, :ctx].zero_()
     elif ctx:
-        buf[:, :ctx].copy_(state[conv.state_key].transpose(1, 2))
+        buf[:, :ctx].copy_(state[key].transpose(1, 2))
     snake_channels_last(x, *act._channel_terms(), out=buf[:, ctx:])
     if state is not None and ctx:
-        state[conv.state_key] = buf[:, t:].transpose(1, 2).contiguous()
+        state[key] = buf[:, t:].transpose(1, 2).contiguous()
     return buf
 
 
@@ -96,6 +106,39 @@ def _packed(conv: CausalConv1d) -> torch.Tensor:
 def _conv(conv: CausalConv1d, x: torch.Tensor, **epilogue) -> torch.Tensor:
     from voxflow.kernels.causal_conv import conv1d_channels_last
     return conv1d_channels_last(x, _packed(conv), conv.conv.bias, conv.conv.dilation[0], **epilogue)
+
+
+def subpixel_weight(weight: torch.Tensor, bias: torch.Tensor | None, stride: int
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A transposed convolution's weight [Cin, Cout, 2 * stride] as a two-tap convolution's packed weight
+    [2, stride * Cout, Cin] (conv1d_channels_last's layout), and its bias tiled to [stride * Cout].
+
+    Output sample t * s + j (phase j < s) of the transposed convolution is x[t] @ W[:, :, j] + x[t-1] @ W[:, :, s+j]
+    + bias: a valid two-tap convolution over [x[t-1], x[t]] whose output row t holds the s phases side by side
+    (column j * Cout + c), so [B, T, s * Cout] is already [B, T * s, Cout] in memory. Tap 0 (the earlier row) takes
+    W[:, :, s:], tap 1 W[:, :, :s]."""
+    cin, cout, k = weight.shape
+    if k != 2 * stride:
+        raise ValueError(f"the sub-pixel form needs kernel == 2 * stride, got {k} / {stride}")
+    late, early = weight[:, :, :stride], weight[:, :, stride:]          # on x[t], on x[t - 1]
+    packed = torch.stack([early.permute(2, 1, 0).reshape(stride * cout, cin),
+                          late.permute(2, 1, 0).reshape(stride * cout, cin)]).contiguous()
+    return packed, (bias.repeat(stride) if bias is not None else None)
+
+
+def _conv_transpose_subpixel(up: CausalConvTranspose1d, act: SnakeBeta, x: torch.Tensor,
+                             state: StreamTensors | None) -> torch.Tensor:
+    """act, then the causal transposed conv, as one SnakeBeta pass and one two-tap convolution (`subpixel_weight`):
+    x [B, T, Cin] -> [B, T * stride, Cout]. Its left context is the previous call's last activated input row
+    (state[up.x_state_key]), not the partial sums the GEMM form carries; no G intermediate, no overlap-add pass.
+    The two taps are summed in fp32 and rounded once (the GEMM form rounds each tap's product before the add)."""
+    from voxflow.kernels.causal_conv import conv1d_channels_last
+    b, t, _ = x.shape
+    weight, bias, s = up.conv.weight, up.conv.bias, up.stride
+    params = (weight,) if bias is None else (weight, bias)
+    packed, tiled = per_weight_version(up, params, lambda: subpixel_weight(weight, bias, s))
+    buf = _activated_with_context(act, 1, up.x_state_key, x, state)        # [B, 1 + T, Cin]
+    return conv1d_channels_last(buf, packed, tiled, 1).view(b, t * s, weight.shape[1])
 
 
 def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
