@@ -31,7 +31,11 @@ from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderB
 
 ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
 # The upsampling blocks' transposed convolutions (kernel = 2 x stride) as two-tap convolutions in sub-pixel form
-# (`_conv_transpose_subpixel`) instead of a GEMM + overlap-add pass; VOXFLOW_CODEC_SUBPIXEL=1, off until measured.
+# (`_conv_transpose_subpixel`) instead of a GEMM + overlap-add pass; VOXFLOW_CODEC_SUBPIXEL=1. Off: on the H200
+# (session 28 calls 4-5) a 16-stream 25-frame codec call's kernels took 13.87 -> 12.88 ms and 0.6B c=64 served
+# 686.4 -> 703.0 audio-s/s (one run each), but 1-10-frame calls were slower (3.20 -> 3.77 ms at one frame) and the
+# codec graphs' memory pool reserved 0.73 GiB more (1,342 -> 2,088 MiB in 56 segments against 38, the same peak
+# of allocated bytes: fragmentation), taking the 0.6B engine past 8 GB.
 SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
 
 
