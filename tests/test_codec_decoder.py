@@ -393,6 +393,21 @@ def test_codebook_table_is_made_once_per_weight_version():
     assert again is not first and torch.allclose(again, first / 2.0)
 
 
+def test_derived_weights_of_one_owner_are_told_apart_by_tag():
+    """Two derivations of the same parameters on one owner (codec_waveform_cl: the transposed convolution's GEMM
+    operand and its sub-pixel form) never serve each other's tensor."""
+    from voxflow.layers.derived_weights import per_weight_version
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import CausalConvTranspose1d
+    up = CausalConvTranspose1d(4, 3, 6, 3)
+    w = up.conv.weight
+    gemm = per_weight_version(up, (w,), lambda: w.reshape(4, -1).clone())
+    sub = per_weight_version(up, (w,), lambda: (w.flip(-1).clone(), None), tag="subpixel")
+    assert isinstance(sub, tuple) and sub[0].shape == w.shape
+    assert per_weight_version(up, (w,), lambda: (w.flip(-1).clone(), None), tag="subpixel") is sub      # kept
+    assert per_weight_version(up, (w,), lambda: w.reshape(4, -1).clone()) is not gemm                   # made again
+    assert torch.equal(per_weight_version(up, (w,), lambda: None), gemm)
+
+
 @pytest.mark.parametrize("cudnn_tf32", [True, False])
 def test_codec_matmuls_follow_cudnns_tf32_switch(dec, cudnn_tf32):
     """The codec is one precision class (CodecDecoder.forward): its linears see PyTorch's matmul TF32 switch set to

@@ -180,6 +180,43 @@ def test_supported_rejections():
         assert not supported(torch.zeros(2, 64, requires_grad=True), w)
 
 
+def test_the_wrappers_hand_the_preload_decision_to_the_kernels(monkeypatch):
+    """pdl.weight_preload's decision (PDL on, the switch, N and K >= the width, one row; skinny_linear: the
+    one-split FMA path) reaches the kernels' PRELOAD: both kernels stubbed, PDL forced on, no launch."""
+    from voxflow.kernels import norm_linear as nl
+    from voxflow.kernels import pdl
+    from voxflow.kernels import skinny_linear as sk
+    seen = []
+
+    class Stub:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.append(kw.get("PRELOAD"))
+    for module, name in ((nl, "_norm_linear_kernel"), (sk, "_skinny_linear_kernel"), (sk, "_split_k_reduce_kernel")):
+        monkeypatch.setattr(module, name, Stub())
+    for module in (nl, sk):
+        monkeypatch.setattr(module, "use_pdl", lambda t: True)
+    monkeypatch.setattr(pdl, "_preload", True)
+    monkeypatch.setattr(pdl, "PRELOAD_MIN_WIDTH", 2048)
+
+    def decided(call) -> bool:
+        seen.clear()
+        call()
+        return seen[0]
+
+    def talker_qkv(m: int):
+        return nl.norm_linear(torch.randn(m, 2048), torch.randn(4096, 2048), torch.ones(2048), 1e-6)
+    assert decided(lambda: talker_qkv(1))
+    assert not decided(lambda: talker_qkv(2))                                                  # more than one row
+    assert not decided(lambda: nl.norm_linear(torch.randn(1, 1024), torch.randn(4096, 1024), torch.ones(1024),
+                                              1e-6))                                           # the predictor's width
+    assert decided(lambda: sk.skinny_linear(torch.randn(1, 6144), torch.randn(2048, 6144)))   # talker down_proj
+    assert not decided(lambda: sk.skinny_linear(torch.randn(1, 3072), torch.randn(1024, 3072)))
+    assert not decided(lambda: sk.skinny_linear(torch.randn(1, 6144), torch.randn(2048, 6144),
+                                                config=dict(SPLIT_K=2)))
+    monkeypatch.setattr(pdl, "_preload", False)
+    assert not decided(lambda: talker_qkv(1))
+
+
 def test_weight_preload_is_refused_off_the_one_split_fma_path():
     from voxflow.kernels.skinny_linear import skinny_linear
     x, w = torch.randn(1, 64), torch.randn(32, 64)

@@ -55,7 +55,9 @@ def test_pdl_variants_wait_before_any_memory_access_and_the_others_do_not_wait()
 def test_weight_preload_variants_load_before_the_wait_but_store_nothing_there():
     """pdl.py's one exception: with the weight preload the one-row GEMMs issue loads (their first W tiles) before
     griddepcontrol.wait -- that is the change -- and still nothing is stored before it; their PDL twins without
-    the preload keep the strict rule (the test above)."""
+    the preload keep the strict rule (the test above). (PTX alone does not tell a weight load from an activation
+    load: tests/gpu/test_gpu_pdl.py's bit-equal chained and graphed runs are what would show an activation read
+    before the wait.)"""
     cases = {name: rest for name, *rest in compile_check.cases()}
     preload_names = [name for name in cases if name.endswith(" pdl preload")]
     assert {name.split(" ")[0] for name in preload_names} == {"norm_linear", "skinny_linear"}

@@ -6,7 +6,7 @@ at the 1.7B shapes, bf16, CUDA-graph replays, W rotated past L2 (tune_cp_layer.p
 2. the same with gate|up taking its whole K = 1024 in one step (so all of its weights are preloaded);
 3. the talker's one-row layer step (hidden 2048, intermediate 6144, 8 layers x 14 steps) off / on;
 4. --roles: the predict frame with the preload forced on for one of the code predictor's GEMM roles at a time
-   (cp_layer.PRELOAD: qkv, gate_up, down, lm_head, project), and for all but one (sessions 28 call 1: all of them
+   (cp_layer.PRELOAD: qkv, gate_up, down, lm_head, project), and for all but one (session 28 call 1: all of them
    made the frame slower, 1,908 -> 2,143 us, while the fused layer steps alone got faster).
 
     python benchmarks/scripts/tune_weight_preload.py [--roles]
@@ -54,6 +54,15 @@ def roles() -> None:
 
 def main() -> None:
     assert pdl_enabled(), "PDL is off (VOXFLOW_PDL=0): the preload needs it"
+    saved = pdl._preload, pdl.PRELOAD_MIN_WIDTH
+    try:
+        run()
+    finally:
+        pdl.set_weight_preload(saved[0])
+        pdl.PRELOAD_MIN_WIDTH = saved[1]
+
+
+def run() -> None:
     if "--roles" in sys.argv[1:]:
         roles()
         return
@@ -81,7 +90,6 @@ def main() -> None:
         pdl.set_weight_preload(on)
         us = cp.frame_us(layers, 1, cp.per_layer_step(layers))
         print(f"talker one-row layer step, preload {'on' if on else 'off'}: {us:.2f} us", flush=True)
-    pdl.set_weight_preload(False)
 
 
 if __name__ == "__main__":

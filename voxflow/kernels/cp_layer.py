@@ -36,8 +36,9 @@ MAX_M = min(nl.MAX_M, attn.MAX_M)
 CONFIGS: dict[str, dict | None] = {"qkv": None, "attention_o_proj": None, "gate_up": None, "down": None,
                                    "lm_head": None}
 # pdl.py's weight preload per GEMM of the code predictor's one-row step (None: pdl.weight_preload decides; True /
-# False force it): benchmarks/scripts/tune_weight_preload.py times each role on its own. "lm_head" and "project"
-# are code_predictor.py's skinny GEMMs around the layers.
+# False force it, True even with VOXFLOW_PDL_PRELOAD=0, and with no effect without PDL):
+# benchmarks/scripts/tune_weight_preload.py times each role on its own (every role lost: H200 session 28 call 3).
+# "lm_head" and "project" are code_predictor.py's GEMMs around the layers.
 # VOXFLOW_CP_PRELOAD=qkv,gate_up,...: those roles forced on (for A/B runs of a whole engine).
 PRELOAD: dict[str, bool | None] = {"qkv": None, "gate_up": None, "down": None, "lm_head": None, "project": None}
 for _role in filter(None, os.environ.get("VOXFLOW_CP_PRELOAD", "").split(",")):

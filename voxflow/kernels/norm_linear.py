@@ -240,13 +240,13 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
     for name, t in (("residual", residual), ("out", out)):
         if t is not None and (t.shape != (m, n) or t.dtype != x.dtype or t.device != x.device or t.stride(1) != 1):
             raise ValueError(f"norm_linear: {name} must be [{m}, {n}] {x.dtype} on {x.device} with a unit last stride")
-    if out is None:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    res = residual if residual is not None else out
     pdl = use_pdl(x)
     preload = weight_preload(pdl, n, k) and m == 1 if preload is None else bool(preload)
     if preload and m != 1:
         raise ValueError(f"norm_linear: the weight preload is for one row, not {m}")
+    if out is None:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    res = residual if residual is not None else out
     _norm_linear_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         x, norm_weight if norm_weight is not None else x, w, res, out, m, n, k, x.stride(0), res.stride(0),
         out.stride(0), float(k), float(eps),

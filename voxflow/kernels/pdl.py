@@ -18,21 +18,24 @@ GEMMs (qk_norm_rope, the paged decode and its split merge, select_tokens, the co
 row: 84 + 16 launches a c=1 step that broke the chain): c=1 step 3.63 -> 3.53 ms, HTTP RTF 0.047 -> 0.046; c=64
 unchanged (9.19 ms: its GEMMs are cuBLAS's, which do not take part).
 
-Rules every PDL kernel here keeps: nothing is loaded or written before `wait_for_previous_kernel()`
-(tests/test_kernels_compile.py checks the PTX order), and `gdc_launch_dependents()` comes after the wait, so at
-most two kernels of a stream overlap and a kernel's completion implies its predecessor's. A kernel launched
-without PDL behind a PDL one waits as usual. Numerics do not change (the same loads and arithmetic after the
-wait). Captured into CUDA graphs the launches keep their programmatic dependency (CUDA 12.3+);
-tests/gpu/test_gpu_pdl.py holds on / off to equal bits, graphed too.
+Rules every PDL kernel here keeps: nothing is loaded (except the weight preload below) or written before
+`wait_for_previous_kernel()` (tests/test_kernels_compile.py checks the PTX order), and `gdc_launch_dependents()`
+comes after the wait, so at most two kernels of a stream overlap and a kernel's completion implies its
+predecessor's. A kernel launched without PDL behind a PDL one waits as usual, and so does a PDL kernel behind one
+that never triggers (a torch op, cuBLAS): it starts when that kernel has finished. Numerics do not change (the same
+loads and arithmetic; only the preload's weight loads come before the wait). Captured into CUDA graphs the
+launches keep their programmatic dependency (CUDA 12.3+); tests/gpu/test_gpu_pdl.py holds on / off to equal bits,
+graphed too.
 
 The switch: `voxflow.kernels.use_pdl` (on by default on Hopper or newer; VOXFLOW_PDL=0 turns it off). Under
 Triton's interpreter (CPU tests) the kernels compile without these instructions (USE_PDL is a constexpr and
 False there).
 
-Weight preload (`weight_preload`; on by default for GEMMs at least PRELOAD_MIN_WIDTH = 2048 wide, VOXFLOW_PDL_PRELOAD=0
-turns it off): the one-row GEMM kernels
-(norm_linear.py, skinny_linear.py) load their first K step of WEIGHT tiles into registers before the wait, the
-one exception to the rule above. No kernel of a step writes a weight, so the values are the same; only their
+Weight preload (`weight_preload`; on by default for the one-row GEMMs whose N and K are both >= PRELOAD_MIN_WIDTH =
+2048, VOXFLOW_PDL_PRELOAD=0 turns it off): the one-row GEMM kernels (norm_linear.py, skinny_linear.py) load their
+first K step of WEIGHT tiles into registers before the wait, the one exception to the rule above. Weights are
+written only at load, cast or fuse time, never by a kernel of a decode step (a fused weight re-made eagerly after a
+weight was replaced is a torch op, which never triggers an early start), so the values are the same; only their
 loads move ahead, into the time the kernel before is still running, so HBM keeps streaming across the kernel
 boundary instead of idling through each kernel's start. (Unlike session 10's L2 prefetch, which issued one
 prefetch instruction per 128-byte line before the wait, these are the kernel's own vector loads, issued once.)
@@ -58,7 +61,7 @@ def wait_for_previous_kernel():
     tl.extra.cuda.gdc_launch_dependents()
 
 
-_preload = os.environ.get("VOXFLOW_PDL_PRELOAD", "1") != "0"
+_preload = os.environ.get("VOXFLOW_PDL_PRELOAD", "1") not in ("0", "false", "off")      # (as VOXFLOW_PDL)
 # Only GEMMs whose N and K are both at least this wide preload: 2048 takes the 1.7B talker's one-row layers and not
 # the code predictor's (hidden 1024), whose real frame went slower with the preload (H200 session 28 call 1).
 PRELOAD_MIN_WIDTH = int(os.environ.get("VOXFLOW_PDL_PRELOAD_MIN_WIDTH", "2048"))
@@ -70,8 +73,9 @@ def set_weight_preload(on: bool) -> None:
 
 
 def weight_preload(pdl: bool, n: int = 1 << 30, k: int = 1 << 30) -> bool:
-    """Whether a kernel launched with PDL `pdl` preloads the weights of its [n, k] GEMM before the wait (only PDL
-    kernels can; PRELOAD_MIN_WIDTH)."""
+    """Whether a kernel launched with PDL `pdl` preloads the weights of its [n, k] GEMM before the wait: PDL on, the
+    switch on, N and K >= PRELOAD_MIN_WIDTH. (A caller's explicit preload=True bypasses this, for A/B runs; without
+    PDL there is no wait to move loads ahead of, so it changes nothing there.)"""
     return pdl and _preload and min(n, k) >= PRELOAD_MIN_WIDTH
 
 

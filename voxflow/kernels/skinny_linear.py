@@ -323,14 +323,14 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
         raise ValueError(f"skinny_linear: config {cfg} does not fit M={m}, N={n}, K={k} "
                          f"(BLOCK_M >= M, K % (BLOCK_K * SPLIT_K) == 0, dot tiles >= 16)")
 
-    # Unused pointer arguments get x (never dereferenced: their constexpr flags compile the loads out).
-    ws = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else x
-    res = residual if residual is not None else x
     pdl = use_pdl(x)
     fma_one_split = not cfg["USE_DOT"] and split == 1
     preload = weight_preload(pdl, n, k) and m == 1 and fma_one_split if preload is None else bool(preload)
     if preload and not fma_one_split:
         raise ValueError("skinny_linear: the weight preload is for the one-split FMA path")
+    # Unused pointer arguments get x (never dereferenced: their constexpr flags compile the loads out).
+    ws = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else x
+    res = residual if residual is not None else x
     _skinny_linear_kernel[(triton.cdiv(n, bn), split)](
         x, w, norm_weight if norm_weight is not None else x, bias if bias is not None else x, res, out, ws,
         m, n, k, k // split, x.stride(0), res.stride(0), out.stride(0), float(k), float(eps),

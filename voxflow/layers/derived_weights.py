@@ -6,11 +6,12 @@ import torch
 from torch import nn
 
 
-def per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make):
+def per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make, tag: str = ""):
     """`make()` (a tensor or tuple of tensors derived from `params`), kept on `owner._derived` and made again only
     when a parameter is replaced or changed in place (its data pointer, version counter, dtype or device moved).
-    Never kept when made inside a CUDA-graph capture: that memory belongs to the graph's pool."""
-    key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+    Never kept when made inside a CUDA-graph capture: that memory belongs to the graph's pool. `tag` tells apart
+    two derivations of the same parameters on one owner (one slot: the other is made again, never served)."""
+    key = (tag,) + tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
     cached = owner._derived
     if cached is not None and cached[0] == key:
         return cached[1]

@@ -125,7 +125,8 @@ class CodePredictor(nn.Module):
         if fused and CP_NORM_LINEAR_LM_HEAD:
             from voxflow.kernels import cp_layer, norm_linear as nl
             if nl.supported(last, head, norm.weight):
-                return nl.norm_linear(last, head, norm.weight, norm.eps, config=cp_layer.CONFIGS["lm_head"])
+                return nl.norm_linear(last, head, norm.weight, norm.eps, config=cp_layer.CONFIGS["lm_head"],
+                                      preload=cp_layer.PRELOAD["lm_head"] if last.shape[0] == 1 else None)
         if last.shape[0] <= SKINNY_PROLOGUE_MAX_ROWS:    # one row: the fused norm prologue beats norm + cuBLAS
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):

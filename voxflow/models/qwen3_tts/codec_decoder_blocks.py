@@ -89,6 +89,9 @@ class CausalConvTranspose1d(StreamingModule):
     Output sample n gets contributions from inputs t with 0 <= n - t*stride < kernel. With kernel <= 2*stride a new
     input frame only adds to its own stride of samples and to the next one, so streaming keeps the `overlap` =
     kernel-stride partial sums that spill past the emitted samples and adds them to the next call's first ones.
+    With kernel = 2*stride the state also holds the last input row (`x_state_key`), the context of the GPU stack's
+    sub-pixel form (codec_waveform_cl.SUBPIXEL), which carries that instead of the spill; each form keeps its own
+    entry (2,880 values a stream for the 12 Hz decoder, allocated with either form).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):

@@ -7,7 +7,7 @@ batched decode step is
     rows = the batch's row numbers (a device LongTensor)
     state = pool.index_select(rows)  ->  stream_decode (functional)  ->  pool.index_copy_(rows, new state)
 
-The ~38 state tensors of a row live side by side in one flat [rows, N] buffer per dtype (`PackedRows`; the named
+The ~42 state tensors of a row live side by side in one flat [rows, N] buffer per dtype (`PackedRows`; the named
 tensors are views into it), so the gather is one index_select and the write-back one cat + one index_copy_ per
 dtype, not one of each per tensor: 74 small launches (~0.63 ms of a 16-stream codec call's GPU time on the H200,
 session 14) become ~5 (~0.22 ms).

@@ -6,7 +6,9 @@ fixed left context is not exact. Instead each request keeps, with a leading batc
 - per transformer layer: rotated keys and values of its last `sliding_window - 1` frames (fixed size);
 - the number of frames consumed (the next absolute RoPE position);
 - per causal conv: its last (kernel-1)*dilation input samples;
-- per transposed conv with kernel > stride: the kernel-stride partial output sums that spill into the next call.
+- per transposed conv with kernel > stride: the kernel-stride partial output sums that spill into the next call,
+  and with kernel = 2 x stride also its last input row (what the GPU stack's sub-pixel form carries instead,
+  codec_waveform_cl.SUBPIXEL; a stream is decoded by one form throughout).
 
 Every tensor has a fixed size, so a stream can run forever; a call costs work proportional to its new frames
 (plus attention over the window). Rows of several requests can be decoded in one call when they feed the same

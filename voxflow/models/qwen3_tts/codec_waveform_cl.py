@@ -33,9 +33,9 @@ ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to
 # The upsampling blocks' transposed convolutions (kernel = 2 x stride) as two-tap convolutions in sub-pixel form
 # (`_conv_transpose_subpixel`) instead of a GEMM + overlap-add pass; VOXFLOW_CODEC_SUBPIXEL=1. Off: on the H200
 # (session 28 calls 4-5) a 16-stream 25-frame codec call's kernels took 13.87 -> 12.88 ms and 0.6B c=64 served
-# 686.4 -> 703.0 audio-s/s (one run each), but 1-10-frame calls were slower (3.20 -> 3.77 ms at one frame) and the
-# codec graphs' memory pool reserved 0.73 GiB more (1,342 -> 2,088 MiB in 56 segments against 38, the same peak
-# of allocated bytes: fragmentation), taking the 0.6B engine past 8 GB.
+# 686.35 -> 703.04 audio-s/s (one run each), but a one-frame call's wall time rose (3.20 -> 3.77 ms) and the codec
+# graphs' memory pool reserved 0.73 GiB more (1,342 -> 2,088 MiB in 56 segments against 38, the same peak of
+# allocated bytes: fragmentation), taking the 0.6B engine past 8 GB.
 SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
 
 
@@ -140,7 +140,7 @@ def _conv_transpose_subpixel(up: CausalConvTranspose1d, act: SnakeBeta, x: torch
     b, t, _ = x.shape
     weight, bias, s = up.conv.weight, up.conv.bias, up.stride
     params = (weight,) if bias is None else (weight, bias)
-    packed, tiled = per_weight_version(up, params, lambda: subpixel_weight(weight, bias, s))
+    packed, tiled = per_weight_version(up, params, lambda: subpixel_weight(weight, bias, s), tag="subpixel")
     buf = _activated_with_context(act, 1, up.x_state_key, x, state)        # [B, 1 + T, Cin]
     return conv1d_channels_last(buf, packed, tiled, 1).view(b, t * s, weight.shape[1])
 
