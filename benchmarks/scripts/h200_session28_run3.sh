@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 28 call 3; carry [".whl", ".device_tree"].
+# Session 28 call 3 (tree b0af70a, 309 s); carry [".whl", ".device_tree"]. Its `--roles` mode and
+# VOXFLOW_CP_PRELOAD were removed after this call (every role lost): on later trees they do nothing or fail.
 # The weight preload on by default for the talker's one-row GEMMs (kernels/pdl.py: widths >= 2048; call 2: c=1 step
 # 3.42 -> 3.36 ms, RTF 0.044 -> 0.043).
 # 1. GPU tests: PDL on / off / preload (every width) equal bits; the one-row layers and the fp32 engine against the

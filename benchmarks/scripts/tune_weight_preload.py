@@ -4,12 +4,13 @@ at the 1.7B shapes, bf16, CUDA-graph replays, W rotated past L2 (tune_cp_layer.p
 1. the code predictor's fused layer step (cp_layer: 5 layers x 14 steps) and a whole CodePredictor.predict frame
    (15 codes, greedy), and whether its codes equal the preload-off codes (they must: the same loads, earlier);
 2. the same with gate|up taking its whole K = 1024 in one step (so all of its weights are preloaded);
-3. the talker's one-row layer step (hidden 2048, intermediate 6144, 8 layers x 14 steps) off / on;
-4. --roles: the predict frame with the preload forced on for one of the code predictor's GEMM roles at a time
-   (cp_layer.PRELOAD: qkv, gate_up, down, lm_head, project), and for all but one (session 28 call 1: all of them
-   made the frame slower, 1,908 -> 2,143 us, while the fused layer steps alone got faster).
+3. the talker's one-row layer step (hidden 2048, intermediate 6144, 8 layers x 14 steps) off / on.
 
-    python benchmarks/scripts/tune_weight_preload.py [--roles]
+Session 28 call 3 also ran a --roles mode (the predict frame with the preload forced on per code-predictor GEMM role,
+through a cp_layer.PRELOAD table and VOXFLOW_CP_PRELOAD): every role lost, and both were removed after the call; the
+code is in b0af70a.
+
+    python benchmarks/scripts/tune_weight_preload.py
 """
 from __future__ import annotations
 
@@ -33,25 +34,6 @@ def cp_rows(label: str) -> torch.Tensor:
     return codes[1]
 
 
-def roles() -> None:
-    """Predict frames with the preload forced per role (module docstring, 4)."""
-    names = list(cp_layer.PRELOAD)
-    saved = dict(cp_layer.PRELOAD)
-    settings = [("none", set()), *((f"only {n}", {n}) for n in names), *((f"all but {n}", set(names) - {n})
-                                                                         for n in names), ("all", set(names))]
-    print(f"\n{'code predictor, preload forced on':34} | {'predict fused':>13} | codes == none")
-    first = None
-    try:
-        for label, on in settings:
-            cp_layer.PRELOAD.update({n: n in on for n in names})
-            torch.manual_seed(0)
-            (_, predict), _, codes = cp.predict_frames(1)
-            first = codes[1] if first is None else first
-            print(f"{label:34} | {predict:13.1f} | {torch.equal(codes[1], first)}", flush=True)
-    finally:
-        cp_layer.PRELOAD.update(saved)
-
-
 def main() -> None:
     assert pdl_enabled(), "PDL is off (VOXFLOW_PDL=0): the preload needs it"
     saved = pdl._preload, pdl.PRELOAD_MIN_WIDTH
@@ -63,9 +45,6 @@ def main() -> None:
 
 
 def run() -> None:
-    if "--roles" in sys.argv[1:]:
-        roles()
-        return
     pdl.PRELOAD_MIN_WIDTH = 0          # every width, as session 28 call 1 ran it (the default is the talker's)
     print(f"{torch.cuda.get_device_name()}, {cp.DTYPE}, one row, us (CUDA-graph replays, W rotated past L2)")
     print(f"{'code predictor':34} | {'fused step':>10} | {'predict fused':>13}")

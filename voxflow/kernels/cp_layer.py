@@ -18,7 +18,6 @@ about one bf16 rounding of those GEMM inputs per layer. fp32: the reference up t
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -35,16 +34,6 @@ MAX_M = min(nl.MAX_M, attn.MAX_M)
 # fused layers at one row only, CP_FUSED_MAX_ROWS.)
 CONFIGS: dict[str, dict | None] = {"qkv": None, "attention_o_proj": None, "gate_up": None, "down": None,
                                    "lm_head": None}
-# pdl.py's weight preload per GEMM of the code predictor's one-row step (None: pdl.weight_preload decides; True /
-# False force it, True even with VOXFLOW_PDL_PRELOAD=0, and with no effect without PDL):
-# benchmarks/scripts/tune_weight_preload.py times each role on its own (every role lost: H200 session 28 call 3).
-# "lm_head" and "project" are code_predictor.py's GEMMs around the layers.
-# VOXFLOW_CP_PRELOAD=qkv,gate_up,...: those roles forced on (for A/B runs of a whole engine).
-PRELOAD: dict[str, bool | None] = {"qkv": None, "gate_up": None, "down": None, "lm_head": None, "project": None}
-for _role in filter(None, os.environ.get("VOXFLOW_CP_PRELOAD", "").split(",")):
-    if _role not in PRELOAD:
-        raise ValueError(f"VOXFLOW_CP_PRELOAD: unknown role {_role!r} (roles: {', '.join(PRELOAD)})")
-    PRELOAD[_role] = True
 
 
 @dataclass(frozen=True)
@@ -85,12 +74,8 @@ def layer_step(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.T
                v_cache: torch.Tensor, length: int) -> torch.Tensor:
     """The layer on rows x [M, H] (one new token each, at cache position `length`; row b's cache is
     k_cache[b] / v_cache[b], updated in place) -> new rows [M, H] (x itself is left unchanged)."""
-    one_row = x.shape[0] == 1          # (the preload is a one-row path)
-    qkv = nl.norm_linear(x, w.qkv, w.input_norm, w.input_eps, config=CONFIGS["qkv"],
-                         preload=PRELOAD["qkv"] if one_row else None)
+    qkv = nl.norm_linear(x, w.qkv, w.input_norm, w.input_eps, config=CONFIGS["qkv"])
     h = attn.attention_o_proj(qkv, x, w.o, w.q_norm, w.k_norm, w.q_eps, w.k_eps, cos, sin, k_cache, v_cache, length,
                               w.num_heads, w.scale, config=CONFIGS["attention_o_proj"])
-    act = nl.norm_linear(h, w.gate_up, w.post_norm, w.post_eps, swiglu=True, config=CONFIGS["gate_up"],
-                         preload=PRELOAD["gate_up"] if one_row else None)
-    return sk.skinny_linear(act, w.down, residual=h, out=h, config=CONFIGS["down"],
-                            preload=PRELOAD["down"] if one_row else None)
+    act = nl.norm_linear(h, w.gate_up, w.post_norm, w.post_eps, swiglu=True, config=CONFIGS["gate_up"])
+    return sk.skinny_linear(act, w.down, residual=h, out=h, config=CONFIGS["down"])

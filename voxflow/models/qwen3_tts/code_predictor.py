@@ -98,9 +98,7 @@ class CodePredictor(nn.Module):
             from voxflow.kernels import skinny_linear as sk
             rows = x.reshape(b * s, -1)
             if sk.supported(rows, proj.weight) and proj.bias is not None:
-                from voxflow.kernels.cp_layer import PRELOAD
-                return sk.skinny_linear(rows, proj.weight, bias=proj.bias,
-                                        preload=PRELOAD["project"] if b * s == 1 else None).view(b, s, -1)
+                return sk.skinny_linear(rows, proj.weight, bias=proj.bias).view(b, s, -1)
         return proj(x)
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
@@ -125,14 +123,11 @@ class CodePredictor(nn.Module):
         if fused and CP_NORM_LINEAR_LM_HEAD:
             from voxflow.kernels import cp_layer, norm_linear as nl
             if nl.supported(last, head, norm.weight):
-                return nl.norm_linear(last, head, norm.weight, norm.eps, config=cp_layer.CONFIGS["lm_head"],
-                                      preload=cp_layer.PRELOAD["lm_head"] if last.shape[0] == 1 else None)
+                return nl.norm_linear(last, head, norm.weight, norm.eps, config=cp_layer.CONFIGS["lm_head"])
         if last.shape[0] <= SKINNY_PROLOGUE_MAX_ROWS:    # one row: the fused norm prologue beats norm + cuBLAS
             from voxflow.kernels import skinny_linear as sk
             if sk.supported(last, head):
-                from voxflow.kernels.cp_layer import PRELOAD
-                return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps,
-                                        preload=PRELOAD["lm_head"] if last.shape[0] == 1 else None)
+                return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)
         return self.lm_head[j](norm(last))      # rows the fused layers made (CP_FUSED_MAX_ROWS > 1), or no skinny
 
     def _fused_layers(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
