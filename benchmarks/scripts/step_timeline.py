@@ -1,0 +1,139 @@
+"""The critical path of an engine step, kernel by kernel: where a graph replay's wall time goes.
+
+CUPTI's per-kernel durations overlap under programmatic dependent launch (a kernel starts early and waits), so
+their sum is not the step. This tool keeps each kernel's start and end on the step's stream and charges every
+microsecond of the stream's busy span to exactly one kernel (the one that extends it), plus the idle gaps between
+kernels to the kernel after the gap:
+
+    exposed_i = max(0, end_i - max(start_i, frontier))      gap_i = max(0, start_i - frontier)
+    frontier  = max(end_0 .. end_{i-1})
+
+so that sum(exposed + gap) is the stream's wall time.
+
+    record:  python benchmarks/scripts/step_timeline.py record MODEL_DIR CONCURRENCY OUT.json.gz [--stagger]
+                 [KEY=VALUE engine args]
+    report:  python benchmarks/scripts/step_timeline.py report OUT.json.gz [--sequence]
+
+record profiles 30 graph-replayed steps (profile_step.py's engine) and writes each kernel's (name, stream, start,
+end) in microseconds. report prints, per kernel name, launches a step, CUPTI's mean duration, the exposed and gap
+time a step; then the step split at each token draw (select_tokens: the code predictor's 15 draws and the c0
+draw), and with --sequence every kernel of one step in order.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from collections import defaultdict
+
+STEPS = 30
+DRAW = "_select_tokens_kernel"
+
+
+def record(model: str, concurrency: int, out: str, stagger: bool, extra: dict) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from profile_step import engine, timed
+    core = engine(model, concurrency, True, extra, stagger)
+    ms = timed(core, 20)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        timed(core, STEPS)
+    names: dict[str, int] = {}
+    rows = []
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            rows.append((names.setdefault(e.name, len(names)), getattr(e, "device_resource_id", -1),
+                         round(e.time_range.start, 3), round(e.time_range.end, 3)))
+    rows.sort(key=lambda r: r[2])
+    with gzip.open(out, "wt") as f:
+        json.dump({"model": model, "concurrency": concurrency, "engine_args": extra, "steps": STEPS,
+                   "step_ms": ms, "names": list(names), "kernels": rows}, f)
+    print(f"c={concurrency}: {ms:.3f} ms a step; {len(rows)} kernels in {STEPS} steps -> {out}")
+
+
+def critical_path(rows: list[tuple]) -> list[tuple[int, float, float, float, float]]:
+    """(name id, start, end, exposed, gap) of each kernel of one stream, in start order."""
+    out, frontier = [], None
+    for name, _, start, end in rows:
+        if frontier is None:
+            frontier = start
+        gap = max(0.0, start - frontier)
+        exposed = max(0.0, end - max(start, frontier))
+        frontier = max(frontier, end)
+        out.append((name, start, end, exposed, gap))
+    return out
+
+
+def report(path: str, sequence: bool) -> None:
+    data = json.load(gzip.open(path, "rt"))
+    names, steps = data["names"], data["steps"]
+    per_stream = defaultdict(list)
+    for r in data["kernels"]:
+        per_stream[r[1]].append(r)
+    main = max(per_stream, key=lambda s: len(per_stream[s]))
+    path_rows = critical_path(per_stream[main])
+    wall = path_rows[-1][2] - path_rows[0][1]
+    print(f"{data['model']} c={data['concurrency']} {data['engine_args']}: timed step {data['step_ms']:.3f} ms; "
+          f"stream {main}: {len(path_rows) / steps:.0f} kernels a step, {wall / steps / 1e3:.3f} ms a step of wall "
+          f"time, {sum(r[3] for r in path_rows) / steps / 1e3:.3f} exposed + "
+          f"{sum(r[4] for r in path_rows) / steps / 1e3:.3f} idle; other streams: "
+          + ", ".join(f"{s}: {len(v) / steps:.0f} kernels, {sum(r[3] - r[2] for r in v) / steps / 1e3:.3f} ms"
+                      for s, v in per_stream.items() if s != main))
+    agg = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    for name, start, end, exposed, gap in path_rows:
+        a = agg[name]
+        a[0] += 1
+        a[1] += end - start
+        a[2] += exposed
+        a[3] += gap
+    print(f"{'us a step':>10} {'exposed':>8} {'gap':>7} {'n':>6} {'CUPTI us':>9}  kernel")
+    for name, (n, dur, exp, gap) in sorted(agg.items(), key=lambda kv: -(kv[1][2] + kv[1][3])):
+        print(f"{(exp + gap) / steps:10.1f} {exp / steps:8.1f} {gap / steps:7.1f} {n / steps:6.1f} {dur / n:9.2f}  "
+              f"{names[name][:100]}")
+    # One step's segments, cut after each draw: the code predictor's steps and the rest.
+    draw = names.index(DRAW) if DRAW in names else -1
+    per_step = len(path_rows) // steps
+    one = path_rows[len(path_rows) // 2 - per_step // 2:][:per_step * 2]
+    starts = [i for i, r in enumerate(one) if r[0] == draw]
+    if len(starts) >= 2:
+        draws_a_step = sum(1 for r in path_rows if r[0] == draw) // steps
+        first = starts[0] + 1
+        seg_rows = one[first:]
+        print(f"\nsegments between draws ({draws_a_step} draws a step), one step from the middle of the trace:")
+        seg, count, total = [], 0, 0.0
+        for r in seg_rows:
+            seg.append(r)
+            if r[0] == draw:
+                t = sum(x[3] + x[4] for x in seg)
+                total += t
+                kinds = defaultdict(int)
+                for x in seg:
+                    kinds[names[x[0]][:28]] += 1
+                print(f"  {t:8.1f} us {len(seg):4d} kernels  " + ", ".join(f"{k} x{v}" for k, v in kinds.items()))
+                seg = []
+                count += 1
+                if count == draws_a_step:
+                    break
+        print(f"  {total:8.1f} us in all")
+    if sequence:
+        print("\none step in order (exposed / gap / CUPTI duration, us):")
+        for name, start, end, exposed, gap in one[:per_step]:
+            print(f"  {exposed:7.2f} {gap:6.2f} {end - start:7.2f}  {names[name][:90]}")
+
+
+def main() -> None:
+    if len(sys.argv) >= 5 and sys.argv[1] == "record":
+        from voxflow.bench.offline import parse_engine_args
+        rest = sys.argv[5:]
+        record(sys.argv[2], int(sys.argv[3]), sys.argv[4], "--stagger" in rest,
+               parse_engine_args([a for a in rest if a != "--stagger"]))
+    elif len(sys.argv) >= 3 and sys.argv[1] == "report":
+        report(sys.argv[2], "--sequence" in sys.argv[3:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
