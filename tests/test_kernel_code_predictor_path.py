@@ -311,18 +311,20 @@ def check_deferred_residual_adds_change_no_bits():
 
 def check_fused_layer_path_against_reference():
     """The four-kernel layer path (voxflow/kernels/cp_layer.py, CP_FUSED_LAYER on) and the one-pass norm + lm_head:
-    taken on every single-token step (spied: layer_step per layer and step, and neither the per-layer attention
-    kernel nor the skinny norm prologue on those steps), logits within the same tolerances as above, greedy codes
+    taken on every single-token step, and on the 2-token first step position by position (CP_FUSED_PREFILL; off:
+    the per-layer path there) (spied: layer_step per layer and step, and neither the per-layer attention kernel nor
+    the skinny norm prologue on those steps), logits within the same tolerances as above, greedy codes
     equal to the reference's in fp32 and bf16. One row, and three rows with the row limit raised."""
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import attention_o_proj, cp_layer, norm_linear
     from voxflow.kernels import dense_decode_norm_rope as fused_attention
     from voxflow.kernels import skinny_linear as sk
-    spies = {"layer_step": [], "attention_o_proj": [], "norm_linear": [], "per_layer_attention": [], "skinny": []}
+    spies = {"layer_step": [], "attention_o_proj": [], "norm_linear": [], "per_layer_attention": [], "skinny": [],
+             "layer_append": []}
     patched = [(cp_layer, "layer_step"), (attention_o_proj, "attention_o_proj"), (norm_linear, "norm_linear"),
-               (fused_attention, "norm_rope_attend_append"), (sk, "skinny_linear")]
+               (fused_attention, "norm_rope_attend_append"), (sk, "skinny_linear"), (cp_layer, "layer_append")]
     saved = [getattr(m, name) for m, name in patched] + [cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS,
-                                                         cp_mod.CP_NORM_LINEAR_LM_HEAD]
+                                                         cp_mod.CP_NORM_LINEAR_LM_HEAD, cp_mod.CP_FUSED_PREFILL]
     saved_configs = dict(cp_layer.CONFIGS)
 
     def spy(key, real):
@@ -339,32 +341,43 @@ def check_fused_layer_path_against_reference():
                             lm_head=dict(BLOCK_N=64))
     try:
         g = torch.Generator().manual_seed(2)
-        # (lm_head after the fused layers: skinny_linear's norm prologue, or norm_linear with the switch on)
-        for rows, dtype, tol, nl_head in ((1, torch.float32, 1e-4, False), (1, torch.bfloat16, 5e-2, True),
-                                          (3, torch.float32, 1e-4, True)):
-            cp_mod.CP_NORM_LINEAR_LM_HEAD = nl_head
+        # (lm_head after the fused layers: skinny_linear's norm prologue, or norm_linear with the switch on; the
+        # 2-token first step through the fused layers too, CP_FUSED_PREFILL, or the per-layer path)
+        for rows, dtype, tol, nl_head, prefill in ((1, torch.float32, 1e-4, False, True),
+                                                   (1, torch.bfloat16, 5e-2, True, True),
+                                                   (3, torch.float32, 1e-4, True, True),
+                                                   (1, torch.float32, 1e-4, False, False)):
+            cp_mod.CP_NORM_LINEAR_LM_HEAD, cp_mod.CP_FUSED_PREFILL = nl_head, prefill
             cp, h, c0 = case(rows, dtype, g)
             for v in spies.values():
                 v.clear()
             codes_k, logits_k = run(cp, h, c0, True, None)
             steps = 3                                     # 4 code groups: a 2-token prefill, then 3 single-token steps
-            assert len(spies["layer_step"]) == 2 * steps, "the fused layer path did not run (2 layers x 3 steps)"
-            assert len(spies["attention_o_proj"]) == 2 * steps
-            # per layer step: q|k|v and gate|up (swiglu); per single-token step: lm_head (switch on)
-            assert spies["norm_linear"].count((True, False, False, False)) == 2 * steps
-            assert spies["norm_linear"].count((False, False, False, False)) == 2 * steps + (steps if nl_head else 0)
+            # the fused prefill: position 0 through layer 0, then only its keys / values appended in layer 1
+            # (layer_append: K1 + K2), position 1 through both layers
+            full, appends = 2 * steps + (3 if prefill else 0), (1 if prefill else 0)
+            assert len(spies["layer_step"]) == full, "the fused layer path did not run where it should"
+            assert len(spies["layer_append"]) == appends
+            assert len(spies["attention_o_proj"]) == full + appends
+            # per layer step: q|k|v and gate|up (swiglu); per fused step: lm_head (switch on)
+            heads = steps + (1 if prefill else 0)
+            assert spies["norm_linear"].count((True, False, False, False)) == full
+            assert spies["norm_linear"].count((False, False, False, False)) == full + appends + (
+                heads if nl_head else 0)
             assert not spies["per_layer_attention"], "the per-layer attention kernel ran on a single-token step"
-            # skinny: down_proj + residual per layer step (plain, its input made by gate|up's kernel); the prefill's
-            # o_proj per layer (2 tokens: no silu*up prologue on its down_proj), (one row) lm_head with the norm
-            # prologue (the single-token steps' too with the switch off); the input projection (bias) on every step
+            # skinny: down_proj + residual per layer step (plain, its input made by gate|up's kernel); without the
+            # fused prefill the prefill's o_proj per layer (2 tokens: no silu*up prologue on its down_proj);
+            # (one row) lm_head with the norm prologue (the fused steps' too with the switch off, and the
+            # per-layer prefill's); the input projection (bias) on every step
             skinny = spies["skinny"]
-            assert skinny.count((False, False, False, False)) == 2 * steps + 2
+            plain = full + (0 if prefill else 2)
+            assert skinny.count((False, False, False, False)) == plain
             assert skinny.count((False, True, False, False)) == 0
-            head_prologue = (1 + (0 if nl_head else steps)) if rows == 1 else 0
+            head_prologue = ((0 if nl_head else heads) + (0 if prefill else 1)) if rows == 1 else 0
             assert skinny.count((False, False, True, False)) == head_prologue
             prefill_bias = 1 if 2 * rows <= cp_mod.SKINNY_BIAS_MAX_ROWS else 0
             assert skinny.count((False, False, False, True)) == steps + prefill_bias
-            assert len(skinny) == 2 * steps + 2 + steps + prefill_bias + head_prologue
+            assert len(skinny) == plain + steps + prefill_bias + head_prologue
             # greedy on both paths: equal codes mean both saw the same inputs at every step, so the logits compare
             codes_r, logits_r = run(cp, h, c0, False, None)
             assert torch.equal(codes_k, codes_r), (rows, dtype)
@@ -372,7 +385,8 @@ def check_fused_layer_path_against_reference():
     finally:
         for (m, name), real in zip(patched, saved):
             setattr(m, name, real)
-        cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_NORM_LINEAR_LM_HEAD = saved[-3:]
+        (cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_NORM_LINEAR_LM_HEAD,
+         cp_mod.CP_FUSED_PREFILL) = saved[-4:]
         cp_layer.CONFIGS.update(saved_configs)
 
 

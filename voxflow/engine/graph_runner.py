@@ -84,6 +84,13 @@ class RunnerStats:
     eager_steps: int = 0
 
 
+def _input_views(buf: torch.Tensor, batch: int, width: int) -> dict[str, torch.Tensor]:
+    """The decode inputs as views of one int64 buffer [slots B | lens B | mapping B | tables B x W]."""
+    b = batch
+    return dict(slots=buf[:b], lens=buf[b:2 * b], mapping=buf[2 * b:3 * b].view(b, 1),
+                tables=buf[3 * b:].view(b, width))
+
+
 class DecodeRunner:
     def __init__(self, model: TTSModel, k_cache, v_cache, block_size: int, max_batch: int, max_width: int,
                  scratch_block: int, cuda_graphs: bool, fixed_width: bool = False):
@@ -99,12 +106,14 @@ class DecodeRunner:
         self.stats = RunnerStats()
         B, W = self.buckets[-1], self.max_width
         pin = self.device.type == "cuda"
-        # Host staging (two sets, used alternately) and the static device inputs every graph reads.
-        self._host = [dict(slots=torch.zeros(B, dtype=torch.long, pin_memory=pin),
-                           tables=torch.zeros(B, W, dtype=torch.long, pin_memory=pin),
-                           lens=torch.zeros(B, dtype=torch.long, pin_memory=pin),
-                           mapping=torch.zeros(B, 1, dtype=torch.long, pin_memory=pin)) for _ in range(2)]
-        self._dev = {k: torch.zeros_like(v, device=self.device) for k, v in self._host[0].items()}
+        # Host staging (two sets, used alternately) and the static device inputs every graph reads: each set one
+        # int64 buffer laid out [slots B | lens B | mapping B | tables B x W] with a named view per input, so a
+        # step's inputs go over in ONE copy (the used prefix) instead of four: on the H200 each copy cost ~1 us plus
+        # a 2-6 us gap on the step's stream (benchmarks/results/h200/2026-12-04-session29, call 1's timeline).
+        self._host_bufs = [torch.zeros(3 * B + B * W, dtype=torch.long, pin_memory=pin) for _ in range(2)]
+        self._dev_buf = torch.zeros(3 * B + B * W, dtype=torch.long, device=self.device)
+        self._host = [_input_views(buf, B, W) for buf in self._host_bufs]
+        self._dev = _input_views(self._dev_buf, B, W)
         self._flip = 0
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, DecodeOutput]] = {}
         self._epoch = getattr(model, "graph_epoch", 0)
@@ -130,13 +139,12 @@ class DecodeRunner:
         n = len(slots)
         bucket = self.bucket_for(n)
         width = self._width_for(max(len(t) for t in block_tables))
-        host = self._host[self._flip]
-        self._flip ^= 1
-        self._fill(host, slots, block_tables, context_lens, slot_mapping, bucket, width)
-        for name, buf in self._dev.items():
-            # Only the prefix this shape reads (the table is laid out as [bucket, width] from its start).
-            used = bucket * width if name == "tables" else bucket * buf[0].numel()
-            buf.view(-1)[:used].copy_(host[name].view(-1)[:used], non_blocking=True)
+        flip, self._flip = self._flip, self._flip ^ 1
+        self._fill(self._host[flip], slots, block_tables, context_lens, slot_mapping, bucket, width)
+        # The prefix up to the end of what this shape reads (the table is laid out as [bucket, width] from its
+        # start); the other inputs' unread tails ride along (at most 3 x B values).
+        used = 3 * self.buckets[-1] + bucket * width
+        self._dev_buf[:used].copy_(self._host_bufs[flip][:used], non_blocking=True)
         if self.cuda_graphs:
             self._check_epoch()
             key = (bucket, width, self.model.decode_variant())

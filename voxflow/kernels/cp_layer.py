@@ -79,3 +79,12 @@ def layer_step(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.T
                               w.num_heads, w.scale, config=CONFIGS["attention_o_proj"])
     act = nl.norm_linear(h, w.gate_up, w.post_norm, w.post_eps, swiglu=True, config=CONFIGS["gate_up"])
     return sk.skinny_linear(act, w.down, residual=h, out=h, config=CONFIGS["down"])
+
+
+def layer_append(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, length: int) -> None:
+    """K1 and K2 of `layer_step` only: the rows' keys / values appended at `length`, for a token whose output no
+    later layer reads (the last layer's for every position of a prefill but the last). The same cache bits."""
+    qkv = nl.norm_linear(x, w.qkv, w.input_norm, w.input_eps, config=CONFIGS["qkv"])
+    attn.attention_o_proj(qkv, x, w.o, w.q_norm, w.k_norm, w.q_eps, w.k_eps, cos, sin, k_cache, v_cache, length,
+                          w.num_heads, w.scale, config=CONFIGS["attention_o_proj"])

@@ -35,6 +35,12 @@ SKINNY_BIAS_MAX_ROWS = 4     # H200: the skinny GEMM beats cuBLAS's bias GEMM up
 # VOXFLOW_CP_FUSED_LAYER=0 turns it off.
 CP_FUSED_LAYER = os.environ.get("VOXFLOW_CP_FUSED_LAYER", "1") == "1"
 CP_FUSED_MAX_ROWS = 1
+# The frame's 2-token first step (positions 0 and 1) through the same four-kernel layers, one position after the
+# other (the cache makes that the causal 2-token prefill), instead of the per-layer path (rms_norm, cuBLAS, eager
+# attention over the 2 positions, ~22 launches a layer outside the PDL chain). H200, 1.7B c=1
+# (benchmarks/results/h200/2026-12-04-session29, call 1's timeline): that first step took 338 us of the 3.39 ms
+# step against ~117 us for each single-token step. VOXFLOW_CP_FUSED_PREFILL=0 turns it off.
+CP_FUSED_PREFILL = os.environ.get("VOXFLOW_CP_FUSED_PREFILL", "1") == "1"
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
@@ -111,9 +117,9 @@ class CodePredictor(nn.Module):
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         h = self._project(x)
         last = None
-        fused = CP_FUSED_LAYER and s == 1 and b <= CP_FUSED_MAX_ROWS
+        fused = CP_FUSED_LAYER and (s == 1 or CP_FUSED_PREFILL) and b <= CP_FUSED_MAX_ROWS
         if fused:
-            last = self._fused_layers(h.view(b, -1), cos, sin, cache)
+            last = self._fused_layers(h, cos, sin, cache)
         if last is None:
             if b > SKINNY_PROLOGUE_MAX_ROWS:
                 # normed by the stack: its last residual add and the final norm are one fused launch
@@ -130,20 +136,29 @@ class CodePredictor(nn.Module):
                 return sk.skinny_linear(last, head, norm_weight=norm.weight, eps=norm.eps)
         return self.lm_head[j](norm(last))      # rows the fused layers made (CP_FUSED_MAX_ROWS > 1), or no skinny
 
-    def _fused_layers(self, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
-        """The decoder layers on one new token per row (rows [B, H], projected) through voxflow/kernels/
-        cp_layer.py's four kernels a layer -> un-normed hidden [B, H]; None (nothing run, the cache untouched) when
-        they do not apply: no static cache, weights not fused yet (first use inside a graph capture), sizes."""
+    def _fused_layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
+        """The decoder layers on S new tokens per row (h [B, S, H], projected; cos / sin [1, S, D]) through
+        voxflow/kernels/cp_layer.py's four kernels a layer, one position after the other (each appends its keys /
+        values before the next attends to them: the causal S-token step) -> the last position's un-normed hidden
+        [B, H]. The last layer of every position but the last only appends its keys / values (its output is never
+        read). None (nothing run, the cache untouched) when they do not apply: no static cache, weights not fused
+        yet (first use inside a graph capture), sizes."""
         from voxflow.kernels import cp_layer
         if not isinstance(cache, StaticKVCache):
             return None
+        s = h.shape[1]
         weights = [_layer_weights(layer) for layer in self.model.layers]
         if any(w is None for w in weights) or not all(
-                cp_layer.supported(rows, w, cos, sin, c.k, c.v) and c.length < c.k.shape[2]
+                cp_layer.supported(h[:, 0], w, cos[:, :1], sin[:, :1], c.k, c.v) and c.length + s <= c.k.shape[2]
                 for w, c in zip(weights, cache.layers)):
             return None
-        for w, c in zip(weights, cache.layers):
-            rows = cp_layer.layer_step(rows, w, cos, sin, c.k, c.v, c.claim())
+        for p in range(s):
+            rows, cos_p, sin_p = h[:, p].contiguous(), cos[:, p:p + 1], sin[:, p:p + 1]
+            for i, (w, c) in enumerate(zip(weights, cache.layers)):
+                if p < s - 1 and i == len(weights) - 1:
+                    cp_layer.layer_append(rows, w, cos_p, sin_p, c.k, c.v, c.claim())
+                else:
+                    rows = cp_layer.layer_step(rows, w, cos_p, sin_p, c.k, c.v, c.claim())
         return rows
 
     @torch.no_grad()
