@@ -216,10 +216,11 @@ def test_five_layers_in_a_cuda_graph():
     assert torch.equal(replayed, frame())
 
 
-def predict_on_vs_off(switch, calls: list, rows: int, dtype, tol: float):
+def predict_on_vs_off(switch, calls: list, rows: int, dtype, tol: float, expected: int = 5 * 14):
     """CodePredictor.predict at the 1.7B shapes with `switch(on)` off, then on: the path it turns on ran on every
-    single-token step (`calls`, filled by the caller's spy, counts 5 layers x 14 steps), and teacher-forced with the
-    off path's codes its logits are within tol of max |logit|. -> (codes on, codes off, logits off, max error)."""
+    step it takes (`calls`, filled by the caller's spy, counts `expected`: 5 layers x 14 single-token steps unless
+    said), and teacher-forced with the off path's codes its logits are within tol of max |logit|. -> (codes on,
+    codes off, logits off, max error)."""
     cp = make_code_predictor(dtype, DEV)
     h, c0 = (torch.randn(rows, 2048, device=DEV) * 2).to(dtype), torch.randn(rows, 2048, device=DEV).to(dtype)
     greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
@@ -229,7 +230,7 @@ def predict_on_vs_off(switch, calls: list, rows: int, dtype, tol: float):
     switch(True)
     calls.clear()
     codes_on, _ = cp.predict(h, c0, greedy)
-    assert len(calls) == 5 * 14, "the path did not run on every single-token step"
+    assert len(calls) == expected, "the path did not run on every step it takes"
     _, logits_forced = cp.predict(h, c0, forced)
     err = (logits_forced.float() - logits_off.float()).abs().max().item()
     assert err <= tol * logits_off.float().abs().max().item(), (dtype, err)
@@ -247,15 +248,19 @@ def assert_codes_equal_up_to_near_ties(codes_on, codes_off, logits_off, err):
 
 @torch.no_grad()
 def test_predict_fused_layer_on_vs_off():
+    """CP_FUSED_LAYER at one row: the four-kernel layer on every single-token step and, with CP_FUSED_PREFILL (the
+    default), on the 2-token first step position by position (position 0's last layer only appends its keys /
+    values: 4 + 5 more layer steps a frame)."""
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import cp_layer
     saved = cp_mod.CP_FUSED_LAYER, cp_layer.layer_step
     calls = []
     cp_layer.layer_step = lambda *a, **kw: (calls.append(1), saved[1](*a, **kw))[1]
+    expected = 5 * 14 + (9 if cp_mod.CP_FUSED_PREFILL else 0)
     try:
         for dtype in (torch.float32, torch.bfloat16):
             codes_on, codes_off, logits_off, err = predict_on_vs_off(
-                lambda on: setattr(cp_mod, "CP_FUSED_LAYER", on), calls, 1, dtype, 5e-2)
+                lambda on: setattr(cp_mod, "CP_FUSED_LAYER", on), calls, 1, dtype, 5e-2, expected)
             if dtype == torch.float32:
                 assert torch.equal(codes_on, codes_off)
             else:       # bf16 may pick another code only where the reference's top two logits are that close
