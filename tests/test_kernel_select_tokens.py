@@ -93,16 +93,16 @@ def check_matches_reference():
 
 
 def check_radix_widths_agree():
-    """The top-k radix select decided 1, 2, 4 or 8 bits a pass (select_tokens.RADIX_BITS; 8: the histogram select):
-    the same k-th largest, hence the same ids as the reference (negative values, -inf entries, ties across the
-    boundary, k = 1 and k >= V in the case)."""
+    """The top-k radix select decided 1, 2 or 4 bits a pass (select_tokens.RADIX_BITS, 2 by default): the same
+    k-th largest, hence the same ids as the reference (negative values, -inf entries, ties across the boundary,
+    k = 1 and k >= V in the case)."""
     from voxflow.kernels.select_tokens import select_tokens
     g = torch.Generator().manual_seed(5)
     # fp32 logits decide all 32 key bits, bf16 and fp16 ones only their significant ones (select_tokens.key_bits)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         args = make_case(g, 12, 2048, dtype, False)
         want = reference(*args, 3, False)
-        for bits in (1, 2, 4, 8):
+        for bits in (1, 2, 4):
             got = select_tokens(*args, 3, False, radix_bits=bits)
             assert torch.equal(got, want), (dtype, bits, (got != want).nonzero().flatten().tolist())
 
@@ -130,9 +130,8 @@ def check_kth_value_from_16_bit_logits():
             keys, frame = torch.arange(n) * 7919, torch.arange(n)
             args = (logits, do_sample, temperature, top_k, top_p, keys, frame)
             want = reference(*args, 2, False)
-            for bits in (2, 8):
-                got = select_tokens(*args, 2, False, radix_bits=bits)
-                assert torch.equal(got, want), (dtype, sign, bits, (got != want).nonzero().flatten().tolist())
+            got = select_tokens(*args, 2, False)
+            assert torch.equal(got, want), (dtype, sign, (got != want).nonzero().flatten().tolist())
 
 
 def check_talker_draw_keeps_all_key_bits():
@@ -156,12 +155,11 @@ def check_talker_draw_keeps_all_key_bits():
     seen = torch.zeros(n, vocab, dtype=torch.bool)
     seen[:, a] = True
     do_sample = torch.ones(n, dtype=torch.bool)
-    for bits in (2, 8):                             # (both radix selects: 16 / 4 passes of the 32 bits)
-        got = select_tokens(raw, do_sample, torch.full((n,), 0.9), torch.ones(n, dtype=torch.long),
-                            torch.ones(n, dtype=torch.float64), torch.arange(n) * 104729, torch.arange(n), 0, False,
-                            talker=(seen, penalty, torch.full((n,), 5), torch.zeros(n, dtype=torch.long),
-                                    suppress_mask(vocab), CODEC_EOS_ID), radix_bits=bits)
-        assert (got == a).all(), (bits, got.tolist())
+    got = select_tokens(raw, do_sample, torch.full((n,), 0.9), torch.ones(n, dtype=torch.long),
+                        torch.ones(n, dtype=torch.float64), torch.arange(n) * 104729, torch.arange(n), 0, False,
+                        talker=(seen, penalty, torch.full((n,), 5), torch.zeros(n, dtype=torch.long),
+                                suppress_mask(vocab), CODEC_EOS_ID))
+    assert (got == a).all(), got.tolist()
 
 
 def check_talker_processing_matches_select_c0():
@@ -284,7 +282,7 @@ else:
             values = values[torch.isfinite(values) | torch.isinf(values)]
             assert (values.view(torch.int32) & ((1 << (32 - bits)) - 1) == 0).all()
 
-    def test_select_tokens_rejects_radix_widths_other_than_1_2_4_8():
+    def test_select_tokens_rejects_radix_widths_other_than_1_2_4():
         from voxflow.kernels.select_tokens import select_tokens
         row = torch.zeros(1, dtype=torch.long)
         with pytest.raises(ValueError, match="radix_bits"):

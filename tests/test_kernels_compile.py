@@ -52,18 +52,6 @@ def test_pdl_variants_wait_before_any_memory_access_and_the_others_do_not_wait()
                 assert "griddepcontrol" not in ptx and "prefetch.global" not in ptx, variant
 
 
-def test_l2_prefetch_issues_bulk_prefetches_before_the_wait_and_touches_no_memory():
-    """voxflow/kernels/l2_prefetch.py in the generated PTX: the bulk L2 prefetch instruction, all of them before
-    griddepcontrol.wait (weights only: nothing of the chain's results is read), then the wait and the trigger; no
-    global load or store at all."""
-    cases = {name: rest for name, *rest in compile_check.cases()}
-    fn, types, consts, options = cases["l2_prefetch (prefetch, then the wait)"]
-    ptx = compile_check.compile_kernel(fn, types, consts, **options)["ptx"]
-    prefetch, wait = ptx.rfind("cp.async.bulk.prefetch.L2"), ptx.find("griddepcontrol.wait")
-    assert 0 <= prefetch < wait < ptx.find("griddepcontrol.launch_dependents"), (prefetch, wait)
-    assert not any(op in ptx for op in ("ld.global", "st.global", "atom.global", "red.global"))
-
-
 def test_weight_preload_variants_load_before_the_wait_but_store_nothing_there():
     """pdl.py's one exception: with the weight preload the one-row GEMMs issue loads (their first W tiles) before
     griddepcontrol.wait -- that is the change -- and still nothing is stored before it; their PDL twins without

@@ -1,8 +1,8 @@
 """GPU time of one fused token draw (voxflow/kernels/select_tokens.py) by num_warps, the top-k radix select's bits a
-pass (RADIX_BITS: 2, or 8 through a histogram), batch and vocabulary, against the torch pipeline it replaces:
-CUDA-graph replays of 16 back-to-back draws (one decode step's worth). Top-k 50, no top-p (Qwen3-TTS's sampling
-defaults). bf16 logits (the served path's), their radix select deciding 16 key bits (select_tokens.key_bits) and,
-as before session 23, all 32 (FULL_KEYS): the rows `keys16` / `keys32` (keys32: as the talker's c0 draw).
+pass (RADIX_BITS), batch and vocabulary, against the torch pipeline it replaces: CUDA-graph replays of 16
+back-to-back draws (one decode step's worth). Top-k 50, no top-p (Qwen3-TTS's sampling defaults). bf16 logits (the
+served path's), their radix select deciding 16 key bits (select_tokens.key_bits) and, as before session 23, all 32
+(FULL_KEYS): the rows `keys16` / `keys32`.
 
     python benchmarks/scripts/bench_select_tokens.py
 """
@@ -43,8 +43,7 @@ def main() -> None:
         row = [f"B={b:3d} V={vocab} keys{32 if full else 16}"]
         # (session 11 call 2 compared radix bits 1 / 2 / 4 at 2-16 warps: 2 bits at 8 warps won; with half the
         # passes, 4 warps again)
-        # (session 29: radix 8, the 256-bin histogram select, 2 / 4 passes)
-        for warps, bits in ((4, 2), (8, 2), (4, 8), (8, 8), (16, 8)):
+        for warps, bits in ((4, 2), (8, 2)):
             us = timed(lambda: select_tokens(logits, p.do_sample, p.temperature, p.top_k, p.top_p, keys,
                                              frame, 3, False, num_warps=warps, radix_bits=bits))
             row.append(f"w{warps} r{bits} {us:5.1f}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Session 29 call 2; carry [".whl", ".device_tree"].
+# (The radix-8 histogram select it measures was removed after this call, no faster: its code is in f31765a.)
 # After call 1's c=1 timeline (the code predictor's 2-token first step 338 us against ~117 for a single-token step;
 # the talker's c0 draw 31.7 us; four input copies a step):
 # 1. GPU tests: select_tokens with the histogram select (radix 8), the fused layers and PDL, the engine's one-row

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Session 29 call 3; carry [".whl", ".device_tree"].
+# (The L2 prefetch it measures was removed after this call, every size slower: its code, tests and
+# tune_talker_prefetch.py are in d62e2eb.)
 # The talker's gate|up weights partly prefetched into L2 during each one-row layer's attention (HBM idles there:
 # call 1's timeline): GPU tests (same bits, spied; the fused first step's layer count), the layer-step grid of
 # tune_talker_prefetch.py, then 1.7B c=1 with the grid's best against the default (bench + step timeline), and the

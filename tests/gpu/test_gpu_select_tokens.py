@@ -43,11 +43,10 @@ def check(got, args, codebook, use_top_p):
     return int(differ.sum())
 
 
-@pytest.mark.parametrize("radix_bits", [2, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("vocab", [2048, 3072])
 @pytest.mark.parametrize("batch", [1, 64])
-def test_select_tokens_matches_reference_on_cuda(batch, vocab, dtype, radix_bits):
+def test_select_tokens_matches_reference_on_cuda(batch, vocab, dtype):
     from voxflow.kernels.select_tokens import select_tokens, supported
     g = torch.Generator().manual_seed(batch * 7 + vocab)
     rows = boundary = 0
@@ -55,8 +54,7 @@ def test_select_tokens_matches_reference_on_cuda(batch, vocab, dtype, radix_bits
         for use_top_p in (False, True):
             args = make_case(g, batch, vocab, dtype, use_top_p, device="cuda")
             assert supported(args[0])
-            # codebooks 0..15 (1: the specialisation trap); radix 8: the histogram select
-            got = select_tokens(*args, step, use_top_p, radix_bits=radix_bits)
+            got = select_tokens(*args, step, use_top_p)          # codebooks 0..15 (1: the specialisation trap)
             boundary += check(got, args, step, use_top_p)
             rows += batch
     assert boundary <= max(1, rows // 100), (boundary, rows)     # nucleus-boundary draws stay rare
@@ -79,10 +77,9 @@ def test_select_tokens_in_a_cuda_graph():
         check(out.clone(), static, 1, True)
 
 
-@pytest.mark.parametrize("radix_bits", [2, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch", [1, 64])
-def test_talker_processing_in_the_kernel_matches_select_c0(dtype, batch, radix_bits):
+def test_talker_processing_in_the_kernel_matches_select_c0(dtype, batch):
     """talker=: raw talker logits in, the same c0 ids as process_talker_logits + the torch draw (no top-p)."""
     from voxflow.kernels.select_tokens import select_tokens
     from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, process_talker_logits, suppress_mask
@@ -97,6 +94,5 @@ def test_talker_processing_in_the_kernel_matches_select_c0(dtype, batch, radix_b
         processed = process_talker_logits(raw, seen, num_generated, penalty, min_new_tokens, suppress, CODEC_EOS_ID)
         want = reference(processed, do_sample, temperature, top_k, top_p, keys, frame, 0, False)
         got = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
-                            talker=(seen, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID),
-                            radix_bits=radix_bits)
+                            talker=(seen, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID))
         assert torch.equal(got, want), (step, (got != want).nonzero().flatten().tolist())

@@ -63,11 +63,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          KEY_BITS=select_tokens.key_bits(_DTYPE_OF[dt], talker, select_tokens.RADIX_BITS),
                          BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048),
                     dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
-    from voxflow.kernels import l2_prefetch
-    # (its prefetches come before the chain's wait by design, so its name does not end in " pdl": the PTX rule of
-    # tests/test_kernels_compile.py for it is its own)
-    out.append(("l2_prefetch (prefetch, then the wait)", l2_prefetch._prefetch_l2_kernel, dict(ptr=_ptr("u8")),
-                dict(SLOTS=l2_prefetch.SLOTS, USE_PDL=True), dict(num_warps=1, launch_pdl=True)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)
         for has_bias in (False, True):

@@ -50,12 +50,10 @@ from voxflow.kernels.uniform_noise import _lowbias32
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_VOCAB = 4096
-# Bits of the top-k radix select decided per pass (1, 2, 4 or 8); `bench_select_tokens.py` times them. 2: 16 passes
+# Bits of the top-k radix select decided per pass (1, 2 or 4); `bench_select_tokens.py` times them. 2: 16 passes
 # of 4 counts (H200, 8 warps, one row: 10.1 us at V = 2048 and 15.8 at 3072, against 12.3 / 18.1 deciding one bit
-# a pass and 12.7 / 28.5 four: session 11 call 2). 8: a 256-bin histogram a pass (`_kth_largest_hist`), 4 passes for
-# the talker's 32 key bits and 2 for bf16's 16, instead of 16 and 8 (the c=1 timeline of H200 session 29 call 1:
-# the talker's draw 31.7 us on the step's critical path, each code-predictor draw 7.2).
-RADIX_BITS = int(os.environ.get("VOXFLOW_SELECT_RADIX_BITS", "2"))
+# a pass and 12.7 / 28.5 four: session 11 call 2).
+RADIX_BITS = 2
 # VOXFLOW_SELECT_FULL_KEYS=1: the radix select decides all 32 key bits for every dtype, as before session 23 (the
 # A/B of `key_bits`; the same ids either way).
 FULL_KEYS = os.environ.get("VOXFLOW_SELECT_FULL_KEYS", "0") == "1"
@@ -88,34 +86,6 @@ def _kth_largest(w, k, RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr):
         counts = tl.sum((keys[None, :] >= trials[:, None]).to(tl.int32), 1)           # keys >= each trial
         digit = tl.max(tl.where(counts >= k, digits, 0), 0)     # digit 0 always qualifies (count >= k held)
         result = result | (digit << (p * RADIX_BITS))
-    if KEY_BITS < 32:
-        low: tl.constexpr = (1 << (32 - KEY_BITS)) - 1
-        result = tl.where((result >> 31) != 0, result, result | low)          # a negative value's key: ones
-    value_bits = tl.where((result >> 31) != 0, result & 0x7FFFFFFF, result ^ 0xFFFFFFFF)
-    return value_bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _kth_largest_hist(w, k, KEY_BITS: tl.constexpr):
-    """`_kth_largest` eight bits a pass: each pass histograms the next key byte of the keys that still match the
-    threshold's decided prefix (tl.histogram, 256 bins), keeps the largest byte with at least `k` of them at or
-    above it, and takes the ones above it off `k`. The same T (the k-th largest key's top KEY_BITS bits, the rest
-    from its sign) in a quarter of the 2-bit passes."""
-    bits = w.to(tl.uint32, bitcast=True)
-    keys = tl.where((bits >> 31) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
-    bins = tl.arange(0, 256)
-    byte = tl.full([], 0xFF, tl.uint32)
-    result = tl.full([], 0, tl.uint32)
-    decided = tl.full([], 0, tl.uint32)          # the bits of the prefix decided so far
-    remaining = k.to(tl.int32)                   # the rank T has among the keys still matching the prefix
-    for p in tl.static_range(3, (32 - KEY_BITS) // 8 - 1, -1):
-        matching = (keys & decided) == result
-        hist = tl.histogram(((keys >> (p * 8)) & byte).to(tl.int32), 256, mask=matching)
-        at_or_above = tl.sum(hist, 0) - tl.cumsum(hist, 0) + hist              # matching keys with byte >= each
-        digit = tl.max(tl.where(at_or_above >= remaining, bins, 0), 0)      # byte 0 always qualifies
-        remaining -= tl.sum(tl.where(bins > digit, hist, 0), 0)
-        result = result | (digit.to(tl.uint32) << (p * 8))
-        decided = decided | (byte << (p * 8))
     if KEY_BITS < 32:
         low: tl.constexpr = (1 << (32 - KEY_BITS)) - 1
         result = tl.where((result >> 31) != 0, result, result | low)          # a negative value's key: ones
@@ -176,10 +146,7 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         else:
             # No sort needed for top-k alone. The k-th largest of w = x / t is x's k-th largest / t (a division by
             # t > 0 keeps the order, ties included), and x from 16-bit logits has KEY_BITS significant key bits.
-            if RADIX_BITS == 8:
-                thr = tl.div_rn(_kth_largest_hist(x, k, KEY_BITS), temperature)
-            else:
-                thr = tl.div_rn(_kth_largest(x, k, RADIX_BITS, KEY_BITS), temperature)
+            thr = tl.div_rn(_kth_largest(x, k, RADIX_BITS, KEY_BITS), temperature)
             w = tl.div_rn(x, temperature)           # after the select: only x lives through its passes
         w = tl.where(w >= thr, w, float("-inf"))
         # The noise of batch_sampling.uniform_noise / kernels/uniform_noise.py, bit for bit.
@@ -231,8 +198,8 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
     valid when no sampling row has top_p < 1, as WarpParams.any_top_p). embed [>= V, D] with embed_out [B, D] (its
     dtype, unit last strides): embed_out[b] = embed[ids[b]] as well. No host sync: capturable in a CUDA graph."""
     b, vocab = logits.shape
-    if radix_bits not in (1, 2, 4, 8):     # (a width not dividing 32 would leave the threshold's low bits 0)
-        raise ValueError(f"radix_bits must be 1, 2, 4 or 8, got {radix_bits}")
+    if radix_bits not in (1, 2, 4):        # (a width not dividing 32 would leave the threshold's low bits 0)
+        raise ValueError(f"radix_bits must be 1, 2 or 4, got {radix_bits}")
     if (embed is None) != (embed_out is None):
         raise ValueError("embed and embed_out come together")
     if embed is not None and (embed.dim() != 2 or embed.shape[0] < vocab or embed.stride(-1) != 1

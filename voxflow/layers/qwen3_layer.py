@@ -45,12 +45,6 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # (benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off. (The same through
 # the talker's paged cache was slower there, call 4: added in 74dda5e, reverted in f91fd33.)
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
-# One-row layers: the first ONE_ROW_PREFETCH_MB of gate|up's weights brought into L2 while the attention runs
-# (voxflow/kernels/l2_prefetch.py: one kernel of ONE_ROW_PREFETCH_PROGRAMS programs after q|k|v), for gate|up
-# weights of at least that size (the talker's; the code predictor's one-row layers take cp_layer.py's path).
-# VOXFLOW_ONE_ROW_PREFETCH_MB (0: off, the default until measured), VOXFLOW_ONE_ROW_PREFETCH_PROGRAMS.
-ONE_ROW_PREFETCH_MB = float(os.environ.get("VOXFLOW_ONE_ROW_PREFETCH_MB", "0"))
-ONE_ROW_PREFETCH_PROGRAMS = int(os.environ.get("VOXFLOW_ONE_ROW_PREFETCH_PROGRAMS", "64"))
 
 
 class Qwen3Attention(nn.Module):
@@ -254,11 +248,6 @@ class Qwen3DecoderLayer(nn.Module):
         if not (nl.supported(rows, qkv_w, ln.weight) and nl.supported(rows, gate_up_w, post.weight, swiglu=True)):
             return None
         qkv = nl.norm_linear(rows, qkv_w, ln.weight, ln.eps)[:, None]
-        prefetch = int(ONE_ROW_PREFETCH_MB * 2 ** 20)
-        if prefetch and gate_up_w.numel() * gate_up_w.element_size() >= prefetch:
-            from voxflow.kernels import l2_prefetch
-            if l2_prefetch.applies(gate_up_w):
-                l2_prefetch.prefetch_l2(gate_up_w, prefetch, ONE_ROW_PREFETCH_PROGRAMS)
         out = attn.attend(*attn.split_qkv(qkv), cos, sin, cache, bias).reshape(1, -1)
         rows = _linear_plus(out, o_w, rows)
         act = nl.norm_linear(rows, gate_up_w, post.weight, post.eps, swiglu=True)
