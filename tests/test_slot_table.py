@@ -85,6 +85,14 @@ def test_a_load_writes_the_request_row_of_every_scalar_and_nothing_else():
         got = getattr(t, name)[1].item()
         assert got == (torch.tensor(value, dtype=getattr(t, name).dtype).item()), name
     assert not t.h[1].any() and not t.seen[1].any()
-    for kind, tensor in t._scalars.items():                               # the other rows untouched
-        assert torch.equal(tensor[[0, 2, 3]], before[kind][[0, 2, 3]])
+    for kind, tensor in t._scalars.items():                               # the other slots untouched
+        assert torch.equal(tensor[:, [0, 2, 3]], before[kind][:, [0, 2, 3]])
+    # a batch's gather: every name's values of those slots, in batch order, each a contiguous row
+    rows = torch.tensor([1, 3, 1])
+    g = t.gather(rows)
+    for name in want:
+        got = getattr(g, name)
+        assert got.is_contiguous() and torch.equal(got, getattr(t, name)[rows]), name
+    assert torch.equal(g.talker_params().top_k, t.talker_params(rows).top_k)
+    assert torch.equal(g.cp_params().temperature, t.cp_params(rows).temperature)
 

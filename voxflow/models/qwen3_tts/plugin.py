@@ -383,30 +383,32 @@ class Qwen3TTSPlugin:
     def decode(self, slots: torch.Tensor, kv: PagedKVContext) -> DecodeOutput:
         s, talker = self.slots, self.talker
         rows = slots.to(device=self.device, dtype=torch.long)
-        c0, h, fed, keys = s.c0[rows], s.h[rows], s.fed[rows], s.key[rows]
+        g = s.gather(rows)                                   # the batch's scalars: one gather per dtype
+        c0, h, fed, keys = g.c0, s.h[rows], g.fed, g.key
         # Host-side knowledge only (no sync): skip the sampling math when no attached request samples.
         t_sampling, cp_sampling, t_hint, cp_hint = self.decode_variant()
 
         # 1. codes 1..15 of the pending frame `fed`, then the frame is complete
         # (The named ranges show up in profiles, not in CUDA graphs.)
         with record_function("code_predictor"):
-            sample_fn = residual_sample_fn(self._hinted(s.cp_params(rows), cp_hint), keys, fed, cp_sampling)
+            sample_fn = residual_sample_fn(self._hinted(g.cp_params(), cp_hint), keys, fed, cp_sampling)
             residual, frame_embed = talker.predict_residual_codes(h, c0, sample_fn, frame_embed=True)
             frame = torch.cat((c0[:, None], residual), dim=1)                    # [B, 16]
 
         # 2. feed it back at position P + fed, on the paged cache
         with record_function("talker"):
-            x = frame_embed + s.text_part(rows, fed, self.tts_pad)             # == talker.embed_frame(frame) + ...
+            # == talker.embed_frame(frame) + the text row
+            x = frame_embed + s.text_part(rows, fed, self.tts_pad, g.trailing_len)
             view = PagedKVView(kv, 1)
-            positions = (s.prompt_len[rows] + fed)[:, None]
+            positions = (g.prompt_len + fed)[:, None]
             hidden = talker(x[:, None], positions, view, view.attention_mask(x))
 
         # 3. c0 of frame fed + 1 (fed + 1 c0 ids generated so far)
         with record_function("c0_sampling"):
             nxt = fed + 1
             logits = talker.codec_logits(hidden)[:, -1]
-            c0_next = select_c0(logits, s.seen[rows], nxt, s.penalty[rows], s.min_new_tokens[rows], self.suppress,
-                                self._hinted(s.talker_params(rows), t_hint), keys, nxt, self.eos_id, t_sampling)
+            c0_next = select_c0(logits, s.seen[rows], nxt, g.penalty, g.min_new_tokens, self.suppress,
+                                self._hinted(g.talker_params(), t_hint), keys, nxt, self.eos_id, t_sampling)
 
         # 4. scatter the state back
         s.record_frame(rows, fed, frame)
@@ -415,7 +417,7 @@ class Qwen3TTSPlugin:
         s.h[rows] = hidden[:, -1]
         s.fed[rows] = nxt
         eos = c0_next == self.eos_id
-        return DecodeOutput(frames=frame, finished=eos | (nxt >= s.max_frames[rows]), eos=eos)
+        return DecodeOutput(frames=frame, finished=eos | (nxt >= g.max_frames), eos=eos)
 
 
 def _pcm_f32(raw: bytes) -> np.ndarray:
