@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Session 29 call 4; carry [".whl", ".device_tree"].
+# (The projected input tables it measures were removed after this call, slower: every single-token step 117 ->
+# 137 us; their code, tests and select_tokens' embed2 are in 29a3345. The defaults this session lands are its
+# "tables_off" timeline. Call 5, a c=1 bench of those, found no device time left to start a machine.)
 # This session's final defaults: the fused 2-token first step (call 2), the code predictor's projected input tables
 # (PROJECTED_TABLES: the draws copy the projected row, no projection GEMM a step), the slot scalars gathered one
 # index_select per dtype, the decode inputs in one copy:
