@@ -43,10 +43,15 @@ def test_padding_rows_use_the_scratch_slot_and_page():
     assert mapping[:, 0].tolist() == [39, 52, 83, 7 * 16]
     assert out.frames.shape == (3, 16) and out.frames[:, 0].tolist() == [3, 1, 2]
     assert out.finished.tolist() == [False, False, True]
-    # A narrower, smaller step afterwards must not see stale entries of the previous one.
+    # A narrower, smaller step afterwards must not see stale entries of the previous one; the third step reuses the
+    # first one's host staging buffer (two are alternated), which still holds its 4 x 4 table.
     runner.run([5], [[9]], [3], [146])
     slots, tables, lens, mapping = model.calls[-1]
     assert slots.tolist() == [5] and tables.tolist() == [[9]] and lens.tolist() == [3]
+    runner.run([6, 4], [[8], [10]], [2, 7], [17, 18])
+    slots, tables, lens, mapping = model.calls[-1]
+    assert slots.tolist() == [6, 4] and tables.tolist() == [[8], [10]]
+    assert lens.tolist() == [2, 7] and mapping[:, 0].tolist() == [17, 18]
 
 
 def test_fixed_width_and_limits():
@@ -105,3 +110,13 @@ def test_prefill_graphs_are_kept_when_the_decode_buffers_are_reallocated():
     assert graph.replays == 2 and runner.stats.replays == 2 and key in runner._graphs
     rows, last = model.outputs[-1]
     assert rows == [(2, True)] and torch.equal(last, out[:1, -1])
+
+
+def test_packed_inputs_start_16_byte_aligned_at_any_batch():
+    """The four decode inputs share one buffer (one copy a step); each starts 16-byte aligned, odd batches too (the
+    c=1 engine's largest bucket is 1)."""
+    for max_batch in (1, 3, 8):
+        runner = DecodeRunner(RecordingModel(), [], [], block_size=16, max_batch=max_batch, max_width=4,
+                              scratch_block=0, cuda_graphs=False)
+        for views in (runner._dev, *runner._host):
+            assert all(v.data_ptr() % 16 == 0 for v in views.values()), max_batch

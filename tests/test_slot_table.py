@@ -87,12 +87,15 @@ def test_a_load_writes_the_request_row_of_every_scalar_and_nothing_else():
     assert not t.h[1].any() and not t.seen[1].any()
     for kind, tensor in t._scalars.items():                               # the other slots untouched
         assert torch.equal(tensor[:, [0, 2, 3]], before[kind][:, [0, 2, 3]])
-    # a batch's gather: every name's values of those slots, in batch order, each a contiguous row
+    # a batch's gather: every name's values of those slots, in batch order, each a contiguous row (c0 and fed made
+    # distinct first: after a load both are 0, and a gather that swapped them would pass)
+    t.c0[1], t.fed[1], t.c0[3], t.fed[3] = 9, 4, 5, 2
     rows = torch.tensor([1, 3, 1])
     g = t.gather(rows)
     for name in want:
         got = getattr(g, name)
         assert got.is_contiguous() and torch.equal(got, getattr(t, name)[rows]), name
+    assert g.c0.tolist() == [9, 5, 9] and g.fed.tolist() == [4, 2, 4]
     assert torch.equal(g.talker_params().top_k, t.talker_params(rows).top_k)
     assert torch.equal(g.cp_params().temperature, t.cp_params(rows).temperature)
 

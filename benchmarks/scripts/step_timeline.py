@@ -17,12 +17,14 @@ so that sum(exposed + gap) is the stream's wall time.
 record profiles 30 graph-replayed steps (profile_step.py's engine) and writes each kernel's (name, stream, start,
 end) in microseconds. report prints, per kernel name, launches a step, CUPTI's mean duration, the exposed and gap
 time a step; then the step split at each token draw (select_tokens: the code predictor's 15 draws and the c0
-draw), and with --sequence every kernel of one step in order.
+draw), and with --sequence every kernel of one step in order. (The window of that one step starts mid-step, at
+whatever kernel the middle of the trace holds; the segments start after a draw.)
 """
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 from collections import defaultdict
 
@@ -34,7 +36,7 @@ def record(model: str, concurrency: int, out: str, stagger: bool, extra: dict) -
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from profile_step import engine, timed
     core = engine(model, concurrency, True, extra, stagger)
     ms = timed(core, 20)
@@ -74,7 +76,7 @@ def report(path: str, sequence: bool) -> None:
         per_stream[r[1]].append(r)
     main = max(per_stream, key=lambda s: len(per_stream[s]))
     path_rows = critical_path(per_stream[main])
-    wall = path_rows[-1][2] - path_rows[0][1]
+    wall = max(r[2] for r in path_rows) - path_rows[0][1]          # the last end, not the last-started kernel's
     print(f"{data['model']} c={data['concurrency']} {data['engine_args']}: timed step {data['step_ms']:.3f} ms; "
           f"stream {main}: {len(path_rows) / steps:.0f} kernels a step, {wall / steps / 1e3:.3f} ms a step of wall "
           f"time, {sum(r[3] for r in path_rows) / steps / 1e3:.3f} exposed + "

@@ -8,7 +8,7 @@ tolerances of tests/test_kernel_cp_layer.py (its docstring says why), plus what 
   rounding; under the interpreter the old kernels' `.to(bf16)` truncates, so this comparison is GPU-only);
 - a whole layer (fp32 and bf16) and five layers x 14 steps captured in a CUDA graph, replayed on new inputs;
 - CodePredictor.predict at the 1.7B shapes with CP_FUSED_LAYER on vs off: the fused layer ran on every
-  single-token step, fp32 greedy codes equal, bf16 teacher-forced logits within 5e-2 of max |logit| (the CPU
+  single-token step and (CP_FUSED_PREFILL) on the 2-token first step, fp32 greedy codes equal, bf16 teacher-forced logits within 5e-2 of max |logit| (the CPU
   test's bound) and greedy codes equal up to the first near-tie (random weights make near-ties likely: where the
   codes first differ, the fused path's pick must be within twice the logit error of the reference's maximum).
 """

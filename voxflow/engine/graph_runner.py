@@ -84,11 +84,18 @@ class RunnerStats:
     eager_steps: int = 0
 
 
+def _segment(batch: int) -> int:
+    """Values a per-row input's segment takes in the packed buffer: the batch rounded up to even, so that every
+    segment starts 16-byte aligned (what a vectorised or TMA reader wants; Triton specialises on it)."""
+    return batch + batch % 2
+
+
 def _input_views(buf: torch.Tensor, batch: int, width: int) -> dict[str, torch.Tensor]:
-    """The decode inputs as views of one int64 buffer [slots B | lens B | mapping B | tables B x W]."""
-    b = batch
-    return dict(slots=buf[:b], lens=buf[b:2 * b], mapping=buf[2 * b:3 * b].view(b, 1),
-                tables=buf[3 * b:].view(b, width))
+    """The decode inputs as views of one int64 buffer [slots | lens | mapping | tables B x W], each of the first
+    three a `_segment(B)`-long segment of which the views take B values."""
+    b, seg = batch, _segment(batch)
+    return dict(slots=buf[:b], lens=buf[seg:seg + b], mapping=buf[2 * seg:2 * seg + b].view(b, 1),
+                tables=buf[3 * seg:3 * seg + b * width].view(b, width))
 
 
 class DecodeRunner:
@@ -110,8 +117,11 @@ class DecodeRunner:
         # int64 buffer laid out [slots B | lens B | mapping B | tables B x W] with a named view per input, so a
         # step's inputs go over in ONE copy (the used prefix) instead of four: on the H200 each copy cost ~1 us plus
         # a 2-6 us gap on the step's stream (benchmarks/results/h200/2026-12-04-session29, call 1's timeline).
-        self._host_bufs = [torch.zeros(3 * B + B * W, dtype=torch.long, pin_memory=pin) for _ in range(2)]
-        self._dev_buf = torch.zeros(3 * B + B * W, dtype=torch.long, device=self.device)
+        # (Reusing a host buffer two steps later is safe: the engine has read step N's results, so its copy ran,
+        # before it launches step N + 2; engine.py's one-step-late collect.)
+        size = 3 * _segment(B) + B * W
+        self._host_bufs = [torch.zeros(size, dtype=torch.long, pin_memory=pin) for _ in range(2)]
+        self._dev_buf = torch.zeros(size, dtype=torch.long, device=self.device)
         self._host = [_input_views(buf, B, W) for buf in self._host_bufs]
         self._dev = _input_views(self._dev_buf, B, W)
         self._flip = 0
@@ -142,8 +152,8 @@ class DecodeRunner:
         flip, self._flip = self._flip, self._flip ^ 1
         self._fill(self._host[flip], slots, block_tables, context_lens, slot_mapping, bucket, width)
         # The prefix up to the end of what this shape reads (the table is laid out as [bucket, width] from its
-        # start); the other inputs' unread tails ride along (at most 3 x B values).
-        used = 3 * self.buckets[-1] + bucket * width
+        # start); the other inputs' unread tails ride along (at most 3 x (B + 1) values).
+        used = 3 * _segment(self.buckets[-1]) + bucket * width
         self._dev_buf[:used].copy_(self._host_bufs[flip][:used], non_blocking=True)
         if self.cuda_graphs:
             self._check_epoch()

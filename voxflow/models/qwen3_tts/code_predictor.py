@@ -109,7 +109,8 @@ class CodePredictor(nn.Module):
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
-        single-token steps through the fused layer kernels (`_fused_layers`, when on and applicable), and the
+        single-token steps (and with CP_FUSED_PREFILL the 2-token first step, position by position) through the
+        fused layer kernels (`_fused_layers`, when on and applicable), and the
         final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]."""

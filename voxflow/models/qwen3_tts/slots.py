@@ -49,8 +49,8 @@ def _grow(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
 
 
 # The per-slot scalars, one 2-D tensor [names, slots] per dtype with a named row each (the attributes are row
-# views): a request's attach writes its column of each from one host-to-device copy, 4 copies instead of ~20
-# one-element fills, a kernel launch apiece on the engine thread (the H200 c=64 trace: a wave of 56 prefills took
+# views): a request's attach writes its column of each from one host-to-device copy and one device copy into the
+# strided column, 8 launches instead of ~20 one-element fills, a kernel launch apiece on the engine thread (the H200 c=64 trace: a wave of 56 prefills took
 # 20.6 ms of host time, 0.37 ms a request; how much of it these launches were is not isolated); and a decode step
 # gathers its batch's values of all of a dtype's names in one index_select (`gather`: 4 launches instead of ~16,
 # each ~2 us on the c=1 step's critical path, H200 session 29 call 1's timeline), each name's values a contiguous
