@@ -79,6 +79,7 @@ def test_weight_preload_needs_pdl_the_switch_and_the_width(monkeypatch):
     assert pdl.weight_preload(True, 4096, 2048) and pdl.weight_preload(True, 2048, 6144)    # the 1.7B talker's
     assert not pdl.weight_preload(True, 4096, 1024) and not pdl.weight_preload(True, 1024, 3072)   # the predictor's
     assert not pdl.weight_preload(False, 4096, 2048)
+    assert not pdl.weight_preload(True, 4096, 2048, m=4)                   # one row only
     monkeypatch.setattr(pdl, "_preload", False)
     assert not pdl.weight_preload(True, 4096, 2048)
 

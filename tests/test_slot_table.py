@@ -28,7 +28,8 @@ def load(t: SlotTable, slot: int, rows: int, seed: int) -> torch.Tensor:
 def read_back(t: SlotTable, slot: int, frames: int) -> torch.Tensor:
     pad = torch.full((H,), -7.0)
     k = torch.arange(frames)
-    return t.text_part(torch.full((frames,), slot), k, pad)
+    rows = torch.full((frames,), slot)
+    return t.text_part(rows, k, pad, t.trailing_len[rows])
 
 
 def expect(text: torch.Tensor, frames: int) -> torch.Tensor:
@@ -96,6 +97,6 @@ def test_a_load_writes_the_request_row_of_every_scalar_and_nothing_else():
         got = getattr(g, name)
         assert got.is_contiguous() and torch.equal(got, getattr(t, name)[rows]), name
     assert g.c0.tolist() == [9, 5, 9] and g.fed.tolist() == [4, 2, 4]
-    assert torch.equal(g.talker_params().top_k, t.talker_params(rows).top_k)
-    assert torch.equal(g.cp_params().temperature, t.cp_params(rows).temperature)
+    assert torch.equal(g.talker_params().top_k, t.t_top_k[rows])
+    assert torch.equal(g.cp_params().temperature, t.cp_temperature[rows])
 

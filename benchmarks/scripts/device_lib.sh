@@ -26,6 +26,9 @@
 #   bench_1p7b_c64 LABEL [ARGS]  bench_1p7b_at 64 (the name session 22-23 call records use)
 #   bench_small_traced LABEL [ARGS]  bench_small_8gb with a 2.4 GB pool and a step trace ($R/steps_0p6b_LABEL.jsonl),
 #                               then its footprint
+#   timeline_at MODEL C LABEL [ENV=VALUE...]  step_timeline.py record of MODEL at concurrency C (with those
+#                               environment settings) into $R/timeline_LABEL.json.gz, its report (--sequence) into
+#                               $R/timeline_LABEL.txt, the first line shown
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
 #                               outside the allocator by startup stage when recorded), GiB
 #   bench_small_8gb LABEL [ARGS] offline 0.6B c=64 in the <= 8 GB configuration (/tmp/real-0.6b; a 2 GB KV pool unless
@@ -177,4 +180,12 @@ bench_small_traced() {
   bench_small_8gb "$1" --engine-arg kv_cache_bytes=2400000000 --engine-arg trace_steps=$R/steps_0p6b_$1.jsonl "${@:2}"
   print_footprint "$R/h200_0p6b_offline_c64_$1.json.gz"
   echo "  at ${SECONDS}s"
+}
+
+timeline_at() {
+  local model=$1 c=$2 label=$3; shift 3
+  env "$@" timeout 120 python3 benchmarks/scripts/step_timeline.py record "$model" "$c" "$R/timeline_$label.json.gz" \
+    2>&1 | grep -v -i warn
+  python3 benchmarks/scripts/step_timeline.py report "$R/timeline_$label.json.gz" --sequence > "$R/timeline_$label.txt"
+  head -1 "$R/timeline_$label.txt"
 }

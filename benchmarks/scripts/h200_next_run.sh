@@ -15,10 +15,7 @@ timeout 120 python3 benchmarks/scripts/probe_cp_step_chain.py 2>&1 | grep -v -i 
 pack_results
 wait $CK
 bench_1p7b_at 1 defaults
-timeout 120 python3 benchmarks/scripts/step_timeline.py record /tmp/real-1.7b 1 $R/timeline_1p7b_c1.json.gz 2>&1 \
-  | grep -v -i warn
-python3 benchmarks/scripts/step_timeline.py report $R/timeline_1p7b_c1.json.gz --sequence > $R/timeline_1p7b_c1.txt
-head -1 $R/timeline_1p7b_c1.txt
+timeline_at /tmp/real-1.7b 1 1p7b_c1
 pack_results
 wait $CK6
 bench_small_traced defaults

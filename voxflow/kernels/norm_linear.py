@@ -241,7 +241,7 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         if t is not None and (t.shape != (m, n) or t.dtype != x.dtype or t.device != x.device or t.stride(1) != 1):
             raise ValueError(f"norm_linear: {name} must be [{m}, {n}] {x.dtype} on {x.device} with a unit last stride")
     pdl = use_pdl(x)
-    preload = weight_preload(pdl, n, k) and m == 1 if preload is None else bool(preload)
+    preload = weight_preload(pdl, n, k, m) if preload is None else bool(preload)
     if preload and m != 1:
         raise ValueError(f"norm_linear: the weight preload is for one row, not {m}")
     if out is None:

@@ -72,11 +72,12 @@ def set_weight_preload(on: bool) -> None:
     _preload = bool(on)
 
 
-def weight_preload(pdl: bool, n: int = 1 << 30, k: int = 1 << 30) -> bool:
-    """Whether a kernel launched with PDL `pdl` preloads the weights of its [n, k] GEMM before the wait: PDL on, the
-    switch on, N and K >= PRELOAD_MIN_WIDTH. (A caller's explicit preload=True bypasses this, for A/B runs; without
-    PDL there is no wait to move loads ahead of, so it changes nothing there.)"""
-    return pdl and _preload and min(n, k) >= PRELOAD_MIN_WIDTH
+def weight_preload(pdl: bool, n: int = 1 << 30, k: int = 1 << 30, m: int = 1) -> bool:
+    """Whether a kernel launched with PDL `pdl` preloads the weights of its [n, k] GEMM on m rows before the wait:
+    PDL on, the switch on, one row (the one-row kernels' peeled first K step), N and K >= PRELOAD_MIN_WIDTH. (A
+    caller's explicit preload=True bypasses this, for A/B runs; without PDL there is no wait to move loads ahead of,
+    so it changes nothing there.)"""
+    return pdl and _preload and m == 1 and min(n, k) >= PRELOAD_MIN_WIDTH
 
 
 def launch_kwargs(pdl: bool) -> dict:

@@ -325,7 +325,7 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
 
     pdl = use_pdl(x)
     fma_one_split = not cfg["USE_DOT"] and split == 1
-    preload = weight_preload(pdl, n, k) and m == 1 and fma_one_split if preload is None else bool(preload)
+    preload = weight_preload(pdl, n, k, m) and fma_one_split if preload is None else bool(preload)
     if preload and not fma_one_split:
         raise ValueError("skinny_linear: the weight preload is for the one-split FMA path")
     # Unused pointer arguments get x (never dereferenced: their constexpr flags compile the loads out).

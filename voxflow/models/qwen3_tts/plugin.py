@@ -370,8 +370,9 @@ class Qwen3TTSPlugin:
         rows = tensor_to(slot_list, self.device)          # no blocking copy: the decode in flight goes on
         zero = torch.zeros(len(slot_list), dtype=torch.long, device=self.device)
         states = [self._attached[slot].state for slot in slot_list]
-        c0 = select_c0(logits, s.seen[rows], zero, s.penalty[rows], s.min_new_tokens[rows], self.suppress,
-                       self._hinted(s.talker_params(rows), self._warp_hint(0)), s.key[rows], zero, self.eos_id,
+        g = s.gather(rows)
+        c0 = select_c0(logits, s.seen[rows], zero, g.penalty, g.min_new_tokens, self.suppress,
+                       self._hinted(g.talker_params(), self._warp_hint(0)), g.key, zero, self.eos_id,
                        any(st.params.do_sample for st in states))
         s.c0[rows] = c0
         s.seen.index_put_((rows, c0), self._true)

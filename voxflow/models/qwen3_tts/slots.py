@@ -50,11 +50,11 @@ def _grow(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
 
 # The per-slot scalars, one 2-D tensor [names, slots] per dtype with a named row each (the attributes are row
 # views): a request's attach writes its column of each from one host-to-device copy and one device copy into the
-# strided column, 8 launches instead of ~20 one-element fills, a kernel launch apiece on the engine thread (the H200 c=64 trace: a wave of 56 prefills took
-# 20.6 ms of host time, 0.37 ms a request; how much of it these launches were is not isolated); and a decode step
-# gathers its batch's values of all of a dtype's names in one index_select (`gather`: 4 launches instead of ~16,
-# each ~2 us on the c=1 step's critical path, H200 session 29 call 1's timeline), each name's values a contiguous
-# row of the result.
+# strided column, 8 launches instead of ~20 one-element fills, a kernel launch apiece on the engine thread (the
+# H200 c=64 trace: a wave of 56 prefills took 20.6 ms of host time, 0.37 ms a request; how much of it these
+# launches were is not isolated); and a decode step gathers its batch's values of all of a dtype's names in one
+# index_select (`gather`: 4 launches instead of ~16, each ~2 us on the c=1 step's critical path, H200 session 29
+# call 1's timeline), each name's values a contiguous row of the result.
 SCALARS = {
     torch.long: ("c0", "fed", "prompt_len", "trailing_len", "t_top_k", "cp_top_k", "min_new_tokens", "key",
                  "max_frames"),
@@ -73,9 +73,7 @@ class SlotTable:
         self.version = 0
         z = dict(device=device)
         self._scalars = {kind: torch.zeros(len(names), n, dtype=kind, **z) for kind, names in SCALARS.items()}
-        for kind, names in SCALARS.items():
-            for i, name in enumerate(names):
-                setattr(self, name, self._scalars[kind][i])
+        _name_rows(self, self._scalars)
         for name in ("t_temperature", "cp_temperature", "penalty", "t_top_p", "cp_top_p"):
             getattr(self, name).fill_(1)           # neutral values for rows no request has written yet
         self.h = torch.zeros(n, hidden, dtype=dtype, **z)
@@ -169,35 +167,32 @@ class SlotTable:
         """Every scalar's values for the batch `rows`: one index_select per dtype."""
         return SlotRows({kind: tab.index_select(1, rows) for kind, tab in self._scalars.items()})
 
-    def talker_params(self, rows: torch.Tensor) -> WarpParams:
-        return WarpParams(self.t_do_sample[rows], self.t_temperature[rows], self.t_top_k[rows], self.t_top_p[rows])
-
-    def cp_params(self, rows: torch.Tensor) -> WarpParams:
-        return WarpParams(self.cp_do_sample[rows], self.cp_temperature[rows], self.cp_top_k[rows],
-                          self.cp_top_p[rows])
-
     def text_part(self, rows: torch.Tensor, frame: torch.Tensor, pad: torch.Tensor,
-                  trailing_len: torch.Tensor | None = None) -> torch.Tensor:
+                  trailing_len: torch.Tensor) -> torch.Tensor:
         """[B, H]: trailing-text row `frame` of each slot, or tts_pad once its queue is used up (trailing_len: the
-        rows' values, when already gathered)."""
+        rows' queue lengths, as `gather` gives them)."""
         index = frame.clamp(max=self.text_table.shape[1] * TEXT_PAGE_ROWS - 1)
         pages = self.text_table[rows, index // TEXT_PAGE_ROWS]
         text = self.text_pages[pages, index % TEXT_PAGE_ROWS]
-        lengths = self.trailing_len[rows] if trailing_len is None else trailing_len
-        return torch.where((frame < lengths)[:, None], text, pad.to(text))
+        return torch.where((frame < trailing_len)[:, None], text, pad.to(text))
 
     def record_frame(self, rows: torch.Tensor, frame_index: torch.Tensor, frame: torch.Tensor) -> None:
         # Clamped: an engine that reads `finished` one step late may decode a finished slot once more.
         self.history[rows, frame_index.clamp(max=self.history.shape[1] - 1)] = frame.to(torch.int16)
 
 
+def _name_rows(target, tables: dict[torch.dtype, torch.Tensor]) -> None:
+    """Each SCALARS name as an attribute of target: row i of its dtype's [names, ...] table."""
+    for kind, names in SCALARS.items():
+        for i, name in enumerate(names):
+            setattr(target, name, tables[kind][i])
+
+
 class SlotRows:
     """A batch's scalars (SlotTable.gather): each name an attribute, a contiguous [B] view."""
 
     def __init__(self, gathered: dict[torch.dtype, torch.Tensor]):
-        for kind, names in SCALARS.items():
-            for i, name in enumerate(names):
-                setattr(self, name, gathered[kind][i])
+        _name_rows(self, gathered)
 
     def talker_params(self) -> WarpParams:
         return WarpParams(self.t_do_sample, self.t_temperature, self.t_top_k, self.t_top_p)
