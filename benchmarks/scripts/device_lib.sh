@@ -184,8 +184,8 @@ bench_small_traced() {
 
 timeline_at() {
   local model=$1 c=$2 label=$3; shift 3
-  env "$@" timeout 120 python3 benchmarks/scripts/step_timeline.py record "$model" "$c" "$R/timeline_$label.json.gz" \
-    2>&1 | grep -v -i warn
+  env "$@" timeout 120 python3 benchmarks/scripts/step_timeline.py record "$model" "$c" \
+    "$R/timeline_$label.json.gz" 2>&1 | grep -v -i warn
   python3 benchmarks/scripts/step_timeline.py report "$R/timeline_$label.json.gz" --sequence > "$R/timeline_$label.txt"
   head -1 "$R/timeline_$label.txt"
 }
