@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 29 (no device time was left to run it) for the next session's first call; carry
-# [".whl", ".device_tree"] (and ".whl-official" for the Base no-sync test). Rename to h200_sessionNN_run1.sh.
+# Session 30, call 1 (prepared in session 29, when no device time was left to run it). Carry
+# [".whl", ".device_tree"] (and ".whl-official" for the Base no-sync test).
 # 1. probe_cp_step_chain.py: one code-predictor step in five chains that differ only before its first layer (why
 #    its layers ran ~35% slower in session 29's fused first step and projected-tables steps);
 # 2. 1.7B c=1 bench and step timeline of session 29's final defaults (never benched: call 5 found no device time);
