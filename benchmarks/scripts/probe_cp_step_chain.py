@@ -15,8 +15,9 @@ the first layer:
 If `draw` is slow and `draw+copy` fast, what follows the one-program draw kernel matters (PDL: the next kernel's
 programs wait on the SMs while it runs); if `layers` is slow too, the input row's producer does not matter.
 
-    python benchmarks/scripts/probe_cp_step_chain.py [--small]    (--small: tiny shapes, eager, for a CPU check
-                                                                  under TRITON_INTERPRET=1; no timing)
+    python benchmarks/scripts/probe_cp_step_chain.py [--small] [--timeline proj,layers]
+        --small: tiny shapes, eager, for a CPU check under TRITON_INTERPRET=1; no timing
+        --timeline: those kinds' one step kernel by kernel (exposed time on the critical path, CUPTI)
 """
 from __future__ import annotations
 
@@ -94,9 +95,37 @@ def chain(kind: str, parts: dict, rope, draw: dict, device: str):
 KINDS = ("draw+proj", "draw", "draw+copy", "proj", "layers")
 
 
+def timeline(steps, replays: int = 3) -> list[tuple[str, float]]:
+    """(kernel name, exposed us) of one step from the middle of `replays` graph replays of `steps` (14 steps):
+    step_timeline.py's critical path, which charges each microsecond of the stream's busy span to one kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from step_timeline import critical_path
+    steps()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        steps()
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    names: dict[str, int] = {}
+    rows = sorted(((names.setdefault(e.name, len(names)), 0, e.time_range.start, e.time_range.end)
+                   for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda r: r[2])
+    path = critical_path(rows)
+    per_step = len(path) // (replays * 14)
+    middle = path[len(path) // 2 - per_step // 2:][:per_step]
+    by_id = {v: k for k, v in names.items()}
+    return [(by_id[r[0]], r[3] + r[4]) for r in middle]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="tiny shapes on the CPU (interpreter), no timing")
+    ap.add_argument("--timeline", default="", help="comma-separated kinds whose one step is printed kernel by kernel")
     args = ap.parse_args()
     if args.small:
         cp.DEVICE, cp.H, cp.I, cp.HQ, cp.HKV, cp.D = "cpu", 64, 128, 4, 2, 32
@@ -114,6 +143,10 @@ def main() -> None:
                 print(f"  {kind:10s} ran: logits {tuple(steps().shape)}")
             else:
                 print(f"  {kind:10s} {cp.bench(steps, 14):7.2f} us", flush=True)
+        for kind in filter(None, args.timeline.split(",")):
+            rows = timeline(chain(kind, parts, rope, draw, device))
+            print(f"  {kind}, one step, exposed us a kernel ({sum(t for _, t in rows):.1f} in all): "
+                  + " ".join(f"{name.strip('_').split('_')[0]}:{t:.1f}" for name, t in rows), flush=True)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,28 @@ import triton.language as tl
 
 
 @triton.jit
-def wait_for_previous_kernel():
+def _wait_then_trigger():
     """The point after which a PDL kernel may read what the kernel before it wrote, and write at all; then let the
     next kernel start."""
     tl.extra.cuda.gdc_wait()
     tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _wait_only():
+    """The wait alone: the next kernel is launched when every program of this one has exited (the implicit
+    trigger), so its programs are placed on SMs this one has left rather than squeezed beside it."""
+    tl.extra.cuda.gdc_wait()
+
+
+# When the next kernel may start (read at import, for A/B runs): "early" (the default) right after this kernel's
+# wait; "exit" when all of this kernel's programs have exited. (H200 session 30 call 1: the code predictor's fused
+# layers took 133.5 us a step in a chain of their own against 110.2 with a projection GEMM in front; a PDL chain's
+# programs start beside the previous kernel's, on whichever SMs have room.)
+TRIGGER = os.environ.get("VOXFLOW_PDL_TRIGGER", "early")
+if TRIGGER not in ("early", "exit"):
+    raise ValueError(f"VOXFLOW_PDL_TRIGGER must be 'early' or 'exit' (got {TRIGGER!r})")
+wait_for_previous_kernel = _wait_then_trigger if TRIGGER == "early" else _wait_only
 
 
 _preload = os.environ.get("VOXFLOW_PDL_PRELOAD", "1") not in ("0", "false", "off")      # (as VOXFLOW_PDL)
