@@ -52,6 +52,32 @@ def test_pdl_variants_wait_before_any_memory_access_and_the_others_do_not_wait()
                 assert "griddepcontrol" not in ptx and "prefetch.global" not in ptx, variant
 
 
+def test_exit_trigger_variants_wait_first_and_never_trigger_early():
+    """pdl.EXIT: the wait before any global access, as with EARLY, and no launch_dependents at all (the next kernel
+    is launched when this one's programs have exited); the EARLY twin of each has the trigger."""
+    cases = {name: rest for name, *rest in compile_check.cases()}
+    exit_names = [name for name in cases if name.endswith(" pdl exit")]
+    assert len(exit_names) >= 2
+    for name in exit_names:
+        fn, types, consts, options = cases[name]
+        ptx = compile_check.compile_kernel(fn, types, consts, **options)["ptx"]
+        wait = ptx.find("griddepcontrol.wait")
+        accesses = [i for op in ("ld.global", "st.global", "atom.global", "red.global") if (i := ptx.find(op)) >= 0]
+        assert 0 <= wait < min(accesses), name
+        assert "griddepcontrol.launch_dependents" not in ptx, name
+        fn, types, consts, options = cases[name[: -len(" exit")]]
+        assert "griddepcontrol.launch_dependents" in compile_check.compile_kernel(fn, types, consts, **options)["ptx"]
+
+
+def test_trigger_mode_takes_exit_only_for_listed_kinds_without_a_preload(monkeypatch):
+    from voxflow.kernels import pdl
+    monkeypatch.setattr(pdl, "_exit", frozenset({"norm_linear"}))
+    assert pdl.trigger_mode(False, "norm_linear") == pdl.OFF
+    assert pdl.trigger_mode(True, "norm_linear") == pdl.EXIT
+    assert pdl.trigger_mode(True, "norm_linear", preload=True) == pdl.EARLY      # its preload needs the early start
+    assert pdl.trigger_mode(True, "skinny_linear") == pdl.EARLY
+
+
 def test_weight_preload_variants_load_before_the_wait_but_store_nothing_there():
     """pdl.py's one exception: with the weight preload the one-row GEMMs issue loads (their first W tiles) before
     griddepcontrol.wait -- that is the change -- and still nothing is stored before it; their PDL twins without

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 8
@@ -146,7 +146,7 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
     offs_n = nt * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     if USE_PDL:         # pdl.py: nothing read before the previous kernel's results are visible
-        wait_for_previous_kernel()
+        wait_for_previous_kernel(USE_PDL)
     dh = tl.arange(0, HALF)
     qw1 = tl.load(qw_ptr + dh).to(tl.float32)[None, :]
     qw2 = tl.load(qw_ptr + HALF + dh).to(tl.float32)[None, :]
@@ -306,7 +306,8 @@ def attention_o_proj(qkv: torch.Tensor, residual: torch.Tensor, w_o: torch.Tenso
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2),
         HQ=num_heads, HKV=hkv, D=d, HALF=d // 2, BLOCK_H=cfg["BLOCK_H"],
-        BLOCK_T=max(16, triton.next_power_of_2(max_len)), BLOCK_N=cfg["BLOCK_N"], USE_PDL=pdl,
+        BLOCK_T=max(16, triton.next_power_of_2(max_len)), BLOCK_N=cfg["BLOCK_N"],
+        USE_PDL=trigger_mode(pdl, "attention_o_proj"),
         num_warps=cfg["num_warps"], **launch_kwargs(pdl),
         enable_fp_fusion=False)   # qk_norm_rope's rounding: no fma contraction in the norms and the rotation
     return out

@@ -138,6 +138,10 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         for preload in (False, True):
             out.append((f"norm_linear {name} pdl" + (" preload" if preload else ""),
                         *norm_linear_case(1, n, k, swiglu, pdl=True, preload=preload)))
+    # And with the exit trigger (pdl.EXIT: the wait alone), as pdl.trigger_mode gives the code predictor's kernels.
+    out.append(("norm_linear q|k|v pdl exit", *norm_linear_case(1, 4096, 1024, False, pdl=2)))
+    out.append(("attention_o_proj block_h=4 block_n=32 m=1 pdl exit",
+                *attention_o_proj_case(1, dict(BLOCK_H=4, BLOCK_N=32), pdl=2)))
     for block_h, block_n, m in ((4, 32, 1), (2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (4, 32, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
@@ -252,7 +256,7 @@ def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple
 
 
 def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None = None, norm: bool = True,
-                     residual: bool = False, pdl: bool = False, preload: bool = False) -> tuple:
+                     residual: bool = False, pdl: bool | int = False, preload: bool = False) -> tuple:
     """(kernel, types, constexprs, options) of norm_linear.py's kernel as launched for [m, k] x [n(, x2), k]."""
     from voxflow.kernels import norm_linear
     cfg = {**norm_linear.launch_config(m, n, k, swiglu), **(config or {})}
@@ -263,11 +267,11 @@ def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None =
         consts["M"] = 1
     ptrs = ("x_ptr", "g_ptr", "w_ptr", "res_ptr", "out_ptr")
     return (norm_linear._norm_linear_kernel, {**{p: bf for p in ptrs}, "k_float": "fp32", "eps": "fp32"}, consts,
-            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl,
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=bool(pdl),
                  aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
 
 
-def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool = False) -> tuple:
+def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool | int = False) -> tuple:
     """(kernel, types, constexprs, options) of attention_o_proj.py's kernel at the 1.7B code predictor's shapes."""
     from voxflow.kernels import attention_o_proj
     cfg = {**attention_o_proj.launch_config(1024, 16), **(config or {})}
@@ -280,7 +284,7 @@ def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool = False)
     return (attention_o_proj._attention_o_proj_kernel,
             {**{p: bf for p in ptrs}, "ws_ptr": _ptr("fp32"), "cnt_ptr": _ptr("i32"), "scale": "fp32",
              "inv_d": "fp32", "q_eps": "fp32", "k_eps": "fp32"}, consts,
-            dict(num_warps=cfg["num_warps"], enable_fp_fusion=False, launch_pdl=pdl,
+            dict(num_warps=cfg["num_warps"], enable_fp_fusion=False, launch_pdl=bool(pdl),
                  aligned=ptrs + ("ws_ptr", "cnt_ptr", "N", "s_qkv", "s_res", "s_out", "cos_sb", "sin_sb", "sk_b",
                                  "sk_h", "sk_t", "sv_b", "sv_h", "sv_t")))
 

@@ -50,7 +50,7 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
                              BLOCK_X: tl.constexpr):
     # (T1 = T + 1, passed in: a loop bound computed in the kernel trips Triton 3.6's interpreter)
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
-        wait_for_previous_kernel()
+        wait_for_previous_kernel(USE_PDL)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     dh = tl.arange(0, BLOCK_HALF)

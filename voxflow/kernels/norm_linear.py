@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel, weight_preload
+from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel, weight_preload
 from voxflow.kernels.rms_norm import round_to
 from voxflow.kernels.skinny_linear import _silu_mul
 
@@ -88,7 +88,7 @@ def _norm_linear_tile(tile, x_ptr, g_ptr, w_ptr, res_ptr, out_ptr, M, N, K, stri
         if SWIGLU:
             wu0 = tl.load(u_rows + offs_k[None, :], mask=n_mask[:, None], other=0.0)
     if USE_PDL:                 # pdl.py: no activation read before the previous kernel's results are visible
-        wait_for_previous_kernel()
+        wait_for_previous_kernel(USE_PDL)
     if BLOCK_M == 1:
         sq = tl.zeros((BLOCK_K,), tl.float32)
         acc = tl.zeros((BLOCK_N,), tl.float32)
@@ -251,6 +251,6 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         x, norm_weight if norm_weight is not None else x, w, res, out, m, n, k, x.stride(0), res.stride(0),
         out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, SWIGLU=swiglu, HAS_RES=residual is not None, PRECISE_EXP=x.is_cuda,
-        USE_PDL=pdl, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        PRELOAD=preload, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
+        USE_PDL=trigger_mode(pdl, "norm_linear", preload), BLOCK_M=triton.next_power_of_2(m),
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PRELOAD=preload, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
     return out

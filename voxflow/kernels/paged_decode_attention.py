@@ -120,7 +120,7 @@ if triton is not None:
             TENSOR_CORES: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
             SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
-            wait_for_previous_kernel()
+            wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
@@ -227,7 +227,7 @@ if triton is not None:
                                NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                                NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:
-            wait_for_previous_kernel()
+            wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0)
         head = tl.program_id(1)
         s = tl.arange(0, BLOCK_S)

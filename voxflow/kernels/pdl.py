@@ -53,29 +53,37 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
-def _wait_then_trigger():
-    """The point after which a PDL kernel may read what the kernel before it wrote, and write at all; then let the
-    next kernel start."""
-    tl.extra.cuda.gdc_wait()
-    tl.extra.cuda.gdc_launch_dependents()
+# A kernel's USE_PDL constexpr: OFF (launched plainly), EARLY (the next kernel may start right after this one's
+# wait) or EXIT (the next kernel is launched when all of this one's programs have exited -- the implicit trigger --
+# so its programs are placed on SMs this one has left rather than squeezed in beside it). True / False mean EARLY /
+# OFF. Which kinds take EXIT: `trigger_mode`.
+OFF, EARLY, EXIT = 0, 1, 2
 
 
 @triton.jit
-def _wait_only():
-    """The wait alone: the next kernel is launched when every program of this one has exited (the implicit
-    trigger), so its programs are placed on SMs this one has left rather than squeezed beside it."""
+def wait_for_previous_kernel(MODE: tl.constexpr):
+    """The point after which a PDL kernel may read what the kernel before it wrote, and write at all; then (EARLY)
+    let the next kernel start."""
     tl.extra.cuda.gdc_wait()
+    if MODE == 1:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
-# When the next kernel may start (read at import, for A/B runs): "early" (the default) right after this kernel's
-# wait; "exit" when all of this kernel's programs have exited. (H200 session 30 call 1: the code predictor's fused
-# layers took 133.5 us a step in a chain of their own against 110.2 with a projection GEMM in front; a PDL chain's
-# programs start beside the previous kernel's, on whichever SMs have room.)
-TRIGGER = os.environ.get("VOXFLOW_PDL_TRIGGER", "early")
-if TRIGGER not in ("early", "exit"):
-    raise ValueError(f"VOXFLOW_PDL_TRIGGER must be 'early' or 'exit' (got {TRIGGER!r})")
-wait_for_previous_kernel = _wait_then_trigger if TRIGGER == "early" else _wait_only
+# Kernel kinds launched with EXIT where they do not preload weights (comma-separated VOXFLOW_PDL_EXIT, read at import,
+# for A/B runs). H200 session 30 call 2: the code predictor's fused layers took 134.1 us a step in a chain of their
+# own against 109.7 with a projection GEMM in front (EARLY everywhere), 108.7 and 112.2 with EXIT everywhere; with
+# EXIT everywhere the whole 1.7B c=1 step went 3.287 -> 3.472 ms (the talker's preloads need EARLY in front).
+EXIT_KINDS = ("norm_linear", "skinny_linear", "attention_o_proj", "select_tokens")
+_exit = frozenset(filter(None, os.environ.get("VOXFLOW_PDL_EXIT", "").split(",")))
+if not _exit <= set(EXIT_KINDS):
+    raise ValueError(f"VOXFLOW_PDL_EXIT: unknown kinds {sorted(_exit - set(EXIT_KINDS))} (known: {EXIT_KINDS})")
+
+
+def trigger_mode(pdl: bool, kind: str, preload: bool = False) -> int:
+    """USE_PDL for a kernel of `kind` (EXIT_KINDS) launched with PDL `pdl` and weight preload `preload`."""
+    if not pdl:
+        return OFF
+    return EXIT if kind in _exit and not preload else EARLY
 
 
 _preload = os.environ.get("VOXFLOW_PDL_PRELOAD", "1") not in ("0", "false", "off")      # (as VOXFLOW_PDL)

@@ -95,7 +95,7 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
                          cos_sb, cos_ss, sin_sb, sin_ss,
                          BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
-        wait_for_previous_kernel()
+        wait_for_previous_kernel(USE_PDL)
     token = tl.program_id(0)
     block = tl.program_id(1)
     b = (token // seq_len).to(tl.int64)

@@ -45,7 +45,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
 from voxflow.kernels.uniform_noise import _lowbias32
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -104,7 +104,7 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                           RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
                           EMBED: tl.constexpr, BLOCK_E: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
-        wait_for_previous_kernel()
+        wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=offs < vocab,
@@ -228,7 +228,7 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
             top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
             *extra, *emb, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
             RADIX_BITS=radix_bits, KEY_BITS=key_bits(logits.dtype, talker is not None, radix_bits), BLOCK=block,
-            USE_PDL=pdl, EMBED=embed is not None,
+            USE_PDL=trigger_mode(pdl, "select_tokens"), EMBED=embed is not None,
             BLOCK_E=min(4096, triton.next_power_of_2(embed.shape[1])) if embed is not None else 16,
             num_warps=num_warps or (8 if block >= 2048 else 4),
             enable_fp_fusion=False,   # every product / sum rounded as in the torch ops

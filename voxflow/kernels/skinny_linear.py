@@ -40,7 +40,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel, weight_preload
+from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel, weight_preload
 from voxflow.kernels.rms_norm import round_to
 
 MAX_M = 64
@@ -131,7 +131,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
     if PRELOAD:         # pdl.py's weight preload: the first K step's W tile; no kernel of the step writes W
         w0 = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_mask[:, None], other=0.0)
     if USE_PDL:         # pdl.py: no activation read before the previous kernel's results are visible
-        wait_for_previous_kernel()
+        wait_for_previous_kernel(USE_PDL)
     rstd = tl.zeros((BLOCK_M,), tl.float32)             # (set below with NORM; unused otherwise)
 
     if NORM:
@@ -336,8 +336,8 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
         m, n, k, k // split, x.stride(0), res.stride(0), out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         PRECISE_EXP=x.is_cuda, DOT_IN_FP32=not x.is_cuda or x.dtype == torch.float32, USE_DOT=cfg["USE_DOT"],
-        SPLIT_K=split, USE_PDL=pdl, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PRELOAD=preload,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
+        SPLIT_K=split, USE_PDL=trigger_mode(pdl, "skinny_linear", preload), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        PRELOAD=preload, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
     if split > 1:
         _split_k_reduce_kernel[(triton.cdiv(n, 64),)](
             ws, bias if bias is not None else x, res, out, m, n, res.stride(0), out.stride(0),
