@@ -265,13 +265,69 @@ def check_draw_and_embed_changes_no_bits():
         params = WarpParams(torch.tensor([False]), torch.tensor([0.9]), torch.tensor([20]),
                             torch.tensor([1.0], dtype=torch.float64), any_top_p=False)
         sample_fn = bs.residual_sample_fn(params, keys, frame, False)
+        cp_mod.PROJECTED_TABLES = False          # (the projected inputs: check_projected_tables_against_reference)
         codes, frame_embed = cp.predict(h, c0, sample_fn, frame_embed=True)
         assert embeds == [True] * 4, embeds                      # every draw copied its row
         without = cp.predict(h, c0, lambda logits, j: sample_fn(logits, j), frame_embed=True)
         assert embeds[4:] == [False] * 4
         assert torch.equal(codes, without[0]) and torch.equal(frame_embed, without[1])
     finally:
+        cp_mod.PROJECTED_TABLES = True
         fused.select_tokens, nl.launch_config, sk.launch_config = real, real_config, real_skinny_config
+        cp_layer.CONFIGS.update(saved_configs)
+        for m, f in zip(mods, saved):
+            m.use_kernels = f
+
+
+def check_projected_tables_against_reference():
+    """code_predictor.PROJECTED_TABLES (on by default; the small model has a projection, as the 1.7B one): the
+    tables are the projection of every input table's rows; on the kernel path with the fused draws every draw but
+    the last copies the projected row too (select_tokens' embed2, spied), no projection GEMM runs after the first
+    step (skinny_linear with a bias, spied: the 2-token step's only), and fp32 greedy codes and the frame embedding
+    equal the reference path's (kernels off, plain argmax draws, its own lookups and projections)."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import cp_layer, norm_linear as nl, skinny_linear as sk
+    from voxflow.kernels import select_tokens as fused
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    mods = (layer_mod, cache_mod, cp_mod, bs)
+    saved = [m.use_kernels for m in mods]
+    saved_configs, real_config, real_skinny_config = dict(cp_layer.CONFIGS), nl.launch_config, sk.launch_config
+    real_select, real_skinny = fused.select_tokens, sk.skinny_linear
+    second, biased = [], []
+    fused.select_tokens = lambda *a, **kw: (second.append(kw.get("embed2") is not None), real_select(*a, **kw))[1]
+    sk.skinny_linear = lambda *a, **kw: (biased.append(kw.get("bias") is not None), real_skinny(*a, **kw))[1]
+    # Few wide programs: the interpreter's cost is per program (the kernel tests cover the GPU configs).
+    cp_layer.CONFIGS.update(qkv=dict(BLOCK_N=64), attention_o_proj=dict(BLOCK_N=64), gate_up=dict(BLOCK_N=64),
+                            lm_head=dict(BLOCK_N=64))
+    nl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
+    sk.launch_config = lambda *a, **kw: {**real_skinny_config(*a, **kw), "BLOCK_N": 64}
+    try:
+        cp = small_code_predictor(torch.float32)
+        with torch.no_grad():
+            tables = cp.projected_tables()
+            for j in range(3):
+                assert torch.equal(tables[j], cp.small_to_mtp_projection(cp.model.codec_embedding[j].weight))
+        g = torch.Generator().manual_seed(8)
+        h, c0 = torch.randn(1, 96, generator=g), torch.randn(1, 96, generator=g)
+        params = WarpParams(torch.tensor([False]), torch.tensor([0.9]), torch.tensor([20]),
+                            torch.tensor([1.0], dtype=torch.float64), any_top_p=False)
+        for m in mods:
+            m.use_kernels = lambda t: True
+        codes, frame_embed = cp.predict(h, c0, bs.residual_sample_fn(params, torch.tensor([1]), torch.tensor([3]),
+                                                                     False), frame_embed=True)
+        assert second == [True, True, True, False], second       # steps 1..3 take projected rows; the last none
+        assert biased.count(True) == 1, biased                   # the 2-token step's projection only
+        for m in mods:
+            m.use_kernels = lambda t: False
+        want, want_embed = cp.predict(h, c0, lambda logits, j: logits.argmax(-1), frame_embed=True)
+        assert torch.equal(codes, want)
+        assert torch.allclose(frame_embed, want_embed, rtol=0, atol=0), "the frame embedding sums the same rows"
+    finally:
+        fused.select_tokens, sk.skinny_linear = real_select, real_skinny
+        nl.launch_config, sk.launch_config = real_config, real_skinny_config
         cp_layer.CONFIGS.update(saved_configs)
         for m, f in zip(mods, saved):
             m.use_kernels = f
@@ -405,6 +461,9 @@ if IN_CHILD:
 
     def test_child_draw_and_embed_changes_no_bits():
         check_draw_and_embed_changes_no_bits()
+
+    def test_child_projected_tables_against_reference():
+        check_projected_tables_against_reference()
 
     def test_child_one_row_norm_linear_layers_against_reference():
         check_one_row_norm_linear_layers_against_reference()

@@ -204,7 +204,8 @@ def check_single_rows_and_codebooks():
 
 def check_embedding_rows_copied():
     """embed= / embed_out=: the same ids, and each row's drawn id's table row copied bit for bit (a table wider
-    than the copy block: 2 x 1024 + 40 columns, more rows than the vocabulary; bf16 and fp32)."""
+    than the copy block: 2 x 1024 + 40 columns, more rows than the vocabulary; bf16 and fp32); with embed2= too,
+    both tables' rows."""
     from voxflow.kernels.select_tokens import select_tokens
     g = torch.Generator().manual_seed(3)
     for dtype in (torch.bfloat16, torch.float32):
@@ -214,6 +215,13 @@ def check_embedding_rows_copied():
         got = select_tokens(*args, 4, False, embed=table, embed_out=rows)
         assert torch.equal(got, reference(*args, 4, False))
         assert torch.equal(rows, table[got]), dtype
+    # embed2= / embed2_out=: a second table's rows too, of another width (the code predictor's projected inputs)
+    args = make_case(g, 3, 2048, torch.bfloat16, False)
+    table, table2 = torch.randn(2048, 96, generator=g), torch.randn(2048, 40, generator=g)
+    rows, rows2 = torch.full((3, 96), float("nan")), torch.full((3, 40), float("nan"))
+    got = select_tokens(*args, 5, False, embed=table, embed_out=rows, embed2=table2, embed2_out=rows2)
+    assert torch.equal(got, reference(*args, 5, False))
+    assert torch.equal(rows, table[got]) and torch.equal(rows2, table2[got])
 
 
 def check_supported():
@@ -267,6 +275,11 @@ else:
                 select_tokens(*args, embed=table, embed_out=out)
         with pytest.raises(ValueError, match="together"):
             select_tokens(*args, embed=torch.zeros(2048, 8))
+        good = dict(embed=torch.zeros(2048, 8), embed_out=torch.zeros(2, 8))
+        with pytest.raises(ValueError, match="embed2"):                # the second table checked the same way
+            select_tokens(*args, **good, embed2=torch.zeros(2047, 4), embed2_out=torch.zeros(2, 4))
+        with pytest.raises(ValueError, match="embed2 comes with embed"):
+            select_tokens(*args, embed2=torch.zeros(2048, 4), embed2_out=torch.zeros(2, 4))
 
     def test_key_bits_cover_what_an_fp32_value_from_each_dtype_can_differ_in(monkeypatch):
         import voxflow.kernels.select_tokens as select_tokens_module

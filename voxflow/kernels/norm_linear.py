@@ -252,5 +252,6 @@ def norm_linear(x: torch.Tensor, w: torch.Tensor, norm_weight: torch.Tensor | No
         out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, SWIGLU=swiglu, HAS_RES=residual is not None, PRECISE_EXP=x.is_cuda,
         USE_PDL=trigger_mode(pdl, "norm_linear", preload), BLOCK_M=triton.next_power_of_2(m),
-        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PRELOAD=preload, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], PRELOAD=preload, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **launch_kwargs(pdl))
     return out

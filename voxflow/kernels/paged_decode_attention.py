@@ -50,7 +50,7 @@ try:
     import triton
     import triton.language as tl
 
-    from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+    from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
 except ImportError:  # the reference below still works; callers check voxflow.kernels.use_kernels first
     triton = None
 
@@ -418,10 +418,11 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
         DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
         SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
-        USE_PDL=pdl, **launch, **launch_kwargs(pdl))
+        USE_PDL=trigger_mode(pdl, "paged_decode"), **launch, **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
             NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits,
-            BLOCK_S=triton.next_power_of_2(num_splits), USE_PDL=pdl, **launch_kwargs(pdl))
+            BLOCK_S=triton.next_power_of_2(num_splits), USE_PDL=trigger_mode(pdl, "combine_splits"),
+            **launch_kwargs(pdl))
     return out

@@ -73,7 +73,8 @@ def wait_for_previous_kernel(MODE: tl.constexpr):
 # for A/B runs). H200 session 30 call 2: the code predictor's fused layers took 134.1 us a step in a chain of their
 # own against 109.7 with a projection GEMM in front (EARLY everywhere), 108.7 and 112.2 with EXIT everywhere; with
 # EXIT everywhere the whole 1.7B c=1 step went 3.287 -> 3.472 ms (the talker's preloads need EARLY in front).
-EXIT_KINDS = ("norm_linear", "skinny_linear", "attention_o_proj", "select_tokens")
+EXIT_KINDS = ("norm_linear", "skinny_linear", "attention_o_proj", "select_tokens", "qk_norm_rope", "paged_decode",
+              "combine_splits")
 _exit = frozenset(filter(None, os.environ.get("VOXFLOW_PDL_EXIT", "").split(",")))
 if not _exit <= set(EXIT_KINDS):
     raise ValueError(f"VOXFLOW_PDL_EXIT: unknown kinds {sorted(_exit - set(EXIT_KINDS))} (known: {EXIT_KINDS})")

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
-from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
+from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
 from voxflow.kernels.rms_norm import round_to
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -167,7 +167,7 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         q_out.stride(0), q_out.stride(1), q_out.stride(2), k_out.stride(0), k_out.stride(1), k_out.stride(2),
         cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=block_half, USE_PDL=pdl, num_warps=num_warps,
+        BLOCK_H=block_h, BLOCK_HALF=block_half, USE_PDL=trigger_mode(pdl, "qk_norm_rope"), num_warps=num_warps,
         enable_fp_fusion=False,   # no fma contraction: the reference rounds every product before the add
         **launch_kwargs(pdl))
     return q_out, k_out

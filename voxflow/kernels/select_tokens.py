@@ -100,9 +100,11 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                           out_ptr, codebook, vocab, stride_row,
                           seen_ptr, penalty_ptr, num_gen_ptr, min_new_ptr, suppress_ptr, eos_id, stride_seen,
                           emb_ptr, emb_out_ptr, emb_dim, stride_emb, stride_emb_out,
+                          emb2_ptr, emb2_out_ptr, emb2_dim, stride_emb2, stride_emb2_out,
                           USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
                           RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
-                          EMBED: tl.constexpr, BLOCK_E: tl.constexpr):
+                          EMBED: tl.constexpr, BLOCK_E: tl.constexpr, EMBED2: tl.constexpr,
+                          BLOCK_E2: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0)
@@ -163,11 +165,18 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         ids = tl.argmax(w - gumbel, 0, tie_break_left=True)   # filtered (-inf) stays -inf
     tl.store(out_ptr + row, ids.to(tl.int64))
     if EMBED:
-        src = emb_ptr + ids.to(tl.int64) * stride_emb
-        dst = emb_out_ptr + row.to(tl.int64) * stride_emb_out
-        for e0 in range(0, emb_dim, BLOCK_E):
-            e = e0 + tl.arange(0, BLOCK_E)
-            tl.store(dst + e, tl.load(src + e, mask=e < emb_dim), mask=e < emb_dim)
+        _copy_row(emb_ptr + ids.to(tl.int64) * stride_emb, emb_out_ptr + row.to(tl.int64) * stride_emb_out, emb_dim,
+                  BLOCK_E)
+    if EMBED2:
+        _copy_row(emb2_ptr + ids.to(tl.int64) * stride_emb2, emb2_out_ptr + row.to(tl.int64) * stride_emb2_out,
+                  emb2_dim, BLOCK_E2)
+
+
+@triton.jit
+def _copy_row(src, dst, n, BLOCK: tl.constexpr):
+    for e0 in range(0, n, BLOCK):
+        e = e0 + tl.arange(0, BLOCK)
+        tl.store(dst + e, tl.load(src + e, mask=e < n), mask=e < n)
 
 
 def key_bits(dtype: torch.dtype, talker: bool, radix_bits: int) -> int:
@@ -187,27 +196,41 @@ def supported(logits: torch.Tensor) -> bool:
             and logits.dtype in _DTYPES)
 
 
+def _check_table(name: str, table: torch.Tensor | None, rows: torch.Tensor | None, logits: torch.Tensor) -> None:
+    b, vocab = logits.shape
+    if (table is None) != (rows is None):
+        raise ValueError(f"{name} and {name}_out come together")
+    if table is not None and (table.dim() != 2 or table.shape[0] < vocab or table.stride(-1) != 1
+                              or rows.shape != (b, table.shape[1]) or rows.dtype != table.dtype
+                              or rows.stride(-1) != 1 or table.device != logits.device
+                              or rows.device != logits.device):
+        raise ValueError(f"{name} must be [>= {vocab}, D] and {name}_out [{b}, D] in its dtype, unit last strides, "
+                         f"on the logits' device; got {tuple(table.shape)} and {tuple(rows.shape)}")
+
+
+def _block_e(table: torch.Tensor | None) -> int:
+    return min(4096, triton.next_power_of_2(table.shape[1])) if table is not None else 16
+
+
 def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                   top_p: torch.Tensor, keys: torch.Tensor, frame: torch.Tensor, codebook: int,
                   use_top_p: bool, num_warps: int | None = None, talker: tuple | None = None,
                   radix_bits: int = RADIX_BITS, embed: torch.Tensor | None = None,
-                  embed_out: torch.Tensor | None = None) -> torch.Tensor:
+                  embed_out: torch.Tensor | None = None, embed2: torch.Tensor | None = None,
+                  embed2_out: torch.Tensor | None = None) -> torch.Tensor:
     """ids [B] int64 for logits [B, V] (see `supported`): do_sample [B] bool, temperature [B] float32, top_k [B]
     int64 (0 = off), top_p [B] float64 (1 = off), keys [B] (seed_key, < 2^32), frame [B] int64, one codebook for
     the batch. talker: the talker's logit processing first (see below). use_top_p=False skips the top-p stage (only
     valid when no sampling row has top_p < 1, as WarpParams.any_top_p). embed [>= V, D] with embed_out [B, D] (its
-    dtype, unit last strides): embed_out[b] = embed[ids[b]] as well. No host sync: capturable in a CUDA graph."""
+    dtype, unit last strides): embed_out[b] = embed[ids[b]] as well; embed2 / embed2_out (only with embed) a second
+    table's row the same way (the code predictor's projected inputs). No host sync: capturable in a CUDA graph."""
     b, vocab = logits.shape
     if radix_bits not in (1, 2, 4):        # (a width not dividing 32 would leave the threshold's low bits 0)
         raise ValueError(f"radix_bits must be 1, 2 or 4, got {radix_bits}")
-    if (embed is None) != (embed_out is None):
-        raise ValueError("embed and embed_out come together")
-    if embed is not None and (embed.dim() != 2 or embed.shape[0] < vocab or embed.stride(-1) != 1
-                              or embed_out.shape != (b, embed.shape[1]) or embed_out.dtype != embed.dtype
-                              or embed_out.stride(-1) != 1 or embed.device != logits.device
-                              or embed_out.device != logits.device):
-        raise ValueError(f"embed must be [>= {vocab}, D] and embed_out [{b}, D] in its dtype, unit last strides, "
-                         f"on the logits' device; got {tuple(embed.shape)} and {tuple(embed_out.shape)}")
+    if embed is None and embed2 is not None:
+        raise ValueError("embed2 comes with embed")
+    for name, table, rows in (("embed", embed, embed_out), ("embed2", embed2, embed2_out)):
+        _check_table(name, table, rows, logits)
     out = torch.empty(b, dtype=torch.long, device=logits.device)
     if talker is not None:
         # (seen [B, V] bool, penalty [B], num_generated [B], min_new_tokens [B], suppress [V] bool, eos_id): the
@@ -221,15 +244,16 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
     if b:
         block = triton.next_power_of_2(vocab)
         pdl = use_pdl(logits)
-        emb = ((embed, embed_out, embed.shape[1], embed.stride(0), embed_out.stride(0)) if embed is not None
-               else (logits, logits, 0, 0, 0))                             # unused (EMBED is compiled out)
+        emb = [(t, o, t.shape[1], t.stride(0), o.stride(0)) if t is not None
+               else (logits, logits, 0, 0, 0)                              # unused (compiled out)
+               for t, o in ((embed, embed_out), (embed2, embed2_out))]
         _select_tokens_kernel[(b,)](
             logits, do_sample.contiguous().view(torch.uint8), temperature.contiguous(), top_k.contiguous(),
             top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
-            *extra, *emb, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
+            *extra, *emb[0], *emb[1], USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
             RADIX_BITS=radix_bits, KEY_BITS=key_bits(logits.dtype, talker is not None, radix_bits), BLOCK=block,
-            USE_PDL=trigger_mode(pdl, "select_tokens"), EMBED=embed is not None,
-            BLOCK_E=min(4096, triton.next_power_of_2(embed.shape[1])) if embed is not None else 16,
+            USE_PDL=trigger_mode(pdl, "select_tokens"), EMBED=embed is not None, BLOCK_E=_block_e(embed),
+            EMBED2=embed2 is not None, BLOCK_E2=_block_e(embed2),
             num_warps=num_warps or (8 if block >= 2048 else 4),
             enable_fp_fusion=False,   # every product / sum rounded as in the torch ops
             **launch_kwargs(pdl))

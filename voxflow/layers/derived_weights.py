@@ -21,6 +21,12 @@ def per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make,
     return value
 
 
+def derived_ready(owner: nn.Module, params: tuple[torch.Tensor, ...], tag: str = "") -> bool:
+    """Whether `per_weight_version(owner, params, ..., tag)` would serve a kept tensor (nothing to make)."""
+    key = (tag,) + tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+    return owner._derived is not None and owner._derived[0] == key
+
+
 def drop_derived_weights(module: nn.Module) -> None:
     """Forget every tensor `per_weight_version` keeps under `module` (its submodules' `_derived`), freeing their
     memory; each is made again on its next use."""

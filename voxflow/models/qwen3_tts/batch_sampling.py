@@ -125,10 +125,12 @@ def _kernel_params(params: WarpParams, like: torch.Tensor, any_sampling: bool) -
 
 def _fused_select(logits: torch.Tensor, params: WarpParams | None, keys: torch.Tensor, frame: torch.Tensor,
                   codebook: int, talker: tuple | None = None, embed: torch.Tensor | None = None,
-                  embed_out: torch.Tensor | None = None) -> torch.Tensor | None:
+                  embed_out: torch.Tensor | None = None, embed2: torch.Tensor | None = None,
+                  embed2_out: torch.Tensor | None = None) -> torch.Tensor | None:
     """On the GPU (params from `_kernel_params`): the whole selection (greedy argmax, or temperature / top-k /
     top-p / Gumbel-max per row; with `talker`, the talker's logit processing first) in one kernel with the same
-    results (voxflow/kernels/select_tokens.py); with embed / embed_out, the drawn ids' table rows copied out too.
+    results (voxflow/kernels/select_tokens.py); with embed / embed_out (and embed2 / embed2_out), the drawn ids'
+    table rows copied out too.
     None where it does not apply."""
     if params is None:
         return None
@@ -136,7 +138,8 @@ def _fused_select(logits: torch.Tensor, params: WarpParams | None, keys: torch.T
     if not fused.supported(logits):
         return None
     return fused.select_tokens(logits, params.do_sample, params.temperature, params.top_k, params.top_p, keys, frame,
-                               codebook, params.any_top_p, talker=talker, embed=embed, embed_out=embed_out)
+                               codebook, params.any_top_p, talker=talker, embed=embed, embed_out=embed_out,
+                               embed2=embed2, embed2_out=embed2_out)
 
 
 def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tensor,
@@ -156,16 +159,21 @@ def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tens
             sampled = gumbel_argmax(warp_logits(logits, params), keys, frame, j + 1)
             return torch.where(params.do_sample, sampled, greedy)
 
-    def draw_and_embed(logits: torch.Tensor, j: int, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(sample(logits, j), table[those ids]) -- on the kernel path the draw copies the rows itself (no lookup
-        launch); (ids, None) where it does not, and the caller looks them up. (select_tokens checks the table.)"""
+    def draw_and_embed(logits: torch.Tensor, j: int, table: torch.Tensor, table2: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(sample(logits, j), table[those ids], table2[those ids] or None without table2) -- on the kernel path the
+        draw copies the rows itself (no lookup launch); (ids, None, None) where it does not, and the caller looks
+        them up. (select_tokens checks the tables.)"""
         if kernel_params is not None:
             with record_function("cp_sampling"):
                 rows = torch.empty(logits.shape[0], table.shape[1], dtype=table.dtype, device=table.device)
-                picked = _fused_select(logits, kernel_params, keys, frame, j + 1, embed=table, embed_out=rows)
+                rows2 = (None if table2 is None else
+                         torch.empty(logits.shape[0], table2.shape[1], dtype=table2.dtype, device=table2.device))
+                picked = _fused_select(logits, kernel_params, keys, frame, j + 1, embed=table, embed_out=rows,
+                                       embed2=table2, embed2_out=rows2)
             if picked is not None:
-                return picked, rows
-        return sample(logits, j), None
+                return picked, rows, rows2
+        return sample(logits, j), None, None
 
     sample.draw_and_embed = draw_and_embed      # CodePredictor.predict takes it where offered
     return sample

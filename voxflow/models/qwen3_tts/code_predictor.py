@@ -21,6 +21,7 @@ from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
+from voxflow.layers.derived_weights import derived_ready, per_weight_version
 from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
 from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
@@ -48,6 +49,12 @@ CP_NORM_LINEAR_LM_HEAD = False
 # frame, each outside the PDL chain). H200 c=1 step 3.55 -> 3.51 ms (benchmarks/results/h200/2026-12-02-session12,
 # call 5). VOXFLOW_DRAW_AND_EMBED=0 turns it off (the lookups run as before; same bits).
 DRAW_AND_EMBED = os.environ.get("VOXFLOW_DRAW_AND_EMBED", "1") == "1"
+# With a projection (the 1.7B model: talker width 2048 -> 1024), the single-token steps' inputs come projected from
+# precomputed tables (small_to_mtp_projection of every row of codec_embedding[0..13], 59 MB at the 1.7B shapes,
+# made once per weight version: `projected_tables`), copied by the draw beside the raw row (select_tokens' embed2):
+# no projection GEMM a step (14 a frame; ~3.3 us each on the c=1 step's critical path, H200 session 29 call 2's
+# timeline). The rows are the projection's up to its summation order. VOXFLOW_PROJECTED_TABLES=0 turns it off.
+PROJECTED_TABLES = os.environ.get("VOXFLOW_PROJECTED_TABLES", "0") == "1"
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -74,6 +81,7 @@ class CodePredictor(nn.Module):
             self.small_to_mtp_projection = nn.Linear(talker_hidden_size, cfg.hidden_size, bias=True)
         else:
             self.small_to_mtp_projection = nn.Identity()
+        self._derived = None                    # projected_tables' stack, made on first use (derived_weights.py)
 
     def new_cache(self, like: torch.Tensor | None = None) -> KVCache | StaticKVCache:
         """The KV cache of one frame's pass. On the kernel path (`like` on a GPU) a preallocated one that the
@@ -107,16 +115,32 @@ class CodePredictor(nn.Module):
                 return sk.skinny_linear(rows, proj.weight, bias=proj.bias).view(b, s, -1)
         return proj(x)
 
-    def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int) -> torch.Tensor:
+    def projected_tables(self) -> torch.Tensor | None:
+        """[num_residual - 1, vocab, H_cp]: small_to_mtp_projection of every row of codec_embedding[0..13] (the
+        inputs of steps 1..14), made once per weight version (derived_weights.py); None without a projection (0.6B)
+        or when it would first be made inside a CUDA-graph capture (its memory would be the graph's, remade on
+        every replay)."""
+        proj = self.small_to_mtp_projection
+        if not isinstance(proj, nn.Linear):
+            return None
+        tables = [t.weight for t in self.model.codec_embedding[:self.num_residual - 1]]
+        params = (proj.weight,) + ((proj.bias,) if proj.bias is not None else ()) + tuple(tables)
+        if proj.weight.is_cuda and torch.cuda.is_current_stream_capturing() and not derived_ready(self, params):
+            return None
+        return per_weight_version(self, params, lambda: torch.stack([proj(t) for t in tables]))
+
+    def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int,
+                            projected: torch.Tensor | None = None) -> torch.Tensor:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps (and with CP_FUSED_PREFILL the 2-token first step, position by position) through the
         fused layer kernels (`_fused_layers`, when on and applicable), and the
         final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
-        with its last residual add above the skinny sizes), then lm_head[j]."""
+        with its last residual add above the skinny sizes), then lm_head[j]. `projected`: x already projected (the
+        rows of `projected_tables`)."""
         b, s, _ = x.shape
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
-        h = self._project(x)
+        h = projected if projected is not None else self._project(x)
         last = None
         fused = CP_FUSED_LAYER and (s == 1 or CP_FUSED_PREFILL) and b <= CP_FUSED_MAX_ROWS
         if fused:
@@ -185,13 +209,16 @@ class CodePredictor(nn.Module):
         # On the kernel path the draw may copy the drawn code's embedding row itself (batch_sampling's
         # draw_and_embed: one launch fewer a step); `row` is then the next step's input, else it is looked up.
         draw_and_embed = getattr(sample_fn, "draw_and_embed", None) if kernels and DRAW_AND_EMBED else None
-        row = None
+        # ... and the projected row of a precomputed table beside it (PROJECTED_TABLES): no projection GEMM a step.
+        projected = self.projected_tables() if draw_and_embed is not None and PROJECTED_TABLES else None
+        row = row_projected = None
         for j in range(self.num_residual):
             if j > 0:
                 x = (row if row is not None else tables[j - 1](codes[-1]))[:, None]
             start = 0 if j == 0 else j + 1          # position of x's first token (the prefill covers 0 and 1)
             if kernels:
-                step_logits = self._kernel_step_logits(x, start, cache, rope, j)
+                step_logits = self._kernel_step_logits(
+                    x, start, cache, rope, j, None if row_projected is None else row_projected[:, None])
             else:
                 positions = torch.arange(start, start + x.shape[1], device=device).expand(b, -1)
                 # The head runs on every position of the step (both prefill ones), as the reference does, so its
@@ -200,9 +227,11 @@ class CodePredictor(nn.Module):
             if not frame_embed:
                 logits.append(step_logits)
             if draw_and_embed is not None:       # (plain nn.Embedding tables, __init__: a row copy is the lookup)
-                code, row = draw_and_embed(step_logits, j, tables[j].weight)
+                code, row, row_projected = draw_and_embed(
+                    step_logits, j, tables[j].weight,
+                    projected[j] if projected is not None and j < self.num_residual - 1 else None)
             else:
-                code, row = sample_fn(step_logits, j), None
+                code, row, row_projected = sample_fn(step_logits, j), None, None
             codes.append(code.to(torch.long))
             if frame_embed:
                 inputs.append(x[:, -1])
