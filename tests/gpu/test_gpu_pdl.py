@@ -3,7 +3,8 @@ kernels that take it (norm_linear, skinny_linear, attention_o_proj) give bit-ide
 alone, chained (each kernel reading the one before's output), and replayed from a CUDA graph with new inputs; the
 1.7B code predictor's whole frame (70 fused layer steps) too. PDL changes when a kernel starts, never what it
 computes: any difference means a read before griddepcontrol.wait. Both tests also run with the weight preload
-(pdl.py: the one-row GEMMs' first weight tiles loaded before the wait), which must give the same bits. The other
+(pdl.py: the one-row GEMMs' first weight tiles loaded before the wait) and with every kind on the exit trigger,
+which must give the same bits. The other
 decode kernels that take it (qk_norm_rope, paged decode, select_tokens, ...) are held on / off through the whole
 engine: tests/gpu/test_gpu_engine.py. Skipped without a Hopper-class GPU."""
 import pytest
@@ -16,27 +17,32 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_
 DEV = "cuda"
 
 
-@pytest.fixture(params=[False, True], ids=["wait", "preload"])
+@pytest.fixture(params=[(False, False), (True, False), (False, True)], ids=["wait", "preload", "exit"])
 def pdl(request):
     """switch(on): PDL on / off with the kernels on (both process-wide; an engine made earlier may have turned the
     kernels off), asserting that the kernels do take PDL when it is on; with PDL on, the weight preload as the
-    parameter says."""
+    parameter says, and every kind on the early trigger or (exit) on the exit trigger (pdl.trigger_mode)."""
     from voxflow.kernels import kernels_enabled, pdl_enabled, set_kernels_enabled, set_pdl_enabled, use_pdl
     from voxflow.kernels import pdl as pdl_module
-    saved = pdl_enabled(), kernels_enabled(), pdl_module._preload, pdl_module.PRELOAD_MIN_WIDTH
+    saved = pdl_enabled(), kernels_enabled(), pdl_module._preload, pdl_module.PRELOAD_MIN_WIDTH, pdl_module._exit
     set_kernels_enabled(True)
     pdl_module.PRELOAD_MIN_WIDTH = 0            # every width here (the default takes the talker's only)
+    preload, exit_all = request.param
+    pdl_module._exit = frozenset(pdl_module.EXIT_KINDS) if exit_all else frozenset()
 
     def switch(on: bool):
         set_pdl_enabled(on)
-        pdl_module.set_weight_preload(request.param)
+        pdl_module.set_weight_preload(preload)
         assert use_pdl(torch.empty(1, device=DEV)) is on
-        assert pdl_module.weight_preload(on) is (on and request.param)
+        assert pdl_module.weight_preload(on) is (on and preload)
+        assert pdl_module.trigger_mode(on, "attention_o_proj") == (
+            pdl_module.OFF if not on else pdl_module.EXIT if exit_all else pdl_module.EARLY)
     yield switch
     set_pdl_enabled(saved[0])
     set_kernels_enabled(saved[1])
     pdl_module.set_weight_preload(saved[2])
     pdl_module.PRELOAD_MIN_WIDTH = saved[3]
+    pdl_module._exit = saved[4]
 
 
 def chain(x, ws, nw):

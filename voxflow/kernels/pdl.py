@@ -69,13 +69,19 @@ def wait_for_previous_kernel(MODE: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-# Kernel kinds launched with EXIT where they do not preload weights (comma-separated VOXFLOW_PDL_EXIT, read at import,
-# for A/B runs). H200 session 30 call 2: the code predictor's fused layers took 134.1 us a step in a chain of their
-# own against 109.7 with a projection GEMM in front (EARLY everywhere), 108.7 and 112.2 with EXIT everywhere; with
-# EXIT everywhere the whole 1.7B c=1 step went 3.287 -> 3.472 ms (the talker's preloads need EARLY in front).
+# Kernel kinds launched with EXIT where they do not preload weights: attention_o_proj (the code predictor's fused
+# layers' K2) by default; VOXFLOW_PDL_EXIT (comma-separated kinds, empty for none; read at import) for A/B runs.
+# Why: under EARLY the next kernel's programs are placed beside this one's wherever an SM has room, and that placement
+# carries from kernel to kernel. H200, session 30 (benchmarks/results/h200/2026-12-04-session30/):
+# - call 2, one code-predictor step of 5 fused layers + lm_head (probe_cp_step_chain.py), EARLY everywhere: 134.1 us
+#   in a chain of its own, 109.7 with a projection GEMM in front (the attention kernel 10.3 vs 6.8 us); EXIT
+#   everywhere: 108.7 and 112.2, but the whole 1.7B c=1 step 3.287 -> 3.472 ms (the talker's preloads need EARLY);
+# - call 3, EXIT on attention_o_proj alone: 109.6 and 109.8 (draw + projection as served 117.3 vs 117.5);
+# - call 4, the 1.7B c=1 step 3.287 -> 3.242 ms (the fused 2-token first step no longer slow); the talker's small
+#   kernels on EXIT too: no faster (qk_norm_rope 3.260, paged_decode 3.246, combine_splits 3.277).
 EXIT_KINDS = ("norm_linear", "skinny_linear", "attention_o_proj", "select_tokens", "qk_norm_rope", "paged_decode",
               "combine_splits")
-_exit = frozenset(filter(None, os.environ.get("VOXFLOW_PDL_EXIT", "").split(",")))
+_exit = frozenset(filter(None, os.environ.get("VOXFLOW_PDL_EXIT", "attention_o_proj").split(",")))
 if not _exit <= set(EXIT_KINDS):
     raise ValueError(f"VOXFLOW_PDL_EXIT: unknown kinds {sorted(_exit - set(EXIT_KINDS))} (known: {EXIT_KINDS})")
 

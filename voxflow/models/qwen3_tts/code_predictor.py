@@ -53,8 +53,10 @@ DRAW_AND_EMBED = os.environ.get("VOXFLOW_DRAW_AND_EMBED", "1") == "1"
 # precomputed tables (small_to_mtp_projection of every row of codec_embedding[0..13], 59 MB at the 1.7B shapes,
 # made once per weight version: `projected_tables`), copied by the draw beside the raw row (select_tokens' embed2):
 # no projection GEMM a step (14 a frame; ~3.3 us each on the c=1 step's critical path, H200 session 29 call 2's
-# timeline). The rows are the projection's up to its summation order. VOXFLOW_PROJECTED_TABLES=0 turns it off.
-PROJECTED_TABLES = os.environ.get("VOXFLOW_PROJECTED_TABLES", "0") == "1"
+# timeline). The rows are the projection's up to its summation order. H200 session 30 call 4: 1.7B c=1 step 3.242 ->
+# 3.205 ms (session 29's 117 -> 137 us a step with them was pdl.py's placement effect, gone with attention_o_proj
+# on the exit trigger). VOXFLOW_PROJECTED_TABLES=0 turns it off.
+PROJECTED_TABLES = os.environ.get("VOXFLOW_PROJECTED_TABLES", "1") == "1"
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
