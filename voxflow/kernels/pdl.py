@@ -19,9 +19,9 @@ row: 84 + 16 launches a c=1 step that broke the chain): c=1 step 3.63 -> 3.53 ms
 unchanged (9.19 ms: its GEMMs are cuBLAS's, which do not take part).
 
 Rules every PDL kernel here keeps: nothing is loaded (except the weight preload below) or written before
-`wait_for_previous_kernel()` (tests/test_kernels_compile.py checks the PTX order), and `gdc_launch_dependents()`
-comes after the wait, so at most two kernels of a stream overlap and a kernel's completion implies its
-predecessor's. A kernel launched without PDL behind a PDL one waits as usual, and so does a PDL kernel behind one
+`wait_for_previous_kernel(USE_PDL)` (tests/test_kernels_compile.py checks the PTX order), and
+`gdc_launch_dependents()` comes after the wait (or never: the exit trigger, `trigger_mode` below), so at most two
+kernels of a stream overlap and a kernel's completion implies its predecessor's. A kernel launched without PDL behind a PDL one waits as usual, and so does a PDL kernel behind one
 that never triggers (a torch op, cuBLAS): it starts when that kernel has finished. Numerics do not change (the same
 loads and arithmetic; only the preload's weight loads come before the wait). Captured into CUDA graphs the
 launches keep their programmatic dependency (CUDA 12.3+); tests/gpu/test_gpu_pdl.py holds on / off to equal bits,
@@ -65,7 +65,7 @@ def wait_for_previous_kernel(MODE: tl.constexpr):
     """The point after which a PDL kernel may read what the kernel before it wrote, and write at all; then (EARLY)
     let the next kernel start."""
     tl.extra.cuda.gdc_wait()
-    if MODE == 1:
+    if MODE == 1:               # EARLY
         tl.extra.cuda.gdc_launch_dependents()
 
 
@@ -88,6 +88,7 @@ if not _exit <= set(EXIT_KINDS):
 
 def trigger_mode(pdl: bool, kind: str, preload: bool = False) -> int:
     """USE_PDL for a kernel of `kind` (EXIT_KINDS) launched with PDL `pdl` and weight preload `preload`."""
+    assert kind in EXIT_KINDS, kind
     if not pdl:
         return OFF
     return EXIT if kind in _exit and not preload else EARLY
@@ -95,7 +96,8 @@ def trigger_mode(pdl: bool, kind: str, preload: bool = False) -> int:
 
 _preload = os.environ.get("VOXFLOW_PDL_PRELOAD", "1") not in ("0", "false", "off")      # (as VOXFLOW_PDL)
 # Only GEMMs whose N and K are both at least this wide preload: 2048 takes the 1.7B talker's one-row layers and not
-# the code predictor's (hidden 1024), whose real frame went slower with the preload (H200 session 28 call 1).
+# the code predictor's (hidden 1024), whose real frame went slower with the preload (H200 session 28 call 1; again
+# in session 30 call 5 with its attention on the exit trigger: a step 117.4 -> 134.5 us, the c=1 step 3.21 -> 3.45 ms).
 PRELOAD_MIN_WIDTH = int(os.environ.get("VOXFLOW_PDL_PRELOAD_MIN_WIDTH", "2048"))
 
 
