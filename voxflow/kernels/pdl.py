@@ -21,8 +21,9 @@ unchanged (9.19 ms: its GEMMs are cuBLAS's, which do not take part).
 Rules every PDL kernel here keeps: nothing is loaded (except the weight preload below) or written before
 `wait_for_previous_kernel(USE_PDL)` (tests/test_kernels_compile.py checks the PTX order), and
 `gdc_launch_dependents()` comes after the wait (or never: the exit trigger, `trigger_mode` below), so at most two
-kernels of a stream overlap and a kernel's completion implies its predecessor's. A kernel launched without PDL behind a PDL one waits as usual, and so does a PDL kernel behind one
-that never triggers (a torch op, cuBLAS): it starts when that kernel has finished. Numerics do not change (the same
+kernels of a stream overlap and a kernel's completion implies its predecessor's. A kernel launched without PDL
+behind a PDL one waits as usual, and so does a PDL kernel behind one that never triggers (a torch op, cuBLAS): it
+starts when that kernel has finished. Numerics do not change (the same
 loads and arithmetic; only the preload's weight loads come before the wait). Captured into CUDA graphs the
 launches keep their programmatic dependency (CUDA 12.3+); tests/gpu/test_gpu_pdl.py holds on / off to equal bits,
 graphed too.
