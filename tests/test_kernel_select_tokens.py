@@ -96,15 +96,22 @@ def check_radix_widths_agree():
     """The top-k radix select decided 1, 2 or 4 bits a pass (select_tokens.RADIX_BITS, 2 by default): the same
     k-th largest, hence the same ids as the reference (negative values, -inf entries, ties across the boundary,
     k = 1 and k >= V in the case)."""
+    import voxflow.kernels.select_tokens as module
     from voxflow.kernels.select_tokens import select_tokens
     g = torch.Generator().manual_seed(5)
-    # fp32 logits decide all 32 key bits, bf16 and fp16 ones only their significant ones (select_tokens.key_bits)
+    # fp32 logits decide all 32 key bits, bf16 and fp16 ones only their significant ones (select_tokens.key_bits);
+    # over 16 bits, with and without the stop after the top 16 (select_tokens.HALF_EXIT)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         args = make_case(g, 12, 2048, dtype, False)
         want = reference(*args, 3, False)
         for bits in (1, 2, 4):
-            got = select_tokens(*args, 3, False, radix_bits=bits)
-            assert torch.equal(got, want), (dtype, bits, (got != want).nonzero().flatten().tolist())
+            for half_exit in (True, False) if dtype != torch.bfloat16 else (True,):
+                module.HALF_EXIT = half_exit
+                try:
+                    got = select_tokens(*args, 3, False, radix_bits=bits)
+                finally:
+                    module.HALF_EXIT = True
+                assert torch.equal(got, want), (dtype, bits, half_exit, (got != want).nonzero().flatten().tolist())
 
 
 def check_kth_value_from_16_bit_logits():

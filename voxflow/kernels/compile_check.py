@@ -61,7 +61,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          emb_out_ptr=bf, emb2_ptr=bf, emb2_out_ptr=bf),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
                          KEY_BITS=select_tokens.key_bits(_DTYPE_OF[dt], talker, select_tokens.RADIX_BITS),
-                         BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048, EMBED2=pdl, BLOCK_E2=1024),
+                         BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048, EMBED2=pdl, BLOCK_E2=1024,
+                         HALF_EXIT=True),
                     dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)

@@ -57,12 +57,26 @@ RADIX_BITS = 2
 # VOXFLOW_SELECT_FULL_KEYS=1: the radix select decides all 32 key bits for every dtype, as before session 23 (the
 # A/B of `key_bits`; the same ids either way).
 FULL_KEYS = os.environ.get("VOXFLOW_SELECT_FULL_KEYS", "0") == "1"
+# Selects over more than 16 key bits (fp32 logits, the talker's draw) stop after the top 16 when those settle the
+# k-th value (_kth_largest); VOXFLOW_SELECT_HALF_EXIT=0 decides every bit of every row (the A/B; the same ids).
+HALF_EXIT = os.environ.get("VOXFLOW_SELECT_HALF_EXIT", "1") == "1"
 # The bits an fp32 value converted from a 16-bit dtype can differ in (key_bits); any other dtype: all 32.
 _SIGNIFICANT_KEY_BITS = {torch.bfloat16: 16, torch.float16: 19}
 
 
 @triton.jit
-def _kth_largest(w, k, RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr):
+def _radix_passes(keys, result, k, digits, FIRST: tl.constexpr, LAST: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """Passes FIRST down to LAST of _kth_largest's select: each decides RADIX_BITS bits of `result`."""
+    for p in tl.static_range(FIRST, LAST - 1, -1):
+        trials = result | (digits << (p * RADIX_BITS))                                  # [2^RADIX_BITS]
+        counts = tl.sum((keys[None, :] >= trials[:, None]).to(tl.int32), 1)           # keys >= each trial
+        digit = tl.max(tl.where(counts >= k, digits, 0), 0)     # digit 0 always qualifies (count >= k held)
+        result = result | (digit << (p * RADIX_BITS))
+    return result
+
+
+@triton.jit
+def _kth_largest(w, k, RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, HALF_EXIT: tl.constexpr):
     """The k-th largest of the fp32 values w (a whole row) by a radix select on their order-preserving uint32 keys:
     the largest key T with at least k keys >= T, decided RADIX_BITS bits at a time from the top, returned as the
     fp32 value it encodes. The value the k-th slot of a descending sort holds, for far fewer barriers than a
@@ -74,18 +88,33 @@ def _kth_largest(w, k, RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr):
 
     Only the top KEY_BITS are decided (a multiple of RADIX_BITS): for values that came from 16-bit logits the low
     32 - KEY_BITS bits of every value are zero, so of every key they are zero (a positive value) or all ones (a
-    negative one); T's are then set from its sign. Exact, and half the passes for bf16 (KEY_BITS 16)."""
+    negative one); T's are then set from its sign. Exact, and half the passes for bf16 (KEY_BITS 16).
+
+    Past 16 bits (fp32 logits, the talker's processed ones) the passes stop after the top 16 when the keys that
+    share T's top 16 bits are all one key: T is that key. (T has at least k keys >= it and fewer than k above its
+    prefix, so such a key exists; when they are all equal no lower bit is left to decide.) Values a penalty or a
+    temperature made rarely share their top 16 bits with a different value, so most rows take half the passes;
+    the others decide every bit as before. (HALF_EXIT False: every row decides every bit.)"""
     bits = w.to(tl.uint32, bitcast=True)
     # Negative: all bits flipped; else the sign bit set. (XOR with all ones rather than `~`: Triton 3.6 lowers `~`
     # on uint32 through a -1 that does not fit.)
     keys = tl.where((bits >> 31) != 0, bits ^ 0xFFFFFFFF, bits | 0x80000000)
     digits = tl.arange(0, 1 << RADIX_BITS).to(tl.uint32)
     result = tl.full([], 0, tl.uint32)
-    for p in tl.static_range(32 // RADIX_BITS - 1, (32 - KEY_BITS) // RADIX_BITS - 1, -1):
-        trials = result | (digits << (p * RADIX_BITS))                                  # [2^RADIX_BITS]
-        counts = tl.sum((keys[None, :] >= trials[:, None]).to(tl.int32), 1)           # keys >= each trial
-        digit = tl.max(tl.where(counts >= k, digits, 0), 0)     # digit 0 always qualifies (count >= k held)
-        result = result | (digit << (p * RADIX_BITS))
+    TOP: tl.constexpr = 32 // RADIX_BITS - 1                  # the first pass (the highest digit)
+    LAST: tl.constexpr = (32 - KEY_BITS) // RADIX_BITS        # the last pass
+    if KEY_BITS > 16 and HALF_EXIT:
+        HALF: tl.constexpr = 16 // RADIX_BITS                 # the last pass of the top 16 bits
+        result = _radix_passes(keys, result, k, digits, TOP, HALF, RADIX_BITS)
+        ties = (keys >> 16) == (result >> 16)
+        lowest = tl.min(tl.where(ties, keys, 0xFFFFFFFF), 0)
+        highest = tl.max(tl.where(ties, keys, 0), 0)
+        if lowest == highest:
+            result = lowest
+        else:
+            result = _radix_passes(keys, result, k, digits, HALF - 1, LAST, RADIX_BITS)
+    else:
+        result = _radix_passes(keys, result, k, digits, TOP, LAST, RADIX_BITS)
     if KEY_BITS < 32:
         low: tl.constexpr = (1 << (32 - KEY_BITS)) - 1
         result = tl.where((result >> 31) != 0, result, result | low)          # a negative value's key: ones
@@ -104,7 +133,7 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                           USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
                           RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
                           EMBED: tl.constexpr, BLOCK_E: tl.constexpr, EMBED2: tl.constexpr,
-                          BLOCK_E2: tl.constexpr):
+                          BLOCK_E2: tl.constexpr, HALF_EXIT: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0)
@@ -148,7 +177,7 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         else:
             # No sort needed for top-k alone. The k-th largest of w = x / t is x's k-th largest / t (a division by
             # t > 0 keeps the order, ties included), and x from 16-bit logits has KEY_BITS significant key bits.
-            thr = tl.div_rn(_kth_largest(x, k, RADIX_BITS, KEY_BITS), temperature)
+            thr = tl.div_rn(_kth_largest(x, k, RADIX_BITS, KEY_BITS, HALF_EXIT), temperature)
             w = tl.div_rn(x, temperature)           # after the select: only x lives through its passes
         w = tl.where(w >= thr, w, float("-inf"))
         # The noise of batch_sampling.uniform_noise / kernels/uniform_noise.py, bit for bit.
@@ -253,7 +282,7 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
             *extra, *emb[0], *emb[1], USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
             RADIX_BITS=radix_bits, KEY_BITS=key_bits(logits.dtype, talker is not None, radix_bits), BLOCK=block,
             USE_PDL=trigger_mode(pdl, "select_tokens"), EMBED=embed is not None, BLOCK_E=_block_e(embed),
-            EMBED2=embed2 is not None, BLOCK_E2=_block_e(embed2),
+            EMBED2=embed2 is not None, BLOCK_E2=_block_e(embed2), HALF_EXIT=HALF_EXIT,
             num_warps=num_warps or (8 if block >= 2048 else 4),
             enable_fp_fusion=False,   # every product / sum rounded as in the torch ops
             **launch_kwargs(pdl))
