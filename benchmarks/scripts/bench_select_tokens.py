@@ -2,7 +2,8 @@
 pass (RADIX_BITS), batch and vocabulary, against the torch pipeline it replaces: CUDA-graph replays of 16
 back-to-back draws (one decode step's worth). Top-k 50, no top-p (Qwen3-TTS's sampling defaults). bf16 logits (the
 served path's), their radix select deciding 16 key bits (select_tokens.key_bits) and, as before session 23, all 32
-(FULL_KEYS): the rows `keys16` / `keys32`.
+(FULL_KEYS): the rows `keys16` / `keys32`. Then the talker's c0 draw with and without the select's stop after the
+top 16 key bits (HALF_EXIT).
 
     python benchmarks/scripts/bench_select_tokens.py
 """
@@ -51,6 +52,35 @@ def main() -> None:
                                                                          frame, 3), logits.float().argmax(-1)))
         row.append(f"torch {torch_us:6.1f} us")
         print("  ".join(row), flush=True)
+
+    talker_draw()
+
+
+def talker_draw() -> None:
+    """The talker's c0 draw (talker=: repetition penalty 1.05 on 150 seen ids, EOS barred, the suppressed ids) on bf16
+    logits, one row and 16, as served (8 warps): its select decides 32 key bits, with and without the stop after the
+    top 16 (select_tokens.HALF_EXIT); the ids of both must agree."""
+    from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, suppress_mask
+    vocab = 3072
+    for b in (1, 16):
+        g = torch.Generator(device="cuda").manual_seed(b)
+        logits = (torch.randn(b, vocab, device="cuda", generator=g) * 3).to(torch.bfloat16)
+        seen = torch.zeros(b, vocab, dtype=torch.bool, device="cuda")
+        seen[:, torch.randperm(vocab, device="cuda", generator=g)[:150]] = True
+        talker = (seen, torch.full((b,), 1.05, device="cuda"), torch.full((b,), 40, device="cuda"),
+                  torch.zeros(b, dtype=torch.long, device="cuda"), suppress_mask(vocab).cuda(), CODEC_EOS_ID)
+        ones = torch.ones(b, dtype=torch.bool, device="cuda")
+        args = (logits, ones, torch.full((b,), 0.9, device="cuda"), torch.full((b,), 50, device="cuda"),
+                torch.ones(b, dtype=torch.float64, device="cuda"), torch.arange(b, device="cuda") * 7919,
+                torch.zeros(b, dtype=torch.long, device="cuda"), 0, False)
+        row, ids = [f"talker B={b:3d} V={vocab} keys32"], []
+        for half_exit in (False, True):
+            select_module.HALF_EXIT = half_exit
+            row.append(f"half_exit={'on' if half_exit else 'off'} "
+                       f"{timed(lambda: select_tokens(*args, talker=talker)):5.1f} us")
+            ids.append(select_tokens(*args, talker=talker))
+        select_module.HALF_EXIT = True
+        print("  ".join(row) + ("  ids equal" if torch.equal(*ids) else "  IDS DIFFER"), flush=True)
 
 
 if __name__ == "__main__":
