@@ -266,3 +266,34 @@ def test_frame_embedding_from_the_code_predictor_pass_equals_embed_frame(cp_hidd
     codes_again, frame_embed = t.predict_residual_codes(h, c0, greedy, frame_embed=True)
     assert torch.equal(codes_again, codes)
     assert torch.equal(frame_embed, t.embed_frame(torch.cat((c0[:, None], codes), dim=1)))
+
+
+def test_codec_head_takes_the_skinny_gemm_at_one_row_on_the_kernel_path(monkeypatch):
+    """talker.SKINNY_CODEC_HEAD: one row of the decode step's head through skinny_linear (spied here; its numerics
+    are tests/test_kernel_skinny_linear.py's), more rows and the switch off through the nn.Linear; the logits
+    equal the head's either way."""
+    import voxflow.models.qwen3_tts.talker as talker_mod
+    from voxflow.kernels import skinny_linear as sk
+    t = make_talker()
+    calls = []
+
+    def spy(x, w, **kw):
+        calls.append(tuple(x.shape))
+        assert not kw and w is t.codec_head.weight
+        return torch.nn.functional.linear(x, w)
+    monkeypatch.setattr(sk, "skinny_linear", spy)
+    monkeypatch.setattr(talker_mod, "use_kernels", lambda x: True)
+    one, two = torch.randn(1, 1, 32), torch.randn(2, 1, 32)
+    with torch.no_grad():
+        for on in (False, True):
+            monkeypatch.setattr(talker_mod, "SKINNY_CODEC_HEAD", on)
+            calls.clear()
+            got_one, got_two = t.codec_logits(one), t.codec_logits(two)
+            assert calls == ([(1, 32)] if on else [])
+            assert got_one.shape == (1, 1, 3072) and got_two.shape == (2, 1, 3072)
+            assert torch.allclose(got_one, t.codec_head(one), atol=ATOL)
+            assert torch.allclose(got_two, t.codec_head(two), atol=ATOL)
+        monkeypatch.setattr(talker_mod, "use_kernels", lambda x: False)         # a CPU tensor: never
+        calls.clear()
+        t.codec_logits(one)
+        assert calls == []

@@ -16,6 +16,7 @@ interleaved MRoPE with three identical position rows reduces exactly to this pla
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.engine.host_to_device import to_device
+from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
 from voxflow.layers.qwen3_layer import Qwen3DecoderStack, positions_from_mask
 from voxflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
@@ -30,6 +32,12 @@ from voxflow.models.qwen3_tts.config import TalkerConfig
 from voxflow.models.qwen3_tts.text_rows import ProjectedTextRows
 
 __all__ = ["Talker", "TalkerBackbone", "TextProjection", "positions_from_mask"]
+
+# The decode step's codec_head at one row through the skinny GEMM (programmatic dependent launch, and the weight
+# preload at the 1.7B's widths: both cuBLAS lacks, so the token draw after it can start early) instead of cuBLAS
+# (H200 session 30: 5.9 us on the c=1 step's critical path, outside the PDL chain). The same products in fp32,
+# another summation order. VOXFLOW_SKINNY_CODEC_HEAD=1 turns it on: off by default until an H200 A/B says.
+SKINNY_CODEC_HEAD = os.environ.get("VOXFLOW_SKINNY_CODEC_HEAD", "0") == "1"
 
 
 class TextProjection(nn.Module):
@@ -151,8 +159,15 @@ class Talker(nn.Module):
 
         The reference applies the head to every prompt position and then takes the last one. Applying it
         to the last position only gives the same logits up to GEMM rounding (~1e-7 in fp32); pass the whole
-        prefill hidden state when bit-exact parity with the reference matters.
+        prefill hidden state when bit-exact parity with the reference matters. One row on the kernel path with
+        SKINNY_CODEC_HEAD: the skinny GEMM (the same products, another summation order).
         """
+        w = self.codec_head.weight
+        if SKINNY_CODEC_HEAD and hidden.dim() >= 2 and hidden.numel() == hidden.shape[-1] and use_kernels(hidden):
+            from voxflow.kernels import skinny_linear as sk
+            row = hidden.reshape(1, -1)
+            if sk.supported(row, w):
+                return sk.skinny_linear(row, w).view(*hidden.shape[:-1], w.shape[0])
         return self.codec_head(hidden)
 
     # ---- code predictor ---------------------------------------------------------------------------
