@@ -35,6 +35,26 @@ def test_a_partition_is_a_green_context_stream_on_the_asked_device(h200):
     assert stream == ("stream", 48) and h200 == [context] and (context.num_sms, context.device_id) == (48, 1)
 
 
+def test_the_workqueue_scope_reaches_the_green_context_when_set(h200, monkeypatch):
+    """sm_partition.WORKQUEUE_SCOPE (VOXFLOW_CODEC_WORKQUEUE): unset, create() gets no workqueue argument (the
+    driver's default); set, it gets it; a PyTorch whose create() takes none refuses rather than ignoring it."""
+    from voxflow.engine import sm_partition
+    seen = []
+
+    def create(*, num_sms, device_id, workqueue_scope=None):
+        seen.append(workqueue_scope)
+        return types.SimpleNamespace(Stream=lambda: "stream")
+    monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(create))
+    partitioned_stream(torch.device("cuda", 0), 48)
+    monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", "balanced")
+    partitioned_stream(torch.device("cuda", 0), 48)
+    assert seen == [None, "balanced"]
+    monkeypatch.setattr(torch.cuda.GreenContext, "create",
+                        staticmethod(lambda *, num_sms, device_id: types.SimpleNamespace(Stream=lambda: "s")))
+    with pytest.raises(SMPartitionError, match="sets no workqueues"):
+        partitioned_stream(torch.device("cuda", 0), 48)
+
+
 def test_a_green_context_outlives_its_stream_and_owner(h200, monkeypatch):
     """A tensor freed after its partition's context was destroyed aborts the process (the allocator records an event
     on the dead context's stream), so the contexts stay alive after every caller has dropped them."""
