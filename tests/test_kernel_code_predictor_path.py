@@ -255,6 +255,7 @@ def check_draw_and_embed_changes_no_bits():
     nl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
     real_skinny_config = sk.launch_config
     sk.launch_config = lambda *a, **kw: {**real_skinny_config(*a, **kw), "BLOCK_N": 64}
+    saved_tables = cp_mod.PROJECTED_TABLES
     try:
         cp = small_code_predictor(torch.bfloat16)
         g = torch.Generator().manual_seed(6)
@@ -272,7 +273,7 @@ def check_draw_and_embed_changes_no_bits():
         assert embeds[4:] == [False] * 4
         assert torch.equal(codes, without[0]) and torch.equal(frame_embed, without[1])
     finally:
-        cp_mod.PROJECTED_TABLES = True
+        cp_mod.PROJECTED_TABLES = saved_tables
         fused.select_tokens, nl.launch_config, sk.launch_config = real, real_config, real_skinny_config
         cp_layer.CONFIGS.update(saved_configs)
         for m, f in zip(mods, saved):
@@ -280,11 +281,11 @@ def check_draw_and_embed_changes_no_bits():
 
 
 def check_projected_tables_against_reference():
-    """code_predictor.PROJECTED_TABLES (on by default; the small model has a projection, as the 1.7B one): the
-    tables are the projection of every input table's rows; on the kernel path with the fused draws every draw but
-    the last copies the projected row too (select_tokens' embed2, spied), no projection GEMM runs after the first
-    step (skinny_linear with a bias, spied: the 2-token step's only), and fp32 greedy codes and the frame embedding
-    equal the reference path's (kernels off, plain argmax draws, its own lookups and projections)."""
+    """code_predictor.PROJECTED_TABLES (on by default, forced on here; the small model has a projection, as the 1.7B
+    one): the tables are the projection of every input table's rows; on the kernel path with the fused draws every
+    draw but the last copies the projected row too (select_tokens' embed2, spied), no projection GEMM runs after the
+    first step (skinny_linear with a bias, spied: the 2-token step's only), and fp32 greedy codes and the frame
+    embedding equal the reference path's (kernels off, plain argmax draws, its own lookups and projections)."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.batch_sampling as bs
@@ -304,6 +305,7 @@ def check_projected_tables_against_reference():
                             lm_head=dict(BLOCK_N=64))
     nl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
     sk.launch_config = lambda *a, **kw: {**real_skinny_config(*a, **kw), "BLOCK_N": 64}
+    saved_tables, cp_mod.PROJECTED_TABLES = cp_mod.PROJECTED_TABLES, True        # (whatever the environment says)
     try:
         cp = small_code_predictor(torch.float32)
         with torch.no_grad():
@@ -326,6 +328,7 @@ def check_projected_tables_against_reference():
         assert torch.equal(codes, want)
         assert torch.allclose(frame_embed, want_embed, rtol=0, atol=0), "the frame embedding sums the same rows"
     finally:
+        cp_mod.PROJECTED_TABLES = saved_tables
         fused.select_tokens, sk.skinny_linear = real_select, real_skinny
         nl.launch_config, sk.launch_config = real_config, real_skinny_config
         cp_layer.CONFIGS.update(saved_configs)

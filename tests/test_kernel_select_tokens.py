@@ -106,11 +106,11 @@ def check_radix_widths_agree():
         want = reference(*args, 3, False)
         for bits in (1, 2, 4):
             for half_exit in (True, False) if dtype != torch.bfloat16 else (True,):
-                module.HALF_EXIT = half_exit
+                saved, module.HALF_EXIT = module.HALF_EXIT, half_exit
                 try:
                     got = select_tokens(*args, 3, False, radix_bits=bits)
                 finally:
-                    module.HALF_EXIT = True
+                    module.HALF_EXIT = saved
                 assert torch.equal(got, want), (dtype, bits, half_exit, (got != want).nonzero().flatten().tolist())
 
 

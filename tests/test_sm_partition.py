@@ -45,6 +45,7 @@ def test_the_workqueue_scope_reaches_the_green_context_when_set(h200, monkeypatc
         seen.append(workqueue_scope)
         return types.SimpleNamespace(Stream=lambda: "stream")
     monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(create))
+    monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", None)         # (whatever the environment says)
     partitioned_stream(torch.device("cuda", 0), 48)
     monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", "balanced")
     partitioned_stream(torch.device("cuda", 0), 48)

@@ -17,18 +17,21 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_
 DEV = "cuda"
 
 
-@pytest.fixture(params=[(False, False), (True, False), (False, True)], ids=["wait", "preload", "exit"])
+@pytest.fixture(params=[(False, "none"), (True, "none"), (False, "all"), (True, "default")],
+                ids=["wait", "preload", "exit", "as-served"])
 def pdl(request):
     """switch(on): PDL on / off with the kernels on (both process-wide; an engine made earlier may have turned the
     kernels off), asserting that the kernels do take PDL when it is on; with PDL on, the weight preload as the
-    parameter says, and every kind on the early trigger or (exit) on the exit trigger (pdl.trigger_mode)."""
+    parameter says, and every kind on the early trigger, every kind on the exit trigger (exit), or the kinds the
+    process was started with (as-served: attention_o_proj by default; pdl.trigger_mode)."""
     from voxflow.kernels import kernels_enabled, pdl_enabled, set_kernels_enabled, set_pdl_enabled, use_pdl
     from voxflow.kernels import pdl as pdl_module
     saved = pdl_enabled(), kernels_enabled(), pdl_module._preload, pdl_module.PRELOAD_MIN_WIDTH, pdl_module._exit
     set_kernels_enabled(True)
     pdl_module.PRELOAD_MIN_WIDTH = 0            # every width here (the default takes the talker's only)
-    preload, exit_all = request.param
-    pdl_module._exit = frozenset(pdl_module.EXIT_KINDS) if exit_all else frozenset()
+    preload, exits = request.param
+    pdl_module._exit = {"none": frozenset(), "all": frozenset(pdl_module.EXIT_KINDS), "default": saved[4]}[exits]
+    attention_exits = exits == "all" or (exits == "default" and "attention_o_proj" in saved[4])
 
     def switch(on: bool):
         set_pdl_enabled(on)
@@ -36,7 +39,7 @@ def pdl(request):
         assert use_pdl(torch.empty(1, device=DEV)) is on
         assert pdl_module.weight_preload(on) is (on and preload)
         assert pdl_module.trigger_mode(on, "attention_o_proj") == (
-            pdl_module.OFF if not on else pdl_module.EXIT if exit_all else pdl_module.EARLY)
+            pdl_module.OFF if not on else pdl_module.EXIT if attention_exits else pdl_module.EARLY)
     yield switch
     set_pdl_enabled(saved[0])
     set_kernels_enabled(saved[1])
