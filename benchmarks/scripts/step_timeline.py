@@ -17,8 +17,9 @@ so that sum(exposed + gap) is the stream's wall time.
 record profiles 30 graph-replayed steps (profile_step.py's engine) and writes each kernel's (name, stream, start,
 end) in microseconds. report prints, per kernel name, launches a step, CUPTI's mean duration, the exposed and gap
 time a step; then the step split at each token draw (select_tokens: the code predictor's 15 draws and the c0
-draw), and with --sequence every kernel of one step in order. (The window of that one step starts mid-step, at
-whatever kernel the middle of the trace holds; the segments start after a draw.)
+draw), the step stream's idle gaps of >= 100 us with what the other streams ran meanwhile, and with --sequence
+every kernel of one step in order. (The window of that one step starts mid-step, at whatever kernel the middle of
+the trace holds; the segments start after a draw.)
 """
 from __future__ import annotations
 
@@ -119,10 +120,34 @@ def report(path: str, sequence: bool) -> None:
                 if count == draws_a_step:
                     break
         print(f"  {total:8.1f} us in all")
+    stalls(path_rows, per_stream, main, names)
     if sequence:
         print("\none step in order (exposed / gap / CUPTI duration, us):")
         for name, start, end, exposed, gap in one[:per_step]:
             print(f"  {exposed:7.2f} {gap:6.2f} {end - start:7.2f}  {names[name][:90]}")
+
+
+def stalls(path_rows: list[tuple], per_stream: dict, main, names: list[str], least_us: float = 100.0) -> None:
+    """The step stream's idle gaps of at least `least_us` (after its first kernel), each with what the other streams
+    ran meanwhile: a gap that ends just after another stream's work ends is a wait for that work (a shared queue or
+    an ordering), not an idle host."""
+    found = [(i, r) for i, r in enumerate(path_rows) if i > 0 and r[4] >= least_us]
+    if not found:
+        return
+    print(f"\nstep-stream gaps of >= {least_us:.0f} us, and the other streams around them:")
+    for i, (name, start, _end, _exposed, gap) in found:
+        gap_start = start - gap
+        line = (f"  {gap:7.1f} us at {gap_start - path_rows[0][1]:9.1f}: {names[path_rows[i - 1][0]][:40]} -> "
+                f"{names[name][:40]}")
+        for stream, rows in per_stream.items():
+            if stream == main:
+                continue
+            during = [r for r in rows if r[3] > gap_start and r[2] < start]
+            if during:
+                last_end = max(r[3] for r in during)
+                line += (f"; stream {stream}: {len(during)} kernels, its last ends {start - last_end:.1f} us before "
+                         f"the gap does")
+        print(line)
 
 
 def main() -> None:
