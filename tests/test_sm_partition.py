@@ -15,6 +15,7 @@ from voxflow.tools.codec_snr import load_codec_decoder
 def h200(monkeypatch):
     from voxflow.engine import sm_partition
     monkeypatch.setattr(sm_partition, "_LIVE_CONTEXTS", [])          # the stand-ins stay out of the real list
+    monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", None)         # the driver's queues, whatever the environment
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
         multi_processor_count=132))
     made = []
@@ -45,7 +46,6 @@ def test_the_workqueue_scope_reaches_the_green_context_when_set(h200, monkeypatc
         seen.append(workqueue_scope)
         return types.SimpleNamespace(Stream=lambda: "stream")
     monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(create))
-    monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", None)         # (whatever the environment says)
     partitioned_stream(torch.device("cuda", 0), 48)
     monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", "balanced")
     partitioned_stream(torch.device("cuda", 0), 48)
