@@ -12,6 +12,8 @@
 #   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
 #   small_checkpoint_bg         the same for /tmp/real-0.6b; `wait $CK6`
 #   archive_results             on exit, pack $R into $OUT/r.tgz (a call returns at most 8 files; R under /tmp)
+#   start_call [1.7B] [0.6B]    device_setup /tmp/r, archive_results, and those checkpoints built in the background
+#                               ($CK / $CK6): every call script's first lines
 #   pack_results                pack it now (a call that may be cut at its time limit keeps what ran)
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
@@ -113,6 +115,19 @@ pack_results() {
 
 archive_results() {
   trap pack_results EXIT TERM
+}
+
+start_call() {
+  device_setup /tmp/r
+  archive_results
+  local size
+  for size in "$@"; do
+    case $size in
+      1.7B) real_checkpoint_bg ;;
+      0.6B) small_checkpoint_bg ;;
+      *) echo "start_call: 1.7B or 0.6B, not $size"; return 1 ;;
+    esac
+  done
 }
 
 gpu_tests() {

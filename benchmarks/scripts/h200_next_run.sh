@@ -10,9 +10,7 @@
 # 4. 1.7B c=1 step timelines: defaults, the stop off, the skinny codec_head on; the bench of the defaults.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
-device_setup /tmp/r
-archive_results
-real_checkpoint_bg
+start_call 1.7B
 gpu_tests 200 tests/gpu/test_gpu_select_tokens.py \
   "tests/gpu/test_gpu_engine.py::test_gpu_fp32_engine_equals_cpu_reference"
 mv $R/gpu_tests.txt $R/gpu_tests_defaults.txt

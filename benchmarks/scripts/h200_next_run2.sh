@@ -11,9 +11,7 @@
 # (VOXFLOW_CODEC_WORKQUEUE=balanced). h200_next_run3.sh: the same at 0.6B c=64.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
-device_setup /tmp/r
-archive_results
-real_checkpoint_bg
+start_call 1.7B
 wait $CK
 bench_1p7b_at 1 defaults
 pack_results

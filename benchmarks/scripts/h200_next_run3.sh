@@ -6,9 +6,7 @@
 # (highest-priority) stream; CUDA_DEVICE_MAX_CONNECTIONS=32; the codec's green context on its own work queues.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
-device_setup /tmp/r
-archive_results
-small_checkpoint_bg
+start_call 0.6B
 wait $CK6
 bench_small_traced defaults
 pack_results
