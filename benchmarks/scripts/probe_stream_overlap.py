@@ -40,6 +40,7 @@ def graph_of(stream: torch.cuda.Stream, n: int, numel: int, copy_in: bool, copy_
     host_in = torch.ones(numel, pin_memory=True)
     host_out = torch.empty(numel, pin_memory=True)
     torch.cuda.synchronize()
+    stream.synchronize()
     with torch.cuda.stream(capture):
         for _ in range(2):
             for _ in range(n):
@@ -49,6 +50,7 @@ def graph_of(stream: torch.cuda.Stream, n: int, numel: int, copy_in: bool, copy_
     with torch.cuda.graph(g, stream=capture):
         for _ in range(n):
             x.add_(1.0)
+    capture.synchronize()
     torch.cuda.synchronize()
 
     def run():
@@ -82,19 +84,27 @@ def talker_streams() -> dict:
             "high-priority": torch.cuda.Stream(priority=greatest)}
 
 
+_CONTEXTS: list = []        # green contexts live to the end (a stream of a destroyed one aborts: sm_partition.py)
+
+
+def _green_stream(green, **options):
+    context = green.create(num_sms=64, device_id=torch.cuda.current_device(), **options)
+    _CONTEXTS.append(context)
+    return context.Stream()
+
+
 def codec_streams() -> dict:
     out = {"plain": torch.cuda.Stream()}
     green = getattr(torch.cuda, "GreenContext", None)
     if green is None:
         return out
     try:
-        out["green64"] = green.create(num_sms=64, device_id=torch.cuda.current_device()).Stream()
+        out["green64"] = _green_stream(green)
     except Exception as e:                               # noqa: BLE001 - reported, the others still run
         print(f"  (no green context: {e})")
     if "workqueue_scope" in inspect.signature(green.create).parameters:
         try:
-            out["green64-balanced"] = green.create(num_sms=64, device_id=torch.cuda.current_device(),
-                                                   workqueue_scope="balanced").Stream()
+            out["green64-balanced"] = _green_stream(green, workqueue_scope="balanced")
         except Exception as e:                           # noqa: BLE001
             print(f"  (no balanced workqueues: {e})")
     else:
@@ -116,12 +126,13 @@ def main() -> None:
                 alone_a = min(timed(talker, tstream) for _ in range(REPS))
                 beside, launches = [], []
                 for _ in range(REPS):
-                    torch.cuda.synchronize()
+                    cstream.synchronize()                # (a device synchronise may not cover a green context)
+                    tstream.synchronize()
                     codec()                              # the codec call first, as a step that launches one
                     launch, total = launch_and_wait(talker, tstream)
                     beside.append(total)
                     launches.append(launch)
-                torch.cuda.synchronize()
+                cstream.synchronize()
                 verdict = "waited" if min(beside) > 0.5 * alone_b else "overlapped"
                 print(f"  codec {cname:17s} ({alone_b:7.0f} us alone)  talker {tname:13s}: {alone_a:6.0f} us "
                       f"alone, {min(beside):7.0f} / {max(beside):7.0f} us beside (host in the launch: "
