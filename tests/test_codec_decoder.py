@@ -428,3 +428,24 @@ def test_codec_matmuls_follow_cudnns_tf32_switch(dec, cudnn_tf32):
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
         for h in hooks:
             h.remove()
+
+
+def test_derived_weights_inside_a_capture_are_never_kept_and_with_none_in_capture_not_made(monkeypatch):
+    """per_weight_version during a CUDA-graph capture (stood in for: a CUDA-flagged parameter, capture reported):
+    a kept tensor is served; a missing one is made but not kept, or with none_in_capture not made at all (None;
+    code_predictor.projected_tables takes its projection path then)."""
+    import types
+    from voxflow.layers import derived_weights as dw
+    owner = types.SimpleNamespace(_derived=None)
+    w = torch.ones(2)
+    param = types.SimpleNamespace(is_cuda=True, data_ptr=w.data_ptr, _version=0, dtype=w.dtype, device=w.device)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    made = []
+    assert dw.per_weight_version(owner, (param,), lambda: made.append(1) or "t", none_in_capture=True) is None
+    assert made == [] and owner._derived is None
+    assert dw.per_weight_version(owner, (param,), lambda: made.append(1) or "t") == "t"
+    assert made == [1] and owner._derived is None                          # made, not kept
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert dw.per_weight_version(owner, (param,), lambda: "kept", none_in_capture=True) == "kept"
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert dw.per_weight_version(owner, (param,), lambda: "new", none_in_capture=True) == "kept"   # served

@@ -44,6 +44,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import dense_decode_attention as dense
     from voxflow.kernels import dense_decode_norm_rope as dense_nr
     from voxflow.kernels import paged_decode_attention as paged
+    from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
     from voxflow.kernels import causal_conv, uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
@@ -140,9 +141,9 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
             out.append((f"norm_linear {name} pdl" + (" preload" if preload else ""),
                         *norm_linear_case(1, n, k, swiglu, pdl=True, preload=preload)))
     # And with the exit trigger (pdl.EXIT: the wait alone), as pdl.trigger_mode gives the code predictor's kernels.
-    out.append(("norm_linear q|k|v pdl exit", *norm_linear_case(1, 4096, 1024, False, pdl=2)))
+    out.append(("norm_linear q|k|v pdl exit", *norm_linear_case(1, 4096, 1024, False, pdl=EXIT)))
     out.append(("attention_o_proj block_h=4 block_n=32 m=1 pdl exit",
-                *attention_o_proj_case(1, dict(BLOCK_H=4, BLOCK_N=32), pdl=2)))
+                *attention_o_proj_case(1, dict(BLOCK_H=4, BLOCK_N=32), pdl=EXIT)))
     for block_h, block_n, m in ((4, 32, 1), (2, 64, 1), (1, 32, 1), (4, 64, 1), (16, 8, 1), (4, 32, 4)):
         out.append((f"attention_o_proj block_h={block_h} block_n={block_n} m={m}",
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))

@@ -6,25 +6,24 @@ import torch
 from torch import nn
 
 
-def per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make, tag: str = ""):
+def per_weight_version(owner: nn.Module, params: tuple[torch.Tensor, ...], make, tag: str = "",
+                       none_in_capture: bool = False):
     """`make()` (a tensor or tuple of tensors derived from `params`), kept on `owner._derived` and made again only
     when a parameter is replaced or changed in place (its data pointer, version counter, dtype or device moved).
-    Never kept when made inside a CUDA-graph capture: that memory belongs to the graph's pool. `tag` tells apart
-    two derivations of the same parameters on one owner (one slot: the other is made again, never served)."""
+    Never kept when made inside a CUDA-graph capture: that memory belongs to the graph's pool; with
+    `none_in_capture`, not even made there (None: the caller takes its path without it). `tag` tells apart two
+    derivations of the same parameters on one owner (one slot: the other is made again, never served)."""
     key = (tag,) + tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
     cached = owner._derived
     if cached is not None and cached[0] == key:
         return cached[1]
+    capturing = params[0].is_cuda and torch.cuda.is_current_stream_capturing()
+    if capturing and none_in_capture:
+        return None
     value = make()
-    if not (params[0].is_cuda and torch.cuda.is_current_stream_capturing()):
+    if not capturing:
         owner._derived = (key, value)
     return value
-
-
-def derived_ready(owner: nn.Module, params: tuple[torch.Tensor, ...], tag: str = "") -> bool:
-    """Whether `per_weight_version(owner, params, ..., tag)` would serve a kept tensor (nothing to make)."""
-    key = (tag,) + tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-    return owner._derived is not None and owner._derived[0] == key
 
 
 def drop_derived_weights(module: nn.Module) -> None:

@@ -21,7 +21,7 @@ from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
-from voxflow.layers.derived_weights import derived_ready, per_weight_version
+from voxflow.layers.derived_weights import per_weight_version
 from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
 from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
@@ -127,9 +127,7 @@ class CodePredictor(nn.Module):
             return None
         tables = [t.weight for t in self.model.codec_embedding[:self.num_residual - 1]]
         params = (proj.weight,) + ((proj.bias,) if proj.bias is not None else ()) + tuple(tables)
-        if proj.weight.is_cuda and torch.cuda.is_current_stream_capturing() and not derived_ready(self, params):
-            return None
-        return per_weight_version(self, params, lambda: torch.stack([proj(t) for t in tables]))
+        return per_weight_version(self, params, lambda: torch.stack([proj(t) for t in tables]), none_in_capture=True)
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int,
                             projected: torch.Tensor | None = None) -> torch.Tensor:
