@@ -204,3 +204,25 @@ def test_engine_chosen_first_chunk_grows_with_load_but_stays_short():
     ex = CodecExecutor(RecordingCodec(), chunk_frames=25, ramp=True)
     ex.add("busy", stream=True, initial_frames=None, chunk_frames=None, num_active=64)
     assert ex.streams["busy"].initial_frames == 5
+
+
+@pytest.mark.parametrize("sizes, want", [
+    ((), [1, 1, 2, 4, 8, 16, 25, 25, 25, 25, 19]),                    # no sizes given: the doubling ramp
+    ((1, 2, 5, 10, 25), [1, 1, 2, 2, 5, 10, 10, 25, 25, 25, 25, 20]),  # the Qwen3 codec's frame buckets
+])
+def test_the_ramp_rounds_growing_chunks_down_to_the_codecs_one_pass_sizes(sizes, want):
+    """A growing chunk is at most the audio already sent, rounded down to a size the codec decodes in one pass
+    (`chunk_sizes`); regular (25) and final chunks are not rounded; every frame is decoded once, in order."""
+    codec = RecordingCodec()
+    codec.chunk_sizes = sizes
+    ex = CodecExecutor(codec, chunk_frames=25, ramp=True)
+    ex.add("0", stream=True, initial_frames=1, chunk_frames=None, num_active=1)
+    pcm = []
+    for made in range(151):
+        ex.push("0", frames_of(0, made, 1))
+        if made == 150:
+            ex.finish("0")
+        ex.launch()
+        pcm += [dc.pcm for dc in ex.collect(block=True)]
+    assert [len(p) for p in pcm] == want
+    assert np.array_equal(np.concatenate(pcm), np.arange(151, dtype=np.float32))

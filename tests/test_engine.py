@@ -456,34 +456,60 @@ def test_final_record_follows_the_last_chunk_and_no_frame_after_eos_is_kept():
 
 
 def test_engine_chosen_chunks_ramp_up_so_playback_never_waits():
-    """With chunk_frames left to the engine, each chunk after the first is at most the audio already sent (then
-    the engine's regular size); the audio still equals the one-pass decode."""
+    """With chunk_frames left to the engine, each chunk after the first is at most the audio already sent, rounded
+    down to a size the codec decodes in one pass (its frame buckets 1, 2, 5, 10, 25), then the engine's regular
+    size; the audio still equals the one-pass decode."""
     core = make_engine(chunk_frames=8)
+    assert core.codec_exec.sizes == (1, 2, 5, 10, 25)
     frames = 30
     req = greedy("Hello world.", frames + 1, voice="aiden", request_id="r",
                  streaming=StreamingOptions(initial_chunk_frames=2))
     results = drive(core, {0: [req]})
     sizes = [o.num_frames for o in results["r"] if isinstance(o, AudioChunk)]
-    assert sizes == [2, 2, 4, 8, 8, 6]                            # ramp 2 -> 2 -> 4 -> 8, regular 8, final 6
+    # ramp 2 -> 2 -> 2 (4 sent: 4 is no bucket) -> 5 (6 sent), regular 8 (11 sent), final 3
+    assert sizes == [2, 2, 2, 5, 8, 8, 3]
     _, _, ref_wav = reference("custom_voice", req)
     assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
 
 
 @pytest.mark.parametrize("eager", [0, 4])
-def test_first_audio_fast_path_changes_timing_not_audio(eager):
-    """Lightly loaded, the step that completes a stream's first frames is read at once and its chunk waited for:
-    the first chunk then leaves in the step right after the prefill; the audio is the same either way."""
+def test_first_audio_fast_path_changes_timing_not_audio(eager, monkeypatch):
+    """Lightly loaded, the step that completes a stream's first frames is read at once and its chunk launched in
+    that step, a step earlier than the one-step-late read would; the next step waits for the chunk only after
+    queueing its own decode, so the talker never idles behind the codec call. The audio is the same either way."""
     core = make_engine(eager_first_chunk=eager)
     req = greedy("Hello world.", 9, voice="vivian", request_id="r", streaming=StreamingOptions(initial_chunk_frames=1))
+    steps, first_at, outs, launched_at, waits = 0, None, [], [], []
+    launch, collect = core.codec_exec.launch, core.codec_exec.collect
+
+    def spy_launch(*args, **kwargs):
+        n = launch(*args, **kwargs)
+        if n:
+            launched_at.append(steps)
+        return n
+
+    def spy_collect(block=False):
+        if block:
+            waits.append((steps, core._inflight is not None))     # a decode queued while the host waits?
+        return collect(block=block)
+
+    monkeypatch.setattr(core.codec_exec, "launch", spy_launch)
+    monkeypatch.setattr(core.codec_exec, "collect", spy_collect)
     core.add_request(req)
-    steps, first_at, outs = 0, None, []
     while core.has_work():
         steps += 1
         for o in core.step():
             outs.append(o)
             if isinstance(o, AudioChunk) and first_at is None:
                 first_at = steps
-    assert first_at == (2 if eager else 3)        # prefill, decode frame 0 (+ one step late without the fast path)
+    # step 1 prefill, step 2 decodes frame 0: the fast path starts its chunk there, the plain path a step later
+    assert launched_at[0] == (2 if eager else 3)
+    # a CPU codec decodes as it is called: its chunk is there at once (on a GPU the fast path's comes in step 3)
+    assert first_at == (2 if eager else 3)
+    if eager:
+        assert waits[0] == (3, True)                # the wait for it: in step 3, with step 3's decode queued
+    else:
+        assert all(step > 3 for step, _ in waits)   # no wait for a first chunk (only the final drain blocks)
     _, _, ref_wav = reference("custom_voice", req)
     assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
 

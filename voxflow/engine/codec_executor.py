@@ -63,6 +63,7 @@ class CodecStream:
     in_flight: int = 0                                          # chunks launched but not collected
     finished: bool = False                                      # the talker produced its last frame
     ramp: bool = False                                          # chunks grow from the first up to chunk_frames
+    sizes: tuple[int, ...] = ()                                 # the codec's one-pass chunk sizes (ramp rounding)
 
     def next_chunk_size(self) -> int:
         """Frames to decode now (0 = wait for more)."""
@@ -74,6 +75,11 @@ class CodecStream:
             want = self.initial_frames
         elif self.ramp:
             want = min(self.chunk_frames, max(self.initial_frames, self.frames_done))
+            if want < self.chunk_frames:
+                # A growing chunk rounded down to a size the codec decodes in one pass: on the H200 a 16-frame chunk
+                # cut into 10 + 5 + 1 slowed the talker beside it twice as much as a whole 25-frame one (1.7B c=1,
+                # session 31 call 1's step trace), for the per-pass cost of the codec's graph replays.
+                want = max((n for n in self.sizes if n <= want), default=want)
         else:
             want = self.chunk_frames
         return want if self.num_pending >= want else 0
@@ -114,6 +120,7 @@ class CodecExecutor:
         self.codec = codec
         self.chunk_frames = chunk_frames
         self.ramp = ramp
+        self.sizes = tuple(sorted(getattr(codec, "chunk_sizes", None) or ()))
         self.max_frames_per_launch = max_frames_per_launch
         self.streams: dict[str, CodecStream] = {}
         self._launched: deque[tuple[Any, list[tuple[CodecStream, int, int, int]]]] = deque()
@@ -123,7 +130,7 @@ class CodecExecutor:
         init = initial_frames if initial_frames is not None else initial_frames_for_load(num_active)
         self.streams[request_id] = CodecStream(request_id, stream, max(1, init),
                                                max(1, chunk_frames or self.chunk_frames), prefix_frames=prefix_frames,
-                                               ramp=self.ramp and chunk_frames is None)
+                                               ramp=self.ramp and chunk_frames is None, sizes=self.sizes)
 
     def remove(self, request_id: str) -> None:
         """Drop a request's codec state at once (finished or aborted); chunks still in flight are discarded."""

@@ -174,6 +174,7 @@ class EngineCore:
                                        self.scratch_slot, self.prefill_runner, config.batch_prefill)
         self.flags = FlagBuffers(self.runner.buckets[-1], device)
         self._inflight: InflightDecode | None = None
+        self._first_chunk_due = False       # the last step launched a first chunk: the next one waits for it
         self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
         self.live: dict[str, _Live] = {}
         self.steps = 0
@@ -448,12 +449,18 @@ class EngineCore:
         if previous is not None:
             self._collect_decode(previous)
         newest = previous
+        if self._first_chunk_due:
+            # The last step launched a first chunk: wait for it now, with this step's decode already queued behind
+            # it on the GPU (waiting for it there, before this launch, left the talker idle for the whole codec
+            # call: ~2.5 ms of every request's E2E at c=1 on the H200, session 31 call 1's step trace).
+            self._first_chunk_due = False
+            self._emit_chunks(outputs, block=True)
         first_audio = (launched is not None and len(launched.seqs) <= self.config.eager_first_chunk
                        and self._awaits_first_chunk(launched))
         if first_audio:
-            # A lightly loaded engine with a stream still waiting for its first audio: read this step at once and
-            # wait for its codec chunk (a step or two of latency less; the GPU idles for the host's bookkeeping
-            # during these few steps only; under load the one-step-late read and overlap win).
+            # A lightly loaded engine with a stream still waiting for its first audio: read this step at once, so
+            # that its chunk starts now and the next step waits for it right after launching its decode (a step or
+            # two of latency less; under load the one-step-late read and overlap win).
             self._collect_decode(launched)
             newest, self._inflight = launched, None
         t4 = time.perf_counter()
@@ -463,15 +470,8 @@ class EngineCore:
         t5 = time.perf_counter()
         t["codec_launch"] += t5 - t4
         idle = launched is None and not sched.prefill
-        for dc in self.codec_exec.collect(block=idle or first_audio):
-            live = self.live.get(dc.request_id)
-            if live is not None and dc.nonfinite:
-                # NaN audio (an overflowing half-precision codec): the stream's codec state holds NaN now, so
-                # every later chunk would too; end the request with an error rather than stream silence
-                live.finish_reason = FinishReason.ERROR
-                outputs.append(self._retire(live, error=CODEC_NAN_ERROR))
-            elif live is not None:
-                outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
+        self._first_chunk_due = first_audio
+        self._emit_chunks(outputs, block=idle)
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
         t6 = time.perf_counter()
@@ -491,6 +491,18 @@ class EngineCore:
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs
+
+    def _emit_chunks(self, outputs: list[Output], block: bool) -> None:
+        """The codec chunks that have landed (block: wait for every launched one) into `outputs` as AudioChunks."""
+        for dc in self.codec_exec.collect(block=block):
+            live = self.live.get(dc.request_id)
+            if live is not None and dc.nonfinite:
+                # NaN audio (an overflowing half-precision codec): the stream's codec state holds NaN now, so
+                # every later chunk would too; end the request with an error rather than stream silence
+                live.finish_reason = FinishReason.ERROR
+                outputs.append(self._retire(live, error=CODEC_NAN_ERROR))
+            elif live is not None:
+                outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
 
     def _capture_seconds(self) -> float:
         """Seconds spent capturing CUDA graphs so far, by the talker's runners (decode, prefill) and the codec

@@ -228,6 +228,12 @@ class Qwen3CodecRunner:
             return self._enqueue(states, frames, final, want_audio=True)
 
     @property
+    def chunk_sizes(self) -> tuple[int, ...]:
+        """Frame counts decoded in one pass (one graph replay): the engine's growing chunks round down to them
+        (every count with buckets off)."""
+        return self.frame_buckets or ()
+
+    @property
     def capture_seconds(self) -> float:
         """Host seconds spent capturing the codec's CUDA graphs so far (0 without graphs)."""
         return self.graphs.capture_seconds if self.graphs is not None else 0.0
