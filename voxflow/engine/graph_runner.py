@@ -166,7 +166,8 @@ class DecodeRunner:
         else:
             out = self._decode(bucket, width)
             self.stats.eager_steps += 1
-        return DecodeOutput(out.frames[:n], out.finished[:n], out.eos[:n])
+        return DecodeOutput(out.frames[:n], out.finished[:n], out.eos[:n],
+                            None if out.flags is None else out.flags[:n])
 
     def _fill(self, host, slots, tables, lens, mapping, bucket, width) -> None:
         # Through numpy views of the (pinned) host tensors: a row assignment from a list costs ~1 us, where a

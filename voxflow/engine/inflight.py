@@ -33,7 +33,7 @@ class FlagBuffers:
         n = len(seqs)
         host = self._bufs[self._flip][:n]
         self._flip ^= 1
-        flags = torch.stack((out.finished, out.eos), dim=1)
+        flags = out.flags if out.flags is not None else torch.stack((out.finished, out.eos), dim=1)
         frames = out.frames.clone()
         event = None
         if self.device.type == "cuda":

@@ -86,6 +86,8 @@ class DecodeOutput:
     frames: torch.Tensor       # [B, 16] int64: the frame each slot completed in this call
     finished: torch.Tensor     # [B] bool: nothing more after this frame (EOS sampled next, or frame limit)
     eos: torch.Tensor          # [B] bool: finished because EOS was sampled (else: length limit)
+    flags: torch.Tensor | None = None   # [B, 2] bool (finished, eos) when the model has them side by side (the
+                                        # engine's copy out then needs no stack of its own)
 
 
 class TTSModel(Protocol):

@@ -411,14 +411,9 @@ class Qwen3TTSPlugin:
             c0_next = select_c0(logits, s.seen[rows], nxt, g.penalty, g.min_new_tokens, self.suppress,
                                 self._hinted(g.talker_params(), t_hint), keys, nxt, self.eos_id, t_sampling)
 
-        # 4. scatter the state back
-        s.record_frame(rows, fed, frame)
-        s.seen.index_put_((rows, c0_next), self._true)
-        s.c0[rows] = c0_next
-        s.h[rows] = hidden[:, -1]
-        s.fed[rows] = nxt
-        eos = c0_next == self.eos_id
-        return DecodeOutput(frames=frame, finished=eos | (nxt >= g.max_frames), eos=eos)
+        # 4. scatter the state back; the finished / EOS flags side by side, as the engine copies them out
+        flags = s.write_back(rows, fed, frame, c0_next, hidden[:, -1], g.max_frames, self.eos_id)
+        return DecodeOutput(frames=frame, finished=flags[:, 0], eos=flags[:, 1], flags=flags)
 
 
 def _pcm_f32(raw: bytes) -> np.ndarray:

@@ -24,13 +24,18 @@ Row `max_slots` is a scratch row that no request owns: padded batch rows (CUDA-g
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ...engine.host_to_device import tensor_to
+from ...kernels import use_kernels
 from .sampling import WarpParams
 
 NEVER = 1 << 62      # min_new_tokens that is never reached (ignore_eos)
 TEXT_PAGE_ROWS = 32  # trailing-text rows per page
+# The decode step's write-back as one fused kernel on a GPU (VOXFLOW_WRITE_BACK_KERNEL=0: the torch ops, for A/B).
+WRITE_BACK_KERNEL = os.environ.get("VOXFLOW_WRITE_BACK_KERNEL", "1") != "0"
 
 
 def _grow(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
@@ -88,6 +93,7 @@ class SlotTable:
         self._slot_pages: dict[int, list[int]] = {}
         self.history = torch.zeros(n, history_cap, num_groups, dtype=torch.int16, **z)
         self.seen = torch.zeros(n, vocab, dtype=torch.bool, **z)
+        self._true = torch.ones((), dtype=torch.bool, **z)       # (a Python True would sync to copy)
 
     # ---- attach ------------------------------------------------------------------------------------
     def load(self, slot: int, *, params, key: int, prompt_len: int, max_frames: int, ignore_eos: bool,
@@ -179,6 +185,25 @@ class SlotTable:
     def record_frame(self, rows: torch.Tensor, frame_index: torch.Tensor, frame: torch.Tensor) -> None:
         # Clamped: an engine that reads `finished` one step late may decode a finished slot once more.
         self.history[rows, frame_index.clamp(max=self.history.shape[1] - 1)] = frame.to(torch.int16)
+
+    def write_back(self, rows: torch.Tensor, fed: torch.Tensor, frame: torch.Tensor, c0_next: torch.Tensor,
+                   hidden: torch.Tensor, max_frames: torch.Tensor, eos_id: int) -> torch.Tensor:
+        """The end of a decode step: frame [B, G] recorded as frame `fed` of each slot `rows`, c0_next marked seen
+        and kept as the pending c0 with its hidden state [B, H], fed advanced; returns flags [B, 2] bool
+        (finished: EOS drawn or the frame limit reached, eos). On a GPU with the kernels on, one fused kernel
+        (kernels/slot_write_back.py, equal to these torch ops)."""
+        if use_kernels(hidden) and WRITE_BACK_KERNEL:
+            from ...kernels.slot_write_back import slot_write_back
+            return slot_write_back(rows, fed, frame, c0_next, hidden, max_frames, eos_id, self.c0, self.fed, self.h,
+                                   self.seen, self.history)
+        nxt = fed + 1
+        self.record_frame(rows, fed, frame)
+        self.seen.index_put_((rows, c0_next), self._true)
+        self.c0[rows] = c0_next
+        self.h[rows] = hidden
+        self.fed[rows] = nxt
+        eos = c0_next == eos_id
+        return torch.stack((eos | (nxt >= max_frames), eos), dim=1)
 
 
 def _name_rows(target, tables: dict[torch.dtype, torch.Tensor]) -> None:
