@@ -46,7 +46,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import paged_decode_attention as paged
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
-    from voxflow.kernels import causal_conv, slot_write_back, uniform_noise
+    from voxflow.kernels import causal_conv, frame_input, slot_write_back, uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -193,6 +193,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=p, scale_log2="fp32"),
                     dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
                          DOT_PRECISION=precision, DOT_IN_FP32=False), dict(num_warps=4)))
+    for dt in ("bf16", "fp32"):
+        p = _ptr(dt)
+        out.append((f"frame_input {dt}", frame_input._frame_input_kernel,
+                    dict(embed_ptr=p, rows_ptr=i64, fed_ptr=i64, trailing_len_ptr=i64, prompt_len_ptr=i64,
+                         table_ptr=i64, pages_ptr=p, pad_ptr=p, out_ptr=p, pos_ptr=i64),
+                    dict(PAGE_ROWS=32, BLOCK_H=1024, OUT_BF16=dt == "bf16"), {}))
     out.append(("slot_write_back", slot_write_back._slot_write_back_kernel,
                 dict(rows_ptr=i64, fed_ptr=i64, frame_ptr=i64, c0_next_ptr=i64, hidden_ptr=bf, max_frames_ptr=i64,
                      c0_tab_ptr=i64, fed_tab_ptr=i64, h_ptr=bf, seen_ptr=_ptr("i8"), hist_ptr=_ptr("i16"),

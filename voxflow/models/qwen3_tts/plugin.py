@@ -399,9 +399,9 @@ class Qwen3TTSPlugin:
         # 2. feed it back at position P + fed, on the paged cache
         with record_function("talker"):
             # == talker.embed_frame(frame) + the text row
-            x = frame_embed + s.text_part(rows, fed, self.tts_pad, g.trailing_len)
+            x, positions = s.frame_input(rows, fed, g.trailing_len, g.prompt_len, frame_embed, self.tts_pad)
             view = PagedKVView(kv, 1)
-            positions = (g.prompt_len + fed)[:, None]
+            positions = positions[:, None]
             hidden = talker(x[:, None], positions, view, view.attention_mask(x))
 
         # 3. c0 of frame fed + 1 (fed + 1 c0 ids generated so far)

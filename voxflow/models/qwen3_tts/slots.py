@@ -36,6 +36,9 @@ NEVER = 1 << 62      # min_new_tokens that is never reached (ignore_eos)
 TEXT_PAGE_ROWS = 32  # trailing-text rows per page
 # The decode step's write-back as one fused kernel on a GPU (VOXFLOW_WRITE_BACK_KERNEL=0: the torch ops, for A/B).
 WRITE_BACK_KERNEL = os.environ.get("VOXFLOW_WRITE_BACK_KERNEL", "1") != "0"
+# ... and its input (frame embedding + trailing text, positions) as another: CPU-tested (interpreter, bit-exact) and
+# compile-checked, not yet run on a GPU, so off until then (VOXFLOW_FRAME_INPUT_KERNEL=1 turns it on).
+FRAME_INPUT_KERNEL = os.environ.get("VOXFLOW_FRAME_INPUT_KERNEL", "0") == "1"
 
 
 def _grow(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
@@ -181,6 +184,18 @@ class SlotTable:
         pages = self.text_table[rows, index // TEXT_PAGE_ROWS]
         text = self.text_pages[pages, index % TEXT_PAGE_ROWS]
         return torch.where((frame < trailing_len)[:, None], text, pad.to(text))
+
+    def frame_input(self, rows: torch.Tensor, fed: torch.Tensor, trailing_len: torch.Tensor,
+                    prompt_len: torch.Tensor, frame_embed: torch.Tensor, pad: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The talker's input for frame `fed` of each slot `rows` -- frame_embed [B, H] plus its trailing-text row
+        (text_part) -- and its position P + fed, [B]. On a GPU with the kernels on, one fused kernel
+        (kernels/frame_input.py, equal to these torch ops)."""
+        if use_kernels(frame_embed) and FRAME_INPUT_KERNEL:
+            from ...kernels.frame_input import frame_input
+            return frame_input(frame_embed, rows, fed, trailing_len, prompt_len, self.text_table, self.text_pages,
+                               pad)
+        return frame_embed + self.text_part(rows, fed, pad, trailing_len), prompt_len + fed
 
     def record_frame(self, rows: torch.Tensor, frame_index: torch.Tensor, frame: torch.Tensor) -> None:
         # Clamped: an engine that reads `finished` one step late may decode a finished slot once more.

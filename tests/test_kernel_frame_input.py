@@ -1,0 +1,66 @@
+"""The decode step's fused talker-input kernel (kernels/frame_input.py) == SlotTable.frame_input's torch ops,
+exactly (CPU: Triton's interpreter in a subprocess, since TRITON_INTERPRET must be set before triton is first
+imported; GPU: tests/gpu/test_gpu_frame_input.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interpreter_child import in_child, run_child  # tests/interpreter_child.py
+
+pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+
+CHILD_FLAG = "VOXFLOW_FRAME_INPUT_CHILD"
+IN_CHILD = in_child(CHILD_FLAG)
+
+
+def make_case(device="cpu", dtype=torch.float32, hidden=40, slots=6, seed=0):
+    """A SlotTable whose slots 0, 2 and 4 hold trailing texts of 5, 70 (three pages) and 0 rows, and one step's
+    batch over them plus two padding rows on the scratch slot: frame indices inside the text, at its end, past it,
+    and past every page the table can name (clamped)."""
+    from voxflow.models.qwen3_tts.slots import SlotTable
+    g = torch.Generator().manual_seed(seed)
+    table = SlotTable(slots, hidden, 50, 16, dtype, torch.device(device), trailing_cap=96, history_cap=16)
+    for slot, rows in ((0, 5), (2, 70), (4, 0)):
+        table._load_text(slot, torch.randn(rows, hidden, generator=g).to(dtype).to(device))
+    rows = torch.tensor([2, 0, 4, 2, 0, slots, slots])
+    fed = torch.tensor([33, 5, 0, 69, 10 ** 6, 0, 1])
+    trailing_len = torch.tensor([70, 5, 0, 70, 5, 0, 0])
+    prompt_len = torch.tensor([12, 40, 7, 12, 40, 0, 0])
+    embed = torch.randn(7, hidden, generator=g).to(dtype)
+    pad = torch.randn(hidden, generator=g).to(dtype)
+    args = [t.to(device) for t in (rows, fed, trailing_len, prompt_len, embed, pad)]
+    return table, args
+
+
+def check_kernel_equals_reference(device="cpu", dtype=torch.float32, hidden=40):
+    from voxflow.kernels.frame_input import frame_input
+    table, (rows, fed, trailing_len, prompt_len, embed, pad) = make_case(device, dtype, hidden)
+    want_x = embed + table.text_part(rows, fed, pad, trailing_len)
+    want_pos = prompt_len + fed
+    x, pos = frame_input(embed, rows, fed, trailing_len, prompt_len, table.text_table, table.text_pages, pad)
+    assert x.dtype == want_x.dtype and torch.equal(x, want_x)
+    assert torch.equal(pos, want_pos)
+    # the text rows really are the slots' rows (row 33 of slot 2 is on its second page) or pad past the text
+    assert not torch.equal(x[0], embed[0] + pad) and torch.equal(x[1], embed[1] + pad)
+    assert torch.equal(x[4], embed[4] + pad)
+
+
+if IN_CHILD:
+    def test_child_kernel_equals_reference():
+        check_kernel_equals_reference()
+        check_kernel_equals_reference(dtype=torch.bfloat16, hidden=1500)      # two column blocks
+else:
+    def test_frame_input_kernel_under_the_interpreter_equals_the_torch_ops():
+        run_child(__file__, CHILD_FLAG)
+
+
+def test_reference_frame_input_adds_the_text_row_and_gives_positions():
+    """The torch ops (the CPU path): frame_embed plus the slot's text row while its text lasts, tts_pad after;
+    positions P + fed."""
+    table, (rows, fed, trailing_len, prompt_len, embed, pad) = make_case()
+    x, pos = table.frame_input(rows, fed, trailing_len, prompt_len, embed, pad)
+    page = int(table.text_table[2, 33 // 32])
+    assert torch.equal(x[0], embed[0] + table.text_pages[page, 33 % 32])
+    assert torch.equal(x[2], embed[2] + pad) and torch.equal(x[4], embed[4] + pad)
+    assert pos.tolist() == (prompt_len + fed).tolist()
