@@ -59,7 +59,8 @@ def main() -> None:
 def talker_draw() -> None:
     """The talker's c0 draw (talker=: repetition penalty 1.05 on 150 seen ids, EOS barred, the suppressed ids) on bf16
     logits, one row and 16, as served (8 warps): its select decides 32 key bits, with and without the stop after the
-    top 16 (select_tokens.HALF_EXIT); the ids of both must agree."""
+    top 16 (select_tokens.HALF_EXIT), at 4, 8 (served) and 16 warps; the ids of all must agree (H200 session 30's
+    timeline: 31 us on the c=1 step's critical path, the cp draws ~10)."""
     from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, suppress_mask
     vocab = 3072
     for b in (1, 16):
@@ -76,11 +77,13 @@ def talker_draw() -> None:
         row, ids = [f"talker B={b:3d} V={vocab} keys32"], []
         for half_exit in (False, True):
             select_module.HALF_EXIT = half_exit
-            row.append(f"half_exit={'on' if half_exit else 'off'} "
-                       f"{timed(lambda: select_tokens(*args, talker=talker)):5.1f} us")
-            ids.append(select_tokens(*args, talker=talker))
+            for warps in (4, 8, 16):
+                row.append(f"half_exit={'on' if half_exit else 'off'} w{warps} "
+                           f"{timed(lambda: select_tokens(*args, talker=talker, num_warps=warps)):5.1f} us")
+                ids.append(select_tokens(*args, talker=talker, num_warps=warps))
         select_module.HALF_EXIT = True
-        print("  ".join(row) + ("  ids equal" if torch.equal(*ids) else "  IDS DIFFER"), flush=True)
+        same = all(torch.equal(ids[0], other) for other in ids[1:])
+        print("  ".join(row) + ("  ids equal" if same else "  IDS DIFFER"), flush=True)
 
 
 if __name__ == "__main__":
