@@ -470,7 +470,7 @@ class EngineCore:
         t5 = time.perf_counter()
         t["codec_launch"] += t5 - t4
         idle = launched is None and not sched.prefill
-        self._first_chunk_due = first_audio
+        self._first_chunk_due = first_audio and codec_launched > 0      # (nothing launched: nothing to wait for)
         self._emit_chunks(outputs, block=idle)
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
