@@ -3,6 +3,7 @@ exactly (CPU: Triton's interpreter in a subprocess, since TRITON_INTERPRET must 
 imported; GPU: tests/gpu/test_gpu_frame_input.py)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,10 +47,31 @@ def check_kernel_equals_reference(device="cpu", dtype=torch.float32, hidden=40):
     assert torch.equal(x[4], embed[4] + pad)
 
 
+def check_bf16_rounding_edges():
+    """Ties to even, overflow to inf, inf and NaN operands, signed zeros: the kernel's hand-made rounding gives the
+    reference's bits (compared as int16), NaN where it has NaN (whose payload torch does not fix). (Not subnormal
+    sums: Triton's interpreter flushes them; embeddings never come near them.)"""
+    from voxflow.kernels.frame_input import frame_input
+    table, (rows, fed, trailing_len, prompt_len, embed, pad) = make_case("cpu", torch.bfloat16, 8)
+    edges = torch.tensor([0.734375, 3.0e38, -3.0e38, float("inf"), float("nan"), -0.0, 0.5, -1.2421875])
+    embed = edges.to(torch.bfloat16).expand(7, -1).contiguous()
+    pad = torch.tensor([0.51171875, 3.0e38, -3.0e38, 1.0, 2.0, -0.0, 0.001953125, -0.00390625]).to(torch.bfloat16)
+    fed = torch.full_like(fed, 10 ** 6)                                   # every row past its text: the pad row
+    want = embed + table.text_part(rows, fed, pad, trailing_len)
+    with np.errstate(over="ignore"):            # the interpreter's numpy: 3e38 + 3e38 overflows, as it must
+        x, _ = frame_input(embed, rows, fed, trailing_len, prompt_len, table.text_table, table.text_pages, pad)
+    nan = want.isnan()
+    assert torch.equal(x.isnan(), nan) and bool(nan.any())
+    assert torch.equal(x[~nan].view(torch.int16), want[~nan].view(torch.int16)), (x[0], want[0])
+
+
 if IN_CHILD:
     def test_child_kernel_equals_reference():
         check_kernel_equals_reference()
         check_kernel_equals_reference(dtype=torch.bfloat16, hidden=1500)      # two column blocks
+
+    def test_child_bf16_rounding_edges():
+        check_bf16_rounding_edges()
 else:
     def test_frame_input_kernel_under_the_interpreter_equals_the_torch_ops():
         run_child(__file__, CHILD_FLAG)

@@ -38,8 +38,10 @@ def _frame_input_kernel(embed_ptr, rows_ptr, fed_ptr, trailing_len_ptr, prompt_l
         if OUT_BF16:
             # Rounded to nearest even by hand: the GPU's conversion does that too, Triton's interpreter truncates
             # (the CPU tests run this kernel there and must see the same bits).
+            # (NaN stays a NaN: the canonical quiet one, as torch's conversion makes; the sum could carry one over
+            # the top of the word.)
             bits = x.to(tl.uint32, bitcast=True)
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+            bits = tl.where(x != x, 0x7FC0, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
             y = bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
         else:
             y = x.to(out_ptr.dtype.element_ty)
