@@ -120,7 +120,7 @@ class CodecExecutor:
         self.codec = codec
         self.chunk_frames = chunk_frames
         self.ramp = ramp
-        self.sizes = tuple(sorted(getattr(codec, "chunk_sizes", None) or ()))
+        self.sizes = tuple(sorted(n for n in (getattr(codec, "chunk_sizes", None) or ()) if n > 0))
         self.max_frames_per_launch = max_frames_per_launch
         self.streams: dict[str, CodecStream] = {}
         self._launched: deque[tuple[Any, list[tuple[CodecStream, int, int, int]]]] = deque()

@@ -184,7 +184,7 @@ class EngineCore:
         self._ttfp_count = 0
         # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
         self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
-                                      "codec_launch", "codec_collect"), 0.0)
+                                      "first_chunk_wait", "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
         if getattr(model, "preloaded_text_rows", None):     # the prompt rows made at load: bytes, seconds
@@ -454,7 +454,11 @@ class EngineCore:
             # it on the GPU (waiting for it there, before this launch, left the talker idle for the whole codec
             # call: ~2.5 ms of every request's E2E at c=1 on the H200, session 31 call 1's step trace).
             self._first_chunk_due = False
+            waited = time.perf_counter()
             self._emit_chunks(outputs, block=True)
+            waited = time.perf_counter() - waited
+        else:
+            waited = 0.0
         first_audio = (launched is not None and len(launched.seqs) <= self.config.eager_first_chunk
                        and self._awaits_first_chunk(launched))
         if first_audio:
@@ -464,7 +468,8 @@ class EngineCore:
             self._collect_decode(launched)
             newest, self._inflight = launched, None
         t4 = time.perf_counter()
-        t["collect_decode"] += t4 - t3
+        t["collect_decode"] += t4 - t3 - waited
+        t["first_chunk_wait"] += waited
         # Chunks of frames up to the newest collected step: the codec stream waits only for that step.
         codec_launched = self.codec_exec.launch(after=newest.event if newest is not None else None)
         t5 = time.perf_counter()
@@ -480,9 +485,9 @@ class EngineCore:
             marks = (t0, t1, t2, t3, t4, t5, t6)
             self.trace.write({
                 "step": self.steps, "t": round(self._mono_at(t0), 6),
-                "ms": {k: round((b - a) * 1e3, 3) for k, a, b in zip(
+                "ms": {k: round((b - a - (waited if k == "collect_decode" else 0.0)) * 1e3, 3) for k, a, b in zip(
                     ("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch", "codec_collect"),
-                    marks, marks[1:])},
+                    marks, marks[1:])} | {"first_chunk_wait": round(waited * 1e3, 3)},
                 "decode": len(sched.decode), "prefill": len(sched.prefill),
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
                 "chunks": sum(isinstance(o, AudioChunk) for o in outputs),

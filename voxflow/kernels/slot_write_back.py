@@ -51,7 +51,7 @@ def slot_write_back(rows: torch.Tensor, fed: torch.Tensor, frame: torch.Tensor, 
                     ) -> torch.Tensor:
     """Writes row b's state into slot rows[b] (history[slot, fed] = frame, seen[slot, c0_next], c0 / fed / h) and
     returns flags [B, 2] bool (finished, eos). rows / fed / c0_next / max_frames [B] int64, frame [B, G] int64,
-    hidden [B, H] (rows contiguous); c0_tab / fed_tab [slots] int64 views (any stride: a row of the scalar table),
+    hidden [B, H] (rows contiguous); c0_tab / fed_tab [slots] int64 (unit stride: rows of the scalar table),
     h [slots, H], seen [slots, V] bool, history [slots, F, G] int16."""
     b, groups = frame.shape
     hidden_size = hidden.shape[1]
