@@ -272,12 +272,24 @@ def check_draw_and_embed_changes_no_bits():
         without = cp.predict(h, c0, lambda logits, j: sample_fn(logits, j), frame_embed=True)
         assert embeds[4:] == [False] * 4
         assert torch.equal(codes, without[0]) and torch.equal(frame_embed, without[1])
+        _assert_embed_parts_are_the_frames_rows(cp, h, c0, sample_fn, codes, frame_embed)
     finally:
         cp_mod.PROJECTED_TABLES = saved_tables
         fused.select_tokens, nl.launch_config, sk.launch_config = real, real_config, real_skinny_config
         cp_layer.CONFIGS.update(saved_configs)
         for m, f in zip(mods, saved):
             m.use_kernels = f
+
+
+def _assert_embed_parts_are_the_frames_rows(cp, h, c0, sample_fn, codes, frame_embed):
+    """predict's embed_parts (the fused talker-input kernel sums them, kernels/frame_input.py): the draws wrote the
+    15 codes' rows into the buffer, so the same codes come out and c0's row + rows [1:] sum to the frame embedding,
+    bit for bit (the same rows, stacked in the same order)."""
+    codes_p, parts = cp.predict(h, c0, sample_fn, frame_embed=True, embed_parts=True)
+    assert isinstance(parts, tuple), "embed_parts was not taken"
+    first, rows = parts
+    assert torch.equal(codes_p, codes) and rows.shape == (h.shape[0], 5, c0.shape[1])
+    assert torch.equal(torch.cat((first[:, None], rows[:, 1:]), dim=1).sum(dim=1), frame_embed)
 
 
 def check_projected_tables_against_reference():
@@ -327,6 +339,10 @@ def check_projected_tables_against_reference():
         want, want_embed = cp.predict(h, c0, lambda logits, j: logits.argmax(-1), frame_embed=True)
         assert torch.equal(codes, want)
         assert torch.allclose(frame_embed, want_embed, rtol=0, atol=0), "the frame embedding sums the same rows"
+        for m in mods:
+            m.use_kernels = lambda t: True
+        _assert_embed_parts_are_the_frames_rows(
+            cp, h, c0, bs.residual_sample_fn(params, torch.tensor([1]), torch.tensor([3]), False), codes, frame_embed)
     finally:
         cp_mod.PROJECTED_TABLES = saved_tables
         fused.select_tokens, sk.skinny_linear = real_select, real_skinny

@@ -47,6 +47,34 @@ def check_kernel_equals_reference(device="cpu", dtype=torch.float32, hidden=40):
     assert torch.equal(x[4], embed[4] + pad)
 
 
+def check_sum_of_rows_against_reference(dtype, hidden, device="cpu"):
+    """With more_rows (the frame's 16 embedding rows, predict's embed_parts): the kernel sums embed and rows[:, 1:]
+    (fp32, in row order, one rounding) where the reference stacks and sums them with torch: within one rounding of
+    that sum (one ulp of it, then the same add), and in bf16 on these rows mostly the same bits."""
+    from voxflow.kernels.frame_input import frame_input
+    table, (rows, fed, trailing_len, prompt_len, embed, pad) = make_case(device, dtype, hidden)
+    g = torch.Generator().manual_seed(3)
+    more = (torch.randn(7, 16, hidden, generator=g) * torch.logspace(-3, 0, 16)[None, :, None]).to(dtype).to(device)
+    # (SlotTable.frame_input's torch path, spelled out: on a GPU with the kernel switched on it would be the kernel)
+    want = torch.cat((embed[:, None], more[:, 1:]), dim=1).sum(dim=1) + table.text_part(rows, fed, pad, trailing_len)
+    want_pos = prompt_len + fed
+    if device == "cpu":
+        got_x, got_pos = table.frame_input(rows, fed, trailing_len, prompt_len, (embed, more), pad)
+        assert torch.equal(got_x, want) and torch.equal(got_pos, want_pos)
+    x, pos = frame_input(embed, rows, fed, trailing_len, prompt_len, table.text_table, table.text_pages, pad,
+                         more_rows=more)
+    assert torch.equal(pos, want_pos)
+    summed = torch.cat((embed[:, None], more[:, 1:]), dim=1).float().sum(dim=1)
+    ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -22
+    bound = 2 * ulp * (summed.abs() + table.text_part(rows, fed, pad, trailing_len).float().abs()) + 1e-30
+    assert bool(((x.float() - want.float()).abs() <= bound).all())
+    if dtype == torch.bfloat16:     # 16 bf16 rows add up exactly in fp32 unless their magnitudes are far apart
+        assert (x == want).float().mean().item() >= 0.99
+    # the rows matter: without them the result is another one
+    alone, _ = frame_input(embed, rows, fed, trailing_len, prompt_len, table.text_table, table.text_pages, pad)
+    assert not torch.equal(alone, x)
+
+
 def check_bf16_rounding_edges():
     """Ties to even, overflow to inf, inf and NaN operands, signed zeros: the kernel's hand-made rounding gives the
     reference's bits (compared as int16), NaN where it has NaN (whose payload torch does not fix). (Not subnormal
@@ -72,6 +100,10 @@ if IN_CHILD:
 
     def test_child_bf16_rounding_edges():
         check_bf16_rounding_edges()
+
+    def test_child_sum_of_rows():
+        check_sum_of_rows_against_reference(torch.float32, 40)
+        check_sum_of_rows_against_reference(torch.bfloat16, 1500)
 else:
     def test_frame_input_kernel_under_the_interpreter_equals_the_torch_ops():
         run_child(__file__, CHILD_FLAG)

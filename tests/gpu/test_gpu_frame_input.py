@@ -41,3 +41,11 @@ def test_frame_input_kernel_in_a_graph():
     graph.replay()
     want_x, want_pos = ref.frame_input(rows, fed, trailing_len, prompt_len, embed, pad)
     assert torch.equal(x.cpu(), want_x) and torch.equal(pos.cpu(), want_pos)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_frame_input_kernel_sums_the_frames_rows_within_one_rounding(dtype):
+    """With the frame's 16 embedding rows (predict's embed_parts): within one rounding of torch's stack + sum on the
+    GPU (its own reduction order), in bf16 mostly the same bits (tests/test_kernel_frame_input.py's check)."""
+    from test_kernel_frame_input import check_sum_of_rows_against_reference
+    check_sum_of_rows_against_reference(dtype, 2048, device="cuda")

@@ -193,12 +193,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=p, scale_log2="fp32"),
                     dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
                          DOT_PRECISION=precision, DOT_IN_FP32=False), dict(num_warps=4)))
-    for dt in ("bf16", "fp32"):
+    for dt, more in (("bf16", 0), ("fp32", 0), ("bf16", 15)):
         p = _ptr(dt)
-        out.append((f"frame_input {dt}", frame_input._frame_input_kernel,
-                    dict(embed_ptr=p, rows_ptr=i64, fed_ptr=i64, trailing_len_ptr=i64, prompt_len_ptr=i64,
-                         table_ptr=i64, pages_ptr=p, pad_ptr=p, out_ptr=p, pos_ptr=i64),
-                    dict(PAGE_ROWS=32, BLOCK_H=1024, OUT_BF16=dt == "bf16"), {}))
+        out.append((f"frame_input {dt}" + (f" + {more} rows" if more else ""), frame_input._frame_input_kernel,
+                    dict(embed_ptr=p, more_ptr=p, rows_ptr=i64, fed_ptr=i64, trailing_len_ptr=i64,
+                         prompt_len_ptr=i64, table_ptr=i64, pages_ptr=p, pad_ptr=p, out_ptr=p, pos_ptr=i64),
+                    dict(PAGE_ROWS=32, BLOCK_H=1024, OUT_BF16=dt == "bf16", MORE_ROWS=more), {}))
     out.append(("slot_write_back", slot_write_back._slot_write_back_kernel,
                 dict(rows_ptr=i64, fed_ptr=i64, frame_ptr=i64, c0_next_ptr=i64, hidden_ptr=bf, max_frames_ptr=i64,
                      c0_tab_ptr=i64, fed_tab_ptr=i64, h_ptr=bf, seen_ptr=_ptr("i8"), hist_ptr=_ptr("i16"),

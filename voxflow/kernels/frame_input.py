@@ -8,6 +8,11 @@ plus a launch gap on the c=1 step's critical path (H200 session 30 call 5's time
 program per batch row does them. The add is the reference's (both operands in fp32, one rounding to the output's
 dtype, to nearest even), and the rest only moves data, so the result equals the reference exactly. (fp16 is
 rounded by Triton's conversion: exact on a GPU; the interpreter truncates, so its CPU tests cover fp32 and bf16.)
+
+With `more_rows` it also sums the frame's embedding rows first (embed_frame: torch stacked the 16 rows and summed
+them, ~8 us a step more): in fp32 in row order, rounded once; torch's reduction may add in another order, so that
+sum equals torch's within one rounding, not always bit for bit (a bf16 ulp where fp32 sums of 16 rows round
+differently: values of very different magnitude).
 """
 from __future__ import annotations
 
@@ -17,10 +22,21 @@ import triton.language as tl
 
 
 @triton.jit
-def _frame_input_kernel(embed_ptr, rows_ptr, fed_ptr, trailing_len_ptr, prompt_len_ptr, table_ptr, pages_ptr,
-                        pad_ptr, out_ptr, pos_ptr, hidden_size, max_index,
-                        stride_embed, stride_table, stride_page, stride_page_row, stride_out,
-                        PAGE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, OUT_BF16: tl.constexpr):
+def _round_bf16(x):
+    """fp32 -> bf16 rounded to nearest even by hand: the GPU's conversion does that too, Triton's interpreter
+    truncates (the CPU tests run these kernels there and must see the same bits). NaN stays a NaN: the canonical
+    quiet one, as torch's conversion makes (the rounding could carry one over the top of the word)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = tl.where(x != x, 0x7FC0, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
+    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _frame_input_kernel(embed_ptr, more_ptr, rows_ptr, fed_ptr, trailing_len_ptr, prompt_len_ptr, table_ptr,
+                        pages_ptr, pad_ptr, out_ptr, pos_ptr, hidden_size, max_index,
+                        stride_embed, stride_more, stride_more_row, stride_table, stride_page, stride_page_row,
+                        stride_out, PAGE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, OUT_BF16: tl.constexpr,
+                        MORE_ROWS: tl.constexpr):
     i = tl.program_id(0)
     slot = tl.load(rows_ptr + i)
     fed = tl.load(fed_ptr + i)
@@ -33,28 +49,32 @@ def _frame_input_kernel(embed_ptr, rows_ptr, fed_ptr, trailing_len_ptr, prompt_l
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < hidden_size
         text = tl.where(use_text, tl.load(text_row + cols, mask=mask), tl.load(pad_ptr + cols, mask=mask))
-        e = tl.load(embed_ptr + i * stride_embed + cols, mask=mask)
-        x = e.to(tl.float32) + text.to(tl.float32)
+        e = tl.load(embed_ptr + i * stride_embed + cols, mask=mask).to(tl.float32)
+        if MORE_ROWS > 0:
+            # embed_frame's sum of the frame's rows: fp32, in row order, one rounding to the rows' dtype
+            for k in range(1, MORE_ROWS + 1):
+                e += tl.load(more_ptr + i * stride_more + k * stride_more_row + cols, mask=mask).to(tl.float32)
+            if OUT_BF16:
+                e = _round_bf16(e).to(tl.float32)
+        x = e + text.to(tl.float32)
         if OUT_BF16:
-            # Rounded to nearest even by hand: the GPU's conversion does that too, Triton's interpreter truncates
-            # (the CPU tests run this kernel there and must see the same bits).
-            # (NaN stays a NaN: the canonical quiet one, as torch's conversion makes; the sum could carry one over
-            # the top of the word.)
-            bits = x.to(tl.uint32, bitcast=True)
-            bits = tl.where(x != x, 0x7FC0, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
-            y = bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+            y = _round_bf16(x)
         else:
             y = x.to(out_ptr.dtype.element_ty)
         tl.store(out_ptr + i * stride_out + cols, y, mask=mask)
 
 
 def frame_input(embed: torch.Tensor, rows: torch.Tensor, fed: torch.Tensor, trailing_len: torch.Tensor,
-                prompt_len: torch.Tensor, text_table: torch.Tensor, text_pages: torch.Tensor, pad: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                prompt_len: torch.Tensor, text_table: torch.Tensor, text_pages: torch.Tensor, pad: torch.Tensor,
+                more_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x [B, H] = embed + (trailing-text row `fed` of slot rows[b], or pad past its trailing_len), positions [B]
     = prompt_len + fed). embed [B, H] (unit last stride), rows / fed / trailing_len / prompt_len [B] int64,
-    text_table [slots, pages] int64, text_pages [pages, PAGE_ROWS, H] (embed's dtype), pad [H]."""
+    text_table [slots, pages] int64, text_pages [pages, PAGE_ROWS, H] (embed's dtype), pad [H]. more_rows [B, R, H]
+    (embed's dtype, unit last stride): embed is first the sum of embed and more_rows[:, 1:] (fp32, in row order,
+    rounded once to the dtype: torch's sum of those rows may add in another order, so within one rounding)."""
     b, hidden_size = embed.shape
+    more = more_rows if more_rows is not None else embed
+    assert more.dtype == embed.dtype and more.stride(-1) == 1
     page_rows = text_pages.shape[1]
     assert embed.stride(1) == 1 and text_pages.stride(2) == 1 and text_table.stride(1) == 1
     assert text_pages.dtype == embed.dtype
@@ -63,8 +83,9 @@ def frame_input(embed: torch.Tensor, rows: torch.Tensor, fed: torch.Tensor, trai
     out = torch.empty(b, hidden_size, dtype=embed.dtype, device=embed.device)
     positions = torch.empty(b, dtype=torch.long, device=embed.device)
     _frame_input_kernel[(b,)](
-        embed, rows, fed, trailing_len, prompt_len, text_table, text_pages, pad, out, positions, hidden_size,
-        text_table.shape[1] * page_rows - 1, embed.stride(0), text_table.stride(0), text_pages.stride(0),
-        text_pages.stride(1), out.stride(0), PAGE_ROWS=page_rows,
-        BLOCK_H=min(1024, triton.next_power_of_2(hidden_size)), OUT_BF16=embed.dtype == torch.bfloat16)
+        embed, more, rows, fed, trailing_len, prompt_len, text_table, text_pages, pad, out, positions, hidden_size,
+        text_table.shape[1] * page_rows - 1, embed.stride(0), more.stride(0), more.stride(1) if more.dim() == 3 else 0,
+        text_table.stride(0), text_pages.stride(0), text_pages.stride(1), out.stride(0), PAGE_ROWS=page_rows,
+        BLOCK_H=min(1024, triton.next_power_of_2(hidden_size)), OUT_BF16=embed.dtype == torch.bfloat16,
+        MORE_ROWS=0 if more_rows is None else more_rows.shape[1] - 1)
     return out, positions

@@ -159,14 +159,16 @@ def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tens
             sampled = gumbel_argmax(warp_logits(logits, params), keys, frame, j + 1)
             return torch.where(params.do_sample, sampled, greedy)
 
-    def draw_and_embed(logits: torch.Tensor, j: int, table: torch.Tensor, table2: torch.Tensor | None = None
+    def draw_and_embed(logits: torch.Tensor, j: int, table: torch.Tensor, table2: torch.Tensor | None = None,
+                       out: torch.Tensor | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(sample(logits, j), table[those ids], table2[those ids] or None without table2) -- on the kernel path the
-        draw copies the rows itself (no lookup launch); (ids, None, None) where it does not, and the caller looks
-        them up. (select_tokens checks the tables.)"""
+        draw copies the rows itself (no lookup launch), into `out` [B, D] when given (rows may be strided); (ids,
+        None, None) where it does not, and the caller looks them up. (select_tokens checks the tables.)"""
         if kernel_params is not None:
             with record_function("cp_sampling"):
-                rows = torch.empty(logits.shape[0], table.shape[1], dtype=table.dtype, device=table.device)
+                rows = (out if out is not None else
+                        torch.empty(logits.shape[0], table.shape[1], dtype=table.dtype, device=table.device))
                 rows2 = (None if table2 is None else
                          torch.empty(logits.shape[0], table2.shape[1], dtype=table2.dtype, device=table2.device))
                 picked = _fused_select(logits, kernel_params, keys, frame, j + 1, embed=table, embed_out=rows,

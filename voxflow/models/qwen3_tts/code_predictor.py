@@ -187,8 +187,8 @@ class CodePredictor(nn.Module):
         return rows
 
     @torch.no_grad()
-    def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False,
+                embed_parts: bool = False) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
         """One frame's residual codes.
 
         h_last [B, H]: talker hidden state (after its final norm) at the position that produced c0.
@@ -196,7 +196,10 @@ class CodePredictor(nn.Module):
         Returns codes [B, 15] (codebooks 1..15) and the raw logits [B, 15, vocab] each was drawn from; with
         frame_embed, the logits are not kept and the second value is instead the sum of the frame's 16 input
         embeddings [B, H] (what Talker.embed_frame computes, from the lookups this pass already made: the same
-        rows stacked in the same order and summed, so the same bits).
+        rows stacked in the same order and summed, so the same bits). With embed_parts too, where the draws copy
+        the rows themselves (the kernel path) and they can write straight into one buffer (a projected next input,
+        or one row), the sum is left to the caller's fused kernel: the second value is then (c0_embed, rows
+        [B, 16, H] whose [:, 1:] are the 15 drawn codes' rows; [:, 0] unused) -- the same 16 rows.
         """
         b = h_last.shape[0]
         device = h_last.device
@@ -212,6 +215,11 @@ class CodePredictor(nn.Module):
         # ... and the projected row of a precomputed table beside it (PROJECTED_TABLES): no projection GEMM a step.
         projected = self.projected_tables() if draw_and_embed is not None and PROJECTED_TABLES else None
         row = row_projected = None
+        parts = None
+        if frame_embed and embed_parts and draw_and_embed is not None and (projected is not None or b == 1):
+            # (each row the next step's input only through its projected table row, or one contiguous row)
+            parts = torch.empty(b, self.num_residual + 1, tables[0].weight.shape[1], dtype=tables[0].weight.dtype,
+                                device=device)
         for j in range(self.num_residual):
             if j > 0:
                 x = (row if row is not None else tables[j - 1](codes[-1]))[:, None]
@@ -229,12 +237,17 @@ class CodePredictor(nn.Module):
             if draw_and_embed is not None:       # (plain nn.Embedding tables, __init__: a row copy is the lookup)
                 code, row, row_projected = draw_and_embed(
                     step_logits, j, tables[j].weight,
-                    projected[j] if projected is not None and j < self.num_residual - 1 else None)
+                    projected[j] if projected is not None and j < self.num_residual - 1 else None,
+                    out=None if parts is None else parts[:, j + 1])
+                if row is None:
+                    parts = None
             else:
                 code, row, row_projected = sample_fn(step_logits, j), None, None
             codes.append(code.to(torch.long))
             if frame_embed:
                 inputs.append(x[:, -1])
+        if parts is not None:
+            return torch.stack(codes, dim=1), (c0_embed, parts)
         if frame_embed:
             last = row if row is not None else tables[self.num_residual - 1](codes[-1])     # the last code's row
             inputs.append(last)

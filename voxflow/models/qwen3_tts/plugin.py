@@ -393,7 +393,8 @@ class Qwen3TTSPlugin:
         # (The named ranges show up in profiles, not in CUDA graphs.)
         with record_function("code_predictor"):
             sample_fn = residual_sample_fn(self._hinted(g.cp_params(), cp_hint), keys, fed, cp_sampling)
-            residual, frame_embed = talker.predict_residual_codes(h, c0, sample_fn, frame_embed=True)
+            residual, frame_embed = talker.predict_residual_codes(h, c0, sample_fn, frame_embed=True,
+                                                                  embed_parts=s.sums_frame_embed(h))
             frame = torch.cat((c0[:, None], residual), dim=1)                    # [B, 16]
 
         # 2. feed it back at position P + fed, on the paged cache

@@ -39,6 +39,10 @@ WRITE_BACK_KERNEL = os.environ.get("VOXFLOW_WRITE_BACK_KERNEL", "1") != "0"
 # ... and its input (frame embedding + trailing text, positions) as another: CPU-tested (interpreter, bit-exact) and
 # compile-checked, not yet run on a GPU, so off until then (VOXFLOW_FRAME_INPUT_KERNEL=1 turns it on).
 FRAME_INPUT_KERNEL = os.environ.get("VOXFLOW_FRAME_INPUT_KERNEL", "0") == "1"
+# With it, also the sum of the frame's 16 embedding rows (torch's stack + sum before: ~8 us a step at c=1), in fp32
+# in row order, where torch's reduction may add in another order: equal to it within one rounding of the sum (a
+# bf16 ulp), not bit for bit (VOXFLOW_FRAME_SUM_KERNEL=1 turns it on, with the input kernel; off until measured).
+FRAME_SUM_KERNEL = os.environ.get("VOXFLOW_FRAME_SUM_KERNEL", "0") == "1"
 
 
 def _grow(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
@@ -185,17 +189,27 @@ class SlotTable:
         text = self.text_pages[pages, index % TEXT_PAGE_ROWS]
         return torch.where((frame < trailing_len)[:, None], text, pad.to(text))
 
+    @staticmethod
+    def sums_frame_embed(like: torch.Tensor) -> bool:
+        """Whether `frame_input` sums the frame's embedding rows itself (the decode asks the code predictor for
+        them unsummed)."""
+        return FRAME_SUM_KERNEL and FRAME_INPUT_KERNEL and use_kernels(like)
+
     def frame_input(self, rows: torch.Tensor, fed: torch.Tensor, trailing_len: torch.Tensor,
-                    prompt_len: torch.Tensor, frame_embed: torch.Tensor, pad: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    prompt_len: torch.Tensor, frame_embed, pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The talker's input for frame `fed` of each slot `rows` -- frame_embed [B, H] plus its trailing-text row
-        (text_part) -- and its position P + fed, [B]. On a GPU with the kernels on, one fused kernel
-        (kernels/frame_input.py, equal to these torch ops)."""
-        if use_kernels(frame_embed) and FRAME_INPUT_KERNEL:
+        (text_part) -- and its position P + fed, [B]. frame_embed may also come as its parts (first [B, H], rows
+        [B, 16, H] of which [:, 1:] count: CodePredictor.predict's embed_parts), summed here. On a GPU with the
+        kernels on, one fused kernel (kernels/frame_input.py, equal to these torch ops; the sum of parts within
+        one rounding)."""
+        first, parts = frame_embed if isinstance(frame_embed, tuple) else (frame_embed, None)
+        if use_kernels(first) and FRAME_INPUT_KERNEL:
             from ...kernels.frame_input import frame_input
-            return frame_input(frame_embed, rows, fed, trailing_len, prompt_len, self.text_table, self.text_pages,
-                               pad)
-        return frame_embed + self.text_part(rows, fed, pad, trailing_len), prompt_len + fed
+            return frame_input(first, rows, fed, trailing_len, prompt_len, self.text_table, self.text_pages, pad,
+                               more_rows=parts)
+        if parts is not None:           # the code predictor's own sum: the same rows, stacked in the same order
+            first = torch.cat((first[:, None], parts[:, 1:]), dim=1).sum(dim=1)
+        return first + self.text_part(rows, fed, pad, trailing_len), prompt_len + fed
 
     def record_frame(self, rows: torch.Tensor, frame_index: torch.Tensor, frame: torch.Tensor) -> None:
         # Clamped: an engine that reads `finished` one step late may decode a finished slot once more.

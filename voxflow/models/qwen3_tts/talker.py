@@ -173,7 +173,8 @@ class Talker(nn.Module):
 
     # ---- code predictor ---------------------------------------------------------------------------
     def predict_residual_codes(self, h_last: torch.Tensor, c0: torch.Tensor, sample_fn: SampleFn,
-                               frame_embed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                               frame_embed: bool = False, embed_parts: bool = False):
         """h_last [B, H] (post-norm hidden that produced c0), c0 [B] -> codes [B, 15], logits [B, 15, 2048]
-        (frame_embed: instead of the logits, embed_frame of the completed frame [B, H], from the pass's own lookups)."""
-        return self.code_predictor.predict(h_last, self.embed_codec(c0), sample_fn, frame_embed)
+        (frame_embed: instead of the logits, embed_frame of the completed frame [B, H], from the pass's own lookups;
+        embed_parts: its 16 rows unsummed where the draws make them, CodePredictor.predict)."""
+        return self.code_predictor.predict(h_last, self.embed_codec(c0), sample_fn, frame_embed, embed_parts)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Prepared in session 31 for the next session's second call; carry [".whl", ".device_tree"]. After
+# h200_next_run.sh: the 1.7B c=1 A/B of the talker-input kernel on one machine (off, on, on + the sum of the
+# frame's rows), then HTTP c=1 with both on (the target's setting: session 31 RTF 0.0407 there, 0.0403 offline).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 1.7B
+wait $CK
+bench_1p7b_at 1 defaults
+pack_results
+(export VOXFLOW_FRAME_INPUT_KERNEL=1; bench_1p7b_at 1 frame_input)
+pack_results
+(export VOXFLOW_FRAME_INPUT_KERNEL=1 VOXFLOW_FRAME_SUM_KERNEL=1; bench_1p7b_at 1 frame_input_sum)
+pack_results
+export VOXFLOW_FRAME_INPUT_KERNEL=1 VOXFLOW_FRAME_SUM_KERNEL=1
+if serve_variant c1_frame_input_sum; then
+  bench_http_at 1 c1_frame_input_sum
+  stop_server c1_frame_input_sum
+fi
+echo "done at ${SECONDS}s"
