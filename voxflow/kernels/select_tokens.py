@@ -150,8 +150,8 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         x = tl.where((offs == eos_id) & too_early, float("-inf"), x)
         suppressed = tl.load(suppress_ptr + offs, mask=offs < vocab, other=0) != 0
         x = tl.where(suppressed, float("-inf"), x)
-    ids = tl.argmax(x, 0, tie_break_left=True)
-    if tl.load(do_sample_ptr + row) != 0:          # greedy rows skip everything below
+    # Greedy rows skip the sampling below, and sampling rows the greedy argmax (one reduction of the row fewer).
+    if tl.load(do_sample_ptr + row) != 0:
         temperature = tl.load(temperature_ptr + row).to(tl.float32)
         k = tl.load(top_k_ptr + row)
         k = tl.minimum(tl.maximum(tl.where(k > 0, k, vocab), 1), vocab)
@@ -192,6 +192,8 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         else:
             gumbel = tl.log(-tl.log(u))
         ids = tl.argmax(w - gumbel, 0, tie_break_left=True)   # filtered (-inf) stays -inf
+    else:
+        ids = tl.argmax(x, 0, tie_break_left=True)
     tl.store(out_ptr + row, ids.to(tl.int64))
     if EMBED:
         _copy_row(emb_ptr + ids.to(tl.int64) * stride_emb, emb_out_ptr + row.to(tl.int64) * stride_emb_out, emb_dim,
