@@ -514,6 +514,41 @@ def test_first_audio_fast_path_changes_timing_not_audio(eager, monkeypatch):
     assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
 
 
+def _gpu_like_codec(core, monkeypatch):
+    """The CPU codec decodes as it is called; on a GPU a chunk is still running when the step that launched it
+    collects: held back here until a blocking collect, as a GPU's would be."""
+    collect = core.codec_exec.collect
+    monkeypatch.setattr(core.codec_exec, "collect", lambda block=False: collect(block=True) if block else [])
+
+
+@pytest.mark.parametrize("abort", [False, True])
+def test_a_first_chunk_still_running_is_waited_for_in_the_next_step_or_dropped_with_its_request(abort, monkeypatch):
+    """With a codec whose chunks are still running when their step collects (a GPU's): the first-audio step
+    launches the chunk, and the next step launches its decode and then waits for it -- the chunk leaves in step 3,
+    as in one piece of audio with the rest. A request aborted between those steps gets no chunk, and nothing of it
+    is kept."""
+    core = make_engine(eager_first_chunk=4)
+    _gpu_like_codec(core, monkeypatch)
+    req = greedy("Hello world.", 9, voice="vivian", request_id="r", streaming=StreamingOptions(initial_chunk_frames=1))
+    core.add_request(req)
+    first = core.step() + core.step()                # the prefill; frame 0 decoded, its chunk launched
+    assert not any(isinstance(o, AudioChunk) for o in first) and core._first_chunk_due
+    if abort:
+        assert [o.reason for o in core.abort("r")] == [FinishReason.ABORTED]
+    later, steps = [], 2
+    while core.has_work():
+        steps += 1
+        later += [(steps, o) for o in core.step()]
+    chunks = [(step, o) for step, o in later if isinstance(o, AudioChunk)]
+    if abort:
+        assert not later and not core._first_chunk_due
+    else:
+        assert chunks[0][0] == 3 and chunks[0][1].first_frame == 0 and chunks[0][1].num_frames == 1
+        _, _, ref_wav = reference("custom_voice", req)
+        assert np.abs(audio_of(first + [o for _, o in later]) - ref_wav).max() <= AUDIO_ATOL
+    assert_all_released(core)
+
+
 def test_first_audio_latency_is_split_into_its_parts():
     """stats()["ttfp_breakdown_ms"]: the mean of each TTFP part over the requests that got audio; the parts after
     the prompt build add up to the time from queueing to the first chunk (the final record's own timestamps)."""
