@@ -64,10 +64,14 @@ def check_sum_of_rows_against_reference(dtype, hidden, device="cpu"):
     x, pos = frame_input(embed, rows, fed, trailing_len, prompt_len, table.text_table, table.text_pages, pad,
                          more_rows=more)
     assert torch.equal(pos, want_pos)
-    summed = torch.cat((embed[:, None], more[:, 1:]), dim=1).float().sum(dim=1)
-    ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -22
-    bound = 2 * ulp * (summed.abs() + table.text_part(rows, fed, pad, trailing_len).float().abs()) + 1e-30
+    terms = torch.cat((embed[:, None], more[:, 1:]), dim=1).float()
+    # Another order of a 16-term fp32 sum: within 16 x 2^-24 of the terms' magnitudes; then each side rounds the sum
+    # and the add once to the dtype (an ulp of each).
+    eps = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -24
+    text = table.text_part(rows, fed, pad, trailing_len).float()
+    bound = 16 * 2.0 ** -24 * terms.abs().sum(dim=1) + 2 * eps * (terms.sum(dim=1).abs() + want.float().abs()) + 1e-30
     assert bool(((x.float() - want.float()).abs() <= bound).all())
+    assert bool(((want.float() - terms.sum(dim=1) - text).abs() <= bound + 2 * eps * text.abs()).all())
     if dtype == torch.bfloat16:     # 16 bf16 rows add up exactly in fp32 unless their magnitudes are far apart
         assert (x == want).float().mean().item() >= 0.99
     # the rows matter: without them the result is another one

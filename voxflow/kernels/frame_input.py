@@ -10,9 +10,9 @@ dtype, to nearest even), and the rest only moves data, so the result equals the 
 rounded by Triton's conversion: exact on a GPU; the interpreter truncates, so its CPU tests cover fp32 and bf16.)
 
 With `more_rows` it also sums the frame's embedding rows first (embed_frame: torch stacked the 16 rows and summed
-them, ~8 us a step more): in fp32 in row order, rounded once; torch's reduction may add in another order, so that
-sum equals torch's within one rounding, not always bit for bit (a bf16 ulp where fp32 sums of 16 rows round
-differently: values of very different magnitude).
+them, ~8 us a step more): in fp32 in row order, rounded once to the rows' dtype. torch's reduction may add in
+another order: in bf16 (16 rows add up exactly in fp32 unless their magnitudes lie far apart) that is nearly always
+the same bits and otherwise one ulp; in fp32 the two differ by the ordering error of a 16-term sum.
 """
 from __future__ import annotations
 
@@ -56,6 +56,8 @@ def _frame_input_kernel(embed_ptr, more_ptr, rows_ptr, fed_ptr, trailing_len_ptr
                 e += tl.load(more_ptr + i * stride_more + k * stride_more_row + cols, mask=mask).to(tl.float32)
             if OUT_BF16:
                 e = _round_bf16(e).to(tl.float32)
+            else:
+                e = e.to(out_ptr.dtype.element_ty).to(tl.float32)      # (fp16: rounded as torch's sum is)
         x = e + text.to(tl.float32)
         if OUT_BF16:
             y = _round_bf16(x)
@@ -71,10 +73,11 @@ def frame_input(embed: torch.Tensor, rows: torch.Tensor, fed: torch.Tensor, trai
     = prompt_len + fed). embed [B, H] (unit last stride), rows / fed / trailing_len / prompt_len [B] int64,
     text_table [slots, pages] int64, text_pages [pages, PAGE_ROWS, H] (embed's dtype), pad [H]. more_rows [B, R, H]
     (embed's dtype, unit last stride): embed is first the sum of embed and more_rows[:, 1:] (fp32, in row order,
-    rounded once to the dtype: torch's sum of those rows may add in another order, so within one rounding)."""
+    rounded once to the dtype; torch's sum of those rows may add in another order: see the module's note)."""
     b, hidden_size = embed.shape
     more = more_rows if more_rows is not None else embed
-    assert more.dtype == embed.dtype and more.stride(-1) == 1
+    assert more.dtype == embed.dtype and more.stride(-1) == 1 and more.device == embed.device
+    assert more_rows is None or (more_rows.dim() == 3 and more_rows.shape[0] == b and more_rows.shape[2] == hidden_size)
     page_rows = text_pages.shape[1]
     assert embed.stride(1) == 1 and text_pages.stride(2) == 1 and text_table.stride(1) == 1
     assert text_pages.dtype == embed.dtype

@@ -40,8 +40,9 @@ WRITE_BACK_KERNEL = os.environ.get("VOXFLOW_WRITE_BACK_KERNEL", "1") != "0"
 # compile-checked, not yet run on a GPU, so off until then (VOXFLOW_FRAME_INPUT_KERNEL=1 turns it on).
 FRAME_INPUT_KERNEL = os.environ.get("VOXFLOW_FRAME_INPUT_KERNEL", "0") == "1"
 # With it, also the sum of the frame's 16 embedding rows (torch's stack + sum before: ~8 us a step at c=1), in fp32
-# in row order, where torch's reduction may add in another order: equal to it within one rounding of the sum (a
-# bf16 ulp), not bit for bit (VOXFLOW_FRAME_SUM_KERNEL=1 turns it on, with the input kernel; off until measured).
+# in row order, where torch's reduction may add in another order: in bf16 nearly always the same bits, else one
+# ulp of the sum; in fp32 within the ordering error of a 16-term sum (VOXFLOW_FRAME_SUM_KERNEL=1 turns it on, with
+# the input kernel; off until measured).
 FRAME_SUM_KERNEL = os.environ.get("VOXFLOW_FRAME_SUM_KERNEL", "0") == "1"
 
 
@@ -200,8 +201,8 @@ class SlotTable:
         """The talker's input for frame `fed` of each slot `rows` -- frame_embed [B, H] plus its trailing-text row
         (text_part) -- and its position P + fed, [B]. frame_embed may also come as its parts (first [B, H], rows
         [B, 16, H] of which [:, 1:] count: CodePredictor.predict's embed_parts), summed here. On a GPU with the
-        kernels on, one fused kernel (kernels/frame_input.py, equal to these torch ops; the sum of parts within
-        one rounding)."""
+        kernels on, one fused kernel (kernels/frame_input.py, equal to these torch ops; the sum of parts in
+        another order: FRAME_SUM_KERNEL's note)."""
         first, parts = frame_embed if isinstance(frame_embed, tuple) else (frame_embed, None)
         if use_kernels(first) and FRAME_INPUT_KERNEL:
             from ...kernels.frame_input import frame_input
