@@ -190,6 +190,17 @@ def check_talker_processing_matches_select_c0():
         got = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
                             talker=(seen, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID))
         assert torch.equal(got, want), (dtype, (got != want).nonzero().flatten().tolist())
+        # seen read in place from a whole table (seen_rows: the slots' rows, in batch order, two on one row)
+        table = torch.rand(14, vocab, generator=g) < 0.05
+        slots = torch.tensor([9, 2, 13, 0, 5, 7, 11, 3, 3, 6])
+        table[slots[:8]] = seen[:8]
+        seen_of_slots = table[slots]
+        want_rows = reference(process_talker_logits(raw, seen_of_slots, num_generated, penalty, min_new_tokens,
+                                                    suppress, CODEC_EOS_ID),
+                              do_sample, temperature, top_k, top_p, keys, frame, 0, False)
+        got_rows = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
+                                 talker=(table, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID, slots))
+        assert torch.equal(got_rows, want_rows) and torch.equal(got_rows[:8], got[:8])
         greedy = ~do_sample
         too_early = num_generated < min_new_tokens
         assert ((got[greedy & ~too_early] == CODEC_EOS_ID).all() and (got[too_early] != CODEC_EOS_ID).all())
@@ -308,3 +319,22 @@ else:
         with pytest.raises(ValueError, match="radix_bits"):
             select_tokens(torch.zeros(1, 2048), row.bool(), row.float(), row, row.double(), row, row, 1, False,
                           radix_bits=3)
+
+
+def test_select_c0_reads_seen_rows_of_a_whole_table_on_the_torch_path():
+    """batch_sampling.select_c0 with seen_rows (the decode step's call): on a CPU the torch path gathers the rows
+    itself, so its ids equal those from the gathered [B, V] rows."""
+    from voxflow.models.qwen3_tts.batch_sampling import select_c0
+    from voxflow.models.qwen3_tts.sampling import CODEC_EOS_ID, WarpParams, suppress_mask
+    g = torch.Generator().manual_seed(11)
+    vocab, b = 3072, 6
+    raw = torch.randn(b, vocab, generator=g) * 2.5
+    table = torch.rand(9, vocab, generator=g) < 0.05
+    slots = torch.tensor([4, 0, 8, 2, 2, 7])
+    params = WarpParams(torch.tensor([True, False] * 3), torch.full((b,), 0.9), torch.full((b,), 50),
+                        torch.ones(b, dtype=torch.float64), any_top_p=False)
+    args = (torch.full((b,), 5), torch.full((b,), 1.3), torch.zeros(b, dtype=torch.long), suppress_mask(vocab),
+            params, torch.arange(b), torch.full((b,), 3), CODEC_EOS_ID)
+    want = select_c0(raw, table[slots], *args)
+    assert torch.equal(select_c0(raw, table, *args, seen_rows=slots), want)
+    assert not torch.equal(select_c0(raw, table, *args, seen_rows=slots.flip(0)), want)

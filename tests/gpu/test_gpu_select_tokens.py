@@ -96,3 +96,10 @@ def test_talker_processing_in_the_kernel_matches_select_c0(dtype, batch):
         got = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
                             talker=(seen, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID))
         assert torch.equal(got, want), (step, (got != want).nonzero().flatten().tolist())
+        # the same rows read in place from a whole table (seen_rows, as the decode step passes them)
+        slots = torch.randperm(batch + 3, generator=g)[:batch].cuda()
+        table = torch.zeros(batch + 3, 3072, dtype=torch.bool, device="cuda")
+        table[slots] = seen
+        in_place = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
+                                 talker=(table, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID, slots))
+        assert torch.equal(in_place, want)

@@ -58,12 +58,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     select_tokens._select_tokens_kernel,
                     dict(logits_ptr=_ptr(dt), do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
                          top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
-                         penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8"), emb_ptr=bf,
+                         seen_rows_ptr=i64, penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8"), emb_ptr=bf,
                          emb_out_ptr=bf, emb2_ptr=bf, emb2_out_ptr=bf),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
                          KEY_BITS=select_tokens.key_bits(_DTYPE_OF[dt], talker, select_tokens.RADIX_BITS),
                          BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048, EMBED2=pdl, BLOCK_E2=1024,
-                         HALF_EXIT=True),
+                         HALF_EXIT=True, SEEN_ROWS=talker),
                     dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)

@@ -127,13 +127,14 @@ def _kth_largest(w, k, RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, HALF_EX
 @triton.jit(do_not_specialize=["codebook", "eos_id"])
 def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr, top_p_ptr, keys_ptr, frame_ptr,
                           out_ptr, codebook, vocab, stride_row,
-                          seen_ptr, penalty_ptr, num_gen_ptr, min_new_ptr, suppress_ptr, eos_id, stride_seen,
+                          seen_ptr, seen_rows_ptr, penalty_ptr, num_gen_ptr, min_new_ptr, suppress_ptr, eos_id,
+                          stride_seen,
                           emb_ptr, emb_out_ptr, emb_dim, stride_emb, stride_emb_out,
                           emb2_ptr, emb2_out_ptr, emb2_dim, stride_emb2, stride_emb2_out,
                           USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
                           RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
                           EMBED: tl.constexpr, BLOCK_E: tl.constexpr, EMBED2: tl.constexpr,
-                          BLOCK_E2: tl.constexpr, HALF_EXIT: tl.constexpr):
+                          BLOCK_E2: tl.constexpr, HALF_EXIT: tl.constexpr, SEEN_ROWS: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0)
@@ -144,7 +145,9 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
         # sampling.process_talker_logits, op for op: repetition penalty on the ids seen so far (x * p below zero,
         # x / p above, IEEE division), EOS barred before min_new_tokens, the suppressed ids removed.
         p = tl.load(penalty_ptr + row).to(tl.float32)
-        seen = tl.load(seen_ptr + row.to(tl.int64) * stride_seen + offs, mask=offs < vocab, other=0) != 0
+        # (SEEN_ROWS: row `row`'s ids are row seen_rows[row] of the whole table: no gather of the batch's rows)
+        seen_row = tl.load(seen_rows_ptr + row).to(tl.int64) if SEEN_ROWS else row.to(tl.int64)
+        seen = tl.load(seen_ptr + seen_row * stride_seen + offs, mask=offs < vocab, other=0) != 0
         x = tl.where(seen, tl.where(x < 0, x * p, tl.div_rn(x, p)), x)
         too_early = tl.load(num_gen_ptr + row) < tl.load(min_new_ptr + row)
         x = tl.where((offs == eos_id) & too_early, float("-inf"), x)
@@ -264,14 +267,18 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
         _check_table(name, table, rows, logits)
     out = torch.empty(b, dtype=torch.long, device=logits.device)
     if talker is not None:
-        # (seen [B, V] bool, penalty [B], num_generated [B], min_new_tokens [B], suppress [V] bool, eos_id): the
-        # talker's logit processing (sampling.process_talker_logits) applied first, in the kernel.
-        seen, penalty, num_generated, min_new_tokens, suppress, eos_id = talker
+        # (seen [B, V] bool, penalty [B], num_generated [B], min_new_tokens [B], suppress [V] bool, eos_id[,
+        # seen_rows [B] int64]): the talker's logit processing (sampling.process_talker_logits) applied first, in
+        # the kernel. With seen_rows, seen is a whole table [N, V] and row b's ids are its row seen_rows[b].
+        seen, penalty, num_generated, min_new_tokens, suppress, eos_id, *rest = talker
+        seen_rows = rest[0] if rest else None
         seen = seen if seen.stride(-1) == 1 else seen.contiguous()
-        extra = (seen.view(torch.uint8), penalty.to(torch.float32).contiguous(), num_generated.contiguous(),
-                 min_new_tokens.contiguous(), suppress.contiguous().view(torch.uint8), int(eos_id), seen.stride(0))
+        extra = (seen.view(torch.uint8), logits if seen_rows is None else seen_rows.contiguous(),
+                 penalty.to(torch.float32).contiguous(), num_generated.contiguous(), min_new_tokens.contiguous(),
+                 suppress.contiguous().view(torch.uint8), int(eos_id), seen.stride(0))
     else:
-        extra = (logits, logits, logits, logits, logits, 0, 0)          # unused (TALKER is compiled out)
+        seen_rows = None
+        extra = (logits, logits, logits, logits, logits, logits, 0, 0)  # unused (TALKER is compiled out)
     if b:
         block = triton.next_power_of_2(vocab)
         pdl = use_pdl(logits)
@@ -284,7 +291,7 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
             *extra, *emb[0], *emb[1], USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
             RADIX_BITS=radix_bits, KEY_BITS=key_bits(logits.dtype, talker is not None, radix_bits), BLOCK=block,
             USE_PDL=trigger_mode(pdl, "select_tokens"), EMBED=embed is not None, BLOCK_E=_block_e(embed),
-            EMBED2=embed2 is not None, BLOCK_E2=_block_e(embed2), HALF_EXIT=HALF_EXIT,
+            EMBED2=embed2 is not None, BLOCK_E2=_block_e(embed2), HALF_EXIT=HALF_EXIT, SEEN_ROWS=seen_rows is not None,
             num_warps=num_warps or (8 if block >= 2048 else 4),
             enable_fp_fusion=False,   # every product / sum rounded as in the torch ops
             **launch_kwargs(pdl))

@@ -97,13 +97,19 @@ def gumbel_argmax(logits: torch.Tensor, keys: torch.Tensor, frame: torch.Tensor,
 # --------------------------------------------------------------------------------------------------
 def select_c0(logits: torch.Tensor, seen: torch.Tensor, num_generated: torch.Tensor, penalty: torch.Tensor,
               min_new_tokens: torch.Tensor, suppress: torch.Tensor, params: WarpParams, keys: torch.Tensor,
-              frame: torch.Tensor, eos_id: int, any_sampling: bool = True) -> torch.Tensor:
+              frame: torch.Tensor, eos_id: int, any_sampling: bool = True,
+              seen_rows: torch.Tensor | None = None) -> torch.Tensor:
     """c0 ids [B] from raw talker logits [B, V]: repetition penalty, min-length EOS rule, suppression (all rows),
-    then argmax (greedy rows) or temperature / top-k / top-p + Gumbel-max (sampling rows)."""
-    talker = (seen, penalty, num_generated, min_new_tokens, suppress, eos_id)
+    then argmax (greedy rows) or temperature / top-k / top-p + Gumbel-max (sampling rows). seen: [B, V], or with
+    seen_rows [B] a whole table [N, V] whose row seen_rows[b] is row b's (the kernel then reads it in place: no
+    gather of the batch's rows on the step's critical path)."""
+    talker = (seen, penalty, num_generated, min_new_tokens, suppress, eos_id) + (
+        () if seen_rows is None else (seen_rows,))
     fused = _fused_select(logits, _kernel_params(params, logits, any_sampling), keys, frame, 0, talker)
     if fused is not None:
         return fused
+    if seen_rows is not None:
+        seen = seen[seen_rows]
     processed = process_talker_logits(logits, seen, num_generated, penalty, min_new_tokens, suppress, eos_id)
     greedy = processed.argmax(dim=-1)
     if not any_sampling:

@@ -409,8 +409,9 @@ class Qwen3TTSPlugin:
         with record_function("c0_sampling"):
             nxt = fed + 1
             logits = talker.codec_logits(hidden)[:, -1]
-            c0_next = select_c0(logits, s.seen[rows], nxt, g.penalty, g.min_new_tokens, self.suppress,
-                                self._hinted(g.talker_params(), t_hint), keys, nxt, self.eos_id, t_sampling)
+            c0_next = select_c0(logits, s.seen, nxt, g.penalty, g.min_new_tokens, self.suppress,
+                                self._hinted(g.talker_params(), t_hint), keys, nxt, self.eos_id, t_sampling,
+                                seen_rows=rows)
 
         # 4. scatter the state back; the finished / EOS flags side by side, as the engine copies them out
         flags = s.write_back(rows, fed, frame, c0_next, hidden[:, -1], g.max_frames, self.eos_id)
