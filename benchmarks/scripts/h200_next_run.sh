@@ -13,10 +13,11 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B
-# (+ what landed after session 31's last call, untimed: the select's greedy argmax for greedy rows only, the RoPE
-# lookup as one gather; and the fp32 engine with the defaults)
+# (+ what landed after session 31's last call, untimed: the select's greedy argmax for greedy rows only and its
+# in-place seen read, the RoPE lookup as one gather; the fp32 engine with the defaults; no host sync in a step)
 gpu_tests 240 tests/gpu/test_gpu_frame_input.py tests/gpu/test_gpu_select_tokens.py tests/gpu/test_gpu_rotary_table.py \
-  "tests/gpu/test_gpu_engine.py::test_gpu_fp32_engine_equals_cpu_reference"
+  "tests/gpu/test_gpu_engine.py::test_gpu_fp32_engine_equals_cpu_reference" \
+  "tests/gpu/test_gpu_no_host_sync.py::test_gpu_serving_loop_has_no_hidden_synchronisation[custom_voice]"
 mv $R/gpu_tests.txt $R/gpu_tests_frame_input.txt
 (export VOXFLOW_FRAME_INPUT_KERNEL=1
  gpu_tests 120 "tests/gpu/test_gpu_engine.py::test_gpu_fp32_engine_equals_cpu_reference"
