@@ -60,6 +60,10 @@ FULL_KEYS = os.environ.get("VOXFLOW_SELECT_FULL_KEYS", "0") == "1"
 # Selects over more than 16 key bits (fp32 logits, the talker's draw) stop after the top 16 when those settle the
 # k-th value (_kth_largest); VOXFLOW_SELECT_HALF_EXIT=0 decides every bit of every row (the A/B; the same ids).
 HALF_EXIT = os.environ.get("VOXFLOW_SELECT_HALF_EXIT", "1") == "1"
+# Warps of the talker's c0 draw (one program a row over its 3072-wide vocabulary, 31 us on the c=1 step's critical
+# path in H200 session 30's timeline); VOXFLOW_TALKER_SELECT_WARPS=4/16 for the A/B (unset: 8, as every row of
+# 2048 or more; bench_select_tokens.py sweeps them).
+TALKER_WARPS = int(os.environ.get("VOXFLOW_TALKER_SELECT_WARPS", "0")) or None
 # The bits an fp32 value converted from a 16-bit dtype can differ in (key_bits); any other dtype: all 32.
 _SIGNIFICANT_KEY_BITS = {torch.bfloat16: 16, torch.float16: 19}
 
@@ -292,7 +296,7 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
             RADIX_BITS=radix_bits, KEY_BITS=key_bits(logits.dtype, talker is not None, radix_bits), BLOCK=block,
             USE_PDL=trigger_mode(pdl, "select_tokens"), EMBED=embed is not None, BLOCK_E=_block_e(embed),
             EMBED2=embed2 is not None, BLOCK_E2=_block_e(embed2), HALF_EXIT=HALF_EXIT, SEEN_ROWS=seen_rows is not None,
-            num_warps=num_warps or (8 if block >= 2048 else 4),
+            num_warps=num_warps or (talker is not None and TALKER_WARPS) or (8 if block >= 2048 else 4),
             enable_fp_fusion=False,   # every product / sum rounded as in the torch ops
             **launch_kwargs(pdl))
     return out
