@@ -58,8 +58,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     select_tokens._select_tokens_kernel,
                     dict(logits_ptr=_ptr(dt), do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
                          top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
-                         seen_rows_ptr=i64, penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64, suppress_ptr=_ptr("u8"), emb_ptr=bf,
-                         emb_out_ptr=bf, emb2_ptr=bf, emb2_out_ptr=bf),
+                         seen_rows_ptr=i64, penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64,
+                         suppress_ptr=_ptr("u8"), emb_ptr=bf, emb_out_ptr=bf, emb2_ptr=bf, emb2_out_ptr=bf),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
                          KEY_BITS=select_tokens.key_bits(_DTYPE_OF[dt], talker, select_tokens.RADIX_BITS),
                          BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048, EMBED2=pdl, BLOCK_E2=1024,
@@ -198,7 +198,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"frame_input {dt}" + (f" + {more} rows" if more else ""), frame_input._frame_input_kernel,
                     dict(embed_ptr=p, more_ptr=p, rows_ptr=i64, fed_ptr=i64, trailing_len_ptr=i64,
                          prompt_len_ptr=i64, table_ptr=i64, pages_ptr=p, pad_ptr=p, out_ptr=p, pos_ptr=i64),
-                    dict(PAGE_ROWS=32, BLOCK_H=1024, OUT_BF16=dt == "bf16", MORE_ROWS=more), {}))
+                    dict(PAGE_ROWS=32, BLOCK_H=1024, MORE_ROWS=more), {}))
     out.append(("slot_write_back", slot_write_back._slot_write_back_kernel,
                 dict(rows_ptr=i64, fed_ptr=i64, frame_ptr=i64, c0_next_ptr=i64, hidden_ptr=bf, max_frames_ptr=i64,
                      c0_tab_ptr=i64, fed_tab_ptr=i64, h_ptr=bf, seen_ptr=_ptr("i8"), hist_ptr=_ptr("i16"),

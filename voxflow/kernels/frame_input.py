@@ -6,8 +6,9 @@ The reference is ~9 small torch kernels (the frame index clamped, its text page 
 modulo, two gathers, the comparison with the text's length, the select, the add, the positions' add): each ~1-4 us
 plus a launch gap on the c=1 step's critical path (H200 session 30 call 5's timeline: ~18 us a step). Here one
 program per batch row does them. The add is the reference's (both operands in fp32, one rounding to the output's
-dtype, to nearest even), and the rest only moves data, so the result equals the reference exactly. (fp16 is
-rounded by Triton's conversion: exact on a GPU; the interpreter truncates, so its CPU tests cover fp32 and bf16.)
+dtype, to nearest even: rms_norm.round_to), and the rest only moves data, so the result equals the reference
+exactly. (fp16 goes through Triton's conversion there: exact on a GPU; the interpreter truncates, so its CPU tests
+cover fp32 and bf16.)
 
 With `more_rows` it also sums the frame's embedding rows first (embed_frame: torch stacked the 16 rows and summed
 them, ~8 us a step more): in fp32 in row order, rounded once to the rows' dtype. torch's reduction may add in
@@ -20,23 +21,15 @@ import torch
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _round_bf16(x):
-    """fp32 -> bf16 rounded to nearest even by hand: the GPU's conversion does that too, Triton's interpreter
-    truncates (the CPU tests run these kernels there and must see the same bits). NaN stays a NaN: the canonical
-    quiet one, as torch's conversion makes (the rounding could carry one over the top of the word)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = tl.where(x != x, 0x7FC0, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
-    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+from voxflow.kernels.rms_norm import round_to
 
 
 @triton.jit
 def _frame_input_kernel(embed_ptr, more_ptr, rows_ptr, fed_ptr, trailing_len_ptr, prompt_len_ptr, table_ptr,
                         pages_ptr, pad_ptr, out_ptr, pos_ptr, hidden_size, max_index,
                         stride_embed, stride_more, stride_more_row, stride_table, stride_page, stride_page_row,
-                        stride_out, PAGE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, OUT_BF16: tl.constexpr,
-                        MORE_ROWS: tl.constexpr):
+                        stride_out, PAGE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, MORE_ROWS: tl.constexpr):
+    dtype = out_ptr.dtype.element_ty
     i = tl.program_id(0)
     slot = tl.load(rows_ptr + i)
     fed = tl.load(fed_ptr + i)
@@ -54,16 +47,9 @@ def _frame_input_kernel(embed_ptr, more_ptr, rows_ptr, fed_ptr, trailing_len_ptr
             # embed_frame's sum of the frame's rows: fp32, in row order, one rounding to the rows' dtype
             for k in range(1, MORE_ROWS + 1):
                 e += tl.load(more_ptr + i * stride_more + k * stride_more_row + cols, mask=mask).to(tl.float32)
-            if OUT_BF16:
-                e = _round_bf16(e).to(tl.float32)
-            else:
-                e = e.to(out_ptr.dtype.element_ty).to(tl.float32)      # (fp16: rounded as torch's sum is)
-        x = e + text.to(tl.float32)
-        if OUT_BF16:
-            y = _round_bf16(x)
-        else:
-            y = x.to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + i * stride_out + cols, y, mask=mask)
+            e = round_to(e, dtype)
+        # (round_to: to nearest even, as torch; the store's conversion is then exact, even in the interpreter)
+        tl.store(out_ptr + i * stride_out + cols, round_to(e + text.to(tl.float32), dtype).to(dtype), mask=mask)
 
 
 def frame_input(embed: torch.Tensor, rows: torch.Tensor, fed: torch.Tensor, trailing_len: torch.Tensor,
@@ -89,6 +75,6 @@ def frame_input(embed: torch.Tensor, rows: torch.Tensor, fed: torch.Tensor, trai
         embed, more, rows, fed, trailing_len, prompt_len, text_table, text_pages, pad, out, positions, hidden_size,
         text_table.shape[1] * page_rows - 1, embed.stride(0), more.stride(0), more.stride(1) if more.dim() == 3 else 0,
         text_table.stride(0), text_pages.stride(0), text_pages.stride(1), out.stride(0), PAGE_ROWS=page_rows,
-        BLOCK_H=min(1024, triton.next_power_of_2(hidden_size)), OUT_BF16=embed.dtype == torch.bfloat16,
+        BLOCK_H=min(1024, triton.next_power_of_2(hidden_size)),
         MORE_ROWS=0 if more_rows is None else more_rows.shape[1] - 1)
     return out, positions

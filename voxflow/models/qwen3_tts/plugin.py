@@ -92,7 +92,6 @@ class Qwen3TTSPlugin:
                                self.device, **history)
         self.padding_slot = max_slots          # SlotTable's scratch row: padded rows of a bucketed decode batch
         self._attached: list[PreparedRequest | None] = [None] * max_slots
-        self._true = torch.ones((), dtype=torch.bool, device=self.device)   # a Python True would sync to copy
         self._sampling = [0, 0]      # attached requests that sample c0 / codes 1..15 (host counters)
         # Per stage: (top_k, uses top-p) of the attached sampling requests -> what the warp can skip (exactly).
         self._warp_settings: list[Counter] = [Counter(), Counter()]
@@ -371,12 +370,10 @@ class Qwen3TTSPlugin:
         zero = torch.zeros(len(slot_list), dtype=torch.long, device=self.device)
         states = [self._attached[slot].state for slot in slot_list]
         g = s.gather(rows)
-        c0 = select_c0(logits, s.seen[rows], zero, g.penalty, g.min_new_tokens, self.suppress,
+        c0 = select_c0(logits, s.seen, zero, g.penalty, g.min_new_tokens, self.suppress,
                        self._hinted(g.talker_params(), self._warp_hint(0)), g.key, zero, self.eos_id,
-                       any(st.params.do_sample for st in states))
-        s.c0[rows] = c0
-        s.seen.index_put_((rows, c0), self._true)
-        s.h[rows] = h
+                       any(st.params.do_sample for st in states), seen_rows=rows)
+        s.keep_c0(rows, c0, h)
         for st in states:
             st.needs_first_c0 = False
 

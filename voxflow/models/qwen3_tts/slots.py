@@ -216,6 +216,12 @@ class SlotTable:
         # Clamped: an engine that reads `finished` one step late may decode a finished slot once more.
         self.history[rows, frame_index.clamp(max=self.history.shape[1] - 1)] = frame.to(torch.int16)
 
+    def keep_c0(self, rows: torch.Tensor, c0: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Each slot's pending c0 (marked seen) and the hidden state [B, H] that produced it."""
+        self.c0[rows] = c0
+        self.seen.index_put_((rows, c0), self._true)
+        self.h[rows] = hidden
+
     def write_back(self, rows: torch.Tensor, fed: torch.Tensor, frame: torch.Tensor, c0_next: torch.Tensor,
                    hidden: torch.Tensor, max_frames: torch.Tensor, eos_id: int) -> torch.Tensor:
         """The end of a decode step: frame [B, G] recorded as frame `fed` of each slot `rows`, c0_next marked seen
@@ -228,9 +234,7 @@ class SlotTable:
                                    self.seen, self.history)
         nxt = fed + 1
         self.record_frame(rows, fed, frame)
-        self.seen.index_put_((rows, c0_next), self._true)
-        self.c0[rows] = c0_next
-        self.h[rows] = hidden
+        self.keep_c0(rows, c0_next, hidden)
         self.fed[rows] = nxt
         eos = c0_next == eos_id
         return torch.stack((eos | (nxt >= max_frames), eos), dim=1)
