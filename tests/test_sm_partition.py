@@ -15,7 +15,6 @@ from voxflow.tools.codec_snr import load_codec_decoder
 def h200(monkeypatch):
     from voxflow.engine import sm_partition
     monkeypatch.setattr(sm_partition, "_LIVE_CONTEXTS", [])          # the stand-ins stay out of the real list
-    monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", None)         # the driver's queues, whatever the environment
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
         multi_processor_count=132))
     made = []
@@ -34,26 +33,6 @@ def h200(monkeypatch):
 def test_a_partition_is_a_green_context_stream_on_the_asked_device(h200):
     stream, context = partitioned_stream(torch.device("cuda", 1), 48)
     assert stream == ("stream", 48) and h200 == [context] and (context.num_sms, context.device_id) == (48, 1)
-
-
-def test_the_workqueue_scope_reaches_the_green_context_when_set(h200, monkeypatch):
-    """sm_partition.WORKQUEUE_SCOPE (VOXFLOW_CODEC_WORKQUEUE): unset, create() gets no workqueue argument (the
-    driver's default); set, it gets it; a PyTorch whose create() takes none refuses rather than ignoring it."""
-    from voxflow.engine import sm_partition
-    seen = []
-
-    def create(*, num_sms, device_id, workqueue_scope=None):
-        seen.append(workqueue_scope)
-        return types.SimpleNamespace(Stream=lambda: "stream")
-    monkeypatch.setattr(torch.cuda.GreenContext, "create", staticmethod(create))
-    partitioned_stream(torch.device("cuda", 0), 48)
-    monkeypatch.setattr(sm_partition, "WORKQUEUE_SCOPE", "balanced")
-    partitioned_stream(torch.device("cuda", 0), 48)
-    assert seen == [None, "balanced"]
-    monkeypatch.setattr(torch.cuda.GreenContext, "create",
-                        staticmethod(lambda *, num_sms, device_id: types.SimpleNamespace(Stream=lambda: "s")))
-    with pytest.raises(SMPartitionError, match="sets no workqueues"):
-        partitioned_stream(torch.device("cuda", 0), 48)
 
 
 def test_a_green_context_outlives_its_stream_and_owner(h200, monkeypatch):

@@ -23,9 +23,7 @@ and on a small GPU half the SMs may be too few for the codec's work (32 of 132 a
 """
 from __future__ import annotations
 
-import inspect
 import logging
-import os
 
 import torch
 
@@ -34,13 +32,6 @@ log = logging.getLogger(__name__)
 AUTO_SHARE = 0.5      # of the GPU's SMs for "auto" (the best of 32/48/64/96 of 132 measured, above)
 GRANULARITY = 8       # SMs: the driver's partition step on Hopper; "auto" rounds down to it
 AUTO_MIN_SMS = 100    # "auto" partitions GPUs of at least this many SMs (H100 / H200: 114-132), else the whole GPU
-# The green context's hardware work queues (VOXFLOW_CODEC_WORKQUEUE, for A/B runs): unset, the driver's default
-# (shared with every context); "balanced", its own where it can. Why ask: in H200 session 30's c=1 timeline the
-# talker's next step, launched ~1 ms earlier, started only when the codec stream's whole call had finished, the
-# signature of two streams on one work queue (first in, first out) rather than of SMs shared.
-WORKQUEUE_SCOPE = os.environ.get("VOXFLOW_CODEC_WORKQUEUE") or None
-if WORKQUEUE_SCOPE not in (None, "balanced", "device_ctx"):
-    raise ValueError(f"VOXFLOW_CODEC_WORKQUEUE must be 'balanced' or 'device_ctx', not {WORKQUEUE_SCOPE!r}")
 
 # Every green context made, kept to the end of the process. A tensor marked with record_stream for a partitioned
 # stream (the codec runner marks the caller's frame tensors it reads there) records an event on that stream when it
@@ -67,12 +58,7 @@ def partitioned_stream(device: torch.device, num_sms: int) -> tuple[torch.cuda.S
     if green is None or not getattr(torch.cuda.green_contexts, "SUPPORTED", False):
         raise SMPartitionError(f"this PyTorch ({torch.__version__}) has no CUDA green contexts: no SM partition")
     index = device.index if device.index is not None else torch.cuda.current_device()
-    options = {}
-    if WORKQUEUE_SCOPE:
-        if "workqueue_scope" not in inspect.signature(green.create).parameters:
-            raise SMPartitionError(f"VOXFLOW_CODEC_WORKQUEUE: this PyTorch ({torch.__version__}) sets no workqueues")
-        options["workqueue_scope"] = WORKQUEUE_SCOPE
-    context = green.create(num_sms=num_sms, device_id=index, **options)
+    context = green.create(num_sms=num_sms, device_id=index)
     if not hasattr(context, "Stream"):
         raise SMPartitionError(f"this PyTorch's ({torch.__version__}) green contexts make no streams: no SM partition")
     _LIVE_CONTEXTS.append(context)
