@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 31 for the next session's second call; carry [".whl", ".device_tree"]. After
-# h200_next_run.sh: the 1.7B c=1 A/B of the talker-input kernel on one machine (off, on, on + the sum of the
+# h200_session32_run1.sh: the 1.7B c=1 A/B of the talker-input kernel on one machine (off, on, on + the sum of the
 # frame's rows; then with the talker's draw at 4 / 16 warps), then HTTP c=1 with both on (the target's setting:
 # session 31 RTF 0.0407 there, 0.0403 offline).
 set -uo pipefail
@@ -13,7 +13,7 @@ pack_results
 pack_results
 (export VOXFLOW_FRAME_INPUT_KERNEL=1 VOXFLOW_FRAME_SUM_KERNEL=1; bench_1p7b_at 1 frame_input_sum)
 pack_results
-# the talker's c0 draw at 4 and 16 warps (8 served; h200_next_run.sh's bench_select_tokens sweep says which to try)
+# the talker's c0 draw at 4 and 16 warps (8 served; h200_session32_run1.sh's bench_select_tokens sweep says which to try)
 for w in 4 16; do
   (export VOXFLOW_FRAME_INPUT_KERNEL=1 VOXFLOW_FRAME_SUM_KERNEL=1 VOXFLOW_TALKER_SELECT_WARPS=$w
    bench_1p7b_at 1 frame_input_sum_talker_w$w)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 31 (its device time spent) for the next session's first call; carry [".whl", ".device_tree"].
-# Rename to h200_sessionNN_run1.sh when run; h200_next_run2.sh follows.
+# Run as session 32 call 1; h200_session32_run2.sh follows.
 # 1. GPU tests of the talker-input kernel (kernels/frame_input.py, off by default until this has run: the frame
 #    embedding + trailing-text row and the positions in one kernel instead of ~9 torch kernels, ~18 us of the c=1
 #    step's critical path in session 30's timeline; with VOXFLOW_FRAME_SUM_KERNEL=1 also the sum of the frame's 16
