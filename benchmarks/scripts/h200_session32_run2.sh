@@ -13,8 +13,8 @@ pack_results
 pack_results
 (export VOXFLOW_FRAME_INPUT_KERNEL=1 VOXFLOW_FRAME_SUM_KERNEL=1; bench_1p7b_at 1 frame_input_sum)
 pack_results
-# the talker's c0 draw at 4 and 16 warps (8 served; h200_session32_run1.sh's bench_select_tokens sweep says which to try)
-for w in 4 16; do
+# the talker's c0 draw at 16 warps (call 1's sweep: 11.5 us against 13.2 at 8 warps, 19.5 at 4)
+for w in 16; do
   (export VOXFLOW_FRAME_INPUT_KERNEL=1 VOXFLOW_FRAME_SUM_KERNEL=1 VOXFLOW_TALKER_SELECT_WARPS=$w
    bench_1p7b_at 1 frame_input_sum_talker_w$w)
   pack_results
