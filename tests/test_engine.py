@@ -473,10 +473,11 @@ def test_engine_chosen_chunks_ramp_up_so_playback_never_waits():
 
 
 @pytest.mark.parametrize("eager", [0, 4])
-def test_first_audio_fast_path_changes_timing_not_audio(eager, monkeypatch):
-    """Lightly loaded, the step that completes a stream's first frames is read at once and its chunk launched in
-    that step, a step earlier than the one-step-late read would; the next step waits for the chunk only after
-    queueing its own decode, so the talker never idles behind the codec call. The audio is the same either way."""
+def test_a_first_chunk_leaves_with_the_step_that_decodes_its_frame(eager, monkeypatch):
+    """A step's frames go to the codec when the step is queued: a first chunk is launched in the step that decodes
+    its frame (behind that step on the GPU), not after the step is read. Lightly loaded (eager_first_chunk), the
+    next step waits for the chunk only after queueing its own decode, so the talker never idles behind the codec;
+    otherwise nothing waits for it. The audio is the same either way."""
     core = make_engine(eager_first_chunk=eager)
     req = greedy("Hello world.", 9, voice="vivian", request_id="r", streaming=StreamingOptions(initial_chunk_frames=1))
     steps, first_at, outs, launched_at, waits = 0, None, [], [], []
@@ -502,14 +503,13 @@ def test_first_audio_fast_path_changes_timing_not_audio(eager, monkeypatch):
             outs.append(o)
             if isinstance(o, AudioChunk) and first_at is None:
                 first_at = steps
-    # step 1 prefill, step 2 decodes frame 0: the fast path starts its chunk there, the plain path a step later
-    assert launched_at[0] == (2 if eager else 3)
-    # a CPU codec decodes as it is called: its chunk is there at once (on a GPU the fast path's comes in step 3)
-    assert first_at == (2 if eager else 3)
+    # step 1 prefill, step 2 queues the decode of frame 0 and its chunk behind it
+    assert launched_at[0] == 2
+    assert first_at == 2        # a CPU codec decodes as it is called (on a GPU the chunk leaves in step 3)
     if eager:
         assert waits[0] == (3, True)                # the wait for it: in step 3, with step 3's decode queued
     else:
-        assert all(step > 3 for step, _ in waits)   # no wait for a first chunk (only the final drain blocks)
+        assert all(not queued for _, queued in waits)   # no wait for a first chunk (only the final drain blocks)
     _, _, ref_wav = reference("custom_voice", req)
     assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
 
@@ -546,6 +546,37 @@ def test_a_first_chunk_still_running_is_waited_for_in_the_next_step_or_dropped_w
         assert chunks[0][0] == 3 and chunks[0][1].first_frame == 0 and chunks[0][1].num_frames == 1
         _, _, ref_wav = reference("custom_voice", req)
         assert np.abs(audio_of(first + [o for _, o in later]) - ref_wav).max() <= AUDIO_ATOL
+    assert_all_released(core)
+
+
+def test_a_length_limited_final_chunk_is_queued_behind_its_last_decode(monkeypatch):
+    """A request that ends by length: its final chunk is launched in the step that queues its last decode (behind
+    that step on the GPU, before the host reads it), not a step later after the read; the request is retired once
+    that step is read and the chunk has landed, with every frame once and the audio of a one-pass decode."""
+    core = make_engine()
+    _gpu_like_codec(core, monkeypatch)
+    req = greedy("Hello world.", 7, voice="vivian", request_id="r")
+    ref_codes, ref_finish, ref_wav = reference("custom_voice", req)
+    frames = ref_codes.shape[0]
+    assert ref_finish == "length"
+    finish, finished_at, decodes = core.codec_exec.finish, [], []
+
+    def spy_finish(rid):
+        finished_at.append((core.steps, core._inflight is not None and core.live[rid] in core._inflight.seqs))
+        finish(rid)
+
+    monkeypatch.setattr(core.codec_exec, "finish", spy_finish)
+    launch_decode = core._launch_decode
+    monkeypatch.setattr(core, "_launch_decode", lambda seqs: decodes.append(core.steps) or launch_decode(seqs))
+    results = drive(core, {0: [req]})
+    assert results["r"][-1].reason is FinishReason.LENGTH and results["r"][-1].usage.frames == frames
+    # first finished for the codec in the step of its last decode, with that decode still queued
+    assert len(decodes) == frames and finished_at[0] == (decodes[-1], True)
+    chunks = [o for o in results["r"] if isinstance(o, AudioChunk)]
+    assert sum(c.num_frames for c in chunks) == frames
+    assert [c.first_frame for c in chunks] == list(np.cumsum([0] + [c.num_frames for c in chunks[:-1]]))
+    assert torch.equal(codes_of(core, "r"), ref_codes)
+    assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
     assert_all_released(core)
 
 

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def test_frame_input_kernel_equals_the_torch_ops(dtype, monkeypatch):
     from test_kernel_frame_input import make_case
     from voxflow.models.qwen3_tts import slots
-    monkeypatch.setattr(slots, "FRAME_INPUT_KERNEL", True)          # (off by default until this has run)
+    monkeypatch.setattr(slots, "FRAME_INPUT_KERNEL", True)          # (in case the environment turned it off)
     from voxflow.kernels import use_kernels
     ref, ref_args = make_case("cpu", dtype, hidden=2048)
     got, args = make_case("cuda", dtype, hidden=2048)

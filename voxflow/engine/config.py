@@ -66,8 +66,9 @@ class EngineConfig:
     prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
                                                # None: with cuda_graphs on a GPU. True on a CPU: the same padded
                                                # path, eagerly (tests)
-    eager_first_chunk: int = 4                 # up to this many running requests, a step with a stream still
-                                               # waiting for its first audio is read at once (0: never)
+    eager_first_chunk: int = 4                 # up to this many running requests, a first chunk launched in a
+                                               # step is waited for in the next, right after that step's decode is
+                                               # queued (0: never; it is collected when it lands)
     warmup_requests: bool | None = None        # run the model's warm-up requests before serving (None: on a GPU
                                                # with capture_at_start, where first use compiles kernels)
     trace_steps: str | None = None             # append one JSON line per step to this file (step_trace.py)

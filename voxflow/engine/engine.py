@@ -105,7 +105,8 @@ class _Live:
     first_chunk_at: float | None = None
     prepare_seconds: float = 0.0
     prefilled_at: float | None = None      # the host finished launching its last prefill chunk
-    first_frame_at: float | None = None    # its first frame was read back
+    first_frame_at: float | None = None    # its first frame was read back (or its first chunk came first)
+    last_frame_queued: bool = False        # its last frame by length went to the codec with its step
     finish_reason: FinishReason | None = None
     extra: dict = field(default_factory=dict)
 
@@ -448,7 +449,6 @@ class EngineCore:
         t["launch_decode"] += t3 - t2
         if previous is not None:
             self._collect_decode(previous)
-        newest = previous
         if self._first_chunk_due:
             # The last step launched a first chunk: wait for it now, with this step's decode already queued behind
             # it on the GPU (waiting for it there, before this launch, left the talker idle for the whole codec
@@ -459,23 +459,24 @@ class EngineCore:
             waited = time.perf_counter() - waited
         else:
             waited = 0.0
-        first_audio = (launched is not None and len(launched.seqs) <= self.config.eager_first_chunk
-                       and self._awaits_first_chunk(launched))
-        if first_audio:
-            # A lightly loaded engine with a stream still waiting for its first audio: read this step at once, so
-            # that its chunk starts now and the next step waits for it right after launching its decode (a step or
-            # two of latency less; under load the one-step-late read and overlap win).
-            self._collect_decode(launched)
-            newest, self._inflight = launched, None
         t4 = time.perf_counter()
         t["collect_decode"] += t4 - t3 - waited
         t["first_chunk_wait"] += waited
-        # Chunks of frames up to the newest collected step: the codec stream waits only for that step.
-        codec_launched = self.codec_exec.launch(after=newest.event if newest is not None else None)
+        # Chunks of the frames queued so far (up to the step just read): the codec stream waits only for that step.
+        codec_launched = self.codec_exec.launch(after=previous.event if previous is not None else None)
+        if launched is not None and self._queue_frames(launched):
+            # ... then the chunks the queued step's frames complete, behind that step alone: a first chunk leaves
+            # in the step that decodes its frames and a length-limited request's final one behind its last step,
+            # with the codec's host-side launch (~1 ms on the H200) done while the talker runs, not after it.
+            codec_launched += self.codec_exec.launch(after=launched.event)
         t5 = time.perf_counter()
         t["codec_launch"] += t5 - t4
-        idle = launched is None and not sched.prefill
+        # Lightly loaded, with a stream waiting for its first audio: the next step waits for its chunk right after
+        # queueing its own decode (under load the chunk is collected when it lands).
+        first_audio = (launched is not None and len(launched.seqs) <= self.config.eager_first_chunk
+                       and self._awaits_first_chunk(launched))
         self._first_chunk_due = first_audio and codec_launched > 0      # (nothing launched: nothing to wait for)
+        idle = launched is None and not sched.prefill
         self._emit_chunks(outputs, block=idle)
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
@@ -561,24 +562,39 @@ class EngineCore:
         return any(live.chunks_out == 0 and live.request.streaming.stream and not live.talker_done
                    for live in inflight.seqs)
 
+    def _queue_frames(self, inflight: InflightDecode) -> bool:
+        """The queued step's frames to the codec stage at once (its codec work waits on the step's event): the rows
+        of requests still running after the previous step's read. A request whose last frame by length this step
+        makes is finished for the codec now, so its final chunk can go behind this step. Returns whether any row
+        went. (A request that turns out to have finished at the previous step gets no row: that decode is the
+        extra one of the one-step-late read; its EOS frame came in the previous step.)"""
+        owners = [live.request.request_id if self.live.get(live.request.request_id) is live and not live.talker_done
+                  else None for live in inflight.seqs]
+        inflight.owners = owners
+        if not any(owners):
+            return False
+        self.codec_exec.push_rows(inflight.frames, owners)
+        for live, rid in zip(inflight.seqs, owners):
+            if rid is not None and live.seq.num_frames >= live.seq.max_frames:
+                live.last_frame_queued = True
+                self.codec_exec.finish(rid)
+        return True
+
     def _collect_decode(self, inflight: InflightDecode) -> None:
-        """Step N - 1's results: frames to the codec; finished requests give back their KV blocks and slot."""
+        """Step N - 1's results (its frames went to the codec when it was queued): finished requests give back their
+        KV blocks and slot."""
         t0 = time.perf_counter()
         finished, eos = inflight.wait()
         self.timings["wait_decode"] += time.perf_counter() - t0
-        # The request each row of frames goes to: none for one aborted since, or for the extra decode of a request
-        # that finished a step earlier.
-        owners = [live.request.request_id if self.live.get(live.request.request_id) is live and not live.talker_done
-                  else None for live in inflight.seqs]
-        self.codec_exec.push_rows(inflight.frames, owners)
         for i, live in enumerate(inflight.seqs):
-            rid = owners[i]
-            if rid is None:
+            rid = inflight.owners[i]
+            # no row for this request (the extra decode after its finish), or aborted since
+            if rid is None or self.live.get(rid) is not live:
                 continue
             live.frames_out += 1
             if live.first_frame_at is None:
                 live.first_frame_at = time.monotonic()
-            if finished[i]:
+            if finished[i] or live.last_frame_queued:
                 live.finish_reason = FinishReason.EOS if eos[i] else FinishReason.LENGTH
                 self._release_talker(live)
                 self.codec_exec.finish(rid)
@@ -590,6 +606,8 @@ class EngineCore:
         parts = None
         if live.first_chunk_at is None:
             live.first_chunk_at = now
+            if live.first_frame_at is None:     # a synchronous (CPU) codec: the chunk came before the step's read
+                live.first_frame_at = now
             parts = self._note_first_audio(live)
         live.samples_out += pcm.shape[0]
         live.chunks_out += 1

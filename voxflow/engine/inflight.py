@@ -2,7 +2,8 @@
 
 After launching step N the engine copies what the host needs (finished / EOS flags, a few bytes per request) into
 pinned memory with a non-blocking copy and records an event; the frames themselves stay on the device (cloned out
-of the graph's output buffer, which the next replay overwrites) and go to the codec from there. The engine then
+of the graph's output buffer, which the next replay overwrites) and go to the codec from there, as soon as the step
+is queued (the codec's stream waits for the event). The engine then
 launches step N + 1 before it reads step N's flags, so the GPU always has the next step queued while the host does
 its bookkeeping: it waits for step N only while step N + 1 already runs.
 
@@ -11,7 +12,7 @@ Consequence: a request that finished at step N is decoded once more at step N + 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,6 +53,7 @@ class InflightDecode:
     frames: torch.Tensor            # [B, 16] on the device (a copy: the graph's buffer is reused)
     flags: torch.Tensor             # [B, 2] pinned host: finished, eos (valid once `event` completed)
     event: "torch.cuda.Event | None"
+    owners: list = field(default_factory=list)  # per row: the request its frame went to the codec for, or None
 
     def wait(self) -> tuple[list[bool], list[bool]]:
         if self.event is not None:

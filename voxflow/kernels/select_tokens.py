@@ -60,10 +60,11 @@ FULL_KEYS = os.environ.get("VOXFLOW_SELECT_FULL_KEYS", "0") == "1"
 # Selects over more than 16 key bits (fp32 logits, the talker's draw) stop after the top 16 when those settle the
 # k-th value (_kth_largest); VOXFLOW_SELECT_HALF_EXIT=0 decides every bit of every row (the A/B; the same ids).
 HALF_EXIT = os.environ.get("VOXFLOW_SELECT_HALF_EXIT", "1") == "1"
-# Warps of the talker's c0 draw (one program a row over its 3072-wide vocabulary, 31 us on the c=1 step's critical
-# path in H200 session 30's timeline); VOXFLOW_TALKER_SELECT_WARPS=4/16 for the A/B (unset: 8, as every row of
-# 2048 or more; bench_select_tokens.py sweeps them).
-TALKER_WARPS = int(os.environ.get("VOXFLOW_TALKER_SELECT_WARPS", "0")) or None
+# Warps of the talker's c0 draw (one program a row over its 3072-wide vocabulary, on the c=1 step's critical path):
+# 16, measured on the H200 (session 32: 11.5 us at one row against 13.2 at 8 warps and 19.5 at 4; 17.0 / 18.2 / 30.7
+# at 16 rows; 1.7B c=1 E2E 480.3 -> 478.1 ms). VOXFLOW_TALKER_SELECT_WARPS=N for an A/B; bench_select_tokens.py
+# sweeps them.
+TALKER_WARPS = int(os.environ.get("VOXFLOW_TALKER_SELECT_WARPS", "16"))
 # The bits an fp32 value converted from a 16-bit dtype can differ in (key_bits); any other dtype: all 32.
 _SIGNIFICANT_KEY_BITS = {torch.bfloat16: 16, torch.float16: 19}
 
