@@ -149,6 +149,24 @@ def test_first_and_final_chunks_do_not_use_up_the_budget_of_regular_ones():
     assert held == 0 and ex.streams["1"].num_pending == 0
 
 
+def test_two_launches_of_one_round_share_the_budget():
+    """An engine step launches twice (chunks of the frames read so far, then those the queued step completes):
+    with same_round the second launch spends what is left of the first's budget, and a new round starts afresh.
+    Four streams with a regular chunk of 25 due each, a budget of 30: a round sends two (the second starts with 5
+    left), however the chunks fall between its launches."""
+    ex = CodecExecutor(RecordingCodec(), chunk_frames=25, max_frames_per_launch=30)
+    for i in range(4):
+        ex.add(str(i), stream=True, initial_frames=1, chunk_frames=25, num_active=4)
+        ex.streams[str(i)].chunks_done, ex.streams[str(i)].frames_done = 2, 50
+    for i in range(2):
+        ex.push(str(i), frames_of(i, 50, 25))
+    assert ex.launch() == 2                               # 25 spent, 5 left: one more still goes
+    for i in range(2, 4):
+        ex.push(str(i), frames_of(i, 50, 25))
+    assert ex.launch(same_round=True) == 0                # the round's budget is spent
+    assert ex.launch() == 2                               # a new round: the two held back
+
+
 def test_the_budget_must_be_positive():
     with pytest.raises(ValueError, match="max_frames_per_launch must be >= 1"):
         CodecExecutor(RecordingCodec(), max_frames_per_launch=0)
@@ -226,3 +244,37 @@ def test_the_ramp_rounds_growing_chunks_down_to_the_codecs_one_pass_sizes(sizes,
         pcm += [dc.pcm for dc in ex.collect(block=True)]
     assert [len(p) for p in pcm] == want
     assert np.array_equal(np.concatenate(pcm), np.arange(151, dtype=np.float32))
+
+
+@pytest.mark.parametrize("total, eos_at, want", [
+    (151, None, [1, 1, 2, 2, 5, 10, 10, 25, 25, 25, 25, 5, 5, 5, 5]),     # tail: the last 20 as 5, 5, 5 + final 5
+    (153, None, [1, 1, 2, 2, 5, 10, 10, 25, 25, 25, 25, 5, 5, 5, 5, 2]),  # ... the last 22: final 2
+    (151, 140, [1, 1, 2, 2, 5, 10, 10, 25, 25, 25, 25, 5, 4]),            # an EOS first: the rest at its finish
+    (8, None, [1, 1, 2, 2, 2]),                                           # shorter than one regular chunk
+])
+def test_a_length_limited_streams_last_frames_go_in_tail_chunks(total, eos_at, want):
+    """tail_chunk: once a stream's frames still to go (to its length limit) fit in one regular chunk, they go in
+    tail_chunk pieces as they come, the last piece (1..tail_chunk frames, with the last frame) at the finish; an
+    EOS before the limit sends what is pending then. Every frame once, in order."""
+    codec = RecordingCodec()
+    codec.chunk_sizes = (1, 2, 5, 10, 25)
+    ex = CodecExecutor(codec, chunk_frames=25, ramp=True, tail_chunk=5)
+    ex.add("0", stream=True, initial_frames=1, chunk_frames=None, num_active=1, total_frames=total)
+    last = total if eos_at is None else eos_at
+    pcm = []
+    for made in range(last):
+        ex.push("0", frames_of(0, made, 1))
+        if made == last - 1:
+            ex.finish("0")
+        ex.launch()
+        pcm += [dc.pcm for dc in ex.collect(block=True)]
+    assert [len(p) for p in pcm] == want
+    assert np.array_equal(np.concatenate(pcm), np.arange(last, dtype=np.float32))
+
+
+def test_tail_chunks_are_off_by_default_and_must_not_be_negative():
+    ex = CodecExecutor(RecordingCodec(), chunk_frames=25, ramp=True)
+    ex.add("0", stream=True, initial_frames=1, chunk_frames=None, num_active=1, total_frames=151)
+    assert ex.streams["0"].tail_chunk == 0
+    with pytest.raises(ValueError, match="tail_chunk"):
+        CodecExecutor(RecordingCodec(), tail_chunk=-1)

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from voxflow.engine.engine import EngineConfig, EngineCore, QueueFullError
 from voxflow.engine.offline import run_offline
-from voxflow.engine.request import AudioChunk, FinishReason, SamplingOptions, SpeechRequest, StreamingOptions
+from voxflow.engine.request import (AudioChunk, FinalRecord, FinishReason, SamplingOptions, SpeechRequest,
+                                   StreamingOptions)
 from voxflow.models.qwen3_tts.generate import SynthesisRequest, decode_to_wav, generate_codes, prepare
 from voxflow.models.qwen3_tts.model import Qwen3TTS
 from voxflow.models.qwen3_tts.sampling import RequestSampler
@@ -480,8 +481,10 @@ def test_a_first_chunk_leaves_with_the_step_that_decodes_its_frame(eager, monkey
     otherwise nothing waits for it. The audio is the same either way."""
     core = make_engine(eager_first_chunk=eager)
     req = greedy("Hello world.", 9, voice="vivian", request_id="r", streaming=StreamingOptions(initial_chunk_frames=1))
-    steps, first_at, outs, launched_at, waits = 0, None, [], [], []
+    steps, first_at, outs, launched_at, waits, decodes = 0, None, [], [], [], []
     launch, collect = core.codec_exec.launch, core.codec_exec.collect
+    launch_decode = core._launch_decode
+    monkeypatch.setattr(core, "_launch_decode", lambda seqs: decodes.append(steps) or launch_decode(seqs))
 
     def spy_launch(*args, **kwargs):
         n = launch(*args, **kwargs)
@@ -509,7 +512,8 @@ def test_a_first_chunk_leaves_with_the_step_that_decodes_its_frame(eager, monkey
     if eager:
         assert waits[0] == (3, True)                # the wait for it: in step 3, with step 3's decode queued
     else:
-        assert all(not queued for _, queued in waits)   # no wait for a first chunk (only the final drain blocks)
+        # nothing waits for the first chunk: the only blocking collect is the final drain, after the last decode
+        assert waits and all(step > decodes[-1] and not queued for step, queued in waits)
     _, _, ref_wav = reference("custom_voice", req)
     assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
 
@@ -559,7 +563,7 @@ def test_a_length_limited_final_chunk_is_queued_behind_its_last_decode(monkeypat
     ref_codes, ref_finish, ref_wav = reference("custom_voice", req)
     frames = ref_codes.shape[0]
     assert ref_finish == "length"
-    finish, finished_at, decodes = core.codec_exec.finish, [], []
+    finish, finished_at, decodes, finals = core.codec_exec.finish, [], [], []
 
     def spy_finish(rid):
         finished_at.append((core.steps, core._inflight is not None and core.live[rid] in core._inflight.seqs))
@@ -568,13 +572,78 @@ def test_a_length_limited_final_chunk_is_queued_behind_its_last_decode(monkeypat
     monkeypatch.setattr(core.codec_exec, "finish", spy_finish)
     launch_decode = core._launch_decode
     monkeypatch.setattr(core, "_launch_decode", lambda seqs: decodes.append(core.steps) or launch_decode(seqs))
-    results = drive(core, {0: [req]})
+    decode = core.codec_exec._decode
+    monkeypatch.setattr(core.codec_exec, "_decode", lambda group, frames_, final, when: (
+        finals.extend(core.steps for f in final if f) or decode(group, frames_, final, when)))
+    results, retired_at = {"r": []}, None
+    core.add_request(req)
+    while core.has_work():
+        for o in core.step():
+            results["r"].append(o)
+            if isinstance(o, FinalRecord):
+                retired_at = core.steps
     assert results["r"][-1].reason is FinishReason.LENGTH and results["r"][-1].usage.frames == frames
-    # first finished for the codec in the step of its last decode, with that decode still queued
+    # finished for the codec, and its final chunk launched, in the step of its last decode, that decode still
+    # queued; retired in the next step, which reads that decode (and waits for the chunk)
     assert len(decodes) == frames and finished_at[0] == (decodes[-1], True)
+    assert finals == [decodes[-1]] and retired_at == decodes[-1] + 1
     chunks = [o for o in results["r"] if isinstance(o, AudioChunk)]
     assert sum(c.num_frames for c in chunks) == frames
     assert [c.first_frame for c in chunks] == list(np.cumsum([0] + [c.num_frames for c in chunks[:-1]]))
+    assert torch.equal(codes_of(core, "r"), ref_codes)
+    assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
+    assert_all_released(core)
+
+
+def test_a_step_that_fails_before_queueing_its_decodes_frames_loses_none(monkeypatch):
+    """A step can raise after launching its decode and before queueing that decode's frames to the codec (here:
+    the codec's first launch; the engine's warm-up survives such a failure). The next step reads that decode and
+    queues its frames then: the request goes on, every frame once, codes and audio the reference's."""
+    core = make_engine()
+    req = greedy("Hello world.", 9, voice="vivian", request_id="r")
+    launch, failed = core.codec_exec.launch, []
+
+    def failing_once(*args, **kwargs):
+        if core.steps == 5 and not failed:
+            failed.append(core.steps)
+            raise RuntimeError("a codec launch failed")
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(core.codec_exec, "launch", failing_once)
+    core.add_request(req)
+    outs = []
+    while core.has_work():
+        try:
+            outs += core.step()
+        except RuntimeError:
+            assert core._inflight is not None and core._inflight.owners is None     # launched, not queued
+    assert failed == [5]
+    ref_codes, ref_finish, ref_wav = reference("custom_voice", req)
+    assert outs[-1].reason.value == ref_finish and outs[-1].usage.frames == ref_codes.shape[0]
+    assert torch.equal(codes_of(core, "r"), ref_codes)
+    assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
+    assert_all_released(core)
+
+
+def test_tail_chunks_split_a_length_limited_requests_last_frames_and_keep_its_audio():
+    """codec_tail_chunk: the frames before a request's length limit go in small chunks as they come (the last with
+    the final frame) instead of one final chunk after the talker's last step; the codes and the audio are the
+    one-pass decode's."""
+    core = make_engine(codec_tail_chunk=2)
+    req = greedy("Hello world.", 12, voice="vivian", request_id="r",
+                 streaming=StreamingOptions(initial_chunk_frames=2, chunk_frames=5))
+    ref_codes, ref_finish, ref_wav = reference("custom_voice", req)
+    assert ref_finish == "length"
+    results = drive(core, {0: [req]})
+    sizes = [o.num_frames for o in results["r"] if isinstance(o, AudioChunk)]
+    frames = ref_codes.shape[0]
+    # the first 2, then regular chunks of 5 while more than 5 are left, then pieces of 2, the final one 1..2
+    want, done = [2], 2
+    while frames - done > 5:
+        want, done = want + [5], done + 5
+    while frames - done > 2:
+        want, done = want + [2], done + 2
+    assert sizes == want + [frames - done] and 2 in want[2:], sizes      # (a tail piece before the final chunk)
     assert torch.equal(codes_of(core, "r"), ref_codes)
     assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
     assert_all_released(core)

@@ -8,7 +8,9 @@ Streaming policy (per request):
     to the engine, the chunks after the first RAMP up to it: each is at most the audio already sent (5, 5, 10, 20,
     25, ...), so the next chunk is ready before the listener has played what came before, as long as the engine
     runs faster than real time (a 0.4 s first chunk followed at once by a 2 s one underruns at any RTF > 0.2);
-  - at the end, whatever is left (a final partial chunk);
+  - at the end, whatever is left (a final partial chunk); with `tail_chunk`, a request's last frames before its
+    length limit go in chunks of that size as they come (a burst of requests that end together, as a closed-loop
+    benchmark's do, otherwise leaves 64 x ~20 frames of codec work after the talker's last step);
   - non-streaming requests are decoded once, when they finish (the fewest passes);
   - per launch, chunks go least-audio-sent first, and past `max_frames_per_launch` frames regular chunks wait for a
     later launch (bursts of aligned chunk boundaries are spread over a few steps).
@@ -64,6 +66,8 @@ class CodecStream:
     finished: bool = False                                      # the talker produced its last frame
     ramp: bool = False                                          # chunks grow from the first up to chunk_frames
     sizes: tuple[int, ...] = ()                                 # the codec's one-pass chunk sizes (ramp rounding)
+    total_frames: int | None = None                             # frames at the length limit (None: unknown)
+    tail_chunk: int = 0                                         # chunk size for the last frames before it (0: off)
 
     def next_chunk_size(self) -> int:
         """Frames to decode now (0 = wait for more)."""
@@ -82,6 +86,14 @@ class CodecStream:
                 want = max((n for n in self.sizes if n <= want), default=want)
         else:
             want = self.chunk_frames
+        if self.tail_chunk and self.total_frames is not None:
+            left = self.total_frames - self.frames_done       # frames still to go to the codec, pending ones included
+            if left <= want:
+                # The rest would be one final chunk decoded after the talker's last step: go in tail_chunk pieces
+                # while more than one is left, the last piece with the final frame (sent at finish).
+                want = self.tail_chunk
+                if left <= want:
+                    return 0
         return want if self.num_pending >= want else 0
 
     @property
@@ -114,9 +126,13 @@ class _SyncPending:
 
 class CodecExecutor:
     def __init__(self, codec: CodecModel, chunk_frames: int = 25, ramp: bool = True,
-                 max_frames_per_launch: int | None = None):
+                 max_frames_per_launch: int | None = None, tail_chunk: int = 0):
         if max_frames_per_launch is not None and max_frames_per_launch < 1:
             raise ValueError(f"max_frames_per_launch must be >= 1 (or None: no limit), got {max_frames_per_launch}")
+        if tail_chunk < 0:
+            raise ValueError(f"tail_chunk must be >= 0 (0: off), got {tail_chunk}")
+        self.tail_chunk = tail_chunk
+        self._budget, self._regular_sent = max_frames_per_launch, False        # this launch round's (launch())
         self.codec = codec
         self.chunk_frames = chunk_frames
         self.ramp = ramp
@@ -126,11 +142,13 @@ class CodecExecutor:
         self._launched: deque[tuple[Any, list[tuple[CodecStream, int, int, int]]]] = deque()
 
     def add(self, request_id: str, *, stream: bool, initial_frames: int | None, chunk_frames: int | None,
-            num_active: int, prefix_frames: torch.Tensor | None = None) -> None:
+            num_active: int, prefix_frames: torch.Tensor | None = None, total_frames: int | None = None) -> None:
+        """A request's codec stream; total_frames: its frame count at its length limit, if known (tail_chunk)."""
         init = initial_frames if initial_frames is not None else initial_frames_for_load(num_active)
         self.streams[request_id] = CodecStream(request_id, stream, max(1, init),
                                                max(1, chunk_frames or self.chunk_frames), prefix_frames=prefix_frames,
-                                               ramp=self.ramp and chunk_frames is None, sizes=self.sizes)
+                                               ramp=self.ramp and chunk_frames is None, sizes=self.sizes,
+                                               total_frames=total_frames, tail_chunk=self.tail_chunk)
 
     def remove(self, request_id: str) -> None:
         """Drop a request's codec state at once (finished or aborted); chunks still in flight are discarded."""
@@ -166,9 +184,10 @@ class CodecExecutor:
         return bool(self._launched)
 
     # ---- launch / collect ------------------------------------------------------------------------------------
-    def launch(self, after: Any = None) -> int:
+    def launch(self, after: Any = None, same_round: bool = False) -> int:
         """Start decoding every chunk that is due; returns how many chunks were launched. `after`: an event the
-        codec's stream waits for before it reads the frames (None: everything queued so far)."""
+        codec's stream waits for before it reads the frames (None: everything queued so far). same_round: this
+        call shares the regular chunks' frame budget with the previous one (an engine step launches twice)."""
         ready = [(s, n) for s in self.streams.values() if (n := s.next_chunk_size()) > 0]
         # Streams' first chunks ahead of everything (the codec stream runs calls in launch order), then the least
         # audio sent first.
@@ -178,15 +197,17 @@ class CodecExecutor:
             # while streams that started together reach their chunk boundaries together, and one call for all of
             # them (64 x 25 frames: ~90 ms on an H200) stalls the talker for several steps and every first chunk
             # queued behind it. First and final chunks never wait and are not charged to the budget; at least one
-            # regular chunk goes per launch, so none waits for ever.
-            budget, kept, regular_sent = self.max_frames_per_launch, [], False
+            # regular chunk goes per round, so none waits for ever.
+            if not same_round:
+                self._budget, self._regular_sent = self.max_frames_per_launch, False
+            kept = []
             for s, n in ready:
                 if s.chunks_done == 0 or s.finished:
                     kept.append((s, n))
-                elif budget > 0 or not regular_sent:
+                elif self._budget > 0 or not self._regular_sent:
                     kept.append((s, n))
-                    budget -= n
-                    regular_sent = True
+                    self._budget -= n
+                    self._regular_sent = True
             ready = kept
         due: dict[int, list[CodecStream]] = {}
         for s, n in ready:

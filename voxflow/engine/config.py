@@ -34,6 +34,10 @@ class EngineConfig:
                                                # many frames (scheduler.py); 0: admit on the prompt alone
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
     chunk_ramp: bool = True                    # chunks after the first grow up to chunk_frames (codec_executor)
+    codec_tail_chunk: int = 0                  # a request's last <= chunk_frames frames before its length limit go
+                                               # in chunks of this many (its final chunk then holds what is left
+                                               # of one), decoded beside the talker's last steps rather than all
+                                               # after them (codec_executor); 0: off
     codec_frames_per_step: int | None = 400    # most frames of regular chunks a step sends to the codec (the rest
                                                # wait a step or two; first and final chunks never, and are not
                                                # counted); None: no limit

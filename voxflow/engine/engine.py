@@ -146,7 +146,8 @@ class EngineCore:
                                                    config.prefill_chunk_size, config.kv_reserve_frames),
                                    self.block_manager)
         self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
-                                        max_frames_per_launch=config.codec_frames_per_step)
+                                        max_frames_per_launch=config.codec_frames_per_step,
+                                        tail_chunk=config.codec_tail_chunk)
         from ..kernels import kernels_enabled
         max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
@@ -468,7 +469,7 @@ class EngineCore:
             # ... then the chunks the queued step's frames complete, behind that step alone: a first chunk leaves
             # in the step that decodes its frames and a length-limited request's final one behind its last step,
             # with the codec's host-side launch (~1 ms on the H200) done while the talker runs, not after it.
-            codec_launched += self.codec_exec.launch(after=launched.event)
+            codec_launched += self.codec_exec.launch(after=launched.event, same_round=True)
         t5 = time.perf_counter()
         t["codec_launch"] += t5 - t4
         # Lightly loaded, with a stream waiting for its first audio: the next step waits for its chunk right after
@@ -533,7 +534,7 @@ class EngineCore:
                                 initial_frames=live.request.streaming.initial_chunk_frames,
                                 chunk_frames=live.request.streaming.chunk_frames,
                                 num_active=self.scheduler.num_running,
-                                prefix_frames=live.prepared.codec_prefix_frames)
+                                prefix_frames=live.prepared.codec_prefix_frames, total_frames=seq.max_frames)
         if seq.num_preemptions > 0:
             embeds = live.extra.get("resume_embeds")
             if embeds is None or embeds.shape[0] < end:
@@ -586,6 +587,10 @@ class EngineCore:
         t0 = time.perf_counter()
         finished, eos = inflight.wait()
         self.timings["wait_decode"] += time.perf_counter() - t0
+        if inflight.owners is None:
+            # The step that launched it raised before queueing its frames (a failed step the engine survives, as
+            # in its warm-up): queue them now, as they would have been then.
+            self._queue_frames(inflight)
         for i, live in enumerate(inflight.seqs):
             rid = inflight.owners[i]
             # no row for this request (the extra decode after its finish), or aborted since

@@ -12,7 +12,7 @@ Consequence: a request that finished at step N is decoded once more at step N + 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -53,7 +53,7 @@ class InflightDecode:
     frames: torch.Tensor            # [B, 16] on the device (a copy: the graph's buffer is reused)
     flags: torch.Tensor             # [B, 2] pinned host: finished, eos (valid once `event` completed)
     event: "torch.cuda.Event | None"
-    owners: list = field(default_factory=list)  # per row: the request its frame went to the codec for, or None
+    owners: list | None = None      # per row: the request its frame went to the codec for, or None (not queued)
 
     def wait(self) -> tuple[list[bool], list[bool]]:
         if self.event is not None:

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepared in session 32 (its device time spent) for the next session's first call; carry [".whl", ".device_tree"].
+# Rename to h200_sessionNN_run1.sh when run.
+# The A/B of `codec_tail_chunk` (off by default until this has run), one machine: a request's last <= 25 frames
+# before its length limit go to the codec in chunks of 5 (or 10) as they come instead of one final ~20-frame chunk
+# after the talker's last step. Why: in session 32 call 3's 0.6B c=64 trace every wave of 64 requests ends together
+# (equal lengths, closed loop) and 64 final chunks of 20-21 frames then drain for 46-57 ms with the talker idle and
+# no new request admitted (the clients wait for their final records): ~150 ms of a 3.2 s run over its three wave
+# ends. Expected: most of that codec work moves beside the talker's last steps. Order: 0.6B c=64 (the open target)
+# off / 5 / 10 / off again; 1.7B c=64 off / 5; 1.7B c=1 off / 5 (the c=1 final chunk becomes 5 frames, but four
+# more small chunks run beside the talker: expect no change).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 1.7B 0.6B
+wait $CK6
+bench_small_traced defaults
+pack_results
+bench_small_traced tail5 --engine-arg codec_tail_chunk=5
+pack_results
+bench_small_traced tail10 --engine-arg codec_tail_chunk=10
+pack_results
+bench_small_traced defaults_again
+pack_results
+wait $CK
+bench_1p7b_at 64 c64_defaults
+bench_1p7b_at 64 c64_tail5 --engine-arg codec_tail_chunk=5
+pack_results
+bench_1p7b_at 1 defaults
+bench_1p7b_at 1 tail5 --engine-arg codec_tail_chunk=5
+echo "done at ${SECONDS}s"
