@@ -8,7 +8,7 @@
 # no new request admitted (the clients wait for their final records): ~150 ms of a 3.2 s run over its three wave
 # ends. Expected: most of that codec work moves beside the talker's last steps. Order: 0.6B c=64 (the open target)
 # off / 5 / 10 / off again; 1.7B c=64 off / 5; 1.7B c=1 off / 5 (the c=1 final chunk becomes 5 frames, but four
-# more small chunks run beside the talker: expect no change).
+# more small chunks run beside the talker: expect no change); then HTTP c=1 (the target's setting) again.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
@@ -27,4 +27,10 @@ bench_1p7b_at 64 c64_tail5 --engine-arg codec_tail_chunk=5
 pack_results
 bench_1p7b_at 1 defaults
 bench_1p7b_at 1 tail5 --engine-arg codec_tail_chunk=5
+pack_results
+# the c=1 target's setting again with session 32's review mends (its calls 3-4: RTF mean 0.0399 / 0.0400)
+if serve_variant c1_defaults; then
+  bench_http_at 1 c1_defaults
+  stop_server c1_defaults
+fi
 echo "done at ${SECONDS}s"
