@@ -22,12 +22,21 @@ before the next `run` (the engine does, on the same stream).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 import torch
 
 from .model_api import DecodeOutput, PagedKVContext, TTSModel
+
+
+# The step's input copy (host -> device) and its flags' copy out (device -> pinned host) inside its CUDA graph, with
+# one graph per shape and per staging buffer of the flip (the copies' host addresses are baked into a graph):
+# outside it they are two more operations on the step's stream between graph launches (~1 us each plus a gap of
+# 2-6 us: H200 sessions 29-30's timelines). Twice the decode graphs to capture. Off until measured
+# (VOXFLOW_GRAPH_COPIES=1); the engine keeps cloning the frames out, which must outlive two steps.
+GRAPH_COPIES = os.environ.get("VOXFLOW_GRAPH_COPIES", "0") == "1"
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -125,6 +134,11 @@ class DecodeRunner:
         self._host = [_input_views(buf, B, W) for buf in self._host_bufs]
         self._dev = _input_views(self._dev_buf, B, W)
         self._flip = 0
+        # With GRAPH_COPIES: the flags' pinned destinations, one per flip (read by the engine one step late, before
+        # the replay two steps on writes the same one again).
+        self.graph_copies = GRAPH_COPIES and self.cuda_graphs
+        self._host_flags = [torch.zeros(B, 2, dtype=torch.bool, pin_memory=True)
+                            for _ in range(2)] if self.graph_copies else None
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, DecodeOutput]] = {}
         self._epoch = getattr(model, "graph_epoch", 0)
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
@@ -149,25 +163,45 @@ class DecodeRunner:
         n = len(slots)
         bucket = self.bucket_for(n)
         width = self._width_for(max(len(t) for t in block_tables))
-        flip, self._flip = self._flip, self._flip ^ 1
+        flip = self._flip
         self._fill(self._host[flip], slots, block_tables, context_lens, slot_mapping, bucket, width)
-        # The prefix up to the end of what this shape reads (the table is laid out as [bucket, width] from its
-        # start); the other inputs' unread tails ride along (at most 3 x (B + 1) values).
-        used = 3 * _segment(self.buckets[-1]) + bucket * width
-        self._dev_buf[:used].copy_(self._host_bufs[flip][:used], non_blocking=True)
+        if not self.graph_copies:
+            self._copy_inputs(flip, bucket, width)
+        host_flags = None
         if self.cuda_graphs:
             self._check_epoch()
-            key = (bucket, width, self.model.decode_variant())
+            key = (bucket, width, self.model.decode_variant()) + ((flip,) if self.graph_copies else ())
             if key not in self._graphs:
                 self._capture(key)
             graph, out = self._graphs[key]
             graph.replay()
             self.stats.replays += 1
+            if self.graph_copies:
+                host_flags = self._host_flags[flip][:n]
         else:
             out = self._decode(bucket, width)
             self.stats.eager_steps += 1
+        # The other staging (and flags) buffer next, only now that this step is queued: a step that failed before
+        # its replay leaves the step before it unread, whose buffers the next step must not reuse.
+        self._flip ^= 1
         return DecodeOutput(out.frames[:n], out.finished[:n], out.eos[:n],
-                            None if out.flags is None else out.flags[:n])
+                            None if out.flags is None else out.flags[:n], host_flags=host_flags)
+
+    def _copy_inputs(self, flip: int, bucket: int, width: int) -> None:
+        """The staged inputs to the device: the prefix up to the end of what this shape reads (the table is laid
+        out as [bucket, width] from its start); the other inputs' unread tails ride along (at most 3 x (B + 1)
+        values)."""
+        used = 3 * _segment(self.buckets[-1]) + bucket * width
+        self._dev_buf[:used].copy_(self._host_bufs[flip][:used], non_blocking=True)
+
+    def _step_with_copies(self, flip: int, bucket: int, width: int) -> DecodeOutput:
+        """GRAPH_COPIES' captured step: inputs in from staging buffer `flip`, the decode, its flags out to pinned
+        buffer `flip`."""
+        self._copy_inputs(flip, bucket, width)
+        out = self._decode(bucket, width)
+        flags = out.flags if out.flags is not None else torch.stack((out.finished, out.eos), dim=1)
+        self._host_flags[flip][:bucket].copy_(flags, non_blocking=True)
+        return out
 
     def _fill(self, host, slots, tables, lens, mapping, bucket, width) -> None:
         # Through numpy views of the (pinned) host tensors: a row assignment from a list costs ~1 us, where a
@@ -207,21 +241,39 @@ class DecodeRunner:
     def _capture(self, key: tuple) -> None:
         """Capture the step for one shape. Warm-up and capture run on padding rows only (scratch slot, scratch
         page), so live requests' state is untouched; the real inputs are written afterwards."""
-        bucket, width, _ = key
+        bucket, width = key[:2]
         started = time.perf_counter()
         saved = {k: v.clone() for k, v in self._dev.items()}
         d = self._dev
-        d["slots"].fill_(self.model.padding_slot)
-        d["tables"].fill_(-1)
-        d["tables"].view(-1)[:bucket * width].view(bucket, width)[:, 0] = self.scratch_block
-        d["lens"].fill_(1)
-        d["mapping"].fill_(self.scratch_block * self.block_size)
-        graph, out = warm_then_capture(lambda: self._decode(bucket, width), self._pool, self._side)
+        self._pad_inputs(d, bucket, width)
+        if self.graph_copies:
+            # The warm-up runs the copy in for real: from a staging buffer holding the same padding inputs, this
+            # step's real ones put back once the warm-up has run (the buffer was last read by the step two back,
+            # whose flags the engine has read, so that copy is done).
+            flip = key[3]
+            staged = self._host_bufs[flip].clone()
+            self._pad_inputs(self._host[flip], bucket, width)
+            try:
+                graph, out = warm_then_capture(lambda: self._step_with_copies(flip, bucket, width), self._pool,
+                                               self._side)
+            finally:
+                self._side.synchronize()
+                self._host_bufs[flip].copy_(staged)
+        else:
+            graph, out = warm_then_capture(lambda: self._decode(bucket, width), self._pool, self._side)
         for k, v in saved.items():
             d[k].copy_(v)
         self._graphs[key] = (graph, out)
         self.stats.graphs += 1
         self.stats.capture_seconds += time.perf_counter() - started
+
+    def _pad_inputs(self, views: dict[str, torch.Tensor], bucket: int, width: int) -> None:
+        """Inputs (device or staging views) that point every row at the scratch slot and page."""
+        views["slots"].fill_(self.model.padding_slot)
+        views["tables"].fill_(-1)
+        views["tables"].view(-1)[:bucket * width].view(bucket, width)[:, 0] = self.scratch_block
+        views["lens"].fill_(1)
+        views["mapping"].fill_(self.scratch_block * self.block_size)
 
     def capture(self, batch_sizes: list[int] | None = None, widths: list[int] | None = None) -> float:
         """Capture graphs up front (startup) for these batch buckets and table widths, for every variant the model
@@ -240,9 +292,10 @@ class DecodeRunner:
             try:
                 for b in sorted({self.bucket_for(b) for b in (batch_sizes or self.buckets)}):
                     for w in widths:
-                        key = (b, w, self.model.decode_variant())
-                        if key not in self._graphs:
-                            self._capture(key)
+                        for flip in ((0, 1) if self.graph_copies else (None,)):
+                            key = (b, w, self.model.decode_variant()) + (() if flip is None else (flip,))
+                            if key not in self._graphs:
+                                self._capture(key)
             finally:
                 if variant is not None and force is not None:
                     force(None)

@@ -34,16 +34,18 @@ class FlagBuffers:
         n = len(seqs)
         host = self._bufs[self._flip][:n]
         self._flip ^= 1
-        flags = out.flags if out.flags is not None else torch.stack((out.finished, out.eos), dim=1)
         frames = out.frames.clone()
+        cuda = self.device.type == "cuda"
+        if out.host_flags is not None:
+            host = out.host_flags               # the step copied its flags out itself (inside its CUDA graph)
+        else:
+            host.copy_(out.flags if out.flags is not None else torch.stack((out.finished, out.eos), dim=1),
+                       non_blocking=cuda)
         event = None
-        if self.device.type == "cuda":
-            host.copy_(flags, non_blocking=True)
+        if cuda:
             # Recorded after the clone: the codec stream waits on this event before it reads `frames`.
             event = torch.cuda.Event()
             event.record()
-        else:
-            host.copy_(flags)
         return InflightDecode(seqs, frames, host, event)
 
 

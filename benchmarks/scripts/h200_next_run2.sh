@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Prepared in session 32 for the next session's second call; carry [".whl", ".device_tree"]. Rename to
+# h200_sessionNN_run2.sh when run.
+# The step's copies inside its CUDA graph (graph_runner.GRAPH_COPIES, off until this has run: the inputs' copy in
+# and the flags' copy out captured in the graph, one graph per shape and staging buffer; ~18 us of gaps around the
+# step's three copies in session 30's c=1 timeline, two of them gone): 1. GPU tests (the fp32 engine against the
+# CPU reference with it on, both flips replayed; no host sync with it on); 2. 1.7B c=1 off / on / off (one
+# machine; session 32: 475.4-475.8 ms offline); 3. 0.6B c=64 off / on; startup's capture time is in each bench's
+# JSON (graph_capture_seconds: twice the decode graphs with it on).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 1.7B 0.6B
+gpu_tests 300 "tests/gpu/test_gpu_engine.py::test_gpu_graph_copies_engine_equals_cpu_reference" \
+  "tests/gpu/test_gpu_no_host_sync.py::test_gpu_serving_loop_has_no_hidden_synchronisation[custom_voice-graph_copies]" \
+  tests/test_graph_runner.py
+echo "  at ${SECONDS}s"
+pack_results
+wait $CK
+bench_1p7b_at 1 defaults
+(export VOXFLOW_GRAPH_COPIES=1; bench_1p7b_at 1 graph_copies)
+bench_1p7b_at 1 defaults_again
+pack_results
+wait $CK6
+bench_small_traced defaults
+(export VOXFLOW_GRAPH_COPIES=1; bench_small_traced graph_copies)
+echo "done at ${SECONDS}s"
