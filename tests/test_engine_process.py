@@ -17,9 +17,9 @@ from voxflow.engine.request import AudioChunk, FinishReason, SamplingOptions, Sp
 TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
 
 
-def config(name):
+def config(name, **kw):
     return EngineConfig(model=os.path.join(TINY, name), max_num_seqs=4, max_num_batched_tokens=64,
-                        num_kv_blocks=128, block_size=4)
+                        num_kv_blocks=128, block_size=4, **kw)
 
 
 def request(rid, text="Hello world.", n=10, **kw):
@@ -59,6 +59,43 @@ def test_process_and_inprocess_give_the_same_audio_and_info():
             assert health["alive"] and health["stats"]["running"] == 0
             assert proc.startup["kv_cache_blocks"] == 128 and proc.startup["startup_seconds"] >= 0
     asyncio.run(main())
+
+
+def test_an_engine_process_that_spins_when_idle_serves_requests_one_after_another():
+    """idle_spin_ms: the engine process polls without sleeping for a while after its last work; requests sent one
+    after another (each arriving within that window, one after it) are served as without it: the in-process
+    engine's audio."""
+    async def main():
+        inproc = InProcessEngineClient(EngineCore.from_config(config("custom_voice")))
+        proc = ProcessEngineClient(functools.partial(EngineCore.from_config, config("custom_voice", idle_spin_ms=200)),
+                                   startup_timeout=120)
+        async with inproc, proc:
+            for i, text in enumerate(["Hello world.", "Speak happily.", "The quick brown fox."]):
+                if i == 2:
+                    await asyncio.sleep(0.3)            # past the spin window: asleep in poll(), woken by the add
+                (pa, fa), (pb, fb) = await collect(inproc, request(f"i{i}", text)), \
+                    await collect(proc, request(f"p{i}", text))
+                assert fa.reason is fb.reason is FinishReason.LENGTH
+                assert pa.shape == pb.shape and np.abs(pa - pb).max() <= 1e-5
+    asyncio.run(main())
+
+
+def test_idle_poll_timeout_spins_only_within_the_window_after_the_last_work():
+    from voxflow.engine.inprocess import CoreDriver
+
+    class Core:
+        def __init__(self, spin_ms):
+            self.config = EngineConfig(model="unused", idle_spin_ms=spin_ms)
+
+        def step(self):
+            return []
+    off, on = CoreDriver(Core(0.0)), CoreDriver(Core(5.0))
+    now = on.last_work
+    assert off.idle_poll_timeout(off.last_work) is None            # off: block at once
+    assert on.idle_poll_timeout(now + 0.001) == 0.0                 # within 5 ms of the last work: poll
+    assert on.idle_poll_timeout(now + 0.006) is None                # after: block
+    on.step()                                                       # new work restarts the window
+    assert on.idle_poll_timeout(on.last_work + 0.004) == 0.0
 
 
 def test_create_voice_over_the_process_boundary():

@@ -80,3 +80,6 @@ class EngineConfig:
     add_seconds_per_step: float | None = None  # while streams run, new requests taken until their prompt builds
                                                # took this long, then a step (None: every arrival at once;
                                                # engine/inprocess.py: off, it cost c=64 throughput on the H200)
+    idle_spin_ms: float = 0.0                  # the serving engine process (engine/process.py), idle after its
+                                               # last work, polls for requests without sleeping this long before
+                                               # it blocks: a request arriving then finds its core awake; 0: off

@@ -35,6 +35,16 @@ class CoreDriver:
         self.live: set[str] = set()
         config = getattr(core, "config", None)
         self.add_seconds = getattr(config, "add_seconds_per_step", None)
+        self.idle_spin = (getattr(config, "idle_spin_ms", 0.0) or 0.0) / 1e3
+        self.last_work = time.monotonic()
+
+    def idle_poll_timeout(self, now: float) -> float | None:
+        """How long an idle loop may block waiting for a command, in seconds: 0 (poll and come back) within
+        `EngineConfig.idle_spin_ms` of the last work, else None (until one comes). Spinning keeps the engine's core
+        out of its sleep states, so a request arriving shortly after the last one does not pay the wake-up; it
+        costs one core while it lasts. Only the engine process spins (engine/process.py): the in-process driver's
+        thread shares the GIL with the event loop."""
+        return 0.0 if now - self.last_work < self.idle_spin else None
 
     def may_take_more(self, since: float) -> bool:
         """Whether to take another command before the next step (`since`: time.monotonic() after the last one).
@@ -100,6 +110,7 @@ class CoreDriver:
         return self.core.has_work()
 
     def step(self) -> list[EngineOutput]:
+        self.last_work = time.monotonic()
         outs = []
         for out in self.core.step():
             if out.request_id not in self.live:

@@ -82,7 +82,8 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
 
 
 def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
-    """Busy while the core has work (poll without waiting between steps), asleep in poll() when idle."""
+    """Busy while the core has work (poll without waiting between steps), asleep in poll() when idle (after
+    polling without sleeping for `EngineConfig.idle_spin_ms` since the last work, when that is set)."""
     parent = multiprocessing.parent_process()
     parent_fd = parent.sentinel if parent is not None else None
     poller = zmq.Poller()
@@ -101,7 +102,12 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
             return None
 
     while True:
-        events = dict(poller.poll(0 if driver.has_work() else None))
+        if driver.has_work():
+            timeout = 0
+        else:
+            idle = driver.idle_poll_timeout(time.monotonic())
+            timeout = None if idle is None else int(idle * 1e3)
+        events = dict(poller.poll(timeout))
         if parent_fd is not None and parent_fd in events:
             driver.core.shutdown()      # API process gone: nobody to serve
             return
@@ -113,6 +119,7 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
             if msg is None:
                 break
             kind = msg[0]
+            driver.last_work = time.monotonic()
             if kind == "add":
                 # The adds waiting right behind it join it: a burst of arrivals is prepared in one batched pass.
                 batch = [wire.decode_request(msg[1])]
