@@ -170,7 +170,7 @@ class DecodeRunner:
         host_flags = None
         if self.cuda_graphs:
             self._check_epoch()
-            key = (bucket, width, self.model.decode_variant()) + ((flip,) if self.graph_copies else ())
+            key = self._key(bucket, width, flip)
             if key not in self._graphs:
                 self._capture(key)
             graph, out = self._graphs[key]
@@ -187,6 +187,10 @@ class DecodeRunner:
         return DecodeOutput(out.frames[:n], out.finished[:n], out.eos[:n],
                             None if out.flags is None else out.flags[:n], host_flags=host_flags)
 
+    def _key(self, bucket: int, width: int, flip: int) -> tuple:
+        """A captured graph's key: its shape and the model's variant, and with GRAPH_COPIES its staging buffer."""
+        return (bucket, width, self.model.decode_variant()) + ((flip,) if self.graph_copies else ())
+
     def _copy_inputs(self, flip: int, bucket: int, width: int) -> None:
         """The staged inputs to the device: the prefix up to the end of what this shape reads (the table is laid
         out as [bucket, width] from its start); the other inputs' unread tails ride along (at most 3 x (B + 1)
@@ -199,8 +203,7 @@ class DecodeRunner:
         buffer `flip`."""
         self._copy_inputs(flip, bucket, width)
         out = self._decode(bucket, width)
-        flags = out.flags if out.flags is not None else torch.stack((out.finished, out.eos), dim=1)
-        self._host_flags[flip][:bucket].copy_(flags, non_blocking=True)
+        self._host_flags[flip][:bucket].copy_(out.flag_pairs(), non_blocking=True)
         return out
 
     def _fill(self, host, slots, tables, lens, mapping, bucket, width) -> None:
@@ -292,8 +295,8 @@ class DecodeRunner:
             try:
                 for b in sorted({self.bucket_for(b) for b in (batch_sizes or self.buckets)}):
                     for w in widths:
-                        for flip in ((0, 1) if self.graph_copies else (None,)):
-                            key = (b, w, self.model.decode_variant()) + (() if flip is None else (flip,))
+                        for flip in ((0, 1) if self.graph_copies else (0,)):
+                            key = self._key(b, w, flip)
                             if key not in self._graphs:
                                 self._capture(key)
             finally:

@@ -39,8 +39,7 @@ class FlagBuffers:
         if out.host_flags is not None:
             host = out.host_flags               # the step copied its flags out itself (inside its CUDA graph)
         else:
-            host.copy_(out.flags if out.flags is not None else torch.stack((out.finished, out.eos), dim=1),
-                       non_blocking=cuda)
+            host.copy_(out.flag_pairs(), non_blocking=cuda)
         event = None
         if cuda:
             # Recorded after the clone: the codec stream waits on this event before it reads `frames`.

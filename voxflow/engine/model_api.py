@@ -91,6 +91,10 @@ class DecodeOutput:
     host_flags: torch.Tensor | None = None  # [B, 2] pinned host: the flags already copied out by the step itself
                                             # (graph_runner.GRAPH_COPIES), valid once the step has run
 
+    def flag_pairs(self) -> torch.Tensor:
+        """[B, 2] bool (finished, eos): the model's own `flags` when it has them, else stacked."""
+        return self.flags if self.flags is not None else torch.stack((self.finished, self.eos), dim=1)
+
 
 class TTSModel(Protocol):
     """The talker side of a model family (one instance per engine; holds persistent slot state)."""
