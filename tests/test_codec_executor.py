@@ -167,6 +167,17 @@ def test_two_launches_of_one_round_share_the_budget():
     assert ex.launch() == 2                               # a new round: the two held back
 
 
+def test_a_launch_may_look_at_named_requests_only():
+    """only: the engine's second launch of a step looks at the requests its queued step gave frames to (None rows
+    skipped); a due chunk of any other request waits for a launch that looks at it."""
+    ex = CodecExecutor(RecordingCodec(), chunk_frames=25)
+    for i in range(2):
+        ex.add(str(i), stream=True, initial_frames=2, chunk_frames=None, num_active=2)
+        ex.push(str(i), frames_of(i, 0, 2))
+    assert ex.launch(only=[None, "1"]) == 1 and [sid for call in ex.codec.calls for sid, _ in call] == [1]
+    assert ex.launch() == 1 and ex.codec.calls[-1] == [(0, 2)]
+
+
 def test_the_budget_must_be_positive():
     with pytest.raises(ValueError, match="max_frames_per_launch must be >= 1"):
         CodecExecutor(RecordingCodec(), max_frames_per_launch=0)

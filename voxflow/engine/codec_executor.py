@@ -184,11 +184,14 @@ class CodecExecutor:
         return bool(self._launched)
 
     # ---- launch / collect ------------------------------------------------------------------------------------
-    def launch(self, after: Any = None, same_round: bool = False) -> int:
+    def launch(self, after: Any = None, same_round: bool = False, only: list[str | None] | None = None) -> int:
         """Start decoding every chunk that is due; returns how many chunks were launched. `after`: an event the
         codec's stream waits for before it reads the frames (None: everything queued so far). same_round: this
-        call shares the regular chunks' frame budget with the previous one (an engine step launches twice)."""
-        ready = [(s, n) for s in self.streams.values() if (n := s.next_chunk_size()) > 0]
+        call shares the regular chunks' frame budget with the previous one (an engine step launches twice).
+        only: the requests to look at (None entries skipped; None: all), e.g. those that got frames since the
+        round's first launch: any other due chunk was held back by the budget, which this round has spent."""
+        streams = self.streams.values() if only is None else [self.streams[r] for r in only if r is not None]
+        ready = [(s, n) for s in streams if (n := s.next_chunk_size()) > 0]
         # Streams' first chunks ahead of everything (the codec stream runs calls in launch order), then the least
         # audio sent first.
         ready.sort(key=lambda sn: (not (sn[0].stream and sn[0].chunks_done == 0), sn[0].frames_done))

@@ -469,7 +469,7 @@ class EngineCore:
             # ... then the chunks the queued step's frames complete, behind that step alone: a first chunk leaves
             # in the step that decodes its frames and a length-limited request's final one behind its last step,
             # with the codec's host-side launch (~1 ms on the H200) done while the talker runs, not after it.
-            codec_launched += self.codec_exec.launch(after=launched.event, same_round=True)
+            codec_launched += self.codec_exec.launch(after=launched.event, same_round=True, only=launched.owners)
         t5 = time.perf_counter()
         t["codec_launch"] += t5 - t4
         # Lightly loaded, with a stream waiting for its first audio: the next step waits for its chunk right after
