@@ -31,6 +31,8 @@
 #   timeline_at MODEL C LABEL [ENV=VALUE...]  step_timeline.py record of MODEL at concurrency C (with those
 #                               environment settings) into $R/timeline_LABEL.json.gz, its report (--sequence) into
 #                               $R/timeline_LABEL.txt, the first line shown
+#   summarize_steps GLOB LINES  each step trace matching GLOB (under $R) summarised (step_trace_summary, its first LINES
+#                               lines) into $R/step_summaries.txt
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
 #                               outside the allocator by startup stage when recorded), GiB
 #   bench_small_8gb LABEL [ARGS] offline 0.6B c=64 in the <= 8 GB configuration (/tmp/real-0.6b; a 2 GB KV pool unless
@@ -197,6 +199,11 @@ bench_small_traced() {
   echo "  at ${SECONDS}s"
 }
 
+summarize_steps() {
+  local f
+  for f in $R/$1; do echo "== $f"; python3 -m voxflow.tools.step_trace_summary "$f" | head -"$2"; done \
+    > "$R/step_summaries.txt"
+}
 timeline_at() {
   local model=$1 c=$2 label=$3; shift 3
   env "$@" timeout 120 python3 benchmarks/scripts/step_timeline.py record "$model" "$c" \

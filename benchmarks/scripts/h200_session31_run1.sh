@@ -28,7 +28,6 @@ pack_results
 (export CUDA_DEVICE_MAX_CONNECTIONS=32; bench_1p7b_at 1 max_connections32)
 pack_results
 (export VOXFLOW_CODEC_WORKQUEUE=balanced; bench_1p7b_at 1 workqueue_balanced)
-for f in $R/steps_1p7b_c1_*.jsonl; do echo "== $f"; python3 -m voxflow.tools.step_trace_summary $f | head -9; done \
-  > $R/step_summaries.txt
+summarize_steps "steps_1p7b_c1_*.jsonl" 9
 grep -A3 "^==" $R/step_summaries.txt | head -40
 echo "done at ${SECONDS}s"

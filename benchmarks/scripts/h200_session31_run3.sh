@@ -29,6 +29,5 @@ fi
 pack_results
 wait $CK6
 bench_small_traced defaults
-for f in $R/steps_*.jsonl; do echo "== $f"; python3 -m voxflow.tools.step_trace_summary $f | head -12; done \
-  > $R/step_summaries.txt
+summarize_steps "steps_*.jsonl" 12
 echo "done at ${SECONDS}s"

@@ -9,6 +9,5 @@ wait $CK6
 (export VOXFLOW_WRITE_BACK_KERNEL=0; bench_small_traced write_back_torch)
 pack_results
 bench_small_traced defaults
-for f in $R/steps_*.jsonl; do echo "== $f"; python3 -m voxflow.tools.step_trace_summary $f | head -9; done \
-  > $R/step_summaries.txt
+summarize_steps "steps_*.jsonl" 9
 echo "done at ${SECONDS}s"
