@@ -289,3 +289,73 @@ def test_tail_chunks_are_off_by_default_and_must_not_be_negative():
     assert ex.streams["0"].tail_chunk == 0
     with pytest.raises(ValueError, match="tail_chunk"):
         CodecExecutor(RecordingCodec(), tail_chunk=-1)
+
+
+class LaggingCodec(RecordingCodec):
+    """decode_async whose calls land only when waited for (result()) or when `land()` says so, as a GPU codec's
+    calls land some time after their launch."""
+
+    def __init__(self):
+        super().__init__()
+        self.pendings = []
+        self.waited: list[int] = []         # calls (by launch index) whose result() was asked for
+
+    def decode_async(self, states, frames, final=None, after=None):
+        pcm, _ = self.decode(states, frames.tensors())
+        codec = self
+
+        class Lagging:
+            landed = False
+
+            def ready(self):
+                return self.landed
+
+            def result(self):
+                codec.waited.append(codec.pendings.index(self))
+                return pcm
+        pending = Lagging()
+        self.pendings.append(pending)
+        return pending
+
+    def land(self, i):
+        self.pendings[i].landed = True
+
+
+def test_call_rows_cuts_chunks_due_together_into_calls_of_that_many_requests():
+    """call_rows: five streams' first chunks (due together, one size) go in calls of at most 2 requests, in the
+    launch order (least audio first), every frame once; with no limit they share one call."""
+    for call_rows, want in ((2, [2, 2, 1]), (None, [5]), (5, [5]), (1, [1, 1, 1, 1, 1])):
+        codec = RecordingCodec()
+        ex = CodecExecutor(codec, chunk_frames=25, ramp=True, call_rows=call_rows)
+        for i in range(5):
+            ex.add(str(i), stream=True, initial_frames=2, chunk_frames=None, num_active=5)
+            ex.push(str(i), frames_of(i, 0, 2))
+        assert ex.launch() == 5
+        assert [len(call) for call in codec.calls] == want, call_rows
+        assert sorted(s for call in codec.calls for s, _ in call) == list(range(5))
+        assert all(n == 2 for call in codec.calls for _, n in call)
+        got = {dc.request_id: dc.pcm for dc in ex.collect(block=True)}
+        assert all(np.array_equal(got[str(i)], i * 1000 + np.arange(2, dtype=np.float32)) for i in range(5))
+    with pytest.raises(ValueError, match="call_rows"):
+        CodecExecutor(RecordingCodec(), call_rows=0)
+
+
+def test_collect_block_oldest_waits_for_the_oldest_call_only():
+    """collect(block_oldest=True) waits for the oldest call (even if it has not landed) and takes the calls after
+    it only as far as they have landed; block=True waits for all; a plain collect takes only landed calls."""
+    codec = LaggingCodec()
+    ex = CodecExecutor(codec, chunk_frames=25, ramp=True, call_rows=1)
+    for i in range(4):
+        ex.add(str(i), stream=True, initial_frames=1, chunk_frames=None, num_active=4)
+        ex.push(str(i), frames_of(i, 0, 1))
+        ex.finish(str(i))
+    assert ex.launch() == 4 and ex.calls_in_flight == 4
+    assert ex.collect() == []                                   # nothing landed yet
+    codec.land(1)                                               # the second landed, the first not yet
+    assert ex.collect() == []                                   # in launch order: behind the first
+    got = ex.collect(block_oldest=True)
+    assert [dc.request_id for dc in got] == ["0", "1"] and codec.waited == [0, 1]
+    assert [ex.drained(str(i)) for i in range(4)] == [True, True, False, False]
+    got = ex.collect(block_oldest=True)                         # the third, not yet landed: waited for; not the 4th
+    assert [dc.request_id for dc in got] == ["2"] and ex.calls_in_flight == 1
+    assert [dc.request_id for dc in ex.collect(block=True)] == ["3"] and not ex.busy

@@ -492,10 +492,10 @@ def test_a_first_chunk_leaves_with_the_step_that_decodes_its_frame(eager, monkey
             launched_at.append(steps)
         return n
 
-    def spy_collect(block=False):
-        if block:
+    def spy_collect(block=False, block_oldest=False):
+        if block or block_oldest:
             waits.append((steps, core._inflight is not None))     # a decode queued while the host waits?
-        return collect(block=block)
+        return collect(block=block, block_oldest=block_oldest)
 
     monkeypatch.setattr(core.codec_exec, "launch", spy_launch)
     monkeypatch.setattr(core.codec_exec, "collect", spy_collect)
@@ -522,7 +522,8 @@ def _gpu_like_codec(core, monkeypatch):
     """The CPU codec decodes as it is called; on a GPU a chunk is still running when the step that launched it
     collects: held back here until a blocking collect, as a GPU's would be."""
     collect = core.codec_exec.collect
-    monkeypatch.setattr(core.codec_exec, "collect", lambda block=False: collect(block=True) if block else [])
+    monkeypatch.setattr(core.codec_exec, "collect", lambda block=False, block_oldest=False: (
+        collect(block=block, block_oldest=block_oldest) if block or block_oldest else []))
 
 
 @pytest.mark.parametrize("abort", [False, True])
@@ -647,6 +648,71 @@ def test_tail_chunks_split_a_length_limited_requests_last_frames_and_keep_its_au
     assert torch.equal(codes_of(core, "r"), ref_codes)
     assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
     assert_all_released(core)
+
+
+class _LandsWhenWaited:
+    """A codec call's pending PCM that never lands on its own (ready() False) until waited for, as a GPU codec's
+    calls land some time after their launch."""
+
+    def __init__(self, pending):
+        self._pending = pending
+
+    def ready(self):
+        return False
+
+    def result(self):
+        return self._pending.result()
+
+    @property
+    def nonfinite(self):
+        return self._pending.nonfinite
+
+
+def _run_lagging(monkeypatch, call_rows, with_late):
+    """Three requests that end in the same step (and, with_late, one more added once the first has retired, as a
+    closed-loop client would) on an engine whose codec calls land only when waited for. Returns the engine, the
+    outputs per request, the step each final record came in, and how many codec calls were in flight when the late
+    request's prefill had run."""
+    core = make_engine(codec_call_rows=call_rows)
+    decode_async = core.codec.decode_async
+    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsWhenWaited(decode_async(*a, **k)))
+    reqs = [greedy("Hello world.", 6, voice="vivian", request_id=f"r{i}") for i in range(3)]
+    late = greedy("The quick brown fox.", 5, voice="ryan", request_id="late")
+    for r in reqs:
+        core.add_request(r)
+    results = {r.request_id: [] for r in reqs + ([late] if with_late else [])}
+    finals_at, prefilled_beside = {}, None
+    while core.has_work():
+        for out in core.step():
+            results[out.request_id].append(out)
+            if isinstance(out, FinalRecord):
+                finals_at[out.request_id] = core.steps
+        if with_late and finals_at and "late" not in core.live and not results["late"]:
+            core.add_request(late)
+        elif prefilled_beside is None and "late" in core.live and core.live["late"].prefilled_at is not None:
+            prefilled_beside = core.codec_exec.calls_in_flight
+    assert_engine_matches_reference("custom_voice", core, results, reqs + ([late] if with_late else []))
+    assert_all_released(core)
+    return [finals_at[r.request_id] for r in reqs], prefilled_beside
+
+
+@pytest.mark.parametrize("call_rows", [1, None])
+def test_requests_ending_together_retire_call_by_call(monkeypatch, call_rows):
+    """codec_call_rows=1: three requests that end in the same step get their final chunks in three codec calls;
+    with the talker idle the engine waits for the oldest call only, so they retire in three consecutive steps
+    (without it: one call, one step). Codes and audio are the reference's either way."""
+    steps, _ = _run_lagging(monkeypatch, call_rows, with_late=False)
+    assert steps == ([steps[0], steps[0] + 1, steps[0] + 2] if call_rows == 1 else [steps[0]] * 3), steps
+
+
+@pytest.mark.parametrize("call_rows", [1, None])
+def test_a_closed_loop_clients_next_request_prefills_beside_the_bursts_codec_calls(monkeypatch, call_rows):
+    """codec_call_rows=1: a request added once the first of three has retired is prefilled while the other two
+    final-chunk calls are still in flight, rather than after the whole burst's codec work (one call without it:
+    nothing left in flight by then). Codes and audio are the reference's."""
+    steps, prefilled_beside = _run_lagging(monkeypatch, call_rows, with_late=True)
+    assert prefilled_beside == (2 if call_rows == 1 else 0)
+    assert steps[0] < steps[1] if call_rows == 1 else steps == [steps[0]] * 3
 
 
 def test_first_audio_latency_is_split_into_its_parts():

@@ -7,8 +7,12 @@
 # (equal lengths, closed loop) and 64 final chunks of 20-21 frames then drain for 46-57 ms with the talker idle and
 # no new request admitted (the clients wait for their final records): ~150 ms of a 3.2 s run over its three wave
 # ends. Expected: most of that codec work moves beside the talker's last steps. Order: 0.6B c=64 (the open target)
-# off / 5 / 10 / off again; 1.7B c=64 off / 5; 1.7B c=1 off / 5 (the c=1 final chunk becomes 5 frames, but four
+# off / 5 / rows16 / 5+rows16 / off again; 1.7B c=64 off / 5 / 5+rows16; 1.7B c=1 off / 5 (the c=1 final chunk becomes 5 frames, but four
 # more small chunks run beside the talker: expect no change); then HTTP c=1 (the target's setting) again.
+# Session 33 added `codec_call_rows` (off by default until this has run): chunks due together go to the codec in
+# calls of at most N requests, and an idle engine waits only for the oldest call, so a wave's first 16 requests
+# retire (and their closed-loop clients' next requests prefill) while the codec decodes the other 48 final chunks.
+# It is A/B'd at 16 (the 0.6B bench's codec_max_batch) alone and with tail chunks.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
@@ -17,13 +21,16 @@ bench_small_traced defaults
 pack_results
 bench_small_traced tail5 --engine-arg codec_tail_chunk=5
 pack_results
-bench_small_traced tail10 --engine-arg codec_tail_chunk=10
+bench_small_traced rows16 --engine-arg codec_call_rows=16
+pack_results
+bench_small_traced tail5_rows16 --engine-arg codec_tail_chunk=5 --engine-arg codec_call_rows=16
 pack_results
 bench_small_traced defaults_again
 pack_results
 wait $CK
 bench_1p7b_at 64 c64_defaults
 bench_1p7b_at 64 c64_tail5 --engine-arg codec_tail_chunk=5
+bench_1p7b_at 64 c64_tail5_rows16 --engine-arg codec_tail_chunk=5 --engine-arg codec_call_rows=16
 pack_results
 bench_1p7b_at 1 defaults
 bench_1p7b_at 1 tail5 --engine-arg codec_tail_chunk=5

@@ -13,15 +13,17 @@ Streaming policy (per request):
     benchmark's do, otherwise leaves 64 x ~20 frames of codec work after the talker's last step);
   - non-streaming requests are decoded once, when they finish (the fewest passes);
   - per launch, chunks go least-audio-sent first, and past `max_frames_per_launch` frames regular chunks wait for a
-    later launch (bursts of aligned chunk boundaries are spread over a few steps).
+    later launch (bursts of aligned chunk boundaries are spread over a few steps);
+  - with `call_rows`, a codec call holds at most that many requests: chunks due together land in several calls,
+    one after another, so the first requests' audio (and their final records) need not wait for the whole burst.
 The codec keeps a per-request streaming state, so chunk boundaries never change the audio: the concatenated
 chunks equal a one-pass decode of all frames.
 
 Asynchrony: `launch()` starts every due chunk (requests that decode the same number of frames share one call)
 and returns at once; with a codec that has `decode_async` the work runs on the codec's own CUDA stream while the
 talker goes on, and the PCM lands in pinned host memory. `collect()` hands back the chunks whose PCM has landed,
-in launch order. A request is `drained` once it is finished and its last chunk was collected: only then may the
-engine send its final record.
+in launch order (or, blocking, waits for every call or only for the oldest). A request is `drained` once it is
+finished and its last chunk was collected: only then may the engine send its final record.
 """
 from __future__ import annotations
 
@@ -126,12 +128,15 @@ class _SyncPending:
 
 class CodecExecutor:
     def __init__(self, codec: CodecModel, chunk_frames: int = 25, ramp: bool = True,
-                 max_frames_per_launch: int | None = None, tail_chunk: int = 0):
+                 max_frames_per_launch: int | None = None, tail_chunk: int = 0, call_rows: int | None = None):
         if max_frames_per_launch is not None and max_frames_per_launch < 1:
             raise ValueError(f"max_frames_per_launch must be >= 1 (or None: no limit), got {max_frames_per_launch}")
         if tail_chunk < 0:
             raise ValueError(f"tail_chunk must be >= 0 (0: off), got {tail_chunk}")
+        if call_rows is not None and call_rows < 1:
+            raise ValueError(f"call_rows must be >= 1 (or None: no limit), got {call_rows}")
         self.tail_chunk = tail_chunk
+        self.call_rows = call_rows
         self._budget, self._regular_sent = max_frames_per_launch, False        # this launch round's (launch())
         self.codec = codec
         self.chunk_frames = chunk_frames
@@ -223,7 +228,12 @@ class CodecExecutor:
             for s, state in zip(fresh, self.codec.new_states([s.prefix_frames for s in fresh], **when)):
                 s.state = state
         launched = 0
-        for n, group in due.items():
+        # One call per chunk size (the codec batches requests that decode as many frames), cut into calls of at most
+        # call_rows requests: each lands on its own, so a burst's first calls are collected before its last run.
+        size = self.call_rows
+        calls = ([(n, group[a: a + size]) for n, group in due.items() for a in range(0, len(group), size)] if size
+                 else list(due.items()))
+        for n, group in calls:
             frames, final = [], []
             for s in group:
                 if s.state is None:
@@ -257,10 +267,13 @@ class CodecExecutor:
         """Codec calls launched and not yet collected (on a GPU: possibly still running on the codec's stream)."""
         return len(self._launched)
 
-    def collect(self, block: bool = False) -> list[DecodedChunk]:
-        """Chunks whose PCM has landed, in launch order (block: wait for every launched chunk)."""
+    def collect(self, block: bool = False, block_oldest: bool = False) -> list[DecodedChunk]:
+        """Chunks whose PCM has landed, in launch order. block: wait for every launched call first; block_oldest:
+        wait for the oldest call only (then the others that have landed too)."""
         out = []
-        while self._launched and (block or self._launched[0][0].ready()):
+        wait = len(self._launched) if block else int(block_oldest)      # calls to take even if not ready yet
+        while self._launched and (wait > 0 or self._launched[0][0].ready()):
+            wait -= 1
             pending, rows = self._launched.popleft()
             pcms = pending.result()
             flags = getattr(pending, "nonfinite", None) or [False] * len(pcms)

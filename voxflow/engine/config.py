@@ -38,6 +38,10 @@ class EngineConfig:
                                                # in chunks of this many (its final chunk then holds what is left
                                                # of one), decoded beside the talker's last steps rather than all
                                                # after them (codec_executor); 0: off
+    codec_call_rows: int | None = None         # most requests in one codec call: chunks due together go in calls
+                                               # of this many, each collected when it lands (a burst's first
+                                               # requests finish, and closed-loop clients send their next ones,
+                                               # while the codec decodes the rest); None: one call per chunk size
     codec_frames_per_step: int | None = 400    # most frames of regular chunks a step sends to the codec (the rest
                                                # wait a step or two; first and final chunks never, and are not
                                                # counted); None: no limit

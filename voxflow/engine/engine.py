@@ -147,7 +147,7 @@ class EngineCore:
                                    self.block_manager)
         self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
                                         max_frames_per_launch=config.codec_frames_per_step,
-                                        tail_chunk=config.codec_tail_chunk)
+                                        tail_chunk=config.codec_tail_chunk, call_rows=config.codec_call_rows)
         from ..kernels import kernels_enabled
         max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
@@ -477,8 +477,10 @@ class EngineCore:
         first_audio = (launched is not None and len(launched.seqs) <= self.config.eager_first_chunk
                        and self._awaits_first_chunk(launched))
         self._first_chunk_due = first_audio and codec_launched > 0      # (nothing launched: nothing to wait for)
+        # With no talker work queued, wait for the codec's oldest call only: the requests it finishes retire in
+        # this step, and what arrives meanwhile is scheduled in the next while the codec decodes the rest.
         idle = launched is None and not sched.prefill
-        self._emit_chunks(outputs, block=idle)
+        self._emit_chunks(outputs, block_oldest=idle)
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
         t6 = time.perf_counter()
@@ -499,9 +501,10 @@ class EngineCore:
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs
 
-    def _emit_chunks(self, outputs: list[Output], block: bool) -> None:
-        """The codec chunks that have landed (block: wait for every launched one) into `outputs` as AudioChunks."""
-        for dc in self.codec_exec.collect(block=block):
+    def _emit_chunks(self, outputs: list[Output], block: bool = False, block_oldest: bool = False) -> None:
+        """The codec chunks that have landed into `outputs` as AudioChunks (block: wait for every launched call;
+        block_oldest: for the oldest)."""
+        for dc in self.codec_exec.collect(block=block, block_oldest=block_oldest):
             live = self.live.get(dc.request_id)
             if live is not None and dc.nonfinite:
                 # NaN audio (an overflowing half-precision codec): the stream's codec state holds NaN now, so
