@@ -332,7 +332,7 @@ def test_call_rows_cuts_chunks_due_together_into_calls_of_that_many_requests():
             ex.push(str(i), frames_of(i, 0, 2))
         assert ex.launch() == 5
         assert [len(call) for call in codec.calls] == want, call_rows
-        assert sorted(s for call in codec.calls for s, _ in call) == list(range(5))
+        assert [s for call in codec.calls for s, _ in call] == list(range(5))       # the launch order, kept
         assert all(n == 2 for call in codec.calls for _, n in call)
         got = {dc.request_id: dc.pcm for dc in ex.collect(block=True)}
         assert all(np.array_equal(got[str(i)], i * 1000 + np.arange(2, dtype=np.float32)) for i in range(5))
@@ -359,3 +359,31 @@ def test_collect_block_oldest_waits_for_the_oldest_call_only():
     got = ex.collect(block_oldest=True)                         # the third, not yet landed: waited for; not the 4th
     assert [dc.request_id for dc in got] == ["2"] and ex.calls_in_flight == 1
     assert [dc.request_id for dc in ex.collect(block=True)] == ["3"] and not ex.busy
+
+
+def test_first_chunks_wait_for_a_free_codec_state():
+    """A codec with `free_states` (a fixed pool): first chunks past its free states wait for a later launch (frames
+    pending, `row_starved` set for the round) instead of failing; regular chunks of streams that hold a state go
+    on; once states are free the waiting first chunks go, every frame once."""
+    codec = RecordingCodec()
+    codec.free_states = 1
+    ex = CodecExecutor(codec, chunk_frames=2, ramp=False)
+    ex.add("old", stream=True, initial_frames=2, chunk_frames=2, num_active=3)
+    ex.push("old", frames_of(9, 0, 2))
+    assert ex.launch() == 1 and not ex.row_starved
+    codec.free_states = 0                                       # "old" holds the only state
+    for i in range(2):
+        ex.add(str(i), stream=True, initial_frames=2, chunk_frames=2, num_active=3)
+        ex.push(str(i), frames_of(i, 0, 2))
+    ex.push("old", frames_of(9, 2, 2))
+    assert ex.launch() == 1 and ex.row_starved                  # only old's regular chunk
+    assert [s for call in codec.calls[1:] for s, _ in call] == [9]
+    codec.free_states = 1
+    assert ex.launch() == 1 and ex.row_starved                  # one of the two waiting first chunks
+    codec.free_states = 5
+    assert ex.launch() == 1 and not ex.row_starved              # the other
+    got = {}
+    for dc in ex.collect(block=True):
+        got.setdefault(dc.request_id, []).append(dc.pcm)
+    assert np.array_equal(np.concatenate(got["old"]), 9000 + np.arange(4, dtype=np.float32))
+    assert all(np.array_equal(got[str(i)][0], i * 1000 + np.arange(2, dtype=np.float32)) for i in range(2))

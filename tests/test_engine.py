@@ -518,12 +518,29 @@ def test_a_first_chunk_leaves_with_the_step_that_decodes_its_frame(eager, monkey
     assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
 
 
+class _LandsWhenWaited:
+    """A codec call's pending PCM that never lands on its own (ready() False) until waited for, as a GPU codec's
+    calls land some time after their launch."""
+
+    def __init__(self, pending):
+        self._pending = pending
+
+    def ready(self):
+        return False
+
+    def result(self):
+        return self._pending.result()
+
+    @property
+    def nonfinite(self):
+        return self._pending.nonfinite
+
+
 def _gpu_like_codec(core, monkeypatch):
     """The CPU codec decodes as it is called; on a GPU a chunk is still running when the step that launched it
     collects: held back here until a blocking collect, as a GPU's would be."""
-    collect = core.codec_exec.collect
-    monkeypatch.setattr(core.codec_exec, "collect", lambda block=False, block_oldest=False: (
-        collect(block=block, block_oldest=block_oldest) if block or block_oldest else []))
+    decode_async = core.codec.decode_async
+    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsWhenWaited(decode_async(*a, **k)))
 
 
 @pytest.mark.parametrize("abort", [False, True])
@@ -650,24 +667,6 @@ def test_tail_chunks_split_a_length_limited_requests_last_frames_and_keep_its_au
     assert_all_released(core)
 
 
-class _LandsWhenWaited:
-    """A codec call's pending PCM that never lands on its own (ready() False) until waited for, as a GPU codec's
-    calls land some time after their launch."""
-
-    def __init__(self, pending):
-        self._pending = pending
-
-    def ready(self):
-        return False
-
-    def result(self):
-        return self._pending.result()
-
-    @property
-    def nonfinite(self):
-        return self._pending.nonfinite
-
-
 def _run_lagging(monkeypatch, call_rows, with_late):
     """Three requests that end in the same step (and, with_late, one more added once the first has retired, as a
     closed-loop client would) on an engine whose codec calls land only when waited for. Returns the engine, the
@@ -713,6 +712,43 @@ def test_a_closed_loop_clients_next_request_prefills_beside_the_bursts_codec_cal
     steps, prefilled_beside = _run_lagging(monkeypatch, call_rows, with_late=True)
     assert prefilled_beside == (2 if call_rows == 1 else 0)
     assert steps[0] < steps[1] if call_rows == 1 else steps == [steps[0]] * 3
+
+
+@pytest.mark.parametrize("call_rows", [1, None])
+def test_new_requests_wait_for_a_codec_state_held_by_one_still_finishing(monkeypatch, call_rows):
+    """Codec states are one per slot, and a request whose talker work is done keeps its state until its final chunk
+    is collected, so a new request can get the slot first. On a 2-slot engine whose codec calls land only when
+    waited for: with codec_call_rows=1, two requests end together and two new ones arrive once the first has retired
+    (the idle engine waited for the oldest call only); by default, a short and a long request run with a third
+    queued, which takes the short one's slot while the long one keeps the engine busy (no wait for the codec). The
+    new requests' first chunks wait for a free state (before: the codec raised CodecPoolFullError and the step
+    failed); every request's codes and audio are the reference's."""
+    core = make_engine(max_num_seqs=2, codec_call_rows=call_rows)
+    decode_async = core.codec.decode_async
+    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsWhenWaited(decode_async(*a, **k)))
+    if call_rows == 1:
+        first = [greedy("Hello world.", 6, voice="vivian", request_id=f"r{i}") for i in range(2)]
+        late = [greedy("The quick brown fox.", 5, voice="ryan", request_id=f"late{i}") for i in range(2)]
+    else:
+        first = [greedy("Hello world.", 4, voice="vivian", request_id="short"),
+                 greedy("Hello world.", 14, voice="vivian", request_id="long")]
+        late = [greedy("The quick brown fox.", 5, voice="ryan", request_id="queued")]
+    for r in first + ([] if call_rows == 1 else late):
+        core.add_request(r)
+    results = {r.request_id: [] for r in first + late}
+    added, starved = call_rows != 1, 0
+    while core.has_work():
+        outs = core.step()
+        starved += core.codec_exec.row_starved
+        for out in outs:
+            results[out.request_id].append(out)
+        if not added and any(isinstance(o, FinalRecord) for o in outs):
+            added = True
+            for r in late:
+                core.add_request(r)
+    assert starved > 0                      # the situation arose: a first chunk waited for a state
+    assert_engine_matches_reference("custom_voice", core, results, first + late)
+    assert_all_released(core)
 
 
 def test_first_audio_latency_is_split_into_its_parts():

@@ -16,11 +16,15 @@ Streaming policy (per request):
     later launch (bursts of aligned chunk boundaries are spread over a few steps);
   - with `call_rows`, a codec call holds at most that many requests: chunks due together land in several calls,
     one after another, so the first requests' audio (and their final records) need not wait for the whole burst.
+A stream's first chunk needs a codec state, and a codec with `free_states` has only so many: a request whose talker
+work is done keeps its state until its last chunk is collected, so a new request can get a talker slot before a
+state is free. Its first chunk then waits (its frames stay pending; `row_starved` says so, and the engine then
+waits for the codec's oldest call, which frees states).
 The codec keeps a per-request streaming state, so chunk boundaries never change the audio: the concatenated
 chunks equal a one-pass decode of all frames.
 
-Asynchrony: `launch()` starts every due chunk (requests that decode the same number of frames share one call)
-and returns at once; with a codec that has `decode_async` the work runs on the codec's own CUDA stream while the
+Asynchrony: `launch()` starts every due chunk (requests that decode the same number of frames share one call, or
+calls of at most `call_rows`) and returns at once; with a codec that has `decode_async` the work runs on the codec's own CUDA stream while the
 talker goes on, and the PCM lands in pinned host memory. `collect()` hands back the chunks whose PCM has landed,
 in launch order (or, blocking, waits for every call or only for the oldest). A request is `drained` once it is
 finished and its last chunk was collected: only then may the engine send its final record.
@@ -137,6 +141,7 @@ class CodecExecutor:
             raise ValueError(f"call_rows must be >= 1 (or None: no limit), got {call_rows}")
         self.tail_chunk = tail_chunk
         self.call_rows = call_rows
+        self.row_starved = False            # this launch round held back a first chunk: no free codec state
         self._budget, self._regular_sent = max_frames_per_launch, False        # this launch round's (launch())
         self.codec = codec
         self.chunk_frames = chunk_frames
@@ -200,6 +205,19 @@ class CodecExecutor:
         # Streams' first chunks ahead of everything (the codec stream runs calls in launch order), then the least
         # audio sent first.
         ready.sort(key=lambda sn: (not (sn[0].stream and sn[0].chunks_done == 0), sn[0].frames_done))
+        if not same_round:
+            self.row_starved = False
+        room = getattr(self.codec, "free_states", None)
+        if room is not None and any(s.state is None for s, _ in ready):
+            kept = []
+            for s, n in ready:
+                if s.state is None:
+                    if room <= 0:
+                        self.row_starved = True
+                        continue
+                    room -= 1
+                kept.append((s, n))
+            ready = kept
         if self.max_frames_per_launch is not None:
             # Past the budget, regular chunks wait for a later launch: their streams have seconds of audio queued,
             # while streams that started together reach their chunk boundaries together, and one call for all of

@@ -477,10 +477,15 @@ class EngineCore:
         first_audio = (launched is not None and len(launched.seqs) <= self.config.eager_first_chunk
                        and self._awaits_first_chunk(launched))
         self._first_chunk_due = first_audio and codec_launched > 0      # (nothing launched: nothing to wait for)
-        # With no talker work queued, wait for the codec's oldest call only: the requests it finishes retire in
-        # this step, and what arrives meanwhile is scheduled in the next while the codec decodes the rest.
+        # With no talker work queued, wait for the codec: with codec_call_rows for its oldest call only (the requests
+        # it finishes retire in this step, and what arrives meanwhile is scheduled in the next while the codec
+        # decodes the rest), else for every call. A first chunk held back for want of a codec state waits for the
+        # oldest call too: the requests it retires free their states.
         idle = launched is None and not sched.prefill
-        self._emit_chunks(outputs, block_oldest=idle)
+        if self.config.codec_call_rows is not None:
+            self._emit_chunks(outputs, block_oldest=idle or self.codec_exec.row_starved)
+        else:
+            self._emit_chunks(outputs, block=idle, block_oldest=self.codec_exec.row_starved)
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
         t6 = time.perf_counter()

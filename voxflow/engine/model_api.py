@@ -172,6 +172,8 @@ class CodecModel(Protocol):
     #       (first chunks of a burst of requests: one pass instead of one per request). With decode_async, both
     #       new_state and new_states also take `after` (as decode_async: prefixes were complete when recorded).
     #   warmup(batch_sizes, frame_counts) -> seconds: capture CUDA graphs up front.
+    #   free_states: how many new states it can make now (a fixed pool): first chunks past it wait for a later
+    #       launch rather than fail.
     #   chunk_sizes: frame counts it decodes in one pass (its captured shapes); the engine's growing first
     #       chunks are rounded down to one of them.
     #   capture_seconds: host seconds spent capturing CUDA graphs so far (the step trace's capture_ms).

@@ -228,6 +228,11 @@ class Qwen3CodecRunner:
             return self._enqueue(states, frames, final, want_audio=True)
 
     @property
+    def free_states(self) -> int:
+        """How many new states (pool rows) new_state / new_states can hand out now."""
+        return self.pool.num_free
+
+    @property
     def chunk_sizes(self) -> tuple[int, ...]:
         """Frame counts decoded in one pass (one graph replay): the engine's growing chunks round down to them
         (every count with buckets off)."""
