@@ -1,7 +1,8 @@
 """Qwen3-TTS as an engine model: the batched paged talker plugin and the streaming codec runner.
 
 The codec runner's state pool has one row per engine slot (`max_slots` = the engine's max_num_seqs: a request
-keeps its slot while running, prefilling or preempted, and its codec state lives no longer than that).
+keeps its slot while running, prefilling or preempted). A request's codec state outlives its slot until its final
+chunk is collected, so a new request's first chunk may find no free row: it then waits (engine/codec_executor.py).
 `codec_dtype` is the codec decoder's dtype: "auto" (the default) runs fp16 on a GPU when this checkpoint's decoder
 passes codec_precision.py's check against its fp32 decode, else fp32; "float32", "bfloat16", "float16" force one
 (each measured against fp32 by `python -m voxflow.tools.codec_snr`; half precision can overflow, spec 10).
