@@ -69,3 +69,17 @@ def test_steps_that_start_while_codec_calls_are_in_flight_are_grouped_apart():
     assert "| full + codec running | 1 |" in sts.render(s)
     old = [{k: v for k, v in line.items() if k != "codec_in_flight"} for line in lines]
     assert set(sts.summarize(old)["groups"]) == {"full + codec", "full"}
+
+
+def test_steps_with_nothing_for_the_talker_are_talker_idle():
+    """A step with no decode row and no prefill (a wave's end: the codec drains final chunks) is "talker idle",
+    apart from partial steps; a prefill-only step stays partial."""
+    lines = [dict(t=0.000, decode=4, codec_launched=4, prefill=0, codec_in_flight=1),
+             dict(t=0.005, decode=0, codec_launched=0, prefill=0, codec_in_flight=0),
+             dict(t=0.050, decode=0, codec_launched=0, prefill=2, codec_in_flight=0),
+             dict(t=0.060, decode=4, codec_launched=0, prefill=0, codec_in_flight=0),
+             dict(t=0.066, decode=4, codec_launched=0, prefill=0, codec_in_flight=0)]
+    s = sts.summarize(lines)
+    durations = {k: [round(d, 6) for d in g.durations_ms] for k, g in s["groups"].items()}
+    assert durations == {"full + codec": [5.0], "talker idle + codec running": [45.0], "partial + prefill": [10.0],
+                         "full": [6.0]}

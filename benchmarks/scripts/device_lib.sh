@@ -199,6 +199,16 @@ bench_small_traced() {
   echo "  at ${SECONDS}s"
 }
 
+# The GPU across a closed-loop wave's end (wave_end_timeline.py): 0.6B c=64, the <= 8 GB configuration, 150 frames.
+wave_end_small() {
+  local label=$1; shift
+  timeout 150 python3 benchmarks/scripts/wave_end_timeline.py record /tmp/real-0.6b 64 "$R/wave_end_$label.json.gz" \
+    --frames 150 codec_max_batch=16 kv_cache_bytes=2400000000 "$@" 2>&1 | grep -v -i warn | tail -1
+  python3 benchmarks/scripts/wave_end_timeline.py report "$R/wave_end_$label.json.gz" > "$R/wave_end_$label.txt"
+  head -1 "$R/wave_end_$label.txt"
+  echo "  at ${SECONDS}s"
+}
+
 summarize_steps() {
   local f
   for f in $R/$1; do echo "== $f"; python3 -m voxflow.tools.step_trace_summary "$f" | head -"$2"; done \

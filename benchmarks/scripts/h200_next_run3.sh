@@ -8,9 +8,12 @@
 # queue and prefill 1.72-2.19 against 1.52 ms) although the engine runs the same code; over HTTP the engine process
 # sleeps in poll() between requests (the client's round trip), offline its thread hardly does. If the sleep is what
 # costs, spinning removes it. Then the defaults again (drift).
+# Session 33 added, at the end: the GPU across a 0.6B c=64 wave's end (wave_end_timeline.py), defaults and with
+# codec_call_rows=16: whether the talker's kernels stall behind the codec's final chunks there (session 32 call 3's
+# step 307 waited 44 ms for a 12-row decode beside 62 final chunks), and what the new requests' prefill overlaps.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
-start_call 1.7B
+start_call 1.7B 0.6B
 wait $CK
 for variant in defaults spin20 defaults_again; do
   args=()
@@ -21,4 +24,8 @@ for variant in defaults spin20 defaults_again; do
   fi
   pack_results
 done
+wait $CK6
+wave_end_small defaults
+wave_end_small rows16 codec_call_rows=16
+pack_results
 echo "done at ${SECONDS}s"

@@ -4,8 +4,8 @@
     python -m voxflow.tools.step_trace_summary TRACE.jsonl[.gz] [--full-rows N] [--from-start]
 
 A step's wall time is the time from its start to the next step's start. Steps are grouped by whether the batch was
-full (decode rows == N, by default the most rows any step decoded), whether the step launched codec work, whether it
-prefilled, and whether codec calls were still in flight when it started ("codec running": on a GPU the codec's
+full (decode rows == N, by default the most rows any step decoded), partial or idle (no decode, no prefill: the
+talker had nothing to do), whether the step launched codec work, whether it prefilled, and whether codec calls were still in flight when it started ("codec running": on a GPU the codec's
 kernels share the SMs with the step's; traces with `codec_in_flight`, from session 25 on). The span starts at the
 first full step (unless --from-start), so warm-up requests and the first wave's ramp are left out; the last step,
 which has no successor, is not counted. Printed: a markdown table (steps, ms, share of the span, median and mean ms
@@ -36,7 +36,10 @@ class Group:
 
 
 def step_kind(step: dict, full_rows: int, codec_running: bool = False) -> str:
-    kind = "full" if step.get("decode", 0) >= full_rows else "partial"
+    rows = step.get("decode", 0)
+    # "talker idle": no decode, no prefill -- e.g. a closed-loop wave's end, the codec draining final chunks while
+    # no request is left to decode and the next ones have not arrived
+    kind = "full" if rows >= full_rows else "partial" if rows or step.get("prefill") else "talker idle"
     if step.get("codec_launched"):
         kind += " + codec"
     if step.get("prefill"):
