@@ -25,9 +25,10 @@ torch.backends.cuda.matmul.allow_tf32 = False
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
-def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, sampling=None, **config):
+def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, sampling=None,
+                 streaming=None, **config):
     """{request id: (codes, audio)} of the engine serving `texts`, greedy unless `sampling(i)` gives request i's
-    options."""
+    options; not streamed unless `streaming` (StreamingOptions) says otherwise."""
     # the codec in fp32, not the GPU default ("auto": fp16 after its check), since the audio is held to the CPU
     # loop's within 1e-4
     config = dict(dict(max_num_seqs=8, num_kv_blocks=512, block_size=16, codec_dtype="float32"), **config)
@@ -45,7 +46,8 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
                 frames.setdefault(rid, []).append(step_frames[i:i + 1].clone())
         push_rows(step_frames, request_ids)
     core.codec_exec.push_rows = recording_push_rows
-    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
+    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i),
+                          streaming=streaming or StreamingOptions(stream=False),
                           sampling=sampling(i) if sampling else SamplingOptions(greedy=True, max_new_tokens=31))
             for i, t in enumerate(texts)]
     replays = core.prefill_runner.stats.replays if cuda_graphs else 0
@@ -112,6 +114,16 @@ def test_gpu_graph_copies_engine_equals_cpu_reference(monkeypatch):
     got = engine_codes("float32", True, True)
     assert set(flips) == {0, 1} and all(a != b for a, b in zip(flips, flips[1:]))     # alternating
     assert seen and all(seen)
+    assert_equals_reference(got, TEXTS)
+
+
+def test_gpu_codec_calls_of_one_request_on_two_slots_equal_cpu_reference():
+    """codec_call_rows=1, four streamed requests on two slots: chunks due together go in one codec call each, an
+    idle engine waits for the codec's oldest call only, and a queued request's first chunk may wait for a codec
+    state that its slot's previous request still holds (its final chunk in flight on the codec's stream): the same
+    greedy codes and audio as the CPU loop."""
+    got = engine_codes("float32", texts=TEXTS, max_num_seqs=2, codec_call_rows=1,
+                       streaming=StreamingOptions(initial_chunk_frames=2, chunk_frames=5))
     assert_equals_reference(got, TEXTS)
 
 
