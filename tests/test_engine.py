@@ -811,6 +811,7 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     # codec calls launched and not collected at a step's end: none left once every request has finished
     assert all(isinstance(r["codec_in_flight"], int) and r["codec_in_flight"] >= 0 for r in lines)
     assert lines[-1]["codec_in_flight"] == 0 and lines[-1]["finished"] > 0
+    assert not any(r["codec_starved"] for r in lines)           # a CPU codec's calls land at once: no wait
     captures = [r for r in lines if r["capture_ms"]]
     assert sorted(r["capture_ms"] for r in captures) == [20.0, 50.0]
     assert all(r["decode"] > 0 for r in captures if r["capture_ms"] == 50.0)

@@ -18,16 +18,17 @@ Streaming policy (per request):
     one after another, so the first requests' audio (and their final records) need not wait for the whole burst.
 A stream's first chunk needs a codec state, and a codec with `free_states` has only so many: a request whose talker
 work is done keeps its state until its last chunk is collected, so a new request can get a talker slot before a
-state is free. Its first chunk then waits (its frames stay pending; `row_starved` says so, and the engine then
-waits for the codec's oldest call, which frees states).
+state is free. Its first chunk then waits for a later launch (its frames stay pending; `row_starved` says so for the
+round): the calls ahead of it land, and their requests retire and free their states.
 The codec keeps a per-request streaming state, so chunk boundaries never change the audio: the concatenated
 chunks equal a one-pass decode of all frames.
 
 Asynchrony: `launch()` starts every due chunk (requests that decode the same number of frames share one call, or
-calls of at most `call_rows`) and returns at once; with a codec that has `decode_async` the work runs on the codec's own CUDA stream while the
-talker goes on, and the PCM lands in pinned host memory. `collect()` hands back the chunks whose PCM has landed,
-in launch order (or, blocking, waits for every call or only for the oldest). A request is `drained` once it is
-finished and its last chunk was collected: only then may the engine send its final record.
+calls of at most `call_rows`) and returns at once; with a codec that has `decode_async` the work runs on the
+codec's own CUDA stream while the talker goes on, and the PCM lands in pinned host memory. `collect()` hands back
+the chunks whose PCM has landed, in launch order (or, blocking, waits for every call or only for the oldest). A
+request is `drained` once it is finished and its last chunk was collected: only then may the engine send its final
+record.
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ class CodecExecutor:
             raise ValueError(f"call_rows must be >= 1 (or None: no limit), got {call_rows}")
         self.tail_chunk = tail_chunk
         self.call_rows = call_rows
-        self.row_starved = False            # this launch round held back a first chunk: no free codec state
+        self.row_starved = False            # this launch round held back a first chunk: no free codec state (trace)
         self._budget, self._regular_sent = max_frames_per_launch, False        # this launch round's (launch())
         self.codec = codec
         self.chunk_frames = chunk_frames

@@ -479,13 +479,13 @@ class EngineCore:
         self._first_chunk_due = first_audio and codec_launched > 0      # (nothing launched: nothing to wait for)
         # With no talker work queued, wait for the codec: with codec_call_rows for its oldest call only (the requests
         # it finishes retire in this step, and what arrives meanwhile is scheduled in the next while the codec
-        # decodes the rest), else for every call. A first chunk held back for want of a codec state waits for the
-        # oldest call too: the requests it retires free their states.
+        # decodes the rest), else for every call. (A first chunk held back for want of a codec state is not waited
+        # for: the calls ahead of it land and retire their requests while the talker goes on.)
         idle = launched is None and not sched.prefill
         if self.config.codec_call_rows is not None:
-            self._emit_chunks(outputs, block_oldest=idle or self.codec_exec.row_starved)
+            self._emit_chunks(outputs, block_oldest=idle)
         else:
-            self._emit_chunks(outputs, block=idle, block_oldest=self.codec_exec.row_starved)
+            self._emit_chunks(outputs, block=idle)
         for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
             outputs.append(self._retire(self._finishing[rid]))
         t6 = time.perf_counter()
@@ -501,7 +501,7 @@ class EngineCore:
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
                 "chunks": sum(isinstance(o, AudioChunk) for o in outputs),
                 "finished": sum(isinstance(o, FinalRecord) for o in outputs),
-                "codec_in_flight": self.codec_exec.calls_in_flight,
+                "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs

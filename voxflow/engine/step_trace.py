@@ -7,7 +7,8 @@ A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase o
 "prepare_ms" (host time spent building prompts since the previous step: a burst of arrivals is built in one batched
 pass, counted once, failed requests included), "prepare_batches" (those passes), "codec_launched" (chunks started),
 "chunks" (chunks out), "finished" (final records out), "codec_in_flight" (codec calls launched and not yet collected
-at the step's end: on a GPU the codec may still be running while the next step runs), "running", "waiting",
+at the step's end: on a GPU the codec may still be running while the next step runs), "codec_starved" (a first
+chunk waited for a free codec state: codec_executor.py), "running", "waiting",
 "capture_ms" (CUDA graphs captured during the step: talker and codec), "gc_ms" (time in Python's garbage collector
 since the previous step: a collection pass over a serving process's heap can take milliseconds)}.
 
