@@ -751,6 +751,80 @@ def test_new_requests_wait_for_a_codec_state_held_by_one_still_finishing(monkeyp
     assert_all_released(core)
 
 
+class _LandsAfterPolls:
+    """A codec call's pending PCM that lands after `polls` ready() queries (or when waited for): a GPU codec's calls
+    land some steps after their launch, by a load-dependent delay."""
+
+    def __init__(self, pending, polls: int):
+        self._pending, self._polls = pending, polls
+
+    def ready(self):
+        self._polls -= 1
+        return self._polls < 0
+
+    def result(self):
+        return self._pending.result()
+
+    @property
+    def nonfinite(self):
+        return self._pending.nonfinite
+
+
+_gpu_like_cores: dict = {}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])     # (400 pass: session 33)
+@given(st.lists(st.tuples(st.sampled_from(["add", "abort", "step", "step", "step"]),
+                          st.integers(0, 3), st.integers(2, 14)), min_size=1, max_size=30),
+       st.integers(0, 5), st.sampled_from([None, 1, 2]), st.sampled_from([0, 2]))
+def test_random_traffic_with_a_codec_that_lands_late_keeps_every_request_whole(ops, lag, call_rows, tail):
+    """Property, with codec calls that land `lag` polls after their launch (as a GPU's do; the synchronous CPU codec
+    hides this), codec calls of at most call_rows requests and tail chunks: whatever arrives, aborts or queues for a
+    slot (3 slots; a request whose talker work is done keeps its codec state until its last chunk is collected),
+    every request gets exactly one final record, a request that ran to its end got chunks 0..k-1 covering its
+    frames once, in order, and at the end every block, slot and codec state is free."""
+    key = (call_rows, tail)
+    if key not in _gpu_like_cores:
+        core = make_engine(num_kv_blocks=24, block_size=4, max_num_seqs=3, codec_call_rows=call_rows,
+                           codec_tail_chunk=tail)
+        decode_async = core.codec.decode_async
+        core.codec_lag = [0]
+        core.codec.decode_async = lambda *a, **k: _LandsAfterPolls(decode_async(*a, **k), core.codec_lag[0])
+        _gpu_like_cores[key] = core
+    core = _gpu_like_cores[key]
+    core.codec_lag[0] = lag
+    texts = ["Hello world.", "The quick brown fox.", "Hi.", "This is a tiny test of the quick brown fox."]
+    outs: dict[str, list] = {}
+    for i, (op, a, n) in enumerate(ops):
+        if op == "add":
+            rid = f"g{i}"
+            core.add_request(greedy(texts[a], n, voice="vivian", request_id=rid,
+                                    streaming=StreamingOptions(initial_chunk_frames=1 + a, chunk_frames=3)))
+            outs[rid] = []
+        elif op == "abort" and outs:
+            rids = list(outs)
+            for o in core.abort(rids[a % len(rids)]):
+                outs[o.request_id].append(o)
+        else:
+            for o in core.step():
+                outs[o.request_id].append(o)
+        core.block_manager.check_invariants()
+    while core.has_work():
+        for o in core.step():
+            outs[o.request_id].append(o)
+        core.block_manager.check_invariants()
+    for rid, got in outs.items():
+        finals = [o for o in got if isinstance(o, FinalRecord)]
+        assert len(finals) == 1 and got[-1] is finals[0], rid
+        chunks = [o for o in got if isinstance(o, AudioChunk)]
+        assert [c.index for c in chunks] == list(range(len(chunks))), rid
+        assert [c.first_frame for c in chunks] == [sum(c.num_frames for c in chunks[:j]) for j in range(len(chunks))]
+        if finals[0].reason in (FinishReason.LENGTH, FinishReason.EOS):
+            assert sum(c.num_frames for c in chunks) == finals[0].usage.frames > 0, rid
+    assert_all_released(core)
+    assert core.codec.pool.num_free == core.codec.pool.max_rows
+
+
 def test_first_audio_latency_is_split_into_its_parts():
     """stats()["ttfp_breakdown_ms"]: the mean of each TTFP part over the requests that got audio; the parts after
     the prompt build add up to the time from queueing to the first chunk (the final record's own timestamps)."""
