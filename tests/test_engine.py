@@ -788,8 +788,8 @@ def test_random_traffic_with_a_codec_that_lands_late_keeps_every_request_whole(o
     frames once, in order, and at the end every block, slot and codec state is free."""
     key = (call_rows, tail)
     if key not in _gpu_like_cores:
-        core = make_engine(num_kv_blocks=24, block_size=4, max_num_seqs=3, codec_call_rows=call_rows, eager_first_chunk=0,
-                           codec_tail_chunk=tail)
+        core = make_engine(num_kv_blocks=24, block_size=4, max_num_seqs=3, codec_call_rows=call_rows,
+                           eager_first_chunk=0, codec_tail_chunk=tail)
         decode_async = core.codec.decode_async
         core.codec_lag = [0]
         core.codec.decode_async = lambda *a, **k: _LandsAfterPolls(decode_async(*a, **k), core.codec_lag[0])
