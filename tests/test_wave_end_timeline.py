@@ -69,3 +69,25 @@ def test_record_profiles_a_closed_loop_wave_end_on_the_tiny_checkpoint(tmp_path,
     wet.report(str(out))
     printed = capsys.readouterr().out.splitlines()[2:]                 # after the heading and the column names
     assert [row.split()[0] for row in printed] == [str(n) for n in numbers]
+
+
+def test_step_ranges_come_from_the_host_and_annotations_are_not_kernels():
+    """split_events: a "wave_step N" range is a step only as the host's range; its device-side copy (the
+    profiler's annotation of the step's work on a stream) is neither a step nor a kernel, or it would fill the gaps
+    inside the step that the report looks for."""
+    import types
+
+    import torch
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(name, device, start, end, stream=-1):
+        return types.SimpleNamespace(name=name, device_type=device, device_resource_id=stream,
+                                     time_range=types.SimpleNamespace(start=start, end=end))
+    events = [event("wave_step 4", cpu, 0.0, 50.0), event("wave_step 4", cuda, 10.0, 900.0, 7),
+              event("gemm", cuda, 10.0, 20.0, 7), event("_conv_cl_kernel", cuda, 5.0, 400.0, 33),
+              event("aten::mm", cpu, 1.0, 2.0), event("wave_step 3", cpu, -60.0, -10.0),
+              event("gemm", cuda, 800.0, 900.0, 7)]
+    names, kernels, steps = wet.split_events(events)
+    assert steps == [(3, -60.0, -10.0), (4, 0.0, 50.0)]
+    assert [(names[k[0]], k[1], k[2]) for k in kernels] == [("_conv_cl_kernel", 33, 5.0), ("gemm", 7, 10.0),
+                                                            ("gemm", 7, 800.0)]

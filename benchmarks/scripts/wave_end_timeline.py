@@ -65,7 +65,7 @@ def record(model: str, concurrency: int, out: str, frames: int, extra: dict) -> 
 
     for _ in range(concurrency):
         add()
-    finished, prof, after, marks = 0, None, None, []
+    finished, prof, after = 0, None, None
     while core.has_work():
         if prof is None and finished >= concurrency and any(
                 live.frames_out >= frames - BEFORE_END for live in core.live.values()):
@@ -81,33 +81,46 @@ def record(model: str, concurrency: int, out: str, frames: int, extra: dict) -> 
         if prof is not None and after is None and finished >= 2 * concurrency:
             after = 0
         if after is not None:
-            after += 1
             if after >= AFTER_END:
                 break
+            after += 1
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    if prof is None:
-        raise SystemExit("wave 2 never came within reach of its end: nothing profiled")
-    prof.__exit__(None, None, None)
-    core.shutdown()
-    names: dict[str, int] = {}
-    kernels, steps = [], []
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            kernels.append((names.setdefault(e.name, len(names)), getattr(e, "device_resource_id", -1),
-                            round(e.time_range.start, 3), round(e.time_range.end, 3)))
-        elif e.name.startswith("wave_step "):
-            steps.append((int(e.name.split()[1]), round(e.time_range.start, 3), round(e.time_range.end, 3)))
-    kernels.sort(key=lambda r: r[2])
-    steps.sort()
+    if prof is not None:
+        prof.__exit__(None, None, None)
+    core.shutdown()                             # (closes the step trace)
     with open(trace, encoding="utf-8") as f:
         lines = {line["step"]: line for line in map(json.loads, f)}
     os.unlink(trace)
+    if prof is None:
+        raise SystemExit("wave 2 never came within reach of its end: nothing profiled")
+    names, kernels, steps = split_events(prof.events())
     with gzip.open(out, "wt") as f:
         json.dump({"model": model, "concurrency": concurrency, "frames": frames, "engine_args": extra,
-                   "names": list(names), "kernels": kernels,
+                   "names": names, "kernels": kernels,
                    "steps": [(n, start, end, lines.get(n, {})) for n, start, end in steps]}, f)
     print(f"c={concurrency}, {frames} frames: {len(steps)} steps, {len(kernels)} kernels -> {out}")
+
+
+def split_events(events) -> tuple[list[str], list[tuple], list[tuple]]:
+    """The profiler's events -> (kernel names, kernels (name id, stream, start, end) in start order, steps (number,
+    start, end) from the host's "wave_step N" ranges). With CUDA activity on, a record_function range also comes back
+    as a device-side annotation spanning the step's work on each stream: not a kernel, so left out (it would hide
+    the gaps inside a step)."""
+    import torch
+    cuda = torch.autograd.DeviceType.CUDA
+    names: dict[str, int] = {}
+    kernels, steps = [], []
+    for e in events:
+        if e.name.startswith("wave_step "):
+            if e.device_type != cuda:
+                steps.append((int(e.name.split()[1]), round(e.time_range.start, 3), round(e.time_range.end, 3)))
+        elif e.device_type == cuda:
+            kernels.append((names.setdefault(e.name, len(names)), getattr(e, "device_resource_id", -1),
+                            round(e.time_range.start, 3), round(e.time_range.end, 3)))
+    kernels.sort(key=lambda r: r[2])
+    steps.sort()
+    return list(names), kernels, steps
 
 
 def busy(rows: list[tuple], start: float, end: float) -> float:

@@ -5,8 +5,9 @@
 
 A step's wall time is the time from its start to the next step's start. Steps are grouped by whether the batch was
 full (decode rows == N, by default the most rows any step decoded), partial or idle (no decode, no prefill: the
-talker had nothing to do), whether the step launched codec work, whether it prefilled, and whether codec calls were still in flight when it started ("codec running": on a GPU the codec's
-kernels share the SMs with the step's; traces with `codec_in_flight`, from session 25 on). The span starts at the
+talker had nothing to do), whether the step launched codec work, whether it prefilled, and whether codec calls were
+still in flight when it started ("codec running": on a GPU the codec's kernels share the SMs with the step's; traces
+with `codec_in_flight`, from session 25 on). The span starts at the
 first full step (unless --from-start), so warm-up requests and the first wave's ramp are left out; the last step,
 which has no successor, is not counted. Printed: a markdown table (steps, ms, share of the span, median and mean ms
 a step), the mean decode rows a step, and the median host phases of the full steps without codec or prefill work.
