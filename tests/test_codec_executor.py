@@ -387,3 +387,23 @@ def test_first_chunks_wait_for_a_free_codec_state():
         got.setdefault(dc.request_id, []).append(dc.pcm)
     assert np.array_equal(np.concatenate(got["old"]), 9000 + np.arange(4, dtype=np.float32))
     assert all(np.array_equal(got[str(i)][0], i * 1000 + np.arange(2, dtype=np.float32)) for i in range(2))
+
+
+def test_a_finished_stream_gets_a_free_codec_state_before_new_first_chunks():
+    """With fewer free states than streams without one, a finished stream (here a non-streamed request whose only
+    chunk is due) gets a state before streamed first chunks that are ahead of it in the launch order: its state
+    comes back after that one call, a streamed request's only when it ends."""
+    codec = RecordingCodec()
+    codec.free_states = 1
+    ex = CodecExecutor(codec, chunk_frames=2, ramp=False)
+    ex.add("whole", stream=False, initial_frames=None, chunk_frames=None, num_active=3)
+    ex.push("whole", frames_of(7, 0, 3))
+    ex.finish("whole")
+    for i in range(2):
+        ex.add(str(i), stream=True, initial_frames=2, chunk_frames=2, num_active=3)
+        ex.push(str(i), frames_of(i, 0, 2))
+    assert ex.launch() == 1 and ex.row_starved
+    assert codec.calls == [[(7, 3)]]
+    codec.free_states = 2
+    assert ex.launch() == 2 and not ex.row_starved
+    assert sorted(s for call in codec.calls[1:] for s, _ in call) == [0, 1]

@@ -773,7 +773,7 @@ class _LandsAfterPolls:
 _gpu_like_cores: dict = {}
 
 
-@settings(max_examples=int(os.environ.get("HYPO_N", 20)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])      # (500 passed: session 33)
 @given(st.lists(st.tuples(st.sampled_from(["add", "abort", "step", "step", "step"]),
                           st.integers(0, 3), st.integers(2, 14)), min_size=1, max_size=30),
        st.integers(0, 12), st.sampled_from([None, 1, 2]), st.sampled_from([0, 2]))
@@ -782,10 +782,11 @@ _gpu_like_cores: dict = {}
 @example([("add", 2, 2), ("add", 3, 14), ("add", 1, 14), ("add", 0, 6)], 12, None, 0)
 def test_random_traffic_with_a_codec_that_lands_late_keeps_every_request_whole(ops, lag, call_rows, tail):
     """Property, with codec calls that land `lag` polls after their launch (as a GPU's do; the synchronous CPU codec
-    hides this), codec calls of at most call_rows requests and tail chunks: whatever arrives, aborts or queues for a
-    slot (3 slots; a request whose talker work is done keeps its codec state until its last chunk is collected),
-    every request gets exactly one final record, a request that ran to its end got chunks 0..k-1 covering its
-    frames once, in order, and at the end every block, slot and codec state is free."""
+    hides this; no eager first-chunk wait, as under load), codec calls of at most call_rows requests and tail
+    chunks: whatever arrives (streamed, or whole for the longest text), aborts or queues for a slot (3 slots; a
+    request whose talker work is done keeps its codec state until its last chunk is collected), every request gets
+    exactly one final record, a request that ran to its end got chunks 0..k-1 covering its frames once, in order,
+    and at the end every block, slot and codec state is free."""
     key = (call_rows, tail)
     if key not in _gpu_like_cores:
         core = make_engine(num_kv_blocks=24, block_size=4, max_num_seqs=3, codec_call_rows=call_rows,
@@ -795,6 +796,14 @@ def test_random_traffic_with_a_codec_that_lands_late_keeps_every_request_whole(o
         core.codec.decode_async = lambda *a, **k: _LandsAfterPolls(decode_async(*a, **k), core.codec_lag[0])
         _gpu_like_cores[key] = core
     core = _gpu_like_cores[key]
+    try:
+        _late_landing_traffic(core, ops, lag)
+    except BaseException:
+        del _gpu_like_cores[key]            # a failed example leaves its engine dirty: the next gets a fresh one
+        raise
+
+
+def _late_landing_traffic(core, ops, lag):
     core.codec_lag[0] = lag
     texts = ["Hello world.", "The quick brown fox.", "Hi.", "This is a tiny test of the quick brown fox."]
     outs: dict[str, list] = {}
@@ -802,7 +811,8 @@ def test_random_traffic_with_a_codec_that_lands_late_keeps_every_request_whole(o
         if op == "add":
             rid = f"g{i}"
             core.add_request(greedy(texts[a], n, voice="vivian", request_id=rid,
-                                    streaming=StreamingOptions(initial_chunk_frames=1 + a, chunk_frames=3)))
+                                    streaming=StreamingOptions(stream=a != 3, initial_chunk_frames=1 + a,
+                                                               chunk_frames=3)))
             outs[rid] = []
         elif op == "abort" and outs:
             rids = list(outs)
@@ -821,7 +831,8 @@ def test_random_traffic_with_a_codec_that_lands_late_keeps_every_request_whole(o
         assert len(finals) == 1 and got[-1] is finals[0], rid
         chunks = [o for o in got if isinstance(o, AudioChunk)]
         assert [c.index for c in chunks] == list(range(len(chunks))), rid
-        assert [c.first_frame for c in chunks] == [sum(c.num_frames for c in chunks[:j]) for j in range(len(chunks))]
+        starts = [sum(c.num_frames for c in chunks[:j]) for j in range(len(chunks))]
+        assert [c.first_frame for c in chunks] == starts, rid
         if finals[0].reason in (FinishReason.LENGTH, FinishReason.EOS):
             assert sum(c.num_frames for c in chunks) == finals[0].usage.frames > 0, rid
     assert_all_released(core)

@@ -26,9 +26,9 @@ TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak 
 
 
 def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, sampling=None,
-                 streaming=None, **config):
+                 streaming=None, on_core=None, **config):
     """{request id: (codes, audio)} of the engine serving `texts`, greedy unless `sampling(i)` gives request i's
-    options; not streamed unless `streaming` (StreamingOptions) says otherwise."""
+    options; not streamed unless `streaming` (StreamingOptions) says otherwise; on_core(core) before serving."""
     # the codec in fp32, not the GPU default ("auto": fp16 after its check), since the audio is held to the CPU
     # loop's within 1e-4
     config = dict(dict(max_num_seqs=8, num_kv_blocks=512, block_size=16, codec_dtype="float32"), **config)
@@ -46,6 +46,8 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
                 frames.setdefault(rid, []).append(step_frames[i:i + 1].clone())
         push_rows(step_frames, request_ids)
     core.codec_exec.push_rows = recording_push_rows
+    if on_core is not None:
+        on_core(core)
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i),
                           streaming=streaming or StreamingOptions(stream=False),
                           sampling=sampling(i) if sampling else SamplingOptions(greedy=True, max_new_tokens=31))
@@ -69,9 +71,10 @@ def record_runs(monkeypatch, cls, name: str) -> list[bool]:
     return ran
 
 
-def reference(text):
+def reference(text, max_new_tokens: int = 31):
     model = Qwen3TTS.from_pretrained(os.path.join(TINY, "custom_voice"))
-    prompt, params, n, _ = prepare(model, SynthesisRequest(text=text, speaker="vivian", greedy=True, max_new_tokens=31))
+    prompt, params, n, _ = prepare(model, SynthesisRequest(text=text, speaker="vivian", greedy=True,
+                                                           max_new_tokens=max_new_tokens))
     codes, _, _, _ = generate_codes(model, prompt, RequestSampler(params), n)
     return codes, decode_to_wav(model, codes)
 
@@ -117,14 +120,49 @@ def test_gpu_graph_copies_engine_equals_cpu_reference(monkeypatch):
     assert_equals_reference(got, TEXTS)
 
 
+class _ReadyLate:
+    """A codec call's pending PCM that reports itself ready only from its `polls`-th query on (and then when its
+    CUDA event says so): calls that land late, as under load, on the tiny model's quick codec."""
+
+    def __init__(self, pending, polls: int):
+        self._pending, self._polls = pending, polls
+
+    def ready(self):
+        self._polls -= 1
+        return self._polls < 0 and self._pending.ready()
+
+    def result(self):
+        return self._pending.result()
+
+    @property
+    def nonfinite(self):
+        return self._pending.nonfinite
+
+
 def test_gpu_codec_calls_of_one_request_on_two_slots_equal_cpu_reference():
-    """codec_call_rows=1, four streamed requests on two slots: chunks due together go in one codec call each, an
-    idle engine waits for the codec's oldest call only, and a queued request's first chunk may wait for a codec
-    state that its slot's previous request still holds (its final chunk in flight on the codec's stream): the same
-    greedy codes and audio as the CPU loop."""
-    got = engine_codes("float32", texts=TEXTS, max_num_seqs=2, codec_call_rows=1,
-                       streaming=StreamingOptions(initial_chunk_frames=2, chunk_frames=5))
-    assert_equals_reference(got, TEXTS)
+    """codec_call_rows=1, four streamed requests of different lengths on two slots, codec calls that land 8 polls
+    late: chunks due together go in one codec call each, an idle engine waits for the codec's oldest call only, and
+    a queued request's first chunk waits for a codec state that its slot's previous request still holds (its final
+    chunk in flight on the codec's stream; seen at least once): the same greedy codes and audio as the CPU loop."""
+    starved = []
+
+    def lagging(core):
+        decode_async, launch = core.codec.decode_async, core.codec_exec.launch
+        core.codec.decode_async = lambda *a, **k: _ReadyLate(decode_async(*a, **k), 8)
+
+        def spied_launch(*a, **k):
+            n = launch(*a, **k)
+            starved.append(core.codec_exec.row_starved)
+            return n
+        core.codec_exec.launch = spied_launch
+    got = engine_codes("float32", texts=TEXTS, max_num_seqs=2, codec_call_rows=1, eager_first_chunk=0,
+                       streaming=StreamingOptions(initial_chunk_frames=2, chunk_frames=5), on_core=lagging,
+                       sampling=lambda i: SamplingOptions(greedy=True, max_new_tokens=(12, 31, 31, 31)[i]))
+    assert any(starved)
+    for i, text in enumerate(TEXTS):
+        codes, wav = reference(text, (12, 31, 31, 31)[i])
+        assert torch.equal(got[str(i)][0].cpu(), codes), f"codes differ for {text!r}"
+        assert np.abs(got[str(i)][1] - wav).max() <= 1e-4
 
 
 def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():

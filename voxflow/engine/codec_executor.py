@@ -209,16 +209,13 @@ class CodecExecutor:
         if not same_round:
             self.row_starved = False
         room = getattr(self.codec, "free_states", None)
-        if room is not None and any(s.state is None for s, _ in ready):
-            kept = []
-            for s, n in ready:
-                if s.state is None:
-                    if room <= 0:
-                        self.row_starved = True
-                        continue
-                    room -= 1
-                kept.append((s, n))
-            ready = kept
+        stateless = [s for s, _ in ready if s.state is None]
+        if room is not None and len(stateless) > room:
+            # Finished streams first (their one chunk gives the state back at once; a streamed one's first chunk
+            # would hold it for the whole request), then in the launch order.
+            granted = {id(s) for s in sorted(stateless, key=lambda s: not s.finished)[:max(room, 0)]}
+            ready = [(s, n) for s, n in ready if s.state is not None or id(s) in granted]
+            self.row_starved = True
         if self.max_frames_per_launch is not None:
             # Past the budget, regular chunks wait for a later launch: their streams have seconds of audio queued,
             # while streams that started together reach their chunk boundaries together, and one call for all of
