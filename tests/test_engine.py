@@ -7,6 +7,7 @@ and the audio must still equal what the eager loop of generate.py produces for e
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -518,15 +519,16 @@ def test_a_first_chunk_leaves_with_the_step_that_decodes_its_frame(eager, monkey
     assert np.abs(audio_of(outs) - ref_wav).max() <= AUDIO_ATOL
 
 
-class _LandsWhenWaited:
-    """A codec call's pending PCM that never lands on its own (ready() False) until waited for, as a GPU codec's
-    calls land some time after their launch."""
+class _LandsLate:
+    """A codec call's pending PCM that lands after `polls` ready() queries, or when waited for (result()); by default
+    only then: a GPU codec's calls land some steps after their launch, by a load-dependent delay."""
 
-    def __init__(self, pending):
-        self._pending = pending
+    def __init__(self, pending, polls: float = math.inf):
+        self._pending, self._polls = pending, polls
 
     def ready(self):
-        return False
+        self._polls -= 1
+        return self._polls < 0
 
     def result(self):
         return self._pending.result()
@@ -540,7 +542,7 @@ def _gpu_like_codec(core, monkeypatch):
     """The CPU codec decodes as it is called; on a GPU a chunk is still running when the step that launched it
     collects: held back here until a blocking collect, as a GPU's would be."""
     decode_async = core.codec.decode_async
-    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsWhenWaited(decode_async(*a, **k)))
+    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsLate(decode_async(*a, **k)))
 
 
 @pytest.mark.parametrize("abort", [False, True])
@@ -673,8 +675,7 @@ def _run_lagging(monkeypatch, call_rows, with_late):
     outputs per request, the step each final record came in, and how many codec calls were in flight when the late
     request's prefill had run."""
     core = make_engine(codec_call_rows=call_rows)
-    decode_async = core.codec.decode_async
-    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsWhenWaited(decode_async(*a, **k)))
+    _gpu_like_codec(core, monkeypatch)
     reqs = [greedy("Hello world.", 6, voice="vivian", request_id=f"r{i}") for i in range(3)]
     late = greedy("The quick brown fox.", 5, voice="ryan", request_id="late")
     for r in reqs:
@@ -724,8 +725,7 @@ def test_new_requests_wait_for_a_codec_state_held_by_one_still_finishing(monkeyp
     new requests' first chunks wait for a free state (before: the codec raised CodecPoolFullError and the step
     failed); every request's codes and audio are the reference's."""
     core = make_engine(max_num_seqs=2, codec_call_rows=call_rows)
-    decode_async = core.codec.decode_async
-    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsWhenWaited(decode_async(*a, **k)))
+    _gpu_like_codec(core, monkeypatch)
     if call_rows == 1:
         first = [greedy("Hello world.", 6, voice="vivian", request_id=f"r{i}") for i in range(2)]
         late = [greedy("The quick brown fox.", 5, voice="ryan", request_id=f"late{i}") for i in range(2)]
@@ -749,25 +749,6 @@ def test_new_requests_wait_for_a_codec_state_held_by_one_still_finishing(monkeyp
     assert starved > 0                      # the situation arose: a first chunk waited for a state
     assert_engine_matches_reference("custom_voice", core, results, first + late)
     assert_all_released(core)
-
-
-class _LandsAfterPolls:
-    """A codec call's pending PCM that lands after `polls` ready() queries (or when waited for): a GPU codec's calls
-    land some steps after their launch, by a load-dependent delay."""
-
-    def __init__(self, pending, polls: int):
-        self._pending, self._polls = pending, polls
-
-    def ready(self):
-        self._polls -= 1
-        return self._polls < 0
-
-    def result(self):
-        return self._pending.result()
-
-    @property
-    def nonfinite(self):
-        return self._pending.nonfinite
 
 
 _gpu_like_cores: dict = {}
@@ -794,7 +775,7 @@ def test_random_traffic_with_a_codec_that_lands_late_keeps_every_request_whole(o
                            eager_first_chunk=0, codec_tail_chunk=tail)
         decode_async = core.codec.decode_async
         core.codec_lag = [0]
-        core.codec.decode_async = lambda *a, **k: _LandsAfterPolls(decode_async(*a, **k), core.codec_lag[0])
+        core.codec.decode_async = lambda *a, **k: _LandsLate(decode_async(*a, **k), core.codec_lag[0])
         _gpu_like_cores[key] = core
     core = _gpu_like_cores[key]
     try:

@@ -213,7 +213,7 @@ class CodecExecutor:
         if room is not None and len(stateless) > room:
             # Finished streams first (their one chunk gives the state back at once; a streamed one's first chunk
             # would hold it for the whole request), then in the launch order.
-            granted = {id(s) for s in sorted(stateless, key=lambda s: not s.finished)[:max(room, 0)]}
+            granted = {id(s) for s in sorted(stateless, key=lambda s: not s.finished)[:room]}
             ready = [(s, n) for s, n in ready if s.state is not None or id(s) in granted]
             self.row_starved = True
         if self.max_frames_per_launch is not None:
