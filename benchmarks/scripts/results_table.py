@@ -1,4 +1,5 @@
-"""The README's results table, generated from committed `voxflow bench` result files (and their PNG plots).
+"""Results tables from committed `voxflow bench` result files (and their PNG plots): the README's latest runs and
+the rows of benchmarks/results/h200/README.md.
 
     python benchmarks/scripts/results_table.py benchmarks/results/h200/2026-11-29-*/ [--plots]
 
