@@ -854,12 +854,12 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     core.codec.decode_async = decode_capturing_once
     run, calls = core.runner.run, []
 
-    def run_capturing_once(*args):
+    def run_capturing_once(*args, **kwargs):
         # A capture while serving (CUDA only) shows in its step's line: simulated as 50 ms on the third decode.
         calls.append(1)
         if len(calls) == 3:
             core.runner.stats.capture_seconds += 0.05
-        return run(*args)
+        return run(*args, **kwargs)
     core.runner.run = run_capturing_once
     reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(3)]
     results = drive(core, {0: reqs[:2], 4: reqs[2:]})

@@ -394,3 +394,23 @@ def test_gpu_engine_with_and_without_programmatic_dependent_launch_equals_cpu_re
         set_pdl_enabled(saved)
     assert_equals_reference(got, TEXTS)
     assert_equals_reference(alone, TEXTS[1:2])
+
+
+def test_gpu_busy_gemm_sm_target_graphs_equal_cpu_reference():
+    """Twelve requests (bucket 16) with talker_gemm_sms=64 on every step: the replayed graphs are the busy variant,
+    captured with cuBLAS planned for 64 SMs (another tiling / split-K, the same products), and the codes and audio
+    still equal the CPU loop's."""
+    texts = TEXTS * 3
+    seen = []
+
+    def spy(core):
+        run = core.runner.run
+
+        def recording_run(*a, busy=False, **k):
+            seen.append(busy)
+            return run(*a, busy=busy, **k)
+        core.runner.run = recording_run
+    got = engine_codes("float32", texts=texts, max_num_seqs=16, talker_gemm_sms=64, talker_gemm_sms_steps="all",
+                       on_core=spy)
+    assert seen and all(seen)
+    assert_equals_reference(got, texts)

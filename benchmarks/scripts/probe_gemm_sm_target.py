@@ -1,0 +1,109 @@
+"""Do cuBLAS GEMMs planned for fewer SMs (voxflow/engine/gemm_sm_target.py) run faster beside a load that holds
+the other SMs? The question behind EngineConfig.talker_gemm_sms, per GEMM of the talker's step, in seconds of
+device time instead of a served A/B.
+
+    python benchmarks/scripts/probe_gemm_sm_target.py [--rows 16,32,64] [--targets none,68,64] [--load-sms 64]
+
+For each of the 0.6B's (and the code predictor's) and the 1.7B talker's layer GEMMs, at each row count and SM
+target: a CUDA graph of REPS such GEMMs (weights rotated through copies larger than L2 together) captured under
+that target, timed alone and while a load of large bf16 matmuls runs on a green context of --load-sms SMs (what
+the codec's partition holds), and the kernel cuBLAS picked (its name carries the tile and split-K). Prints one row
+per (GEMM, rows, target): us per GEMM alone / beside the load.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from voxflow.engine.gemm_sm_target import gemm_sm_target
+from voxflow.engine.sm_partition import partitioned_stream
+
+# (name, in features, out features)
+GEMMS = [("0.6B q|k|v", 1024, 4096), ("0.6B o_proj", 2048, 1024), ("0.6B gate|up", 1024, 6144),
+         ("0.6B down", 3072, 1024), ("1.7B q|k|v", 2048, 4096), ("1.7B o_proj", 2048, 2048),
+         ("1.7B gate|up", 2048, 12288), ("1.7B down", 6144, 2048)]
+REPS = 48
+COPIES = 8          # weight copies cycled through: > 50 MB of L2 for every shape here
+REPLAYS = 10
+
+
+def kernel_name(x, w) -> str:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.nn.functional.linear(x, w)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return " + ".join(n[:48] for n in names) or "?"
+
+
+def capture(x, weights, target, device):
+    outs = []
+    with gemm_sm_target(target, device):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for w in weights:
+                torch.nn.functional.linear(x, w)
+        torch.cuda.current_stream().wait_stream(side)
+        name = kernel_name(x, weights[0])
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(REPS):
+                outs.append(torch.nn.functional.linear(x, weights[i % COPIES]))
+    return graph, name, outs
+
+
+def time_graph(graph, load=None) -> float:
+    """us per GEMM over REPLAYS replays; with `load` (a callable that queues work on the load stream) first."""
+    if load is not None:
+        load()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(REPLAYS):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (REPLAYS * REPS)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="16,32,64")
+    ap.add_argument("--targets", default="none,68,64")
+    ap.add_argument("--load-sms", type=int, default=64)
+    args = ap.parse_args()
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    load_stream, _ = partitioned_stream(device, args.load_sms)
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    with torch.cuda.stream(load_stream):
+        torch.mm(a, a)                      # the load's own cuBLAS warm-up
+    torch.cuda.synchronize()
+
+    def load():
+        # ~2 TFLOP per matmul: far longer together than the timed replays, on the load's SMs only
+        load_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(load_stream):
+            for _ in range(24):
+                torch.mm(a, a)
+
+    targets = [None if t == "none" else int(t) for t in args.targets.split(",")]
+    print(f"{torch.cuda.get_device_name()}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs; "
+          f"load on {args.load_sms} SMs; us per GEMM (bf16), graph of {REPS}")
+    print(f"{'GEMM':14} {'rows':>4} {'target':>6} {'alone':>8} {'beside':>8}  kernel")
+    for name, k, n in GEMMS:
+        weights = [torch.randn(n, k, device=device, dtype=torch.bfloat16) / k ** 0.5 for _ in range(COPIES)]
+        for rows in (int(r) for r in args.rows.split(",")):
+            x = torch.randn(rows, k, device=device, dtype=torch.bfloat16)
+            for target in targets:
+                graph, kernel, _outs = capture(x, weights, target, device)
+                alone = time_graph(graph)
+                beside = time_graph(graph, load)
+                torch.cuda.synchronize()
+                print(f"{name:14} {rows:>4} {str(target):>6} {alone:8.2f} {beside:8.2f}  {kernel}", flush=True)
+                del graph
+        del weights
+
+
+if __name__ == "__main__":
+    main()
