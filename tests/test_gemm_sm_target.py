@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from test_engine import _LandsLate, assert_all_released, assert_engine_matches_reference, greedy, make_engine
+from test_engine import assert_all_released, assert_engine_matches_reference, greedy, make_engine
 from voxflow.engine import gemm_sm_target as gst
 from voxflow.engine.graph_runner import BUSY_MIN_BUCKET, BusyVariant, DecodeRunner
 
@@ -43,6 +43,7 @@ def fake_gpu(monkeypatch):
 def test_the_setting_is_checked_and_rest_is_what_the_codec_leaves(fake_gpu):
     assert gst.busy_gemm_sms(None, CUDA, 64) is None
     assert gst.busy_gemm_sms("rest", CUDA, 64) == 68
+    assert gst.busy_gemm_sms("rest", CUDA, 60) == 68          # the driver gives 60 asked as 64
     assert gst.busy_gemm_sms(96, CUDA, 64) == 96
     with pytest.raises(ValueError, match="SM partition"):
         gst.busy_gemm_sms("rest", CUDA, None)            # the codec on the whole GPU: no rest to plan for
@@ -72,6 +73,20 @@ def test_the_target_is_set_inside_and_put_back_after_also_on_an_error(fake_gpu):
     assert fake_gpu["calls"] == [68, 7, 40, 7]               # a refused target touches nothing
 
 
+def test_a_refused_handle_target_leaves_the_carveout_as_it_was(fake_gpu, monkeypatch):
+    torch._C._set_sm_carveout_experimental(None)
+    set_target = gst._set_handle_target
+
+    def refuse_13(lib, h, n):
+        if n == 13:
+            raise RuntimeError("cublasSetSmCountTarget(13) failed (status 7)")
+        set_target(lib, h, n)
+    monkeypatch.setattr(gst, "_set_handle_target", refuse_13)
+    with pytest.raises(RuntimeError, match="status 7"), gst.gemm_sm_target(13, CUDA):
+        pytest.fail("the block must not run")
+    assert torch._C._get_sm_carveout_experimental() is None and fake_gpu["target"] == 0
+
+
 def test_no_target_or_a_cpu_device_changes_nothing(monkeypatch):
     monkeypatch.setattr(gst, "_set_handle_target", lambda *a: pytest.fail("no handle call expected"))
     before = torch._C._get_sm_carveout_experimental()
@@ -97,20 +112,82 @@ def test_only_busy_steps_of_large_buckets_ask_for_the_busy_graph():
     assert _runner(None)._key(64, 8, 0, busy=True) == (64, 8, variant)     # off: one graph per shape
 
 
+@pytest.mark.parametrize("copies", [False, True])
+def test_startup_captures_a_busy_graph_per_large_bucket_under_its_target_and_replays_it(copies, monkeypatch):
+    """capture() with busy_gemm_sms: every bucket gets its plain graph, buckets >= BUSY_MIN_BUCKET a busy one too
+    (with GRAPH_COPIES one per flip each), and only the busy captures run under the SM target; a busy step then
+    replays its bucket's busy graph (last_busy), a plain step or a small bucket the plain one. (The capture itself
+    is faked: a CPU has no CUDA graphs.)"""
+    import voxflow.engine.graph_runner as gr
+    targets = []
+
+    @contextlib.contextmanager
+    def recording_target(sms, device):
+        targets.append(sms)
+        yield
+    replays = []
+    fake_graph = types.SimpleNamespace(replay=lambda: replays.append(1))
+    monkeypatch.setattr(gr, "gemm_sm_target", recording_target)
+    monkeypatch.setattr(gr, "warm_then_capture", lambda run, pool, side: (fake_graph, "out"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    runner = _runner(68)
+    runner.cuda_graphs, runner.graph_copies = True, copies
+    runner._side = types.SimpleNamespace(synchronize=lambda: None)
+    if copies:
+        runner._host_flags = [torch.zeros(64, 2, dtype=torch.bool) for _ in range(2)]
+    runner.capture(widths=[8])
+    flips = 2 if copies else 1
+    large = [b for b in runner.buckets if b >= BUSY_MIN_BUCKET]
+    assert len(runner._graphs) == flips * (len(runner.buckets) + len(large))
+    busy_keys = [k for k in runner._graphs if isinstance(k[-1], BusyVariant)]
+    assert sorted({k[0] for k in busy_keys}) == large and all(k[-1].sms == 68 for k in busy_keys)
+    assert sorted(t for t in targets if t is not None) == [68] * len(busy_keys)
+    assert targets.count(None) == flips * len(runner.buckets)
+    monkeypatch.setattr(runner, "_fill", lambda *a: None)
+    monkeypatch.setattr(runner, "_copy_inputs", lambda *a: None)
+    monkeypatch.setattr(gr, "DecodeOutput", lambda *a, **k: None)
+    runner._graphs = {k: (fake_graph, types.SimpleNamespace(frames=[], finished=[], eos=[], flags=None))
+                      for k in runner._graphs}
+    for n, busy, want in ((20, True, True), (20, False, False), (4, True, False)):
+        runner.run([0] * n, [[0] * 8] * n, [1] * n, [0] * n, busy=busy)        # tables 8 wide: the captured width
+        assert runner.last_busy == want, (n, busy)
+    assert len(replays) == 3 and len(runner._graphs) == flips * (len(runner.buckets) + len(large))    # no capture
+
+
+class _LandsAfterSteps:
+    """A codec call's pending PCM that lands once the engine has run `steps` more steps (ready() has no side effect,
+    so the engine's busy query and the test's own agree)."""
+
+    def __init__(self, core, pending, steps: int):
+        self._core, self._pending, self._at = core, pending, core.steps + steps
+
+    def ready(self):
+        return self._core.steps >= self._at
+
+    def result(self):
+        return self._pending.result()
+
+    @property
+    def nonfinite(self):
+        return self._pending.nonfinite
+
+
 def test_an_engine_marks_steps_beside_in_flight_codec_calls_busy_and_serves_the_reference(monkeypatch, tmp_path):
-    """talker_gemm_sms="rest" on a CPU engine: every step launched while an earlier codec call is uncollected asks
-    for the busy graph, the others for the plain one (the step trace says which); the requests are served as the
-    reference's, and everything is released."""
+    """talker_gemm_sms="rest" on a CPU engine (given a GPU's SM target: a CPU has none): a step asks for the busy
+    graph exactly when a codec call launched before it has not landed; the requests are served as the reference's,
+    and everything is released. (A CPU runs no graphs: the trace's beside_codec, what was replayed, stays false.)"""
     trace = tmp_path / "steps.jsonl"
     core = make_engine(talker_gemm_sms="rest", trace_steps=str(trace))
     assert core.runner.busy_gemm_sms is None                 # a CPU: no graphs to plan
+    core.runner.busy_gemm_sms = 68
     decode_async = core.codec.decode_async
-    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsLate(decode_async(*a, **k), 2))
+    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: _LandsAfterSteps(core, decode_async(*a, **k), 2))
     asked = []
     run = core.runner.run
 
     def spy(*a, busy=False, **k):
-        asked.append((busy, core.codec_exec.calls_in_flight))
+        launched = core.codec_exec._launched
+        asked.append((busy, bool(launched) and not launched[-1][0].ready()))
         return run(*a, busy=busy, **k)
     monkeypatch.setattr(core.runner, "run", spy)
     reqs = [greedy(t, n, voice="vivian", request_id=str(i))
@@ -121,18 +198,17 @@ def test_an_engine_marks_steps_beside_in_flight_codec_calls_busy_and_serves_the_
     while core.has_work():
         for o in core.step():
             results[o.request_id].append(o)
-    assert all(busy == (in_flight > 0) for busy, in_flight in asked)
+    assert all(busy == running for busy, running in asked)
     assert any(busy for busy, _ in asked) and not all(busy for busy, _ in asked)
-    traced = [line for line in trace.read_text().splitlines()]
-    assert sum('"beside_codec": true' in line for line in traced) == sum(busy for busy, _ in asked)
+    assert not any('"beside_codec": true' in line for line in trace.read_text().splitlines())
     assert_engine_matches_reference("custom_voice", core, results, reqs)
     assert_all_released(core)
 
 
 def test_all_steps_replay_the_variant_with_steps_all_and_bad_settings_stop_the_engine():
     core = make_engine(talker_gemm_sms=68, talker_gemm_sms_steps="all")
-    assert core._beside_codec() and core.codec_exec.calls_in_flight == 0
-    assert not make_engine()._beside_codec()
+    assert core._codec_busy() and not core.codec_exec.running()
+    assert not make_engine(talker_gemm_sms=68)._codec_busy()            # "busy", and nothing launched yet
     with pytest.raises(ValueError, match="talker_gemm_sms_steps"):
         make_engine(talker_gemm_sms="rest", talker_gemm_sms_steps="sometimes")
     with pytest.raises(ValueError, match="talker_gemm_sms"):

@@ -8,7 +8,9 @@ For each of the 0.6B's (and the code predictor's) and the 1.7B talker's layer GE
 target: a CUDA graph of REPS such GEMMs (weights rotated through copies larger than L2 together) captured under
 that target, timed alone and while a load of large bf16 matmuls runs on a green context of --load-sms SMs (what
 the codec's partition holds), and the kernel cuBLAS picked (its name carries the tile and split-K). Prints one row
-per (GEMM, rows, target): us per GEMM alone / beside the load.
+per (GEMM, rows, target): us per GEMM alone / beside the load. Run it with the targets in both orders: cuBLAS keeps
+a heuristics cache, and a kernel that stays the same whatever the order says the target is ignored; one that
+follows the first target asked says the cache does not tell targets apart.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ GEMMS = [("0.6B q|k|v", 1024, 4096), ("0.6B o_proj", 2048, 1024), ("0.6B gate|up
          ("0.6B down", 3072, 1024), ("1.7B q|k|v", 2048, 4096), ("1.7B o_proj", 2048, 2048),
          ("1.7B gate|up", 2048, 12288), ("1.7B down", 6144, 2048)]
 REPS = 48
-COPIES = 8          # weight copies cycled through: > 50 MB of L2 for every shape here
+L2_BYTES = 50 << 20     # H200: 50 MB; the weight copies a graph cycles through take at least twice that
 REPLAYS = 10
 
 
@@ -36,10 +38,9 @@ def kernel_name(x, w) -> str:
     return " + ".join(n[:48] for n in names) or "?"
 
 
-def capture(x, weights, target, device):
+def capture(x, weights, target, device, side):
     outs = []
     with gemm_sm_target(target, device):
-        side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for w in weights:
@@ -49,7 +50,7 @@ def capture(x, weights, target, device):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for i in range(REPS):
-                outs.append(torch.nn.functional.linear(x, weights[i % COPIES]))
+                outs.append(torch.nn.functional.linear(x, weights[i % len(weights)]))
     return graph, name, outs
 
 
@@ -88,15 +89,17 @@ def main() -> None:
                 torch.mm(a, a)
 
     targets = [None if t == "none" else int(t) for t in args.targets.split(",")]
+    side = torch.cuda.Stream()          # every capture's warm-up on one stream: one cuBLAS workspace
     print(f"{torch.cuda.get_device_name()}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs; "
           f"load on {args.load_sms} SMs; us per GEMM (bf16), graph of {REPS}")
     print(f"{'GEMM':14} {'rows':>4} {'target':>6} {'alone':>8} {'beside':>8}  kernel")
     for name, k, n in GEMMS:
-        weights = [torch.randn(n, k, device=device, dtype=torch.bfloat16) / k ** 0.5 for _ in range(COPIES)]
+        copies = max(2, -(-2 * L2_BYTES // (n * k * 2)))
+        weights = [torch.randn(n, k, device=device, dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies)]
         for rows in (int(r) for r in args.rows.split(",")):
             x = torch.randn(rows, k, device=device, dtype=torch.bfloat16)
             for target in targets:
-                graph, kernel, _outs = capture(x, weights, target, device)
+                graph, kernel, _outs = capture(x, weights, target, device, side)
                 alone = time_graph(graph)
                 beside = time_graph(graph, load)
                 torch.cuda.synchronize()

@@ -108,9 +108,9 @@ def test_gpu_graph_copies_engine_equals_cpu_reference(monkeypatch):
     monkeypatch.setattr(graph_runner, "GRAPH_COPIES", True)
     flips, seen, run = [], [], graph_runner.DecodeRunner.run
 
-    def spied_run(self, *args):
+    def spied_run(self, *args, **kwargs):
         flips.append(self._flip)                        # the staging buffer (and graph) this step replays
-        out = run(self, *args)
+        out = run(self, *args, **kwargs)
         seen.append(out.host_flags is not None and out.host_flags.is_pinned())
         return out
     monkeypatch.setattr(graph_runner.DecodeRunner, "run", spied_run)
@@ -397,20 +397,27 @@ def test_gpu_engine_with_and_without_programmatic_dependent_launch_equals_cpu_re
 
 
 def test_gpu_busy_gemm_sm_target_graphs_equal_cpu_reference():
-    """Twelve requests (bucket 16) with talker_gemm_sms=64 on every step: the replayed graphs are the busy variant,
-    captured with cuBLAS planned for 64 SMs (another tiling / split-K, the same products), and the codes and audio
-    still equal the CPU loop's."""
+    """Twelve requests (bucket 16) with talker_gemm_sms=64 on every step: busy-variant graphs are captured (cuBLAS
+    planned for 64 SMs: another tiling / split-K, the same products) and replayed for every step of bucket >= 16,
+    and the codes and audio still equal the CPU loop's."""
+    from voxflow.engine.graph_runner import BUSY_MIN_BUCKET, BusyVariant
     texts = TEXTS * 3
-    seen = []
+    replayed = []
 
     def spy(core):
         run = core.runner.run
 
-        def recording_run(*a, busy=False, **k):
-            seen.append(busy)
-            return run(*a, busy=busy, **k)
+        def recording_run(slots, *a, busy=False, **k):
+            out = run(slots, *a, busy=busy, **k)
+            replayed.append((core.runner.bucket_for(len(slots)), busy, core.runner.last_busy))
+            return out
         core.runner.run = recording_run
+        spy.core = core
     got = engine_codes("float32", texts=texts, max_num_seqs=16, talker_gemm_sms=64, talker_gemm_sms_steps="all",
                        on_core=spy)
-    assert seen and all(seen)
+    assert spy.core.runner.busy_gemm_sms == 64
+    assert any(isinstance(k[-1], BusyVariant) and k[-1].sms == 64 for k in spy.core.runner._graphs)
+    assert replayed and all(busy for _, busy, _ in replayed)
+    assert all(last == (bucket >= BUSY_MIN_BUCKET) for bucket, _, last in replayed)
+    assert any(last for _, _, last in replayed)
     assert_equals_reference(got, texts)

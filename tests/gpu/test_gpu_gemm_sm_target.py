@@ -9,9 +9,12 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def test_gpu_sm_target_is_set_inside_and_restored_after():
+    handle = torch.cuda.current_blas_handle()
     lib = gst._cublas_library()
     assert lib is not None, "libcublas with cublasSetSmCountTarget not found in /proc/self/maps"
-    handle = torch.cuda.current_blas_handle()
+    with torch.cuda.stream(torch.cuda.Stream()):
+        # the design's premise: one cuBLAS handle per thread, whatever stream a capture's warm-up runs on
+        assert torch.cuda.current_blas_handle() == handle
     before = gst._handle_target(lib, handle), torch._C._get_sm_carveout_experimental()
     total = torch.cuda.get_device_properties(0).multi_processor_count
     with gst.gemm_sm_target(40, torch.device("cuda")):
@@ -41,3 +44,23 @@ def test_gpu_graph_captured_under_a_target_equals_the_plain_product(dtype):
     # another split of K sums in another order: fp32 within ~1e-5 relative, bf16 within its rounding of the output
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(out["y"], plain, **tol)
+
+
+def _kernels(fn) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_gpu_a_small_target_changes_the_kernel_cublas_picks():
+    """A 64-row gate|up (1024 -> 6144, bf16) planned for 16 SMs must not run the kernel planned for all of them
+    (a tile / split-K for 96+ programs): else cuBLAS ignores the target here and talker_gemm_sms can change
+    nothing. The names are printed for the record."""
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(6144, 1024, device="cuda", dtype=torch.bfloat16)
+    plain = _kernels(lambda: torch.nn.functional.linear(x, w))
+    with gst.gemm_sm_target(16, torch.device("cuda")):
+        planned = _kernels(lambda: torch.nn.functional.linear(x, w))
+    print("plain:", plain, "| 16 SMs:", planned)
+    assert plain and planned and plain != planned

@@ -572,21 +572,20 @@ class EngineCore:
 
     def _launch_decode(self, seqs: list[Sequence]) -> InflightDecode:
         bm = self.block_manager
-        busy = self._beside_codec()
+        busy = self.runner.busy_gemm_sms is not None and self._codec_busy()
         out = self.runner.run([s.slot for s in seqs], [s.block_table for s in seqs], [s.num_computed for s in seqs],
                               [bm.slot_mapping(s, s.num_computed - 1, s.num_computed)[0] for s in seqs], busy=busy)
         inflight = self.flags.launch([self.live[s.request_id] for s in seqs], out)
-        inflight.beside_codec = busy
+        inflight.beside_codec = self.runner.last_busy
         return inflight
 
-    def _beside_codec(self) -> bool:
-        """Whether the step about to launch replays the talker_gemm_sms variant: with "busy", when codec calls
-        launched in earlier steps are still uncollected (a step's own codec launch comes after its decode is
-        queued, so a burst's first step runs the plain graph)."""
-        cfg = self.config
-        if cfg.talker_gemm_sms is None:
-            return False
-        return cfg.talker_gemm_sms_steps == "all" or self.codec_exec.calls_in_flight > 0
+    def _codec_busy(self) -> bool:
+        """Whether the step about to launch should replay the talker_gemm_sms graph: with "busy", when a codec call
+        launched in an earlier step is still running. What this step's own codec launches add (they come after its
+        decode is queued: chunks held back by the frame budget, first chunks that waited for a codec state, final
+        chunks of requests that ended on EOS) runs beside it unforeseen; the chunks its frames complete run beside
+        the next step, which sees them."""
+        return self.config.talker_gemm_sms_steps == "all" or self.codec_exec.running()
 
     def _awaits_first_chunk(self, inflight: InflightDecode) -> bool:
         return any(live.chunks_out == 0 and live.request.streaming.stream and not live.talker_done

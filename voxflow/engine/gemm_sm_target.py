@@ -8,8 +8,7 @@ SMs (session 23). cuBLAS can be told how many SMs to plan for - the cuBLAS API p
 (`cublasSetSmCountTarget`), cuBLASLt per matmul (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, which PyTorch sets from
 `torch._C._set_sm_carveout_experimental`) - and a graph keeps the kernels chosen at its capture. So a step graph
 captured under a target of 68 runs one wave of larger tiles beside the codec; the engine replays it for steps
-that run while codec calls are in flight (EngineConfig.talker_gemm_sms), and the codec's own graphs can plan for
-its 64 SMs (codec_gemm_sms). Off until measured on the device.
+that run while the codec is busy (EngineConfig.talker_gemm_sms). Off until measured on the device.
 
 Both knobs are set (this thread's cuBLAS handle, PyTorch's carveout) and put back on exit. Triton kernels are not
 affected: their grids are the callers'. On a CPU the context does nothing.
@@ -18,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import logging
+import os
 
 import torch
+
+from .sm_partition import GRANULARITY
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +32,37 @@ def check_target(num_sms: int, total: int) -> None:
         raise ValueError(f"a GEMM SM target is a count of 1..{total} SMs, not {num_sms!r}")
 
 
-@functools.cache
+_library: ctypes.CDLL | None = None
+
+
 def _cublas_library() -> ctypes.CDLL | None:
-    """The libcublas this process has loaded (the one PyTorch's handles belong to), found in /proc/self/maps;
-    None where there is none or no such file (then only cuBLASLt's per-matmul target is set)."""
+    """The libcublas this process has loaded (the one PyTorch's handles belong to: call after making a handle), found
+    in /proc/self/maps; where several are loaded, the one beside torch's own nvidia libraries, or that matches its
+    CUDA major version. None where there is none (then only cuBLASLt's per-matmul target is set); not remembered,
+    so a later call, once PyTorch has loaded it, finds it."""
+    global _library
+    if _library is not None:
+        return _library
     try:
         with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcublas.so" in line and "libcublasLt" not in line}
+            paths = sorted({line.split()[-1] for line in maps
+                            if "libcublas.so" in line and "libcublasLt" not in line})
     except OSError:
-        return None
-    for path in sorted(paths):
+        paths = []
+    major = (torch.version.cuda or "").split(".")[0]
+    torch_dir = os.path.dirname(os.path.dirname(torch.__file__))          # site-packages: nvidia/cublas/lib there
+    ranked = sorted(paths, key=lambda p: (not p.startswith(torch_dir), not p.endswith(f".so.{major}")))
+    if len(ranked) > 1:
+        log.warning("several libcublas loaded (%s): GEMM SM targets through %s", ", ".join(ranked), ranked[0])
+    for path in ranked:
         try:
             lib = ctypes.CDLL(path)
             lib.cublasSetSmCountTarget.argtypes = [ctypes.c_void_p, ctypes.c_int]
             lib.cublasGetSmCountTarget.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-            return lib
         except (OSError, AttributeError):
             continue
+        _library = lib
+        return lib
     log.warning("no libcublas with cublasSetSmCountTarget in this process: GEMM SM targets reach cuBLASLt only")
     return None
 
@@ -75,21 +90,20 @@ def gemm_sm_target(num_sms: int | None, device: torch.device):
         return
     total = torch.cuda.get_device_properties(device).multi_processor_count
     check_target(num_sms, total)
-    saved_carveout = torch._C._get_sm_carveout_experimental()
-    lib = _cublas_library()
     with torch.cuda.device(device):
-        handle = torch.cuda.current_blas_handle()
+        handle = torch.cuda.current_blas_handle()          # (first: it loads libcublas if nothing has yet)
+    lib = _cublas_library()
     saved_handle = _handle_target(lib, handle) if lib is not None else None
+    saved_carveout = torch._C._get_sm_carveout_experimental()
     torch._C._set_sm_carveout_experimental(total - num_sms)
-    if lib is not None:
-        _set_handle_target(lib, handle, num_sms)
     try:
+        if lib is not None:
+            _set_handle_target(lib, handle, num_sms)
         yield
     finally:
         torch._C._set_sm_carveout_experimental(saved_carveout)
         if lib is not None:
             _set_handle_target(lib, handle, saved_handle)
-
 
 STEP_CHOICES = ("busy", "all")
 
@@ -110,6 +124,7 @@ def busy_gemm_sms(setting: int | str | None, device: torch.device, codec_sms: in
         if codec_sms is None:
             raise ValueError('talker_gemm_sms="rest" needs the codec on an SM partition (codec_sms), and the codec '
                              "runs on the whole GPU here")
-        setting = total - codec_sms
+        # what the driver gives: a partition rounded up to whole steps (60 asked run on 64)
+        setting = total - -(-codec_sms // GRANULARITY) * GRANULARITY
     check_target(setting, total)
     return setting

@@ -134,6 +134,7 @@ class DecodeRunner:
         self.stats = RunnerStats()
         # SMs the busy variant's cuBLAS GEMMs plan for (None: no busy variant); see BUSY_MIN_BUCKET
         self.busy_gemm_sms = busy_gemm_sms
+        self.last_busy = False          # the last step replayed a busy-variant graph
         B, W = self.buckets[-1], self.max_width
         pin = self.device.type == "cuda"
         # Host staging (two sets, used alternately) and the static device inputs every graph reads: each set one
@@ -191,11 +192,13 @@ class DecodeRunner:
             graph, out = self._graphs[key]
             graph.replay()
             self.stats.replays += 1
+            self.last_busy = isinstance(key[-1], BusyVariant)
             if self.graph_copies:
                 host_flags = self._host_flags[flip][:n]
         else:
             out = self._decode(bucket, width)
             self.stats.eager_steps += 1
+            self.last_busy = False
         # The other staging (and flags) buffer next, only now that this step is queued: a step that failed before
         # its replay leaves the step before it unread, whose buffers the next step must not reuse.
         self._flip ^= 1
