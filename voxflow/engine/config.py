@@ -69,8 +69,9 @@ class EngineConfig:
                                                # captured with that SM target: gemm_sm_target.py), so they run in
                                                # one wave on the SMs the codec leaves; "rest": the GPU's SMs less
                                                # the codec's partition; None: off (not yet measured)
-    talker_gemm_sms_steps: str = "busy"        # which steps replay that variant: "busy", those launched while codec
-                                               # calls are in flight; "all", every step (an A/B of the plan alone)
+    talker_gemm_sms_steps: str = "busy"        # which steps replay that variant: "busy", those launched while a
+                                               # codec call is still running; "all", every step (an A/B of the plan
+                                               # alone)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; H200 session 8: no gain)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)
