@@ -32,6 +32,7 @@ from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_block
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
+from .errors import QueueFullError  # noqa: F401 (re-exported: engine.QueueFullError is where callers import it)
 from .gemm_sm_target import STEP_CHOICES, busy_gemm_sms
 from .gpu_memory import (limit_allocator, memory_stats, outside_allocator_bytes, room_within, shrink_stack_to,
                          stack_limit_bytes)
@@ -57,10 +58,6 @@ log = logging.getLogger("voxflow.engine")
 TTFP_PARTS = ("prepare", "queue_and_prefill", "first_frame", "first_chunk")
 CODEC_NAN_ERROR = ("the codec decoder produced NaN audio (a half-precision overflow?); the server can run it in "
                    "fp32: --codec-dtype float32")
-
-
-class QueueFullError(RuntimeError):
-    """The engine's queue is full: retry later (HTTP 429/503)."""
 
 
 def refusal_kind(error: Exception) -> str:

@@ -56,7 +56,7 @@ import numpy as np
 
 from ..audio.io import pcm_bytes
 from .config import EngineConfig
-from .engine import QueueFullError  # the class the clients catch as back-pressure
+from .errors import QueueFullError  # the class the clients catch as back-pressure
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
 
 log = logging.getLogger(__name__)

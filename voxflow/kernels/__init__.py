@@ -19,15 +19,15 @@ _enabled = os.environ.get("VOXFLOW_KERNELS", "1") not in ("0", "false", "off")
 _pdl = os.environ.get("VOXFLOW_PDL", "1") not in ("0", "false", "off")
 
 
+@functools.lru_cache(maxsize=None)
 def _triton_available() -> bool:
+    """Imported on the first question, not with this package: a process that never runs a kernel (the CPU voice's
+    engine, the API process) never loads Triton (whose bindings print leak reports at interpreter exit)."""
     try:
         import triton  # noqa: F401
     except Exception:
         return False
     return True
-
-
-TRITON_AVAILABLE = _triton_available()
 
 
 def set_kernels_enabled(on: bool) -> None:
@@ -36,7 +36,7 @@ def set_kernels_enabled(on: bool) -> None:
 
 
 def kernels_enabled() -> bool:
-    return _enabled and TRITON_AVAILABLE
+    return _enabled and _triton_available()
 
 
 def use_kernels(t: torch.Tensor) -> bool:
