@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 34 (no device lent that session); carry [".whl", ".device_tree"]. Rename to
-# h200_sessionNN_runK.sh when run. ~420 s.
+# h200_sessionNN_runK.sh when run.
 # The talker's cuBLAS GEMMs planned for the SMs the codec leaves (EngineConfig.talker_gemm_sms, off until this has
 # run; voxflow/engine/gemm_sm_target.py). Why: the 0.6B's c=64 step is 5.7 ms alone and ~7.4 ms beside the codec on
 # its 64 SMs; cuBLAS plans its 64-row GEMMs for all 132 SMs, so beside the codec the wide ones run in two waves.
@@ -9,9 +9,10 @@
 # 2. probe_gemm_sm_target.py: each layer GEMM (0.6B / code predictor, 1.7B talker) at 16 / 32 / 64 rows, planned
 #    for 132 (none) / 68 / 64 SMs, alone and beside a load on a 64-SM green context, with the kernel cuBLAS picked.
 #    If no target changes the kernel, cuBLAS ignores it here and the A/B below will show nothing: say so.
-# 3. 0.6B c=64 (the open target): defaults / talker_gemm_sms=rest (busy steps) / rest on all steps / defaults
+# 3. 0.6B c=64 (the open target): defaults / talker_gemm_sms=rest (busy steps) / rest on all steps / rest with
+#    h200_next_run.sh's wave-end pair (codec_tail_chunk=5, codec_call_rows=16: the whole prepared stack) / defaults
 #    again, one machine, step traces (summaries: "(busy graph)" groups) and footprints (twice the graphs from
-#    bucket 16: mind the 8 GB).
+#    bucket 16: mind the 8 GB). ~480 s in all.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
@@ -32,6 +33,9 @@ bench_small_traced defaults
 bench_small_traced gemm_rest --engine-arg talker_gemm_sms=rest
 pack_results
 bench_small_traced gemm_rest_all --engine-arg talker_gemm_sms=rest --engine-arg talker_gemm_sms_steps=all
+pack_results
+bench_small_traced gemm_rest_tail5_rows16 --engine-arg talker_gemm_sms=rest --engine-arg codec_tail_chunk=5 \
+  --engine-arg codec_call_rows=16
 bench_small_traced defaults_again
 summarize_steps "steps_0p6b_*.jsonl" 16
 pack_results
