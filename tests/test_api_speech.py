@@ -300,6 +300,28 @@ def test_bad_input_matrix(http):
     assert_error(http.post("/v1/audio/speech", json=speech(input="x" * 70_000)), 413)
     # chunked upload without Content-Length: cut while reading
     assert_error(http.post("/v1/audio/speech", content=iter([b"{" + b" " * 40_000] * 2)), 413)
+    # what each message says, and the field it names as a client spells it
+    r = http.post("/v1/audio/speech", json=speech(max_new_tokens=1))       # 1 token = 0 frames: no audio
+    assert_error(r, 400, "max_new_tokens")
+    assert "max_new_tokens must be >= 2" in r.json()["error"]["message"]
+    r = http.post("/v1/audio/speech", json=speech(voice=5))                 # not "voice.str" (a union member)
+    assert_error(r, 400, "voice")
+    assert "voice.str" not in r.json()["error"]["message"]
+    r = http.post("/v1/audio/speech", json=speech(greedy=False, temperature=0))     # the engine's own check
+    assert_error(r, 400, "temperature")
+    assert "greedy" in r.json()["error"]["message"] and "do_sample" not in r.json()["error"]["message"]
+    for headers in ({}, {"Content-Type": "application/x-www-form-urlencoded"}):      # curl -d sends the latter
+        r = http.post("/v1/audio/speech", content=json.dumps(speech()).encode(), headers=headers)
+        assert_error(r, 400)
+        assert "Content-Type: application/json" in r.json()["error"]["message"]
+    r = http.post("/v1/audio/speech", content=b"[1, 2]", headers=json_type)
+    assert "must be a JSON object" in r.json()["error"]["message"]
+    # null means the default (SDKs send null for fields left unset): speed 1.0, response_format mp3, ...
+    nulls = speech(speed=None, response_format=None, temperature=None, top_k=None, top_p=None,
+                   repetition_penalty=None, seed=None, initial_codec_chunk_frames=None)
+    r = http.post("/v1/audio/speech", json=nulls)
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg", r.text
+    assert r.content == http.post("/v1/audio/speech", json=speech()).content
     # the language of a request is case-insensitive, Auto included
     for lang in ("English", "auto", "Auto"):
         assert http.post("/v1/audio/speech", json=speech(language=lang, response_format="pcm")).status_code == 200
@@ -374,6 +396,35 @@ def test_client_disconnect_aborts_the_engine_request(server, http):
         server.core.block_manager.num_blocks
 
 
+def post_and_leave(port: int, body: dict, started) -> None:
+    """POST `body` on a raw connection and close it, unanswered, once `started()` is true."""
+    data = json.dumps(body).encode()
+    head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=HANG) as s:
+        s.sendall(head + data)
+        deadline = time.monotonic() + HANG
+        while not started():
+            assert time.monotonic() < deadline, "the request did not start"
+            time.sleep(0.02)
+
+
+def test_client_disconnect_aborts_a_whole_file_request(server, http):
+    """A whole-file request sends nothing until its audio is complete (the engine's only chunk comes at the end):
+    a client leaving while it generates still aborts it in the engine and counts as 499, like a stream."""
+    before = metrics(http)
+    post_and_leave(server.port, speech(response_format="pcm", **LONG),    # left while decoding in the engine
+                   lambda: metrics(http)[("voxflow_num_requests_running", ())] >= 1)
+    after = wait_idle(http)         # unfixed: the request runs to its end (or past HANG) and answers 200
+    assert after[("voxflow_engine_aborted", ())] == before[("voxflow_engine_aborted", ())] + 1
+    for status, grew in (("499", 1), ("200", 0)):
+        key = ("voxflow_requests_total", (("status", status),))
+        assert after.get(key, 0) - before.get(key, 0) == grew, status
+    key = ("voxflow_requests_finished_total", (("reason", "client_disconnect"),))
+    assert after[key] - before.get(key, 0) == 1
+    assert server.core.block_manager.num_free_blocks == server.core.block_manager.num_blocks
+
+
 def test_metrics_after_requests(http):
     before = metrics(http)
     http.post("/v1/audio/speech", json=speech(response_format="pcm"))
@@ -403,6 +454,7 @@ class ScriptedEngine(EngineClient):
         super().__init__()
         self.info = {**self.INFO, **info}
         self.submitted = []
+        self.aborted = []
 
     async def start(self):
         self._started = True
@@ -423,7 +475,7 @@ class ScriptedEngine(EngineClient):
         asyncio.get_running_loop().call_soon(self._route_outputs, outs)
 
     def _send_abort(self, request_id):
-        pass
+        self.aborted.append(request_id)
 
     async def _engine_call(self, method, args):
         assert method == "stats"
@@ -468,6 +520,7 @@ class HeldEngine(ScriptedEngine):
     """Emits a request's first chunk at once and the rest only when `release()` is called (from any thread)."""
 
     def _submit(self, request):
+        self.submitted.append(request)
         rid = request.request_id
         pcm = np.full(1920, 0.1, "<f4").tobytes()
         loop = asyncio.get_running_loop()
@@ -493,6 +546,34 @@ def test_first_chunk_reaches_the_client_before_the_second_exists():
                 engine.release()
                 got += b"".join(pieces)
             assert r.status_code == 200 and len(got) == first_bytes + 1920 * 2
+
+
+class SilentEngine(ScriptedEngine):
+    """Takes requests and emits nothing: a whole-file request whose audio is not done yet."""
+
+    def _submit(self, request):
+        self.submitted.append(request)
+
+
+@pytest.mark.parametrize("engine_cls", [SilentEngine, HeldEngine], ids=["before_first_output", "after_it"])
+def test_whole_file_client_disconnect_aborts_while_waiting_for_the_engine(engine_cls):
+    """A whole-file request whose client leaves is aborted in the engine and counted as 499, nothing left in
+    flight, whether the engine had produced nothing yet (SpeechJob.start waiting) or part of the audio."""
+    engine = engine_cls()
+    body = {"model": "scripted", "voice": "vivian", "input": "hi", "response_format": "pcm"}
+    with ServerThread(create_app(engine, ServerSettings(model_name="scripted"))) as srv, \
+            httpx.Client(base_url=srv.url, timeout=HANG) as c:
+        post_and_leave(srv.port, body, lambda: engine.submitted)
+        deadline = time.monotonic() + HANG
+        while not (engine.aborted and metrics(c)[("voxflow_api_requests_in_flight", ())] == 0):
+            assert time.monotonic() < deadline, "the request was not aborted"
+            time.sleep(0.02)
+        assert engine.aborted == [engine.submitted[0].request_id]
+        m = metrics(c)
+        assert m[("voxflow_requests_total", (("status", "499"),))] == 1
+        assert m.get(("voxflow_requests_total", (("status", "200"),)), 0) == 0
+        assert m[("voxflow_requests_finished_total", (("reason", "client_disconnect"),))] == 1
+        assert c.get("/health").json()["in_flight"] == 0          # the client holds no engine stream
 
 
 def test_first_speech_request_pays_no_one_time_costs(monkeypatch):
@@ -547,6 +628,11 @@ def test_voice_clone_inputs_reach_the_engine():
         assert_error(c.post("/v1/audio/speech", json={**body, "voice": "stranger"}), 404, "voice")
         assert_error(c.post("/v1/audio/speech", json={**body, "ref_audio": "ftp://x/y.wav", "ref_text": "a"}), 400,
                      "ref_audio")
+        junk = "data:audio/wav;base64," + base64.b64encode(b"RIFF\x00\x00\x00\x00WAVEjunk" * 50).decode()
+        r = c.post("/v1/audio/speech", json={**body, "ref_audio": junk, "ref_text": "a"})
+        assert_error(r, 400, "ref_audio")
+        msg = r.json()["error"]["message"]
+        assert msg.startswith("could not decode the reference audio") and " at 0x" not in msg and "<" not in msg
         assert_error(c.post("/v1/audio/speech", json={**body, "speaker_embedding": [0.5] * 4}), 400,
                      "speaker_embedding")
         assert_error(c.post("/v1/audio/speech", json={**body, "ref_audio": uri, "ref_text": "a",

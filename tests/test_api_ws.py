@@ -315,6 +315,27 @@ def test_wav_files_multi_utterance_and_session_close():
     assert all(not r.streaming.stream for r in engine.requests)
 
 
+def test_session_close_speaks_the_buffered_text():
+    """session.close without input.done: the text still buffered (no sentence terminator yet) is spoken and its
+    utterance ends with session.done, as if input.done had come first, before the socket closes."""
+    engine = FakeEngine()
+
+    async def scenario(c):
+        await c.send(type="session.config", voice="vivian", response_format="pcm")
+        await c.send(type="input.text", text="Hi. Hello there")
+        await c.send(type="session.close")
+        got = await c.until("session.done")
+        with pytest.raises(Exception):                                  # then the server closes the socket
+            await c.recv()
+        return got
+
+    with serving(make_app(engine)) as url:
+        got = run_client(url, scenario)
+    sentences = check_framing(got, expect_sentences=2, streamed=False)
+    assert [s["start"]["sentence_text"] for s in sentences] == ["Hi.", "Hello there"]
+    assert engine.finished == ["Hi.", "Hello there"]
+
+
 def test_protocol_errors_do_not_end_the_session():
     engine = FakeEngine()
     settings = ServerSettings(ws_max_text_chars=60)
@@ -328,6 +349,10 @@ def test_protocol_errors_do_not_end_the_session():
         await c.send(type="session.config", response_format="mp3")
         errors.append(await c.recv_json())
         await c.send(type="session.config", voice="nobody")
+        errors.append(await c.recv_json())
+        await c.send(type="session.config", voice=5, speed=None, max_new_tokens=1)
+        errors.append(await c.recv_json())
+        await c.send(type="session.config", voice="vivian", max_new_tokens=1)
         errors.append(await c.recv_json())
         await c.send(type="session.config", response_format="wav", stream_audio=True)
         errors.append(await c.recv_json())
@@ -352,6 +377,9 @@ def test_protocol_errors_do_not_end_the_session():
     assert all(e["type"] == "error" and e["message"] for e in errors), errors
     assert "JSON" in errors[0]["message"] and "session.config" in errors[1]["message"]
     assert "mp3" in errors[2]["message"] and "nobody" in errors[3]["message"]
+    assert errors[4]["param"] == "voice" and "voice.str" not in errors[4]["message"]   # a union's member: no param
+    assert errors[5]["param"] == "max_new_tokens" and ">= 2" in errors[5]["message"]
+    del errors[4:6]
     assert "stream_audio" in errors[4]["message"] and "bogus" in errors[5]["message"]
     assert "binary" in errors[6]["message"] and errors[9]["code"] == "text_limit"
     kinds = [m["type"] if isinstance(m, dict) else "bytes" for m in rest]

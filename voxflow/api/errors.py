@@ -1,9 +1,12 @@
 """Errors in the OpenAI shape: {"error": {"message", "type", "param", "code"}}.
 
 Route code raises `APIError`; the handlers registered by `install_error_handlers` turn it (and FastAPI's own
-validation errors, malformed JSON, unknown routes) into that envelope, so a bad input is never a 500.
+validation errors, malformed JSON, unknown routes) into that envelope, so a bad input is never a 500. A
+validation error names the field as the client spells it (`validation_error`); a body that is not JSON says so.
 """
 from __future__ import annotations
+
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,6 +38,63 @@ def bad_request(message: str, param: str | None = None, code: str = "invalid_val
     return APIError(400, message, param=param, code=code)
 
 
+# pydantic names the member of a union it tried at the union's place in `loc` (e.g. ("voice", "str")): a type,
+# not a field. Field names here are lowercase identifiers; these are builtin types, model classes, generics.
+_UNION_TAG = re.compile(r"(?:str|int|float|bool|bytes|dict|list|tuple|set|none|[A-Z]\w*|[\w-]+\[.*\])")
+_SHOULD = "Input should be "
+
+
+def validation_error(errors: list[dict], strip: tuple[str, ...] = ()) -> APIError:
+    """pydantic errors as one 400 naming the field of the first one, as a client spells it: union members'
+    tags are dropped from `param` ("voice", not "voice.str") and their messages merged; a ValueError raised by
+    a validator is given as its own text (without pydantic's "Value error, " prefix)."""
+    first = errors[0] if errors else {}
+    loc = list(first.get("loc", ()))
+    while loc and loc[0] in strip:                        # where FastAPI found it (body, query, path)
+        loc = loc[1:]
+    group = [first]
+    for i, part in enumerate(loc):
+        if isinstance(part, str) and i > 0 and _UNION_TAG.fullmatch(part):
+            loc = loc[:i]
+            group = [e for e in errors if _under(e.get("loc", ()), loc, strip)]
+            break
+    param = ".".join(str(p) for p in loc) or None
+    msgs = list(dict.fromkeys(_message(e) for e in group))
+    if len(msgs) > 1 and all(m.startswith(_SHOULD) for m in msgs):
+        msg = _SHOULD + " or ".join(m[len(_SHOULD):].split(", ")[0] for m in msgs)    # the kinds, no details
+    else:
+        msg = "; or ".join(msgs)
+    named = param is None or msg.startswith(param + " ")        # a validator's own text may name it already
+    return APIError(400, msg if named else f"{param}: {msg}", param=param, code=first.get("type", "invalid_value"))
+
+
+def _under(loc, prefix: list, strip: tuple[str, ...]) -> bool:
+    loc = list(loc)
+    while loc and loc[0] in strip:
+        loc = loc[1:]
+    return loc[:len(prefix)] == prefix
+
+
+def _message(error: dict) -> str:
+    ctx = error.get("ctx") or {}
+    if error.get("type") == "value_error" and ctx.get("error") is not None:
+        return str(ctx["error"])
+    return error.get("msg", "invalid value")
+
+
+def _body_error(error: dict, content_type: str | None) -> APIError:
+    """The body as a whole is missing or not an object. FastAPI reads a body as JSON only when it is declared
+    so: a request without `Content-Type: application/json` (curl -d sends a form type) gets here, not to JSON."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        got = f"Content-Type {content_type!r}" if content_type else "no Content-Type header"
+        return APIError(400, f"the request body must be JSON, sent with the header 'Content-Type: "
+                             f"application/json' (got {got})", code="invalid_content_type")
+    if error.get("type") == "missing":
+        return APIError(400, "the request body is empty; send a JSON object", code="missing_body")
+    return APIError(400, "the request body must be a JSON object ({...})", code="invalid_body")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
@@ -44,13 +104,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError):
         errors = exc.errors()
         first = errors[0] if errors else {}
-        loc = [str(p) for p in first.get("loc", []) if p not in ("body", "query", "path")]
-        param = ".".join(loc) or None
         if first.get("type") == "json_invalid":
             return APIError(400, "request body is not valid JSON", code="invalid_json").response()
-        msg = first.get("msg", "invalid request")
-        return APIError(400, f"{param}: {msg}" if param else msg, param=param,
-                        code=first.get("type", "invalid_value")).response()
+        if tuple(first.get("loc", ())) == ("body",):        # no body, or not one FastAPI could read as an object
+            return _body_error(first, request.headers.get("content-type")).response()
+        return validation_error(errors, strip=("body", "query", "path")).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

@@ -120,9 +120,26 @@ def _decode_sync(data: bytes, settings, target_sr: int, param: str) -> np.ndarra
     try:
         samples, sr = read_audio(data)
     except AudioReadError as e:
-        raise bad_request(f"could not decode reference audio: {e}", param, code="invalid_audio") from None
+        raise bad_request(_decode_failure(e, len(data)), param, code="invalid_audio") from None
     _check_duration(samples.shape[0] / sr, settings, param)
     return np.ascontiguousarray(resample(samples, sr, target_sr), dtype=np.float32)
+
+
+_OPENING_REPR = re.compile(r"Error opening\s*<[^<>]*\bat 0x[0-9a-fA-F]+>:\s*")    # libsndfile's, naming our BytesIO
+_OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
+
+
+def _decode_failure(e: AudioReadError, size: int) -> str:
+    """The decoders' complaint, for a client: without object reprs ("<_io.BytesIO object at 0x...>", an address
+    in this process), errno numbers or PyAV's "'<none>'" file name, with the formats that were tried."""
+    text = _OBJECT_REPR.sub("", _OPENING_REPR.sub("", str(e)))
+    text = _ERRNO.sub("", text).replace(": '<none>'", "")
+    head, sep, detail = text.partition(" (")
+    if head.startswith("cannot decode audio") and sep:         # voxflow.audio.io: both decoders failed
+        return (f"could not decode the reference audio ({size} bytes): not a format libsndfile (WAV, FLAC, OGG, "
+                f"MP3) or FFmpeg (M4A, AAC, WebM, ...) can read ({detail}")
+    return f"could not use the reference audio: {text}"
 
 
 # ---- inline data -------------------------------------------------------------------------------------------

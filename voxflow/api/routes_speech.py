@@ -13,7 +13,9 @@ voice), admission (429 beyond settings.max_concurrent_requests, 503 when the eng
 is full, both with Retry-After), and the engine's own validation (the first engine output is awaited before
 answering: a ValueError there comes back as a FinalRecord(ERROR) and becomes a 400 with its message). After the
 first byte, a failure can only be signalled in-band (SSE error event) or by cutting the connection (raw audio:
-the chunked body never completes). A client that goes away closes the engine iterator: the request is aborted.
+the chunked body never completes). A client that goes away closes the engine iterator: the request is aborted
+and counted as 499, whenever it leaves: while the first output is awaited (a whole file's only chunk comes at
+its end), while the rest of a whole file is collected, or while a stream is sent.
 A `Server-Timing` header says where the first audio's time went inside the server (SpeechJob.server_timing).
 """
 from __future__ import annotations
@@ -50,7 +52,10 @@ async def create_speech(body: SpeechRequestBody, request: Request):
         _reject(state, "unavailable")
         raise APIError(503, "the model is still loading; retry later", retry_after=RETRY_AFTER_UNAVAILABLE_S)
     plan = await plan_speech(state, body)
-    job = await SpeechJob.start(state, plan, arrived)
+    try:
+        job = await SpeechJob.start(state, plan, arrived, request.receive)
+    except ClientGone:                  # nobody reads the answer; the job has been closed as 499
+        return Response(status_code=499)
     if plan.mode == "file":
         return await job.whole_file(request)
     return job.stream_response()
@@ -93,9 +98,16 @@ def engine_error(state: AppState, final: FinalRecord) -> APIError:
     if kind == "overloaded":
         _reject(state, "queue_full")
         return APIError(503, f"server busy: {msg}; retry later", code="queue_full", retry_after=RETRY_AFTER_BUSY_S)
-    if kind == "invalid_request":
-        return APIError(400, msg, code="invalid_value")     # the engine's validation (a ValueError there)
+    if kind == "invalid_request":                       # the engine's validation (a ValueError there)
+        return APIError(400, msg, param=_field_named(msg), code="invalid_value")
     return APIError(500, f"synthesis failed: {msg}", code="internal_error")
+
+
+def _field_named(message: str) -> str | None:
+    """The request field an engine's validation message is about when it starts with its name (e.g. "temperature
+    must be > 0 ..."): the engine knows no HTTP fields, but its checks of sampling options use the same names."""
+    word = message.split(" ", 1)[0]
+    return word if word in SpeechRequestBody.model_fields else None
 
 
 # ---------------------------------------------------------------------------------------- one request
@@ -115,14 +127,18 @@ class SpeechJob:
         self.first_out_at: float | None = None      # its first output reached this process
 
     @classmethod
-    async def start(cls, state: AppState, plan: SpeechPlan, arrived: float) -> "SpeechJob":
+    async def start(cls, state: AppState, plan: SpeechPlan, arrived: float, receive=None) -> "SpeechJob":
+        """Admit, submit and await the first engine output. `receive` (the ASGI receive of the request, its body
+        read) is watched meanwhile: a whole-file request's first output is all its audio, so without the watch a
+        client that left would keep the engine generating for nobody. ClientGone when it left (job closed)."""
         try_admit(state)
         job = cls(state, plan, arrived)
         try:
             job.gen = state.engine.generate(plan.request).__aiter__()
             try:
                 job.submitted_at = time.monotonic()     # generate() submits on its first step
-                job.first = await job.gen.__anext__()
+                first = job.gen.__anext__()
+                job.first = await (until_disconnect(first, receive) if receive is not None else first)
                 job.first_out_at = time.monotonic()
             except EngineUnavailableError as e:
                 _reject(state, "unavailable")
@@ -132,7 +148,10 @@ class SpeechJob:
                 raise engine_error(state, job.first)
             job.encoder = plan.make_encoder()
         except BaseException as e:
-            await job.close(e.status if isinstance(e, APIError) else 500)
+            if isinstance(e, (ClientGone, asyncio.CancelledError)):    # client left / server stopping the handler
+                await job.close(499, "client_disconnect")
+            else:
+                await job.close(e.status if isinstance(e, APIError) else 500)
             raise
         return job
 
@@ -189,20 +208,12 @@ class SpeechJob:
 
     # ---- whole file ------------------------------------------------------------------------------------------
     async def whole_file(self, request: Request) -> Response:
-        collect = asyncio.ensure_future(self._collect())
-        gone = asyncio.ensure_future(wait_disconnect(request.receive))
         try:
             try:
-                await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if not collect.done():
-                    collect.cancel()
-                gone.cancel()
-                await asyncio.gather(collect, gone, return_exceptions=True)
-            if collect.cancelled():                         # the client left first
+                pcm = await until_disconnect(self._collect(), request.receive)
+            except ClientGone:                              # the client left first
                 await self.close(499, "client_disconnect")
                 return Response(status_code=499)
-            pcm = collect.result()
             if self.final.reason not in (FinishReason.EOS, FinishReason.LENGTH):   # e.g. the engine died
                 err = engine_error(self.state, self.final)
                 await self.close(err.status)
@@ -277,6 +288,10 @@ class StreamFailed(Exception):
     """The engine ended a request with an error after its response had started."""
 
 
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
 def sse_event(payload: dict) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
@@ -287,6 +302,23 @@ async def wait_disconnect(receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
+
+
+async def until_disconnect(awaitable, receive):
+    """The result of `awaitable`, unless the client disconnects first: then `awaitable` is cancelled (an engine
+    iterator's step: cancelling it aborts the engine request) and ClientGone is raised."""
+    work = asyncio.ensure_future(awaitable)
+    gone = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:                                                # also when this task is cancelled: leave nothing running
+        if not work.done():
+            work.cancel()
+        gone.cancel()
+        await asyncio.gather(work, gone, return_exceptions=True)
+    if work.cancelled():
+        raise ClientGone
+    return work.result()
 
 
 class EngineStreamResponse(Response):

@@ -5,7 +5,8 @@ Client -> server (JSON text frames):
                                            utterances (sticky; replaces the previous config)
     {"type": "input.text", "text": "..."}  any number of times, cut anywhere (mid-word, mid-sentence)
     {"type": "input.done"}                 ends the utterance: flushes the rest of the text
-    {"type": "session.close"}              finishes the audio of all flushed text, then closes
+    {"type": "session.close"}              ends an utterance still open as input.done would (its buffered text is
+                                           spoken, then its session.done), finishes all the audio, then closes
 
 Server -> client:
     {"type": "audio.start", "utterance_index": u, "sentence_index": i, "sentence_text": "...",
@@ -14,7 +15,7 @@ Server -> client:
                                            false: one frame per sentence, the whole file (wav with real sizes,
                                            or raw pcm)
     {"type": "audio.done", "utterance_index": u, "sentence_index": i, "total_bytes": N, "error": false}
-    {"type": "session.done", "utterance_index": u, "total_sentences": N}     after input.done's last sentence
+    {"type": "session.done", "utterance_index": u, "total_sentences": N}     after an utterance's last sentence
     {"type": "error", "message": "...", ...}                                  non-fatal unless the socket closes
 
 Pipelining (what the peer does not do). A sentence goes to the engine the moment the splitter completes it,
@@ -53,7 +54,7 @@ from pydantic import ValidationError
 from voxflow.engine.client import EngineUnavailableError
 from voxflow.engine.request import AudioChunk, FinishReason, SpeechRequest
 
-from .errors import APIError
+from .errors import APIError, validation_error
 from .routes_speech import release, try_admit
 from .schemas import SpeechRequestBody, plan_speech
 from .text_split import GRANULARITIES, SentenceSplitter
@@ -120,9 +121,7 @@ async def build_config(msg: dict, state) -> SessionConfig:
     try:
         body = SpeechRequestBody.model_validate({**fields, "input": "-", "response_format": fmt})
     except ValidationError as e:
-        first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise ConfigError(f"{where}: {first.get('msg', 'invalid value')}" if where else str(e)) from None
+        raise validation_error(e.errors()) from None       # worded, and its param named, as over HTTP
     plan = await plan_speech(state, body)
     template = plan.request
     template.pcm_format = "s16"
@@ -281,6 +280,8 @@ class StreamSession:
         if kind == "session.config":
             await self._configure(msg)
         elif kind == "session.close":
+            if self.utterance_open:         # closing says the text is complete: speak the rest, not drop it
+                self._input_done()
             return "close"
         elif kind not in ("input.text", "input.done"):
             await self.error(f"unknown message type {kind!r}")

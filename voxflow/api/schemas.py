@@ -4,7 +4,7 @@ what it means for the served model (`plan_speech` -> `SpeechPlan`: engine reques
 Only what does not depend on the served model or the server's settings is checked here (types, enums, fixed
 ranges); limits from `ServerSettings` and everything model-specific (voices, languages, tasks) are checked by the
 route, which names the field in its 400. A pydantic failure becomes a 400 naming the field too (errors.py).
-Unknown fields are ignored (gateways and SDKs add their own).
+Unknown fields are ignored (gateways and SDKs add their own); `null` means a field's default.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class SpeechRequestBody(BaseModel):
     ref_text: str | None = None
     x_vector_only_mode: bool | None = None
     speaker_embedding: list[float] | list[list[float]] | None = None
-    max_new_tokens: int | None = Field(None, ge=1)
+    max_new_tokens: int | None = None     # >= 2 (_max_new_tokens); the upper limit is a setting (plan_speech)
     seed: int | None = Field(None, ge=0, le=SEED_MAX)
     initial_codec_chunk_frames: int | None = Field(None, ge=0)
     extra_params: dict[str, Any] | None = None
@@ -94,6 +94,35 @@ class SpeechRequestBody(BaseModel):
                 if key in data["extra_params"] and data.get(key) is None:
                     data[key] = data["extra_params"][key]
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data):
+        """`null` for a field with a default means that default (speed 1.0, response_format mp3): SDKs send null
+        for fields the caller left unset. Fields whose default is null take it anyway; required ones stay
+        required."""
+        if isinstance(data, dict):
+            unset = [name for name, f in cls.model_fields.items()
+                     if name in data and data[name] is None and f.default is not None and not f.is_required()]
+            if unset:
+                data = {k: v for k, v in data.items() if k not in unset}
+        return data
+
+    @field_validator("voice", mode="before")
+    @classmethod
+    def _voice_type(cls, v):
+        # Checked before the union: one message saying what a voice may be, not one per union member tried.
+        if v is not None and not isinstance(v, (str, dict, VoiceObject)):
+            raise ValueError('voice must be a voice name (a string) or an object {"id": "<name>"}')
+        return v
+
+    @field_validator("max_new_tokens")
+    @classmethod
+    def _max_new_tokens(cls, v: int | None) -> int | None:
+        # The last sampled token gets no residual codes (official Qwen3-TTS): 1 would give no audio at all.
+        if v is not None and v < 2:
+            raise ValueError(f"max_new_tokens must be >= 2: N tokens give N - 1 frames of 80 ms (got {v})")
+        return v
 
     @field_validator("speed")
     @classmethod

@@ -69,7 +69,7 @@ class SamplingParams:
         for prefix, temperature, top_k, top_p in stages:
             if not temperature > 0:
                 raise ValueError(f"{prefix}temperature must be > 0 when sampling (got {temperature}); "
-                                 "use do_sample=False for greedy decoding")
+                                 "for greedy decoding set greedy (`greedy: true` over HTTP, --greedy in the CLI)")
             if int(top_k) != top_k or top_k < 0:
                 raise ValueError(f"{prefix}top_k must be an integer >= 0 (got {top_k})")
             if not 0.0 <= top_p <= 1.0:
