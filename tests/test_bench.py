@@ -747,3 +747,62 @@ def test_official_baseline_runner_writes_the_same_schema(tmp_path):
         s = lv["summary"]
         assert s["completed"] == 2 and s["audio_duration_s"]["mean"] == pytest.approx(4 * 1920 / 24000)
         assert s["ttfp_s"]["p50"] == s["e2e_s"]["p50"]
+
+
+# ================================================================================================ command-line fixes
+def test_max_new_tokens_below_2_is_refused(tmp_path, capsys):
+    """N sampled tokens give N - 1 frames: 1 would measure requests that cannot carry audio."""
+    for target in (["--base-url", "http://127.0.0.1:9"], ["--model", tiny()]):
+        rc, res = run(tmp_path, *target, "--max-new-tokens", 1)
+        assert rc == 2 and res is None
+        err = capsys.readouterr().err.strip()
+        assert err.splitlines() == [err] and "max_new_tokens must be >= 2: N tokens give N - 1 frames" in err
+
+
+@pytest.mark.parametrize("variant, task", [("base", "voice_clone"), ("voice_design", "voice_design")])
+def test_offline_default_task_is_the_models_own(tmp_path, variant, task):
+    """Without --task a Base model clones the generated clip and a VoiceDesign model gets a voice description:
+    every request used to fail (invalid_request: "voice_clone needs reference audio")."""
+    rc, res = run(tmp_path, "--model", tiny(variant), "--concurrency", 2, "--num-prompts", 2, "--num-warmups", 0,
+                  "--languages", "english", "--lengths", "short", "--max-new-tokens", 4, "--ignore-eos",
+                  "--no-plots", "--no-gc-freeze")
+    s = level(res, "c=2")["summary"]
+    assert rc == 0 and s["completed"] == 2 and s["failed"] == 0, s["failures"]
+    assert res["workload"]["request"]["task"] == task
+
+
+def test_online_default_task_is_the_one_the_server_lists():
+    spec = workloads.RequestSpec()
+    spec.use_model_task(["voice_clone"])              # a voxflow server's /v1/models card: task_types
+    body = spec.body(workloads.Prompt("p", "Hello."))
+    assert spec.task == "voice_clone" and body["task_type"] == "Base"
+    assert body["ref_audio"].startswith("data:audio/wav;base64,") and body["ref_text"] == workloads.DEFAULT_REF_TEXT
+    given = workloads.RequestSpec(task="custom_voice")
+    given.use_model_task(["voice_clone"])             # an explicit --task wins
+    assert given.task == "custom_voice"
+    for tasks in (None, [], ["custom_voice", "voice_clone"], "voice_clone"):   # nothing (or nothing clear) listed
+        other = workloads.RequestSpec()
+        other.use_model_task(tasks)
+        assert other.task is None
+
+
+def test_compare_names_the_bad_file(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{}")
+    (tmp_path / "nojson.json").write_text("nope")
+    (tmp_path / "list.json").write_text("[1]")
+    for name in ("bad.json", "nojson.json", "list.json", "missing.json"):
+        assert bench_main(["compare", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.splitlines() == [err] and f"{tmp_path / name}: " in err, err
+
+
+def test_missing_ref_audio_is_refused_before_the_engine_loads(tmp_path, monkeypatch, capsys):
+    """No --task may mean the model's voice_clone: a --ref-audio that is not there is refused up front, not after
+    the model loaded."""
+    from voxflow.bench import offline
+
+    def no_engine(*a, **k):
+        raise AssertionError("the engine was built although --ref-audio is missing")
+    monkeypatch.setattr(offline, "build_engine", no_engine)
+    rc, res = run(tmp_path, "--model", tiny("base"), "--ref-audio", str(tmp_path / "missing.wav"))
+    assert rc == 2 and res is None and "missing.wav: no such file" in capsys.readouterr().err

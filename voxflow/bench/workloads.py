@@ -34,6 +34,8 @@ from ..audio.io import wav_bytes
 BUNDLED = os.path.join(os.path.dirname(__file__), "prompts", "prompts.jsonl")
 LENGTHS = ("short", "medium", "long")
 DEFAULT_REF_TEXT = "The morning light came in through the kitchen window while the kettle began to sing."
+# what a voice_design request describes when the run gives no --instructions (the model needs one)
+DEFAULT_VOICE_DESCRIPTION = "A calm adult voice, speaking clearly at a moderate pace."
 TASK_TYPE_NAMES = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "voice_clone": "Base"}
 MIME = {".wav": "audio/wav", ".flac": "audio/flac", ".mp3": "audio/mpeg", ".ogg": "audio/ogg",
         ".opus": "audio/ogg", ".m4a": "audio/mp4", ".aac": "audio/aac"}
@@ -187,6 +189,18 @@ class RequestSpec:
             raise WorkloadError("response_format must be pcm or wav (the benchmark measures s16 sample bytes)")
         if self.task is not None and self.task not in TASK_TYPE_NAMES:
             raise WorkloadError(f"task must be one of {', '.join(TASK_TYPE_NAMES)}")
+
+    def use_model_task(self, tasks) -> None:
+        """No --task given: the model's own when it has exactly one (offline: the model folder's; online: what
+        /v1/models lists), with what that task needs that the run did not give: voice_clone clones --ref-audio or
+        the generated clip (reference_for), voice_design gets DEFAULT_VOICE_DESCRIPTION. Left as None, a Base or
+        VoiceDesign model refused every request (no reference audio, no description)."""
+        known = {t for t in tasks if isinstance(t, str) and t in TASK_TYPE_NAMES} if isinstance(tasks, list) else set()
+        if self.task is not None or len(known) != 1:
+            return
+        self.task = known.pop()
+        if self.task == "voice_design" and not self.instructions:
+            self.instructions = DEFAULT_VOICE_DESCRIPTION
 
     # -- reference audio
     def reference_for(self, prompt: Prompt) -> tuple[bytes, str, str] | None:
