@@ -648,9 +648,11 @@ def test_serve_arguments():
     add_serve_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "org/model", "--api-key", "k1", "--api-key", "k2", "--max-num-seqs", "4",
                               "--voices-dir", "/v", "--allowed-local-media-path", "/media",
-                              "--allowed-media-domains", "a.com,b.com", "c.com", "--device", "cpu"])
+                              "--allowed-media-domains", "a.com,b.com", "c.com", "--device", "cpu",
+                              "--max-batch-items", "8", "--max-batch-input-chars", "999"])
     s = settings_from_args(args)
     assert s.model_name == "org/model" and s.api_keys == ("k1", "k2") and s.voices_dir == "/v"
+    assert (s.max_batch_items, s.max_batch_input_chars) == (8, 999)
     assert s.allowed_local_media_path == "/media" and s.allowed_media_domains == ("a.com", "b.com", "c.com")
     cfg = engine_config_from_args(args)
     assert (cfg.model, cfg.max_num_seqs, cfg.device, cfg.dtype) == ("org/model", 4, "cpu", "float32")

@@ -76,8 +76,9 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
                              voices=_voice_store(settings), extra={"in_flight": 0})
     install_error_handlers(app)
 
-    from . import routes_misc, routes_speech
+    from . import routes_batch, routes_misc, routes_speech
     app.include_router(routes_speech.router)
+    app.include_router(routes_batch.router)
     app.include_router(routes_misc.router)
     for name in OPTIONAL_ROUTERS:
         try:
@@ -100,10 +101,12 @@ def prime_first_request() -> None:
     cached per function afterwards), and the audio encoders are imported on first use."""
     import voxflow.audio.encode  # noqa: F401 - imported here rather than inside the first request
 
+    from .routes_batch import create_speech_batch
     from .routes_speech import create_speech
     extract = getattr(fastapi.routing, "_extract_endpoint_context", None)    # FastAPI's cache (private: may go)
     if extract is not None:
         extract(create_speech)
+        extract(create_speech_batch)
 
 
 async def _start_engine(state: AppState, engine: Any, model_info: dict | None, manage_engine: bool) -> None:

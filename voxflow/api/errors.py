@@ -34,6 +34,14 @@ class APIError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 
+def as_api_error(exc: BaseException) -> APIError:
+    """What a request that raised `exc` is answered with: an APIError as it is, anything else a 500 that names
+    only the exception's type (its text may hold internals)."""
+    if isinstance(exc, APIError):
+        return exc
+    return APIError(500, f"internal error: {type(exc).__name__}")
+
+
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:
     return APIError(400, message, param=param, code=code)
 
@@ -116,4 +124,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        return APIError(500, f"internal error: {type(exc).__name__}").response()
+        return as_api_error(exc).response()

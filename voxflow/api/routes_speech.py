@@ -48,9 +48,7 @@ RETRY_AFTER_UNAVAILABLE_S = 5
 async def create_speech(body: SpeechRequestBody, request: Request):
     arrived = time.monotonic()
     state = get_state(request)
-    if not state.model_info:
-        _reject(state, "unavailable")
-        raise APIError(503, "the model is still loading; retry later", retry_after=RETRY_AFTER_UNAVAILABLE_S)
+    check_loaded(state)
     plan = await plan_speech(state, body)
     try:
         job = await SpeechJob.start(state, plan, arrived, request.receive)
@@ -62,20 +60,28 @@ async def create_speech(body: SpeechRequestBody, request: Request):
 
 
 # ---------------------------------------------------------------------------------------- admission
-def _reject(state: AppState, reason: str) -> None:
+def check_loaded(state: AppState) -> None:
+    """503 with Retry-After while the model loads (the app answers before it is ready)."""
+    if not state.model_info:
+        _reject(state, "unavailable")
+        raise APIError(503, "the model is still loading; retry later", retry_after=RETRY_AFTER_UNAVAILABLE_S)
+
+
+def _reject(state: AppState, reason: str, count: int = 1) -> None:
     if state.metrics is not None:
-        state.metrics.rejected.labels(reason=reason).inc()
+        state.metrics.rejected.labels(reason=reason).inc(count)
 
 
-def try_admit(state: AppState) -> None:
-    """Take one of settings.max_concurrent_requests slots or raise 429 (no await: atomic on the loop)."""
-    n = state.extra.get("in_flight", 0)
-    if n >= state.settings.max_concurrent_requests:
-        _reject(state, "concurrency")
-        raise APIError(429, f"too many concurrent requests ({n} in flight, limit "
-                            f"{state.settings.max_concurrent_requests}); retry later",
+def try_admit(state: AppState, count: int = 1) -> None:
+    """Take `count` of settings.max_concurrent_requests slots, all or none, or raise 429 (no await: atomic on
+    the loop). A batch takes one per item: each would have been a request of its own."""
+    n, limit = state.extra.get("in_flight", 0), state.settings.max_concurrent_requests
+    if n + count > limit:
+        _reject(state, "concurrency", count)
+        need = f"; this batch needs {count} free" if count > 1 else ""
+        raise APIError(429, f"too many concurrent requests ({n} in flight, limit {limit}{need}); retry later",
                        code="rate_limit_exceeded", retry_after=RETRY_AFTER_BUSY_S)
-    state.extra["in_flight"] = n + 1
+    state.extra["in_flight"] = n + count
 
 
 def release(state: AppState) -> None:
@@ -128,32 +134,39 @@ class SpeechJob:
 
     @classmethod
     async def start(cls, state: AppState, plan: SpeechPlan, arrived: float, receive=None) -> "SpeechJob":
-        """Admit, submit and await the first engine output. `receive` (the ASGI receive of the request, its body
-        read) is watched meanwhile: a whole-file request's first output is all its audio, so without the watch a
-        client that left would keep the engine generating for nobody. ClientGone when it left (job closed)."""
+        """Admit, submit and await the first engine output (see `begin`)."""
         try_admit(state)
-        job = cls(state, plan, arrived)
+        job = cls(state, plan, arrived)         # owns the slot from here: close() gives it back
+        await job.begin(receive)
+        return job
+
+    async def begin(self, receive=None) -> None:
+        """Submit and await the first engine output; the admission slot is already this job's. `receive` (the
+        ASGI receive of the request, its body read) is watched meanwhile: a whole-file request's first output is
+        all its audio, so without the watch a client that left would keep the engine generating for nobody.
+        ClientGone when it left; any failure (APIError, ClientGone, cancellation) closes the job first."""
+        state, plan = self.state, self.plan
         try:
-            job.gen = state.engine.generate(plan.request).__aiter__()
+            self.gen = state.engine.generate(plan.request).__aiter__()
             try:
-                job.submitted_at = time.monotonic()     # generate() submits on its first step
-                first = job.gen.__anext__()
-                job.first = await (until_disconnect(first, receive) if receive is not None else first)
-                job.first_out_at = time.monotonic()
+                self.submitted_at = time.monotonic()    # generate() submits on its first step
+                first = self.gen.__anext__()
+                self.first = await (until_disconnect(first, receive) if receive is not None else first)
+                self.first_out_at = time.monotonic()
             except EngineUnavailableError as e:
                 _reject(state, "unavailable")
                 raise APIError(503, f"the engine cannot take requests now ({e}); retry later",
                                retry_after=RETRY_AFTER_UNAVAILABLE_S) from None
-            if isinstance(job.first, FinalRecord) and job.first.reason not in (FinishReason.EOS, FinishReason.LENGTH):
-                raise engine_error(state, job.first)
-            job.encoder = plan.make_encoder()
+            if isinstance(self.first, FinalRecord) and self.first.reason not in (FinishReason.EOS,
+                                                                                  FinishReason.LENGTH):
+                raise engine_error(state, self.first)
+            self.encoder = plan.make_encoder()
         except BaseException as e:
             if isinstance(e, (ClientGone, asyncio.CancelledError)):    # client left / server stopping the handler
-                await job.close(499, "client_disconnect")
+                await self.close(499, "client_disconnect")
             else:
-                await job.close(e.status if isinstance(e, APIError) else 500)
+                await self.close(e.status if isinstance(e, APIError) else 500)
             raise
-        return job
 
     async def outputs(self) -> AsyncIterator[AudioChunk | FinalRecord]:
         """The first output, then the rest; remembers the FinalRecord."""
@@ -209,17 +222,25 @@ class SpeechJob:
     # ---- whole file ------------------------------------------------------------------------------------------
     async def whole_file(self, request: Request) -> Response:
         try:
-            try:
-                pcm = await until_disconnect(self._collect(), request.receive)
-            except ClientGone:                              # the client left first
-                await self.close(499, "client_disconnect")
-                return Response(status_code=499)
+            data = await until_disconnect(self.file_data(), request.receive)
+        except ClientGone:                                  # the client left first
+            await self.close(499, "client_disconnect")      # (file_data did, unless cancelled before it ran)
+            return Response(status_code=499)
+        headers = {**self.plan.headers(self.encoder), **self.server_timing()}
+        headers["X-Usage"] = json.dumps(self.usage(), separators=(",", ":"))
+        return Response(data, media_type=self.encoder.content_type, headers=headers)
+
+    async def file_data(self) -> bytes:
+        """The rest of the audio, encoded as one file (after `begin`); the job is closed on every way out: 200 with
+        the bytes, the error's status when it raises, 499 when cancelled (client gone, server stopping)."""
+        try:
+            pcm = await self._collect()
             if self.final.reason not in (FinishReason.EOS, FinishReason.LENGTH):   # e.g. the engine died
                 err = engine_error(self.state, self.final)
                 await self.close(err.status)
                 raise err
             data = await asyncio.to_thread(lambda: self.encoder.feed(pcm) + self.encoder.finish())
-        except asyncio.CancelledError:                      # the server is stopping this handler
+        except asyncio.CancelledError:
             await self.close(499, "client_disconnect")
             raise
         except BaseException as e:
@@ -227,9 +248,7 @@ class SpeechJob:
             raise
         self.tracker.sent(len(pcm) / self.plan.sample_rate)
         await self.close(200)
-        headers = {**self.plan.headers(self.encoder), **self.server_timing()}
-        headers["X-Usage"] = json.dumps(self.usage(), separators=(",", ":"))
-        return Response(data, media_type=self.encoder.content_type, headers=headers)
+        return data
 
     async def _collect(self) -> np.ndarray:
         parts = []

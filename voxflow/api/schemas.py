@@ -234,7 +234,8 @@ def accepted_model_ids(settings, model_info: dict) -> list[str]:
     return [i for i in dict.fromkeys(ids) if i] + list(OPENAI_MODELS)
 
 
-def _check_model(settings, model_info: dict, model: str | None) -> None:
+def check_model(settings, model_info: dict, model: str | None) -> None:
+    """404 unless `model` (None: not given) names the served model (accepted_model_ids)."""
     if model is None:
         return
     if model.strip().lower() not in {i.lower() for i in accepted_model_ids(settings, model_info)}:
@@ -259,9 +260,20 @@ def _unknown_voice(name: str, voices: list[str], state) -> APIError:
                     param="voice", code="voice_not_found")
 
 
-async def plan_speech(state, body: SpeechRequestBody) -> SpeechPlan:
+async def ref_audio_pcm(state, value: str) -> bytes:
+    """The reference clip `value` names (media.resolve_ref_audio: its permissions and limits) as
+    SpeechRequest.ref_audio takes it: float32 little-endian mono PCM at the model's rate."""
+    from . import media
+    wav = await media.resolve_ref_audio(value, state.settings,
+                                        target_sr=int(state.model_info.get("sample_rate") or 24000))
+    return np.ascontiguousarray(wav, dtype="<f4").tobytes()
+
+
+async def plan_speech(state, body: SpeechRequestBody, *, resolve_ref_audio=None) -> SpeechPlan:
+    """resolve_ref_audio: `async (value) -> bytes` in place of ref_audio_pcm(state, value), e.g. one that decodes
+    a clip shared by several requests once (POST /v1/audio/speech/batch)."""
     settings, info = state.settings, state.model_info
-    _check_model(settings, info, body.model)
+    check_model(settings, info, body.model)
 
     text = body.input
     if not text or not text.strip():
@@ -339,9 +351,8 @@ async def plan_speech(state, body: SpeechRequestBody) -> SpeechPlan:
             if not x_vector_only and ref_text is None:
                 raise bad_request("ref_text (the transcript of ref_audio) is required for in-context voice cloning; "
                                   "or set x_vector_only_mode: true", "ref_text")
-            from . import media
-            wav = await media.resolve_ref_audio(ref_value, settings, target_sr=int(info.get("sample_rate") or 24000))
-            ref_audio = np.ascontiguousarray(wav, dtype="<f4").tobytes()
+            ref_audio = await (resolve_ref_audio(ref_value) if resolve_ref_audio is not None
+                               else ref_audio_pcm(state, ref_value))
         elif stored is not None:
             clone_prompt = await state.voices.prompt_for(stored, state.engine, info)
         else:

@@ -80,6 +80,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "space- or comma-separated, repeatable; put it after MODEL)")
     p.add_argument("--max-input-chars", type=int, default=4096,
                    help="longest `input` text a request may send (beyond: 400)")
+    p.add_argument("--max-batch-items", type=int, default=32,
+                   help="most items in one POST /v1/audio/speech/batch (beyond: 400)")
+    p.add_argument("--max-batch-input-chars", type=int, default=32768,
+                   help="most `input` characters of all a batch's items together (its answer holds every item's "
+                        "audio at once; beyond: 400)")
     p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
                    help="largest request body, bytes (reference audio included; beyond: 413)")
     p.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
@@ -118,6 +123,7 @@ def settings_from_args(args):
         allowed_media_domains=tuple(d.strip() for arg in (args.allowed_media_domains or ())
                                     for d in arg.split(",") if d.strip()), max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes, max_concurrent_requests=args.max_concurrent_requests,
+        max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
         default_voice=args.default_voice)
 
 
@@ -228,7 +234,11 @@ def run_serve(args) -> int:
     server = uvicorn.Server(uv_config)
     if settings.api_keys:
         log.info("API keys required on /v1/* (%d key(s))", len(settings.api_keys))
-    server.run()                           # handles SIGINT / SIGTERM: graceful shutdown, then lifespan drain
+    try:
+        server.run()                       # handles SIGINT / SIGTERM: graceful shutdown, then lifespan drain
+    except KeyboardInterrupt:
+        # uvicorn re-raises the Ctrl+C it has already handled (shutdown and drain are done): not an error to print
+        return 130
     if failed:
         return 1
     return 0 if server.started else 1

@@ -22,6 +22,10 @@ class ServerSettings:
     min_ref_audio_seconds: float = 0.5
     max_new_tokens_limit: int = 8192
     max_concurrent_requests: int = 256               # beyond: 429 with Retry-After
+    max_batch_items: int = 32                        # items of one POST /v1/audio/speech/batch (vLLM-Omni: 32)
+    # All of a batch's inputs together: its JSON answer holds every item's audio at once (base64 wav: ~64 KB per
+    # second of speech, ~15 characters), so the whole batch is bounded, not only each input.
+    max_batch_input_chars: int = 32768
     ws_idle_timeout_s: float = 60.0
     ws_max_text_chars: int = 100_000
     default_voice: str | None = None                 # used when a request names an OpenAI voice the model lacks
