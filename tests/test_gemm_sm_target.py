@@ -87,6 +87,25 @@ def test_a_refused_handle_target_leaves_the_carveout_as_it_was(fake_gpu, monkeyp
     assert torch._C._get_sm_carveout_experimental() is None and fake_gpu["target"] == 0
 
 
+def test_with_prefer_lt_cublaslt_is_preferred_inside_only(fake_gpu, monkeypatch):
+    """VOXFLOW_GEMM_SM_TARGET_LT's A/B: PyTorch prefers cuBLASLt inside the context and what it preferred before
+    after it. (This CPU build refuses cuBLASLt: the setter is faked, the bookkeeping is what is held.)"""
+    preferred = ["cublas"]
+
+    def library(backend=None):
+        if backend is not None:
+            preferred.append(str(backend))
+        return preferred[-1]
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", library)
+    monkeypatch.setattr(gst, "PREFER_LT", True)
+    with gst.gemm_sm_target(68, CUDA):
+        assert library() == "cublaslt"
+    assert library() == "cublas"
+    monkeypatch.setattr(gst, "PREFER_LT", False)
+    with gst.gemm_sm_target(68, CUDA):
+        assert library() == "cublas"
+
+
 def test_no_target_or_a_cpu_device_changes_nothing(monkeypatch):
     monkeypatch.setattr(gst, "_set_handle_target", lambda *a: pytest.fail("no handle call expected"))
     before = torch._C._get_sm_carveout_experimental()

@@ -25,6 +25,8 @@ echo "  at ${SECONDS}s"
 timeout 100 python3 benchmarks/scripts/probe_gemm_sm_target.py > "$R/probe_gemm_sm_target.txt" 2>&1
 timeout 100 python3 benchmarks/scripts/probe_gemm_sm_target.py --targets 64,68,none \
   > "$R/probe_gemm_sm_target_reversed.txt" 2>&1
+# and through cuBLASLt (VOXFLOW_GEMM_SM_TARGET_LT=1's mechanism), in case the handle's target is ignored
+timeout 100 python3 benchmarks/scripts/probe_gemm_sm_target.py --lt > "$R/probe_gemm_sm_target_lt.txt" 2>&1
 grep -v -i warn "$R/probe_gemm_sm_target.txt" | head -30
 echo "  at ${SECONDS}s"
 pack_results

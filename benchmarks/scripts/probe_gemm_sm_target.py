@@ -2,7 +2,7 @@
 the other SMs? The question behind EngineConfig.talker_gemm_sms, per GEMM of the talker's step, in seconds of
 device time instead of a served A/B.
 
-    python benchmarks/scripts/probe_gemm_sm_target.py [--rows 16,32,64] [--targets none,68,64] [--load-sms 64]
+    python benchmarks/scripts/probe_gemm_sm_target.py [--rows 16,32,64] [--targets none,68,64] [--load-sms 64] [--lt]
 
 For each of the 0.6B's (and the code predictor's) and the 1.7B talker's layer GEMMs, at each row count and SM
 target: a CUDA graph of REPS such GEMMs (weights rotated through copies larger than L2 together) captured under
@@ -18,6 +18,7 @@ import argparse
 
 import torch
 
+from voxflow.engine import gemm_sm_target as gst
 from voxflow.engine.gemm_sm_target import gemm_sm_target
 from voxflow.engine.sm_partition import partitioned_stream
 
@@ -72,7 +73,9 @@ def main() -> None:
     ap.add_argument("--rows", default="16,32,64")
     ap.add_argument("--targets", default="none,68,64")
     ap.add_argument("--load-sms", type=int, default=64)
+    ap.add_argument("--lt", action="store_true", help="targeted captures through cuBLASLt (gemm_sm_target.PREFER_LT)")
     args = ap.parse_args()
+    gst.PREFER_LT = args.lt
     device = torch.device("cuda")
     torch.manual_seed(0)
     load_stream, _ = partitioned_stream(device, args.load_sms)
@@ -91,7 +94,8 @@ def main() -> None:
     targets = [None if t == "none" else int(t) for t in args.targets.split(",")]
     side = torch.cuda.Stream()          # every capture's warm-up on one stream: one cuBLAS workspace
     print(f"{torch.cuda.get_device_name()}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs; "
-          f"load on {args.load_sms} SMs; us per GEMM (bf16), graph of {REPS}")
+          f"load on {args.load_sms} SMs; us per GEMM (bf16), graph of {REPS}; targets through "
+          f"{'cuBLASLt' if args.lt else 'the cuBLAS handle + the cuBLASLt carveout'}")
     print(f"{'GEMM':14} {'rows':>4} {'target':>6} {'alone':>8} {'beside':>8}  kernel")
     for name, k, n in GEMMS:
         copies = max(2, -(-2 * L2_BYTES // (n * k * 2)))

@@ -53,14 +53,16 @@ def _kernels(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
-def test_gpu_a_small_target_changes_the_kernel_cublas_picks():
+@pytest.mark.parametrize("lt", [False, True], ids=["handle", "cublaslt"])
+def test_gpu_a_small_target_changes_the_kernel_cublas_picks(lt, monkeypatch):
     """A 64-row gate|up (1024 -> 6144, bf16) planned for 16 SMs must not run the kernel planned for all of them
     (a tile / split-K for 96+ programs): else cuBLAS ignores the target here and talker_gemm_sms can change
-    nothing. The names are printed for the record."""
+    nothing (lt: through cuBLASLt, gemm_sm_target.PREFER_LT). The names are printed for the record."""
+    monkeypatch.setattr(gst, "PREFER_LT", lt)
     x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(6144, 1024, device="cuda", dtype=torch.bfloat16)
     plain = _kernels(lambda: torch.nn.functional.linear(x, w))
     with gst.gemm_sm_target(16, torch.device("cuda")):
         planned = _kernels(lambda: torch.nn.functional.linear(x, w))
-    print("plain:", plain, "| 16 SMs:", planned)
+    print("lt" if lt else "handle", "plain:", plain, "| 16 SMs:", planned)
     assert plain and planned and plain != planned

@@ -25,6 +25,11 @@ import torch
 from .sm_partition import GRANULARITY
 
 log = logging.getLogger(__name__)
+# VOXFLOW_GEMM_SM_TARGET_LT=1: inside the context PyTorch also prefers cuBLASLt for its GEMMs, whose per-matmul
+# descriptor carries the target (the carveout) for certain, in case the cuBLAS API's handle target turns out to be
+# ignored on the device. An A/B of the mechanism (probe_gemm_sm_target.py --lt), off by default: it also changes
+# which library picks the kernels.
+PREFER_LT = os.environ.get("VOXFLOW_GEMM_SM_TARGET_LT", "0") == "1"
 
 
 def check_target(num_sms: int, total: int) -> None:
@@ -95,13 +100,18 @@ def gemm_sm_target(num_sms: int | None, device: torch.device):
     lib = _cublas_library()
     saved_handle = _handle_target(lib, handle) if lib is not None else None
     saved_carveout = torch._C._get_sm_carveout_experimental()
+    saved_library = torch.backends.cuda.preferred_blas_library() if PREFER_LT else None
     torch._C._set_sm_carveout_experimental(total - num_sms)
     try:
+        if PREFER_LT:
+            torch.backends.cuda.preferred_blas_library("cublaslt")
         if lib is not None:
             _set_handle_target(lib, handle, num_sms)
         yield
     finally:
         torch._C._set_sm_carveout_experimental(saved_carveout)
+        if saved_library is not None:
+            torch.backends.cuda.preferred_blas_library(saved_library)
         if lib is not None:
             _set_handle_target(lib, handle, saved_handle)
 
