@@ -9,10 +9,9 @@
 # 2. probe_gemm_sm_target.py: each layer GEMM (0.6B / code predictor, 1.7B talker) at 16 / 32 / 64 rows, planned
 #    for 132 (none) / 68 / 64 SMs, alone and beside a load on a 64-SM green context, with the kernel cuBLAS picked.
 #    If no target changes the kernel, cuBLAS ignores it here and the A/B below will show nothing: say so.
-# 3. 0.6B c=64 (the open target): defaults / talker_gemm_sms=rest (busy steps) / rest on all steps / rest with
-#    h200_next_run.sh's wave-end pair (codec_tail_chunk=5, codec_call_rows=16: the whole prepared stack) / defaults
-#    again, one machine, step traces (summaries: "(busy graph)" groups) and footprints (twice the graphs from
-#    bucket 16: mind the 8 GB). ~480 s in all.
+# 3. 0.6B c=64 (the open target): defaults / talker_gemm_sms=rest (busy steps) / the same through cuBLASLt, one
+#    machine, step traces (summaries: "(busy graph)" groups) and footprints (twice the graphs from bucket 16: mind
+#    the 8 GB). ~400 s. Then h200_next_gemm_sms2.sh on the same (warm) machine.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
@@ -34,11 +33,7 @@ wait $CK6
 bench_small_traced defaults
 bench_small_traced gemm_rest --engine-arg talker_gemm_sms=rest
 pack_results
-bench_small_traced gemm_rest_all --engine-arg talker_gemm_sms=rest --engine-arg talker_gemm_sms_steps=all
-pack_results
-bench_small_traced gemm_rest_tail5_rows16 --engine-arg talker_gemm_sms=rest --engine-arg codec_tail_chunk=5 \
-  --engine-arg codec_call_rows=16
-bench_small_traced defaults_again
+(export VOXFLOW_GEMM_SM_TARGET_LT=1; bench_small_traced gemm_rest_lt --engine-arg talker_gemm_sms=rest)
 summarize_steps "steps_0p6b_*.jsonl" 16
 pack_results
 echo "done at ${SECONDS}s"
