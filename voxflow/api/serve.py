@@ -61,7 +61,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-kernels", action="store_true", help="plain PyTorch instead of the fused Triton kernels")
     p.add_argument("--codec-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="codec decoder precision (default auto: fp16 on a GPU when the checkpoint passes a check "
-                        "against fp32, else fp32 with TF32; the SNR of each: README)")
+                        "against fp32, else fp32 with TF32; the SNR of each: docs/gpu_path.md)")
     p.add_argument("--trace-steps", metavar="PATH", default=None,
                    help="append one JSON line per engine step to PATH (timings, batch sizes: step_trace.py)")
     p.add_argument("--trace-profile-prepare", action="store_true",
