@@ -1103,3 +1103,23 @@ def test_packed_prefill_equals_the_reference(case):
     assert runner.stats.eager_steps == len(runs)
     assert_engine_matches_reference(name, core, results, reqs)
     assert_all_released(core)
+
+
+def test_frame_listeners_get_each_requests_frames_as_they_go_to_the_codec():
+    """add_frame_listener: a listener sees every step's frames with their owners, so a request's rows are its codes
+    (what batch `voxflow synthesize --save-codes` writes): equal to the reference's, and nothing for padding rows."""
+    core = make_engine()
+    seen: dict[str, list] = {}
+
+    def listener(frames, owners):
+        for i, rid in enumerate(owners):
+            if rid is not None:
+                seen.setdefault(rid, []).append(frames[i].clone())
+    core.add_frame_listener(listener)
+    reqs = [greedy("Hello world.", 9, voice="vivian", request_id="a"),
+            greedy("A second, longer one.", 13, voice="vivian", request_id="b")]
+    drive(core, {0: reqs[:1], 2: reqs[1:]})
+    assert set(seen) == {"a", "b"}
+    for r in reqs:
+        ref_codes, _, _ = reference("custom_voice", r)
+        assert torch.equal(torch.stack(seen[r.request_id]), ref_codes)

@@ -209,25 +209,21 @@ def cmd_synthesize(args) -> int:
 
 
 class _CodesRecorder:
-    """Each request's codec frames, for --save-codes in batch mode. The engine keeps no codes (they go to the codec
-    on the device and only PCM comes out), so they are taken where it hands each step's frames to the codec: every
-    row pushed for a request is one real frame of it, in order (engine/model_api.DecodeOutput.frames), the very
-    frames its audio is decoded from."""
+    """Each request's codes, for --save-codes in batch mode: the engine keeps none (they go to the codec on the
+    device and only PCM comes out), so they are taken as each step's frames go to the codec
+    (EngineCore.add_frame_listener), the very frames its audio is decoded from."""
 
     def __init__(self, core, request_ids):
         self.rows: dict[str, list] = {rid: [] for rid in request_ids}
-        codec = getattr(core, "codec_exec", None)
-        push = getattr(codec, "push_rows", None)
-        if push is None:
+        if not hasattr(core, "add_frame_listener"):
             raise UsageError("--save-codes is not available in batch mode with this engine")
 
-        def push_rows(frames, request_ids):
+        def record(frames, request_ids):
             for i, rid in enumerate(request_ids):
                 rows = self.rows.get(rid)
                 if rows is not None:
-                    rows.append(frames[i])     # a view: each step's frames are a fresh copy (engine/inflight.py)
-            return push(frames, request_ids)
-        codec.push_rows = push_rows
+                    rows.append(frames[i])
+        core.add_frame_listener(record)
 
     def take(self, request_id: str):
         import numpy as np

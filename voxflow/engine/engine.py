@@ -181,6 +181,7 @@ class EngineCore:
         self._inflight: InflightDecode | None = None
         self._first_chunk_due = False       # the last step launched a first chunk: the next one waits for it
         self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
+        self._frame_listeners: list = []             # add_frame_listener
         self.live: dict[str, _Live] = {}
         self.steps = 0
         self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
@@ -576,6 +577,13 @@ class EngineCore:
         inflight.beside_codec = self.runner.last_busy
         return inflight
 
+    def add_frame_listener(self, listener) -> None:
+        """`listener(frames, request_ids)` for every step's frames as they go to the codec: `frames` [B, 16] on the
+        engine's device (the step's own copy: keep views of it, it is not reused), `request_ids[i]` the request row i
+        is a real frame of, in order, or None (a padding or extra row). The codes of a request are its rows (what
+        `voxflow synthesize --save-codes` saves in batch mode); its audio is decoded from exactly these frames."""
+        self._frame_listeners.append(listener)
+
     def _codec_busy(self) -> bool:
         """Whether the step about to launch should replay the talker_gemm_sms graph: with "busy", when a codec call
         launched in an earlier step is still running. What this step's own codec launches add (they come after its
@@ -599,6 +607,8 @@ class EngineCore:
         inflight.owners = owners
         if not any(owners):
             return False
+        for listener in self._frame_listeners:
+            listener(inflight.frames, owners)
         self.codec_exec.push_rows(inflight.frames, owners)
         for live, rid in zip(inflight.seqs, owners):
             if rid is not None and live.seq.num_frames >= live.seq.max_frames:
