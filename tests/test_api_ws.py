@@ -412,6 +412,44 @@ def test_client_disconnect_aborts_in_flight_sentences():
     assert engine.finished == []
 
 
+def _metric(app, name: str, **labels) -> float:
+    return app.state.vox.metrics.registry.get_sample_value(name, labels or None) or 0.0
+
+
+def _until(predicate) -> None:
+    deadline = time.monotonic() + HANG
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["generated_not_sent", "refused_by_the_limit"])
+def test_a_session_that_leaves_closes_every_sentences_record(refused):
+    """A client that leaves while sentence 0 is held: sentence 1 had either finished generating (its audio queued
+    behind sentence 0's, never sent) or been refused by the server's concurrency limit. Every sentence's record
+    closes: the in-flight gauge is back to 0, the finished-but-unsent one counts as a client disconnect (499), a
+    refused one only as a rejection (as an HTTP 429), and nothing as a server error (500)."""
+    from voxflow.api.metrics import Metrics
+    engine = FakeEngine()
+    app = make_app(engine, ServerSettings(max_concurrent_requests=1 if refused else 8))
+    app.state.vox.metrics = Metrics()
+
+    async def scenario(c):
+        await c.send(type="session.config", voice="vivian", response_format="pcm", stream_audio=True)
+        await c.send(type="input.text", text="Please HOLD this one. Two. ")
+        assert (await c.recv_json())["type"] == "audio.start"
+        await asyncio.sleep(0.2)                    # sentence 1 generates (or is refused) meanwhile
+        await c.ws.close()
+
+    with serving(app) as url:
+        run_client(url, scenario)
+        _until(lambda: _metric(app, "voxflow_api_requests_in_flight") == 0)
+    assert _metric(app, "voxflow_api_requests_in_flight") == 0
+    assert _metric(app, "voxflow_requests_total", status="500") == 0
+    assert _metric(app, "voxflow_requests_total", status="499") == (1 if refused else 2)
+    assert _metric(app, "voxflow_requests_rejected_total", reason="concurrency") == (1 if refused else 0)
+    assert engine.finished == ([] if refused else ["Two."])
+
+
 def test_idle_timeout_closes_the_session():
     engine = FakeEngine()
 

@@ -139,6 +139,13 @@ class RequestTracker:
                 self.worst_deficit = max(self.worst_deficit, deficit)
         self.audio_sent += audio_seconds
 
+    def discard(self) -> None:
+        """The request was refused before it ran (counted where it was refused, as an HTTP 429 is): it leaves the
+        in-flight gauge and counts nowhere else. Idempotent, and a no-op after finish."""
+        if not self.done:
+            self.done = True
+            self.m.in_flight.dec()
+
     def finish(self, status: int, reason: str | None = None, audio_seconds: float | None = None) -> None:
         """status: the HTTP status answered; reason: eos | length | aborted | error | client_disconnect;
         audio_seconds: the request's audio (default: what was sent)."""

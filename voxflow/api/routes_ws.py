@@ -48,7 +48,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field, replace
 
-from fastapi import APIRouter, WebSocket
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from voxflow.engine.client import EngineUnavailableError
@@ -150,6 +150,7 @@ class _Job:
     error: str | None = None
     task: asyncio.Task | None = None
     tracker: object | None = None       # metrics.RequestTracker: TTFP, underruns, status, as HTTP requests
+    refused: bool = False               # refused by the server's concurrency limit (counted as rejected, as a 429)
 
 
 @dataclass
@@ -211,7 +212,9 @@ class StreamSession:
                 await self._close(1000)
             else:
                 failed = next((t for t in done if t.exception() is not None), None)
-                if failed is not None:
+                if failed is not None and isinstance(failed.exception(), WebSocketDisconnect):
+                    pass                                # the client left while audio was being sent: not a failure
+                elif failed is not None:
                     log.warning("ws session failed: %r", failed.exception())
                     await self.error("internal error; closing the session")
                     await self._close(1011)
@@ -223,6 +226,11 @@ class StreamSession:
                     job.task.cancel()                   # aborts the engine request (generate's finally)
             await asyncio.gather(recv_task, send_task, *(j.task for j in self.jobs if j.task is not None),
                                  return_exceptions=True)
+            for job in self.jobs:
+                # Sentences never (fully) sent: their generation had ended (or had been refused) before the session
+                # did, so no cancellation closed their record: they are the client's disconnects (no-op if closed).
+                if job.tracker is not None:
+                    job.tracker.finish(499, "client_disconnect")
 
     async def _close(self, code: int) -> None:
         if not self.closed:
@@ -356,7 +364,9 @@ class StreamSession:
                     try_admit(self.state)
                     admitted = True
                 except APIError as e:
-                    job.error = e.message
+                    job.error, job.refused = e.message, True
+                    if job.tracker is not None:
+                        job.tracker.discard()
                     return
                 async with contextlib.aclosing(self.state.engine.generate(job.request)) as outputs:
                     async for out in outputs:
@@ -395,6 +405,8 @@ class StreamSession:
             finally:
                 self.pending -= 1
                 self.jobs.discard(item)
+                if item.tracker is not None:            # the client left while it was being sent (else a no-op)
+                    item.tracker.finish(499, "client_disconnect")
 
     async def _send_job(self, job: _Job) -> None:
         cfg = job.cfg
@@ -422,7 +434,7 @@ class StreamSession:
             if job.tracker is not None:
                 job.tracker.sent(len(b"".join(parts)) / (2 * cfg.sample_rate))
         if job.tracker is not None:
-            job.tracker.finish(200 if job.error is None else 500, "error" if job.error else "eos")
+            job.tracker.finish(200 if job.error is None else 500, "error" if job.error else "eos")   # (refused: done)
         if job.error is not None:
             await self.error(f"generation failed for sentence {job.index}: {job.error}", **ids,
                              partial_audio=total > 0)
