@@ -196,6 +196,21 @@ def test_a_batch_that_does_not_fit_the_free_slots_gets_429(server, http):
     assert r.status_code == 200 and r.json()["succeeded"] == 3                 # slots all given back
 
 
+def test_a_batch_larger_than_the_concurrency_limit_is_a_400_not_a_429_forever(server, http, monkeypatch):
+    """More valid items than max_concurrent_requests could never be admitted all at once: a 429 (retry later)
+    would be retried forever; it is a 400 naming the limit (items that fail validation do not count)."""
+    assert MAX_ITEMS == 4
+    body = {"voice": "alloy", "greedy": True, "max_new_tokens": 4, "response_format": "pcm"}
+    monkeypatch.setattr(server.app.state.vox.settings, "max_concurrent_requests", 3)
+    r = http.post(BATCH, json={**body, "items": [{"input": "One."}, {"input": "Two."}, {"input": "Three."},
+                                                 {"input": "Four."}]})
+    assert_error(r, 400)
+    assert r.json()["error"]["code"] == "too_many_items" and "at most 3" in r.json()["error"]["message"]
+    r = http.post(BATCH, json={**body, "items": [{"input": "One."}, {"input": ""}, {"input": "Three."},
+                                                 {"input": "Four."}]})
+    assert r.status_code == 200 and r.json()["succeeded"] == 3 and r.json()["failed"] == 1
+
+
 def test_client_disconnect_aborts_every_item(server, http):
     before = metrics(http)
     body = {"voice": "alloy", "response_format": "pcm", **LONG,

@@ -707,3 +707,47 @@ def test_serve_process_engine_and_graceful_sigterm(tmp_path):
             proc.kill()
             proc.wait()
         log.close()
+
+
+_ENCODE_RACE = r"""
+import asyncio, json, socket, sys, time
+sys.path.insert(0, "tests")
+import numpy as np
+import httpx
+from test_api_speech import ScriptedEngine, ServerThread
+from voxflow.api.app import create_app
+from voxflow.api.state import ServerSettings
+from voxflow.engine.request import AudioChunk, FinalRecord, FinishReason, Usage
+
+class LongAudio(ScriptedEngine):      # 90 s of audio at once: its mp3 encode takes a while
+    def _submit(self, request):
+        rid, n = request.request_id, 24000 * 90
+        pcm = (np.random.default_rng(0).standard_normal(n) * 0.1).astype("<f4").tobytes()
+        outs = [AudioChunk(rid, 0, pcm, 24000, n, 0, 1),
+                FinalRecord(rid, FinishReason.EOS, Usage(prompt_tokens=5, frames=2, audio_seconds=n / 24000))]
+        asyncio.get_running_loop().call_soon(self._route_outputs, outs)
+
+with ServerThread(create_app(LongAudio(), ServerSettings(model_name="scripted"))) as srv:
+    host, port = srv.url.split("//")[1].split(":")
+    body = json.dumps({"model": "scripted", "voice": "vivian", "input": "hi", "response_format": "mp3"}).encode()
+    for delay in (0.2, 0.4):
+        s = socket.create_connection((host, int(port)))
+        s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(delay)
+        s.close()
+        time.sleep(1.0)
+    assert httpx.get(srv.url + "/health").status_code == 200
+    print("survived")
+"""
+
+
+def test_a_client_leaving_while_its_file_is_encoded_does_not_crash_the_server():
+    """A whole-file mp3 request whose client leaves while the file is being encoded (in a worker thread): the
+    encoder is closed only once that thread is done. Closing PyAV's container under it segfaulted the server
+    process (a final review found it; run in a subprocess so that a crash fails this test, not the test run)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _ENCODE_RACE], capture_output=True, text=True, timeout=HANG * 6,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0 and "survived" in out.stdout, out.stderr[-2000:]

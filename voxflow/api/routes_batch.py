@@ -22,7 +22,8 @@ cannot stream; `input` at batch level; a default of the wrong type or range; all
 settings.max_batch_input_chars), 404 a batch-level `model` this server does not serve, 503 while the model
 loads, 401 without a valid API key (AuthMiddleware, as every /v1 route), and 429 with Retry-After when fewer of
 settings.max_concurrent_requests slots are free than the batch has valid items: each item holds a slot as its
-own request would, and they are taken all or none, so a batch never runs in part.
+own request would, and they are taken all or none, so a batch never runs in part (a batch of more valid items than
+max_concurrent_requests, which could never be admitted, is a 400).
 
 Items run concurrently through the engine (which batches them). A reference clip that several items name (the
 batch-level ref_audio above all) is fetched and decoded once. A client that disconnects aborts every unfinished
@@ -152,6 +153,10 @@ async def run_batch(state: AppState, defaults: SpeechRequestBody, items: list[di
     finally:
         refs.close()
     runnable = [i for i, plan in enumerate(plans) if isinstance(plan, SpeechPlan)]
+    if len(runnable) > state.settings.max_concurrent_requests:
+        # all-or-none admission could never take them all: a 429 (retry later) would be retried forever
+        raise bad_request(f"the batch has {len(runnable)} valid items; this server runs at most "
+                          f"{state.settings.max_concurrent_requests} requests at once", "items", code="too_many_items")
     if runnable:
         try_admit(state, len(runnable))
     # No await between the admission and here: from now on every slot belongs to a job, which gives it back.

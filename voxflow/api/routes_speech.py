@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import time
@@ -239,7 +240,16 @@ class SpeechJob:
                 err = engine_error(self.state, self.final)
                 await self.close(err.status)
                 raise err
-            data = await asyncio.to_thread(lambda: self.encoder.feed(pcm) + self.encoder.finish())
+            encoding = asyncio.ensure_future(asyncio.to_thread(lambda: self.encoder.feed(pcm) + self.encoder.finish()))
+            try:
+                data = await asyncio.shield(encoding)
+            except asyncio.CancelledError:
+                # A cancelled await does not stop the thread: closing the encoder (PyAV's container) under it would
+                # free what it is encoding with (a segfault of the whole server: mp3, a client leaving mid-encode).
+                # Let it end first; its result goes nowhere.
+                with contextlib.suppress(BaseException):
+                    await encoding
+                raise
         except asyncio.CancelledError:
             await self.close(499, "client_disconnect")
             raise

@@ -400,13 +400,19 @@ class StreamSession:
                 await self.send_json({"type": "session.done", "utterance_index": item.utterance,
                                       "total_sentences": item.total})
                 continue
+            status, reason = 499, "client_disconnect"   # how a record still open after sending is closed
             try:
                 await self._send_job(item)
+            except (WebSocketDisconnect, OSError, asyncio.CancelledError):
+                raise                                   # the client left while it was being sent
+            except Exception:
+                status, reason = 500, "error"
+                raise
             finally:
                 self.pending -= 1
                 self.jobs.discard(item)
-                if item.tracker is not None:            # the client left while it was being sent (else a no-op)
-                    item.tracker.finish(499, "client_disconnect")
+                if item.tracker is not None:            # (a no-op when _send_job closed it)
+                    item.tracker.finish(status, reason)
 
     async def _send_job(self, job: _Job) -> None:
         cfg = job.cfg
