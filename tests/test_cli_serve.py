@@ -20,8 +20,10 @@ def _serve(tmp_path, *args, timeout=120):
 
 
 def test_a_model_that_is_not_there_is_refused_before_the_server_starts(tmp_path):
+    (tmp_path / "garbled").mkdir()
+    (tmp_path / "garbled" / "config.json").write_text("{not json")
     for model, needle in [(str(tmp_path / "nonexistent"), "does not exist"), ("piper:nope", "unknown Piper voice"),
-                          (str(tmp_path), "no config.json")]:
+                          (str(tmp_path), "no config.json"), (str(tmp_path / "garbled"), "cannot read its config")]:
         rc, out = _serve(tmp_path, model)
         assert rc == 2, out
         assert out.splitlines() == [out] and out.startswith("voxflow serve: error: ") and needle in out, out

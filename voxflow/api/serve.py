@@ -167,6 +167,8 @@ def model_problem(model: str) -> str | None:
             detect_family(resolve_model_dir(model))         # a local folder: never fetches anything
     except ModelNotFoundError as e:
         return str(e)
+    except ValueError as e:                                  # e.g. a config.json that is not JSON
+        return f"{model}: cannot read its configuration ({e})"
     return None
 
 
