@@ -9,7 +9,6 @@ import base64
 import contextlib
 import io
 import json
-import os
 import socket
 import time
 import wave
@@ -18,8 +17,9 @@ import httpx
 import numpy as np
 import pytest
 
-from test_api_speech import (AUTH, HANG, KEY, LONG, MODEL, ScriptedEngine, ServerThread, SilentEngine,
-                             _open_stream, assert_error, decode, metrics, speech, wait_idle)
+from test_api_speech import (HANG, KEY, LONG, MODEL, ScriptedEngine, ServerThread, SilentEngine, _open_stream,
+                             assert_error, decode, metrics, speech, tiny_server, wait_idle)
+from test_api_speech import http  # noqa: F401 (the fixture, shared)
 from voxflow.api.app import create_app
 from voxflow.api.state import ServerSettings
 
@@ -30,22 +30,8 @@ MAX_CHARS = 300
 
 @pytest.fixture(scope="module")
 def server():
-    from voxflow.engine.engine import EngineConfig, EngineCore
-    from voxflow.engine.inprocess import InProcessEngineClient
-    core = EngineCore.from_config(EngineConfig(model=os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"),
-                                               max_num_seqs=4))
-    settings = ServerSettings(model_name=MODEL, api_keys=(KEY,), max_concurrent_requests=4, max_batch_items=MAX_ITEMS,
-                              max_batch_input_chars=MAX_CHARS, max_body_bytes=64 * 1024)
-    with ServerThread(create_app(InProcessEngineClient(core), settings)) as srv:
-        srv.core = core
+    with tiny_server(max_concurrent_requests=4, max_batch_items=MAX_ITEMS, max_batch_input_chars=MAX_CHARS) as srv:
         yield srv
-
-
-@pytest.fixture
-def http(server):
-    with httpx.Client(base_url=server.url, headers=AUTH, timeout=HANG) as c:
-        wait_idle(c)
-        yield c
 
 
 def single(c: httpx.Client, defaults: dict, item: dict) -> httpx.Response:

@@ -67,17 +67,23 @@ class ServerThread:
         self.thread.join(HANG)
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def tiny_server(**settings):
+    """A uvicorn server (ServerThread, with its engine core as .core) on the tiny CustomVoice checkpoint, 4 engine
+    slots, API key KEY, 64 KiB bodies, and these ServerSettings."""
     from voxflow.engine.engine import EngineConfig, EngineCore
     from voxflow.engine.inprocess import InProcessEngineClient
     core = EngineCore.from_config(EngineConfig(model=os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice"),
                                                max_num_seqs=4))
-    client = InProcessEngineClient(core)
-    settings = ServerSettings(model_name=MODEL, api_keys=(KEY,), max_concurrent_requests=2,
-                              max_body_bytes=64 * 1024)
-    with ServerThread(create_app(client, settings)) as srv:
+    settings = ServerSettings(model_name=MODEL, api_keys=(KEY,), max_body_bytes=64 * 1024, **settings)
+    with ServerThread(create_app(InProcessEngineClient(core), settings)) as srv:
         srv.core = core
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def server():
+    with tiny_server(max_concurrent_requests=2) as srv:
         yield srv
 
 

@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from test_engine import assert_all_released, assert_engine_matches_reference, greedy, make_engine
+from test_engine import _LandsLate, assert_all_released, assert_engine_matches_reference, greedy, make_engine
 from voxflow.engine import gemm_sm_target as gst
 from voxflow.engine.graph_runner import BUSY_MIN_BUCKET, BusyVariant, DecodeRunner
 
@@ -173,22 +173,16 @@ def test_startup_captures_a_busy_graph_per_large_bucket_under_its_target_and_rep
     assert len(replays) == 3 and len(runner._graphs) == flips * (len(runner.buckets) + len(large))    # no capture
 
 
-class _LandsAfterSteps:
+class _LandsAfterSteps(_LandsLate):
     """A codec call's pending PCM that lands once the engine has run `steps` more steps (ready() has no side effect,
     so the engine's busy query and the test's own agree)."""
 
     def __init__(self, core, pending, steps: int):
-        self._core, self._pending, self._at = core, pending, core.steps + steps
+        super().__init__(pending)
+        self._core, self._at = core, core.steps + steps
 
     def ready(self):
         return self._core.steps >= self._at
-
-    def result(self):
-        return self._pending.result()
-
-    @property
-    def nonfinite(self):
-        return self._pending.nonfinite
 
 
 def test_an_engine_marks_steps_beside_in_flight_codec_calls_busy_and_serves_the_reference(monkeypatch, tmp_path):

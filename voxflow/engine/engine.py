@@ -509,7 +509,7 @@ class EngineCore:
                 "finished": sum(isinstance(o, FinalRecord) for o in outputs),
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
-                "beside_codec": launched is not None and launched.beside_codec,
+                "beside_codec": launched is not None and self.runner.last_busy,      # the step it launched
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs
 
@@ -573,9 +573,7 @@ class EngineCore:
         busy = self.runner.busy_gemm_sms is not None and self._codec_busy()
         out = self.runner.run([s.slot for s in seqs], [s.block_table for s in seqs], [s.num_computed for s in seqs],
                               [bm.slot_mapping(s, s.num_computed - 1, s.num_computed)[0] for s in seqs], busy=busy)
-        inflight = self.flags.launch([self.live[s.request_id] for s in seqs], out)
-        inflight.beside_codec = self.runner.last_busy
-        return inflight
+        return self.flags.launch([self.live[s.request_id] for s in seqs], out)
 
     def add_frame_listener(self, listener) -> None:
         """`listener(frames, request_ids)` for every step's frames as they go to the codec: `frames` [B, 16] on the

@@ -55,7 +55,6 @@ class InflightDecode:
     flags: torch.Tensor             # [B, 2] pinned host: finished, eos (valid once `event` completed)
     event: "torch.cuda.Event | None"
     owners: list | None = None      # per row: the request its frame went to the codec for, or None (not queued)
-    beside_codec: bool = False      # the step replayed a talker_gemm_sms graph (the step trace says so)
 
     def wait(self) -> tuple[list[bool], list[bool]]:
         if self.event is not None:
