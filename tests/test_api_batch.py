@@ -9,7 +9,6 @@ import base64
 import contextlib
 import io
 import json
-import socket
 import time
 import wave
 
@@ -17,8 +16,8 @@ import httpx
 import numpy as np
 import pytest
 
-from test_api_speech import (HANG, KEY, LONG, MODEL, ScriptedEngine, ServerThread, SilentEngine, _open_stream,
-                             assert_error, decode, metrics, speech, tiny_server, wait_idle)
+from test_api_speech import (HANG, LONG, MODEL, ScriptedEngine, ServerThread, SilentEngine, _open_stream,
+                             assert_error, decode, metrics, post_and_leave, speech, tiny_server, wait_idle)
 from test_api_speech import http  # noqa: F401 (the fixture, shared)
 from voxflow.api.app import create_app
 from voxflow.api.state import ServerSettings
@@ -49,19 +48,6 @@ def requests_by_status(m: dict) -> dict:
 
 def delta(before: dict, after: dict) -> dict:
     return {s: after[s] - before.get(s, 0) for s in after if after[s] != before.get(s, 0)}
-
-
-def post_and_leave(port: int, path: str, body: dict, started) -> None:
-    """POST `body` to `path` on a raw connection and close it, unanswered, once `started()` is true."""
-    data = json.dumps(body).encode()
-    head = (f"POST {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {KEY}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=HANG) as s:
-        s.sendall(head + data)
-        deadline = time.monotonic() + HANG
-        while not started():
-            assert time.monotonic() < deadline, "the request did not start"
-            time.sleep(0.02)
 
 
 # ------------------------------------------------------------------------------------------------ tiny engine
@@ -201,7 +187,7 @@ def test_client_disconnect_aborts_every_item(server, http):
     before = metrics(http)
     body = {"voice": "alloy", "response_format": "pcm", **LONG,
             "items": [{"input": "First long one."}, {"input": "Second long one."}, {"input": "Third long one."}]}
-    post_and_leave(server.port, BATCH, body, lambda: metrics(http)[("voxflow_num_requests_running", ())] >= 3)
+    post_and_leave(server.port, body, lambda: metrics(http)[("voxflow_num_requests_running", ())] >= 3, BATCH)
     after = wait_idle(http)
     assert after[("voxflow_engine_aborted", ())] - before[("voxflow_engine_aborted", ())] == 3
     assert delta(requests_by_status(before), requests_by_status(after)) == {"499": 3}
@@ -295,7 +281,7 @@ def test_client_disconnect_before_any_output_aborts_every_item():
     with ServerThread(create_app(engine, ServerSettings(model_name="scripted"))) as srv, \
             httpx.Client(base_url=srv.url, timeout=HANG) as c:
         body = {"voice": "vivian", "items": [{"input": "a"}, {"input": "b"}, {"input": "c"}]}
-        post_and_leave(srv.port, BATCH, body, lambda: len(engine.submitted) == 3)
+        post_and_leave(srv.port, body, lambda: len(engine.submitted) == 3, BATCH)
         deadline = time.monotonic() + HANG
         while not (len(engine.aborted) == 3 and metrics(c)[("voxflow_api_requests_in_flight", ())] == 0):
             assert time.monotonic() < deadline, "the items were not aborted"

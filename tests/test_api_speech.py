@@ -402,10 +402,10 @@ def test_client_disconnect_aborts_the_engine_request(server, http):
         server.core.block_manager.num_blocks
 
 
-def post_and_leave(port: int, body: dict, started) -> None:
-    """POST `body` on a raw connection and close it, unanswered, once `started()` is true."""
+def post_and_leave(port: int, body: dict, started, path: str = "/v1/audio/speech") -> None:
+    """POST `body` to `path` on a raw connection and close it, unanswered, once `started()` is true."""
     data = json.dumps(body).encode()
-    head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {KEY}\r\n"
+    head = (f"POST {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {KEY}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode()
     with socket.create_connection(("127.0.0.1", port), timeout=HANG) as s:
         s.sendall(head + data)
