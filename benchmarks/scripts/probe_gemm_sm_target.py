@@ -56,7 +56,8 @@ def capture(x, weights, target, device, side):
 
 
 def time_graph(graph, load=None) -> float:
-    """us per GEMM over REPLAYS replays; with `load` (a callable that queues work on the load stream) first."""
+    """us per GEMM over REPLAYS replays; with `load` (a callable that queues work on the load stream) first.
+    (Not event_timing.timed: its warm-up call synchronises, which would wait out the load before the timing.)"""
     if load is not None:
         load()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
