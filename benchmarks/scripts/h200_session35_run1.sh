@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 34 (no device lent that session); carry [".whl", ".device_tree"]. Rename to
-# h200_sessionNN_runK.sh when run.
+# Prepared in session 34 (no device lent that session); carry [".whl", ".device_tree"]. Run as session 35 call 1;
+# h200_session35_run2.sh follows.
 # The talker's cuBLAS GEMMs planned for the SMs the codec leaves (EngineConfig.talker_gemm_sms, off until this has
 # run; voxflow/engine/gemm_sm_target.py). Why: the 0.6B's c=64 step is 5.7 ms alone and ~7.4 ms beside the codec on
 # its 64 SMs; cuBLAS plans its 64-row GEMMs for all 132 SMs, so beside the codec the wide ones run in two waves.
@@ -11,7 +11,7 @@
 #    If no target changes the kernel, cuBLAS ignores it here and the A/B below will show nothing: say so.
 # 3. 0.6B c=64 (the open target): defaults / talker_gemm_sms=rest (busy steps) / the same through cuBLASLt, one
 #    machine, step traces (summaries: "(busy graph)" groups) and footprints (twice the graphs from bucket 16: mind
-#    the 8 GB). ~400 s. Then h200_next_gemm_sms2.sh on the same (warm) machine.
+#    the 8 GB). ~400 s. Then h200_session35_run2.sh on the same (warm) machine.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B

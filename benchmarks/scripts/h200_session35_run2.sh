@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 34; carry [".whl", ".device_tree"]; run right after h200_next_gemm_sms.sh (same machine: its
-# /tmp/real-0.6b is reused when the machine is still warm, else rebuilt). Rename to h200_sessionNN_runK.sh when run.
+# Prepared in session 34; carry [".whl", ".device_tree"]. Run as session 35 call 2, right after
+# h200_session35_run1.sh (same machine: its /tmp/real-0.6b is reused when the machine is still warm, else rebuilt).
 # 0.6B c=64, one machine: defaults / talker_gemm_sms=rest on every step (the plan alone, whatever the codec does) /
 # rest with h200_next_run.sh's wave-end pair (codec_tail_chunk=5, codec_call_rows=16: the whole prepared stack) /
 # defaults again. Add VOXFLOW_GEMM_SM_TARGET_LT=1 to the gemm runs if the first script found only cuBLASLt honours
