@@ -84,14 +84,3 @@ def test_steps_with_nothing_for_the_talker_are_talker_idle():
     assert durations == {"full + codec": [5.0], "talker idle + codec running": [45.0], "partial + prefill": [10.0],
                          "full": [6.0]}
 
-
-def test_steps_that_replayed_the_busy_graph_are_grouped_apart():
-    """beside_codec (talker_gemm_sms, session 34 on): the steps that replayed the busy-variant graph form their own
-    groups, so an A/B reads their times apart from the same kind of step on the plain graph."""
-    lines = [dict(t=0.000, decode=4, codec_launched=2, prefill=0, codec_in_flight=1, beside_codec=False),
-             dict(t=0.010, decode=4, codec_launched=0, prefill=0, codec_in_flight=0, beside_codec=True),
-             dict(t=0.017, decode=4, codec_launched=0, prefill=0, codec_in_flight=0, beside_codec=False),
-             dict(t=0.022, decode=4, codec_launched=0, prefill=0, codec_in_flight=0)]
-    s = sts.summarize(lines)
-    durations = {k: [round(d, 6) for d in g.durations_ms] for k, g in s["groups"].items()}
-    assert durations == {"full + codec": [10.0], "full + codec running (busy graph)": [7.0], "full": [5.0]}

@@ -11,6 +11,11 @@ the codec's partition holds), and the kernel cuBLAS picked (its name carries the
 per (GEMM, rows, target): us per GEMM alone / beside the load. Run it with the targets in both orders: cuBLAS keeps
 a heuristics cache, and a kernel that stays the same whatever the order says the target is ignored; one that
 follows the first target asked says the cache does not tell targets apart.
+
+Ran as H200 session 35 call 1 (benchmarks/results/h200/2026-12-05-session35/call1): a target changes the kernel,
+and every targeted kernel is as fast or slower beside the load than cuBLAS's own; the served A/B gained nothing,
+so talker_gemm_sms and voxflow/engine/gemm_sm_target.py were removed after it. This is the record of what ran:
+it imports that module, so run it at commit 944b4c8 (`git show 944b4c8:voxflow/engine/gemm_sm_target.py`).
 """
 from __future__ import annotations
 

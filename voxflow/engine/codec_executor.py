@@ -283,11 +283,6 @@ class CodecExecutor:
         """Codec calls launched and not yet collected (on a GPU: possibly still running on the codec's stream)."""
         return len(self._launched)
 
-    def running(self) -> bool:
-        """Whether a launched call may still be running: the newest uncollected one has not landed (a GPU codec
-        stream runs its calls in order, so the newest landed means all have). One event query, no wait."""
-        return bool(self._launched) and not self._launched[-1][0].ready()
-
     def collect(self, block: bool = False, block_oldest: bool = False) -> list[DecodedChunk]:
         """Chunks whose PCM has landed, in launch order. block: wait for every launched call first; block_oldest:
         wait for the oldest call only (then the others that have landed too)."""

@@ -64,14 +64,6 @@ class EngineConfig:
                                                # half (64 of an H200's 132: 0.6B c=64 664 -> 694 audio-s/s, H200
                                                # session 22) on GPUs of >= 100 SMs where green contexts exist,
                                                # else all; None: all. The driver rounds a count up (8s on Hopper)
-    talker_gemm_sms: int | str | None = None   # on a GPU: SMs the talker step's cuBLAS GEMMs are planned for in
-                                               # steps beside the codec (a second graph per batch bucket >= 16,
-                                               # captured with that SM target: gemm_sm_target.py), so they run in
-                                               # one wave on the SMs the codec leaves; "rest": the GPU's SMs less
-                                               # the codec's partition; None: off (not yet measured)
-    talker_gemm_sms_steps: str = "busy"        # which steps replay that variant: "busy", those launched while a
-                                               # codec call is still running; "all", every step (an A/B of the plan
-                                               # alone)
     talker_high_priority: bool = False         # on a GPU: the talker's work on a highest-priority CUDA stream, ahead
                                                # of the codec's kernels (engine_stream.py; H200 session 8: no gain)
     kernels: bool = True                       # on a GPU: the fused Triton kernels (off: plain PyTorch everywhere)

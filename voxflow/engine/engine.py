@@ -33,7 +33,6 @@ from .codec_executor import CodecExecutor
 from .config import EngineConfig
 from .engine_stream import on_engine_stream, talker_stream
 from .errors import QueueFullError  # noqa: F401 (re-exported: engine.QueueFullError is where callers import it)
-from .gemm_sm_target import STEP_CHOICES, busy_gemm_sms
 from .gpu_memory import (limit_allocator, memory_stats, outside_allocator_bytes, room_within, shrink_stack_to,
                          stack_limit_bytes)
 from .graph_runner import DecodeRunner
@@ -122,9 +121,6 @@ class EngineCore:
     @on_engine_stream
     def _build(self, device: torch.device) -> None:
         model, codec, config = self.model, self.codec, self.config
-        if config.talker_gemm_sms_steps not in STEP_CHOICES:
-            raise ValueError(f"talker_gemm_sms_steps is one of {', '.join(STEP_CHOICES)}, "
-                             f"not {config.talker_gemm_sms_steps!r}")
         started = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -154,9 +150,7 @@ class EngineCore:
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
                                    max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
                                    # the paged attention kernel reads only real pages: one table width fits all
-                                   fixed_width=device.type == "cuda" and kernels_enabled(),
-                                   busy_gemm_sms=busy_gemm_sms(config.talker_gemm_sms, device,
-                                                               getattr(codec, "stream_sms", None)))
+                                   fixed_width=device.type == "cuda" and kernels_enabled())
         self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
         want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
                                else config.cuda_graphs and device.type == "cuda")
@@ -199,8 +193,6 @@ class EngineCore:
             self.startup["codec_precision"] = codec.precision
         if getattr(codec, "stream", None) is not None:      # a GPU codec stream: its SMs (None: the whole GPU)
             self.startup["codec_sms"] = getattr(codec, "stream_sms", None)
-        if self.runner.busy_gemm_sms is not None:          # the busy-step graphs' cuBLAS SM target
-            self.startup["talker_gemm_sms"] = self.runner.busy_gemm_sms
         self.trace: StepTrace | None = None
         self._warm_up()
         # After warm-up: the trace holds served steps only.
@@ -509,7 +501,6 @@ class EngineCore:
                 "finished": sum(isinstance(o, FinalRecord) for o in outputs),
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
-                "beside_codec": launched is not None and self.runner.last_busy,      # the step it launched
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs
 
@@ -570,9 +561,8 @@ class EngineCore:
 
     def _launch_decode(self, seqs: list[Sequence]) -> InflightDecode:
         bm = self.block_manager
-        busy = self.runner.busy_gemm_sms is not None and self._codec_busy()
         out = self.runner.run([s.slot for s in seqs], [s.block_table for s in seqs], [s.num_computed for s in seqs],
-                              [bm.slot_mapping(s, s.num_computed - 1, s.num_computed)[0] for s in seqs], busy=busy)
+                              [bm.slot_mapping(s, s.num_computed - 1, s.num_computed)[0] for s in seqs])
         return self.flags.launch([self.live[s.request_id] for s in seqs], out)
 
     def add_frame_listener(self, listener) -> None:
@@ -581,14 +571,6 @@ class EngineCore:
         is a real frame of, in order, or None (a padding or extra row). The codes of a request are its rows (what
         `voxflow synthesize --save-codes` saves in batch mode); its audio is decoded from exactly these frames."""
         self._frame_listeners.append(listener)
-
-    def _codec_busy(self) -> bool:
-        """Whether the step about to launch should replay the talker_gemm_sms graph: with "busy", when a codec call
-        launched in an earlier step is still running. What this step's own codec launches add (they come after its
-        decode is queued: chunks held back by the frame budget, first chunks that waited for a codec state, final
-        chunks of requests that ended on EOS) runs beside it unforeseen; the chunks its frames complete run beside
-        the next step, which sees them."""
-        return self.config.talker_gemm_sms_steps == "all" or self.codec_exec.running()
 
     def _awaits_first_chunk(self, inflight: InflightDecode) -> bool:
         return any(live.chunks_out == 0 and live.request.streaming.stream and not live.talker_done

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .gemm_sm_target import gemm_sm_target
 from .model_api import DecodeOutput, PagedKVContext, TTSModel
 
 
@@ -38,16 +37,6 @@ from .model_api import DecodeOutput, PagedKVContext, TTSModel
 # 2-6 us: H200 sessions 29-30's timelines). Twice the decode graphs to capture. Off until measured
 # (VOXFLOW_GRAPH_COPIES=1); the engine keeps cloning the frames out, which must outlive two steps.
 GRAPH_COPIES = os.environ.get("VOXFLOW_GRAPH_COPIES", "0") == "1"
-# With `busy_gemm_sms` (EngineConfig.talker_gemm_sms): batch buckets from this size get a second graph whose cuBLAS
-# GEMMs were planned for that many SMs (gemm_sm_target.py), replayed for steps run beside the codec. Smaller batches
-# run the Triton skinny GEMMs (layers/qwen3_layer.py: up to 8 rows), which no SM target changes.
-BUSY_MIN_BUCKET = 16
-
-
-@dataclass(frozen=True)
-class BusyVariant:
-    """The last element of a busy variant's graph key: the SMs its cuBLAS GEMMs were planned for."""
-    sms: int
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -120,8 +109,7 @@ def _input_views(buf: torch.Tensor, batch: int, width: int) -> dict[str, torch.T
 
 class DecodeRunner:
     def __init__(self, model: TTSModel, k_cache, v_cache, block_size: int, max_batch: int, max_width: int,
-                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False,
-                 busy_gemm_sms: int | None = None):
+                 scratch_block: int, cuda_graphs: bool, fixed_width: bool = False):
         self.model = model
         self.k_cache, self.v_cache = k_cache, v_cache
         self.block_size = block_size
@@ -132,9 +120,6 @@ class DecodeRunner:
         self.scratch_block = scratch_block
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.stats = RunnerStats()
-        # SMs the busy variant's cuBLAS GEMMs plan for (None: no busy variant); see BUSY_MIN_BUCKET
-        self.busy_gemm_sms = busy_gemm_sms
-        self.last_busy = False          # the last step replayed a busy-variant graph
         B, W = self.buckets[-1], self.max_width
         pin = self.device.type == "cuda"
         # Host staging (two sets, used alternately) and the static device inputs every graph reads: each set one
@@ -173,9 +158,8 @@ class DecodeRunner:
 
     # ---- one step -------------------------------------------------------------------------------------------
     def run(self, slots: list[int], block_tables: list[list[int]], context_lens: list[int],
-            slot_mapping: list[int], busy: bool = False) -> DecodeOutput:
-        """Decode one frame for each slot; outputs are views [:len(slots)] of buffers the next run overwrites.
-        busy: the step runs beside other GPU work (the codec's): replay the busy variant where there is one."""
+            slot_mapping: list[int]) -> DecodeOutput:
+        """Decode one frame for each slot; outputs are views [:len(slots)] of buffers the next run overwrites."""
         n = len(slots)
         bucket = self.bucket_for(n)
         width = self._width_for(max(len(t) for t in block_tables))
@@ -186,35 +170,26 @@ class DecodeRunner:
         host_flags = None
         if self.cuda_graphs:
             self._check_epoch()
-            key = self._key(bucket, width, flip, busy)
+            key = self._key(bucket, width, flip)
             if key not in self._graphs:
                 self._capture(key)
             graph, out = self._graphs[key]
             graph.replay()
             self.stats.replays += 1
-            self.last_busy = isinstance(key[-1], BusyVariant)
             if self.graph_copies:
                 host_flags = self._host_flags[flip][:n]
         else:
             out = self._decode(bucket, width)
             self.stats.eager_steps += 1
-            self.last_busy = False
         # The other staging (and flags) buffer next, only now that this step is queued: a step that failed before
         # its replay leaves the step before it unread, whose buffers the next step must not reuse.
         self._flip ^= 1
         return DecodeOutput(out.frames[:n], out.finished[:n], out.eos[:n],
                             None if out.flags is None else out.flags[:n], host_flags=host_flags)
 
-    def _key(self, bucket: int, width: int, flip: int, busy: bool = False) -> tuple:
-        """A captured graph's key: its shape and the model's variant, with GRAPH_COPIES its staging buffer, and for
-        a busy step of a bucket that has one its BusyVariant (always last)."""
-        key = (bucket, width, self.model.decode_variant()) + ((flip,) if self.graph_copies else ())
-        if busy and self._has_busy_variant(bucket):
-            key += (BusyVariant(self.busy_gemm_sms),)
-        return key
-
-    def _has_busy_variant(self, bucket: int) -> bool:
-        return self.busy_gemm_sms is not None and bucket >= BUSY_MIN_BUCKET
+    def _key(self, bucket: int, width: int, flip: int) -> tuple:
+        """A captured graph's key: its shape and the model's variant, and with GRAPH_COPIES its staging buffer."""
+        return (bucket, width, self.model.decode_variant()) + ((flip,) if self.graph_copies else ())
 
     def _copy_inputs(self, flip: int, bucket: int, width: int) -> None:
         """The staged inputs to the device: the prefix up to the end of what this shape reads (the table is laid
@@ -270,7 +245,6 @@ class DecodeRunner:
         """Capture the step for one shape. Warm-up and capture run on padding rows only (scratch slot, scratch
         page), so live requests' state is untouched; the real inputs are written afterwards."""
         bucket, width = key[:2]
-        sms = key[-1].sms if isinstance(key[-1], BusyVariant) else None
         started = time.perf_counter()
         saved = {k: v.clone() for k, v in self._dev.items()}
         d = self._dev
@@ -283,15 +257,13 @@ class DecodeRunner:
             staged = self._host_bufs[flip].clone()
             self._pad_inputs(self._host[flip], bucket, width)
             try:
-                with gemm_sm_target(sms, self.device):
-                    graph, out = warm_then_capture(lambda: self._step_with_copies(flip, bucket, width), self._pool,
-                                                   self._side)
+                graph, out = warm_then_capture(lambda: self._step_with_copies(flip, bucket, width), self._pool,
+                                               self._side)
             finally:
                 self._side.synchronize()
                 self._host_bufs[flip].copy_(staged)
         else:
-            with gemm_sm_target(sms, self.device):
-                graph, out = warm_then_capture(lambda: self._decode(bucket, width), self._pool, self._side)
+            graph, out = warm_then_capture(lambda: self._decode(bucket, width), self._pool, self._side)
         for k, v in saved.items():
             d[k].copy_(v)
         self._graphs[key] = (graph, out)
@@ -324,10 +296,9 @@ class DecodeRunner:
                 for b in sorted({self.bucket_for(b) for b in (batch_sizes or self.buckets)}):
                     for w in widths:
                         for flip in ((0, 1) if self.graph_copies else (0,)):
-                            for busy in ((False, True) if self._has_busy_variant(b) else (False,)):
-                                key = self._key(b, w, flip, busy)
-                                if key not in self._graphs:
-                                    self._capture(key)
+                            key = self._key(b, w, flip)
+                            if key not in self._graphs:
+                                self._capture(key)
             finally:
                 if variant is not None and force is not None:
                     force(None)

@@ -47,8 +47,6 @@ def step_kind(step: dict, full_rows: int, codec_running: bool = False) -> str:
         kind += " + prefill"
     if codec_running:
         kind += " + codec running"
-    if step.get("beside_codec"):            # it replayed the talker_gemm_sms graph (traces from session 34 on)
-        kind += " (busy graph)"
     return kind
 
 
