@@ -17,12 +17,14 @@ so that sum(exposed + gap) is the stream's wall time.
 record profiles 30 graph-replayed steps (profile_step.py's engine) and writes each kernel's (name, stream, start,
 end) in microseconds. report prints, per kernel name, launches a step, CUPTI's mean duration, the exposed and gap
 time a step; then the step split at each token draw (select_tokens: the code predictor's 15 draws and the c0
-draw), the step stream's idle gaps of >= 100 us with what the other streams ran meanwhile, and with --sequence
-every kernel of one step in order. (The window of that one step starts mid-step, at whatever kernel the middle of
+draw), the step stream's idle gaps of >= 100 us with what the other streams ran meanwhile, each kernel's charge
+alone and while another stream's kernel runs (the codec's, beside the talker: `beside`), and with --sequence every
+kernel of one step in order. (The window of that one step starts mid-step, at whatever kernel the middle of
 the trace holds; the segments start after a draw.)
 """
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -121,6 +123,7 @@ def report(path: str, sequence: bool) -> None:
                     break
         print(f"  {total:8.1f} us in all")
     stalls(path_rows, per_stream, main, names)
+    beside(path_rows, per_stream, main, names, steps)
     if sequence:
         print("\none step in order (exposed / gap / CUPTI duration, us):")
         for name, start, end, exposed, gap in one[:per_step]:
@@ -148,6 +151,48 @@ def stalls(path_rows: list[tuple], per_stream: dict, main, names: list[str], lea
                 line += (f"; stream {stream}: {len(during)} kernels, its last ends {start - last_end:.1f} us before "
                          f"the gap does")
         print(line)
+
+
+def busy_spans(rows: list[tuple]) -> list[tuple[float, float]]:
+    """The union of the rows' [start, end] intervals, as disjoint spans in order."""
+    spans: list[list[float]] = []
+    for _, _, start, end in sorted(rows, key=lambda r: r[2]):
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end])
+    return [(a, b) for a, b in spans]
+
+
+def overlaps(spans: list[tuple[float, float]], start: float, end: float) -> bool:
+    """Whether [start, end] meets one of the disjoint, ordered spans."""
+    i = bisect.bisect_right(spans, (end, float("inf"))) - 1     # the last span starting at or before `end`
+    return i >= 0 and spans[i][1] > start
+
+
+def beside(path_rows: list[tuple], per_stream: dict, main, names: list[str], steps: int, top: int = 15) -> None:
+    """Each step-stream kernel's charge on the step's wall (exposed + the gap before it) when no other stream's
+    kernel runs during it and when one does, by kernel name: whether running beside the codec costs each kernel a
+    fixed time (then fewer kernels would pay) or a share of its length (then the kernels' work is what is shared)."""
+    spans = busy_spans([r for s, rows in per_stream.items() if s != main for r in rows])
+    if not spans:
+        return
+    agg = defaultdict(lambda: [0, 0.0, 0, 0.0])          # alone: n, charge; beside: n, charge
+    for name, start, end, exposed, gap in path_rows:
+        a = agg[name]
+        k = 2 if overlaps(spans, start - gap, end) else 0
+        a[k] += 1
+        a[k + 1] += exposed + gap
+    both = {n: a for n, a in agg.items() if a[0] and a[2]}
+    n_alone, n_beside = sum(a[0] for a in agg.values()), sum(a[2] for a in agg.values())
+    extra = sum(a[3] - a[2] * a[1] / a[0] for a in both.values())
+    print(f"\nbeside other streams' kernels: {n_beside} of {n_alone + n_beside} step-stream kernels; those of a name "
+          f"seen both ways charge {extra / max(1, sum(a[2] for a in both.values())):.2f} us more each beside "
+          f"({extra / steps / 1e3:.3f} ms a step)")
+    print(f"{'alone us':>9} {'beside us':>10} {'n beside':>9} {'extra us a step':>16}  kernel")
+    rows = sorted(both.items(), key=lambda kv: -(kv[1][3] - kv[1][2] * kv[1][1] / kv[1][0]))
+    for name, (na, ca, nb, cb) in rows[:top]:
+        print(f"{ca / na:9.2f} {cb / nb:10.2f} {nb:9d} {(cb - nb * ca / na) / steps:16.1f}  {names[name][:90]}")
 
 
 def main() -> None:
