@@ -97,21 +97,29 @@ def check_folded_norms_path_against_reference():
     the row factor (folded_norm=, spied) and silu * up the post-attention one (silu_mul_folded, spied), no add +
     norm kernel runs on those steps (the 2-token prefill keeps the plain path: 4 of them), and the logits stay
     within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the reference's; the
-    stack's input rows are left as they were."""
+    stack's input rows are left as they were. With CP_SPLIT_PREFILL the 2-token prefill runs position by position
+    through the same folded layers: no add + norm kernel and no eager attention at all, the same tolerances."""
     import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import dense_decode_norm_rope as fused_attention
     from voxflow.kernels import silu_mul as sm
-    spies = {"attention": [], "silu": [], "add_norm": []}
-    real_attention, real_silu, real_add_norm = (fused_attention.norm_rope_attend_append, sm.silu_mul_folded,
-                                                layer_mod.add_rms_norm)
+    spies = {"attention": [], "silu": [], "add_norm": [], "eager": []}
+    real_attention, real_silu, real_add_norm, real_eager = (fused_attention.norm_rope_attend_append,
+                                                            sm.silu_mul_folded, layer_mod.add_rms_norm,
+                                                            cache_mod.eager_attention)
     fused_attention.norm_rope_attend_append = lambda *a, **kw: (
         spies["attention"].append(kw.get("folded_norm") is not None), real_attention(*a, **kw))[1]
     sm.silu_mul_folded = lambda *a: (spies["silu"].append(1), real_silu(*a))[1]
     layer_mod.add_rms_norm = lambda *a: (spies["add_norm"].append(1), real_add_norm(*a))[1]
+    cache_mod.eager_attention = lambda *a: (spies["eager"].append(1), real_eager(*a))[1]
+    saved_split = cp_mod.CP_SPLIT_PREFILL
     assert layer_mod.FOLDED_NORMS
     try:
         g = torch.Generator().manual_seed(9)
-        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
+        for dtype, tol, split in ((torch.float32, 1e-4, False), (torch.bfloat16, 5e-2, False),
+                                  (torch.float32, 1e-4, True), (torch.bfloat16, 5e-2, True)):
+            cp_mod.CP_SPLIT_PREFILL = split
             cp, h, c0 = case(9, dtype, g)
             codes_r, logits_r = run(cp, h, c0, False, None)
             for v in spies.values():
@@ -120,10 +128,14 @@ def check_folded_norms_path_against_reference():
             codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
             if dtype == torch.float32:
                 assert torch.equal(codes_k, codes_r)
-            assert spies["attention"] == [True] * (2 * 3), spies["attention"]      # 2 layers x 3 steps, folded
-            assert len(spies["silu"]) == 2 * 3
-            assert len(spies["add_norm"]) == 4           # the prefill step's only (2 post-attention, 1 + 1 deferred)
-            assert_logits_close(logits_k, logits_r, tol, dtype)
+            # 2 layers x 3 single-token steps, folded (split: + 2 layers x the prefill's 2 positions)
+            steps = 3 + (2 if split else 0)
+            assert spies["attention"] == [True] * (2 * steps), spies["attention"]
+            assert len(spies["silu"]) == 2 * steps
+            # unsplit, the prefill step's only (2 post-attention, 1 + 1 deferred), and its eager attention a layer
+            assert len(spies["add_norm"]) == (0 if split else 4)
+            assert len(spies["eager"]) == (0 if split else 2)
+            assert_logits_close(logits_k, logits_r, tol, dtype, split)
         # The folded layers add into their input in place from the second layer on, never into the stack's input
         # (the caller's: e.g. the code predictor's input rows when its projection is the identity, as in 0.6B).
         from voxflow.layers.static_kv_cache import StaticKVCache
@@ -142,7 +154,8 @@ def check_folded_norms_path_against_reference():
             layer_mod.use_kernels = saved_use
     finally:
         fused_attention.norm_rope_attend_append, sm.silu_mul_folded = real_attention, real_silu
-        layer_mod.add_rms_norm = real_add_norm
+        layer_mod.add_rms_norm, cache_mod.eager_attention = real_add_norm, real_eager
+        cp_mod.CP_SPLIT_PREFILL = saved_split
 
 
 def _check_per_layer_kernel_path():

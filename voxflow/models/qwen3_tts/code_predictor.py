@@ -42,6 +42,13 @@ CP_FUSED_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-04-session29, call 1's timeline): that first step took 338 us of the 3.39 ms
 # step against ~117 us for each single-token step. VOXFLOW_CP_FUSED_PREFILL=0 turns it off.
 CP_FUSED_PREFILL = os.environ.get("VOXFLOW_CP_FUSED_PREFILL", "1") == "1"
+# Above CP_FUSED_MAX_ROWS the same idea through the stack's single-token path (the folded-norm layers with q/k
+# norms, RoPE, append and attention in one kernel: ~7 launches a layer): the first step's positions one after the
+# other instead of the per-layer path's ~22 launches a layer (eager attention over 2 positions, its masks, softmax
+# and copies). Why: H200 session 35's 0.6B c=64 timeline, that first step ~0.6 ms of a 6.25 ms step against ~0.27
+# for each single-token step, and beside the codec every launch costs ~1.9 us more. Off until measured on the device
+# (VOXFLOW_CP_SPLIT_PREFILL=1): position 0's last layer runs its MLP for nothing (~4 launches).
+CP_SPLIT_PREFILL = os.environ.get("VOXFLOW_CP_SPLIT_PREFILL", "0") == "1"
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
@@ -133,7 +140,8 @@ class CodePredictor(nn.Module):
                             projected: torch.Tensor | None = None) -> torch.Tensor:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps (and with CP_FUSED_PREFILL the 2-token first step, position by position) through the
-        fused layer kernels (`_fused_layers`, when on and applicable), and the
+        fused layer kernels (`_fused_layers`, when on and applicable; else, with CP_SPLIT_PREFILL, that first step
+        position by position through the stack's single-token path), and the
         final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]. `projected`: x already projected (the
@@ -146,6 +154,13 @@ class CodePredictor(nn.Module):
         if fused:
             last = self._fused_layers(h, cos, sin, cache)
         if last is None:
+            if s > 1 and CP_SPLIT_PREFILL:
+                # (the cache's append order makes this the causal s-token prefill; only the last position's
+                # output is read)
+                for p in range(s - 1):
+                    self.model(h[:, p:p + 1].contiguous(), None, cache, final_norm=False,
+                               rope=(cos[:, p:p + 1], sin[:, p:p + 1]))
+                h, cos, sin = h[:, s - 1:].contiguous(), cos[:, s - 1:], sin[:, s - 1:]
             if b > SKINNY_PROLOGUE_MAX_ROWS:
                 # normed by the stack: its last residual add and the final norm are one fused launch
                 return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin))[:, -1])
