@@ -14,10 +14,11 @@
 Nothing touches the network or the filesystem unless the operator allowed it: a URL whose host is not
 allowed is rejected before any connection, a path outside the folder (checked lexically first, then again
 after resolving symlinks) before the file is opened. Limits: `max_ref_audio_bytes` on the encoded bytes
-(413), `min_ref_audio_seconds` .. `max_ref_audio_seconds` on the duration (400; probed from the header before
-a full decode where libsndfile can). Decoding is voxflow.audio.io (full precision, channel average to mono,
-librosa resampling, as the official Qwen3-TTS code), off the event loop. Every failure is an `APIError` with
-`param` "ref_audio" (or the `param` given).
+(413), `min_ref_audio_seconds` .. `max_ref_audio_seconds` on the duration (400; probed from the header where
+libsndfile can, and decoding stops as soon as it passes the limit, so a small, highly compressed file cannot make
+the server decode more), at most 8 channels (voxflow.audio.io.MAX_CHANNELS). Decoding is voxflow.audio.io (full
+precision, channel average to mono, librosa resampling, as the official Qwen3-TTS code), off the event loop.
+Every failure is an `APIError` with `param` "ref_audio" (or the `param` given).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import urllib.parse
 
 import numpy as np
 
-from voxflow.audio.io import AudioReadError, read_audio, resample
+from voxflow.audio.io import AudioReadError, AudioTooLongError, read_audio, resample
 
 from .errors import APIError, bad_request
 
@@ -41,6 +42,9 @@ MAX_REDIRECTS = 3
 MIN_BARE_BASE64_CHARS = 128
 _B64_RE = re.compile(r"[A-Za-z0-9+/_\-\s]+={0,2}")
 _DATA_MEDIA_OK = ("audio/", "application/octet-stream", "video/")   # video/webm, video/mp4 carry audio too
+# Whitespace and control characters (urlsplit silently drops tab/CR/LF, httpx refuses them: the host we check
+# and the one fetched could differ) and backslashes (browsers read one as "/") have no place in a URL we fetch.
+_URL_BAD_CHAR = re.compile(r"[\x00-\x20\x7f-\x9f\\]|\s")
 
 
 def _err(status: int, message: str, param: str, code: str) -> APIError:
@@ -106,7 +110,7 @@ def _probe_seconds(data: bytes) -> float | None:
     try:
         import soundfile as sf
         info = sf.info(io.BytesIO(data))
-        if info.samplerate > 0 and info.frames > 0:
+        if info.samplerate > 0 and 0 < info.frames < 2**62:      # libsndfile says SF_COUNT_MAX when unknown
             return info.frames / info.samplerate
     except Exception:
         pass
@@ -114,11 +118,17 @@ def _probe_seconds(data: bytes) -> float | None:
 
 
 def _decode_sync(data: bytes, settings, target_sr: int, param: str) -> np.ndarray:
+    hi = float(settings.max_ref_audio_seconds)
     probed = _probe_seconds(data)
-    if probed is not None and probed > float(settings.max_ref_audio_seconds) * 1.01 + 0.1:
+    if probed is not None and probed > hi * 1.01 + 0.1:
         _check_duration(probed, settings, param)          # refuse a long clip before decoding it
     try:
-        samples, sr = read_audio(data)
+        # max_seconds: PyAV formats (and FLAC without a length) have no header duration to check first; the
+        # decoder stops as soon as it passes the limit, so the work and memory are bounded by it, not the file.
+        samples, sr = read_audio(data, max_seconds=hi)
+    except AudioTooLongError:
+        raise bad_request(f"reference audio is longer than {hi:g} s; at most {hi:g} s are allowed", param,
+                          code="audio_too_long") from None
     except AudioReadError as e:
         raise bad_request(_decode_failure(e, len(data)), param, code="invalid_audio") from None
     _check_duration(samples.shape[0] / sr, settings, param)
@@ -279,6 +289,9 @@ def host_allowed(host: str | None, domains) -> bool:
 
 
 def _check_url(url: str, settings, param: str) -> None:
+    if _URL_BAD_CHAR.search(url):
+        raise bad_request("ref_audio URL contains whitespace, a control character or a backslash (percent-encode "
+                          "them)", param, code="invalid_url")
     try:
         parsed = urllib.parse.urlsplit(url)
         host = parsed.hostname
@@ -328,6 +341,8 @@ async def _fetch_url(url: str, settings, limit: int, param: str) -> bytes:
                               code="fetch_failed")
     except APIError:
         raise
+    except httpx.InvalidURL:                  # not an httpx.HTTPError; a redirect's Location can be malformed too
+        raise bad_request("ref_audio URL is malformed", param, code="invalid_url") from None
     except httpx.TimeoutException:
         raise bad_request("fetching ref_audio timed out", param, code="fetch_timeout") from None
     except httpx.HTTPError as e:

@@ -11,6 +11,7 @@ Output audio is written as 16-bit PCM WAV.
 from __future__ import annotations
 
 import io
+import math
 import os
 from typing import BinaryIO, Union
 
@@ -23,24 +24,49 @@ AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
 _INT16_SCALE = 32768.0
 
 
+# Channel cap, checked from the header before decoding and again on every decoded frame. 8 (7.1) is the largest
+# layout of the common formats (FLAC, Vorbis and Opus stop at 8, AAC at 7.1) and a voice reference is mono or
+# stereo anyway; each channel multiplies the decode work per second that the duration limit admits.
+MAX_CHANNELS = 8
+# The highest sample rate in ordinary use ("hi-res" 384 kHz). The duration limit is counted in samples at the
+# file's own rate, so an absurd declared rate would stretch it (and the memory it allows) without bound.
+MAX_SAMPLE_RATE = 384_000
+_SF_BLOCK = 65536                       # frames per libsndfile read: ~2 MB at 8 channels
+
+
 class AudioReadError(ValueError):
     """The input could not be decoded as audio, or decoded to nothing usable."""
 
 
-def read_audio(source: AudioSource) -> tuple[np.ndarray, int]:
+class AudioTooLongError(AudioReadError):
+    """Decoding passed `max_seconds` and was stopped there (the true length is not known)."""
+
+    def __init__(self, max_seconds: float):
+        self.max_seconds = float(max_seconds)
+        super().__init__(f"audio is longer than {max_seconds:g} s (decoding stopped there)")
+
+
+def read_audio(source: AudioSource, *, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     """Decode `source` to `(samples, sample_rate)`: 1-D float32 mono at the file's own rate.
 
     soundfile (libsndfile: WAV, FLAC, OGG, MP3, ...) is tried first; anything it cannot open (m4a, aac, webm,
-    ...) is decoded with PyAV. Multi-channel audio is averaged to mono.
+    ...) is decoded with PyAV. Multi-channel audio is averaged to mono chunk by chunk as it is decoded. With
+    `max_seconds` (None or inf: no limit), decoding stops with `AudioTooLongError` as soon as more than
+    `max_seconds * sample_rate` samples came out, so a small, highly compressed file cannot make this decode
+    (and hold) more than the limit. More than MAX_CHANNELS channels or a rate above MAX_SAMPLE_RATE is refused.
     """
     name, payload = _prepare_source(source)
     errors = []
     try:
-        samples, sr = _read_with_soundfile(payload)
+        samples, sr = _read_with_soundfile(payload, max_seconds)
+    except AudioReadError:  # too long / too many channels: a verdict on the audio, not on the format
+        raise
     except Exception as e:  # libsndfile reports unknown formats with several exception types
         errors.append(f"soundfile: {e}")
         try:
-            samples, sr = _read_with_pyav(payload)
+            samples, sr = _read_with_pyav(payload, max_seconds)
+        except AudioReadError:
+            raise
         except Exception as e2:
             errors.append(f"pyav: {e2}")
             raise AudioReadError(f"cannot decode audio from {name} ({'; '.join(errors)})") from None
@@ -73,35 +99,88 @@ def _open(payload):
     return io.BytesIO(payload) if isinstance(payload, bytes) else payload
 
 
-def _read_with_soundfile(payload) -> tuple[np.ndarray, int]:
+def _check_shape(channels: int, sr: int) -> None:
+    if channels > MAX_CHANNELS:
+        raise AudioReadError(f"audio has {channels} channels; at most {MAX_CHANNELS} are supported")
+    if sr > MAX_SAMPLE_RATE:
+        raise AudioReadError(f"audio sample rate {sr} Hz is above the supported {MAX_SAMPLE_RATE} Hz")
+
+
+def _frame_cap(max_seconds: float | None, sr: int) -> int | None:
+    """The most samples per channel allowed at `sr`; more means longer than `max_seconds`."""
+    if max_seconds is None or not math.isfinite(max_seconds):
+        return None
+    return int(max_seconds * sr)
+
+
+def _join(chunks: list) -> np.ndarray:
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+
+
+def _read_with_soundfile(payload, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     import soundfile as sf
 
     # float32, like the official loaders (librosa.load / sf.read(dtype="float32")); a float file keeps its values.
-    samples, sr = sf.read(_open(payload), dtype="float32", always_2d=True)
-    return samples, int(sr)
+    # Read in blocks, not sf.read(): the header's frame count may be absent (FLAC: SF_COUNT_MAX) or a lie.
+    with sf.SoundFile(_open(payload)) as f:
+        sr = int(f.samplerate)
+        _check_shape(int(f.channels), sr)
+        cap, chunks, n = _frame_cap(max_seconds, sr), [], 0
+        while True:
+            block = f.read(_SF_BLOCK, dtype="float32", always_2d=True)
+            if not len(block):
+                break
+            chunks.append(to_mono(block))   # the per-sample channel mean: the same numbers as on the whole file
+            n += len(block)
+            if cap is not None and n > cap:
+                raise AudioTooLongError(max_seconds)
+    return _join(chunks), sr
 
 
-def _read_with_pyav(payload) -> tuple[np.ndarray, int]:
+def _read_with_pyav(payload, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     import av
 
     with av.open(_open(payload), mode="r") as container:
         stream = next((s for s in container.streams if s.type == "audio"), None)
         if stream is None:
             raise ValueError("no audio stream")
-        # Convert every decoded frame to planar float32 at its own rate and layout, so frames of any native
-        # sample format (s16, s32, flt, fltp, ...) concatenate into one [channels, samples] array.
-        resampler = av.AudioResampler(format="fltp")
-        chunks, sr = [], None
+        _check_shape(int(stream.codec_context.channels or 0), int(stream.codec_context.sample_rate or 0))
+        # Every frame becomes packed float32 ("flt": one interleaved plane) at its own rate and layout, and only
+        # such frames are turned into arrays. PyAV counts a frame's planes by scanning extended_data for a NULL
+        # pointer; for a planar frame of 8+ channels that scan runs past the pointer array (7.1 fltp: 9
+        # "planes") and to_ndarray() reads unmapped memory: a segfault. A packed frame always has one plane.
+        resampler = av.AudioResampler(format="flt")
+        chunks, sr, cap, n = [], None, None, 0
         for frame in container.decode(stream):
-            sr = sr or frame.sample_rate
-            for out in resampler.resample(frame):
-                chunks.append(out.to_ndarray())
-        for out in resampler.resample(None):  # flush what the resampler still holds
-            chunks.append(out.to_ndarray())
+            _check_shape(frame.layout.nb_channels, frame.sample_rate)
+            if sr is None:
+                if frame.sample_rate <= 0:      # the cap below would mean nothing
+                    raise ValueError(f"invalid sample rate {frame.sample_rate}")
+                sr, cap = frame.sample_rate, _frame_cap(max_seconds, frame.sample_rate)
+            n += _take_packed(resampler.resample(frame), sr, chunks)
+            if cap is not None and n > cap:
+                raise AudioTooLongError(max_seconds)
+        n += _take_packed(resampler.resample(None), sr, chunks)  # flush what the resampler still holds
+        if cap is not None and n > cap:
+            raise AudioTooLongError(max_seconds)
     if not chunks or sr is None:
         raise ValueError("no audio frames decoded")
-    planar = np.concatenate(chunks, axis=1)
-    return np.ascontiguousarray(planar.T, dtype=np.float32), int(sr)
+    return _join(chunks), int(sr)
+
+
+def _take_packed(frames, sr, chunks: list) -> int:
+    """Append each packed-float frame as mono to `chunks`; the samples per channel taken."""
+    taken = 0
+    for out in frames:
+        # The resampler passes through a frame already in "flt", and then checks nothing on later frames:
+        # refuse anything else rather than call to_ndarray() on it.
+        if out.format.name != "flt" or out.sample_rate != sr:
+            raise ValueError(f"audio format changed mid-stream ({out.format.name}, {out.sample_rate} Hz)")
+        channels = out.layout.nb_channels
+        _check_shape(channels, out.sample_rate)
+        chunks.append(to_mono(out.to_ndarray().reshape(-1, channels)))
+        taken += out.samples
+    return taken
 
 
 def _finish(samples: np.ndarray, sr: int, name: str) -> tuple[np.ndarray, int]:
@@ -210,5 +289,5 @@ def wav_bytes(wav, sample_rate: int) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["AudioReadError", "read_audio", "to_mono", "resample", "load_reference_audio",
+__all__ = ["AudioReadError", "AudioTooLongError", "read_audio", "to_mono", "resample", "load_reference_audio",
            "to_pcm16", "write_wav", "wav_bytes"]
