@@ -288,3 +288,27 @@ def test_predict_folded_norms_on_vs_off():
                 1e-4 if dtype == torch.float32 else 5e-2))
     finally:
         layer_mod.FOLDED_NORMS, sm.silu_mul_folded = saved
+
+
+@torch.no_grad()
+def test_predict_split_prefill_on_vs_off():
+    """CP_SPLIT_PREFILL at 64 rows (above the fused layers' row limit): the 2-token first step position by position
+    through the folded single-token layers (silu_mul_folded counted: 5 layers x (14 steps + 2 positions)), no eager
+    attention anywhere; teacher-forced logits within 5e-2 of max |logit| (fp32: 1e-4), greedy codes equal up to
+    near-ties (as the folded-norms test)."""
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import silu_mul as sm
+    saved = cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention
+    calls, eager = [], []
+    sm.silu_mul_folded = lambda *a: (calls.append(1), saved[1](*a))[1]
+    cache_mod.eager_attention = lambda *a: (eager.append(cp_mod.CP_SPLIT_PREFILL), saved[2](*a))[1]
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
+                lambda on: setattr(cp_mod, "CP_SPLIT_PREFILL", on), calls, 64, dtype,
+                1e-4 if dtype == torch.float32 else 5e-2, expected=5 * 16))
+            assert eager and not any(eager), "eager attention ran with the split prefill (or never without it)"
+            eager.clear()
+    finally:
+        cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention = saved
