@@ -18,7 +18,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from voxflow.engine.request import SamplingOptions, SpeechRequest, StreamingOptions
+from voxflow.engine.request import (CHUNK_FRAMES_MAX, FLOAT_MAX, MAX_NEW_TOKENS_MAX, TOP_K_MAX, SamplingOptions,
+                                    SpeechRequest, StreamingOptions)
 
 from .errors import APIError, bad_request
 from .voice_names import find_model_voice, is_openai_voice, map_openai_voice
@@ -70,15 +71,19 @@ class SpeechRequestBody(BaseModel):
     ref_text: str | None = None
     x_vector_only_mode: bool | None = None
     speaker_embedding: list[float] | list[list[float]] | None = None
-    max_new_tokens: int | None = None     # >= 2 (_max_new_tokens); the upper limit is a setting (plan_speech)
+    # Every number has an upper bound: unbounded ints killed the engine process (top_k 2**63 overflowed an int64
+    # tensor in its step; initial_codec_chunk_frames 2**70 did not fit msgpack). The engine's own bounds
+    # (request.check_options), checked here too so that a client gets a 400 naming the field as it spells it.
+    # max_new_tokens: >= 2 (_max_new_tokens); the server's limit, lower, is a setting (plan_speech)
+    max_new_tokens: int | None = Field(None, le=MAX_NEW_TOKENS_MAX)
     seed: int | None = Field(None, ge=0, le=SEED_MAX)
-    initial_codec_chunk_frames: int | None = Field(None, ge=0)
+    initial_codec_chunk_frames: int | None = Field(None, ge=0, le=CHUNK_FRAMES_MAX)
     extra_params: dict[str, Any] | None = None
     references: list[Reference] | None = None
 
     # ---- voxflow ---------------------------------------------------------------------------------------------
     temperature: float | None = Field(None, ge=0.0, le=10.0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, le=TOP_K_MAX)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     greedy: bool | None = None
@@ -152,8 +157,8 @@ class SpeechRequestBody(BaseModel):
             raise ValueError("speaker_embedding is empty")
         if len(flat) > 8192:
             raise ValueError("speaker_embedding has more than 8192 values")
-        if not all(math.isfinite(x) for x in flat):
-            raise ValueError("speaker_embedding holds non-finite values")
+        if not all(math.isfinite(x) and abs(x) <= FLOAT_MAX for x in flat):     # (it becomes float32)
+            raise ValueError("speaker_embedding holds non-finite values (or values beyond float32's range)")
         return v
 
     @model_validator(mode="after")

@@ -41,7 +41,7 @@ from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
 from .packed_prefill import PackedPrefillRunner
 from .prefill_dispatch import PrefillDispatch
 from .prefill_runner import PrefillRunner
-from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
+from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage, check_options
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SeqStatus, Sequence
 from .step_trace import StepTrace
@@ -80,11 +80,21 @@ def add_to_core(core, requests: list[SpeechRequest]) -> list[Exception | None]:
     errors: list[Exception | None] = []
     for request in requests:
         try:
+            check_options(request)      # (EngineCore.add_requests checks them itself; other cores may not)
             core.add_request(request)
             errors.append(None)
         except (ValueError, QueueFullError) as e:
             errors.append(e)
     return errors
+
+
+def _options_error(request: SpeechRequest) -> ValueError | None:
+    """check_options' ValueError for the request, or None."""
+    try:
+        check_options(request)
+    except ValueError as e:
+        return e
+    return None
 
 
 @dataclass(eq=False)
@@ -314,7 +324,8 @@ class EngineCore:
         """Validate and queue a burst of arrivals, their prompts built together (the model's `prepare_many`: one
         batched pass instead of one build per request, which cost ~0.9 ms of engine-thread time each on an H200
         while the GPU idled). Per request, in order: None (queued) or the error `add_request` raises for it alone,
-        ValueError (bad input, id in use) or QueueFullError; a bad request fails alone, the others are queued.
+        ValueError (bad input: options out of range (request.check_options) or refused by the model's prepare; id
+        in use) or QueueFullError; a bad request fails alone, the others are queued.
 
         Each check is made as if the requests came one by one: a request runs into a full queue, or finds its
         id in use, exactly when it would have after the ones before it. So a round of builds takes at most as many
@@ -328,7 +339,9 @@ class EngineCore:
                 rid = requests[i].request_id
                 if rid in ids or (round_ and len(round_) >= room):
                     break               # decided by the outcome of this round: the next round checks it
-                if rid in self.live:
+                if (bad := _options_error(requests[i])) is not None:
+                    errors[i] = bad     # out of range: this request only, before any of it reaches a tensor
+                elif rid in self.live:
                     errors[i] = ValueError(f"request id {rid!r} is already in use")
                 elif len(round_) >= room:
                     errors[i] = QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting "

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
+import numbers
 import time
 import uuid
 from dataclasses import dataclass, field
 
 TASKS = ("custom_voice", "voice_design", "voice_clone")
+
+# Bounds of the numeric options (check_options; the API's body model uses the same ones). Values past them mean
+# nothing more than the bound itself, but they must not reach the model's int64 / float32 tensors: there a top_k of
+# 2**63 raised inside the engine step and killed the engine process (an audit's one-request denial of service).
+TOP_K_MAX = 2 ** 31 - 1            # any vocabulary is smaller; fits int32 kernel arguments
+MAX_NEW_TOKENS_MAX = 2 ** 31 - 1   # the engine's max_model_len caps it far lower (add_requests)
+CHUNK_FRAMES_MAX = 4096            # codec frames per chunk: 5.5 min at 12.5 Hz (larger: one chunk at the end)
+SEED_MIN, SEED_MAX = -2 ** 63, 2 ** 64 - 1      # any 64-bit value, signed or not (torch's manual_seed range)
+FLOAT_MAX = 3.4028234663852886e38  # float32's largest finite value: sampling floats live in float32 tensors
 
 
 @dataclass
@@ -32,6 +43,39 @@ class StreamingOptions:
     stream: bool = True                        # False: decode the whole utterance in the fewest passes
     initial_chunk_frames: int | None = None    # None = chosen by the engine from current load
     chunk_frames: int | None = None            # None = the engine's configured regular chunk
+
+
+def _check_int(name: str, value, lo: int, hi: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer (got {type(value).__name__})")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{name} must be between {lo} and {hi} (got {value})")
+
+
+def _check_float(name: str, value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number (got {type(value).__name__})")
+    if not (math.isfinite(value) and abs(value) <= FLOAT_MAX):
+        raise ValueError(f"{name} must be a finite number (got {value})")
+
+
+def check_options(request: SpeechRequest) -> None:
+    """ValueError (naming the field, as the API's 400 does) unless the request's numeric sampling / streaming
+    options are of their type and within the bounds above. The engine checks every request it is given (the API
+    checks them too, but the engine is also a library and the CLI's), so a bad value fails that request alone
+    instead of raising inside a step. Model-specific rules (temperature > 0 when sampling, ...) are the model's."""
+    s, st = request.sampling, request.streaming
+    _check_int("seed", s.seed, SEED_MIN, SEED_MAX)
+    _check_int("top_k", s.top_k, 0, TOP_K_MAX)
+    _check_int("max_new_tokens", s.max_new_tokens, 1, MAX_NEW_TOKENS_MAX)
+    for name in ("temperature", "top_p", "repetition_penalty"):
+        _check_float(name, getattr(s, name))
+    _check_int("initial_chunk_frames", st.initial_chunk_frames, 0, CHUNK_FRAMES_MAX)   # 0: as 1, as before
+    _check_int("chunk_frames", st.chunk_frames, 0, CHUNK_FRAMES_MAX)
 
 
 @dataclass

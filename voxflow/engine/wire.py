@@ -2,7 +2,8 @@
 
 A message is one msgpack frame: a list whose first item names its kind (see `process.py` for the kinds).
 Dataclasses travel as dicts keyed by field name, so a field the other side does not know fails loudly
-(`cls(**d)`) instead of shifting positions silently; PCM and reference audio travel as msgpack `bin`.
+(`cls(**d)`) instead of shifting positions silently; PCM and reference audio travel as msgpack `bin`; an int
+too large for msgpack as an ext type (`_BIG_INT`), so that every int arrives as the int it was.
 Both sides run the same voxflow checkout, so there is no versioning.
 
 Timestamps (`emitted_at`, `finished_at`, ...) are `time.monotonic()` of the engine process: on Linux that is
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 from typing import Any
 
 import msgpack
@@ -25,6 +27,8 @@ _NESTED: dict[type, dict[str, type]] = {
     FinalRecord: {"usage": Usage, "reason": FinishReason},
 }
 _CHUNK, _FINAL = "c", "f"
+# msgpack ext type of an int outside msgpack's own range [-2**63, 2**64): its two's-complement bytes, big-endian.
+_BIG_INT = 1
 
 
 def _to_dict(obj: Any) -> dict:
@@ -74,10 +78,24 @@ def decode_output(item: list) -> AudioChunk | FinalRecord:
 
 
 def _fallback(obj: Any) -> Any:
-    # Only for free-form dicts (engine stats, ready info): an odd value must not kill the engine process.
+    # An int msgpack cannot hold (e.g. a request's top_k of 2**70), or a numpy int, arrives as the same int: it
+    # used to become its repr, a string that then failed inside the engine's step and killed the engine process;
+    # as an int the engine's own checks (request.check_options) refuse it, failing that request alone.
+    if isinstance(obj, numbers.Integral):
+        obj = int(obj)
+        if -2 ** 63 <= obj < 2 ** 64:       # a numpy int: a plain one fits msgpack
+            return obj
+        return msgpack.ExtType(_BIG_INT, obj.to_bytes(obj.bit_length() // 8 + 1, "big", signed=True))
+    # Otherwise only free-form dicts (engine stats, ready info) get here: an odd value must not kill the engine.
     if isinstance(obj, enum.Enum):
         return obj.value
     return repr(obj)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _BIG_INT:
+        return int.from_bytes(data, "big", signed=True)
+    return msgpack.ExtType(code, data)             # (msgpack's own default)
 
 
 def pack(message: list) -> bytes:
@@ -86,4 +104,4 @@ def pack(message: list) -> bytes:
 
 def unpack(frame: bytes) -> list:
     # strict_map_key=False: stats dicts may be keyed by ints (e.g. per-batch-size counters).
-    return msgpack.unpackb(frame, raw=False, strict_map_key=False)
+    return msgpack.unpackb(frame, raw=False, strict_map_key=False, ext_hook=_ext_hook)
