@@ -423,12 +423,14 @@ def _until(predicate) -> None:
 
 
 @pytest.mark.parametrize("refused", [False, True], ids=["generated_not_sent", "refused_by_the_limit"])
-def test_a_session_that_leaves_closes_every_sentences_record(refused):
+def test_a_session_that_leaves_closes_every_sentences_record(refused, monkeypatch):
     """A client that leaves while sentence 0 is held: sentence 1 had either finished generating (its audio queued
-    behind sentence 0's, never sent) or been refused by the server's concurrency limit. Every sentence's record
-    closes: the in-flight gauge is back to 0, the finished-but-unsent one counts as a client disconnect (499), a
-    refused one only as a rejection (as an HTTP 429), and nothing as a server error (500)."""
+    behind sentence 0's, never sent) or been refused by the server's concurrency limit (no slot within the bounded
+    wait, here none). Every sentence's record closes: the in-flight gauge is back to 0, the finished-but-unsent one
+    counts as a client disconnect (499), a refused one only as a rejection (as an HTTP 429), and nothing as a server
+    error (500)."""
     from voxflow.api.metrics import Metrics
+    monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.0)
     engine = FakeEngine()
     app = make_app(engine, ServerSettings(max_concurrent_requests=1 if refused else 8))
     app.state.vox.metrics = Metrics()

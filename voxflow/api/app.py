@@ -11,7 +11,13 @@ with Retry-After until it is ready.
 Auth: when `settings.api_keys` is non-empty, every /v1/* route (HTTP and WebSocket) needs
 `Authorization: Bearer <key>` (WebSockets may instead pass `?api_key=<key>`, as browsers cannot set headers);
 a missing or wrong key gets 401 in the OpenAI error envelope (a WebSocket handshake is refused with 403 via
-close code 1008). `/`, `/health`, `/live`, `/ready` and `/metrics` stay open for probes and scrapers.
+close code 1008). `/`, `/health`, `/live`, `/ready` and `/metrics` stay open for probes and scrapers. Keys in a
+URL would otherwise be written to the server log (uvicorn logs every WebSocket handshake's path and query at info,
+and the access log every request's): `RedactSecretsFilter` replaces their values with "***" there.
+
+WebSocket limits (routes_ws.py): `settings.max_ws_sessions` open sessions at once; `settings.allowed_origins`, the
+browser origins besides the server's own that may open one (the Origin check against cross-site WebSocket
+hijacking).
 
 Body limit: a request body over `settings.max_body_bytes` gets 413, from its Content-Length before anything is
 read, or while a chunked body is read.
@@ -23,7 +29,9 @@ import contextlib
 import hmac
 import importlib
 import logging
+import re
 from typing import Any, Callable
+from urllib.parse import unquote_plus
 
 import fastapi.routing
 from fastapi import FastAPI, HTTPException
@@ -45,6 +53,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
     """engine: an EngineClient (started and shut down here unless manage_engine=False). model_info: overrides
     `engine.model_info`. on_engine_error: called when a background start (wait_for_engine=False) fails."""
     settings = settings or ServerSettings()
+    install_log_redaction()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -73,7 +82,9 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
     app = FastAPI(title="voxflow", summary="Text-to-speech serving (OpenAI-compatible speech API)",
                   lifespan=lifespan)
     app.state.vox = AppState(engine=engine, settings=settings, model_info={}, metrics=Metrics(),
-                             voices=_voice_store(settings), extra={"in_flight": 0})
+                             voices=_voice_store(settings),
+                             extra={"in_flight": 0, "ws_sessions": 0})
+    app.state.vox.metrics.rejected.labels(reason="ws_sessions")     # WebSocket sessions over the cap: shown as 0
     install_error_handlers(app)
 
     from . import routes_batch, routes_misc, routes_speech
@@ -132,6 +143,46 @@ def _voice_store(settings: ServerSettings):
     except ImportError:
         return None
     return VoiceStore(settings.voices_dir)
+
+
+# ---------------------------------------------------------------------------------------------- logging
+# A query parameter whose (decoded) name says it holds a secret: api_key, key, access_token, token, password, ...
+_SECRET_PARAM = re.compile(r"(?i)(key|token|secret|passw|auth|signature)")
+_QUERY_PARAM = re.compile(r"([?&])([^=&#\s\"]+)=([^&#\s\"]*)")
+LOGGERS_TO_REDACT = ("uvicorn.error", "uvicorn.access")
+
+
+def redact_secrets(text: str) -> str:
+    """`text` with the value of every secret-named query parameter (see _SECRET_PARAM) replaced by ***."""
+    if "=" not in text:
+        return text
+
+    def one(m: re.Match) -> str:
+        return f"{m[1]}{m[2]}=***" if _SECRET_PARAM.search(unquote_plus(m[2])) else m[0]
+    return _QUERY_PARAM.sub(one, text)
+
+
+class RedactSecretsFilter(logging.Filter):
+    """Redacts secrets from URL query strings in log records: the message and each string argument, in place
+    (uvicorn's access formatter unpacks the argument tuple, so its shape is kept). Never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_secrets(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_secrets(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: redact_secrets(v) if isinstance(v, str) else v for k, v in record.args.items()}
+        return True
+
+
+def install_log_redaction() -> None:
+    """Put a RedactSecretsFilter on uvicorn's loggers (once). On the loggers themselves, not on handlers: uvicorn's
+    logging setup (dictConfig, when uvicorn.Config is made) replaces their handlers but keeps their filters."""
+    for name in LOGGERS_TO_REDACT:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactSecretsFilter) for f in logger.filters):
+            logger.addFilter(RedactSecretsFilter())
 
 
 # ---------------------------------------------------------------------------------------------- middleware

@@ -34,9 +34,22 @@ per config, then every sentence reuses the prompt). Unknown fields are ignored.
 Limits: config message <= 4 MiB, other messages <= 128 KiB, text per utterance <= settings.ws_max_text_chars
 (the piece that would exceed it is refused with an error), sentences longer than MAX_SENTENCE_CHARS are cut,
 idle timeout settings.ws_idle_timeout_s (no message AND no audio pending; then an error and close 1000).
-Invalid JSON, unknown types, bad fields -> an `error` message, the session goes on. Client disconnect aborts
-every in-flight sentence in the engine. API keys are checked by the app's AuthMiddleware (Bearer header or
-`?api_key=`).
+Invalid JSON (nesting too deep included), unknown types, bad fields -> an `error` message, the session goes on.
+Client disconnect aborts every in-flight sentence in the engine. API keys are checked by the app's AuthMiddleware
+(Bearer header or `?api_key=`; the server log shows such keys redacted).
+
+Server-wide limits. Every sentence is a speech request of settings.max_concurrent_requests (shared with HTTP). An
+HTTP request beyond it gets 429 and can be retried; a sentence cannot be (its text was accepted), so it waits in
+the session's order for a free slot, up to ADMIT_WAIT_S; only after that does it end with audio.done error=true
+(counted in voxflow_requests_rejected_total{reason="concurrency"}, as a 429). At most `max_ws_sessions` sessions
+(serve --max-ws-sessions) are open at once: the next one is accepted and closed at once with code 1013 "try again
+later" (counted as reason="ws_sessions").
+
+Origin (cross-site WebSocket hijacking): browsers let any web page open a WebSocket to any host, 127.0.0.1
+included, sending the page's Origin header; without an API key nothing else would stop a page the user visits
+from using the server. A handshake whose Origin is neither the server's own host:port (the Host header) nor in
+`allowed_origins` (serve --allowed-origins; "*" allows any) is refused with HTTP 403. Clients that send no Origin
+(not browsers: SDKs, curl, websockets) are not affected.
 """
 from __future__ import annotations
 
@@ -47,6 +60,7 @@ import logging
 import struct
 import uuid
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
@@ -67,6 +81,8 @@ MAX_CONFIG_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_MESSAGE_BYTES = 128 * 1024
 MAX_IN_FLIGHT = 4                    # sentences of one session generating at once
 MAX_SENTENCE_CHARS = 400
+ADMIT_WAIT_S = 60.0                  # a sentence waits this long for a server-wide slot before it is refused
+ADMIT_POLL_S = 0.05                  # how often it looks (HTTP requests free slots without telling anyone)
 _END = object()
 
 
@@ -178,6 +194,7 @@ class StreamSession:
         self.outq: asyncio.Queue = asyncio.Queue()
         self.jobs: set[_Job] = set()
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.admit_lock = asyncio.Lock()  # (FIFO) sentences take server-wide slots in sentence order
         self.send_lock = asyncio.Lock()
         self.utterance = 0
         self.sentence = 0                 # next sentence index in the current utterance
@@ -274,7 +291,7 @@ class StreamSession:
             return None
         try:
             msg = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):      # RecursionError: nesting deeper than the interpreter's stack
             await self.error("invalid JSON message")
             return None
         if not isinstance(msg, dict):
@@ -355,13 +372,27 @@ class StreamSession:
         job.task = asyncio.create_task(self._generate(job))
         self.outq.put_nowait(job)
 
+    async def _admit(self) -> None:
+        """Take one of the server-wide slots (settings.max_concurrent_requests, shared with HTTP requests), waiting
+        up to ADMIT_WAIT_S for one, or raise try_admit's 429 APIError. An accepted sentence cannot be retried by
+        the protocol, so it waits rather than fails at once. Under admit_lock: this session's sentences are admitted
+        in their order (the sender plays them in order: a later one admitted first would only delay the earlier)."""
+        async with self.admit_lock:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + ADMIT_WAIT_S
+            # Looked at, not tried: a failed try_admit counts a rejection; only the final one may.
+            while (self.state.extra.get("in_flight", 0) >= self.settings.max_concurrent_requests
+                   and loop.time() < deadline):
+                await asyncio.sleep(ADMIT_POLL_S)
+            try_admit(self.state)              # no await since the check: takes the free slot (or 429 at the end)
+
     async def _generate(self, job: _Job) -> None:
         admitted = False
         try:
             async with self.slots:
                 # Sentences count against the server-wide limit like HTTP requests (a session cannot flood it).
                 try:
-                    try_admit(self.state)
+                    await self._admit()
                     admitted = True
                 except APIError as e:
                     job.error, job.refused = e.message, True
@@ -448,9 +479,51 @@ class StreamSession:
 
 
 # ---- route -------------------------------------------------------------------------------------------------
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
+def origin_allowed(scope, allowed: tuple[str, ...] = ()) -> bool:
+    """The handshake's Origin header is absent (not a browser), the server's own host:port (the Host header), or
+    in `allowed` (exact origins, scheme://host[:port], or "*"). Anything else is a page of another site."""
+    headers = dict(scope.get("headers") or [])
+    origin = headers.get(b"origin")
+    if origin is None:
+        return True
+    origin = origin.decode("latin-1").strip().rstrip("/").lower()
+    if "*" in allowed or origin in {a.strip().rstrip("/").lower() for a in allowed}:
+        return True
+    try:
+        o = urlsplit(origin)
+        h = urlsplit("//" + headers.get(b"host", b"").decode("latin-1").strip().lower())
+        default = _DEFAULT_PORTS.get(o.scheme)
+        return (default is not None and o.hostname is not None and o.hostname == h.hostname
+                and (o.port or default) == (h.port or default))
+    except ValueError:                      # a malformed port
+        return False
+
+
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(websocket: WebSocket):
-    await StreamSession(websocket, websocket.app.state.vox).run()
+    state = websocket.app.state.vox
+    if not origin_allowed(websocket.scope, state.settings.allowed_origins):
+        log.warning("WebSocket refused: Origin %r is not this server nor an allowed origin",
+                    websocket.headers.get("origin"))
+        await websocket.close(1008)         # before accept: the handshake is answered 403
+        return
+    # Each open session holds memory and a receive task even when idle: cap them server-wide. The check and the
+    # increment have no await between them (atomic on the loop).
+    limit = state.settings.max_ws_sessions
+    if state.extra.get("ws_sessions", 0) >= limit:
+        if state.metrics is not None:
+            state.metrics.rejected.labels(reason="ws_sessions").inc()
+        await websocket.accept()            # accepted then closed: the client sees the code and reason (a 403 not)
+        await websocket.close(1013, f"too many WebSocket sessions (limit {limit}); try again later")
+        return
+    state.extra["ws_sessions"] = state.extra.get("ws_sessions", 0) + 1
+    try:
+        await StreamSession(websocket, state).run()
+    finally:
+        state.extra["ws_sessions"] -= 1
 
 
-__all__ = ["router", "StreamSession", "build_config", "SessionConfig", "wav_header"]
+__all__ = ["router", "StreamSession", "build_config", "SessionConfig", "wav_header", "origin_allowed"]

@@ -53,6 +53,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded at once by the engine")
     p.add_argument("--max-concurrent-requests", type=int, default=256,
                    help="speech requests served at once; beyond: 429 with Retry-After")
+    p.add_argument("--max-ws-sessions", type=int, default=256,
+                   help="WebSocket sessions open at once; beyond: the next is closed with code 1013 (try again "
+                        "later)")
+    p.add_argument("--allowed-origins", nargs="+", action="extend", default=[], metavar="ORIGIN",
+                   help="browser origins (scheme://host[:port], or '*') that may open WebSockets besides the "
+                        "server's own host:port; other pages are refused (403). Clients sending no Origin are "
+                        "unaffected (space- or comma-separated, repeatable; put it after MODEL)")
     p.add_argument("--max-waiting", type=int, default=None,
                    help="engine queue limit, beyond: 503 (default: the engine's)")
     p.add_argument("--chunk-frames", type=int, default=None,
@@ -124,7 +131,8 @@ def settings_from_args(args):
                                     for d in arg.split(",") if d.strip()), max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes, max_concurrent_requests=args.max_concurrent_requests,
         max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
-        default_voice=args.default_voice)
+        default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
+        allowed_origins=tuple(o.strip() for arg in args.allowed_origins for o in arg.split(",") if o.strip()))
 
 
 def engine_config_from_args(args):

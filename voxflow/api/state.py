@@ -28,6 +28,9 @@ class ServerSettings:
     max_batch_input_chars: int = 32768
     ws_idle_timeout_s: float = 60.0
     ws_max_text_chars: int = 100_000
+    max_ws_sessions: int = 256                       # WebSocket sessions open at once; beyond: closed with 1013
+    allowed_origins: tuple[str, ...] = ()            # browser origins besides the server's own that may open a
+                                                     # WebSocket ("*": any); the Origin check of routes_ws.py
     default_voice: str | None = None                 # used when a request names an OpenAI voice the model lacks
 
 
