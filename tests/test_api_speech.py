@@ -655,10 +655,11 @@ def test_serve_arguments():
     args = parser.parse_args(["serve", "org/model", "--api-key", "k1", "--api-key", "k2", "--max-num-seqs", "4",
                               "--voices-dir", "/v", "--allowed-local-media-path", "/media",
                               "--allowed-media-domains", "a.com,b.com", "c.com", "--device", "cpu",
-                              "--max-batch-items", "8", "--max-batch-input-chars", "999"])
+                              "--max-batch-items", "8", "--max-batch-input-chars", "999", "--max-new-tokens-limit",
+                              "500"])
     s = settings_from_args(args)
     assert s.model_name == "org/model" and s.api_keys == ("k1", "k2") and s.voices_dir == "/v"
-    assert (s.max_batch_items, s.max_batch_input_chars) == (8, 999)
+    assert (s.max_batch_items, s.max_batch_input_chars, s.max_new_tokens_limit) == (8, 999, 500)
     assert s.allowed_local_media_path == "/media" and s.allowed_media_domains == ("a.com", "b.com", "c.com")
     cfg = engine_config_from_args(args)
     assert (cfg.model, cfg.max_num_seqs, cfg.device, cfg.dtype) == ("org/model", 4, "cpu", "float32")
@@ -757,3 +758,19 @@ def test_a_client_leaving_while_its_file_is_encoded_does_not_crash_the_server():
     out = subprocess.run([sys.executable, "-c", _ENCODE_RACE], capture_output=True, text=True, timeout=HANG * 6,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0 and "survived" in out.stdout, out.stderr[-2000:]
+
+
+def test_a_lowered_max_new_tokens_limit_also_caps_requests_that_name_none():
+    """serve --max-new-tokens-limit below the default: a request without max_new_tokens gets the limit (with
+    ignore_eos it would otherwise run to the model's own default, minutes of audio from one word); one above it is
+    a 400 naming the field; one below it is served as asked."""
+    with tiny_server(max_new_tokens_limit=12) as srv, httpx.Client(base_url=srv.url, headers=AUTH,
+                                                                   timeout=HANG) as c:
+        body = speech(ignore_eos=True, response_format="pcm")
+        body.pop("max_new_tokens")
+        r = c.post("/v1/audio/speech", json=body)
+        assert r.status_code == 200, r.text
+        assert len(r.content) == 11 * 1920 * 2                  # 12 tokens = 11 frames of 1920 16-bit samples
+        assert_error(c.post("/v1/audio/speech", json=speech(max_new_tokens=13)), 400, "max_new_tokens")
+        r = c.post("/v1/audio/speech", json=speech(max_new_tokens=5, ignore_eos=True, response_format="pcm"))
+        assert r.status_code == 200 and len(r.content) == 4 * 1920 * 2

@@ -41,3 +41,47 @@ def test_a_model_that_fails_to_load_is_one_error_without_traceback(tmp_path):
     assert "engine failed to start: engine failed to start" not in out, out
     errors = [line for line in out.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "ConfigError" in errors[0], out
+
+
+def _children(pid: int) -> list[int]:
+    """The processes `pid` started (Linux /proc: the engine process `voxflow serve` spawns)."""
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            kids += [int(k) for k in f.read().split()]
+    return kids
+
+
+def test_the_server_exits_when_its_engine_process_dies(tmp_path):
+    """An engine process that dies (here SIGKILL, as the kernel's out-of-memory killer would) stops the server with
+    exit status 1 and one error line saying why, so a supervisor restarts it; it used to stay up answering 503."""
+    import signal
+    import time
+    import urllib.request
+    port = _free_port()
+    model = os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice")
+    proc = subprocess.Popen([sys.executable, "-m", "voxflow", "serve", model, "--port", str(port), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the server never became ready")
+        engines = _children(proc.pid)
+        assert engines, "no engine process"
+        for pid in engines:
+            os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, out
+    assert "the engine process died" in out and "stopping the server" in out, out

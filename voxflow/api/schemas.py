@@ -274,6 +274,17 @@ async def ref_audio_pcm(state, value: str) -> bytes:
     return np.ascontiguousarray(wav, dtype="<f4").tobytes()
 
 
+def _max_new_tokens_or_cap(body: SpeechRequestBody, settings) -> int | None:
+    """The request's max_new_tokens; one that names none gets the operator's limit when it was set below the
+    default one (the model's own default, 8192 for the released Qwen3-TTS, could otherwise run past it: with
+    ignore_eos, or a model that never ends, that is minutes of audio from one word). None: the model's default."""
+    if body.max_new_tokens is not None:
+        return body.max_new_tokens
+    from .state import ServerSettings
+    limit = settings.max_new_tokens_limit
+    return limit if limit < ServerSettings.max_new_tokens_limit else None
+
+
 async def plan_speech(state, body: SpeechRequestBody, *, resolve_ref_audio=None) -> SpeechPlan:
     """resolve_ref_audio: `async (value) -> bytes` in place of ref_audio_pcm(state, value), e.g. one that decodes
     a clip shared by several requests once (POST /v1/audio/speech/batch)."""
@@ -377,7 +388,7 @@ async def plan_speech(state, body: SpeechRequestBody, *, resolve_ref_audio=None)
     mode = body.mode
     sampling = SamplingOptions(seed=body.seed, greedy=bool(body.greedy), temperature=body.temperature,
                                top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
-                               max_new_tokens=body.max_new_tokens, ignore_eos=bool(body.ignore_eos))
+                               max_new_tokens=_max_new_tokens_or_cap(body, settings), ignore_eos=bool(body.ignore_eos))
     streaming = StreamingOptions(stream=mode != "file", initial_chunk_frames=body.initial_codec_chunk_frames or None)
     request = SpeechRequest(
         text=text, task=model_task, voice=preset if model_task == "custom_voice" else None,

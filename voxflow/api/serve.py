@@ -92,6 +92,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-input-chars", type=int, default=32768,
                    help="most `input` characters of all a batch's items together (its answer holds every item's "
                         "audio at once; beyond: 400)")
+    p.add_argument("--max-new-tokens-limit", type=int, default=8192,
+                   help="most codec frames one request may ask for (max_new_tokens; 8192 at 12.5 Hz: ~11 min of "
+                        "audio, the released config's cap): bounds each request's audio; beyond: 400")
     p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
                    help="largest request body, bytes (reference audio included; beyond: 413)")
     p.add_argument("--graceful-shutdown-timeout", type=float, default=30.0,
@@ -132,6 +135,7 @@ def settings_from_args(args):
         max_body_bytes=args.max_body_bytes, max_concurrent_requests=args.max_concurrent_requests,
         max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
         default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
+        max_new_tokens_limit=args.max_new_tokens_limit,
         allowed_origins=tuple(o.strip() for arg in args.allowed_origins for o in arg.split(",") if o.strip()))
 
 
@@ -222,12 +226,22 @@ def run_serve(args) -> int:
         print(f"voxflow serve: error: {e}", file=sys.stderr)
         return 2
 
-    class ServeEngineClient(_StartupErrorsOnce, ProcessEngineClient):
-        pass
-
-    engine = ServeEngineClient(functools.partial(build_core, config), startup_timeout=args.startup_timeout)
     server: uvicorn.Server | None = None
     failed: list[BaseException] = []
+
+    class ServeEngineClient(_StartupErrorsOnce, ProcessEngineClient):
+        def _engine_died(self, message: str) -> None:
+            # A dead engine process is not restarted here: a server that stays up answering 503 forever looks
+            # alive to anything but its health probe. Stop, exit 1, and let the supervisor (systemd, Kubernetes,
+            # a shell loop) start a fresh one; in-flight requests have their error records already.
+            first = self._down_reason is None
+            super()._engine_died(message)
+            if first and server is not None and not server.should_exit:
+                log.error("the engine process died (%s): stopping the server", message)
+                failed.append(RuntimeError(message))
+                server.should_exit = True
+
+    engine = ServeEngineClient(functools.partial(build_core, config), startup_timeout=args.startup_timeout)
 
     def engine_failed(exc: BaseException) -> None:
         failed.append(exc)                  # (the app has logged the error itself)

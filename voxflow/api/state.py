@@ -20,7 +20,8 @@ class ServerSettings:
     max_ref_audio_bytes: int = 10 * 1024 * 1024
     max_ref_audio_seconds: float = 30.0
     min_ref_audio_seconds: float = 0.5
-    max_new_tokens_limit: int = 8192
+    max_new_tokens_limit: int = 8192                 # serve --max-new-tokens-limit; set lower, it also caps the
+                                                     # requests that name no max_new_tokens (plan_speech)
     max_concurrent_requests: int = 256               # beyond: 429 with Retry-After
     max_batch_items: int = 32                        # items of one POST /v1/audio/speech/batch (vLLM-Omni: 32)
     # All of a batch's inputs together: its JSON answer holds every item's audio at once (base64 wav: ~64 KB per
