@@ -419,3 +419,18 @@ def test_media_url_fetch_redirects_and_size(monkeypatch):
     assert api_error("https://media.example.com/declared-big", small, 413).code == "too_large"
     assert api_error("https://media.example.com/streamed-big", small, 413).code == "too_large"
     assert all("evil" not in u for u in seen)
+
+
+def test_an_in_memory_store_bounds_the_samples_it_holds():
+    """Without --voices-dir the samples are held in memory: their total is capped (1000 voices of 10 MiB would be
+    10 GiB); an upload past it is refused with a VoiceLimitError saying what to do, and a deletion frees room."""
+    from voxflow.api.voices import VoiceLimitError
+    mem = VoiceStore(None, max_memory_bytes=10)
+    mem.add(StoredVoice(name="a", prompt={}, consent="c"), b"123456")
+    with pytest.raises(VoiceLimitError, match="--voices-dir"):
+        mem.add(StoredVoice(name="b", prompt={}, consent="c"), b"12345")
+    assert mem.names() == ["a"]
+    mem.add(StoredVoice(name="c", prompt={}, consent="c"), b"1234")      # exactly at the cap
+    assert mem.delete("a")
+    mem.add(StoredVoice(name="b", prompt={}, consent="c"), b"12345")
+    assert sorted(mem.names()) == ["b", "c"]

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MAX_VOICES = 1000
+# Without a voices folder the samples live in this process's memory: 1000 of 10 MiB would be 10 GiB. This bounds
+# their total (a folder is bounded by its disk only).
+MAX_MEMORY_SAMPLE_BYTES = 256 * 1024 * 1024
 META_FILE = "voice.json"
 FORMAT_VERSION = 1
 SAMPLE_EXTENSIONS = {
@@ -126,9 +129,11 @@ class StoredVoice:
 
 
 class VoiceStore:
-    def __init__(self, voices_dir: str | os.PathLike | None = None, *, max_voices: int = MAX_VOICES):
+    def __init__(self, voices_dir: str | os.PathLike | None = None, *, max_voices: int = MAX_VOICES,
+                 max_memory_bytes: int = MAX_MEMORY_SAMPLE_BYTES):
         self.dir = os.path.abspath(os.fspath(voices_dir)) if voices_dir else None
         self.max_voices = max_voices
+        self.max_memory_bytes = max_memory_bytes
         self._voices: dict[str, StoredVoice] = {}
         self._lock = threading.Lock()
         if self.dir is not None:
@@ -169,6 +174,10 @@ class VoiceStore:
             self.check_new(voice.name)
             voice.file_size = len(sample)
             if self.dir is None:
+                held = sum(v.file_size or 0 for v in self._voices.values())
+                if held + len(sample) > self.max_memory_bytes:
+                    raise VoiceLimitError(f"uploaded voices held in memory would pass {self.max_memory_bytes >> 20} "
+                                          f"MiB; delete some, or serve with --voices-dir")
                 voice._sample = bytes(sample)
             else:
                 self._write_new(voice, sample)
