@@ -774,3 +774,17 @@ def test_a_lowered_max_new_tokens_limit_also_caps_requests_that_name_none():
         assert_error(c.post("/v1/audio/speech", json=speech(max_new_tokens=13)), 400, "max_new_tokens")
         r = c.post("/v1/audio/speech", json=speech(max_new_tokens=5, ignore_eos=True, response_format="pcm"))
         assert r.status_code == 200 and len(r.content) == 4 * 1920 * 2
+
+
+def test_the_limit_never_raises_a_models_own_default():
+    """A request naming no max_new_tokens gets min(the model's default, the limit): a limit above the default (a
+    checkpoint without generation_config.json defaults to 2048) leaves the model's default (None), and a model
+    without such a default (the CPU voice) is left alone."""
+    from voxflow.api.schemas import SpeechRequestBody, _max_new_tokens_or_cap
+    body = SpeechRequestBody(input="Hi.")
+    assert _max_new_tokens_or_cap(body, ServerSettings(max_new_tokens_limit=4096),
+                                  {"default_max_new_tokens": 2048}) is None
+    assert _max_new_tokens_or_cap(body, ServerSettings(max_new_tokens_limit=100),
+                                  {"default_max_new_tokens": 2048}) == 100
+    assert _max_new_tokens_or_cap(body, ServerSettings(max_new_tokens_limit=100), {}) is None
+    assert _max_new_tokens_or_cap(SpeechRequestBody(input="Hi.", max_new_tokens=7), ServerSettings(), {}) == 7

@@ -125,6 +125,31 @@ def test_sentence_refused_after_the_bounded_wait(monkeypatch):
     assert _metric(app, "voxflow_api_requests_in_flight") == 0
 
 
+def test_queued_sentences_share_one_bounded_wait(monkeypatch):
+    """The wait counts from each sentence's acceptance, not from its turn: six sentences queued behind a busy
+    server are all refused about ADMIT_WAIT_S after they came, not six waits one after the other (the session, its
+    slot and its idle timer were held that long)."""
+    import time
+    monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.5)
+    engine = FakeEngine()
+    app = metered_app(engine, max_concurrent_requests=1)
+    app.state.vox.extra["in_flight"] = 1
+
+    async def scenario(c):
+        await c.send(type="session.config", voice="vivian", response_format="pcm")
+        started = time.monotonic()
+        await c.send(type="input.text", text="One here. Two here. Three here. Four here. Five here. Six here.")
+        await c.send(type="input.done")
+        got = await c.until("session.done")
+        return got, time.monotonic() - started
+
+    with serving(app) as url:
+        got, took = run_client(url, scenario)
+    assert sum(m["type"] == "audio.done" and m["error"] for m in got) == 6
+    assert took < 2.0, took                 # one shared 0.5 s wait (and polling), not 6 x 0.5 s in a row
+    assert _metric(app, "voxflow_requests_rejected_total", reason="concurrency") == 6
+
+
 # ============================================================================== 2. deeply nested JSON
 def test_deeply_nested_json_is_a_protocol_error():
     engine = FakeEngine()
@@ -164,6 +189,10 @@ def test_filter_redacts_keys_in_uvicorn_records():
     assert line == "GET /v1/models?access_token=***&Api%5FKey=*** HTTP/1.1 200 OK"
     assert api_app.redact_secrets("/v1/x?voice=alloy&token=") == "/v1/x?voice=alloy&token=***"
     assert api_app.redact_secrets("no query here") == "no query here"
+    kept = "/v1/x?max_new_tokens=8&tokenizer=t&author=me&keyboard=k&monkey=m"          # not secrets: kept
+    assert api_app.redact_secrets(kept) == kept
+    assert (api_app.redact_secrets("/v1/x?key=a&x-auth=b&client_secret=c")
+            == "/v1/x?key=***&x-auth=***&client_secret=***")
 
 
 def test_api_key_in_the_url_is_not_logged():

@@ -215,3 +215,20 @@ def test_url_httpx_refuses_is_a_400(monkeypatch):
         asyncio.run(media.load_ref_audio_bytes("https://allowed.test/" + "a" * 70_000, settings))
     assert (info.value.status, info.value.code, info.value.message) == (400, "invalid_url",
                                                                         "ref_audio URL is malformed")
+
+
+@pytest.mark.parametrize("sr", [24000, 44100])
+def test_a_long_mp3_decodes_as_one_whole_read(tmp_path, sr):
+    """libsndfile's MP3 decoder gives other samples after each block boundary of a blockwise read (~2,000 wrong
+    samples every 65,536 frames): a 10 s MP3 read with a duration limit must equal one whole-file read, bit for
+    bit, and be refused past the limit."""
+    t = np.arange(10 * sr) / sr
+    tone = (0.3 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 0.5 * t)).astype(np.float32)
+    path = tmp_path / "long.mp3"
+    sf.write(path, tone, sr, format="MP3")
+    data = path.read_bytes()
+    whole, whole_sr = sf.read(io.BytesIO(data), dtype="float32")
+    got, got_sr = audio_io.read_audio(data, max_seconds=30.0)
+    assert got_sr == whole_sr == sr and got.shape == whole.shape and np.array_equal(got, whole)
+    with pytest.raises(audio_io.AudioTooLongError):
+        audio_io.read_audio(data, max_seconds=5.0)

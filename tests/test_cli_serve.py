@@ -85,3 +85,9 @@ def test_the_server_exits_when_its_engine_process_dies(tmp_path):
             proc.communicate()
     assert proc.returncode == 1, out
     assert "the engine process died" in out and "stopping the server" in out, out
+
+
+def test_a_max_new_tokens_limit_below_two_is_refused_before_the_server_starts(tmp_path):
+    model = os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice")
+    rc, out = _serve(tmp_path, model, "--max-new-tokens-limit", "1")
+    assert rc == 2 and out == "voxflow serve: error: --max-new-tokens-limit must be >= 2", out

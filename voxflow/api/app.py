@@ -147,7 +147,10 @@ def _voice_store(settings: ServerSettings):
 
 # ---------------------------------------------------------------------------------------------- logging
 # A query parameter whose (decoded) name says it holds a secret: api_key, key, access_token, token, password, ...
-_SECRET_PARAM = re.compile(r"(?i)(key|token|secret|passw|auth|signature)")
+# Whole words of the name ("api_key", "access-token", "X-Auth"), not substrings: max_new_tokens, tokenizer,
+# author and keyboard stay readable.
+_SECRET_PARAM = re.compile(r"(?i)(^|[_\-.])(key|keys|token|secret|password|passwd|pwd|auth|authorization|signature"
+                           r"|sig|credential|credentials)($|[_\-.])")
 _QUERY_PARAM = re.compile(r"([?&])([^=&#\s\"]+)=([^&#\s\"]*)")
 LOGGERS_TO_REDACT = ("uvicorn.error", "uvicorn.access")
 

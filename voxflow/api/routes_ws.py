@@ -167,6 +167,7 @@ class _Job:
     task: asyncio.Task | None = None
     tracker: object | None = None       # metrics.RequestTracker: TTFP, underruns, status, as HTTP requests
     refused: bool = False               # refused by the server's concurrency limit (counted as rejected, as a 429)
+    submitted: float = 0.0              # loop time the sentence was accepted: its admission wait counts from here
 
 
 @dataclass
@@ -363,7 +364,8 @@ class StreamSession:
         request = replace(self.cfg.template, text=sentence, request_id=f"ws-{uuid.uuid4().hex}",
                           sampling=replace(self.cfg.template.sampling),
                           streaming=replace(self.cfg.template.streaming))
-        job = _Job(self.utterance, self.sentence, sentence, request, self.cfg)
+        job = _Job(self.utterance, self.sentence, sentence, request, self.cfg,
+                   submitted=asyncio.get_running_loop().time())
         if self.state.metrics is not None:
             job.tracker = self.state.metrics.track(streaming=True)
         self.sentence += 1
@@ -372,14 +374,16 @@ class StreamSession:
         job.task = asyncio.create_task(self._generate(job))
         self.outq.put_nowait(job)
 
-    async def _admit(self) -> None:
+    async def _admit(self, job: _Job) -> None:
         """Take one of the server-wide slots (settings.max_concurrent_requests, shared with HTTP requests), waiting
         up to ADMIT_WAIT_S for one, or raise try_admit's 429 APIError. An accepted sentence cannot be retried by
         the protocol, so it waits rather than fails at once. Under admit_lock: this session's sentences are admitted
-        in their order (the sender plays them in order: a later one admitted first would only delay the earlier)."""
+        in their order (the sender plays them in order: a later one admitted first would only delay the earlier).
+        The wait counts from the sentence's acceptance, not from its turn: N queued sentences wait ADMIT_WAIT_S in
+        all, not N times that."""
         async with self.admit_lock:
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + ADMIT_WAIT_S
+            deadline = job.submitted + ADMIT_WAIT_S
             # Looked at, not tried: a failed try_admit counts a rejection; only the final one may.
             while (self.state.extra.get("in_flight", 0) >= self.settings.max_concurrent_requests
                    and loop.time() < deadline):
@@ -392,7 +396,7 @@ class StreamSession:
             async with self.slots:
                 # Sentences count against the server-wide limit like HTTP requests (a session cannot flood it).
                 try:
-                    await self._admit()
+                    await self._admit(job)
                     admitted = True
                 except APIError as e:
                     job.error, job.refused = e.message, True

@@ -274,15 +274,14 @@ async def ref_audio_pcm(state, value: str) -> bytes:
     return np.ascontiguousarray(wav, dtype="<f4").tobytes()
 
 
-def _max_new_tokens_or_cap(body: SpeechRequestBody, settings) -> int | None:
-    """The request's max_new_tokens; one that names none gets the operator's limit when it was set below the
-    default one (the model's own default, 8192 for the released Qwen3-TTS, could otherwise run past it: with
-    ignore_eos, or a model that never ends, that is minutes of audio from one word). None: the model's default."""
+def _max_new_tokens_or_cap(body: SpeechRequestBody, settings, info: dict) -> int | None:
+    """The request's max_new_tokens; one that names none gets the model's default (None), or the operator's limit
+    where that is lower (the released Qwen3-TTS defaults to 8192 frames, ~11 minutes: with ignore_eos, or a model
+    that never ends, that much audio from one word). Models without such a default (the CPU voice): None."""
     if body.max_new_tokens is not None:
         return body.max_new_tokens
-    from .state import ServerSettings
-    limit = settings.max_new_tokens_limit
-    return limit if limit < ServerSettings.max_new_tokens_limit else None
+    default = info.get("default_max_new_tokens")
+    return settings.max_new_tokens_limit if default and settings.max_new_tokens_limit < default else None
 
 
 async def plan_speech(state, body: SpeechRequestBody, *, resolve_ref_audio=None) -> SpeechPlan:
@@ -388,7 +387,8 @@ async def plan_speech(state, body: SpeechRequestBody, *, resolve_ref_audio=None)
     mode = body.mode
     sampling = SamplingOptions(seed=body.seed, greedy=bool(body.greedy), temperature=body.temperature,
                                top_k=body.top_k, top_p=body.top_p, repetition_penalty=body.repetition_penalty,
-                               max_new_tokens=_max_new_tokens_or_cap(body, settings), ignore_eos=bool(body.ignore_eos))
+                               max_new_tokens=_max_new_tokens_or_cap(body, settings, info),
+                               ignore_eos=bool(body.ignore_eos))
     streaming = StreamingOptions(stream=mode != "file", initial_chunk_frames=body.initial_codec_chunk_frames or None)
     request = SpeechRequest(
         text=text, task=model_task, voice=preset if model_task == "custom_voice" else None,

@@ -218,6 +218,9 @@ def run_serve(args) -> int:
     if problem:
         print(f"voxflow serve: error: {problem}", file=sys.stderr)
         return 2
+    if args.max_new_tokens_limit < 2:               # (1 token is the end marker only: no audio)
+        print("voxflow serve: error: --max-new-tokens-limit must be >= 2", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
     try:

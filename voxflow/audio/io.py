@@ -31,7 +31,6 @@ MAX_CHANNELS = 8
 # The highest sample rate in ordinary use ("hi-res" 384 kHz). The duration limit is counted in samples at the
 # file's own rate, so an absurd declared rate would stretch it (and the memory it allows) without bound.
 MAX_SAMPLE_RATE = 384_000
-_SF_BLOCK = 65536                       # frames per libsndfile read: ~2 MB at 8 channels
 
 
 class AudioReadError(ValueError):
@@ -121,20 +120,18 @@ def _read_with_soundfile(payload, max_seconds: float | None = None) -> tuple[np.
     import soundfile as sf
 
     # float32, like the official loaders (librosa.load / sf.read(dtype="float32")); a float file keeps its values.
-    # Read in blocks, not sf.read(): the header's frame count may be absent (FLAC: SF_COUNT_MAX) or a lie.
+    # One read of at most cap + 1 frames, not blocks: libsndfile's MP3 decoder gives other samples after each block
+    # boundary of a blockwise read (~2,000 wrong samples every 65,536 frames, libsndfile 1.2.2); and not an
+    # unbounded read: the header's frame count may be absent (FLAC: SF_COUNT_MAX) or a lie.
     with sf.SoundFile(_open(payload)) as f:
         sr = int(f.samplerate)
         _check_shape(int(f.channels), sr)
-        cap, chunks, n = _frame_cap(max_seconds, sr), [], 0
-        while True:
-            block = f.read(_SF_BLOCK, dtype="float32", always_2d=True)
-            if not len(block):
-                break
-            chunks.append(to_mono(block))   # the per-sample channel mean: the same numbers as on the whole file
-            n += len(block)
-            if cap is not None and n > cap:
-                raise AudioTooLongError(max_seconds)
-    return _join(chunks), sr
+        cap = _frame_cap(max_seconds, sr)
+        f.seek(0)       # as sf.read does: libsndfile's MP3 samples differ by an ulp without it (decoder state)
+        data = f.read(-1 if cap is None else cap + 1, dtype="float32", always_2d=True)
+        if cap is not None and len(data) > cap:
+            raise AudioTooLongError(max_seconds)
+    return to_mono(data), sr
 
 
 def _read_with_pyav(payload, max_seconds: float | None = None) -> tuple[np.ndarray, int]:

@@ -39,7 +39,9 @@ class EngineConfig:
                                                # of one), decoded beside the talker's last steps rather than all
                                                # after them (codec_executor); 0: off. With codec_call_rows=16, H200
                                                # session 35: c=64 0.6B 671.7 -> 689.4, 1.7B 622.2 -> 648.1
-                                               # audio-s/s; c=1 unchanged (HTTP 480.1 / 480.2 ms)
+                                               # audio-s/s; c=1 unchanged (HTTP 480.1 / 480.2 ms). The audio is
+                                               # the same either way (one codec state per stream); on a CPU, whose
+                                               # codec is synchronous, it only cuts that last chunk smaller
     codec_call_rows: int | None = 16           # most requests in one codec call: chunks due together go in calls
                                                # of this many, each collected when it lands (a burst's first
                                                # requests finish, and closed-loop clients send their next ones,

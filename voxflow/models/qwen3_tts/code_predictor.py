@@ -42,12 +42,13 @@ CP_FUSED_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-04-session29, call 1's timeline): that first step took 338 us of the 3.39 ms
 # step against ~117 us for each single-token step. VOXFLOW_CP_FUSED_PREFILL=0 turns it off.
 CP_FUSED_PREFILL = os.environ.get("VOXFLOW_CP_FUSED_PREFILL", "1") == "1"
-# Above CP_FUSED_MAX_ROWS the same idea through the stack's single-token path (the folded-norm layers with q/k
-# norms, RoPE, append and attention in one kernel: ~7 launches a layer): the first step's positions one after the
-# other instead of the per-layer path's ~22 launches a layer (eager attention over 2 positions, its masks, softmax
-# and copies). Why: H200 session 35's 0.6B c=64 timeline, that first step ~0.6 ms of a 6.25 ms step against ~0.27
-# for each single-token step, and beside the codec every launch costs ~1.9 us more. Off until measured on the device
-# (VOXFLOW_CP_SPLIT_PREFILL=1): position 0's last layer runs its MLP for nothing (~4 launches).
+# Above CP_FUSED_MAX_ROWS the same idea through the stack's single-token path (above 8 rows the folded-norm layers
+# with q/k norms, RoPE, append and attention in one kernel, ~7 launches a layer; 2-8 rows the skinny layers with
+# the dense decode attention): the first step's positions one after the other instead of the per-layer path's ~22
+# launches a layer (eager attention over 2 positions, its masks, softmax and copies). Why: H200 session 35's 0.6B
+# c=64 timeline, that first step ~0.6 ms of a 6.25 ms step against ~0.27 for each single-token step, and beside
+# the codec every launch costs ~1.9 us more. Off until measured on the device (VOXFLOW_CP_SPLIT_PREFILL=1):
+# position 0's last layer runs its MLP for nothing (~4 launches).
 CP_SPLIT_PREFILL = os.environ.get("VOXFLOW_CP_SPLIT_PREFILL", "0") == "1"
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).

@@ -195,6 +195,7 @@ class Qwen3TTSPlugin:
                     sample_rate=model.sample_rate, voices=model.speakers, languages=model.languages,
                     supports_instructions=model.config.supports_instructions,
                     samples_per_frame=model.samples_per_frame,
+                    default_max_new_tokens=model.generation.max_new_tokens,    # (a request naming none gets it)
                     # Base models accept a precomputed x-vector (the API's `speaker_embedding`) of this size
                     speaker_embedding_dim=model.config.talker.hidden_size if model.task == "base" else None)
 
