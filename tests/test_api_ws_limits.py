@@ -9,6 +9,7 @@ import logging
 
 import pytest
 import websockets
+from fastapi.testclient import TestClient
 
 from voxflow.api import app as api_app
 from voxflow.api import routes_ws
@@ -312,3 +313,40 @@ def test_serve_options():
     assert p.parse_args([]).max_ws_sessions == 256
     settings = settings_from_args(args)             # the comma- and space-separated origins, one tuple
     assert settings.max_ws_sessions == 8 and settings.allowed_origins == ("http://a:1", "http://b", "http://c")
+
+
+# ============================================================================== 6. DNS rebinding: Host names
+def test_only_allowed_host_names_are_served():
+    """ServerSettings.allowed_hosts: a request (HTTP or WebSocket) whose Host is another name, as a DNS-rebinding
+    page's requests carry, gets 400 before anything else; the allowed names are served; "*" serves any."""
+    engine = FakeEngine()
+    app = create_app(engine, ServerSettings(allowed_hosts=("localhost", "127.0.0.1", "[::1]")),
+                     model_info=engine.model_info, manage_engine=False)
+    with TestClient(app) as c:
+        assert c.get("/v1/models", headers={"host": "evil.example:8000"}).status_code == 400
+        for host in ("127.0.0.1:8000", "localhost", "[::1]:8000"):
+            assert c.get("/v1/models", headers={"host": host}).status_code == 200, host
+        from starlette.testclient import WebSocketDenialResponse
+        with pytest.raises(WebSocketDenialResponse) as denied:
+            with c.websocket_connect("/v1/audio/speech/stream", headers={"host": "evil.example:8000"}):
+                pass
+        assert denied.value.status_code == 400
+        with c.websocket_connect("/v1/audio/speech/stream", headers={"host": "localhost:8000"}) as ws:
+            ws.send_json({"type": "bogus"})
+            assert ws.receive_json()["type"] == "error"
+    open_app = create_app(engine, ServerSettings(), model_info=engine.model_info, manage_engine=False)
+    with TestClient(open_app) as c:
+        assert c.get("/v1/models", headers={"host": "evil.example:8000"}).status_code == 200
+
+
+def test_serve_allows_loopback_names_on_a_loopback_bind_only():
+    import argparse
+
+    from voxflow.api.serve import LOOPBACK_HOSTS, add_serve_arguments, settings_from_args
+    p = argparse.ArgumentParser()
+    add_serve_arguments(p)
+    assert settings_from_args(p.parse_args(["m"])).allowed_hosts == LOOPBACK_HOSTS       # --host 127.0.0.1
+    assert settings_from_args(p.parse_args(["m", "--host", "::1"])).allowed_hosts == LOOPBACK_HOSTS
+    assert settings_from_args(p.parse_args(["m", "--host", "0.0.0.0"])).allowed_hosts == ("*",)
+    args = p.parse_args(["m", "--allowed-hosts", "tts.example.com,LOCALHOST", "10.0.0.5"])
+    assert settings_from_args(args).allowed_hosts == ("tts.example.com", "localhost", "10.0.0.5")

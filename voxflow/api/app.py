@@ -34,6 +34,7 @@ from typing import Any, Callable
 from urllib.parse import unquote_plus
 
 import fastapi.routing
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -102,6 +103,8 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
     # Outermost first: auth, then the body limit.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, api_keys=settings.api_keys)
+    if "*" not in settings.allowed_hosts:       # outermost: another host name is answered 400 before anything
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts), www_redirect=False)
     prime_first_request()
     return app
 

@@ -53,6 +53,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded at once by the engine")
     p.add_argument("--max-concurrent-requests", type=int, default=256,
                    help="speech requests served at once; beyond: 429 with Retry-After")
+    p.add_argument("--allowed-hosts", nargs="+", action="extend", default=None, metavar="HOST",
+                   help="Host header names served ('*': any; default: loopback names when --host is a loopback "
+                        "address, so a DNS-rebinding web page cannot reach the server; else any); space- or "
+                        "comma-separated, repeatable")
     p.add_argument("--max-ws-sessions", type=int, default=256,
                    help="WebSocket sessions open at once; beyond: the next is closed with code 1013 (try again "
                         "later)")
@@ -122,6 +126,19 @@ def build_core(config):
     return build_engine(config)
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+def _allowed_hosts(args) -> tuple[str, ...]:
+    """--allowed-hosts as given, else loopback names for a loopback bind (nothing else can reach it but a browser
+    tricked by DNS rebinding), else any."""
+    if args.allowed_hosts:
+        return tuple(h.strip().lower() for arg in args.allowed_hosts for h in arg.split(",") if h.strip())
+    bind = (args.host or "").strip("[]").lower()
+    loopback = bind == "localhost" or bind == "::1" or bind.startswith("127.")
+    return LOOPBACK_HOSTS if loopback else ("*",)
+
+
 def settings_from_args(args):
     from .state import ServerSettings
     keys = list(args.api_key or [])
@@ -135,7 +152,7 @@ def settings_from_args(args):
         max_body_bytes=args.max_body_bytes, max_concurrent_requests=args.max_concurrent_requests,
         max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
         default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
-        max_new_tokens_limit=args.max_new_tokens_limit,
+        max_new_tokens_limit=args.max_new_tokens_limit, allowed_hosts=_allowed_hosts(args),
         allowed_origins=tuple(o.strip() for arg in args.allowed_origins for o in arg.split(",") if o.strip()))
 
 
@@ -261,6 +278,9 @@ def run_serve(args) -> int:
     server = uvicorn.Server(uv_config)
     if settings.api_keys:
         log.info("API keys required on /v1/* (%d key(s))", len(settings.api_keys))
+    if "*" not in settings.allowed_hosts:
+        log.info("serving Host names %s only (others get 400; --allowed-hosts adds names, e.g. a reverse proxy's)",
+                 ", ".join(settings.allowed_hosts))
     try:
         server.run()                       # handles SIGINT / SIGTERM: graceful shutdown, then lifespan drain
     except KeyboardInterrupt:

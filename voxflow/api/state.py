@@ -29,6 +29,10 @@ class ServerSettings:
     max_batch_input_chars: int = 32768
     ws_idle_timeout_s: float = 60.0
     ws_max_text_chars: int = 100_000
+    # Host headers served ("*": any). `voxflow serve` on a loopback address allows only loopback names: a web page
+    # whose domain an attacker re-points at 127.0.0.1 (DNS rebinding) is same-origin to the browser, and without
+    # an API key it could otherwise drive the server; its requests carry the attacker's host name.
+    allowed_hosts: tuple[str, ...] = ("*",)
     max_ws_sessions: int = 256                       # WebSocket sessions open at once; beyond: closed with 1013
     allowed_origins: tuple[str, ...] = ()            # browser origins besides the server's own that may open a
                                                      # WebSocket ("*": any); the Origin check of routes_ws.py
