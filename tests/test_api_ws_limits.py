@@ -45,6 +45,14 @@ def metered_app(engine, **settings):
     return app
 
 
+def busy_app():
+    """A metered app whose one server-wide slot is held elsewhere (as by an HTTP request) -> (engine, app)."""
+    engine = FakeEngine()
+    app = metered_app(engine, max_concurrent_requests=1)
+    app.state.vox.extra["in_flight"] = 1
+    return engine, app
+
+
 def speak(text):
     async def scenario(c):
         await c.send(type="session.config", voice="vivian", response_format="pcm", stream_audio=True)
@@ -76,9 +84,7 @@ def test_busy_server_sentences_wait_for_a_slot_in_order():
 def test_sentence_waits_for_slots_held_by_other_requests():
     """Every slot is held elsewhere (as by HTTP requests, which free theirs without telling the session): the
     sentence waits, and generates once a slot is free."""
-    engine = FakeEngine()
-    app = metered_app(engine, max_concurrent_requests=1)
-    app.state.vox.extra["in_flight"] = 1
+    engine, app = busy_app()
 
     async def scenario(c):
         await c.send(type="session.config", voice="vivian", response_format="pcm")
@@ -100,9 +106,7 @@ def test_sentence_refused_after_the_bounded_wait(monkeypatch):
     """The wait is bounded: a sentence that gets no slot in ADMIT_WAIT_S ends with an error, counted once as a
     rejection (as a 429), not as a request; the sentence after it still plays."""
     monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.3)
-    engine = FakeEngine()
-    app = metered_app(engine, max_concurrent_requests=1)
-    app.state.vox.extra["in_flight"] = 1
+    engine, app = busy_app()
 
     async def scenario(c):
         await c.send(type="session.config", voice="vivian", response_format="pcm")
@@ -132,9 +136,7 @@ def test_queued_sentences_share_one_bounded_wait(monkeypatch):
     slot and its idle timer were held that long)."""
     import time
     monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.5)
-    engine = FakeEngine()
-    app = metered_app(engine, max_concurrent_requests=1)
-    app.state.vox.extra["in_flight"] = 1
+    engine, app = busy_app()
 
     async def scenario(c):
         await c.send(type="session.config", voice="vivian", response_format="pcm")

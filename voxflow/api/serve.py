@@ -126,6 +126,11 @@ def build_core(config):
     return build_engine(config)
 
 
+def _listed(values) -> tuple[str, ...]:
+    """A repeatable option's values, each space- or comma-separated, as one tuple of names."""
+    return tuple(v.strip() for arg in values or () for v in arg.split(",") if v.strip())
+
+
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
@@ -133,7 +138,7 @@ def _allowed_hosts(args) -> tuple[str, ...]:
     """--allowed-hosts as given, else loopback names for a loopback bind (nothing else can reach it but a browser
     tricked by DNS rebinding), else any."""
     if args.allowed_hosts:
-        return tuple(h.strip().lower() for arg in args.allowed_hosts for h in arg.split(",") if h.strip())
+        return tuple(h.lower() for h in _listed(args.allowed_hosts))
     bind = (args.host or "").strip("[]").lower()
     loopback = bind == "localhost" or bind == "::1" or bind.startswith("127.")
     return LOOPBACK_HOSTS if loopback else ("*",)
@@ -143,17 +148,16 @@ def settings_from_args(args):
     from .state import ServerSettings
     keys = list(args.api_key or [])
     env = os.environ.get("VOXFLOW_API_KEY", "")
-    keys += [k.strip() for k in env.split(",") if k.strip()]
+    keys += _listed([env])
     return ServerSettings(
         model_name=args.served_model_name or args.model, api_keys=tuple(dict.fromkeys(keys)),
         voices_dir=args.voices_dir, allowed_local_media_path=args.allowed_local_media_path,
-        allowed_media_domains=tuple(d.strip() for arg in (args.allowed_media_domains or ())
-                                    for d in arg.split(",") if d.strip()), max_input_chars=args.max_input_chars,
+        allowed_media_domains=_listed(args.allowed_media_domains), max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes, max_concurrent_requests=args.max_concurrent_requests,
         max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
         default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
         max_new_tokens_limit=args.max_new_tokens_limit, allowed_hosts=_allowed_hosts(args),
-        allowed_origins=tuple(o.strip() for arg in args.allowed_origins for o in arg.split(",") if o.strip()))
+        allowed_origins=_listed(args.allowed_origins))
 
 
 def engine_config_from_args(args):

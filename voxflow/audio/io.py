@@ -11,6 +11,7 @@ Output audio is written as 16-bit PCM WAV.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
 from typing import BinaryIO, Union
@@ -49,7 +50,7 @@ def read_audio(source: AudioSource, *, max_seconds: float | None = None) -> tupl
     """Decode `source` to `(samples, sample_rate)`: 1-D float32 mono at the file's own rate.
 
     soundfile (libsndfile: WAV, FLAC, OGG, MP3, ...) is tried first; anything it cannot open (m4a, aac, webm,
-    ...) is decoded with PyAV. Multi-channel audio is averaged to mono chunk by chunk as it is decoded. With
+    ...) is decoded with PyAV. Multi-channel audio is averaged to mono (PyAV's frame by frame). With
     `max_seconds` (None or inf: no limit), decoding stops with `AudioTooLongError` as soon as more than
     `max_seconds * sample_rate` samples came out, so a small, highly compressed file cannot make this decode
     (and hold) more than the limit. More than MAX_CHANNELS channels or a rate above MAX_SAMPLE_RATE is refused.
@@ -112,10 +113,6 @@ def _frame_cap(max_seconds: float | None, sr: int) -> int | None:
     return int(max_seconds * sr)
 
 
-def _join(chunks: list) -> np.ndarray:
-    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-
-
 def _read_with_soundfile(payload, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     import soundfile as sf
 
@@ -148,21 +145,20 @@ def _read_with_pyav(payload, max_seconds: float | None = None) -> tuple[np.ndarr
         # "planes") and to_ndarray() reads unmapped memory: a segfault. A packed frame always has one plane.
         resampler = av.AudioResampler(format="flt")
         chunks, sr, cap, n = [], None, None, 0
-        for frame in container.decode(stream):
-            _check_shape(frame.layout.nb_channels, frame.sample_rate)
-            if sr is None:
-                if frame.sample_rate <= 0:      # the cap below would mean nothing
-                    raise ValueError(f"invalid sample rate {frame.sample_rate}")
-                sr, cap = frame.sample_rate, _frame_cap(max_seconds, frame.sample_rate)
+        # (the final None flushes what the resampler still holds)
+        for frame in itertools.chain(container.decode(stream), [None]):
+            if frame is not None:
+                _check_shape(frame.layout.nb_channels, frame.sample_rate)
+                if sr is None:
+                    if frame.sample_rate <= 0:      # the cap below would mean nothing
+                        raise ValueError(f"invalid sample rate {frame.sample_rate}")
+                    sr, cap = frame.sample_rate, _frame_cap(max_seconds, frame.sample_rate)
             n += _take_packed(resampler.resample(frame), sr, chunks)
             if cap is not None and n > cap:
                 raise AudioTooLongError(max_seconds)
-        n += _take_packed(resampler.resample(None), sr, chunks)  # flush what the resampler still holds
-        if cap is not None and n > cap:
-            raise AudioTooLongError(max_seconds)
     if not chunks or sr is None:
         raise ValueError("no audio frames decoded")
-    return _join(chunks), int(sr)
+    return np.concatenate(chunks), int(sr)
 
 
 def _take_packed(frames, sr, chunks: list) -> int:
