@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 35 (its device time spent); carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh
-# when run.
+# Prepared in session 35, run as session 36 call 1; carry [".whl", ".device_tree"].
 # CP_SPLIT_PREFILL (voxflow/models/qwen3_tts/code_predictor.py, off until this has run): above one row, the code
 # predictor's 2-token first step position by position through the folded single-token layers (~7 launches a layer)
 # instead of the per-layer path with eager attention (~22). Why: session 35 call 2's 0.6B c=64 timeline, that step
