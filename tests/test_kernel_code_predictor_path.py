@@ -160,7 +160,10 @@ def check_folded_norms_path_against_reference():
 
 def _check_per_layer_kernel_path():
     from voxflow.kernels import dense_decode_norm_rope as fused_attention
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.models.qwen3_tts.code_predictor import CodePredictor
+    # (CP_SPLIT_PREFILL off: the counts below take the 2-token first step on the per-layer path)
+    saved_split, cp_mod.CP_SPLIT_PREFILL = cp_mod.CP_SPLIT_PREFILL, False
     calls, attention_calls = [], []
     real = CodePredictor._kernel_step_logits
     CodePredictor._kernel_step_logits = lambda self, *a: (calls.append(1), real(self, *a))[1]
@@ -207,6 +210,7 @@ def _check_per_layer_kernel_path():
     fused_attention.norm_rope_attend_append = real_attention
     sk.skinny_linear = real_skinny
     layer_mod.add_rms_norm = real_add_norm
+    cp_mod.CP_SPLIT_PREFILL = saved_split
 
 
 def check_one_row_norm_linear_layers_against_reference():
@@ -223,8 +227,9 @@ def check_one_row_norm_linear_layers_against_reference():
     sk.skinny_linear = lambda *a, **kw: (gated.append(kw.get("gated", False)), real_sk(*a, **kw))[1]
     # Few wide programs: the interpreter's cost is per program (the GPU configs: tests/test_kernel_cp_layer.py).
     nl.launch_config = lambda *a, **kw: {**real_config(*a, **kw), "BLOCK_N": 64}
-    saved = layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER
-    layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER = True, False
+    saved = layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER, cp_mod.CP_SPLIT_PREFILL
+    # (CP_SPLIT_PREFILL held off: the counts below take the 2-token first step on the per-layer path)
+    layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER, cp_mod.CP_SPLIT_PREFILL = True, False, False
     try:
         g = torch.Generator().manual_seed(4)
         for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
@@ -241,7 +246,7 @@ def check_one_row_norm_linear_layers_against_reference():
                 assert torch.equal(logits_k.argmax(-1), codes_r)
     finally:
         nl.norm_linear, sk.skinny_linear, nl.launch_config = real_nl, real_sk, real_config
-        layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER = saved
+        layer_mod.ONE_ROW_NORM_LINEAR, cp_mod.CP_FUSED_LAYER, cp_mod.CP_SPLIT_PREFILL = saved
 
 
 def check_draw_and_embed_changes_no_bits():
@@ -412,7 +417,8 @@ def check_fused_layer_path_against_reference():
     patched = [(cp_layer, "layer_step"), (attention_o_proj, "attention_o_proj"), (norm_linear, "norm_linear"),
                (fused_attention, "norm_rope_attend_append"), (sk, "skinny_linear"), (cp_layer, "layer_append")]
     saved = [getattr(m, name) for m, name in patched] + [cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS,
-                                                         cp_mod.CP_NORM_LINEAR_LM_HEAD, cp_mod.CP_FUSED_PREFILL]
+                                                         cp_mod.CP_NORM_LINEAR_LM_HEAD, cp_mod.CP_FUSED_PREFILL,
+                                                         cp_mod.CP_SPLIT_PREFILL]
     saved_configs = dict(cp_layer.CONFIGS)
 
     def spy(key, real):
@@ -423,7 +429,8 @@ def check_fused_layer_path_against_reference():
         return wrapper
     for (m, name), key, real in zip(patched, spies, saved):
         setattr(m, name, spy(key, real))
-    cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS = True, 4
+    # (CP_SPLIT_PREFILL off: the case without the fused prefill counts the per-layer path's launches)
+    cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_SPLIT_PREFILL = True, 4, False
     # Few wide programs: the interpreter's cost is per program (the kernel tests cover the GPU configs).
     cp_layer.CONFIGS.update(qkv=dict(BLOCK_N=64), attention_o_proj=dict(BLOCK_N=64), gate_up=dict(BLOCK_N=64),
                             lm_head=dict(BLOCK_N=64))
@@ -474,7 +481,7 @@ def check_fused_layer_path_against_reference():
         for (m, name), real in zip(patched, saved):
             setattr(m, name, real)
         (cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_NORM_LINEAR_LM_HEAD,
-         cp_mod.CP_FUSED_PREFILL) = saved[-4:]
+         cp_mod.CP_FUSED_PREFILL, cp_mod.CP_SPLIT_PREFILL) = saved[-5:]
         cp_layer.CONFIGS.update(saved_configs)
 
 

@@ -47,9 +47,11 @@ CP_FUSED_PREFILL = os.environ.get("VOXFLOW_CP_FUSED_PREFILL", "1") == "1"
 # the dense decode attention): the first step's positions one after the other instead of the per-layer path's ~22
 # launches a layer (eager attention over 2 positions, its masks, softmax and copies). Why: H200 session 35's 0.6B
 # c=64 timeline, that first step ~0.6 ms of a 6.25 ms step against ~0.27 for each single-token step, and beside
-# the codec every launch costs ~1.9 us more. Off until measured on the device (VOXFLOW_CP_SPLIT_PREFILL=1):
-# position 0's last layer runs its MLP for nothing (~4 launches).
-CP_SPLIT_PREFILL = os.environ.get("VOXFLOW_CP_SPLIT_PREFILL", "0") == "1"
+# the codec every launch costs ~1.9 us more (position 0's last layer runs its MLP for nothing, ~4 launches). ON:
+# H200 0.6B c=64 timeline 966 -> 924 kernels a step, timed step 6.25 -> 6.16 ms; offline 0.6B c=64 689.3 against
+# 696.7 / 684.7 off, 1.7B c=64 630.7 -> 642.4 audio-s/s (benchmarks/results/h200/2026-12-05-session36, call 1).
+# VOXFLOW_CP_SPLIT_PREFILL=0 turns it off.
+CP_SPLIT_PREFILL = os.environ.get("VOXFLOW_CP_SPLIT_PREFILL", "1") == "1"
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
