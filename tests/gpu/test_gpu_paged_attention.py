@@ -223,3 +223,41 @@ def test_layer_attend_kernel_path_equals_gather_and_eager_path(dtype, monkeypatc
         assert ("gather_index" in view.__dict__) != on                 # which path ran
     tol = TOL[torch.float32] if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
     torch.testing.assert_close(outs[0].float(), outs[1].float(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch", [1, 16, 64])
+def test_norm_rope_variant_equals_qk_norm_rope_then_the_kernel(batch, dtype):
+    """PAGED_NORM_ROPE's launch (raw q / k projections, slices of one q|k|v row, the q/k norms and RoPE inside the
+    kernel) against qk_norm_rope's kernel followed by the plain append call, at each batch's default variant and
+    splits: outputs within tol (the normed q / k may differ by the fp32 sum-of-squares order: qk_norm_rope's
+    test tolerances), new keys within 1 (bf16) / 8 (fp32) eps of their head row's max |value|, values bit-equal."""
+    from voxflow.kernels.qk_norm_rope import qk_norm_rope
+    from voxflow.layers.rotary import RotaryEmbedding
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 300, seed=batch + 3), dtype, seed=batch + 3)
+    gen = torch.Generator("cuda").manual_seed(batch)
+    qkv = (torch.randn(batch, 1, (HQ + 2 * HKV) * D, device="cuda", generator=gen) * 3).to(dtype)
+    q_raw = qkv[..., :HQ * D].view(batch, 1, HQ, D)
+    k_raw = qkv[..., HQ * D:(HQ + HKV) * D].view(batch, 1, HKV, D)
+    v_raw = qkv[..., (HQ + HKV) * D:].view(batch, 1, HKV, D)
+    qw, kw = (1 + 0.3 * torch.randn(2, D, device="cuda", generator=gen)).to(dtype)
+    cos, sin = RotaryEmbedding(D, 1000000.0)((lens - 1)[:, None], dtype)
+    last = lens - 1
+    slots = tables.gather(1, (last // BS)[:, None])[:, 0] * BS + last % BS
+    flat = (-1, HKV, D)
+    qn, kn = qk_norm_rope(q_raw, k_raw, qw, kw, cos, sin, 1e-6, 1e-6)
+    k_ref, v_ref = k_pool.clone(), v_pool.clone()
+    expect = paged_decode_attention(qn[:, 0], k_ref, v_ref, tables, lens, SCALE, k_new=kn[:, 0], v_new=v_raw[:, 0],
+                                    slots=slots)
+    nr = pda.NormRope(qw, kw, 1e-6, 1e-6, cos, sin)
+    k_pool.view(flat)[slots] = float("nan")                              # the kernel must write the new token
+    v_pool.view(flat)[slots] = float("nan")
+    out = paged_decode_attention(q_raw[:, 0], k_pool, v_pool, tables, lens, SCALE, k_new=k_raw[:, 0],
+                                 v_new=v_raw[:, 0], slots=slots, norm_rope=nr)
+    tc = default_tensor_cores(batch, HKV, HQ // HKV, D, q.device, dtype)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), expect.float(), **tol(dtype, tc))
+    got_k, want_k = k_pool.view(flat)[slots].float(), kn[:, 0].float()
+    eps = torch.finfo(dtype).eps * (8 if dtype == torch.float32 else 1)
+    assert ((got_k - want_k).abs() <= eps * want_k.abs().amax(-1, keepdim=True)).all()
+    assert torch.equal(v_pool.view(flat)[slots], v_raw[:, 0])
