@@ -93,7 +93,6 @@ def run_kernel_cases() -> None:
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
         check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, out, rtol, atol, i)
-        check_norm_rope(k_pool, v_pool, tables, ctx, hkv * group, scale, splits, tensor_cores, rtol, atol, i, gen)
         print(f"case {i} tensor_cores={tensor_cores} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
 
 
@@ -115,50 +114,6 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, ex
     torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
-
-
-def check_norm_rope(k_pool, v_pool, tables, ctx, hq, scale, splits, tensor_cores, rtol, atol, i, gen):
-    """The norm_rope variant (PAGED_NORM_ROPE's): raw q / k projections, the q/k RMSNorm and RoPE inside the
-    kernel. Against qk_norm_rope's torch reference followed by the plain append call: the same outputs (the case's
-    tolerances; the normed q / k may differ from the reference by the fp32 sum-of-squares order, see
-    test_kernel_qk_norm_rope.py), the new keys in their slots within 1 (16-bit) / 8 (fp32) eps of their head row's
-    largest |value| of the reference's, the new values copied bit for bit."""
-    from voxflow.kernels.qk_norm_rope import qk_norm_rope_reference
-    from voxflow.layers.rotary import RotaryEmbedding
-    dtype, (b, hkv, d) = k_pool.dtype, (len(ctx), k_pool.shape[2], k_pool.shape[3])
-    bs = k_pool.shape[1]
-    spare = next(p for p in range(k_pool.shape[0]) if p not in tables)
-    slots = torch.tensor([int(tables[r, (n - 1) // bs]) * bs + (n - 1) % bs if n > 0 else spare * bs
-                          for r, n in enumerate(ctx.tolist())])
-    qkv = (torch.randn(b, 1, (hq + 2 * hkv) * d, generator=gen) * 3).to(dtype)       # a fused projection's rows
-    q, k, v = (qkv[..., :hq * d].view(b, 1, hq, d), qkv[..., hq * d:(hq + hkv) * d].view(b, 1, hkv, d),
-               qkv[..., (hq + hkv) * d:].view(b, 1, hkv, d))
-    qw, kw = (1 + 0.3 * torch.randn(2, d, generator=gen)).to(dtype)
-    cos, sin = RotaryEmbedding(d, 10000.0)((ctx - 1).clamp_min(0)[:, None], dtype)
-    qn, kn = qk_norm_rope_reference(q, k, qw, kw, cos, sin, 1e-6, 1e-5)
-    blank_k, blank_v = k_pool.clone(), v_pool.clone()
-    blank_k.view(-1, hkv, d)[slots] = float("nan")
-    blank_v.view(-1, hkv, d)[slots] = float("nan")
-    ref_k, ref_v = blank_k.clone(), blank_v.clone()
-    expect = pda.paged_decode_attention(qn[:, 0], ref_k, ref_v, tables, ctx, scale, num_splits=splits,
-                                        tensor_cores=tensor_cores, k_new=kn[:, 0], v_new=v[:, 0], slots=slots)
-    nr = pda.NormRope(qw, kw, 1e-6, 1e-5, cos, sin)
-    assert pda.norm_rope_supported(q[:, 0], k[:, 0], v[:, 0], blank_k, blank_v, nr), i
-    out = pda.paged_decode_attention(q[:, 0], blank_k, blank_v, tables, ctx, scale, num_splits=splits,
-                                     tensor_cores=tensor_cores, k_new=k[:, 0], v_new=v[:, 0], slots=slots,
-                                     norm_rope=nr)
-    torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol,
-                               msg=lambda m: f"norm_rope {i}: {m}")
-    got_k, want_k = blank_k.view(-1, hkv, d)[slots].float(), kn[:, 0].float()
-    row_max = want_k.abs().amax(-1, keepdim=True)
-    eps = torch.finfo(dtype).eps * (8 if dtype == torch.float32 else 1)
-    assert ((got_k - want_k).abs() <= eps * row_max).all(), f"norm_rope {i}: keys"
-    assert torch.equal(blank_v.view(-1, hkv, d)[slots], v[:, 0]), f"norm_rope {i}: values"
-    for pool, ref in ((blank_k, ref_k), (blank_v, ref_v)):      # nothing written outside the new tokens' slots
-        pool.view(-1, hkv, d)[slots] = 0
-        ref.view(-1, hkv, d)[slots] = 0
-        assert torch.equal(pool.nan_to_num(7.0), ref.nan_to_num(7.0)), f"norm_rope {i}: pages"
-    print(f"norm_rope {i} ok")
 
 
 def check_tf32_rounding() -> None:
@@ -193,7 +148,6 @@ def test_kernel_matches_reference_in_triton_interpreter():
                            text=True, timeout=300)
     assert child.returncode == 0, f"kernel cases failed:\n{child.stdout}\n{child.stderr}"
     assert child.stdout.count(" ok: ") == 2 * len(KERNEL_CASES), child.stdout
-    assert child.stdout.count("norm_rope ") == 2 * len(KERNEL_CASES), child.stdout
     assert "tf32 rounding ok" in child.stdout
 
 
@@ -308,86 +262,6 @@ def test_qwen3_attention_uses_the_cache_attend_hook(fake_kernel, monkeypatch):
     assert len(fake_kernel) == 1
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
 
-
-
-def norm_rope_fake_kernel(calls):
-    """The norm_rope kernel's contract in torch: qk_norm_rope's reference on the raw q / k, the new token written
-    at its slot, attention over the row's pages."""
-    from voxflow.kernels.qk_norm_rope import qk_norm_rope_reference
-
-    def kernel(q, k_pool, v_pool, tables, lens, scale, *, k_new, v_new, slots, norm_rope):
-        calls.append(norm_rope)
-        nr = norm_rope
-        cos, sin = nr.cos.reshape(nr.cos.shape[0], 1, -1), nr.sin.reshape(nr.sin.shape[0], 1, -1)
-        qn, kn = qk_norm_rope_reference(q[:, None], k_new[:, None], nr.q_weight, nr.k_weight, cos, sin, nr.q_eps,
-                                        nr.k_eps)
-        k_pool.view(-1, *k_pool.shape[2:])[slots] = kn[:, 0]
-        v_pool.view(-1, *v_pool.shape[2:])[slots] = v_new
-        return pda.paged_decode_attention_ref(qn[:, 0], k_pool, v_pool, tables, lens, scale)
-    return kernel
-
-
-def test_attend_raw_hands_the_raw_projections_to_the_kernel_when_the_switch_is_on(monkeypatch):
-    """PAGED_NORM_ROPE: a decode step's Qwen3Attention passes its raw q / k / v to the paged kernel (norm_rope set),
-    with the same output and the same key / value written as the usual qk_norm_rope + attend path; switch off (or
-    kernels off) attend_raw declines and nothing runs."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    torch.manual_seed(0)
-    attn = Qwen3Attention(hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=16, eps=1e-6)
-    with torch.no_grad():
-        attn.q_norm.weight.uniform_(0.5, 1.5)
-        attn.k_norm.weight.uniform_(0.5, 1.5)
-    kv, gen = decode_setup()
-    x = torch.randn(3, 1, 32, generator=gen)
-    cos, sin = RotaryEmbedding(16, 10000.0)(kv.context_lens[:, None] - 1, x.dtype)
-    ref_kv = clone_kv(kv)
-    calls = []
-    monkeypatch.setattr(pda, "paged_decode_attention", norm_rope_fake_kernel(calls))
-    q = torch.randn(3, 1, 4, 16, generator=gen)
-    k, v = torch.randn(2, 3, 1, 2, 16, generator=gen)
-    view = PagedKVView(kv, 1)
-    monkeypatch.setattr(pa, "use_kernels", lambda t: True)
-    assert view[0].attend_raw(q, k, v, attn.q_norm, attn.k_norm, cos, sin, 0.25) is None and not calls  # off
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    monkeypatch.setattr(pa, "use_kernels", lambda t: False)
-    assert view[0].attend_raw(q, k, v, attn.q_norm, attn.k_norm, cos, sin, 0.25) is None and not calls
-    monkeypatch.setattr(pa, "use_kernels", lambda t: True)
-    monkeypatch.setattr(layer_mod, "use_kernels", lambda t: True)
-    with torch.no_grad():
-        out = attn(x, cos, sin, view[0], None)
-    assert len(calls) == 1 and calls[0].q_weight is attn.q_norm.weight and calls[0].cos is cos
-    monkeypatch.setattr(pa, "use_kernels", lambda t: False)
-    monkeypatch.setattr(layer_mod, "use_kernels", lambda t: False)
-    ref_view = PagedKVView(ref_kv, 1)
-    bias = attention_bias(1, ref_view.num_keys, ref_view.key_valid, batch=3, dtype=x.dtype, device=x.device)
-    with torch.no_grad():
-        ref = attn(x, cos, sin, ref_view[0], bias)
-    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
-    for a, b in ((kv.k_cache[0], ref_kv.k_cache[0]), (kv.v_cache[0], ref_kv.v_cache[0])):
-        torch.testing.assert_close(a.nan_to_num(7.0), b.nan_to_num(7.0), rtol=1e-6, atol=1e-6)
-
-
-def test_attend_raw_declines_what_the_kernel_does_not_take(monkeypatch):
-    """Mixed dtypes (an fp32 norm weight with bf16 projections would promote in the reference), a multi-token
-    chunk, rows sharing sequences: None, nothing run. The paged view never takes the folded input norm (the
-    decoder layer's folded path is the code predictor's static cache's only)."""
-    calls = []
-    monkeypatch.setattr(pda, "paged_decode_attention", norm_rope_fake_kernel(calls))
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    monkeypatch.setattr(pa, "use_kernels", lambda t: True)
-    kv, gen = decode_setup()
-    norm = torch.nn.Module()
-    norm.weight, norm.eps = torch.ones(16), 1e-6
-    cos, sin = RotaryEmbedding(16, 10000.0)(kv.context_lens[:, None] - 1, torch.float32)
-    q, k, v = torch.randn(3, 1, 4, 16), torch.randn(3, 1, 2, 16), torch.randn(3, 1, 2, 16)
-    view = PagedKVView(kv, 1)
-    assert view[0].attend_raw(q.bfloat16(), k.bfloat16(), v.bfloat16(), norm, norm, cos, sin, 0.25) is None
-    assert view[0].attend_raw(q.repeat(1, 2, 1, 1), k, v, norm, norm, cos, sin, 0.25) is None
-    kv.rows_share_sequences = True
-    assert view[0].attend_raw(q, k, v, norm, norm, cos, sin, 0.25) is None
-    assert not calls and not view[0].takes_folded_norm
-    kv.rows_share_sequences = False
-    assert view[0].attend_raw(q, k, v, norm, norm, cos, sin, 0.25) is not None and len(calls) == 1
 
 
 def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):

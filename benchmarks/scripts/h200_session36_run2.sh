@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 36 call 2; carry [".whl", ".device_tree"].
-# PAGED_NORM_ROPE (voxflow/layers/paged_attention.py, off until this has run): the talker's decode steps hand the
+# Session 36 call 2; carry [".whl", ".device_tree"]. PAGED_NORM_ROPE ran at ebf07ba and was removed afterwards
+# (slower at c=1: step 3.07 -> 3.12 ms; neutral at c=64).
+# PAGED_NORM_ROPE (voxflow/layers/paged_attention.py then): the talker's decode steps hand the
 # raw q / k projections to the paged decode kernel, which applies the q/k RMSNorm and RoPE itself: one launch
 # (qk_norm_rope) fewer a layer step, 28 a talker step. Why: beside the codec each launch costs ~1.9 us more (0.6B
 # c=64), and the 1.7B c=1 RTF sits on its 0.04 line (a step ~3.07 ms; 28 launches ~2-3 us each).

@@ -395,16 +395,3 @@ def test_gpu_engine_with_and_without_programmatic_dependent_launch_equals_cpu_re
     assert_equals_reference(got, TEXTS)
     assert_equals_reference(alone, TEXTS[1:2])
 
-
-
-@pytest.mark.parametrize("texts,seqs", [(TEXTS[1:2], 8), (TEXTS * 3, 16)], ids=["one-row", "twelve-rows"])
-def test_gpu_paged_norm_rope_engine_equals_cpu_reference(monkeypatch, texts, seqs):
-    """paged_attention.PAGED_NORM_ROPE (set here whatever the default): the talker's decode steps hand their raw
-    q / k to the paged decode kernel, which norms and rotates them itself; one request (one-row layers) and twelve
-    (above the skinny sizes): the same fp32 codes and audio as the CPU loop, the path taken."""
-    import voxflow.layers.paged_attention as pa
-    monkeypatch.setattr(pa, "PAGED_NORM_ROPE", True)
-    ran = record_runs(monkeypatch, pa.PagedLayerView, "attend_raw")
-    got = engine_codes("float32", True, True, texts=texts, max_num_seqs=seqs)
-    assert any(ran), "the paged norm + RoPE path never ran"
-    assert_equals_reference(got, texts)

@@ -31,12 +31,7 @@ def compile_kernel(fn, types: dict, constexprs: dict, target: GPUTarget = HOPPER
     """Compile `fn` (an @triton.jit function) for `target`; arguments not named in `types` are i32 scalars.
     `aligned`: arguments the JIT would specialize as divisible by 16 (16-byte-aligned pointers, integers that are
     multiples of 16), which decides whether loads vectorize; without it the code is the unaligned fallback."""
-    sig = inspect.signature(fn.fn)
-    params = list(sig.parameters)
-    # constexpr parameters with defaults that the case leaves out take their defaults, as a launch would
-    constexprs = {**{name: p.default for name, p in sig.parameters.items()
-                     if p.default is not inspect.Parameter.empty and "constexpr" in str(p.annotation)},
-                  **constexprs}
+    params = list(inspect.signature(fn.fn).parameters)
     signature = {p: ("constexpr" if p in constexprs else types.get(p, "i32")) for p in params}
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(params.index(k),): v for k, v in constexprs.items()},
@@ -167,9 +162,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, out_ptr=bf, kn_ptr=bf, vn_ptr=bf, scale="fp32"),
                     dict(GROUPS=2, GP=2, D=128, BLOCK_T=16, APPEND=append), {}))
     paged_args = dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, lens_ptr=i64, out_ptr=bf, part_m_ptr=f32,
-                      part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32",
-                      qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf, inv_d="fp32", q_eps="fp32",
-                      k_eps="fp32")
+                      part_l_ptr=f32, part_acc_ptr=f32, kn_ptr=bf, vn_ptr=bf, slot_ptr=i64, scale_log2="fp32")
     for append, pdl in ((False, False), (True, False), (True, True)):
         out.append((f"paged_decode append={append}" + (" pdl" if pdl else ""), paged._paged_decode_kernel,
                     paged_args,
@@ -187,16 +180,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
                          SMALL_POOL=small, USE_PDL=pdl), dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
-    # With the q/k norms and RoPE inside (PAGED_NORM_ROPE): the CUDA-core variant's splits (c=1) and the
-    # tensor-core variant's one split (c=64), as decode launches them.
-    for tc, splits, pdl in ((False, 8, False), (False, 8, True), (True, 1, False), (True, 1, True)):
-        out.append((f"paged_decode norm_rope tensor_cores={tc} splits={splits}" + (" pdl" if pdl else ""),
-                    paged._paged_decode_kernel, paged_args,
-                    dict(GROUP=2, BLOCK_G=16 if tc else 2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32 if tc else 16,
-                         NUM_SPLITS=splits, APPEND=True, TENSOR_CORES=tc, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=True, USE_PDL=pdl, NORM_ROPE=True, NORM_G=2, BLOCK_HALF=64),
-                    dict(num_warps=4 if tc else 2, enable_fp_fusion=False, launch_pdl=pdl,
-                         **({"num_stages": 2} if tc else {}))))
     for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
                     dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),

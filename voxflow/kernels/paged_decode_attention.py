@@ -41,7 +41,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import NamedTuple
 
 import torch
 
@@ -52,7 +51,6 @@ try:
     import triton.language as tl
 
     from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
-    from voxflow.kernels.qk_norm_rope import _norm_rope_heads, rope_halves
 except ImportError:  # the reference below still works; callers check voxflow.kernels.use_kernels first
     triton = None
 
@@ -110,8 +108,6 @@ if triton is not None:
     def _paged_decode_kernel(
             q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
             kn_ptr, vn_ptr, slot_ptr,
-            qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, half, inv_d, q_eps, k_eps, cos_sb, sin_sb, stride_qsb,
-            stride_qss, stride_qsh,
             scale_log2,
             stride_qb, stride_qh, stride_qd,
             stride_knb, stride_knh, stride_vnb, stride_vnh,
@@ -122,8 +118,7 @@ if triton is not None:
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
             TENSOR_CORES: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr, NORM_ROPE: tl.constexpr = False,
-            NORM_G: tl.constexpr = 2, BLOCK_HALF: tl.constexpr = 64):
+            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0)
@@ -136,32 +131,8 @@ if triton is not None:
         d_ok = d < HEAD_DIM
         heads = kv_head * GROUP + g
         q_mask = g_ok[:, None] & d_ok[None, :]
-        if NORM_ROPE:
-            # q / kn arrive as raw projections: the per-head q/k RMSNorm and RoPE run here (qk_norm_rope.py's
-            # `_norm_rope_heads`, its roundings), the group's queries into this split's scratch rows, the new key
-            # (split 0) straight into its page slot with the raw value beside it; read back after the barrier.
-            dh = tl.arange(0, BLOCK_HALF)
-            dh_ok = dh < half
-            c1, c2, s1, s2 = rope_halves(cos_ptr + row * cos_sb + dh, sin_ptr + row * sin_sb + dh, dh, dh_ok, half)
-            q_rows = qs_ptr + split * stride_qss
-            _norm_rope_heads(q_ptr, q_rows, qw_ptr, row, 0, kv_head * GROUP, kv_head * GROUP + GROUP,
-                             stride_qb, 0, stride_qh, stride_qsb, 0, stride_qsh,
-                             c1, c2, s1, s2, dh, dh_ok, half, inv_d, q_eps, NORM_G)
-            if split == 0:
-                slot = tl.load(slot_ptr + row).to(tl.int64)
-                page, pos = slot // PAGE, slot % PAGE
-                _norm_rope_heads(kn_ptr, k_ptr + page * stride_kblk + pos * stride_kpos, kw_ptr, row, 0,
-                                 kv_head, kv_head + 1, stride_knb, 0, stride_knh, 0, 0, stride_kh,
-                                 c1, c2, s1, s2, dh, dh_ok, half, inv_d, k_eps, 2)
-                vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
-                tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
-                         vn.to(v_ptr.dtype.element_ty), mask=d_ok)
-            tl.debug_barrier()      # the stores above are read back below by other threads of this program
-            q_in = tl.load(q_rows + row * stride_qsb + heads[:, None] * stride_qsh + d[None, :],
-                           mask=q_mask, other=0.0)                                           # [G, D]
-        else:
-            q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
-                           mask=q_mask, other=0.0)                                           # [G, D]
+        q_in = tl.load(q_ptr + row * stride_qb + heads[:, None] * stride_qh + d[None, :] * stride_qd,
+                       mask=q_mask, other=0.0)                                               # [G, D]
         q = q_in.to(tl.float32)
         q_dot = q_in.to(DOT_DTYPE)                         # TENSOR_CORES: the scores' MMA operand (padded rows: 0)
 
@@ -222,18 +193,14 @@ if triton is not None:
             # Split 0 writes the new token's key/value into its page slot (the KV write that was two scatter
             # kernels per layer) and attends to it from registers; no program reads that slot in this call.
             if split == 0:
+                kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
+                vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
                 slot = tl.load(slot_ptr + row).to(tl.int64)
                 page, pos = slot // PAGE, slot % PAGE
-                k_slot = k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd
-                v_slot = v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd
-                if NORM_ROPE:   # written above, normed and rotated: read back
-                    kn = tl.load(k_slot, mask=d_ok, other=0.0)
-                    vn = tl.load(v_slot, mask=d_ok, other=0.0)
-                else:
-                    kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
-                    vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
-                    tl.store(k_slot, kn.to(k_ptr.dtype.element_ty), mask=d_ok)
-                    tl.store(v_slot, vn.to(v_ptr.dtype.element_ty), mask=d_ok)
+                tl.store(k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd,
+                         kn.to(k_ptr.dtype.element_ty), mask=d_ok)
+                tl.store(v_ptr + page * stride_vblk + pos * stride_vpos + kv_head * stride_vh + d * stride_vd,
+                         vn.to(v_ptr.dtype.element_ty), mask=d_ok)
                 if tl.load(lens_ptr + row) > 0:
                     score = tl.sum(q * kn.to(tl.float32)[None, :], axis=1) * scale_log2                 # [G]
                     m_new = tl.maximum(m, score)
@@ -363,52 +330,16 @@ def _offsets_fit_int32(*pools: torch.Tensor) -> bool:
     return all(sum((n - 1) * st for n, st in zip(t.shape, t.stride())) < 2 ** 31 for t in pools)
 
 
-class NormRope(NamedTuple):
-    """What the kernel needs to norm and rotate raw q / k (Qwen3's q_norm / k_norm weights [D] and eps values, the
-    new tokens' RoPE rows cos / sin [B or 1, 1, D] or [B or 1, D])."""
-    q_weight: torch.Tensor
-    k_weight: torch.Tensor
-    q_eps: float
-    k_eps: float
-    cos: torch.Tensor
-    sin: torch.Tensor
-
-
-def norm_rope_supported(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_pool: torch.Tensor,
-                        v_pool: torch.Tensor, nr: NormRope) -> bool:
-    """Raw q [B, Hq, D], k_new / v_new [B, Hkv, D], and the norm weights / RoPE rows in one dtype, the pools' too
-    (no promotion anywhere: the key is stored as qk_norm_rope would return it); unit-stride head dims (q's, the new
-    tokens', the pools', cos / sin's); D even; no autograd graph to record."""
-    b, _, d = q.shape
-    if d % 2 or k_new.shape[0] != b or k_new.shape[2] != d or v_new.shape != k_new.shape:
-        return False
-    rope_ok = all(t.shape[-1] == d and t.numel() // d in (1, b) and t.dim() in (2, 3) and t.stride(-1) == 1
-                  and (t.dim() == 2 or t.shape[1] == 1) for t in (nr.cos, nr.sin))
-    tensors = (q, k_new, v_new, k_pool, v_pool, nr.q_weight, nr.k_weight, nr.cos, nr.sin)
-    if not rope_ok or nr.q_weight.shape != (d,) or nr.k_weight.shape != (d,):
-        return False
-    if any(t.dtype != q.dtype or t.device != q.device for t in tensors):
-        return False
-    if any(t.stride(-1) != 1 for t in (q, k_new, v_new, k_pool, v_pool)):
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-
-
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
                            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                            tensor_cores: bool | None = None, k_new: torch.Tensor | None = None,
-                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                           norm_rope: NormRope | None = None) -> torch.Tensor:
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
     kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
     same result as writing it first and calling without them.
-
-    norm_rope (with k_new / v_new / slots): q and k_new are the raw projections; the kernel applies the per-head
-    q/k RMSNorm and RoPE itself (qk_norm_rope.py's numerics) before attending and writing the key: the work of a
-    qk_norm_rope launch before this one. See `norm_rope_supported` for what it takes.
 
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
@@ -468,19 +399,6 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     else:
         k_new = v_new = q                  # unused (APPEND is compiled out)
         slots = context_lens
-    if norm_rope is not None:
-        if not append or not norm_rope_supported(q, k_new, v_new, k_pool, v_pool, norm_rope):
-            raise ValueError("norm_rope needs k_new / v_new / slots and the shapes norm_rope_supported takes")
-        nr = norm_rope
-        cos, sin = nr.cos.reshape(nr.cos.shape[0], head_dim), nr.sin.reshape(nr.sin.shape[0], head_dim)
-        # one scratch row set a split: every split normalises the group's queries for itself (no program reads
-        # what another writes)
-        scratch = torch.empty(batch, num_splits, num_heads, head_dim, dtype=q.dtype, device=q.device)
-        norm_args = (nr.q_weight.contiguous(), nr.k_weight.contiguous(), cos, sin, scratch, head_dim // 2,
-                     1.0 / head_dim, float(nr.q_eps), float(nr.k_eps), cos.stride(0) if cos.shape[0] > 1 else 0,
-                     sin.stride(0) if sin.shape[0] > 1 else 0, *scratch.stride()[:3])
-    else:
-        norm_args = (q, q, q, q, q, 1, 1.0, 0.0, 0.0, 0, 0, 0, 0, 0)    # unused (NORM_ROPE is compiled out)
     if num_splits > 1:
         part_m = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
         part_l = torch.empty_like(part_m)
@@ -490,7 +408,6 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     pdl = use_pdl(q)
     _paged_decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_pool, v_pool, block_tables, context_lens, out, part_m, part_l, part_acc, k_new, v_new, slots,
-        *norm_args,
         scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
@@ -501,12 +418,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
         DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
         SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
-        USE_PDL=trigger_mode(pdl, "paged_decode"), NORM_ROPE=norm_rope is not None,
-        NORM_G=max(2, triton.next_power_of_2(group)), BLOCK_HALF=triton.next_power_of_2(max(1, head_dim // 2)),
-        **launch, **launch_kwargs(pdl),
-        # qk_norm_rope's rounding: no fma contraction in the norm and the rotation (the attention's fp32
-        # arithmetic then rounds its products apart too: fp32 rounding differences only)
-        **({"enable_fp_fusion": False} if norm_rope is not None else {}))
+        USE_PDL=trigger_mode(pdl, "paged_decode"), **launch, **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),

@@ -33,23 +33,13 @@ import functools
 
 import torch
 
-import os
-
 from voxflow.engine.model_api import PagedKVContext
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import eager_attention
 
-# Decode steps hand the raw q / k projections to the paged decode kernel, which applies the q/k RMSNorm and RoPE
-# itself (`PagedLayerView.attend_raw`): one launch fewer a layer step than qk_norm_rope + the kernel (28 a talker
-# step). Why: H200 session 35's 0.6B c=64 timeline, where each launch beside the codec costs ~1.9 us more, and
-# the 1.7B c=1 step, where a launch is ~1% of the RTF margin. Off until measured (VOXFLOW_PAGED_NORM_ROPE=1).
-PAGED_NORM_ROPE = os.environ.get("VOXFLOW_PAGED_NORM_ROPE", "0") == "1"
-
 
 class PagedLayerView:
     """Layer i of a `PagedKVView` (what `cache[i]` returns)."""
-
-    takes_folded_norm = False      # attend_raw takes no folded input norm (Qwen3DecoderLayer's folded path: no)
 
     def __init__(self, parent: "PagedKVView", layer: int):
         self.parent = parent
@@ -59,27 +49,6 @@ class PagedLayerView:
         """Write the new k/v [B, Hkv, S, D]; return every row's context [B, Hkv, T, D] (right-aligned)."""
         p = self.parent
         return p.write_and_gather(p.kv.k_cache[self.layer], k), p.write_and_gather(p.kv.v_cache[self.layer], v)
-
-    def attend_raw(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm, k_norm, cos: torch.Tensor,
-                   sin: torch.Tensor, scale: float) -> torch.Tensor | None:
-        """A decode step from the raw projections (q [B, 1, Hq, D], k / v [B, 1, Hkv, D], per-head views): the
-        q/k norms and RoPE inside the paged decode kernel (PAGED_NORM_ROPE) -> [B, 1, Hq, D]; None (nothing done:
-        the caller norms, rotates and calls `attend`) when the switch is off or the kernel does not take it (a
-        prefill, rows sharing sequences, kernels off, dtypes or layouts it does not take)."""
-        p = self.parent
-        if not (PAGED_NORM_ROPE and q.shape[1] == 1 and use_kernels(q) and p.kv.prefill_tiles is None
-                and not p.kv.rows_share_sequences):
-            return None
-        from voxflow.kernels import paged_decode_attention as pda
-        k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
-        nr = pda.NormRope(q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps, cos, sin)
-        q1, k1, v1 = q[:, 0], k[:, 0], v[:, 0]
-        if not pda.norm_rope_supported(q1, k1, v1, k_pool, v_pool, nr):
-            return None
-        out = pda.paged_decode_attention(q1, k_pool, v_pool, p.kv.block_tables.to(q.device),
-                                         p.kv.context_lens.to(q.device), scale, k_new=k1, v_new=v1,
-                                         slots=p.write_index, norm_rope=nr)
-        return out[:, None]
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                scale: float) -> torch.Tensor:

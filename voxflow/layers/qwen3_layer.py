@@ -9,9 +9,8 @@ On CUDA (kernel switch on) fused kernels cut launches, same rounding points: q_n
 (voxflow/kernels/qk_norm_rope.py), each residual add + the norm after it in one (`add_rms_norm`: the
 post-attention one inside a layer, the MLP's into the next layer's input norm, `forward_deferred`), and for decode
 batches of a few rows the skinny GEMMs with the residual add / silu * up fused in (`_forward_skinny`); a cache
-with `attend_raw` (the code predictor's; the talker's paged view with PAGED_NORM_ROPE) takes the raw projections
-and does norms, RoPE and attention itself, and above the skinny sizes a layer step through one that takes a folded
-input norm (the code predictor's) runs with both norms folded into its GEMM weights (`_forward_folded`,
+with `attend_raw` (the code predictor's) takes the raw projections and does norms, RoPE and attention itself, and
+above the skinny sizes such a layer step runs with both norms folded into its GEMM weights (`_forward_folded`,
 voxflow/layers/folded_norms.py). Everywhere else the plain torch code below runs unchanged.
 """
 from __future__ import annotations
@@ -180,7 +179,7 @@ class Qwen3DecoderLayer(nn.Module):
             if out is not None:
                 return out, None
         if kernels and FOLDED_NORMS and pending is None and x.shape[1] == 1 and bias is None \
-                and getattr(cache, "takes_folded_norm", False):
+                and getattr(cache, "attend_raw", None) is not None:
             out = self._forward_folded(x, cos, sin, cache, x_owned)
             if out is not None:
                 return out, None

@@ -19,8 +19,6 @@ from voxflow.layers.attention import KVCache, eager_attention
 
 
 class StaticLayerKVCache:
-    takes_folded_norm = True     # attend_raw applies a folded input norm's row factor (Qwen3DecoderLayer's folded path)
-
     def __init__(self, batch: int, num_kv_heads: int, max_len: int, head_dim: int, dtype: torch.dtype,
                  device: torch.device, k: torch.Tensor | None = None, v: torch.Tensor | None = None):
         """k / v: the [B, Hkv, max_len, D] buffers to use (views of a stack's shared buffers), else allocated."""
