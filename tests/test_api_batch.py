@@ -29,7 +29,9 @@ MAX_CHARS = 300
 
 @pytest.fixture(scope="module")
 def server():
-    with tiny_server(max_concurrent_requests=4, max_batch_items=MAX_ITEMS, max_batch_input_chars=MAX_CHARS) as srv:
+    # admission_wait_s=0: a batch that does not fit is refused at once (waiting for slots: test_api_admission.py)
+    with tiny_server(max_concurrent_requests=4, max_batch_items=MAX_ITEMS, max_batch_input_chars=MAX_CHARS,
+                     admission_wait_s=0) as srv:
         yield srv
 
 
@@ -288,5 +290,6 @@ def test_client_disconnect_before_any_output_aborts_every_item():
             time.sleep(0.02)
         assert sorted(engine.aborted) == sorted(r.request_id for r in engine.submitted)
         assert delta({}, requests_by_status(metrics(c))) == {"499": 3}
-        assert c.get("/health").json()["in_flight"] == 0
-        assert srv.app.state.vox.extra["in_flight"] == 0                        # admission slots given back
+        health = c.get("/health").json()
+        assert health["engine_streams"] == 0 and health["in_flight"] == 0 and health["waiting"] == 0
+        assert srv.app.state.vox.admission.running == 0                         # admission slots given back

@@ -83,7 +83,9 @@ def tiny_server(**settings):
 
 @pytest.fixture(scope="module")
 def server():
-    with tiny_server(max_concurrent_requests=2) as srv:
+    # admission_wait_s=0: a request beyond the limit is refused at once (the flood test counts those 429s); waiting
+    # in the admission queue is test_api_admission.py's
+    with tiny_server(max_concurrent_requests=2, admission_wait_s=0) as srv:
         yield srv
 
 
@@ -579,7 +581,9 @@ def test_whole_file_client_disconnect_aborts_while_waiting_for_the_engine(engine
         assert m[("voxflow_requests_total", (("status", "499"),))] == 1
         assert m.get(("voxflow_requests_total", (("status", "200"),)), 0) == 0
         assert m[("voxflow_requests_finished_total", (("reason", "client_disconnect"),))] == 1
-        assert c.get("/health").json()["in_flight"] == 0          # the client holds no engine stream
+        health = c.get("/health").json()
+        assert health["engine_streams"] == 0                       # the client holds no engine stream
+        assert health["in_flight"] == 0 and health["waiting"] == 0  # nor an admission slot
 
 
 def test_first_speech_request_pays_no_one_time_costs(monkeypatch):

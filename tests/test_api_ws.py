@@ -428,7 +428,8 @@ def test_a_session_that_leaves_closes_every_sentences_record(refused, monkeypatc
     behind sentence 0's, never sent) or been refused by the server's concurrency limit (no slot within the bounded
     wait, here none). Every sentence's record closes: the in-flight gauge is back to 0, the finished-but-unsent one
     counts as a client disconnect (499), a refused one only as a rejection (as an HTTP 429), and nothing as a server
-    error (500)."""
+    error (500). (The gauge counts slots held, and sentence 1 gave its slot back before the session's end closed its
+    record: the wait is for the records too.)"""
     from voxflow.api.metrics import Metrics
     monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.0)
     engine = FakeEngine()
@@ -442,12 +443,15 @@ def test_a_session_that_leaves_closes_every_sentences_record(refused, monkeypatc
         await asyncio.sleep(0.2)                    # sentence 1 generates (or is refused) meanwhile
         await c.ws.close()
 
+    closed = 1 if refused else 2
     with serving(app) as url:
         run_client(url, scenario)
-        _until(lambda: _metric(app, "voxflow_api_requests_in_flight") == 0)
+        _until(lambda: _metric(app, "voxflow_api_requests_in_flight") == 0
+               and _metric(app, "voxflow_requests_total", status="499") == closed)
     assert _metric(app, "voxflow_api_requests_in_flight") == 0
+    assert _metric(app, "voxflow_api_requests_waiting") == 0
     assert _metric(app, "voxflow_requests_total", status="500") == 0
-    assert _metric(app, "voxflow_requests_total", status="499") == (1 if refused else 2)
+    assert _metric(app, "voxflow_requests_total", status="499") == closed
     assert _metric(app, "voxflow_requests_rejected_total", reason="concurrency") == (1 if refused else 0)
     assert engine.finished == ([] if refused else ["Two."])
 
@@ -527,4 +531,4 @@ def test_real_engine_session_custom_voice():
     assert sample[("voxflow_requests_total", (("status", "200"),))] == 2
     assert sample[("voxflow_api_requests_in_flight", ())] == 0
     assert sample[("voxflow_audio_ttfp_seconds_count", ())] == 2
-    assert app.state.vox.extra.get("in_flight", 0) == 0
+    assert app.state.vox.admission.running == 0 and app.state.vox.admission.waiting == 0

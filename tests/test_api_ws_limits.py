@@ -4,6 +4,7 @@ in the URL do not reach the log, the session cap (close 1013) and the Origin che
 hijacking). The harness (fake engine, uvicorn in a thread, a client with timeouts) is test_api_ws.py's.
 """
 import asyncio
+import contextlib
 import json
 import logging
 
@@ -40,17 +41,27 @@ class CountingEngine(FakeEngine):
 
 
 def metered_app(engine, **settings):
-    app = make_app(engine, ServerSettings(**settings))
+    @contextlib.asynccontextmanager
+    async def keep_loop(app):
+        app.state.loop = asyncio.get_running_loop()
+        yield
+    app = make_app(engine, ServerSettings(**settings), lifespan=keep_loop)
     app.state.vox.metrics = Metrics()
     return app
 
 
 def busy_app():
-    """A metered app whose one server-wide slot is held elsewhere (as by an HTTP request) -> (engine, app)."""
+    """A metered app whose one server-wide slot is held elsewhere (as by an HTTP request) -> (engine, app); the
+    slot is taken before the server runs, and given back by `free_the_slot`."""
     engine = FakeEngine()
     app = metered_app(engine, max_concurrent_requests=1)
-    app.state.vox.extra["in_flight"] = 1
+    assert app.state.vox.admission.try_acquire(1)
     return engine, app
+
+
+def free_the_slot(app):
+    """The other request ends: its slot is given back on the server's loop (admission is not thread-safe)."""
+    app.state.loop.call_soon_threadsafe(app.state.vox.admission.release, 1)
 
 
 def speak(text):
@@ -78,12 +89,12 @@ def test_busy_server_sentences_wait_for_a_slot_in_order():
     assert [r.text for r in engine.requests] == engine.finished          # admitted in sentence order
     assert _metric(app, "voxflow_requests_rejected_total", reason="concurrency") == 0
     assert _metric(app, "voxflow_requests_total", status="200") == 4
-    assert _metric(app, "voxflow_api_requests_in_flight") == 0 and app.state.vox.extra["in_flight"] == 0
+    assert _metric(app, "voxflow_api_requests_in_flight") == 0 and app.state.vox.admission.running == 0
 
 
 def test_sentence_waits_for_slots_held_by_other_requests():
-    """Every slot is held elsewhere (as by HTTP requests, which free theirs without telling the session): the
-    sentence waits, and generates once a slot is free."""
+    """Every slot is held elsewhere (as by an HTTP request): the sentence waits, and generates once the slot is
+    given back (the admission queue hands it over: nothing polls)."""
     engine, app = busy_app()
 
     async def scenario(c):
@@ -92,7 +103,9 @@ def test_sentence_waits_for_slots_held_by_other_requests():
         await c.send(type="input.done")
         await asyncio.sleep(0.3)
         assert engine.requests == []                            # still waiting for the slot
-        app.state.vox.extra["in_flight"] = 0                    # the other request ends
+        assert _metric(app, "voxflow_api_requests_waiting") == 1
+        assert _metric(app, "voxflow_api_requests_in_flight") == 1      # the other request only
+        free_the_slot(app)
         return await c.until("session.done")
 
     with serving(app) as url:
@@ -113,7 +126,7 @@ def test_sentence_refused_after_the_bounded_wait(monkeypatch):
         await c.send(type="input.text", text="Lost one.")
         await c.send(type="input.done")
         got = await c.until("session.done")
-        app.state.vox.extra["in_flight"] = 0
+        free_the_slot(app)
         await c.send(type="input.text", text="Second try.")
         await c.send(type="input.done")
         return got, await c.until("session.done")
@@ -149,7 +162,7 @@ def test_queued_sentences_share_one_bounded_wait(monkeypatch):
     with serving(app) as url:
         got, took = run_client(url, scenario)
     assert sum(m["type"] == "audio.done" and m["error"] for m in got) == 6
-    assert took < 2.0, took                 # one shared 0.5 s wait (and polling), not 6 x 0.5 s in a row
+    assert took < 2.0, took                 # one shared 0.5 s wait, not 6 x 0.5 s in a row
     assert _metric(app, "voxflow_requests_rejected_total", reason="concurrency") == 6
 
 

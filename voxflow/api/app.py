@@ -15,6 +15,10 @@ close code 1008). `/`, `/health`, `/live`, `/ready` and `/metrics` stay open for
 URL would otherwise be written to the server log (uvicorn logs every WebSocket handshake's path and query at info,
 and the access log every request's): `RedactSecretsFilter` replaces their values with "***" there.
 
+Admission (admission.py, `app.state.vox.admission`): at most `settings.max_concurrent_requests` speech requests
+run at once (HTTP requests, batch items and WebSocket sentences alike); the others wait in one FIFO queue of at most
+`settings.max_queued_requests`, HTTP requests for up to `settings.admission_wait_s` before their 429.
+
 WebSocket limits (routes_ws.py): `settings.max_ws_sessions` open sessions at once; `settings.allowed_origins`, the
 browser origins besides the server's own that may open one (the Origin check against cross-site WebSocket
 hijacking).
@@ -84,7 +88,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
                   lifespan=lifespan)
     app.state.vox = AppState(engine=engine, settings=settings, model_info={}, metrics=Metrics(),
                              voices=_voice_store(settings),
-                             extra={"in_flight": 0, "ws_sessions": 0})
+                             extra={"ws_sessions": 0})
     app.state.vox.metrics.rejected.labels(reason="ws_sessions")     # WebSocket sessions over the cap: shown as 0
     install_error_handlers(app)
 

@@ -18,7 +18,10 @@ non-streaming requests:
     voxflow_requests_total{status}        speech requests answered, by HTTP status
     voxflow_requests_finished_total{reason}  eos | length | aborted | error | client_disconnect
     voxflow_requests_rejected_total{reason}  admission rejections: concurrency (429) | queue_full | unavailable (503)
-    voxflow_api_requests_in_flight        speech requests the API is serving now
+    voxflow_api_requests_in_flight        speech requests running now: holding one of the server-wide slots
+                                          (admission.py; at most max_concurrent_requests; a batch item and a
+                                          WebSocket sentence count as one each)
+    voxflow_api_requests_waiting          speech requests queued for a slot (admission.py's FIFO)
     voxflow_num_requests_running / _waiting, voxflow_kv_cache_usage_ratio, voxflow_engine_*  engine stats, read
                                           from the engine at scrape time
 
@@ -76,7 +79,10 @@ class Metrics:
                                 registry=r)
         self.rejected = Counter("voxflow_requests_rejected", "Admission rejections (429/503)", ["reason"],
                                 registry=r)
-        self.in_flight = Gauge("voxflow_api_requests_in_flight", "Speech requests being served", registry=r)
+        self.in_flight = Gauge("voxflow_api_requests_in_flight", "Speech requests running (holding an admission "
+                               "slot)", registry=r)
+        self.api_waiting = Gauge("voxflow_api_requests_waiting", "Speech requests queued for an admission slot",
+                                 registry=r)
         self.running = Gauge("voxflow_num_requests_running", "Requests decoding in the engine", registry=r)
         self.waiting = Gauge("voxflow_num_requests_waiting", "Requests queued in the engine", registry=r)
         self.kv_usage = Gauge("voxflow_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use", registry=r)
@@ -91,6 +97,11 @@ class Metrics:
 
     def track(self, *, streaming: bool, arrived_at: float | None = None) -> "RequestTracker":
         return RequestTracker(self, streaming, time.monotonic() if arrived_at is None else arrived_at)
+
+    def observe_admission(self, admission) -> None:
+        """Copy the admission's counts (admission.Admission) into the gauges."""
+        self.in_flight.set(admission.running)
+        self.api_waiting.set(admission.waiting)
 
     def observe_engine(self, health: dict) -> None:
         """Copy the engine's stats (EngineClient.health()) into the gauges."""
@@ -123,7 +134,6 @@ class RequestTracker:
         self.worst_deficit = 0.0
         self.underruns = 0
         self.done = False
-        metrics.in_flight.inc()
 
     def sent(self, audio_seconds: float, now: float | None = None) -> None:
         if audio_seconds <= 0:
@@ -140,11 +150,9 @@ class RequestTracker:
         self.audio_sent += audio_seconds
 
     def discard(self) -> None:
-        """The request was refused before it ran (counted where it was refused, as an HTTP 429 is): it leaves the
-        in-flight gauge and counts nowhere else. Idempotent, and a no-op after finish."""
-        if not self.done:
-            self.done = True
-            self.m.in_flight.dec()
+        """The request was refused before it ran (counted where it was refused, as an HTTP 429 is): it counts
+        nowhere else. Idempotent, and a no-op after finish."""
+        self.done = True
 
     def finish(self, status: int, reason: str | None = None, audio_seconds: float | None = None) -> None:
         """status: the HTTP status answered; reason: eos | length | aborted | error | client_disconnect;
@@ -153,7 +161,6 @@ class RequestTracker:
             return
         self.done = True
         m = self.m
-        m.in_flight.dec()
         m.requests.labels(status=str(status)).inc()
         if reason is not None:
             m.finished.labels(reason=reason).inc()

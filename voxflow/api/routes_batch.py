@@ -20,10 +20,11 @@ The whole request fails (OpenAI error envelope) on: 400 a malformed batch (items
 more than max_batch_items, an item not an object; `stream` / `stream_format` set anywhere, as a JSON answer
 cannot stream; `input` at batch level; a default of the wrong type or range; all inputs together longer than
 settings.max_batch_input_chars), 404 a batch-level `model` this server does not serve, 503 while the model
-loads, 401 without a valid API key (AuthMiddleware, as every /v1 route), and 429 with Retry-After when fewer of
-settings.max_concurrent_requests slots are free than the batch has valid items: each item holds a slot as its
-own request would, and they are taken all or none, so a batch never runs in part (a batch of more valid items than
-max_concurrent_requests, which could never be admitted, is a 400).
+loads, 401 without a valid API key (AuthMiddleware, as every /v1 route), and 429 with Retry-After when the batch
+got no slots within settings.admission_wait_s: each valid item holds one of settings.max_concurrent_requests slots
+as its own request would, taken all or none (a batch never runs in part) in the server-wide FIFO of admission.py,
+where a batch at the head waits for enough free slots and holds back those behind it (a batch of more valid items
+than max_concurrent_requests, which could never be admitted, is a 400).
 
 Items run concurrently through the engine (which batches them). A reference clip that several items name (the
 batch-level ref_audio above all) is fetched and decoded once. A client that disconnects aborts every unfinished
@@ -46,7 +47,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import APIError, as_api_error, bad_request, validation_error
-from .routes_speech import ClientGone, SpeechJob, check_loaded, try_admit, until_disconnect
+from .routes_speech import ClientGone, SpeechJob, admit, check_loaded, until_disconnect
 from .schemas import SpeechPlan, SpeechRequestBody, check_model, plan_speech, ref_audio_pcm
 from .state import AppState, get_state
 
@@ -157,14 +158,20 @@ async def run_batch(state: AppState, defaults: SpeechRequestBody, items: list[di
         # all-or-none admission could never take them all: a 429 (retry later) would be retried forever
         raise bad_request(f"the batch has {len(runnable)} valid items; this server runs at most "
                           f"{state.settings.max_concurrent_requests} requests at once", "items", code="too_many_items")
-    if runnable:
-        try_admit(state, len(runnable))
-    # No await between the admission and here: from now on every slot belongs to a job, which gives it back.
     jobs = {i: SpeechJob(state, plans[i], arrived) for i in runnable}
     try:
+        if jobs:
+            try:
+                await admit(state, len(jobs))
+            except APIError:                # refused: the items count as rejections only, as they never ran
+                for job in jobs.values():
+                    job.discard()
+                raise
+            for job in jobs.values():       # no await since the grant: each slot is a job's, which gives it back
+                job.holds_slot = True
         outs = await asyncio.gather(*(_run(job) for job in jobs.values()))
     finally:
-        for job in jobs.values():           # closed already, unless cancelled before it began
+        for job in jobs.values():           # closed already, unless cancelled before it began (or while queued)
             await job.close(499, "client_disconnect")
     done = dict(zip(jobs, outs))
     return [(done.get(i, plan), jobs.get(i)) for i, plan in enumerate(plans)]

@@ -1,7 +1,10 @@
 """GET /v1/models, GET /health (+ /live, /ready), GET /metrics, GET /.
 
 /health really asks the engine (its stats round trip): 200 when it answers, 503 with Retry-After while the model
-is loading, the engine is dead or the server is draining. /metrics refreshes the engine gauges at scrape time.
+is loading, the engine is dead or the server is draining. With the engine's stats it reports the server's
+admission (admission.py): `in_flight`, speech requests running (holding a slot), and `waiting`, those queued
+for one; `engine_streams` is the engine client's count of open request streams. /metrics refreshes the engine
+gauges at scrape time.
 Auth (app.py): /v1/* needs the API key when keys are configured; /, /health, /live, /ready, /metrics are open
 (probes and scrapers carry no keys).
 """
@@ -109,7 +112,9 @@ async def _health(request: Request) -> JSONResponse:
     if state.metrics is not None:
         state.metrics.observe_engine(health)
     stats = health.get("stats") or {}
-    status.update(engine={k: stats[k] for k in HEALTH_ENGINE_KEYS if k in stats}, in_flight=health.get("in_flight"))
+    admission = state.admission
+    status.update(engine={k: stats[k] for k in HEALTH_ENGINE_KEYS if k in stats}, in_flight=admission.running,
+                  waiting=admission.waiting, engine_streams=health.get("in_flight"))
     if not health.get("alive") or health.get("stats") is None:
         status.update(status="unavailable", error=health.get("error"))
         return JSONResponse(status, status_code=503, headers={"Retry-After": "5"})

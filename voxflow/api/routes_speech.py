@@ -9,13 +9,15 @@ Response modes (schemas.SpeechRequestBody.mode):
           `response_format`), then `speech.audio.done` with usage, or `speech.audio.error`.
 
 Everything that can fail does so before the status line: validation (400 naming the field, 404 unknown model /
-voice), admission (429 beyond settings.max_concurrent_requests, 503 when the engine is unavailable or its queue
-is full, both with Retry-After), and the engine's own validation (the first engine output is awaited before
+voice), admission (a place in the server-wide FIFO of admission.py for a slot of settings.max_concurrent_requests,
+waited for up to settings.admission_wait_s, then 429; 503 when the engine is unavailable or its queue is full; both
+with Retry-After), and the engine's own validation (the first engine output is awaited before
 answering: a ValueError there comes back as a FinalRecord(ERROR) and becomes a 400 with its message). After the
 first byte, a failure can only be signalled in-band (SSE error event) or by cutting the connection (raw audio:
 the chunked body never completes). A client that goes away closes the engine iterator: the request is aborted
 and counted as 499, whenever it leaves: while the first output is awaited (a whole file's only chunk comes at
-its end), while the rest of a whole file is collected, or while a stream is sent.
+its end), while it waits for an admission slot, while the rest of a whole file is collected, or while a stream is
+sent.
 A `Server-Timing` header says where the first audio's time went inside the server (SpeechJob.server_timing).
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ from fastapi.responses import Response
 
 from ..engine.client import ENGINE_DIED, EngineUnavailableError
 from ..engine.request import AudioChunk, FinalRecord, FinishReason
+from .admission import Abandoned, AdmissionRefused
 from .errors import APIError
 from .schemas import SpeechPlan, SpeechRequestBody, plan_speech
 from .state import AppState, get_state
@@ -73,20 +76,38 @@ def _reject(state: AppState, reason: str, count: int = 1) -> None:
         state.metrics.rejected.labels(reason=reason).inc(count)
 
 
-def try_admit(state: AppState, count: int = 1) -> None:
-    """Take `count` of settings.max_concurrent_requests slots, all or none, or raise 429 (no await: atomic on
-    the loop). A batch takes one per item: each would have been a request of its own."""
-    n, limit = state.extra.get("in_flight", 0), state.settings.max_concurrent_requests
-    if n + count > limit:
+async def admit(state: AppState, count: int = 1, *, deadline: float | None = None, receive=None) -> None:
+    """Take `count` of the server-wide slots (state.admission), all or none, waiting for them in the shared FIFO
+    until `deadline` (loop time; None: settings.admission_wait_s from now), or raise 429 with Retry-After, counted
+    as a rejection per slot asked for. A batch takes one per item: each would have been a request of its own.
+    `receive` (an HTTP request's, its body read) is watched while waiting: ClientGone when the client leaves.
+    Returning means the slots are the caller's (no await after they were granted); each one goes back with
+    `release`."""
+    admission = state.admission
+    if admission.try_acquire(count):                # the usual case: no task, no timer
+        return
+    loop = asyncio.get_running_loop()
+    if deadline is None:
+        deadline = loop.time() + max(0.0, float(state.settings.admission_wait_s))
+    gone = asyncio.ensure_future(wait_disconnect(receive)) if receive is not None else None
+    try:
+        await admission.acquire(count, deadline, abandon=gone)
+    except AdmissionRefused as e:
         _reject(state, "concurrency", count)
         need = f"; this batch needs {count} free" if count > 1 else ""
-        raise APIError(429, f"too many concurrent requests ({n} in flight, limit {limit}{need}); retry later",
-                       code="rate_limit_exceeded", retry_after=RETRY_AFTER_BUSY_S)
-    state.extra["in_flight"] = n + count
+        raise APIError(429, f"too many concurrent requests: {e}{need}; retry later", code="rate_limit_exceeded",
+                       retry_after=RETRY_AFTER_BUSY_S) from None
+    except Abandoned:
+        raise ClientGone from None
+    finally:
+        if gone is not None:        # not awaited: an await here could be cancelled after the slots were granted
+            gone.cancel()
+            if gone.done() and not gone.cancelled():
+                gone.exception()    # a receive that failed is a client gone, not an error to log
 
 
-def release(state: AppState) -> None:
-    state.extra["in_flight"] = max(0, state.extra.get("in_flight", 0) - 1)
+def release(state: AppState, count: int = 1) -> None:
+    state.admission.release(count)
 
 
 def engine_error(state: AppState, final: FinalRecord) -> APIError:
@@ -119,10 +140,12 @@ def _field_named(message: str) -> str | None:
 
 # ---------------------------------------------------------------------------------------- one request
 class SpeechJob:
-    """One admitted request: the engine iterator, its first output, metrics, and the single cleanup."""
+    """One request: its admission slot, the engine iterator, its first output, metrics, and the single cleanup.
+    `holds_slot`: the job owns one admission slot, given back by close()."""
 
     def __init__(self, state: AppState, plan: SpeechPlan, arrived: float):
         self.state, self.plan = state, plan
+        self.holds_slot = False
         self.tracker = state.metrics.track(streaming=plan.mode != "file", arrived_at=arrived)
         self.gen = None
         self.first: AudioChunk | FinalRecord | None = None
@@ -135,11 +158,30 @@ class SpeechJob:
 
     @classmethod
     async def start(cls, state: AppState, plan: SpeechPlan, arrived: float, receive=None) -> "SpeechJob":
-        """Admit, submit and await the first engine output (see `begin`)."""
-        try_admit(state)
-        job = cls(state, plan, arrived)         # owns the slot from here: close() gives it back
+        """Admit, submit and await the first engine output (see `wait_for_slot`, `begin`)."""
+        job = cls(state, plan, arrived)
+        await job.wait_for_slot(receive)
         await job.begin(receive)
         return job
+
+    async def wait_for_slot(self, receive=None) -> None:
+        """Take a server-wide slot (`admit`). Refused: its 429 APIError, counted as a rejection only, as before it
+        could wait. The client leaving meanwhile (ClientGone) or the server stopping the handler: closed as 499,
+        as a request that left while it ran."""
+        try:
+            await admit(self.state, receive=receive)
+        except APIError:
+            self.discard()
+            raise
+        except BaseException:
+            await self.close(499, "client_disconnect")
+            raise
+        self.holds_slot = True
+
+    def discard(self) -> None:
+        """Refused admission: closed without counting as a request (the rejection was counted)."""
+        self.closed = True
+        self.tracker.discard()
 
     async def begin(self, receive=None) -> None:
         """Submit and await the first engine output; the admission slot is already this job's. `receive` (the
@@ -191,11 +233,13 @@ class SpeechJob:
         finally:
             if self.encoder is not None and not self.encoder.finished:
                 self.encoder.close()
-            release(self.state)
             if reason is None and self.final is not None:
                 reason = self.final.reason.value
             audio = self.final.usage.audio_seconds if self.final is not None else None
             self.tracker.finish(status, reason, audio_seconds=audio if status == 200 else None)
+            if self.holds_slot:             # last: whoever sees the slot free sees this request's record closed
+                self.holds_slot = False
+                release(self.state)
 
     def server_timing(self) -> dict[str, str]:
         """A Server-Timing header splitting the first audio's time inside this server (ms): `api` (handler start

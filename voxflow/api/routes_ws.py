@@ -38,10 +38,13 @@ Invalid JSON (nesting too deep included), unknown types, bad fields -> an `error
 Client disconnect aborts every in-flight sentence in the engine. API keys are checked by the app's AuthMiddleware
 (Bearer header or `?api_key=`; the server log shows such keys redacted).
 
-Server-wide limits. Every sentence is a speech request of settings.max_concurrent_requests (shared with HTTP). An
-HTTP request beyond it gets 429 and can be retried; a sentence cannot be (its text was accepted), so it waits in
-the session's order for a free slot, up to ADMIT_WAIT_S; only after that does it end with audio.done error=true
-(counted in voxflow_requests_rejected_total{reason="concurrency"}, as a 429). At most `max_ws_sessions` sessions
+Server-wide limits. Every sentence is a speech request holding one of settings.max_concurrent_requests slots while
+it generates, taken in the one FIFO that HTTP requests wait in too (admission.py: nobody overtakes anybody). An
+HTTP request waits there up to settings.admission_wait_s, then gets 429 and can be retried; a sentence cannot be
+(its text was accepted), so it waits up to ADMIT_WAIT_S from its acceptance; only after that (or at once when the
+queue holds settings.max_queued_requests already) does it end with audio.done error=true (counted in
+voxflow_requests_rejected_total{reason="concurrency"}, as a 429). A session's sentences join the queue in their
+order, at most MAX_IN_FLIGHT of them at a time. At most `max_ws_sessions` sessions
 (serve --max-ws-sessions) are open at once: the next one is accepted and closed at once with code 1013 "try again
 later" (counted as reason="ws_sessions").
 
@@ -69,7 +72,7 @@ from voxflow.engine.client import EngineUnavailableError
 from voxflow.engine.request import AudioChunk, FinishReason, SpeechRequest
 
 from .errors import APIError, validation_error
-from .routes_speech import release, try_admit
+from .routes_speech import admit, release
 from .schemas import SpeechRequestBody, plan_speech
 from .text_split import GRANULARITIES, SentenceSplitter
 
@@ -82,7 +85,6 @@ MAX_MESSAGE_BYTES = 128 * 1024
 MAX_IN_FLIGHT = 4                    # sentences of one session generating at once
 MAX_SENTENCE_CHARS = 400
 ADMIT_WAIT_S = 60.0                  # a sentence waits this long for a server-wide slot before it is refused
-ADMIT_POLL_S = 0.05                  # how often it looks (HTTP requests free slots without telling anyone)
 _END = object()
 
 
@@ -195,7 +197,6 @@ class StreamSession:
         self.outq: asyncio.Queue = asyncio.Queue()
         self.jobs: set[_Job] = set()
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self.admit_lock = asyncio.Lock()  # (FIFO) sentences take server-wide slots in sentence order
         self.send_lock = asyncio.Lock()
         self.utterance = 0
         self.sentence = 0                 # next sentence index in the current utterance
@@ -375,20 +376,14 @@ class StreamSession:
         self.outq.put_nowait(job)
 
     async def _admit(self, job: _Job) -> None:
-        """Take one of the server-wide slots (settings.max_concurrent_requests, shared with HTTP requests), waiting
-        up to ADMIT_WAIT_S for one, or raise try_admit's 429 APIError. An accepted sentence cannot be retried by
-        the protocol, so it waits rather than fails at once. Under admit_lock: this session's sentences are admitted
-        in their order (the sender plays them in order: a later one admitted first would only delay the earlier).
-        The wait counts from the sentence's acceptance, not from its turn: N queued sentences wait ADMIT_WAIT_S in
-        all, not N times that."""
-        async with self.admit_lock:
-            loop = asyncio.get_running_loop()
-            deadline = job.submitted + ADMIT_WAIT_S
-            # Looked at, not tried: a failed try_admit counts a rejection; only the final one may.
-            while (self.state.extra.get("in_flight", 0) >= self.settings.max_concurrent_requests
-                   and loop.time() < deadline):
-                await asyncio.sleep(ADMIT_POLL_S)
-            try_admit(self.state)              # no await since the check: takes the free slot (or 429 at the end)
+        """Take one of the server-wide slots (shared with HTTP requests) in the admission FIFO, waiting up to
+        ADMIT_WAIT_S for it, or raise admit's 429 APIError. An accepted sentence cannot be retried by the protocol,
+        so it waits rather than fails at once. The wait counts from the sentence's acceptance, not from its turn:
+        N queued sentences wait ADMIT_WAIT_S in all, not N times that. This session's sentences are admitted in
+        their order (the sender plays them in order: a later one admitted first would only delay the earlier): their
+        tasks start in sentence order, pass the FIFO semaphore `slots` in it, and nothing awaits between that and
+        their place in the FIFO queue."""
+        await admit(self.state, deadline=job.submitted + ADMIT_WAIT_S)
 
     async def _generate(self, job: _Job) -> None:
         admitted = False

@@ -52,7 +52,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="model precision (default: bfloat16 on cuda, float32 on cpu)")
     p.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded at once by the engine")
     p.add_argument("--max-concurrent-requests", type=int, default=256,
-                   help="speech requests served at once; beyond: 429 with Retry-After")
+                   help="speech requests served at once (HTTP requests, batch items and WebSocket sentences); "
+                        "the others wait in one FIFO queue")
+    p.add_argument("--admission-wait-s", type=float, default=5.0,
+                   help="seconds an HTTP request waits in that queue for a slot before its 429 with Retry-After "
+                        "(0: 429 at once when no slot is free or others are queued; WebSocket sentences wait up to "
+                        "60 s)")
+    p.add_argument("--max-queued-requests", type=int, default=2048,
+                   help="requests that queue may hold (HTTP and WebSocket together); beyond: refused at once")
     p.add_argument("--allowed-hosts", nargs="+", action="extend", default=None, metavar="HOST",
                    help="Host header names served ('*': any; default: loopback names when --host is a loopback "
                         "address, so a DNS-rebinding web page cannot reach the server; else any); space- or "
@@ -154,6 +161,7 @@ def settings_from_args(args):
         voices_dir=args.voices_dir, allowed_local_media_path=args.allowed_local_media_path,
         allowed_media_domains=_listed(args.allowed_media_domains), max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes, max_concurrent_requests=args.max_concurrent_requests,
+        admission_wait_s=args.admission_wait_s, max_queued_requests=args.max_queued_requests,
         max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
         default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
         max_new_tokens_limit=args.max_new_tokens_limit, allowed_hosts=_allowed_hosts(args),
@@ -242,6 +250,11 @@ def run_serve(args) -> int:
     if args.max_new_tokens_limit < 2:               # (1 token is the end marker only: no audio)
         print("voxflow serve: error: --max-new-tokens-limit must be >= 2", file=sys.stderr)
         return 2
+    for option, value in (("--admission-wait-s", args.admission_wait_s),
+                          ("--max-queued-requests", args.max_queued_requests)):
+        if not value >= 0:                          # (not `< 0`: a NaN wait is refused too)
+            print(f"voxflow serve: error: {option} must be >= 0", file=sys.stderr)
+            return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
     try:

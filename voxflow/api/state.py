@@ -6,6 +6,8 @@ from typing import Any
 
 from fastapi import Request
 
+from .admission import Admission
+
 
 @dataclass
 class ServerSettings:
@@ -22,7 +24,14 @@ class ServerSettings:
     min_ref_audio_seconds: float = 0.5
     max_new_tokens_limit: int = 8192                 # serve --max-new-tokens-limit; set lower, it also caps the
                                                      # requests that name no max_new_tokens (plan_speech)
-    max_concurrent_requests: int = 256               # beyond: 429 with Retry-After
+    max_concurrent_requests: int = 256               # speech requests running at once (admission.py)
+    # How long an HTTP request (a batch too) waits in the admission queue for a slot before its 429 with
+    # Retry-After; 0: refused at once when no slot is free or others are queued. WebSocket sentences wait
+    # routes_ws.ADMIT_WAIT_S instead (they cannot be retried).
+    admission_wait_s: float = 5.0
+    # Requests queued for a slot at most (HTTP and WebSocket together); beyond: refused at once. Room for every
+    # WebSocket session's queued sentences (max_ws_sessions x routes_ws.MAX_IN_FLIGHT) and as many HTTP requests.
+    max_queued_requests: int = 2048
     max_batch_items: int = 32                        # items of one POST /v1/audio/speech/batch (vLLM-Omni: 32)
     # All of a batch's inputs together: its JSON answer holds every item's audio at once (base64 wav: ~64 KB per
     # second of speech, ~15 characters), so the whole batch is bounded, not only each input.
@@ -47,6 +56,17 @@ class AppState:
     metrics: Any = None                              # voxflow.api.metrics.Metrics
     voices: Any = None                               # voxflow.api.voices.VoiceStore
     extra: dict = field(default_factory=dict)
+    admission: Admission | None = None               # made from the settings when not given
+
+    def __post_init__(self) -> None:
+        if self.admission is None:
+            self.admission = Admission(self.settings.max_concurrent_requests, self.settings.max_queued_requests,
+                                       on_change=self._admission_changed)
+
+    def _admission_changed(self, admission: Admission) -> None:
+        # self.metrics is looked up at each change: tests (and apps) may attach a Metrics after the state is made
+        if self.metrics is not None:
+            self.metrics.observe_admission(admission)
 
 
 def get_state(request: Request) -> AppState:
