@@ -274,6 +274,77 @@ def check_layer_falls_back_where_the_fusion_does_not_apply(force_fused):
     assert got_q.dtype == torch.float32 and got_q.shape == (1, 4, 2, 16) and got_k.shape == (1, 2, 2, 16)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def check_folded_scales_q_k_v_by_the_row_factor_first(fused, dtype):
+    """folded=(x, eps, v): q / k normed and rotated as the kernel does without it on the projections scaled by x's
+    RMSNorm row factor (folded_norms.scale_rows), and v scaled the same way (within one ulp: the factor's fp32 sum
+    runs in another order than torch's: a few fp32 ulp); strided halves of one q|k|v projection, two tokens a row."""
+    from voxflow.layers.folded_norms import scale_rows
+    gen = torch.Generator().manual_seed(15)
+    b, s, hq, hkv, d, hidden = 3, 2, 4, 2, 16, 48
+    qkv = (torch.randn(b, s, (hq + 2 * hkv) * d, generator=gen) * 3).to(dtype)
+    x = (torch.randn(b * s, hidden, generator=gen) * torch.linspace(0.5, 4, b * s)[:, None]).to(dtype)
+    qw, kw = norm_weights(d, dtype, gen)
+    cos, sin = cos_sin(b, s, d, dtype, gen)
+    split = (hq * d, hkv * d, hkv * d)
+    q, k, v = (t.unflatten(-1, (-1, d)) for t in qkv.split(split, -1))
+    got_q, got_k, got_v = fused.qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6, 1e-6, folded=(x, 1e-6, v))
+    scaled = scale_rows(qkv.reshape(b * s, -1), x, 1e-6).view(b, s, -1)
+    sq, sk, sv = (t.unflatten(-1, (-1, d)) for t in scaled.split(split, -1))
+    want_q, want_k = fused.qk_norm_rope(sq, sk, qw, kw, cos, sin, 1e-6, 1e-6)
+    assert_matches(got_q, want_q, dtype)
+    assert_matches(got_k, want_k, dtype)
+    # (fp32: the factor itself may sit 1-2 ulp from torch's, which every scaled element carries)
+    assert (ulp_distance(got_v, sv) <= (4 if dtype == torch.float32 else 1)).all() and got_v.shape == sv.shape
+    assert not torch.allclose(got_v.float(), v.float(), rtol=1e-2)          # the factor really applied
+
+
+class _SelfAttendingCache:
+    """Keeps keys / values and attends itself (eagerly) from the normed, rotated q / k and v it is given: the hook
+    the talker's paged view offers (`attend`), without pages."""
+
+    def __init__(self, k, v):
+        self.k, self.v = k, v                                     # [B, Hkv, T, D]
+
+    def attend(self, q, k, v, bias, scale):
+        from voxflow.layers.attention import eager_attention
+        self.k, self.v = torch.cat((self.k, k), 2), torch.cat((self.v, v), 2)
+        return eager_attention(q, self.k, self.v, bias, scale)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def check_folded_layer_through_a_self_attending_cache(fused, monkeypatch, dtype, tol):
+    """qwen3_layer.FOLDED_NORMS_PAGED: a single-token step of nine rows (above the skinny sizes) through a cache
+    with its own `attend` (the talker's paged view) takes the folded path (qk_norm_rope with folded=, silu * up
+    with the row factor: spied) and stays within tol of max |out| of the unfolded kernel path; the layer's input
+    rows are left as they were; the cache got the same number of positions either way."""
+    from voxflow.kernels import silu_mul as sm
+    monkeypatch.setattr(qwen3_layer, "use_kernels", lambda t: True)
+    monkeypatch.setattr(qwen3_layer, "FOLDED_NORMS_PAGED", True)          # (off by default: not yet measured)
+    layer = tiny_layer(128, 16, 8, 16, dtype, seed=16)
+    gen = torch.Generator().manual_seed(17)
+    x = torch.randn(9, 1, 128, generator=gen).to(dtype)
+    past = [torch.randn(9, 8, 5, 16, generator=gen).to(dtype) for _ in range(2)]
+    cos, sin = rotary_layer.RotaryEmbedding(16, 1e6)(torch.full((9, 1), 5), dtype)
+    calls = []
+    real_rope, real_silu = fused.qk_norm_rope, sm.silu_mul_folded
+    monkeypatch.setattr(fused, "qk_norm_rope", lambda *a, **kw: (calls.append("folded" in kw), real_rope(*a, **kw))[1])
+    monkeypatch.setattr(sm, "silu_mul_folded", lambda *a: (calls.append("silu"), real_silu(*a))[1])
+    before = x.clone()
+    with torch.no_grad():
+        folded_cache = _SelfAttendingCache(*past)
+        got = layer(x, cos, sin, folded_cache, None)
+        assert calls == [True, "silu"], calls
+        assert torch.equal(x, before)
+        monkeypatch.setattr(qwen3_layer, "FOLDED_NORMS_PAGED", False)
+        plain_cache = _SelfAttendingCache(*past)
+        want = layer(x, cos, sin, plain_cache, None)
+    assert calls[2:] == [False]                                       # the unfolded path's own qk_norm_rope
+    assert folded_cache.k.shape == plain_cache.k.shape == (9, 8, 6, 16)
+    rel = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+    assert rel <= tol, (dtype, rel)
+
+
 def check_cpu_layer_runs_no_kernel(fused, monkeypatch):
     """Without the switch forced (CPU tensors), the layer runs exactly the plain torch code."""
     calls = []

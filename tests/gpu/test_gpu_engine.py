@@ -395,3 +395,25 @@ def test_gpu_engine_with_and_without_programmatic_dependent_launch_equals_cpu_re
     assert_equals_reference(got, TEXTS)
     assert_equals_reference(alone, TEXTS[1:2])
 
+
+
+def test_gpu_talker_folded_norms_engine_equals_cpu_reference(monkeypatch):
+    """qwen3_layer.FOLDED_NORMS_PAGED (set here whatever the default): twelve requests (decode bucket 16, above the
+    skinny sizes), so the talker's layer steps run with both norms folded into q|k|v and gate|up (qk_norm_rope
+    scaling q / k / v by the row factor before the paged attention): the same fp32 codes and audio as the CPU loop,
+    the folded path taken through the paged view."""
+    import voxflow.layers.paged_attention as pa
+    import voxflow.layers.qwen3_layer as layer_mod
+    monkeypatch.setattr(layer_mod, "FOLDED_NORMS_PAGED", True)
+    paged, real = [], layer_mod.Qwen3DecoderLayer._forward_folded
+
+    def spied(self, x, cos, sin, cache, x_owned):
+        out = real(self, x, cos, sin, cache, x_owned)
+        if isinstance(cache, pa.PagedLayerView):
+            paged.append(out is not None)
+        return out
+    monkeypatch.setattr(layer_mod.Qwen3DecoderLayer, "_forward_folded", spied)
+    texts = TEXTS * 3
+    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    assert paged and any(paged), "the talker's folded path never ran"
+    assert_equals_reference(got, texts)

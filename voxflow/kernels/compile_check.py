@@ -206,10 +206,13 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 dict(GROUPS=16, BLOCK_H=1024), {}))
     out.append(("uniform_noise", uniform_noise._uniform_noise_kernel, dict(keys_ptr=i64, frame_ptr=i64, out_ptr=f32),
                 dict(BLOCK=1024), {}))
-    for pdl in (False, True):
-        out.append(("qk_norm_rope" + (" pdl" if pdl else ""), qk_norm_rope._qk_norm_rope_kernel,
+    for pdl, folded in ((False, False), (True, False), (False, True)):
+        out.append(("qk_norm_rope" + (" pdl" if pdl else "") + (" folded" if folded else ""),
+                    qk_norm_rope._qk_norm_rope_kernel,
                     dict(q_ptr=bf, k_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qo_ptr=bf, ko_ptr=bf,
-                         inv_d="fp32", q_eps="fp32", k_eps="fp32"), dict(BLOCK_H=8, BLOCK_HALF=64, USE_PDL=pdl),
+                         inv_d="fp32", q_eps="fp32", k_eps="fp32", x_ptr=bf, v_ptr=bf, vo_ptr=bf, inv_h="fp32",
+                         x_eps="fp32"),
+                    dict(BLOCK_H=8, BLOCK_HALF=64, USE_PDL=pdl, FOLDED=folded, BLOCK_X=2048),
                     dict(num_warps=4, enable_fp_fusion=False, launch_pdl=pdl)))
     out.append(("rms_norm", rms_norm._rms_norm_kernel,
                 dict(x_ptr=bf, res_ptr=bf, w_ptr=bf, out_ptr=bf, sum_ptr=bf, inv_n="fp32", eps="fp32"),

@@ -93,7 +93,10 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
                          q_sb, q_ss, q_sh, k_sb, k_ss, k_sh,
                          qo_sb, qo_ss, qo_sh, ko_sb, ko_ss, ko_sh,
                          cos_sb, cos_ss, sin_sb, sin_ss,
-                         BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr):
+                         x_ptr, v_ptr, vo_ptr, sx_t, hidden, inv_h, x_eps, n_k_blocks,
+                         v_sb, v_ss, v_sh, vo_sb, vo_ss, vo_sh,
+                         BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr,
+                         FOLDED: tl.constexpr, BLOCK_X: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel(USE_PDL)
     token = tl.program_id(0)
@@ -102,16 +105,36 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
     s = (token % seq_len).to(tl.int64)
     d = tl.arange(0, BLOCK_HALF)
     d_mask = d < half
+    if FOLDED:
+        # The token's input RMSNorm was folded into the q|k|v weight (voxflow/layers/folded_norms.py): its row
+        # factor from the layer input row x (fp32 statistics, as the reference norm) scales the raw projections.
+        xo = tl.arange(0, BLOCK_X)
+        xr = tl.load(x_ptr + token.to(tl.int64) * sx_t + xo, mask=xo < hidden, other=0.0).to(tl.float32)
+        r = tl.math.rsqrt(tl.sum(xr * xr, axis=0) * inv_h + x_eps)
+    else:
+        r = 1.0
     c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + s * cos_ss + d, sin_ptr + b * sin_sb + s * sin_ss + d, d,
                                  d_mask, half)
     if block < n_q_blocks:
         _norm_rope_heads(q_ptr, qo_ptr, qw_ptr, b, s, block * BLOCK_H, n_q_heads,
                          q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh,
-                         c1, c2, s1, s2, d, d_mask, half, inv_d, q_eps, BLOCK_H)
-    else:
+                         c1, c2, s1, s2, d, d_mask, half, inv_d, q_eps, BLOCK_H, r, FOLDED)
+    elif block < n_q_blocks + n_k_blocks:
         _norm_rope_heads(k_ptr, ko_ptr, kw_ptr, b, s, (block - n_q_blocks) * BLOCK_H, n_k_heads,
                          k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh,
-                         c1, c2, s1, s2, d, d_mask, half, inv_d, k_eps, BLOCK_H)
+                         c1, c2, s1, s2, d, d_mask, half, inv_d, k_eps, BLOCK_H, r, FOLDED)
+    else:
+        if FOLDED:      # (only launched with it: the grid has value blocks then)
+            # value heads: only the factor (no norm, no rotation), rounded as a projection output
+            h = (block - n_q_blocks - n_k_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
+            mask = (h < n_k_heads)[:, None] & d_mask[None, :]
+            src = v_ptr + b * v_sb + s * v_ss + h[:, None].to(tl.int64) * v_sh + d[None, :]
+            dst = vo_ptr + b * vo_sb + s * vo_ss + h[:, None].to(tl.int64) * vo_sh + d[None, :]
+            vdt = v_ptr.dtype.element_ty
+            v1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+            v2 = tl.load(src + half, mask=mask, other=0.0).to(tl.float32)
+            tl.store(dst, round_to(v1 * r, vdt).to(vdt), mask=mask)
+            tl.store(dst + half, round_to(v2 * r, vdt).to(vdt), mask=mask)
 
 
 def supported(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -139,25 +162,51 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
+MAX_FOLDED_HIDDEN = 4096   # the layer input row sits in registers for its statistics
+
+
+def supported_folded(x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """`folded=` inputs: x [B * S, H <= MAX_FOLDED_HIDDEN] rows with a unit last stride, v shaped as k; one dtype
+    and device with q."""
+    b, s = q.shape[:2]
+    return (x.dim() == 2 and x.shape[0] == b * s and 1 <= x.shape[1] <= MAX_FOLDED_HIDDEN and x.stride(-1) == 1
+            and v.shape == k.shape and all(t.dtype == q.dtype and t.device == q.device for t in (x, v)))
+
+
 def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                 cos: torch.Tensor, sin: torch.Tensor, q_eps: float, k_eps: float
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+                 cos: torch.Tensor, sin: torch.Tensor, q_eps: float, k_eps: float,
+                 folded: tuple[torch.Tensor, float, torch.Tensor] | None = None):
     """q [B, S, Hq, D], k [B, S, Hkv, D] (any strides, unit-stride D preferred) -> new contiguous (q, k) of the
-    same shapes: rope(rms_norm(q, q_weight)), rope(rms_norm(k, k_weight)); cos/sin [B or 1, S, D]."""
+    same shapes: rope(rms_norm(q, q_weight)), rope(rms_norm(k, k_weight)); cos/sin [B or 1, S, D].
+
+    folded (x [B * S, H], eps, v [B, S, Hkv, D]): q, k and v are projections of the rows x through a weight with
+    the layer's input RMSNorm folded in (voxflow/layers/folded_norms.py); each is first scaled by its row's
+    rsqrt(mean(x^2) + eps) and rounded to q's dtype, and the scaled v comes back too: (q, k, v)."""
     q, k = _unit_last(q), _unit_last(k)
     b, s, n_q, d = q.shape
     n_k = k.shape[2]
+    if folded is not None:
+        x, x_eps, v = folded
+        if not supported_folded(x, q, k, v):
+            raise ValueError(f"folded rows {tuple(x.shape)} / v {tuple(v.shape)} do not fit q {tuple(q.shape)}")
+        v = _unit_last(v)
+        v_out = torch.empty((b, s, n_k, d), dtype=v.dtype, device=v.device)
     cos = _unit_last(cos.expand(b, s, d))      # a batch-1 table broadcasts via a zero batch stride
     sin = _unit_last(sin.expand(b, s, d))
     q_out = torch.empty((b, s, n_q, d), dtype=q.dtype, device=q.device)
     k_out = torch.empty((b, s, n_k, d), dtype=k.dtype, device=k.device)
     if b * s == 0 or (n_q == 0 and n_k == 0):
-        return q_out, k_out
+        return (q_out, k_out) if folded is None else (q_out, k_out, v_out)
     half = d // 2
     block_half = triton.next_power_of_2(half)
     block_h = max(1, min(triton.next_power_of_2(max(n_q, n_k)), _TILE // block_half))
-    n_q_blocks = triton.cdiv(n_q, block_h)
-    n_blocks = n_q_blocks + triton.cdiv(n_k, block_h)
+    n_q_blocks, n_k_blocks = triton.cdiv(n_q, block_h), triton.cdiv(n_k, block_h)
+    n_blocks = n_q_blocks + n_k_blocks * (1 if folded is None else 2)
+    if folded is not None:
+        folded_args = (x, v, v_out, x.stride(0), x.shape[1], 1.0 / x.shape[1], float(x_eps), n_k_blocks,
+                       v.stride(0), v.stride(1), v.stride(2), v_out.stride(0), v_out.stride(1), v_out.stride(2))
+    else:
+        folded_args = (q, q, q, 0, 1, 1.0, 0.0, n_k_blocks, 0, 0, 0, 0, 0, 0)     # unused (FOLDED compiled out)
     # Two [8, 64] fp32 half tiles at head_dim 128: four warps keep every lane busy without spilling.
     num_warps = 4 if block_h * block_half >= 512 else 1
     pdl = use_pdl(q)
@@ -166,11 +215,12 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
         s, n_q, n_k, n_q_blocks, half, 1.0 / d, float(q_eps), float(k_eps),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         q_out.stride(0), q_out.stride(1), q_out.stride(2), k_out.stride(0), k_out.stride(1), k_out.stride(2),
-        cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=block_half, USE_PDL=trigger_mode(pdl, "qk_norm_rope"), num_warps=num_warps,
+        cos.stride(0), cos.stride(1), sin.stride(0), sin.stride(1), *folded_args,
+        BLOCK_H=block_h, BLOCK_HALF=block_half, USE_PDL=trigger_mode(pdl, "qk_norm_rope"), FOLDED=folded is not None,
+        BLOCK_X=triton.next_power_of_2(folded_args[4]), num_warps=num_warps,
         enable_fp_fusion=False,   # no fma contraction: the reference rounds every product before the add
         **launch_kwargs(pdl))
-    return q_out, k_out
+    return (q_out, k_out) if folded is None else (q_out, k_out, v_out)
 
 
 def qk_norm_rope_reference(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,

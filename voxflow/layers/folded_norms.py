@@ -4,11 +4,13 @@ Why: there a Qwen3 layer step on the kernel path is ~9 launches (norm, q|k|v, at
 gate|up, silu * up, down_proj, plus cuBLAS's split-K reduces), each a few microseconds at 64 rows, and the code
 predictor runs 70 of them a frame. RMSNorm(x) @ W^T = r * (x @ (W * g)^T) per row, with g the norm weight and
 r = rsqrt(mean(x^2) + eps) the row's factor. So the norm weight goes into a copy of the GEMM weight, made once
-(`folded_weights`), and r is applied by the kernel that reads the GEMM's output anyway: the attention core for
-q|k|v (voxflow/kernels/dense_decode_norm_rope.py, `folded_norm=`), the silu * up kernel for gate|up
-(voxflow/kernels/silu_mul.py, `silu_mul_folded`); each computes r from the row the GEMM read. With the residual
-adds done by the GEMMs before them (addmm: o_proj's output onto x, down_proj's onto h), a layer step is six
-launches and no norm kernel (Qwen3DecoderLayer._forward_folded).
+(`folded_weights`), and r is applied by the kernel that reads the GEMM's output anyway: for q|k|v the code
+predictor's attention core (voxflow/kernels/dense_decode_norm_rope.py, `folded_norm=`) or, before the talker's
+paged attention, qk_norm_rope (voxflow/kernels/qk_norm_rope.py, `folded=`, which scales v too); for gate|up the
+silu * up kernel (voxflow/kernels/silu_mul.py, `silu_mul_folded`); each computes r from the row the GEMM read. With
+the residual adds done by the GEMMs before them (addmm: o_proj's output onto x, down_proj's onto h, in place from a
+stack's second layer on), a layer step has no norm kernel and no separate add (Qwen3DecoderLayer._forward_folded,
+Qwen3Attention.attend_folded).
 
 Numerics against the reference layer: the reference rounds x * r to the activation dtype, multiplies by g and
 rounds again before the GEMM; here the GEMM reads x and g rides in the weight, rounded once into it (fp32

@@ -39,12 +39,16 @@ SKINNY_PROLOGUE_MAX_ROWS = 1
 # (benchmarks/results/h200/2026-12-02-session11, call 1; tune_talker_one_row.py). VOXFLOW_ONE_ROW_NORM_LINEAR=0
 # turns it off (rms_norm + cuBLAS for q|k|v and gate|up).
 ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
-# Single-token steps above the skinny sizes through a cache that attends from raw projections (the code
-# predictor's): both RMSNorms folded into the GEMMs after them and the residual adds into the GEMMs before them
-# (voxflow/layers/folded_norms.py): six launches a layer step instead of ~9. H200, 1.7B, c=64 step 7.59 -> 7.37 ms
-# (benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off. (The same through
-# the talker's paged cache was slower there, call 4: added in 74dda5e, reverted in f91fd33.)
+# Single-token steps above the skinny sizes: both RMSNorms folded into the GEMMs after them and the residual adds
+# into the GEMMs before them (voxflow/layers/folded_norms.py), two launches fewer a layer step. FOLDED_NORMS: through
+# a cache that attends from raw projections (the code predictor's; H200, 1.7B, c=64 step 7.59 -> 7.37 ms,
+# benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off.
+# FOLDED_NORMS_PAGED: also through the talker's paged cache (q / k / v scaled by qk_norm_rope). Off: session 17
+# call 4 measured it slower (1.7B c=64 full steps 6.51 -> 8.17 ms, unexplained; the profile ran out of time);
+# back, off, for a profile (session 36; VOXFLOW_FOLDED_NORMS_PAGED=1). Its folded weights are copies: +0.55 GiB for
+# the 0.6B talker.
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
+FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -110,6 +114,34 @@ class Qwen3Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: LayerKVCache | None,
                 bias: torch.Tensor | None) -> torch.Tensor:
         return self.o_proj(self.attend(*self._project(x), cos, sin, cache, bias))
+
+    def attend_folded(self, qkv: torch.Tensor, rows: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor,
+                      cache) -> torch.Tensor:
+        """The attention of single-token rows from a q|k|v projection [B, 1, width] through the input-norm-folded
+        weight (voxflow/layers/folded_norms.py) of the layer input rows [B, H] -> [B, 1, Hq * D]: the row factor
+        applied by the attention core of a cache that attends from raw projections (the code predictor's), else by
+        qk_norm_rope (q, k and v) before the cache's own `attend` (the talker's paged view); where neither kernel
+        takes the shapes, by `folded_norms.scale_rows` before the usual path."""
+        from voxflow.kernels import qk_norm_rope as fused
+        from voxflow.layers import folded_norms as fn
+        b = qkv.shape[0]
+        q, k, v = self.split_qkv(qkv)
+        per_head = (b, 1, -1, self.head_dim)
+        attend_raw = getattr(cache, "attend_raw", None)
+        if attend_raw is not None:
+            out = attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), self.q_norm, self.k_norm, cos,
+                             sin, self.scale, folded_norm=(rows, eps))
+            if out is not None:
+                return out.reshape(b, 1, -1)
+        else:
+            qh, kh, vh = q.view(per_head), k.view(per_head), v.view(per_head)
+            qw, kw = self.q_norm.weight, self.k_norm.weight
+            if fused.supported(qh, kh, qw, kw, cos, sin) and fused.supported_folded(rows, qh, kh, vh):
+                qn, kn, vn = fused.qk_norm_rope(qh, kh, qw, kw, cos, sin, self.q_norm.eps, self.k_norm.eps,
+                                                folded=(rows, eps, vh))
+                out = cache.attend(qn.transpose(1, 2), kn.transpose(1, 2), vn.transpose(1, 2), None, self.scale)
+                return out.reshape(b, 1, -1)
+        return self.attend(*self.split_qkv(fn.scale_rows(qkv, rows, eps)), cos, sin, cache, None)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                cache: LayerKVCache | None, bias: torch.Tensor | None) -> torch.Tensor:
@@ -178,8 +210,7 @@ class Qwen3DecoderLayer(nn.Module):
             out = self._forward_skinny(x, cos, sin, cache, bias)
             if out is not None:
                 return out, None
-        if kernels and FOLDED_NORMS and pending is None and x.shape[1] == 1 and bias is None \
-                and getattr(cache, "attend_raw", None) is not None:
+        if kernels and pending is None and x.shape[1] == 1 and bias is None and _folds(cache):
             out = self._forward_folded(x, cos, sin, cache, x_owned)
             if out is not None:
                 return out, None
@@ -269,14 +300,8 @@ class Qwen3DecoderLayer(nn.Module):
         inter = mlp.gate_proj.out_features
         b, s, hidden = x.shape
         rows = x.reshape(b, hidden)
-        in_eps = self.input_layernorm.eps
         qkv = F.linear(rows, qkv_w)[:, None]                                   # [B, 1, width], not normed yet
-        q, k, v = attn.split_qkv(qkv)
-        per_head = (b, 1, -1, attn.head_dim)
-        out = cache.attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), attn.q_norm, attn.k_norm,
-                               cos, sin, attn.scale, folded_norm=(rows, in_eps))
-        if out is None:         # the fused attention core does not take these shapes: scale, then the usual path
-            out = attn.attend(*attn.split_qkv(fn.scale_rows(qkv, rows, in_eps)), cos, sin, cache, None)
+        out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
         o_w = attn.o_proj.weight.t()
@@ -286,6 +311,13 @@ class Qwen3DecoderLayer(nn.Module):
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
         return h.addmm_(act, mlp.down_proj.weight.t()).view(b, s, hidden)        # h is ours either way
+
+
+def _folds(cache) -> bool:
+    """Whether a single-token layer step through this cache takes the folded-norm path (FOLDED_NORMS*)."""
+    if getattr(cache, "attend_raw", None) is not None:
+        return FOLDED_NORMS
+    return FOLDED_NORMS and FOLDED_NORMS_PAGED and getattr(cache, "attend", None) is not None
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
