@@ -165,6 +165,13 @@ def test_the_queue_depth_is_bounded_and_too_large_requests_are_refused_at_once()
         with pytest.raises(AdmissionRefused) as full:
             await adm.acquire(1)
         assert full.value.reason == "queue_full" and adm.waiting == 3
+        # a WebSocket sentence (bounded=False) is never refused for a full queue: it takes its place behind them
+        sentence = asyncio.ensure_future(adm.acquire(1, bounded=False))
+        await settle()
+        assert not sentence.done() and adm.waiting == 4
+        sentence.cancel()
+        await settle()
+        assert adm.waiting == 3
         with pytest.raises(AdmissionRefused) as large:
             await adm.acquire(3)                         # could never fit: not queued to block everyone forever
         assert large.value.reason == "too_large"
@@ -404,3 +411,5 @@ def test_serve_options(capsys):
                           ("--max-queued-requests", "-1")):
         assert run_serve(p.parse_args([model, option, value])) == 2          # refused before anything starts
         assert capsys.readouterr().err.strip() == f"voxflow serve: error: {option} must be >= 0"
+    assert run_serve(p.parse_args([model, "--max-concurrent-requests", "0"])) == 2
+    assert capsys.readouterr().err.strip() == "voxflow serve: error: --max-concurrent-requests must be >= 1"

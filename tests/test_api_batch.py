@@ -175,7 +175,7 @@ def test_a_batch_larger_than_the_concurrency_limit_is_a_400_not_a_429_forever(se
     would be retried forever; it is a 400 naming the limit (items that fail validation do not count)."""
     assert MAX_ITEMS == 4
     body = {"voice": "alloy", "greedy": True, "max_new_tokens": 4, "response_format": "pcm"}
-    monkeypatch.setattr(server.app.state.vox.settings, "max_concurrent_requests", 3)
+    monkeypatch.setattr(server.app.state.vox.admission, "capacity", 3)     # (the slots that exist decide)
     r = http.post(BATCH, json={**body, "items": [{"input": "One."}, {"input": "Two."}, {"input": "Three."},
                                                  {"input": "Four."}]})
     assert_error(r, 400)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 
 import pytest
 import websockets
@@ -101,9 +102,12 @@ def test_sentence_waits_for_slots_held_by_other_requests():
         await c.send(type="session.config", voice="vivian", response_format="pcm")
         await c.send(type="input.text", text="Hello there.")
         await c.send(type="input.done")
-        await asyncio.sleep(0.3)
-        assert engine.requests == []                            # still waiting for the slot
+        deadline = time.monotonic() + HANG
+        while _metric(app, "voxflow_api_requests_waiting") != 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         assert _metric(app, "voxflow_api_requests_waiting") == 1
+        await asyncio.sleep(0.2)
+        assert engine.requests == []                            # still waiting for the slot
         assert _metric(app, "voxflow_api_requests_in_flight") == 1      # the other request only
         free_the_slot(app)
         return await c.until("session.done")

@@ -15,8 +15,11 @@ sentence waits up to routes_ws.ADMIT_WAIT_S, counted from its acceptance.
 
 The order is strict: the head of the queue, when it needs more slots than are free (a batch), holds back everyone
 behind it until enough are freed, so a large request is never starved by small ones that keep fitting first. The
-queue holds at most `max_waiting` requests (settings.max_queued_requests); a request that would go beyond is
-refused at once rather than holding its connection for nothing.
+queue holds at most `max_waiting` slots asked for (settings.max_queued_requests; a batch counts its items); an HTTP
+request that would go beyond is refused at once rather than holding its connection for nothing. WebSocket sentences
+are never refused for a full queue (their text was accepted; max_ws_sessions x routes_ws.MAX_IN_FLIGHT bounds
+them), so a burst of HTTP requests cannot make accepted sentences fail. The price of strict order: a batch at the
+head that does not fit yet leaves the slots freed meanwhile idle until it fits (or its wait ends in a 429).
 
 No polling: a waiter sleeps on a future that `release` resolves. Cancellation-safe: a waiter that is cancelled or
 whose deadline passes leaves the queue (those behind it may then fit), and a slot granted at the very moment its
@@ -84,11 +87,14 @@ class Admission:
         return True
 
     async def acquire(self, n: int = 1, deadline: float | None = None,
-                      abandon: asyncio.Future | None = None) -> None:
+                      abandon: asyncio.Future | None = None, bounded: bool = True) -> None:
         """Take `n` slots, waiting in FIFO order until `deadline` (the running loop's time; None: no limit) for
         them. AdmissionRefused when the deadline passes first (at once if it has passed and the slots are not free
-        now), when the queue is full, or when `n` exceeds the capacity. `abandon` (a future or task, owned by the
-        caller): when it finishes first, the request leaves the queue and Abandoned is raised."""
+        now), when the queue is full (`bounded` requests only), or when `n` exceeds the capacity. `abandon` (a
+        future or task, owned by the caller): when it finishes first, the request leaves the queue and Abandoned is
+        raised. bounded=False: a request that may not be refused for a full queue (a WebSocket sentence, whose text
+        was accepted and which the protocol cannot retry; those are bounded by the session limits instead): it
+        still counts in `waiting`, so HTTP requests behind a queue of sentences are refused first."""
         if self.try_acquire(n):
             return
         loop = asyncio.get_running_loop()
@@ -96,7 +102,7 @@ class Admission:
             raise AdmissionRefused(f"needs {n} slots, the server has {self.capacity}", "too_large")
         if deadline is not None and deadline <= loop.time():
             raise AdmissionRefused(f"no slot free ({self._describe()})", "wait_expired")
-        if self.waiting + n > self.max_waiting:
+        if bounded and self.waiting + n > self.max_waiting:
             raise AdmissionRefused(f"the admission queue is full ({self._describe()}, at most {self.max_waiting} "
                                    "waiting)", "queue_full")
         waiter = _Waiter(n, loop.create_future())

@@ -154,10 +154,10 @@ async def run_batch(state: AppState, defaults: SpeechRequestBody, items: list[di
     finally:
         refs.close()
     runnable = [i for i, plan in enumerate(plans) if isinstance(plan, SpeechPlan)]
-    if len(runnable) > state.settings.max_concurrent_requests:
+    if len(runnable) > state.admission.capacity:     # (the slots that exist: a larger batch could never run)
         # all-or-none admission could never take them all: a 429 (retry later) would be retried forever
         raise bad_request(f"the batch has {len(runnable)} valid items; this server runs at most "
-                          f"{state.settings.max_concurrent_requests} requests at once", "items", code="too_many_items")
+                          f"{state.admission.capacity} requests at once", "items", code="too_many_items")
     jobs = {i: SpeechJob(state, plans[i], arrived) for i in runnable}
     try:
         if jobs:

@@ -76,11 +76,13 @@ def _reject(state: AppState, reason: str, count: int = 1) -> None:
         state.metrics.rejected.labels(reason=reason).inc(count)
 
 
-async def admit(state: AppState, count: int = 1, *, deadline: float | None = None, receive=None) -> None:
+async def admit(state: AppState, count: int = 1, *, deadline: float | None = None, receive=None,
+                bounded: bool = True) -> None:
     """Take `count` of the server-wide slots (state.admission), all or none, waiting for them in the shared FIFO
     until `deadline` (loop time; None: settings.admission_wait_s from now), or raise 429 with Retry-After, counted
     as a rejection per slot asked for. A batch takes one per item: each would have been a request of its own.
     `receive` (an HTTP request's, its body read) is watched while waiting: ClientGone when the client leaves.
+    bounded=False: never refused for a full queue (Admission.acquire; WebSocket sentences).
     Returning means the slots are the caller's (no await after they were granted); each one goes back with
     `release`."""
     admission = state.admission
@@ -91,7 +93,7 @@ async def admit(state: AppState, count: int = 1, *, deadline: float | None = Non
         deadline = loop.time() + max(0.0, float(state.settings.admission_wait_s))
     gone = asyncio.ensure_future(wait_disconnect(receive)) if receive is not None else None
     try:
-        await admission.acquire(count, deadline, abandon=gone)
+        await admission.acquire(count, deadline, abandon=gone, bounded=bounded)
     except AdmissionRefused as e:
         _reject(state, "concurrency", count)
         need = f"; this batch needs {count} free" if count > 1 else ""

@@ -383,7 +383,7 @@ class StreamSession:
         their order (the sender plays them in order: a later one admitted first would only delay the earlier): their
         tasks start in sentence order, pass the FIFO semaphore `slots` in it, and nothing awaits between that and
         their place in the FIFO queue."""
-        await admit(self.state, deadline=job.submitted + ADMIT_WAIT_S)
+        await admit(self.state, deadline=job.submitted + ADMIT_WAIT_S, bounded=False)
 
     async def _generate(self, job: _Job) -> None:
         admitted = False
@@ -394,7 +394,8 @@ class StreamSession:
                     await self._admit(job)
                     admitted = True
                 except APIError as e:
-                    job.error, job.refused = e.message, True
+                    # (the 429's "retry later" is for HTTP clients; a sentence cannot be sent again as it was)
+                    job.error, job.refused = e.message.removesuffix("; retry later"), True
                     if job.tracker is not None:
                         job.tracker.discard()
                     return

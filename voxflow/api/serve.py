@@ -59,7 +59,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "(0: 429 at once when no slot is free or others are queued; WebSocket sentences wait up to "
                         "60 s)")
     p.add_argument("--max-queued-requests", type=int, default=2048,
-                   help="requests that queue may hold (HTTP and WebSocket together); beyond: refused at once")
+                   help="slots that queue may hold asked for (a batch counts its items); an HTTP request beyond "
+                        "is refused at once (429); WebSocket sentences are never refused for it (their text was "
+                        "accepted)")
     p.add_argument("--allowed-hosts", nargs="+", action="extend", default=None, metavar="HOST",
                    help="Host header names served ('*': any; default: loopback names when --host is a loopback "
                         "address, so a DNS-rebinding web page cannot reach the server; else any); space- or "
@@ -255,6 +257,9 @@ def run_serve(args) -> int:
         if not value >= 0:                          # (not `< 0`: a NaN wait is refused too)
             print(f"voxflow serve: error: {option} must be >= 0", file=sys.stderr)
             return 2
+    if args.max_concurrent_requests < 1:            # (no slot: every request refused as too large, forever)
+        print("voxflow serve: error: --max-concurrent-requests must be >= 1", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
     try:

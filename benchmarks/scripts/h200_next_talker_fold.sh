@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Session 36 call 4 (the session's last ~330 s of device time); carry [".whl", ".device_tree"].
+# Prepared in session 36 (its device time ran out: the machine for call 4 stopped answering); carry [".whl",
+# ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~330 s.
 # FOLDED_NORMS_PAGED (voxflow/layers/qwen3_layer.py; session 17's 74dda5e brought back, off): the talker's layer
 # steps above the skinny sizes with both norms folded into q|k|v and gate|up, as the code predictor's. Session 17
 # call 4 measured it much slower (1.7B c=64 full steps 6.51 -> 8.17 ms; 0.6B c=64 564.5 -> 482.9) and never said
 # why: its profile ran out of time. At the 0.6B the talker's GEMMs have the code predictor's shapes, where the fold
 # is a gain; it would cut two norm launches a layer step (56 a step). This call: the GPU test (fp32 engine with it
 # on == the CPU loop), 0.6B c=64 (<= 8 GB) off / on with step traces and footprints, a kernel timeline with it on
-# (what the step spends, against call 1's). (1.7B c=64 off / on left for a later call: no device time.)
+# (what the step spends, against session 36 call 1's), then 1.7B c=64 off / on.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
-start_call 0.6B
+start_call 1.7B 0.6B
 gpu_tests 120 "tests/gpu/test_gpu_engine.py::test_gpu_talker_folded_norms_engine_equals_cpu_reference"
 pack_results
 wait $CK6
@@ -23,5 +24,9 @@ VOXFLOW_FOLDED_NORMS_PAGED=1 timeout 100 python3 benchmarks/scripts/step_timelin
 python3 benchmarks/scripts/step_timeline.py report "$R/timeline_small_c64_stagger_folded.json.gz" \
   > "$R/timeline_small_c64_stagger_folded.txt"
 head -1 "$R/timeline_small_c64_stagger_folded.txt"
+pack_results
+wait $CK
+bench_1p7b_at 64 c64_defaults
+(export VOXFLOW_FOLDED_NORMS_PAGED=1; bench_1p7b_at 64 c64_talker_folded)
 pack_results
 echo "done at ${SECONDS}s"
