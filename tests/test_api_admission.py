@@ -397,6 +397,74 @@ def test_a_client_that_leaves_while_queued_leaves_the_queue():
     assert srv.app.state.vox.admission.running == 0 and running_waiting(srv) == (0, 0)
 
 
+def test_close_refuses_the_queued_and_everything_after_while_the_running_keep_their_slots():
+    async def main():
+        adm, log = Admission(2, 8), []
+        assert adm.try_acquire(2)
+        waiters = [holder(adm, 1, log, "a"), holder(adm, 2, log, "b")]
+        await settle()
+        adm.close()
+        await settle()
+        assert all(w.done() for w in waiters) and not log and adm.waiting == 0 and adm.running == 2
+        for w in waiters:
+            assert isinstance(w.exception(), AdmissionRefused) and w.exception().reason == "closing"
+        adm.release(1)                                   # a running request finishing: nothing takes its slot
+        assert not adm.try_acquire(1) and adm.running == 1
+        with pytest.raises(AdmissionRefused) as late:
+            await adm.acquire(1, bounded=False)
+        assert late.value.reason == "closing" and adm.waiting == 0
+    run(main())
+
+
+def test_stopping_the_server_answers_queued_requests_at_once(monkeypatch):
+    """serve's uvicorn server closes the admission queue when it stops (a signal, or the engine dying): a request
+    queued behind a running one gets its 503 at once, not after its admission wait or the running one's end; the
+    running one still finishes. Without it the queued request would wait out admission_wait_s (HANG here)."""
+    import uvicorn
+    from voxflow.api.uvicorn_server import ShutdownAwareServer
+    engine = GateEngine()
+    app = create_app(engine, ServerSettings(model_name="gate", max_concurrent_requests=1, admission_wait_s=HANG),
+                     model_info=engine.model_info, manage_engine=False)
+    monkeypatch.setattr(uvicorn, "Server", lambda config: ShutdownAwareServer(config, app.state.vox.admission))
+    with ServerThread(app) as srv:
+        assert isinstance(srv.server, ShutdownAwareServer)
+
+        async def main():
+            async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
+                first = asyncio.ensure_future(c.post(SPEECH, json=body("held first")))
+                await until(lambda: engine.started == ["held first"])
+                second = asyncio.ensure_future(c.post(SPEECH, json=body("queued second")))
+                await until(lambda: running_waiting(srv) == (1, 1))
+                started = time.monotonic()
+                srv.server.stop()
+                refused = await second
+                took = time.monotonic() - started
+                engine.finish("held first")
+                return refused, took, await first
+        refused, took, r1 = run(main())
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+    assert took < HANG / 2 and r1.status_code == 200 and engine.started == ["held first"]
+    assert gauge(srv, "voxflow_requests_rejected_total", reason="unavailable") == 1
+
+
+def test_a_signal_closes_the_admission_queue_too(monkeypatch):
+    import uvicorn
+    from voxflow.api.uvicorn_server import ShutdownAwareServer
+    adm = Admission(1, 4)
+    server = ShutdownAwareServer(uvicorn.Config(lambda *a: None), adm)
+    calls = []
+
+    class Loop:
+        def is_closed(self):
+            return False
+
+        def call_soon_threadsafe(self, fn, *args):
+            calls.append(fn)
+    server.loop = Loop()
+    server.handle_exit(2, None)                          # SIGINT, as uvicorn's signal handler calls it
+    assert server.should_exit and calls == [adm.close]
+
+
 # ============================================================================================ serve options
 def test_serve_options(capsys):
     from voxflow.api.serve import add_serve_arguments, run_serve, settings_from_args

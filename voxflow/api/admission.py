@@ -41,7 +41,8 @@ from typing import Callable
 
 
 class AdmissionRefused(Exception):
-    """No slot for the request: `reason` is "wait_expired", "queue_full" or "too_large" (more slots than exist)."""
+    """No slot for the request: `reason` is "wait_expired", "queue_full", "too_large" (more slots than exist) or
+    "closing" (the server is shutting down)."""
 
     def __init__(self, message: str, reason: str):
         super().__init__(message)
@@ -71,6 +72,7 @@ class Admission:
         self.on_change = on_change
         self.running = 0                        # slots held
         self.waiting = 0                        # slots asked for by queued requests
+        self.closed = False                     # shutting down: nothing admitted any more (`close`)
         self._queue: deque[_Waiter] = deque()
 
     @property
@@ -80,7 +82,7 @@ class Admission:
     def try_acquire(self, n: int = 1) -> bool:
         """Take `n` slots now if they are free and nobody is queued ahead; never waits."""
         _check(n)
-        if self.waiting or n > self.free:
+        if self.closed or self.waiting or n > self.free:
             return False
         self.running += n
         self._changed()
@@ -98,6 +100,8 @@ class Admission:
         if self.try_acquire(n):
             return
         loop = asyncio.get_running_loop()
+        if self.closed:
+            raise AdmissionRefused("the server is shutting down", "closing")
         if n > self.capacity:
             raise AdmissionRefused(f"needs {n} slots, the server has {self.capacity}", "too_large")
         if deadline is not None and deadline <= loop.time():
@@ -129,6 +133,20 @@ class Admission:
             if waiter.future.done() and not waiter.future.cancelled():
                 waiter.future.exception()           # a deadline passing as the wait was cancelled: not logged
             self._leave(waiter)
+
+    def close(self) -> None:
+        """The server is shutting down: every queued request is refused ("closing") at once rather than waiting out
+        its wait (and then perhaps starting a generation while the server drains), and none is admitted from now
+        on. Running requests keep their slots until they finish."""
+        if self.closed:
+            return
+        self.closed = True
+        while self._queue:
+            waiter = self._queue[0]
+            self._dequeue(waiter)
+            if not waiter.future.done():
+                waiter.future.set_exception(AdmissionRefused("the server is shutting down", "closing"))
+        self._changed()
 
     def release(self, n: int = 1) -> None:
         """Give back `n` held slots; the waiters they now fit are granted theirs, in order."""

@@ -95,6 +95,10 @@ async def admit(state: AppState, count: int = 1, *, deadline: float | None = Non
     try:
         await admission.acquire(count, deadline, abandon=gone, bounded=bounded)
     except AdmissionRefused as e:
+        if e.reason == "closing":
+            _reject(state, "unavailable", count)
+            raise APIError(503, "the server is shutting down; retry on another instance or later",
+                           code="server_shutting_down", retry_after=RETRY_AFTER_UNAVAILABLE_S) from None
         _reject(state, "concurrency", count)
         need = f"; this batch needs {count} free" if count > 1 else ""
         raise APIError(429, f"too many concurrent requests: {e}{need}; retry later", code="rate_limit_exceeded",

@@ -6,15 +6,16 @@ The engine (weights, CUDA context) runs in a child process (ProcessEngineClient,
 uvicorn (HTTP/1.1 keep-alive, h11). The HTTP socket is bound while the model loads: /health answers 503
 "loading" until the engine is ready (a failed load stops the server with exit status 1; a model seen not to load
 without loading it, such as a missing local folder or an unknown Piper voice, is refused before the server
-starts, exit status 2). SIGTERM / SIGINT:
-uvicorn stops accepting connections and lets in-flight responses finish (up to --graceful-shutdown-timeout s),
-then the engine drains and stops.
+starts, exit status 2). SIGTERM / SIGINT: requests queued for an admission slot get a 503 at once
+(uvicorn_server.py), uvicorn stops accepting connections and lets in-flight responses finish (up to
+--graceful-shutdown-timeout s), then the engine drains and stops.
 
 The lead wires `add_serve_parser(subparsers)` / `run_serve(args)` into voxflow/cli.py.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import logging
 import os
@@ -239,6 +240,7 @@ def run_serve(args) -> int:
     from voxflow.engine.process import ProcessEngineClient
 
     from .app import create_app
+    from .uvicorn_server import ShutdownAwareServer
 
     problem = model_problem(args.model)
     if problem is None and args.device:
@@ -268,7 +270,7 @@ def run_serve(args) -> int:
         print(f"voxflow serve: error: {e}", file=sys.stderr)
         return 2
 
-    server: uvicorn.Server | None = None
+    server: ShutdownAwareServer | None = None
     failed: list[BaseException] = []
 
     class ServeEngineClient(_StartupErrorsOnce, ProcessEngineClient):
@@ -281,7 +283,7 @@ def run_serve(args) -> int:
             if first and server is not None and not server.should_exit:
                 log.error("the engine process died (%s): stopping the server", message)
                 failed.append(RuntimeError(message))
-                server.should_exit = True
+                server.stop()
 
     engine = ServeEngineClient(functools.partial(build_core, config), startup_timeout=args.startup_timeout)
 
@@ -289,7 +291,7 @@ def run_serve(args) -> int:
         failed.append(exc)                  # (the app has logged the error itself)
         log.info("stopping the server: the engine failed to start")
         if server is not None:
-            server.should_exit = True
+            server.stop()
 
     app = create_app(engine, settings, wait_for_engine=False, drain_timeout_s=args.graceful_shutdown_timeout,
                      on_engine_error=engine_failed)
@@ -297,7 +299,7 @@ def run_serve(args) -> int:
                                timeout_keep_alive=int(args.keep_alive_timeout),
                                timeout_graceful_shutdown=int(args.graceful_shutdown_timeout),
                                log_level=args.log_level, access_log=args.log_level == "debug")
-    server = uvicorn.Server(uv_config)
+    server = ShutdownAwareServer(uv_config, app.state.vox.admission)
     if settings.api_keys:
         log.info("API keys required on /v1/* (%d key(s))", len(settings.api_keys))
     if "*" not in settings.allowed_hosts:
