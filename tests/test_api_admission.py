@@ -244,6 +244,13 @@ def body(text: str) -> dict:
     return {"model": "gate", "voice": "vivian", "response_format": "pcm", "input": text}
 
 
+async def hold_the_slot(client: httpx.AsyncClient, engine: GateEngine) -> asyncio.Future:
+    """POST "held first" and wait until the engine runs it (it holds its slot until engine.finish): its response."""
+    first = asyncio.ensure_future(client.post(SPEECH, json=body("held first")))
+    await until(lambda: engine.started == ["held first"])
+    return first
+
+
 def gauge(srv: ServerThread, name: str, **labels) -> float:
     return srv.app.state.vox.metrics.registry.get_sample_value(name, labels or None) or 0.0
 
@@ -258,8 +265,7 @@ def test_an_http_request_waits_for_a_busy_slot_and_is_served_when_it_frees():
     with gate_server(engine, max_concurrent_requests=1, admission_wait_s=HANG) as srv:
         async def main():
             async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
-                first = asyncio.ensure_future(c.post(SPEECH, json=body("held first")))
-                await until(lambda: engine.started == ["held first"])
+                first = await hold_the_slot(c, engine)
                 second = asyncio.ensure_future(c.post(SPEECH, json=body("quick second")))
                 await until(lambda: running_waiting(srv) == (1, 1))
                 health = (await c.get("/health")).json()
@@ -280,8 +286,7 @@ def test_an_http_request_gets_429_when_its_wait_runs_out():
     with gate_server(engine, max_concurrent_requests=1, admission_wait_s=0.3) as srv:
         async def main():
             async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
-                first = asyncio.ensure_future(c.post(SPEECH, json=body("held first")))
-                await until(lambda: engine.started == ["held first"])
+                first = await hold_the_slot(c, engine)
                 started = time.monotonic()
                 refused = await c.post(SPEECH, json=body("quick second"))
                 took = time.monotonic() - started
@@ -310,8 +315,7 @@ def test_an_http_request_cannot_overtake_waiting_websocket_sentences():
         async def main():
             async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c, \
                     websockets.connect(ws_url, open_timeout=HANG) as ws:
-                first = asyncio.ensure_future(c.post(SPEECH, json=body("held first")))
-                await until(lambda: engine.started == ["held first"])
+                first = await hold_the_slot(c, engine)
                 await ws.send('{"type": "session.config", "voice": "vivian", "response_format": "pcm"}')
                 await ws.send('{"type": "input.text", "text": "One held. Two held."}')
                 await ws.send('{"type": "input.done"}')
@@ -348,8 +352,7 @@ def test_a_batch_at_the_head_is_not_starved_and_a_no_wait_request_does_not_jump_
 
         async def main():
             async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
-                first = asyncio.ensure_future(c.post(SPEECH, json=body("held first")))
-                await until(lambda: engine.started == ["held first"])
+                first = await hold_the_slot(c, engine)
                 batch = asyncio.ensure_future(c.post(BATCH, json={
                     "model": "gate", "voice": "vivian", "response_format": "pcm",
                     "items": [{"input": "held item one"}, {"input": "held item two"}]}))
@@ -381,8 +384,7 @@ def test_a_client_that_leaves_while_queued_leaves_the_queue():
     with gate_server(engine, max_concurrent_requests=1, admission_wait_s=HANG) as srv:
         async def main():
             async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
-                first = asyncio.ensure_future(c.post(SPEECH, json=body("held first")))
-                await until(lambda: engine.started == ["held first"])
+                first = await hold_the_slot(c, engine)
                 await asyncio.to_thread(post_and_leave, srv.port, body("quick gone"),
                                         lambda: running_waiting(srv) == (1, 1))
                 await until(lambda: running_waiting(srv) == (1, 0))
@@ -431,8 +433,7 @@ def test_stopping_the_server_answers_queued_requests_at_once(monkeypatch):
 
         async def main():
             async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
-                first = asyncio.ensure_future(c.post(SPEECH, json=body("held first")))
-                await until(lambda: engine.started == ["held first"])
+                first = await hold_the_slot(c, engine)
                 second = asyncio.ensure_future(c.post(SPEECH, json=body("queued second")))
                 await until(lambda: running_waiting(srv) == (1, 1))
                 started = time.monotonic()
