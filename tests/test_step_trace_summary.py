@@ -84,3 +84,21 @@ def test_steps_with_nothing_for_the_talker_are_talker_idle():
     assert durations == {"full + codec": [5.0], "talker idle + codec running": [45.0], "partial + prefill": [10.0],
                          "full": [6.0]}
 
+
+
+def test_prefill_steps_are_summed_with_their_wall_time_per_thousand_tokens():
+    """The counted steps that prefilled (from the first full one; the last step has no wall time): their share of
+    the span, prompt chunks, tokens and host prefill phase, and wall ms per 1,000 tokens over the steps of >= 256
+    tokens (a 100-token step's rate would mostly be its decode)."""
+    steps = [dict(step=i, t=t, decode=d, prefill=p, prefill_tokens=n, ms={"prefill": h})
+             for i, (t, d, p, n, h) in enumerate([(0.000, 4, 0, 0, 0.0), (0.005, 0, 8, 4000, 9.0),
+                                                   (0.025, 4, 2, 1000, 3.0), (0.031, 4, 1, 100, 0.5),
+                                                   (0.037, 4, 0, 0, 0.0), (0.042, 4, 3, 500, 1.0)])]
+    pf = sts.summarize(steps)["prefill"]
+    assert (pf["steps"], pf["prompts"], pf["tokens"]) == (3, 11, 5100)       # the last step (no successor) left out
+    assert pf["wall_ms"] == pytest.approx(20.0 + 6.0 + 6.0) and pf["host_ms"] == pytest.approx(12.5)
+    assert pf["ms_per_1k_tokens"] == pytest.approx([5.0, 5.5, 6.0])          # 20 ms / 4k, 6 ms / 1k; not 6 / 0.1k
+    line = sts.render(sts.summarize(steps)).splitlines()[-1]
+    assert line.startswith("prefill: 3 steps (76.2% of the span, 32.0 ms") and "5.00 / 5.50 / 6.00" in line
+    no_prefill = [dict(s, prefill=0, prefill_tokens=0) for s in steps]
+    assert sts.summarize(no_prefill)["prefill"] is None and "prefill:" not in sts.render(sts.summarize(no_prefill))

@@ -10,7 +10,9 @@ still in flight when it started ("codec running": on a GPU the codec's kernels s
 with `codec_in_flight`, from session 25 on). The span starts at the
 first full step (unless --from-start), so warm-up requests and the first wave's ramp are left out; the last step,
 which has no successor, is not counted. Printed: a markdown table (steps, ms, share of the span, median and mean ms
-a step), the mean decode rows a step, and the median host phases of the full steps without codec or prefill work.
+a step), the mean decode rows a step, the median host phases of the full steps without codec or prefill work, and
+the prefill steps' share, tokens and wall time per 1,000 prompt tokens (a wave arriving together prefills in a few
+large steps).
 """
 from __future__ import annotations
 
@@ -77,7 +79,23 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
     phases = sorted({k for s in plain for k in s.get("ms", {})})
     return {"full_rows": full_rows, "span_ms": (steps[-1]["t"] - steps[0]["t"]) * 1e3, "steps": len(counted),
             "mean_rows": sum(s.get("decode", 0) for s in counted) / len(counted), "groups": groups,
-            "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases}}
+            "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
+            "prefill": prefill_summary(steps)}
+
+
+def prefill_summary(steps: list[dict]) -> dict | None:
+    """The counted steps that prefilled: {"steps", "prompts", "tokens", "wall_ms" (their wall time), "host_ms" (the
+    host's prefill phase: on a GPU it returns once the work is queued, so a large value means it waited),
+    "ms_per_1k_tokens": [min, median, max] of each step's wall ms per 1,000 prompt tokens (steps of >= 256)}.
+    A wave of requests arriving together prefills in a few such steps. None: no step prefilled."""
+    rows = [(s, (nxt["t"] - s["t"]) * 1e3) for s, nxt in zip(steps, steps[1:]) if s.get("prefill", 0) > 0]
+    if not rows:
+        return None
+    per_1k = sorted(ms * 1e3 / s["prefill_tokens"] for s, ms in rows if s.get("prefill_tokens", 0) >= 256)
+    return {"steps": len(rows), "prompts": sum(s["prefill"] for s, _ in rows),
+            "tokens": sum(s.get("prefill_tokens", 0) for s, _ in rows), "wall_ms": sum(ms for _, ms in rows),
+            "host_ms": sum(s.get("ms", {}).get("prefill", 0.0) for s, _ in rows),
+            "ms_per_1k_tokens": [per_1k[0], statistics.median(per_1k), per_1k[-1]] if per_1k else None}
 
 
 def render(summary: dict) -> str:
@@ -91,6 +109,13 @@ def render(summary: dict) -> str:
     if summary["host_ms"]:
         lines += ["", "host ms by phase (median) of the full steps without codec or prefill work: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in summary["host_ms"].items())]
+    pf = summary.get("prefill")
+    if pf:
+        rate = pf["ms_per_1k_tokens"]
+        lines += ["", f"prefill: {pf['steps']} steps ({pf['wall_ms'] / span:.1%} of the span, {pf['wall_ms']:.1f} ms; "
+                  f"host prefill phase {pf['host_ms']:.1f} ms), {pf['prompts']} prompt chunks, {pf['tokens']} tokens"
+                  + (f"; wall ms per 1,000 tokens min / median / max {rate[0]:.2f} / {rate[1]:.2f} / {rate[2]:.2f}"
+                     if rate else "")]
     return "\n".join(lines)
 
 
