@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Prepared in session 32-33; carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. (Its HTTP c=1
-# idle-spin A/B ran as session 35 call 2-3: no gain, cut from here.)
-# The GPU across a 0.6B c=64 wave's end (wave_end_timeline.py) with the session-35 defaults (tail chunks of 5, codec
-# calls of 16) and with both off: whether the talker's kernels still stall behind the codec's final chunks there
-# (session 32 call 3's step 307 waited 44 ms for a 12-row decode beside 62 final chunks), and what the new requests'
-# prefill overlaps.
+# Prepared in session 32-33, brought up to date in session 36; carry [".whl", ".device_tree"]. Rename to
+# h200_sessionNN_runK.sh when run. (Its HTTP c=1 idle-spin A/B ran as session 35 call 2-3: no gain, cut from here.)
+# The GPU across a 0.6B c=64 wave's end and the next wave's start (wave_end_timeline.py: from 8 frames before the
+# end to 15 steps after the last request finished, so the new requests' prefill steps are in it) on today's
+# defaults. Why: session 36 call 3's step trace (`step_trace_summary`'s prefill line) has the wave boundaries'
+# prefill steps at 2.4 / 5.9 / 24.2 ms of wall time per 1,000 prompt tokens (min / median / max), e.g. 4,096 tokens
+# in 13.2 ms and then 4,067 in 29.0 ms with a 24.9 ms host prefill phase: whether the host waits for the GPU there
+# (a sync in the prefill path) or the GPU runs the prefill that long, and what the codec's final chunks overlap.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
 wait $CK6
 wave_end_small defaults
-wave_end_small off codec_tail_chunk=0 codec_call_rows=None
 pack_results
 echo "done at ${SECONDS}s"
