@@ -1124,3 +1124,22 @@ def test_frame_listeners_get_each_requests_frames_as_they_go_to_the_codec():
     for r in reqs:
         ref_codes, _, _ = reference("custom_voice", r)
         assert torch.equal(torch.stack(seen[r.request_id]), ref_codes)
+
+
+def test_the_talkers_norms_folded_in_place_serve_the_reference_codes(monkeypatch):
+    """qwen3_layer.FOLDED_NORMS_PAGED on: the loader folds the talker's norm weights into its q|k|v and gate|up
+    weights in place (folded_norms.fold_norms_in_place: on a GPU its folded decode step then needs no copies); the
+    fp32 engine's greedy codes stay the unfolded reference's (only the roundings moved) and its audio within
+    AUDIO_ATOL."""
+    from voxflow.layers import qwen3_layer
+    monkeypatch.setattr(qwen3_layer, "FOLDED_NORMS_PAGED", True)
+    core = make_engine()
+    layers = core.model.model.talker.model.layers
+    assert all(getattr(lay, "norms_folded_in_place", False) for lay in layers)
+    assert all(torch.equal(lay.input_layernorm.weight, torch.ones_like(lay.input_layernorm.weight)) for lay in layers)
+    ref = reference_model("custom_voice").talker.model.layers[0]
+    assert not torch.equal(layers[0].self_attn.q_proj.weight, ref.self_attn.q_proj.weight)     # really folded
+    reqs = [greedy("Hello world.", 14, voice="vivian", request_id="a"),
+            greedy("This is a tiny test.", 17, voice="serena", request_id="b")]
+    results = drive(core, {0: reqs})
+    assert_engine_matches_reference("custom_voice", core, results, reqs)

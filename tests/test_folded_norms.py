@@ -52,3 +52,26 @@ def test_folded_weights_are_kept_and_made_again_when_a_source_weight_changes():
     inter = lay.mlp.gate_proj.out_features
     assert not fn.folded_weights(lay)[1][inter:].any() and fn.folded_weights(lay)[1][:inter].any()
     assert not torch.equal(gate_up_f, fn.folded_weights(lay)[1])
+
+
+def test_folding_in_place_keeps_the_layer_and_hands_out_its_own_weights():
+    """fold_norms_in_place (the talker's fold, FOLDED_NORMS_PAGED, on a GPU at load): the plain layer computes what
+    it did (fp32: within 1e-5 of the output's scale), the norm weights are ones, the q/k/v and gate/up Linears see
+    the folded weights (views of the fused tensors), and folded_weights returns those tensors themselves, no copy."""
+    from voxflow.layers.rotary import RotaryEmbedding
+    lay = layer()
+    x = torch.randn(2, 3, 32)
+    cos, sin = RotaryEmbedding(8, 10000.0)(torch.arange(3).expand(2, 3), x.dtype)
+    before = lay(x, cos, sin, None, None)
+    g = lay.input_layernorm.weight.clone()
+    q_before = lay.self_attn.q_proj.weight.clone()
+    fn.fold_norms_in_place(lay)
+    after = lay(x, cos, sin, None, None)
+    assert not torch.equal(after, before)                        # the roundings moved: a real change of weights
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5 * before.abs().max().item())
+    assert torch.equal(lay.input_layernorm.weight, torch.ones(32))
+    assert torch.equal(lay.post_attention_layernorm.weight, torch.ones(32))
+    torch.testing.assert_close(lay.self_attn.q_proj.weight, q_before * g[None, :])
+    qkv, gate_up = fn.folded_weights(lay)
+    assert qkv.data_ptr() == lay.self_attn.fused_qkv().data_ptr()
+    assert gate_up.data_ptr() == lay.mlp.fused_gate_up().data_ptr()

@@ -7,7 +7,9 @@
 # why: its profile ran out of time. At the 0.6B the talker's GEMMs have the code predictor's shapes, where the fold
 # is a gain; it would cut two norm launches a layer step (56 a step). This call: the GPU test (fp32 engine with it
 # on == the CPU loop), 0.6B c=64 (<= 8 GB) off / on with step traces and footprints, a kernel timeline with it on
-# (what the step spends, against session 36 call 1's), then 1.7B c=64 off / on.
+# (what the step spends, against session 36 call 1's), then 1.7B c=64 off / on. With it on the loader folds the
+# talker's norm weights into its weights in place (folded_norms.fold_norms_in_place): no folded copies, the same
+# footprint (the bench lines print it).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B

@@ -39,6 +39,8 @@ def folded_weights(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
     qkv, gate_up = attn.fused_qkv(), mlp.fused_gate_up()
     if qkv is None or gate_up is None:
         return None
+    if getattr(layer, "norms_folded_in_place", False):
+        return qkv, gate_up                 # (fold_norms_in_place: the norm weights are ones now)
     # The Linears' own weights too: they are views of the fused tensors, but an in-place edit through one of them
     # bumps only its own version counter, not the fused tensor's.
     params = (qkv, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, layer.input_layernorm.weight,
@@ -48,6 +50,26 @@ def folded_weights(layer) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None         # never allocate inside a capture (per_weight_version would not keep it either)
     return per_weight_version(layer, params, lambda: (fold_norm(qkv, layer.input_layernorm.weight),
                                                       fold_norm(gate_up, layer.post_attention_layernorm.weight)))
+
+
+def fold_norms_in_place(layer) -> None:
+    """Both RMSNorm weights of a Qwen3DecoderLayer folded into its fused q|k|v and gate|up weights themselves, the
+    norm weights then set to one. Every path through the layer (prefill, one row, the folded decode step) computes
+    the same function as before, each GEMM input within one rounding of it (the fold's numerics above), and
+    `folded_weights` hands out the layer's own weights instead of folded copies: the talker's fold
+    (qwen3_layer.FOLDED_NORMS_PAGED) costs no memory (the copies would be ~0.55 GiB for the 0.6B's 28 layers).
+    Once per layer, after loading and any cast."""
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, gate_up = attn.fused_qkv(), mlp.fused_gate_up()
+    if qkv is None or gate_up is None:
+        raise RuntimeError("the layer's fused weights do not exist (inside a CUDA graph capture?)")
+    norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+    with torch.no_grad():
+        qkv.copy_(fold_norm(qkv, norms[0]))         # (in place: the q/k/v and gate/up Linears are views of these)
+        gate_up.copy_(fold_norm(gate_up, norms[1]))
+        for w in norms:
+            w.fill_(1.0)
+    layer.norms_folded_in_place = True
 
 
 def row_factor(x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -45,8 +45,9 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off.
 # FOLDED_NORMS_PAGED: also through the talker's paged cache (q / k / v scaled by qk_norm_rope). Off: session 17
 # call 4 measured it slower (1.7B c=64 full steps 6.51 -> 8.17 ms, unexplained; the profile ran out of time);
-# back, off, for a profile (session 36; VOXFLOW_FOLDED_NORMS_PAGED=1). Its folded weights are copies: +0.55 GiB for
-# the 0.6B talker.
+# back, off, for a profile (session 36; VOXFLOW_FOLDED_NORMS_PAGED=1). The talker's norms are then folded into its
+# weights in place at load (engine_loader.py, folded_norms.fold_norms_in_place): no folded copies (they
+# would be +0.55 GiB for the 0.6B talker).
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "0") == "1"
 

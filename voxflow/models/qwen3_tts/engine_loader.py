@@ -25,7 +25,9 @@ from __future__ import annotations
 import torch
 
 from voxflow.engine.sm_partition import check_setting
+from voxflow.layers import qwen3_layer
 from voxflow.layers.cast import cast_parameters
+from voxflow.layers.folded_norms import fold_norms_in_place
 
 from .codec_precision import CODEC_DTYPES, resolve_codec_dtype
 from .codec_runner import BATCH_BUCKETS, Qwen3CodecRunner
@@ -44,6 +46,11 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
     check_setting(codec_sms)                    # before the load: a bad value fails in a second, not minutes
     model = Qwen3TTS.from_pretrained(path, device=device, dtype=getattr(torch, dtype),
                                      text_embedding_device="cpu" if text_embedding_on_host else None)
+    if qwen3_layer.FOLDED_NORMS_PAGED:
+        # the talker's fold without folded copies of its weights (folded_norms.fold_norms_in_place; on a CPU only
+        # the roundings move: the folded path is the GPU's)
+        for layer in model.talker.model.layers:
+            fold_norms_in_place(layer)
     preloaded = model.talker.preload_text_rows() if preload_text_rows and model.talker.device.type == "cuda" else None
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
     cast_parameters(model.codec_decoder, getattr(torch, chosen))
