@@ -296,6 +296,7 @@ def test_an_http_request_gets_429_when_its_wait_runs_out():
         refused, took, after, r1 = run(main())
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
     assert "too many concurrent requests" in refused.json()["error"]["message"]
+    assert "1 in flight, 1 waiting, limit 1" in refused.json()["error"]["message"]     # as it stood while it waited
     assert took >= 0.3                                  # it waited its turn before the 429
     assert after == (1, 0)                              # out of the queue, holding nothing
     assert r1.status_code == 200 and engine.started == ["held first"]

@@ -194,8 +194,9 @@ class Admission:
     def _expire(self, waiter: _Waiter) -> None:
         if waiter.future.done():
             return
+        refused = AdmissionRefused(f"no slot free in time ({self._describe()})", "wait_expired")   # (counting itself)
         self._leave(waiter)
-        waiter.future.set_exception(AdmissionRefused(f"no slot free in time ({self._describe()})", "wait_expired"))
+        waiter.future.set_exception(refused)
 
     def _changed(self) -> None:
         if self.on_change is not None:
