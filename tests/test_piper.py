@@ -218,6 +218,8 @@ def test_core_validation_and_queue_limit():
             core.add_request(req(bad))
     with pytest.raises(ValueError, match="pcm_format"):
         core.add_request(req("x", fmt="s24"))
+    with pytest.raises(ValueError, match="top_k must be between"):     # request.check_options, as EngineCore's
+        core.add_request(req("x", sampling=SamplingOptions(top_k=2 ** 63)))
     with pytest.raises(ValueError, match="nothing to speak"):
         core.add_request(req("...."))
     with pytest.raises(ValueError, match="could not prepare.*phonemizer bug"):   # not an engine crash

@@ -77,12 +77,13 @@ def _reject(state: AppState, reason: str, count: int = 1) -> None:
 
 
 async def admit(state: AppState, count: int = 1, *, deadline: float | None = None, receive=None,
-                bounded: bool = True) -> None:
+                retryable: bool = True) -> None:
     """Take `count` of the server-wide slots (state.admission), all or none, waiting for them in the shared FIFO
     until `deadline` (loop time; None: settings.admission_wait_s from now), or raise 429 with Retry-After, counted
     as a rejection per slot asked for. A batch takes one per item: each would have been a request of its own.
     `receive` (an HTTP request's, its body read) is watched while waiting: ClientGone when the client leaves.
-    bounded=False: never refused for a full queue (Admission.acquire; WebSocket sentences).
+    retryable=False: a request its client cannot send again (a WebSocket sentence, its text accepted): never
+    refused for a full queue (Admission.acquire's bounded=False), and its refusal carries no retry advice.
     Returning means the slots are the caller's (no await after they were granted); each one goes back with
     `release`."""
     admission = state.admission
@@ -93,15 +94,17 @@ async def admit(state: AppState, count: int = 1, *, deadline: float | None = Non
         deadline = loop.time() + max(0.0, float(state.settings.admission_wait_s))
     gone = asyncio.ensure_future(wait_disconnect(receive)) if receive is not None else None
     try:
-        await admission.acquire(count, deadline, abandon=gone, bounded=bounded)
+        await admission.acquire(count, deadline, abandon=gone, bounded=retryable)
     except AdmissionRefused as e:
         if e.reason == "closing":
             _reject(state, "unavailable", count)
-            raise APIError(503, "the server is shutting down; retry on another instance or later",
-                           code="server_shutting_down", retry_after=RETRY_AFTER_UNAVAILABLE_S) from None
+            hint = "; retry on another instance or later" if retryable else ""
+            raise APIError(503, f"the server is shutting down{hint}", code="server_shutting_down",
+                           retry_after=RETRY_AFTER_UNAVAILABLE_S) from None
         _reject(state, "concurrency", count)
         need = f"; this batch needs {count} free" if count > 1 else ""
-        raise APIError(429, f"too many concurrent requests: {e}{need}; retry later", code="rate_limit_exceeded",
+        hint = "; retry later" if retryable else ""
+        raise APIError(429, f"too many concurrent requests: {e}{need}{hint}", code="rate_limit_exceeded",
                        retry_after=RETRY_AFTER_BUSY_S) from None
     except Abandoned:
         raise ClientGone from None
@@ -112,8 +115,8 @@ async def admit(state: AppState, count: int = 1, *, deadline: float | None = Non
                 gone.exception()    # a receive that failed is a client gone, not an error to log
 
 
-def release(state: AppState, count: int = 1) -> None:
-    state.admission.release(count)
+def release(state: AppState) -> None:
+    state.admission.release(1)
 
 
 def engine_error(state: AppState, final: FinalRecord) -> APIError:

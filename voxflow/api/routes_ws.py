@@ -41,9 +41,9 @@ Client disconnect aborts every in-flight sentence in the engine. API keys are ch
 Server-wide limits. Every sentence is a speech request holding one of settings.max_concurrent_requests slots while
 it generates, taken in the one FIFO that HTTP requests wait in too (admission.py: nobody overtakes anybody). An
 HTTP request waits there up to settings.admission_wait_s, then gets 429 and can be retried; a sentence cannot be
-(its text was accepted), so it waits up to ADMIT_WAIT_S from its acceptance; only after that (or at once when the
-queue holds settings.max_queued_requests already) does it end with audio.done error=true (counted in
-voxflow_requests_rejected_total{reason="concurrency"}, as a 429). A session's sentences join the queue in their
+(its text was accepted), so it waits up to ADMIT_WAIT_S from its acceptance (never refused for a full queue); only
+after that does it end with audio.done error=true (counted in voxflow_requests_rejected_total{reason="concurrency"},
+as a 429). A session's sentences join the queue in their
 order, at most MAX_IN_FLIGHT of them at a time. At most `max_ws_sessions` sessions
 (serve --max-ws-sessions) are open at once: the next one is accepted and closed at once with code 1013 "try again
 later" (counted as reason="ws_sessions").
@@ -383,7 +383,7 @@ class StreamSession:
         their order (the sender plays them in order: a later one admitted first would only delay the earlier): their
         tasks start in sentence order, pass the FIFO semaphore `slots` in it, and nothing awaits between that and
         their place in the FIFO queue."""
-        await admit(self.state, deadline=job.submitted + ADMIT_WAIT_S, bounded=False)
+        await admit(self.state, deadline=job.submitted + ADMIT_WAIT_S, retryable=False)
 
     async def _generate(self, job: _Job) -> None:
         admitted = False
@@ -394,8 +394,7 @@ class StreamSession:
                     await self._admit(job)
                     admitted = True
                 except APIError as e:
-                    # (the 429's "retry later" is for HTTP clients; a sentence cannot be sent again as it was)
-                    job.error, job.refused = e.message.removesuffix("; retry later"), True
+                    job.error, job.refused = e.message, True
                     if job.tracker is not None:
                         job.tracker.discard()
                     return

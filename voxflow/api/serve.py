@@ -15,7 +15,6 @@ The lead wires `add_serve_parser(subparsers)` / `run_serve(args)` into voxflow/c
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import logging
 import os

@@ -177,7 +177,7 @@ def _take_packed(frames, sr, chunks: list) -> int:
 
 
 def _finish(samples: np.ndarray, sr: int, name: str) -> tuple[np.ndarray, int]:
-    if samples.ndim == 2:
+    if samples.ndim == 2:       # (an in-memory [samples, channels] array; the decoders return mono already)
         samples = to_mono(samples)
     if samples.size == 0:
         raise AudioReadError(f"audio from {name} contains no samples")

@@ -80,7 +80,6 @@ def add_to_core(core, requests: list[SpeechRequest]) -> list[Exception | None]:
     errors: list[Exception | None] = []
     for request in requests:
         try:
-            check_options(request)      # (EngineCore.add_requests checks them itself; other cores may not)
             core.add_request(request)
             errors.append(None)
         except (ValueError, QueueFullError) as e:

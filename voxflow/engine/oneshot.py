@@ -57,7 +57,7 @@ import numpy as np
 from ..audio.io import pcm_bytes
 from .config import EngineConfig
 from .errors import QueueFullError  # the class the clients catch as back-pressure
-from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage
+from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage, check_options
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,7 @@ class OneShotCore:
 
     def add_request(self, request: SpeechRequest) -> None:
         """Validate and queue. Raises ValueError (bad input) or QueueFullError; nothing is queued then."""
+        check_options(request)          # the numeric options' bounds, as EngineCore.add_requests checks them
         rid = request.request_id
         if rid in self.live:
             raise ValueError(f"request id {rid!r} is already in use")
