@@ -185,14 +185,17 @@ def beside(path_rows: list[tuple], per_stream: dict, main, names: list[str], ste
         a[k + 1] += exposed + gap
     both = {n: a for n, a in agg.items() if a[0] and a[2]}
     n_alone, n_beside = sum(a[0] for a in agg.values()), sum(a[2] for a in agg.values())
-    extra = sum(a[3] - a[2] * a[1] / a[0] for a in both.values())
+
+    def more(a) -> float:           # what a name's kernels beside charged over the same count alone
+        return a[3] - a[2] * a[1] / a[0]
+    extra = sum(more(a) for a in both.values())
     print(f"\nbeside other streams' kernels: {n_beside} of {n_alone + n_beside} step-stream kernels; those of a name "
           f"seen both ways charge {extra / max(1, sum(a[2] for a in both.values())):.2f} us more each beside "
           f"({extra / steps / 1e3:.3f} ms a step)")
     print(f"{'alone us':>9} {'beside us':>10} {'n beside':>9} {'extra us a step':>16}  kernel")
-    rows = sorted(both.items(), key=lambda kv: -(kv[1][3] - kv[1][2] * kv[1][1] / kv[1][0]))
-    for name, (na, ca, nb, cb) in rows[:top]:
-        print(f"{ca / na:9.2f} {cb / nb:10.2f} {nb:9d} {(cb - nb * ca / na) / steps:16.1f}  {names[name][:90]}")
+    for name, a in sorted(both.items(), key=lambda kv: -more(kv[1]))[:top]:
+        na, ca, nb, cb = a
+        print(f"{ca / na:9.2f} {cb / nb:10.2f} {nb:9d} {more(a) / steps:16.1f}  {names[name][:90]}")
 
 
 def main() -> None:

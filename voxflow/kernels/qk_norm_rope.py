@@ -37,7 +37,7 @@ import triton.language as tl
 
 from voxflow.kernels import use_pdl
 from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
-from voxflow.kernels.rms_norm import round_to
+from voxflow.kernels.rms_norm import MAX_ROW_FACTOR_WIDTH, round_to, row_factor
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_HEAD_DIM = 1024          # a head row (two half tiles) sits in registers; wider stays on the reference
@@ -108,9 +108,7 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
     if FOLDED:
         # The token's input RMSNorm was folded into the q|k|v weight (voxflow/layers/folded_norms.py): its row
         # factor from the layer input row x (fp32 statistics, as the reference norm) scales the raw projections.
-        xo = tl.arange(0, BLOCK_X)
-        xr = tl.load(x_ptr + token.to(tl.int64) * sx_t + xo, mask=xo < hidden, other=0.0).to(tl.float32)
-        r = tl.math.rsqrt(tl.sum(xr * xr, axis=0) * inv_h + x_eps)
+        r = row_factor(x_ptr + token.to(tl.int64) * sx_t, hidden, inv_h, x_eps, BLOCK_X)
     else:
         r = 1.0
     c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + s * cos_ss + d, sin_ptr + b * sin_sb + s * sin_ss + d, d,
@@ -162,14 +160,11 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
-MAX_FOLDED_HIDDEN = 4096   # the layer input row sits in registers for its statistics
-
-
 def supported_folded(x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """`folded=` inputs: x [B * S, H <= MAX_FOLDED_HIDDEN] rows with a unit last stride, v shaped as k; one dtype
+    """`folded=` inputs: x [B * S, H <= MAX_ROW_FACTOR_WIDTH] rows with a unit last stride, v shaped as k; one dtype
     and device with q."""
     b, s = q.shape[:2]
-    return (x.dim() == 2 and x.shape[0] == b * s and 1 <= x.shape[1] <= MAX_FOLDED_HIDDEN and x.stride(-1) == 1
+    return (x.dim() == 2 and x.shape[0] == b * s and 1 <= x.shape[1] <= MAX_ROW_FACTOR_WIDTH and x.stride(-1) == 1
             and v.shape == k.shape and all(t.dtype == q.dtype and t.device == q.device for t in (x, v)))
 
 
