@@ -1143,3 +1143,29 @@ def test_the_talkers_norms_folded_in_place_serve_the_reference_codes(monkeypatch
             greedy("This is a tiny test.", 17, voice="serena", request_id="b")]
     results = drive(core, {0: reqs})
     assert_engine_matches_reference("custom_voice", core, results, reqs)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["eager-prefill", "packed"])
+def test_decode_queued_before_the_prefill_keeps_every_requests_codes(packed):
+    """EngineConfig.decode_before_prefill: a step that has both queues its running streams' decode first and its
+    new prompts' prefill after (the GPU decodes while the host builds the prefill). The two touch disjoint slots and
+    KV pages, so every request still gets the reference's codes and audio, with requests joining while others
+    decode (both in one step) and a chunked prompt spread over steps beside decodes."""
+    name = "custom_voice_1b7"
+    core = make_engine(name, decode_before_prefill=True, prefill_graphs=packed or None, packed_prefill=packed,
+                       prefill_chunk_size=16)
+    order: list[tuple[int, str]] = []
+    launch, prefills = core._launch_decode, core._run_prefills
+    core._launch_decode = lambda seqs: (order.append((core.steps, "decode")), launch(seqs))[1]
+    core._run_prefills = lambda chunks: (order.append((core.steps, "prefill")), prefills(chunks))[1]
+    long = "The quick brown fox jumps over the lazy dog, twice over, and then once more for luck."
+    reqs = [greedy("Hello world.", 14, voice="vivian", request_id="a"),
+            greedy(long, 9, voice="ryan", language="english", request_id="b"),
+            greedy("This is a tiny test.", 12, voice="serena", instructions="Speak happily.", request_id="c")]
+    results = drive(core, {0: reqs[:1], 3: reqs[1:2], 5: reqs[2:]})
+    both = [s for s, what in order if what == "prefill" and (s, "decode") in order]
+    assert len(both) >= 2                                  # steps that decoded and prefilled
+    for s in both:
+        assert order.index((s, "decode")) < order.index((s, "prefill"))
+    assert_engine_matches_reference(name, core, results, reqs)
+    assert_all_released(core)

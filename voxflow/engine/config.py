@@ -79,6 +79,11 @@ class EngineConfig:
     prefill_graphs: bool | None = None         # whole-prompt prefills replayed from CUDA graphs (prefill_runner.py);
                                                # None: with cuda_graphs on a GPU. True on a CPU: the same padded
                                                # path, eagerly (tests)
+    decode_before_prefill: bool = False        # a step queues its running streams' decode before its prefill
+                                               # chunks, so the GPU decodes while the host builds the prefill (a
+                                               # wave's new prompts took 0.35-1 ms of host time a chunk before the
+                                               # decode's launch, H200 session 36 call 3); same outputs; off until
+                                               # measured on the GPU
     eager_first_chunk: int = 4                 # up to this many running requests, a first chunk launched in a
                                                # step is waited for in the next, right after that step's decode is
                                                # queued (0: never; it is collected when it lands)

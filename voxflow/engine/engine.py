@@ -449,15 +449,26 @@ class EngineCore:
         t1 = time.perf_counter()
         t["schedule"] += t1 - t0
 
-        if sched.prefill:
-            self._run_prefills(sched.prefill)
-        t2 = time.perf_counter()
-        t["prefill"] += t2 - t1
-
-        launched = self._launch_decode(sched.decode) if sched.decode else None
+        if self.config.decode_before_prefill:
+            # The running streams' decode queued first, so the GPU runs it while the host builds the prefill
+            # (its chunks' inputs, attaches): both touch disjoint slots and pages, so the order changes no output.
+            launched = self._launch_decode(sched.decode) if sched.decode else None
+            t2 = time.perf_counter()
+            if sched.prefill:
+                self._run_prefills(sched.prefill)
+            t3 = time.perf_counter()
+            t["launch_decode"] += t2 - t1
+            t["prefill"] += t3 - t2
+            t2 = t1 + (t3 - t2)        # the trace's marks as in the other order: schedule, prefill, launch_decode
+        else:
+            if sched.prefill:
+                self._run_prefills(sched.prefill)
+            t2 = time.perf_counter()
+            t["prefill"] += t2 - t1
+            launched = self._launch_decode(sched.decode) if sched.decode else None
+            t3 = time.perf_counter()
+            t["launch_decode"] += t3 - t2
         previous, self._inflight = self._inflight, launched
-        t3 = time.perf_counter()
-        t["launch_decode"] += t3 - t2
         if previous is not None:
             self._collect_decode(previous)
         if self._first_chunk_due:
