@@ -621,10 +621,12 @@ def test_offline_mode_on_tiny_checkpoint(tmp_path):
     for r in lv["requests"]:
         assert r["sample_rate_source"] == "engine" and r["chunk_bytes"][0] == 1920 * 2   # 1-frame first chunk
         assert 0 < r["ttfp_s"] <= r["end_s"] and r["chunk_times_s"] == sorted(r["chunk_times_s"])
-        # the engine's split of the first-audio latency: its parts add up to the measured TTFP (same clock)
+        # the engine's split of the first-audio latency (same clock): its parts cover the measured TTFP but for
+        # the chunk's hand-over from the engine thread to the bench's (under 1 ms on an idle machine; a CI machine
+        # busy with other tests once took 4 ms there, so 10 ms is allowed), and never exceed it
         parts = r["ttfp_parts_s"]
         assert list(parts) == ["prepare", "queue_and_prefill", "first_frame", "first_chunk"]
-        assert sum(parts.values()) == pytest.approx(r["ttfp_s"], abs=2e-3)
+        assert -1e-3 <= r["ttfp_s"] - sum(parts.values()) <= 10e-3
     assert set(s["ttfp_breakdown_ms"]) == set(lv["requests"][0]["ttfp_parts_s"])
     assert res["target"]["kind"] == "offline" and res["target"]["engine"]["config"]["chunk_frames"] == 2
     assert res["hardware"]["where"] == "engine" and res["model"]["sample_rate"] == 24000
