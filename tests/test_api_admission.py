@@ -344,9 +344,11 @@ def test_an_http_request_cannot_overtake_waiting_websocket_sentences():
     assert running_waiting(srv) == (0, 0)
 
 
-def test_a_batch_at_the_head_is_not_starved_and_a_no_wait_request_does_not_jump_it():
-    """Limit 2, one slot held: a batch of two queues at the head with a slot free. A single request behind it would
-    fit that slot but waits its turn; with admission_wait_s = 0 one is refused at once (not let past the batch)."""
+def test_a_batchs_items_take_slots_one_at_a_time_and_later_arrivals_are_served_between_them():
+    """Limit 2, one slot held: a batch of three takes the free slot for its first item at once and queues its
+    second; a single request arriving then queues behind that second item (a no-wait one is refused: others are
+    queued), and the batch's third item queues only once its second runs, so behind the single request. Before,
+    the batch waited for two free slots at the head of the queue, leaving the free one idle."""
     engine = GateEngine()
     with gate_server(engine, max_concurrent_requests=2, admission_wait_s=HANG) as srv:
         settings = srv.app.state.vox.settings
@@ -356,27 +358,86 @@ def test_a_batch_at_the_head_is_not_starved_and_a_no_wait_request_does_not_jump_
                 first = await hold_the_slot(c, engine)
                 batch = asyncio.ensure_future(c.post(BATCH, json={
                     "model": "gate", "voice": "vivian", "response_format": "pcm",
-                    "items": [{"input": "held item one"}, {"input": "held item two"}]}))
-                await until(lambda: running_waiting(srv) == (1, 2))
+                    "items": [{"input": "held item one"}, {"input": "held item two"}, {"input": "held item three"}]}))
+                await until(lambda: running_waiting(srv) == (2, 1))
+                assert engine.started == ["held first", "held item one"]     # the free slot did not stay idle
                 settings.admission_wait_s = 0
                 refused = await c.post(SPEECH, json=body("quick no wait"))
                 settings.admission_wait_s = HANG
-                single = asyncio.ensure_future(c.post(SPEECH, json=body("quick single")))
-                await until(lambda: running_waiting(srv) == (1, 3))
-                await asyncio.sleep(0.1)
-                assert engine.started == ["held first"]          # the free slot stayed free for the batch
-                engine.finish("held first")
-                await until(lambda: running_waiting(srv) == (2, 1) and len(engine.started) == 3)
-                assert sorted(engine.started[1:]) == ["held item one", "held item two"] and not single.done()
-                engine.finish("held item one")
-                engine.finish("held item two")
+                single = asyncio.ensure_future(c.post(SPEECH, json=body("held single")))
+                await until(lambda: running_waiting(srv) == (2, 2))
+                engine.finish("held first")                                  # -> item two; item three queues
+                await until(lambda: len(engine.started) == 3 and running_waiting(srv) == (2, 2))
+                engine.finish("held item one")                               # -> the single request
+                await until(lambda: len(engine.started) == 4 and running_waiting(srv) == (2, 1))
+                engine.finish("held item two")                               # -> item three
+                await until(lambda: len(engine.started) == 5 and running_waiting(srv) == (2, 0))
+                engine.finish("held single")
+                engine.finish("held item three")
                 return refused, await first, await batch, await single
         refused, r1, batch, single = run(main())
+    assert engine.started == ["held first", "held item one", "held item two", "held single", "held item three"]
     assert refused.status_code == 429 and "quick no wait" not in engine.started
     assert (r1.status_code, batch.status_code, single.status_code) == (200, 200, 200)
-    assert batch.json()["succeeded"] == 2 and engine.started[-1] == "quick single"
+    assert batch.json()["succeeded"] == 3
     assert gauge(srv, "voxflow_requests_rejected_total", reason="concurrency") == 1
     assert running_waiting(srv) == (0, 0)
+
+
+def test_a_batch_item_queued_when_the_server_stops_fails_alone():
+    """A batch's later item is refused only by a shutdown: its entry is a 503 server_shutting_down, the items that
+    ran keep their audio, and the batch is answered (200)."""
+    engine = GateEngine()
+    with gate_server(engine, max_concurrent_requests=1, admission_wait_s=HANG) as srv:
+        async def main():
+            async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
+                batch = asyncio.ensure_future(c.post(BATCH, json={
+                    "model": "gate", "voice": "vivian", "response_format": "pcm",
+                    "items": [{"input": "held item one"}, {"input": "held item two"}]}))
+                await until(lambda: running_waiting(srv) == (1, 1))
+                engine.loop.call_soon_threadsafe(srv.app.state.vox.admission.close)     # (the server's loop)
+                await until(lambda: running_waiting(srv) == (1, 0))
+                engine.finish("held item one")
+                return await batch
+        r = run(main())
+    assert r.status_code == 200 and engine.started == ["held item one"]
+    one, two = r.json()["results"]
+    assert one["status"] == "success" and one["audio_data"]
+    assert two["status"] == "error" and two["status_code"] == 503
+    assert two["error"]["code"] == "server_shutting_down"
+    assert gauge(srv, "voxflow_requests_rejected_total", reason="unavailable") == 1
+    assert running_waiting(srv) == (0, 0)
+
+
+def test_a_client_leaving_a_batch_with_an_item_queued_aborts_the_running_and_dequeues_the_rest():
+    """Limit 1: a batch's first item runs, its second waits in the queue. The client leaves: the running item is
+    aborted (its engine generator closed), the queued one leaves the queue; both count as 499 and the slot is
+    free for the next request."""
+    engine = GateEngine()
+    closed = []
+    generate = engine.generate
+
+    async def tracked(request):
+        try:
+            async for out in generate(request):
+                yield out
+        finally:
+            closed.append(request.text)
+    engine.generate = tracked
+    with gate_server(engine, max_concurrent_requests=1, admission_wait_s=HANG) as srv:
+        batch = {"model": "gate", "voice": "vivian", "response_format": "pcm",
+                 "items": [{"input": "held item one"}, {"input": "held item two"}]}
+        post_and_leave(srv.port, batch, lambda: running_waiting(srv) == (1, 1), BATCH)
+
+        async def main():
+            await until(lambda: running_waiting(srv) == (0, 0))
+            async with httpx.AsyncClient(base_url=srv.url, timeout=HANG) as c:
+                return await c.post(SPEECH, json=body("quick after"))
+        after = run(main())
+    assert after.status_code == 200 and engine.started == ["held item one", "quick after"]
+    assert "held item one" in closed
+    assert gauge(srv, "voxflow_requests_total", status="499") == 2
+    assert srv.app.state.vox.admission.running == 0
 
 
 def test_a_client_that_leaves_while_queued_leaves_the_queue():

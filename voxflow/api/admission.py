@@ -1,7 +1,7 @@
 """Server-wide admission: the slots of settings.max_concurrent_requests and one fair FIFO of those waiting for them.
 
-Every speech request holds a slot while it runs: a POST /v1/audio/speech request, each item of a batch (a batch
-takes its slots all or none), each WebSocket sentence. All of them wait in the same queue, in arrival order.
+Every speech request holds a slot while it runs: a POST /v1/audio/speech request, each item of a batch (queued
+one after another: routes_batch.py), each WebSocket sentence. All of them wait in the same queue, in arrival order.
 
 Why HTTP requests wait too. Before this queue, an HTTP request found full was answered 429 at once, while
 WebSocket sentences (their text was accepted: they cannot be retried) polled for a slot every 50 ms. A freed slot
@@ -13,13 +13,15 @@ clients expect a slow answer rather than a 429), then gets its 429 with Retry-Af
 429, now also given when others are queued, so that a request never overtakes one that came earlier. A WebSocket
 sentence waits up to routes_ws.ADMIT_WAIT_S, counted from its acceptance.
 
-The order is strict: the head of the queue, when it needs more slots than are free (a batch), holds back everyone
-behind it until enough are freed, so a large request is never starved by small ones that keep fitting first. The
-queue holds at most `max_waiting` slots asked for (settings.max_queued_requests; a batch counts its items); an HTTP
-request that would go beyond is refused at once rather than holding its connection for nothing. WebSocket sentences
+The order is strict: the head of the queue, when it needs more slots than are free (`acquire(n)` with n > 1; the
+API asks for one at a time), holds back everyone behind it until enough are freed, so a large request is never
+starved by small ones that keep fitting first. The queue holds at most `max_waiting` slots asked for
+(settings.max_queued_requests); an HTTP request that would go beyond is refused at once rather than holding its
+connection for nothing (a batch's later items are not refused: each batch has at most one queued at a time). WebSocket sentences
 are never refused for a full queue (their text was accepted; max_ws_sessions x routes_ws.MAX_IN_FLIGHT bounds
-them), so a burst of HTTP requests cannot make accepted sentences fail. The price of strict order: a batch at the
-head that does not fit yet leaves the slots freed meanwhile idle until it fits (or its wait ends in a 429).
+them), so a burst of HTTP requests cannot make accepted sentences fail. The price of strict order: a request of
+several slots at the head that does not fit yet leaves the slots freed meanwhile idle until it fits, which is why
+a batch asks for its items' slots one at a time.
 
 No polling: a waiter sleeps on a future that `release` resolves. Cancellation-safe: a waiter that is cancelled or
 whose deadline passes leaves the queue (those behind it may then fit), and a slot granted at the very moment its

@@ -21,10 +21,16 @@ more than max_batch_items, an item not an object; `stream` / `stream_format` set
 cannot stream; `input` at batch level; a default of the wrong type or range; all inputs together longer than
 settings.max_batch_input_chars), 404 a batch-level `model` this server does not serve, 503 while the model
 loads, 401 without a valid API key (AuthMiddleware, as every /v1 route), and 429 with Retry-After when the batch
-got no slots within settings.admission_wait_s: each valid item holds one of settings.max_concurrent_requests slots
-as its own request would, taken all or none (a batch never runs in part) in the server-wide FIFO of admission.py,
-where a batch at the head waits for enough free slots and holds back those behind it (a batch of more valid items
-than max_concurrent_requests, which could never be admitted, is a 400).
+got no slot within settings.admission_wait_s (counted as a rejection per valid item).
+
+Admission, item by item: each valid item holds one of settings.max_concurrent_requests slots as its own request
+would, taken in item order in the server-wide FIFO of admission.py. The first waits as a single request does (its
+429 refuses the whole batch: nothing ran); once one runs, the batch's next item joins the FIFO's tail and waits its
+turn however long (the batch's answer waits for its running items anyway), and so on. So a batch runs in the slots
+free now and in those that free up, a batch larger than max_concurrent_requests runs in parts, and requests
+arriving meanwhile are served between its items instead of behind all of them. Before (all or none), a batch at
+the head held back everyone behind it while it waited for enough slots, which stayed idle meanwhile. A later item
+refused by a shutdown fails alone (503 server_shutting_down in its entry).
 
 Items run concurrently through the engine (which batches them). A reference clip that several items name (the
 batch-level ref_audio above all) is fetched and decoded once. A client that disconnects aborts every unfinished
@@ -154,26 +160,34 @@ async def run_batch(state: AppState, defaults: SpeechRequestBody, items: list[di
     finally:
         refs.close()
     runnable = [i for i, plan in enumerate(plans) if isinstance(plan, SpeechPlan)]
-    if len(runnable) > state.admission.capacity:     # (the slots that exist: a larger batch could never run)
-        # all-or-none admission could never take them all: a 429 (retry later) would be retried forever
-        raise bad_request(f"the batch has {len(runnable)} valid items; this server runs at most "
-                          f"{state.admission.capacity} requests at once", "items", code="too_many_items")
     jobs = {i: SpeechJob(state, plans[i], arrived) for i in runnable}
+    refused: dict[int, APIError] = {}
+    running: dict[int, asyncio.Future] = {}
     try:
-        if jobs:
+        for i, job in jobs.items():
             try:
-                await admit(state, len(jobs))
-            except APIError:                # refused: the items count as rejections only, as they never ran
-                for job in jobs.values():
+                if not running:             # the first slot: as a single request's wait, or the batch is refused
+                    await admit(state, counts_for=len(jobs))
+                else:                       # the batch runs: its next item waits its turn, however long
+                    await admit(state, no_deadline=True)
+            except APIError as e:
+                if running:                 # (only a shutdown refuses a later item: this one alone fails)
+                    refused[i] = e
                     job.discard()
+                    continue
+                for other in jobs.values():     # refused: the items count as rejections only, as they never ran
+                    other.discard()
                 raise
-            for job in jobs.values():       # no await since the grant: each slot is a job's, which gives it back
-                job.holds_slot = True
-        outs = await asyncio.gather(*(_run(job) for job in jobs.values()))
+            job.holds_slot = True           # no await since the grant: the slot is the job's, which gives it back
+            running[i] = asyncio.ensure_future(_run(job))
+        outs = await asyncio.gather(*running.values())
     finally:
+        for task in running.values():       # (all done, unless the client left while a later item was queued)
+            task.cancel()
+        await asyncio.gather(*running.values(), return_exceptions=True)     # each job closed on its way out
         for job in jobs.values():           # closed already, unless cancelled before it began (or while queued)
             await job.close(499, "client_disconnect")
-    done = dict(zip(jobs, outs))
+    done = {**dict(zip(running, outs)), **refused}
     return [(done.get(i, plan), jobs.get(i)) for i, plan in enumerate(plans)]
 
 

@@ -76,40 +76,42 @@ def _reject(state: AppState, reason: str, count: int = 1) -> None:
         state.metrics.rejected.labels(reason=reason).inc(count)
 
 
-async def admit(state: AppState, count: int = 1, *, deadline: float | None = None, receive=None,
-                retryable: bool = True) -> None:
-    """Take `count` of the server-wide slots (state.admission), all or none, waiting for them in the shared FIFO
-    until `deadline` (loop time; None: settings.admission_wait_s from now), or raise 429 with Retry-After, counted
-    as a rejection per slot asked for. A batch takes one per item: each would have been a request of its own.
-    `receive` (an HTTP request's, its body read) is watched while waiting: ClientGone when the client leaves.
-    retryable=False: a request its client cannot send again (a WebSocket sentence, its text accepted): never
-    refused for a full queue (Admission.acquire's bounded=False), and its refusal carries no retry advice.
-    Returning means the slots are the caller's (no await after they were granted); each one goes back with
-    `release`."""
+async def admit(state: AppState, *, deadline: float | None = None, receive=None, retryable: bool = True,
+                counts_for: int = 1, no_deadline: bool = False) -> None:
+    """Take one of the server-wide slots (state.admission), waiting for it in the shared FIFO until `deadline`
+    (loop time; None: settings.admission_wait_s from now), or raise 429 with Retry-After, counted as one rejection
+    (or as `counts_for`: a batch refused as a whole, each of its items a request of its own). `receive` (an HTTP
+    request's, its body read) is watched while waiting: ClientGone when the client leaves. retryable=False: a
+    request its client cannot send again (a WebSocket sentence, its text accepted): never refused for a full
+    queue (Admission.acquire's bounded=False), and its refusal carries no retry advice. no_deadline: waits as long
+    as the queue ahead of it takes and is never refused for a full queue either (a batch's later item, its batch
+    already running: routes_batch.py); only a shutdown refuses it.
+    Returning means the slot is the caller's (no await after it was granted); it goes back with `release`."""
     admission = state.admission
-    if admission.try_acquire(count):                # the usual case: no task, no timer
+    if admission.try_acquire():                     # the usual case: no task, no timer
         return
     loop = asyncio.get_running_loop()
-    if deadline is None:
+    if no_deadline:
+        deadline = None
+    elif deadline is None:
         deadline = loop.time() + max(0.0, float(state.settings.admission_wait_s))
     gone = asyncio.ensure_future(wait_disconnect(receive)) if receive is not None else None
     try:
-        await admission.acquire(count, deadline, abandon=gone, bounded=retryable)
+        await admission.acquire(1, deadline, abandon=gone, bounded=retryable and not no_deadline)
     except AdmissionRefused as e:
         if e.reason == "closing":
-            _reject(state, "unavailable", count)
+            _reject(state, "unavailable", counts_for)
             hint = "; retry on another instance or later" if retryable else ""
             raise APIError(503, f"the server is shutting down{hint}", code="server_shutting_down",
                            retry_after=RETRY_AFTER_UNAVAILABLE_S) from None
-        _reject(state, "concurrency", count)
-        need = f"; this batch needs {count} free" if count > 1 else ""
+        _reject(state, "concurrency", counts_for)
         hint = "; retry later" if retryable else ""
-        raise APIError(429, f"too many concurrent requests: {e}{need}{hint}", code="rate_limit_exceeded",
+        raise APIError(429, f"too many concurrent requests: {e}{hint}", code="rate_limit_exceeded",
                        retry_after=RETRY_AFTER_BUSY_S) from None
     except Abandoned:
         raise ClientGone from None
     finally:
-        if gone is not None:        # not awaited: an await here could be cancelled after the slots were granted
+        if gone is not None:        # not awaited: an await here could be cancelled after the slot was granted
             gone.cancel()
             if gone.done() and not gone.cancelled():
                 gone.exception()    # a receive that failed is a client gone, not an error to log

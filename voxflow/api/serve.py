@@ -59,9 +59,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "(0: 429 at once when no slot is free or others are queued; WebSocket sentences wait up to "
                         "60 s)")
     p.add_argument("--max-queued-requests", type=int, default=2048,
-                   help="slots that queue may hold asked for (a batch counts its items); an HTTP request beyond "
-                        "is refused at once (429); WebSocket sentences are never refused for it (their text was "
-                        "accepted)")
+                   help="requests that queue may hold (a batch queues its items one at a time); an HTTP request "
+                        "beyond is refused at once (429); WebSocket sentences are never refused for it (their text "
+                        "was accepted)")
     p.add_argument("--allowed-hosts", nargs="+", action="extend", default=None, metavar="HOST",
                    help="Host header names served ('*': any; default: loopback names when --host is a loopback "
                         "address, so a DNS-rebinding web page cannot reach the server; else any); space- or "

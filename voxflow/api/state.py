@@ -29,8 +29,9 @@ class ServerSettings:
     # Retry-After; 0: refused at once when no slot is free or others are queued. WebSocket sentences wait
     # routes_ws.ADMIT_WAIT_S instead (they cannot be retried).
     admission_wait_s: float = 5.0
-    # Slots asked for by queued requests (a batch counts its items) beyond which an HTTP request is refused at
-    # once; WebSocket sentences are never refused for it (bounded by max_ws_sessions x routes_ws.MAX_IN_FLIGHT).
+    # Requests queued (a batch queues its items one at a time) beyond which an HTTP request is refused at once;
+    # WebSocket sentences are never refused for it (bounded by max_ws_sessions x routes_ws.MAX_IN_FLIGHT), nor a
+    # batch's later items (its first one was admitted).
     max_queued_requests: int = 2048
     max_batch_items: int = 32                        # items of one POST /v1/audio/speech/batch (vLLM-Omni: 32)
     # All of a batch's inputs together: its JSON answer holds every item's audio at once (base64 wav: ~64 KB per
