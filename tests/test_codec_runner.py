@@ -364,3 +364,21 @@ def test_nan_audio_is_zeroed_counted_and_logged(dec, caplog):
     assert healthy.nonfinite_chunks == 0 and np.isfinite(pcm).all() and pcm.std() > 0
     x = np.array([0.5, np.nan, -0.25], dtype=np.float32)
     assert zero_nonfinite(x) and x.tolist() == [0.5, 0.0, -0.25] and not zero_nonfinite(x)
+
+
+def test_warmup_prepares_the_largest_shape_first(dec):
+    """warmup's shapes, in the order it runs them: every (batch bucket, piece) the sizes need, most frames decoded
+    first (the graphs share one memory pool, which a larger capture after smaller ones fragments: codec_runner's
+    warmup_shapes). The eager CPU path runs the same order."""
+    r = runner(dec, max_rows=8)
+    shapes = r.warmup_shapes([1, 3, 8], [1, 2, 5, 10, 25])
+    assert set(shapes) == {(b, m) for b in (1, 4, 8) for m in (1, 2, 5, 10, 25)}
+    assert shapes[0] == (8, 25) and shapes[-1] == (1, 1)
+    work = [b * m for b, m in shapes]
+    assert work == sorted(work, reverse=True)
+    assert shapes.index((8, 5)) < shapes.index((4, 10)) and shapes.index((8, 1)) < shapes.index((4, 2))  # ties
+    ran = []
+    step = r.pool.step
+    r.pool.step = lambda rows, codes: (ran.append((rows.shape[0], codes.shape[-1])), step(rows, codes))[1]
+    r.warmup([1, 3, 8], [1, 2, 5, 10, 25])
+    assert ran == shapes
