@@ -145,7 +145,6 @@ def test_capture_then_replay_bookkeeping_gives_the_reference(packed, monkeypatch
 
     def fake_capture(run, pool, side=None):
         out = run()
-        order.append(tuple(out.shape))
         return FakeGraph(run, out), out
 
     monkeypatch.setattr(pr, "warm_then_capture", fake_capture)
@@ -155,10 +154,16 @@ def test_capture_then_replay_bookkeeping_gives_the_reference(packed, monkeypatch
     core = make_engine(name, prefill_graphs=True, packed_prefill=packed, max_num_batched_tokens=96)
     runner = core.prefill_runner
     runner.cuda_graphs = True
+    pad_only = runner._pad_only
+    runner._pad_only = lambda key: (order.append(key), pad_only(key))[1]      # called before each capture
     runner.capture()
     assert runner.stats.graphs == len(runner.shapes) == len(order)
-    sizes = [shape[0] * shape[1] for shape in order]            # rows x positions of each captured output
+    sizes = [key[0] * key[1] if len(key) == 3 else key[0] for key in order]  # positions: (B, L, W) or (T, W)
     assert sizes == sorted(sizes, reverse=True)
+    # each graph keeps only what prefill_outputs reads: a row per chunk, not the whole hidden state
+    hidden = core.model.prefill_input_spec()[0]
+    for key, (_, out) in runner._graphs.items():
+        assert out.shape == (runner.max_chunks if packed else key[0], hidden)
     reqs = [greedy("Hello world.", 6, voice="vivian", request_id="a"),
             greedy("This is a tiny test.", 5, voice="serena", instructions="Speak happily.", request_id="b")]
     results = drive(core, {0: reqs})

@@ -7,11 +7,13 @@
 # audio-s/s) 746 MiB more, past the 8 GB budget (7.97 GiB). This call: the codec GPU tests (the new one: every
 # engine shape's warm-up reserves about what the largest graph alone does), the allocation probe (pool sizes after
 # startup and while serving), 0.6B c=64 (<= 8 GB) on the defaults and with sub-pixel convolutions, footprints
-# printed (does sub-pixel now fit?), and the probe with sub-pixel.
+# printed (does sub-pixel now fit?), and the probe with sub-pixel. Also in this tree: the prefill graphs keep only a
+# row per chunk as their output (prefill_runner.GraphedPrefill; before, each of the 0.6B's 74 packed graphs kept its
+# whole [T, H] hidden state: 205 MiB), held by test_gpu_packed_prefill_equals_cpu_reference.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-gpu_tests 150 tests/gpu/test_gpu_codec.py -k "warmup or graph_path_equals"
+gpu_tests 200 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_engine.py -k "warmup or graph_path_equals or packed_prefill"
 pack_results
 wait $CK6
 probe_small_allocations

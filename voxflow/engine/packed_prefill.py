@@ -26,7 +26,6 @@ import torch
 
 from ..kernels.prefill_tiles import PrefillTiles, make_tiles, max_tiles
 from .graph_runner import width_bucket
-from .host_to_device import to_device
 from .model_api import PagedKVContext
 from .prefill_runner import GraphedPrefill, PrefillItem
 
@@ -67,7 +66,8 @@ class PackedPrefillRunner(GraphedPrefill):
         zeros = lambda *shape: torch.zeros(shape, dtype=torch.long, device=self.device)    # noqa: E731
         self._dev = {"positions": zeros(tokens), "mapping": zeros(tokens), "lens": zeros(tokens),
                      "chunk_of": zeros(tokens), "tables": zeros(self.max_chunks * width),
-                     "tiles": zeros(4 * max_tiles(tokens, self.max_chunks))}
+                     "tiles": zeros(4 * max_tiles(tokens, self.max_chunks)),
+                     "last": zeros(self.max_chunks)}              # each chunk's last row (padding: row 0)
         self._x = torch.zeros(tokens, hidden, dtype=dtype, device=self.device)
 
     # ---- which steps fit ---------------------------------------------------------------------------------------
@@ -92,6 +92,7 @@ class PackedPrefillRunner(GraphedPrefill):
                 for k in ("positions", "mapping", "lens", "chunk_of")}
         host["tables"] = torch.empty((len(items) + 1, width), dtype=torch.long, pin_memory=cuda)
         host["tiles"] = torch.empty((4, max_tiles(tokens, self.max_chunks)), dtype=torch.long, pin_memory=cuda)
+        host["last"] = torch.zeros(self.max_chunks, dtype=torch.long, pin_memory=cuda)
         make_tiles([(item.start, item.end) for item in items], host["tiles"].numpy())
         pos, mp, ln, of = (host[k].numpy() for k in ("positions", "mapping", "lens", "chunk_of"))
         tb = host["tables"].numpy()
@@ -103,7 +104,7 @@ class PackedPrefillRunner(GraphedPrefill):
         ln.fill(1)
         of.fill(pad)
         x = self._x
-        at, last = 0, []
+        at, last = 0, host["last"].numpy()
         for i, item in enumerate(items):
             n = item.end - item.start
             pos[at: at + n] = np.arange(item.start, item.end)
@@ -114,18 +115,20 @@ class PackedPrefillRunner(GraphedPrefill):
             tb[i, :len(pages)] = pages
             x[at: at + n].copy_(item.embeds[item.start:item.end])
             at += n
-            last.append(at - 1)
+            last[i] = at - 1
         if at < tokens:
             x[at:tokens].zero_()
         for name in ("positions", "mapping", "lens", "chunk_of"):
             d[name][:tokens].copy_(host[name], non_blocking=True)
         d["tables"][: (len(items) + 1) * width].copy_(host["tables"].view(-1), non_blocking=True)
         d["tiles"][: host["tiles"].numel()].copy_(host["tiles"].view(-1), non_blocking=True)
+        d["last"].copy_(host["last"], non_blocking=True)
         out = self._replay(key)
-        rows = to_device(torch.from_numpy(np.asarray(last, dtype=np.int64)), self.device)
-        self.model.prefill_outputs([(item.slot, item.last) for item in items], out[:, 0].index_select(0, rows))
+        self.model.prefill_outputs([(item.slot, item.last) for item in items], out[:len(items)])
 
     def _forward(self, tokens: int, width: int) -> torch.Tensor:
+        """Each chunk's last row's hidden state [max_chunks, H], gathered inside the graph (GraphedPrefill's
+        output rule; rows past the step's chunks read row 0 and are not used)."""
         d = self._dev
         chunk_tables = d["tables"][: self.max_chunks * width].view(self.max_chunks, width)
         if self.device.type == "cuda":
@@ -138,8 +141,9 @@ class PackedPrefillRunner(GraphedPrefill):
         kv = PagedKVContext(self.k_cache, self.v_cache, self.block_size, tables, d["lens"][:tokens],
                             d["mapping"][:tokens].view(tokens, 1), rows_share_sequences=True,
                             prefill_tiles=(chunk_tables, PrefillTiles(*tiles)))
-        return self.model.prefill_forward(self._x[:tokens].view(tokens, 1, -1),
-                                          d["positions"][:tokens].view(tokens, 1), kv)
+        hidden = self.model.prefill_forward(self._x[:tokens].view(tokens, 1, -1),
+                                            d["positions"][:tokens].view(tokens, 1), kv)
+        return hidden[:, 0].index_select(0, d["last"])
 
     # ---- CUDA graphs ------------------------------------------------------------------------------------------
     def _pad_only(self, key: tuple[int, int]) -> None:
@@ -151,6 +155,7 @@ class PackedPrefillRunner(GraphedPrefill):
         d["tiles"].zero_()                            # no tile: the attention computes nothing
         d["tables"].fill_(-1)
         d["tables"][0] = self.scratch_block           # chunk 0's table (row 0 of any width): the scratch page
+        d["last"].zero_()
         self._x.zero_()
 
     @staticmethod
