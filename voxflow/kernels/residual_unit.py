@@ -30,7 +30,7 @@ from voxflow.kernels.causal_conv import (_dot_precision, _unit_channel_stride, b
 from voxflow.kernels.rms_norm import round_to
 
 MAX_CHANNELS = 128
-# Off until measured on the device (benchmarks/scripts/conv_epilogue_cost.py --fused); VOXFLOW_FUSED_RESIDUAL_UNIT=1.
+# Off: measured on the device (docstring above); VOXFLOW_FUSED_RESIDUAL_UNIT=1.
 ENABLED = os.environ.get("VOXFLOW_FUSED_RESIDUAL_UNIT", "0") == "1"
 
 
