@@ -1033,12 +1033,13 @@ def test_long_streaming_texts_read_their_pages_as_the_reference_reads_its_text()
             greedy(long, 120, voice="vivian", non_streaming_mode=False, request_id="long")]
     assert core.model.prepare(reqs[2]).state.trailing_text.shape[0] > 256
     pages, epoch, free = {}, core.model.graph_epoch, len(slots._free_pages)
-    load_text = slots._load_text
+    load_texts = slots._load_texts
 
-    def recording(slot, trailing):
-        load_text(slot, trailing)
-        pages[trailing.shape[0]] = list(slots._slot_pages.get(slot, []))
-    slots._load_text = recording
+    def recording(slot_list, rows, texts):
+        load_texts(slot_list, rows, texts)
+        for slot, trailing in zip(slot_list, texts):
+            pages[trailing.shape[0]] = list(slots._slot_pages.get(slot, []))
+    slots._load_texts = recording
     results = drive(core, {0: reqs[:2], 8: reqs[2:]})
     long_pages = pages[max(pages)]
     assert long_pages != list(range(long_pages[0], long_pages[0] + len(long_pages)))      # not one contiguous run

@@ -22,8 +22,8 @@ def make_case(device="cpu", dtype=torch.float32, hidden=40, slots=6, seed=0):
     from voxflow.models.qwen3_tts.slots import SlotTable
     g = torch.Generator().manual_seed(seed)
     table = SlotTable(slots, hidden, 50, 16, dtype, torch.device(device), trailing_cap=96, history_cap=16)
-    for slot, rows in ((0, 5), (2, 70), (4, 0)):
-        table._load_text(slot, torch.randn(rows, hidden, generator=g).to(dtype).to(device))
+    texts = [torch.randn(rows, hidden, generator=g).to(dtype).to(device) for rows in (5, 70, 0)]
+    table._load_texts([0, 2, 4], torch.tensor([0, 2, 4], device=device), texts)
     rows = torch.tensor([2, 0, 4, 2, 0, slots, slots])
     fed = torch.tensor([33, 5, 0, 69, 10 ** 6, 0, 1])
     trailing_len = torch.tensor([70, 5, 0, 70, 5, 0, 0])

@@ -100,3 +100,52 @@ def test_a_load_writes_the_request_row_of_every_scalar_and_nothing_else():
     assert torch.equal(g.talker_params().top_k, t.t_top_k[rows])
     assert torch.equal(g.cp_params().temperature, t.cp_temperature[rows])
 
+
+
+def _loads(seed: int, sizes: list[int], slots: list[int]):
+    from voxflow.models.qwen3_tts.slots import SlotLoad
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, (slot, rows) in enumerate(zip(slots, sizes)):
+        params = type("P", (), dict(do_sample=bool(i % 2), temperature=0.5 + i, top_k=3 + i, top_p=0.9,
+                                    subtalker_do_sample=not i % 2, subtalker_temperature=0.7, subtalker_top_k=5 + i,
+                                    subtalker_top_p=0.8, repetition_penalty=1.0 + i / 10, min_new_tokens=i))()
+        out.append(SlotLoad(slot, params, 1000 + i, 10 + i, 6 + i, i == 2, torch.randn(rows, H, generator=g)))
+    return out
+
+
+def test_loading_several_slots_at_once_equals_loading_them_one_by_one():
+    """load_many (the engine attaches a step's new requests together) leaves every tensor of the table as the same
+    loads one at a time do: scalars, page assignment, page table, text rows; here with texts of 0 to 3 pages, one
+    filling its pages exactly, more pages than are free (the pool grows once), and a slot's leftovers reset."""
+    sizes, slots = [2 * TEXT_PAGE_ROWS + 5, 0, TEXT_PAGE_ROWS, 3 * TEXT_PAGE_ROWS], [2, 0, 3, 1]
+    one, many = table(max_slots=4, cap=TEXT_PAGE_ROWS), table(max_slots=4, cap=TEXT_PAGE_ROWS)
+    for t in (one, many):
+        t.h[3], t.seen[3, 5], t.c0[3] = 2.0, True, 7              # a previous request's leftovers
+    for x in _loads(1, sizes, slots):
+        one.load(x.slot, params=x.params, key=x.key, prompt_len=x.prompt_len, max_frames=x.max_frames,
+                 ignore_eos=x.ignore_eos, trailing=x.trailing)
+    many.load_many(_loads(1, sizes, slots))
+    assert one.version == many.version == 1                        # 7 pages needed, 4 free: grown once each way
+    for name in ("h", "seen", "history", "text_pages", "text_table"):
+        assert torch.equal(getattr(one, name), getattr(many, name)), name
+    for kind in SCALARS:
+        assert torch.equal(one._scalars[kind], many._scalars[kind]), kind
+    assert one._slot_pages == many._slot_pages and one._free_pages == many._free_pages
+    for x in _loads(1, sizes, slots):                              # and each slot reads back its own text
+        frames = x.trailing.shape[0] + 2
+        assert torch.equal(read_back(many, x.slot, frames), expect(x.trailing, frames))
+
+
+def test_loading_several_slots_at_once_takes_as_many_tensor_operations_as_loading_one():
+    """The point of load_many: on a GPU each tensor operation is a launch on the engine thread, so a step's new
+    requests cost one set of them, not one set each."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def ops(n: int) -> int:
+        t = table(max_slots=8, cap=2 * TEXT_PAGE_ROWS)
+        loads = _loads(2, [TEXT_PAGE_ROWS + 1] * n, list(range(n)))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t.load_many(loads)
+        return sum(e.name.startswith("aten::") and e.cpu_parent is None for e in prof.events())
+    assert ops(6) == ops(2)

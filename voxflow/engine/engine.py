@@ -553,17 +553,29 @@ class EngineCore:
         """A perf_counter reading on the monotonic clock (the one requests' timestamps use)."""
         return time.monotonic() - (time.perf_counter() - perf)
 
-    def _prefill_embeds(self, live: _Live, end: int) -> torch.Tensor:
-        """The request's prefill input (attaching it to its slot and codec stream at its first chunk)."""
-        seq = live.seq
-        if not live.attached:
-            self.model.attach(seq.slot, live.prepared)
+    def _attach(self, lives: list[_Live]) -> None:
+        """Requests at their first prefill chunk: to their slots (together, where the model can: one set of device
+        writes for all) and codec streams."""
+        new = [live for live in lives if not live.attached]
+        if not new:
+            return
+        attach_many = getattr(self.model, "attach_many", None)
+        if attach_many is not None:
+            attach_many([(live.seq.slot, live.prepared) for live in new])
+        for live in new:
+            if attach_many is None:
+                self.model.attach(live.seq.slot, live.prepared)
             live.attached = True
+            seq = live.seq
             self.codec_exec.add(seq.request_id, stream=live.request.streaming.stream,
                                 initial_frames=live.request.streaming.initial_chunk_frames,
                                 chunk_frames=live.request.streaming.chunk_frames,
                                 num_active=self.scheduler.num_running,
                                 prefix_frames=live.prepared.codec_prefix_frames, total_frames=seq.max_frames)
+
+    def _prefill_embeds(self, live: _Live, end: int) -> torch.Tensor:
+        """The request's prefill input (it is attached: `_attach`)."""
+        seq = live.seq
         if seq.num_preemptions > 0:
             embeds = live.extra.get("resume_embeds")
             if embeds is None or embeds.shape[0] < end:
@@ -574,6 +586,7 @@ class EngineCore:
     def _run_prefills(self, chunks) -> None:
         """This step's prefill chunks, attached and given their inputs here, run by `PrefillDispatch`."""
         items = [(self.live[c.seq.request_id], c) for c in chunks]
+        self._attach([live for live, _ in items])
         self.prefill.run([(c, self._prefill_embeds(live, c.end)) for live, c in items])
         now = time.monotonic()
         for live, c in items:

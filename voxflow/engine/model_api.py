@@ -117,7 +117,9 @@ class TTSModel(Protocol):
         """Validate and build the prompt. Raises ValueError with a user-facing message on bad input."""
 
     def attach(self, slot: int, prepared: PreparedRequest) -> None:
-        """Load a request's decode state (sampling params, trailing text, seed, counters) into `slot`."""
+        """Load a request's decode state (sampling params, trailing text, seed, counters) into `slot`.
+        Optional: `attach_many(pairs)` with [(slot, prepared), ...], the same for several at once (the engine
+        uses it when present: a step's new requests in one set of device writes)."""
 
     def detach(self, slot: int) -> None:
         """Forget the slot's request."""

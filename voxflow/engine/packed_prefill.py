@@ -113,9 +113,11 @@ class PackedPrefillRunner(GraphedPrefill):
             of[at: at + n] = i
             pages = item.block_table[:width]
             tb[i, :len(pages)] = pages
-            x[at: at + n].copy_(item.embeds[item.start:item.end])
             at += n
             last[i] = at - 1
+        # The chunks' input rows end to end: one concatenation (a copy per chunk was a launch each on the engine
+        # thread, 31 of them in a wave's first step at c=64)
+        torch.cat([item.embeds[item.start:item.end] for item in items], out=x[:at])
         if at < tokens:
             x[at:tokens].zero_()
         for name in ("positions", "mapping", "lens", "chunk_of"):

@@ -47,7 +47,7 @@ from .generate import SynthesisRequest, VoiceClonePrompt, make_voice_clone_promp
 from .model import Qwen3TTS
 from .position_keys import content_key, position_keys
 from .sampling import SamplingParams, WarpParams, suppress_mask
-from .slots import SlotTable
+from .slots import SlotLoad, SlotTable
 
 _PUBLIC_TASK = {"custom_voice": "custom_voice", "voice_design": "voice_design", "base": "voice_clone"}
 
@@ -218,19 +218,31 @@ class Qwen3TTSPlugin:
 
     # ------------------------------------------------------------------------------------ slot lifecycle
     def attach(self, slot: int, prepared: PreparedRequest) -> None:
-        if self._attached[slot] is not None:
-            raise ValueError(f"slot {slot} already holds request {self._attached[slot].request_id}")
-        st: Qwen3RequestState = prepared.state
-        if st.seed is None:
-            st.seed = random.getrandbits(63)
-        self.slots.load(slot, params=st.params, key=seed_key(st.seed), prompt_len=prepared.prompt_len,
-                        max_frames=prepared.max_frames, ignore_eos=st.ignore_eos,
-                        trailing=st.trailing_text.to(self.device))
-        if st.resume is not None:
-            self.slots.restore(slot, st.resume)
-            st.resume = None
-        self._attached[slot] = prepared
-        self._count_sampling(st.params, +1)
+        self.attach_many([(slot, prepared)])
+
+    def attach_many(self, pairs: list[tuple[int, PreparedRequest]]) -> None:
+        """`attach` for several (slot, request) pairs, their slot rows written together (SlotTable.load_many)."""
+        slots = [slot for slot, _ in pairs]
+        for slot, _ in pairs:
+            if self._attached[slot] is not None:
+                raise ValueError(f"slot {slot} already holds request {self._attached[slot].request_id}")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"slots attached twice at once: {slots}")
+        loads = []
+        for slot, prepared in pairs:
+            st: Qwen3RequestState = prepared.state
+            if st.seed is None:
+                st.seed = random.getrandbits(63)
+            loads.append(SlotLoad(slot, st.params, seed_key(st.seed), prepared.prompt_len, prepared.max_frames,
+                                  st.ignore_eos, st.trailing_text.to(self.device)))
+        self.slots.load_many(loads)
+        for slot, prepared in pairs:
+            st = prepared.state
+            if st.resume is not None:
+                self.slots.restore(slot, st.resume)
+                st.resume = None
+            self._attached[slot] = prepared
+            self._count_sampling(st.params, +1)
 
     def detach(self, slot: int) -> None:
         prepared = self._attached[slot]
