@@ -13,7 +13,8 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-gpu_tests 200 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_engine.py -k "warmup or graph_path_equals or packed_prefill"
+gpu_tests 200 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_engine.py \
+  -k "warmup or graph_path_equals or packed_prefill"
 pack_results
 wait $CK6
 probe_small_allocations

@@ -17,9 +17,9 @@ The order is strict: the head of the queue, when it needs more slots than are fr
 API asks for one at a time), holds back everyone behind it until enough are freed, so a large request is never
 starved by small ones that keep fitting first. The queue holds at most `max_waiting` slots asked for
 (settings.max_queued_requests); an HTTP request that would go beyond is refused at once rather than holding its
-connection for nothing (a batch's later items are not refused: each batch has at most one queued at a time). WebSocket sentences
-are never refused for a full queue (their text was accepted; max_ws_sessions x routes_ws.MAX_IN_FLIGHT bounds
-them), so a burst of HTTP requests cannot make accepted sentences fail. The price of strict order: a request of
+connection for nothing (a batch's later items are not refused: each batch has at most one queued at a time).
+WebSocket sentences are never refused for a full queue (their text was accepted; max_ws_sessions x
+routes_ws.MAX_IN_FLIGHT bounds them), so a burst of HTTP requests cannot make accepted sentences fail. The price of strict order: a request of
 several slots at the head that does not fit yet leaves the slots freed meanwhile idle until it fits, which is why
 a batch asks for its items' slots one at a time.
 
