@@ -359,8 +359,9 @@ def test_a_batchs_items_take_slots_one_at_a_time_and_later_arrivals_are_served_b
                 batch = asyncio.ensure_future(c.post(BATCH, json={
                     "model": "gate", "voice": "vivian", "response_format": "pcm",
                     "items": [{"input": "held item one"}, {"input": "held item two"}, {"input": "held item three"}]}))
-                await until(lambda: running_waiting(srv) == (2, 1))
-                assert engine.started == ["held first", "held item one"]     # the free slot did not stay idle
+                # the free slot did not stay idle: item one runs, item two waits
+                await until(lambda: engine.started == ["held first", "held item one"]
+                            and running_waiting(srv) == (2, 1))
                 settings.admission_wait_s = 0
                 refused = await c.post(SPEECH, json=body("quick no wait"))
                 settings.admission_wait_s = HANG
@@ -394,7 +395,7 @@ def test_a_batch_item_queued_when_the_server_stops_fails_alone():
                 batch = asyncio.ensure_future(c.post(BATCH, json={
                     "model": "gate", "voice": "vivian", "response_format": "pcm",
                     "items": [{"input": "held item one"}, {"input": "held item two"}]}))
-                await until(lambda: running_waiting(srv) == (1, 1))
+                await until(lambda: engine.started == ["held item one"] and running_waiting(srv) == (1, 1))
                 engine.loop.call_soon_threadsafe(srv.app.state.vox.admission.close)     # (the server's loop)
                 await until(lambda: running_waiting(srv) == (1, 0))
                 engine.finish("held item one")
@@ -427,7 +428,8 @@ def test_a_client_leaving_a_batch_with_an_item_queued_aborts_the_running_and_deq
     with gate_server(engine, max_concurrent_requests=1, admission_wait_s=HANG) as srv:
         batch = {"model": "gate", "voice": "vivian", "response_format": "pcm",
                  "items": [{"input": "held item one"}, {"input": "held item two"}]}
-        post_and_leave(srv.port, batch, lambda: running_waiting(srv) == (1, 1), BATCH)
+        post_and_leave(srv.port, batch, lambda: engine.started == ["held item one"] and running_waiting(srv) == (1, 1),
+                       BATCH)
 
         async def main():
             await until(lambda: running_waiting(srv) == (0, 0))

@@ -1170,3 +1170,20 @@ def test_decode_queued_before_the_prefill_keeps_every_requests_codes(packed):
         assert order.index((s, "decode")) < order.index((s, "prefill"))
     assert_engine_matches_reference(name, core, results, reqs)
     assert_all_released(core)
+
+
+def test_decode_queued_before_the_prefill_keeps_seeded_sampling():
+    """decode_before_prefill with sampling: seeded requests joining while a sampled one decodes (a step then decodes
+    and attaches, which also changes the decode variant's sampling settings) draw the same codes in either order."""
+    def sampled(rid, seed, text):
+        return SpeechRequest(text=text, voice="vivian", request_id=rid,
+                             sampling=SamplingOptions(seed=seed, max_new_tokens=12, top_k=20, temperature=0.8))
+    runs = []
+    for first in (False, True):
+        core = make_engine(decode_before_prefill=first)
+        drive(core, {0: [sampled("a", 3, "The quick brown fox.")],
+                     2: [sampled("b", 4, "Hello world."), sampled("c", 5, "Speak happily, please.")]})
+        runs.append(core)
+    for rid in "abc":
+        assert codes_of(runs[0], rid).shape[0] > 2
+        assert torch.equal(codes_of(runs[0], rid), codes_of(runs[1], rid)), rid

@@ -28,15 +28,17 @@ would, taken in item order in the server-wide FIFO of admission.py. The first wa
 429 refuses the whole batch: nothing ran); once one runs, the batch's next item joins the FIFO's tail and waits its
 turn however long (the batch's answer waits for its running items anyway), and so on. So a batch runs in the slots
 free now and in those that free up, a batch larger than max_concurrent_requests runs in parts, and requests
-arriving meanwhile are served between its items instead of behind all of them. Before (all or none), a batch at
-the head held back everyone behind it while it waited for enough slots, which stayed idle meanwhile. A later item
-refused by a shutdown fails alone (503 server_shutting_down in its entry).
+arriving meanwhile are served between its items instead of behind all of them (the price: under sustained load a
+batch of N items takes about N turns of the queue). Before (all or none), a batch at the head held back everyone
+behind it while it waited for enough slots, which stayed idle meanwhile. A later item refused by a shutdown fails
+alone (503 server_shutting_down in its entry).
 
-Items run concurrently through the engine (which batches them). A reference clip that several items name (the
-batch-level ref_audio above all) is fetched and decoded once. A client that disconnects aborts every unfinished
-item in the engine, each counted as a 499 (client_disconnect). Metrics: each admitted item is one request
-(voxflow_requests_total by status, latency, audio), as a whole-file request; its latency ends when its file is
-encoded, the batch's answer leaving with its last item.
+The admitted items run concurrently through the engine (which batches them). A reference clip that several items
+name (the batch-level ref_audio above all) is fetched and decoded once. A client that disconnects aborts every
+unfinished item in the engine and takes its queued one out of the queue, each counted as a 499 (client_disconnect).
+Metrics: each item that ran or was still waiting is one request (voxflow_requests_total by status, latency,
+audio), as a whole-file request; its latency ends when its file is encoded, the batch's answer leaving with its
+last item.
 """
 from __future__ import annotations
 
@@ -184,8 +186,14 @@ async def run_batch(state: AppState, defaults: SpeechRequestBody, items: list[di
     finally:
         for task in running.values():       # (all done, unless the client left while a later item was queued)
             task.cancel()
+        # Closed already, unless cancelled while queued or before it began. The ones not begun first (no engine
+        # request: their close does not suspend), so a second cancellation during the wait below cannot leave one
+        # holding its slot.
+        for job in jobs.values():
+            if job.gen is None:
+                await job.close(499, "client_disconnect")
         await asyncio.gather(*running.values(), return_exceptions=True)     # each job closed on its way out
-        for job in jobs.values():           # closed already, unless cancelled before it began (or while queued)
+        for job in jobs.values():
             await job.close(499, "client_disconnect")
     done = {**dict(zip(running, outs)), **refused}
     return [(done.get(i, plan), jobs.get(i)) for i, plan in enumerate(plans)]

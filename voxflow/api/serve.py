@@ -55,9 +55,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="speech requests served at once (HTTP requests, batch items and WebSocket sentences); "
                         "the others wait in one FIFO queue")
     p.add_argument("--admission-wait-s", type=float, default=5.0,
-                   help="seconds an HTTP request waits in that queue for a slot before its 429 with Retry-After "
-                        "(0: 429 at once when no slot is free or others are queued; WebSocket sentences wait up to "
-                        "60 s)")
+                   help="seconds an HTTP request (a batch's first item) waits in that queue for a slot before its "
+                        "429 with Retry-After (0: 429 at once when no slot is free or others are queued; a batch's "
+                        "later items wait their turn; WebSocket sentences wait up to 60 s)")
     p.add_argument("--max-queued-requests", type=int, default=2048,
                    help="requests that queue may hold (a batch queues its items one at a time); an HTTP request "
                         "beyond is refused at once (429); WebSocket sentences are never refused for it (their text "
