@@ -9,12 +9,13 @@
 # startup and while serving), 0.6B c=64 (<= 8 GB) on the defaults and with sub-pixel convolutions, footprints
 # printed (does sub-pixel now fit?), and the probe with sub-pixel. Also in this tree: the prefill graphs keep only a
 # row per chunk as their output (prefill_runner.GraphedPrefill; before, each of the 0.6B's 74 packed graphs kept its
-# whole [T, H] hidden state: 205 MiB), held by test_gpu_packed_prefill_equals_cpu_reference.
+# whole [T, H] hidden state: 205 MiB), held by test_gpu_packed_prefill_equals_cpu_reference; and a step's new
+# requests attached together (SlotTable.load_many), held by the no-hidden-sync and frame-input GPU tests.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-gpu_tests 200 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_engine.py \
-  -k "warmup or graph_path_equals or packed_prefill"
+gpu_tests 240 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_engine.py tests/gpu/test_gpu_no_host_sync.py \
+  tests/gpu/test_gpu_frame_input.py -k "warmup or graph_path_equals or packed_prefill or synchronisation or frame_input"
 pack_results
 wait $CK6
 probe_small_allocations
