@@ -1187,3 +1187,37 @@ def test_decode_queued_before_the_prefill_keeps_seeded_sampling():
     for rid in "abc":
         assert codes_of(runs[0], rid).shape[0] > 2
         assert torch.equal(codes_of(runs[0], rid), codes_of(runs[1], rid)), rid
+
+
+def test_a_prefill_that_fails_after_its_steps_decode_was_queued_loses_no_frame(monkeypatch):
+    """decode_before_prefill: a step's prefill can raise after the step queued its decode (the warm-up survives a
+    failed step: it then aborts its requests). The previous decode is read at once and the queued one by the next
+    step, so the request that was decoding goes on with every frame once (dropping the queued decode lost one);
+    the request whose prefill failed is aborted, and everything is given back."""
+    core = make_engine(decode_before_prefill=True)
+    reqs = [greedy("Hello world.", 12, voice="vivian", request_id="a"),
+            greedy("This is a tiny test.", 8, voice="vivian", request_id="b")]
+    run_prefills, failed = core._run_prefills, []
+
+    def failing_once(chunks):
+        if any(c.seq.request_id == "b" for c in chunks) and not failed:
+            failed.append(core.steps)
+            raise RuntimeError("a prefill failed")
+        return run_prefills(chunks)
+    monkeypatch.setattr(core, "_run_prefills", failing_once)
+    results: dict[str, list] = {"a": []}
+    core.add_request(reqs[0])
+    step = 0
+    while core.has_work():
+        if step == 3:
+            core.add_request(reqs[1])
+        try:
+            for out in core.step():
+                results.setdefault(out.request_id, []).append(out)
+        except RuntimeError:
+            assert core._inflight is not None and core._inflight.owners is None     # queued, not yet read
+            core.abort("b")
+        step += 1
+    assert failed and results["a"][-1].reason.value == "length"
+    assert_engine_matches_reference("custom_voice", core, results, reqs[:1])
+    assert_all_released(core)

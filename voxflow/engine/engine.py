@@ -455,7 +455,15 @@ class EngineCore:
             launched = self._launch_decode(sched.decode) if sched.decode else None
             t2 = time.perf_counter()
             if sched.prefill:
-                self._run_prefills(sched.prefill)
+                try:
+                    self._run_prefills(sched.prefill)
+                except BaseException:
+                    # (a failed step the engine survives, as in its warm-up) the decode just queued is the next
+                    # step's to read; the one before it is read now, as this step would have
+                    previous, self._inflight = self._inflight, launched
+                    if previous is not None:
+                        self._collect_decode(previous)
+                    raise
             t3 = time.perf_counter()
             t["launch_decode"] += t2 - t1
             t["prefill"] += t3 - t2
