@@ -449,33 +449,7 @@ class EngineCore:
         t1 = time.perf_counter()
         t["schedule"] += t1 - t0
 
-        if self.config.decode_before_prefill:
-            # The running streams' decode queued first, so the GPU runs it while the host builds the prefill
-            # (its chunks' inputs, attaches): both touch disjoint slots and pages, so the order changes no output.
-            launched = self._launch_decode(sched.decode) if sched.decode else None
-            t2 = time.perf_counter()
-            if sched.prefill:
-                try:
-                    self._run_prefills(sched.prefill)
-                except BaseException:
-                    # (a failed step the engine survives, as in its warm-up) the decode just queued is the next
-                    # step's to read; the one before it is read now, as this step would have
-                    previous, self._inflight = self._inflight, launched
-                    if previous is not None:
-                        self._collect_decode(previous)
-                    raise
-            t3 = time.perf_counter()
-            t["launch_decode"] += t2 - t1
-            t["prefill"] += t3 - t2
-            t2 = t1 + (t3 - t2)        # the trace's marks as in the other order: schedule, prefill, launch_decode
-        else:
-            if sched.prefill:
-                self._run_prefills(sched.prefill)
-            t2 = time.perf_counter()
-            t["prefill"] += t2 - t1
-            launched = self._launch_decode(sched.decode) if sched.decode else None
-            t3 = time.perf_counter()
-            t["launch_decode"] += t3 - t2
+        launched, t2, t3 = self._queue_prefill_and_decode(sched, t1)
         previous, self._inflight = self._inflight, launched
         if previous is not None:
             self._collect_decode(previous)
@@ -534,6 +508,39 @@ class EngineCore:
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
         return outputs
+
+    def _queue_prefill_and_decode(self, sched, t1: float) -> tuple[InflightDecode | None, float, float]:
+        """This step's prefill chunks and its decode queued on the GPU; (the decode in flight, the perf_counter
+        marks after the prefill and after the decode's launch, as if the prefill went first). With
+        `decode_before_prefill` the running streams' decode goes first, so the GPU runs it while the host builds
+        the prefill (its chunks' inputs, attaches): the two touch disjoint slots and pages, so the order changes no
+        output."""
+        t = self.timings
+        if not self.config.decode_before_prefill:
+            if sched.prefill:
+                self._run_prefills(sched.prefill)
+            t2 = time.perf_counter()
+            t["prefill"] += t2 - t1
+            launched = self._launch_decode(sched.decode) if sched.decode else None
+            t3 = time.perf_counter()
+            t["launch_decode"] += t3 - t2
+            return launched, t2, t3
+        launched = self._launch_decode(sched.decode) if sched.decode else None
+        t2 = time.perf_counter()
+        if sched.prefill:
+            try:
+                self._run_prefills(sched.prefill)
+            except BaseException:
+                # (a failed step the engine survives, as in its warm-up) the decode just queued is the next step's
+                # to read; the one before it is read now, as this step would have
+                previous, self._inflight = self._inflight, launched
+                if previous is not None:
+                    self._collect_decode(previous)
+                raise
+        t3 = time.perf_counter()
+        t["launch_decode"] += t2 - t1
+        t["prefill"] += t3 - t2
+        return launched, t1 + (t3 - t2), t3
 
     def _emit_chunks(self, outputs: list[Output], block: bool = False, block_oldest: bool = False) -> None:
         """The codec chunks that have landed into `outputs` as AudioChunks (block: wait for every launched call;
