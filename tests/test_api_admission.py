@@ -56,6 +56,15 @@ def holder(admission: Admission, n: int, log: list, name: str, **kw) -> asyncio.
     return asyncio.ensure_future(wait())
 
 
+async def queue_up(admission: Admission, log: list, *waiters: tuple[int, str]) -> list[asyncio.Task]:
+    """`holder` tasks for (n, name) in this order, each one queued before the next is made."""
+    tasks = []
+    for n, name in waiters:
+        tasks.append(holder(admission, n, log, name))
+        await settle()
+    return tasks
+
+
 # ============================================================================================ the class alone
 def test_waiters_are_served_in_arrival_order():
     async def main():
@@ -79,10 +88,7 @@ def test_a_large_request_at_the_head_holds_back_smaller_ones_behind_it():
     async def main():
         adm, log = Admission(3, 10), []
         assert adm.try_acquire() and adm.try_acquire()
-        big = holder(adm, 3, log, "big")
-        await settle()
-        small = holder(adm, 1, log, "small")
-        await settle()
+        big, small = await queue_up(adm, log, (3, "big"), (1, "small"))
         assert adm.free == 1 and log == [] and adm.waiting == 4
         assert not adm.try_acquire()                    # nobody jumps the queue either, even with a slot free
         adm.release()                                   # 2 free: "small" would fit, "big" not yet
@@ -102,10 +108,7 @@ def test_a_cancelled_waiter_leaves_the_queue_and_unblocks_those_behind():
     async def main():
         adm, log = Admission(2, 10), []
         assert adm.try_acquire()
-        big = holder(adm, 2, log, "big")
-        await settle()
-        small = holder(adm, 1, log, "small")
-        await settle()
+        big, small = await queue_up(adm, log, (2, "big"), (1, "small"))
         assert log == [] and adm.waiting == 3
         big.cancel()                                    # the head leaves: the one behind fits the free slot
         await settle()
@@ -120,10 +123,7 @@ def test_a_slot_granted_as_its_waiter_is_cancelled_goes_to_the_next():
     async def main():
         adm, log = Admission(1, 10), []
         assert adm.try_acquire()
-        first = holder(adm, 1, log, "first")
-        await settle()
-        second = holder(adm, 1, log, "second")
-        await settle()
+        first, second = await queue_up(adm, log, (1, "first"), (1, "second"))
         adm.release()                                   # grants "first"'s slot (its task has not run yet) ...
         first.cancel()                                  # ... which is cancelled at the same moment
         await settle()

@@ -19,9 +19,9 @@ starved by small ones that keep fitting first. The queue holds at most `max_wait
 (settings.max_queued_requests); an HTTP request that would go beyond is refused at once rather than holding its
 connection for nothing (a batch's later items are not refused: each batch has at most one queued at a time).
 WebSocket sentences are never refused for a full queue (their text was accepted; max_ws_sessions x
-routes_ws.MAX_IN_FLIGHT bounds them), so a burst of HTTP requests cannot make accepted sentences fail. The price of strict order: a request of
-several slots at the head that does not fit yet leaves the slots freed meanwhile idle until it fits, which is why
-a batch asks for its items' slots one at a time.
+routes_ws.MAX_IN_FLIGHT bounds them), so a burst of HTTP requests cannot make accepted sentences fail. The price of
+strict order: a request of several slots at the head that does not fit yet leaves the slots freed meanwhile idle
+until it fits, which is why a batch asks for its items' slots one at a time.
 
 No polling: a waiter sleeps on a future that `release` resolves. Cancellation-safe: a waiter that is cancelled or
 whose deadline passes leaves the queue (those behind it may then fit), and a slot granted at the very moment its

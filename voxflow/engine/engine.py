@@ -569,17 +569,13 @@ class EngineCore:
         return time.monotonic() - (time.perf_counter() - perf)
 
     def _attach(self, lives: list[_Live]) -> None:
-        """Requests at their first prefill chunk: to their slots (together, where the model can: one set of device
-        writes for all) and codec streams."""
+        """Requests at their first prefill chunk: to their slots (together: one set of device writes for all) and
+        codec streams."""
         new = [live for live in lives if not live.attached]
         if not new:
             return
-        attach_many = getattr(self.model, "attach_many", None)
-        if attach_many is not None:
-            attach_many([(live.seq.slot, live.prepared) for live in new])
+        self.model.attach_many([(live.seq.slot, live.prepared) for live in new])
         for live in new:
-            if attach_many is None:
-                self.model.attach(live.seq.slot, live.prepared)
             live.attached = True
             seq = live.seq
             self.codec_exec.add(seq.request_id, stream=live.request.streaming.stream,

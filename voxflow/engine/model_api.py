@@ -4,7 +4,7 @@ The engine never imports a model family by name: it receives an object implement
 the family's plugin, e.g. `voxflow.models.qwen3_tts.plugin.Qwen3TTSPlugin`) and drives it:
 
     prepared = model.prepare(request)              # validate + prompt embeddings (may be slow: voice clone)
-    model.attach(slot, prepared)                   # per-request decode state into persistent slot `slot`
+    model.attach_many([(slot, prepared), ...])     # per-request decode state into persistent slots
     model.prefill(slot, embeds[a:b], start=a, kv=ctx, last=(b == P))   # chunked prefill, KV written to pages
     out = model.decode(slots, kv=ctx)              # one frame for every slot in the batch
     model.detach(slot)                             # request finished / aborted / preempted
@@ -117,9 +117,11 @@ class TTSModel(Protocol):
         """Validate and build the prompt. Raises ValueError with a user-facing message on bad input."""
 
     def attach(self, slot: int, prepared: PreparedRequest) -> None:
-        """Load a request's decode state (sampling params, trailing text, seed, counters) into `slot`.
-        Optional: `attach_many(pairs)` with [(slot, prepared), ...], the same for several at once (the engine
-        uses it when present: a step's new requests in one set of device writes)."""
+        """Load a request's decode state (sampling params, trailing text, seed, counters) into `slot`."""
+
+    def attach_many(self, pairs: list[tuple[int, PreparedRequest]]) -> None:
+        """`attach` for (slot, prepared) pairs with distinct slots at once (the engine attaches a step's new
+        requests together: one set of device writes for all)."""
 
     def detach(self, slot: int) -> None:
         """Forget the slot's request."""
