@@ -131,6 +131,60 @@ def check_snake_channels_last():
             assert ((buf[:, 4:].float() - want).abs() <= bound).all()
 
 
+def check_activation_in_the_epilogue():
+    """conv1d_channels_last's activation= (the next layer's SnakeBeta after the residual add), written into rows
+    after a context (out=) and with the value before it kept (raw_out=): bit-equal to the convolution followed by
+    the SnakeBeta pass it replaces (the same rounded value goes into the same snake steps; the interpreter's sin in
+    both), by the pointer and the TMA kernel; the context rows untouched; misuse refused."""
+    from voxflow.kernels import causal_conv
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight, snake_channels_last
+    g = torch.Generator().manual_seed(7)
+    tma_calls = []
+    tma_kernel = causal_conv._conv_tma
+    causal_conv._conv_tma = lambda *args: (tma_calls.append(1), tma_kernel(*args))
+    try:
+        # (B, T, Cin, Cout, k): the residual units' 1x1 shape (sequences of two tiles, the last partial) and a k=7
+        # one with its own SnakeBeta before the residual; 16-byte rows in every dtype, so tma=True takes TMA
+        for b, t, cin, cout, k in ((2, 200, 32, 32, 1), (1, 140, 16, 24, 7)):
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
+                x = torch.randn(b, t + k - 1, cin, generator=g).to(dtype)
+                packed = pack_weight((torch.randn(cout, cin, k, generator=g) / (cin * k) ** 0.5).to(dtype))
+                bias = (torch.randn(cout, generator=g) * 0.1).to(dtype)
+                res = torch.randn(b, t, cout, generator=g).to(dtype)
+                terms = [((torch.rand(cout, generator=g) + 0.5).to(dtype), (torch.rand(cout, generator=g) + 0.5)
+                          .to(dtype)) for _ in range(2)]
+                before = dict(snake_terms=terms[0]) if k > 1 else {}
+                for tma in (False, True):
+                    ran = len(tma_calls)
+                    y = conv1d_channels_last(x, packed, bias, 1, residual=res, tma=tma, **before)
+                    want = snake_channels_last(y, *terms[1])
+                    assert (want != y).float().mean() > 0.5                     # the activation changes it
+                    buf = torch.full((b, 5 + t, cout), 9.0, dtype=dtype)
+                    raw = torch.empty_like(y)
+                    got = conv1d_channels_last(x, packed, bias, 1, residual=res, tma=tma, **before,
+                                               activation=terms[1], out=buf[:, 5:], raw_out=raw)
+                    assert got.data_ptr() == buf[:, 5:].data_ptr()
+                    assert torch.equal(buf[:, 5:], want) and torch.equal(raw, y), (b, t, cin, cout, k, dtype, tma)
+                    assert (buf[:, :5] == 9.0).all()
+                    alone = conv1d_channels_last(x, packed, bias, 1, residual=res, tma=tma, **before,
+                                                 activation=terms[1])
+                    assert torch.equal(alone, want)
+                    block_t = causal_conv.launch_config(cin, cout, dtype, k)["BLOCK_T"]
+                    takes = causal_conv.tma_fits(x, packed) and causal_conv._sequence_tiles_waste_little(b, t, block_t)
+                    assert len(tma_calls) - ran == (3 if tma and takes else 0), (dtype, k, tma)
+                assert takes                                        # both kernels were held to the two passes
+        x, packed = torch.randn(1, 10, 8), pack_weight(torch.randn(4, 8, 1))
+        with pytest.raises(ValueError, match="needs one"):
+            conv1d_channels_last(x, packed, None, raw_out=torch.empty(1, 10, 4))
+        with pytest.raises(ValueError, match="out must be"):
+            conv1d_channels_last(x, packed, None, out=torch.empty(1, 9, 4))
+        with pytest.raises(ValueError, match="raw_out must be"):
+            conv1d_channels_last(x, packed, None, activation=(torch.ones(4), torch.ones(4)),
+                                 raw_out=torch.empty(1, 10, 4, dtype=torch.float16))
+    finally:
+        causal_conv._conv_tma = tma_kernel
+
+
 def check_overlap_add():
     """The transposed convolution's overlap-add against the separate torch adds it replaces (conv_transpose_gemm's
     order): bit-equal, the same two rounded adds per element; the tail contiguous or a batch-strided view (the
@@ -242,6 +296,9 @@ if IN_CHILD:
     def test_child_overlap_add():
         check_overlap_add()
 
+    def test_child_activation_in_the_epilogue():
+        check_activation_in_the_epilogue()
+
     def test_child_waveform_stack():
         check_waveform_stack_streams_like_the_plain_decoder()
 
@@ -258,6 +315,22 @@ if IN_CHILD:
         monkeypatch.setattr(codec_waveform_cl, "_conv_transpose_subpixel", lambda *a: calls.append(1) or subpixel(*a))
         check_waveform_stack_streams_like_the_plain_decoder()
         assert len(calls) == 3 * 4                    # every upsampling block of each of the three stack runs
+
+    @pytest.mark.parametrize("level, subpixel, passes", [(0, False, 17), (1, False, 13), (2, False, 5), (2, True, 5)])
+    def test_child_waveform_stack_with_activations_in_epilogues(monkeypatch, level, subpixel, passes):
+        """codec_waveform_cl.ACT_IN_EPILOGUE: the SnakeBeta starting the next block (1), and the next unit (2), in
+        the 1x1 convolution's epilogue; streamed and one-pass, the plain decoder's audio, with 17 - 4 (1) or
+        17 - 12 (2) SnakeBeta passes a stack run (the first block's and each block's first unit's remain)."""
+        from voxflow.kernels import causal_conv
+        from voxflow.models.qwen3_tts import codec_waveform_cl
+        monkeypatch.setattr(codec_waveform_cl, "ACT_IN_EPILOGUE", level)
+        monkeypatch.setattr(codec_waveform_cl, "SUBPIXEL", subpixel)
+        snake_passes = []
+        snake = causal_conv.snake_channels_last
+        monkeypatch.setattr(causal_conv, "snake_channels_last",
+                            lambda *a, **k: snake_passes.append(1) or snake(*a, **k))
+        check_waveform_stack_streams_like_the_plain_decoder()
+        assert len(snake_passes) == 3 * passes                  # three stack runs
 
     def test_child_waveform_stack_with_fused_residual_units(monkeypatch):
         from voxflow.kernels import residual_unit

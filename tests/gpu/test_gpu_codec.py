@@ -397,3 +397,29 @@ def test_half_channels_last_stack_is_close_to_the_half_ncl_kernels(dec, monkeypa
     for k in PLAN:
         assert snr_db(ncl[k], cl[k]) > apart_db, k
         assert snr_db(want[k], cl[k]) >= snr_db(want[k], ncl[k]) - 1.0, k
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_activations_in_the_convolutions_epilogues_keep_the_audio(dec, monkeypatch, level):
+    """codec_waveform_cl.ACT_IN_EPILOGUE (the next SnakeBeta applied by the 1x1 convolution's epilogue, `level` 1:
+    before each next block, 2: also before each next unit): fp32 (TF32 off) streamed through the graphed runner
+    within TOL of the plain decoder, and fp16 (the served dtype, TMA convolutions as by default) keeps
+    FP16_MIN_SNR_DB, each with fewer SnakeBeta passes than the 17 a stack run makes without it."""
+    import voxflow.kernels as switch
+    from voxflow.kernels import causal_conv
+    from voxflow.models.qwen3_tts import codec_waveform_cl
+    monkeypatch.setattr(codec_waveform_cl, "ACT_IN_EPILOGUE", level)
+    passes, stacks = [], []
+    snake, stack = causal_conv.snake_channels_last, codec_waveform_cl.waveform_stack
+    monkeypatch.setattr(causal_conv, "snake_channels_last", lambda *a, **k: passes.append(1) or snake(*a, **k))
+    monkeypatch.setattr(codec_waveform_cl, "waveform_stack", lambda *a: stacks.append(1) or stack(*a))
+    got, _ = run_plan(Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True))
+    assert stacks and len(passes) == len(stacks) * (13 if level == 1 else 5)
+    monkeypatch.setattr(switch, "_enabled", False)
+    want, _ = run_plan(Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True))
+    for k in PLAN:
+        assert np.abs(got[k] - want[k]).max() <= TOL, k
+    monkeypatch.setattr(switch, "_enabled", True)
+    result = measure(dec, torch.float16, 150, seed=0)
+    print(level, result)
+    assert result["cuda_graphs"] and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result

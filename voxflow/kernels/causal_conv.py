@@ -90,6 +90,25 @@ def bias_snake_epilogue(acc, cols, col_ok, bias_ptr, a_ptr, inv_ptr, dtype: tl.c
 
 
 @triton.jit
+def residual_activation_store(h, mask, bb, tt, cols, col_ok, res_ptr, res_sb, res_st, a2_ptr, inv2_ptr, raw_ptr,
+                              raw_sb, raw_st, out_ptr, out_sb, out_st, dtype: tl.constexpr, RESIDUAL: tl.constexpr,
+                              ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr, PRECISE: tl.constexpr):
+    """The epilogue's end: + residual (rounded); with ACTIVATE the next layer's SnakeBeta (a2, inv2) of that value is
+    what `out` gets, and with RAW_OUT the value before it is stored too (into raw). bb (one, or one a row) and tt:
+    the int64 sequence and row numbers of the tile's rows."""
+    if RESIDUAL:
+        res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
+        h = round_to(h + res.to(tl.float32), dtype)
+    if RAW_OUT:
+        tl.store(raw_ptr + (bb * raw_sb + tt * raw_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
+    if ACTIVATE:
+        av = tl.load(a2_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        iv = tl.load(inv2_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        h = snake(h, av, iv, dtype, PRECISE)
+    tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
+
+
+@triton.jit
 def tile_rows(tile, ROWS, T, BLOCK_T: tl.constexpr):
     """A tile's output rows: all B sequences' rows numbered b * T + t, so short sequences (low rates, 1-frame calls)
     fill tiles -> (r, r < ROWS, b, t), b and t as int64."""
@@ -98,10 +117,11 @@ def tile_rows(tile, ROWS, T, BLOCK_T: tl.constexpr):
 
 
 @triton.jit
-def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, out_sb, out_st,
+def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr, out_ptr,
+                    ROWS, T, CIN, COUT, NK, x_sb, x_st, res_sb, res_st, raw_sb, raw_st, out_sb, out_st,
                     KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-                    RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    RESIDUAL: tl.constexpr, ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr,
+                    PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                     DOT_IN_FP32: tl.constexpr, EVEN_K: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     r, row_ok, bb, tt = tile_rows(tl.program_id(0), ROWS, T, BLOCK_T)
@@ -113,17 +133,16 @@ def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
                         DOT_IN_FP32, EVEN_K, BLOCK_T, BLOCK_N, BLOCK_K)
     h = bias_snake_epilogue(acc, cols, col_ok, bias_ptr, a_ptr, inv_ptr, dtype, HAS_BIAS, SNAKE, PRECISE)
     mask = row_ok[:, None] & col_ok[None, :]
-    if RESIDUAL:
-        res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
-        h = round_to(h + res.to(tl.float32), dtype)
-    tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
+    residual_activation_store(h, mask, bb, tt, cols, col_ok, res_ptr, res_sb, res_st, a2_ptr, inv2_ptr, raw_ptr,
+                              raw_sb, raw_st, out_ptr, out_sb, out_st, dtype, RESIDUAL, ACTIVATE, RAW_OUT, PRECISE)
 
 
 @triton.jit
-def _conv_cl_tma_kernel(x_desc, w_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, out_ptr,
-                        T, COUT, NK, res_sb, res_st, out_sb, out_st,
+def _conv_cl_tma_kernel(x_desc, w_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr, out_ptr,
+                        T, COUT, NK, res_sb, res_st, raw_sb, raw_st, out_sb, out_st,
                         KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
-                        RESIDUAL: tl.constexpr, PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                        RESIDUAL: tl.constexpr, ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr,
+                        PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                         DOT_IN_FP32: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr):
     # `_conv_cl_kernel` with its operand tiles fetched by the tensor memory accelerator (TMA): a tile is one
@@ -149,11 +168,9 @@ def _conv_cl_tma_kernel(x_desc, w_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, out_p
     dtype = out_ptr.dtype.element_ty
     h = bias_snake_epilogue(acc, cols, col_ok, bias_ptr, a_ptr, inv_ptr, dtype, HAS_BIAS, SNAKE, PRECISE)
     mask = (tt < T)[:, None] & col_ok[None, :]
-    bb = b.to(tl.int64)
-    if RESIDUAL:
-        res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
-        h = round_to(h + res.to(tl.float32), dtype)
-    tl.store(out_ptr + (bb * out_sb + tt * out_st)[:, None] + cols[None, :], h.to(dtype), mask=mask)
+    residual_activation_store(h, mask, b.to(tl.int64), tt, cols, col_ok, res_ptr, res_sb, res_st, a2_ptr, inv2_ptr,
+                              raw_ptr, raw_sb, raw_st, out_ptr, out_sb, out_st, dtype, RESIDUAL, ACTIVATE, RAW_OUT,
+                              PRECISE)
 
 
 def _cfg(block_t: int, block_n: int, block_k: int, warps: int, stages: int, maxnreg: int | None = None) -> dict:
@@ -285,12 +302,18 @@ def _dot_precision(x: torch.Tensor) -> str:
 
 def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1,
                          snake_terms: tuple[torch.Tensor, torch.Tensor] | None = None,
-                         residual: torch.Tensor | None = None, tma: bool | None = None) -> torch.Tensor:
+                         residual: torch.Tensor | None = None, tma: bool | None = None, *,
+                         activation: tuple[torch.Tensor, torch.Tensor] | None = None, out: torch.Tensor | None = None,
+                         raw_out: torch.Tensor | None = None) -> torch.Tensor:
     """Valid convolution over channels-last rows: x [B, T + (k-1)*dilation, Cin] (already left-padded, unit channel
-    stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] contiguous.
-    snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit channel
-    stride): added last. tma: operand tiles through TMA descriptors where the tensors allow (`tma_fits`); None
-    (the default): `tma_by_default`, i.e. CONV_TMA for fp16 CUDA tensors only; True asks for it in any dtype."""
+    stride), weight_packed [k, Cout, Cin] (`pack_weight`), bias [Cout] -> [B, T, Cout] (a new contiguous tensor, or
+    written into `out`: [B, T, Cout] with a unit channel stride, e.g. the rows of a buffer after the next layer's
+    left context). snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit
+    channel stride): added next. activation (a, inv) [Cout]: the next layer's SnakeBeta applied last, so the output
+    is that layer's input (its own pass saved); raw_out [B, T, Cout]: also gets the value before `activation` (a
+    residual unit's output is both the next unit's residual and its activated input). tma: operand tiles through
+    TMA descriptors where the tensors allow (`tma_fits`); None (the default): `tma_by_default`, i.e. CONV_TMA for
+    fp16 CUDA tensors only; True asks for it in any dtype."""
     bsz, rows_in, cin = x.shape
     k, cout, wcin = weight_packed.shape
     if wcin != cin or not _unit_channel_stride(x) or not weight_packed.is_contiguous():
@@ -298,31 +321,41 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     t = rows_in - (k - 1) * dilation
     if t < 0:
         raise ValueError(f"{rows_in} input rows hold no output of a {k}-tap, dilation-{dilation} convolution")
-    out = torch.empty((bsz, t, cout), dtype=x.dtype, device=x.device)
-    if residual is not None and (residual.shape != out.shape or not _unit_channel_stride(residual)):
-        raise ValueError(f"residual must be {tuple(out.shape)} with a unit channel stride")
+    shape = (bsz, t, cout)
+    if out is None:
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    for name, given in (("out", out), ("residual", residual), ("raw_out", raw_out)):
+        if given is not None and (given.shape != shape or not _unit_channel_stride(given) or given.dtype != x.dtype
+                                  or given.device != x.device):
+            raise ValueError(f"{name} must be {shape} {x.dtype} on {x.device} with a unit channel stride")
+    if raw_out is not None and activation is None:
+        raise ValueError("raw_out is the value before `activation`: it needs one")
     if out.numel() == 0:
         return out
     cfg = launch_config(cin, cout, x.dtype, k)
     precision = _dot_precision(x)
     a, inv = snake_terms if snake_terms is not None else (x, x)          # not read without SNAKE
     res = residual if residual is not None else out                     # not read without RESIDUAL
+    a2, inv2 = activation if activation is not None else (x, x)         # not read without ACTIVATE
+    raw = raw_out if raw_out is not None else out                       # not written without RAW_OUT
     # what both kernels take alike: the epilogue, the dot's precision, the tiles and the launch options
     common = dict(KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, SNAKE=snake_terms is not None,
-                  RESIDUAL=residual is not None, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision),
+                  RESIDUAL=residual is not None, ACTIVATE=activation is not None, RAW_OUT=raw_out is not None,
+                  PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision),
                   DOT_PRECISION=precision, DOT_IN_FP32=not x.is_cuda, BLOCK_T=cfg["BLOCK_T"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                   enable_fp_fusion=False)              # SnakeBeta's rounded steps stay separate operations
     bias_arg = bias if bias is not None else x
     if (tma_by_default(x.is_cuda, x.dtype) if tma is None else tma) and tma_fits(x, weight_packed) \
             and _sequence_tiles_waste_little(bsz, t, cfg["BLOCK_T"]):
-        _conv_tma(x, weight_packed, bias_arg, a, inv, res, out, common)
+        _conv_tma(x, weight_packed, bias_arg, (a, inv, res, a2, inv2, raw, out), common)
         return out
     grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
     _conv_cl_kernel[grid](
-        x, weight_packed, bias_arg, a, inv, res, out,
+        x, weight_packed, bias_arg, a, inv, res, a2, inv2, raw, out,
         bsz * t, t, cin, cout, triton.cdiv(cin, cfg["BLOCK_K"]), x.stride(0), x.stride(1), res.stride(0),
-        res.stride(1), out.stride(0), out.stride(1), EVEN_K=cin % cfg["BLOCK_K"] == 0, **common, **_register_cap(cfg))
+        res.stride(1), raw.stride(0), raw.stride(1), out.stride(0), out.stride(1), EVEN_K=cin % cfg["BLOCK_K"] == 0,
+        **common, **_register_cap(cfg))
     return out
 
 
@@ -372,8 +405,10 @@ def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
     return 8 * bsz * triton.cdiv(t, block_t) <= 9 * triton.cdiv(bsz * t, block_t)
 
 
-def _conv_tma(x, weight_packed, bias, a, inv, res, out, common: dict) -> None:
-    """`_conv_cl_tma_kernel` on conv1d_channels_last's operands (`common`: the arguments both kernels take)."""
+def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> None:
+    """`_conv_cl_tma_kernel` on conv1d_channels_last's operands (epilogue_tensors: a, inv, res, a2, inv2, raw, out
+    as it passes them; `common`: the arguments both kernels take)."""
+    a, inv, res, a2, inv2, raw, out = epilogue_tensors
     from triton.tools.tensor_descriptor import TensorDescriptor
     bsz, rows_in, cin = x.shape
     k, cout = weight_packed.shape[:2]
@@ -384,8 +419,8 @@ def _conv_tma(x, weight_packed, bias, a, inv, res, out, common: dict) -> None:
     # (no register cap: the tuned configs' maxnreg made ptxas spill here (16-216 bytes a thread, sm_90), while
     # uncapped the kernel takes <= 128 registers anyway: compile_check)
     _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn), bsz)](
-        x_desc, w_desc, bias, a, inv, res, out, t, cout, triton.cdiv(cin, bk),
-        res.stride(0), res.stride(1), out.stride(0), out.stride(1), **common)
+        x_desc, w_desc, bias, a, inv, res, a2, inv2, raw, out, t, cout, triton.cdiv(cin, bk),
+        res.stride(0), res.stride(1), raw.stride(0), raw.stride(1), out.stride(0), out.stride(1), **common)
 
 
 def _register_cap(cfg: dict) -> dict:

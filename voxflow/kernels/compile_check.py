@@ -91,13 +91,20 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
             if tdt != dtype:
                 continue
             epilogue = "SNAKE" if k > 1 and cout > 1 else "RESIDUAL" if k == 1 else None
-            aligned = ("x_ptr", "w_ptr", "bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "out_ptr", "CIN", "x_sb", "x_st",
-                       "res_sb", "res_st", "out_sb", "out_st") + (("COUT",) if cout % 16 == 0 else ())
+            aligned = ("x_ptr", "w_ptr", "bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "a2_ptr", "inv2_ptr", "raw_ptr",
+                       "out_ptr", "CIN", "x_sb", "x_st", "res_sb", "res_st", "raw_sb", "raw_st", "out_sb", "out_st"
+                       ) + (("COUT",) if cout % 16 == 0 else ())
             out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue}",
                         *conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned if cout > 1 else ())))
             if dt == "fp16":                # the TMA variant (VOXFLOW_CONV_TMA) in the codec's GPU dtype
                 out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue}",
                             *conv_tma_case(dt, k, epilogue, cfg)))
+                if k == 1 and cin in (96, 768):     # the units' 1x1 convolution with the next SnakeBeta
+                    for tail in ("ACTIVATE", "ACTIVATE RAW_OUT"):   # (codec_waveform_cl.ACT_IN_EPILOGUE)
+                        out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue} {tail}",
+                                    *conv_tma_case(dt, k, f"{epilogue} {tail}", cfg)))
+                        out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} {tail}",
+                                    *conv_channels_last_case(dt, cin, k, f"{epilogue} {tail}", cfg, aligned)))
             # libdevice's sinf in the epilogue (FAST_EPILOGUE_SIN off), and the register cap (fp32 / bf16)
             if cin == cout == 96 and k == 7 and dt != "fp16":
                 kernel, types, consts, options = conv_channels_last_case(dt, cin, k, epilogue, cfg, aligned)
@@ -226,9 +233,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
 
 
 def _conv_constexprs(dt: str, k: int, epilogue: str | None, cfg: dict) -> dict:
-    """The convolution kernels' constexprs as conv1d_channels_last passes them (dilation 3, a bias)."""
+    """The convolution kernels' constexprs as conv1d_channels_last passes them (dilation 3, a bias); epilogue: the
+    words SNAKE, RESIDUAL, ACTIVATE, RAW_OUT it sets (or None)."""
     from voxflow.kernels import causal_conv
-    return dict(KSIZE=k, DILATION=3, HAS_BIAS=True, SNAKE=epilogue == "SNAKE", RESIDUAL=epilogue == "RESIDUAL",
+    words = (epilogue or "").split()
+    return dict(KSIZE=k, DILATION=3, HAS_BIAS=True, **{w: w in words for w in ("SNAKE", "RESIDUAL", "ACTIVATE",
+                                                                               "RAW_OUT")},
                 PRECISE=causal_conv.epilogue_sin_mode(True, _DTYPE_OF[dt], "tf32" if dt == "fp32" else "ieee"),
                 DOT_PRECISION="tf32" if dt == "fp32" else "ieee", DOT_IN_FP32=False,
                 **{key: v for key, v in cfg.items() if key.isupper()})
@@ -240,7 +250,8 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
     p = _ptr(dt)
     consts = dict(_conv_constexprs(dt, k, epilogue, cfg), EVEN_K=cin % cfg["BLOCK_K"] == 0)
     return (causal_conv._conv_cl_kernel,
-            dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, out_ptr=p), consts,
+            dict(x_ptr=p, w_ptr=p, bias_ptr=p, a_ptr=p, inv_ptr=p, res_ptr=p, a2_ptr=p, inv2_ptr=p, raw_ptr=p,
+                 out_ptr=p), consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned,
                  **({"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {})))
 
@@ -251,8 +262,9 @@ def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict) -> tuple:
     p = _ptr(dt)
     bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     types = dict(x_desc=f"tensordesc<{dt}[1,{bt},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>", bias_ptr=p, a_ptr=p,
-                 inv_ptr=p, res_ptr=p, out_ptr=p)
-    aligned = ("bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "out_ptr", "COUT", "res_sb", "res_st", "out_sb", "out_st")
+                 inv_ptr=p, res_ptr=p, a2_ptr=p, inv2_ptr=p, raw_ptr=p, out_ptr=p)
+    aligned = ("bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "a2_ptr", "inv2_ptr", "raw_ptr", "out_ptr", "COUT", "res_sb",
+               "res_st", "raw_sb", "raw_st", "out_sb", "out_st")
     return (causal_conv._conv_cl_tma_kernel, types, _conv_constexprs(dt, k, epilogue, cfg),
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
 

@@ -8,7 +8,9 @@ every bias, activation and residual add was a separate pass. Channels-last, a re
 first SnakeBeta (written after the dilated convolution's left context), the dilated convolution with its bias and
 the second SnakeBeta in its epilogue, the 1x1 convolution with its bias and the residual add in its epilogue
 (voxflow/kernels/causal_conv.py); a transposed convolution is one GEMM whose rows are already channels-last, or
-with SUBPIXEL one two-tap convolution (`_conv_transpose_subpixel`).
+with SUBPIXEL one two-tap convolution (`_conv_transpose_subpixel`). With ACT_IN_EPILOGUE the SnakeBeta that starts
+the next unit or block is applied by the 1x1 convolution's epilogue too, which writes it after the next layer's
+left context (`_conv_into`): no pass of its own.
 
 Same modules, same weights, same streaming state as the plain path (codec_decoder_blocks.py): each convolution's
 carried left context stays [B, C, context] in the state (read and written transposed: at most 54 samples), the
@@ -19,6 +21,7 @@ decoder.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -37,6 +40,15 @@ ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to
 # graphs' memory pool reserved 0.73 GiB more (1,342 -> 2,088 MiB in 56 segments against 38, the same peak of
 # allocated bytes: fragmentation), taking the 0.6B engine past 8 GB.
 SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
+# A layer's SnakeBeta applied in the epilogue of the convolution before it (`_conv_into`) instead of in a pass of
+# its own, which reads and writes the whole activation (17 such passes were 13% of a 16-stream 25-frame codec call's
+# kernel time on the H200, session 28 call 2). 1: where that convolution's output is read only activated - each
+# block's last residual unit, before the next block's transposed convolution or the last SnakeBeta (4 passes, a
+# quarter of their bytes); 2: also the other residual units, whose output is both the next unit's residual and its
+# activated input, so the epilogue stores it twice (8 more passes, each now one extra store instead of a read and a
+# store). The block's first unit keeps its pass (the transposed convolution's overlap-add makes its input), as does
+# the first block's SnakeBeta. Off until measured on the GPU: VOXFLOW_CODEC_ACT_EPILOGUE=1 or 2.
+ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "0"))
 
 
 def supported(x: torch.Tensor) -> bool:
@@ -48,56 +60,107 @@ def supported(x: torch.Tensor) -> bool:
     return kernels_take(x)
 
 
+class _Input(NamedTuple):
+    """How a layer that starts with a SnakeBeta reads its input: act(x) in a [B, ctx + T, C] buffer after ctx rows
+    of left context, carried between calls in state[key] as [B, C, ctx] (ctx 0: the buffer is act(x) alone)."""
+    act: SnakeBeta
+    ctx: int
+    key: str
+
+
+def _block_input(block: DecoderBlock) -> _Input:
+    act, up = block.block[:2]
+    return _Input(act, 1, up.x_state_key) if SUBPIXEL and up.subpixel else _Input(act, 0, "")
+
+
+def _unit_input(unit: ResidualUnit) -> _Input:
+    return _Input(unit.act1, unit.conv1.context, unit.conv1.state_key)
+
+
 def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
     """`for layer in layers: h = layer(h, state)` for CodecDecoder.decoder, channels-last inside:
     h [B, latent, T] -> waveform [B, 1, T * upsample] (not yet clamped)."""
     first, *blocks, act, out_conv = layers
     x = first(h, state).transpose(1, 2).contiguous()          # the low-rate first conv (im2col GEMM), then [B, T, C]
-    for block in blocks:
-        x = _block(block, x, state)
-    y = _conv(out_conv, _activated_with_context(act, out_conv.context, out_conv.state_key, x, state))  # [B, T, 1]
+    inputs = [_block_input(block) for block in blocks] + [_Input(act, out_conv.context, out_conv.state_key)]
+    buf = _activated(inputs[0], x, state)
+    for block, following in zip(blocks, inputs[1:]):
+        buf = _block(block, buf, following, state)
+    y = _conv(out_conv, buf)                                                                    # [B, T, 1]
     return y.view(y.shape[0], 1, y.shape[1])
 
 
-def _block(block: DecoderBlock, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
-    from voxflow.kernels.causal_conv import snake_channels_last
-    act, up, *units = block.block
-    if SUBPIXEL and up.subpixel:
-        x = _conv_transpose_subpixel(up, act, x, state)
-    else:
-        x = _conv_transpose(up, snake_channels_last(x, *act._channel_terms()), state)
-    for unit in units:
-        x = _residual_unit(unit, x, state)
-    return x
+def _block(block: DecoderBlock, buf: torch.Tensor, following: _Input, state: StreamTensors | None) -> torch.Tensor:
+    """An upsampling block on its activated input (`_block_input`'s buffer) -> the activated input of the layer
+    after it (`following`'s buffer)."""
+    _, up, *units = block.block
+    x = _conv_transpose_subpixel(up, buf) if SUBPIXEL and up.subpixel else _conv_transpose(up, buf, state)
+    buf = _activated(_unit_input(units[0]), x, state)
+    for i, unit in enumerate(units):
+        last = i == len(units) - 1
+        x, buf = _residual_unit(unit, x, buf, following if last else _unit_input(units[i + 1]), not last, state)
+    return buf
 
 
-def _residual_unit(unit: ResidualUnit, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+def _residual_unit(unit: ResidualUnit, x: torch.Tensor, buf: torch.Tensor, following: _Input, keep_output: bool,
+                   state: StreamTensors | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The unit on x, given buf (`_unit_input`'s buffer of x) -> (its output y where keep_output, following's
+    buffer of y)."""
     from voxflow.kernels import residual_unit
-    buf = _activated_with_context(unit.act1, unit.conv1.context, unit.conv1.state_key, x, state)
     if residual_unit.ENABLED and residual_unit.supported(x, x.shape[2], unit.conv1.conv.kernel_size[0]):
         # both convolutions in one kernel: h stays on the SM (residual_unit.py)
-        return residual_unit.residual_unit_channels_last(
+        y = residual_unit.residual_unit_channels_last(
             buf, _packed(unit.conv1), unit.conv1.conv.bias, unit.conv1.conv.dilation[0], unit.act2._channel_terms(),
             _packed(unit.conv2), unit.conv2.conv.bias, x)
+        return y, _activated(following, y, state)
     h = _conv(unit.conv1, buf, snake_terms=unit.act2._channel_terms())
-    return _conv(unit.conv2, h, residual=x)
+    return _conv_into(unit.conv2, h, following, keep_output, state, residual=x)
 
 
-def _activated_with_context(act: SnakeBeta, ctx: int, key: str, x: torch.Tensor, state: StreamTensors | None
-                            ) -> torch.Tensor:
-    """[B, ctx + T, C]: the ctx rows of left context carried in state[key] ([B, C, ctx]; zeros without a state),
-    then act(x) written straight after them; the stream's new context is taken from its end."""
+def _conv_into(conv: CausalConv1d, x: torch.Tensor, following: _Input, keep_output: bool,
+               state: StreamTensors | None, **epilogue) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """y = conv(x) (with its epilogue), and following's buffer of y -> (y where keep_output, the buffer). With
+    ACT_IN_EPILOGUE the convolution writes following.act(y) into the buffer itself (and y where kept)."""
+    from voxflow.kernels.causal_conv import conv1d_channels_last
+    if ACT_IN_EPILOGUE < (2 if keep_output else 1):
+        y = _conv(conv, x, **epilogue)
+        return y, _activated(following, y, state)
+    b, t, c = x.shape[0], x.shape[1] - conv.context, conv.conv.out_channels
+    buf = _context_buffer(following, b, t, c, x, state)
+    y = torch.empty((b, t, c), dtype=x.dtype, device=x.device) if keep_output else None
+    conv1d_channels_last(x, _packed(conv), conv.conv.bias, conv.conv.dilation[0], **epilogue,
+                         activation=following.act._channel_terms(), out=buf[:, following.ctx:], raw_out=y)
+    _keep_context(following, buf, t, state)
+    return y, buf
+
+
+def _activated(inp: _Input, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+    """inp's buffer of x [B, T, C]: the carried context (zeros without a state), then act(x) by a SnakeBeta pass;
+    the stream's new context is taken from its end."""
     from voxflow.kernels.causal_conv import snake_channels_last
     b, t, c = x.shape
-    buf = torch.empty((b, ctx + t, c), dtype=x.dtype, device=x.device)
-    if state is None:
-        buf[:, :ctx].zero_()
-    elif ctx:
-        buf[:, :ctx].copy_(state[key].transpose(1, 2))
-    snake_channels_last(x, *act._channel_terms(), out=buf[:, ctx:])
-    if state is not None and ctx:
-        state[key] = buf[:, t:].transpose(1, 2).contiguous()
+    buf = _context_buffer(inp, b, t, c, x, state)
+    snake_channels_last(x, *inp.act._channel_terms(), out=buf[:, inp.ctx:])
+    _keep_context(inp, buf, t, state)
     return buf
+
+
+def _context_buffer(inp: _Input, b: int, t: int, c: int, like: torch.Tensor, state: StreamTensors | None
+                    ) -> torch.Tensor:
+    """[B, ctx + T, C] in like's dtype and device, its first ctx rows the context carried in state[inp.key] (zeros
+    without a state); the T rows after it are left for act(x)."""
+    buf = torch.empty((b, inp.ctx + t, c), dtype=like.dtype, device=like.device)
+    if state is None:
+        buf[:, :inp.ctx].zero_()
+    elif inp.ctx:
+        buf[:, :inp.ctx].copy_(state[inp.key].transpose(1, 2))
+    return buf
+
+
+def _keep_context(inp: _Input, buf: torch.Tensor, t: int, state: StreamTensors | None) -> None:
+    """The stream's next context: the last ctx rows of the filled buffer [B, ctx + T, C]."""
+    if state is not None and inp.ctx:
+        state[inp.key] = buf[:, t:].transpose(1, 2).contiguous()
 
 
 def _packed(conv: CausalConv1d) -> torch.Tensor:
@@ -130,23 +193,22 @@ def subpixel_weight(weight: torch.Tensor, bias: torch.Tensor | None, stride: int
     return packed, (bias.repeat(stride) if bias is not None else None)
 
 
-def _conv_transpose_subpixel(up: CausalConvTranspose1d, act: SnakeBeta, x: torch.Tensor,
-                             state: StreamTensors | None) -> torch.Tensor:
-    """act, then the causal transposed conv, as one SnakeBeta pass and one two-tap convolution (`subpixel_weight`):
-    x [B, T, Cin] -> [B, T * stride, Cout]. Its left context is the previous call's last activated input row
-    (state[up.x_state_key]), not the partial sums the GEMM form carries; no G intermediate, no overlap-add pass.
-    The two taps are summed in fp32 and rounded once (the GEMM form rounds each tap's product before the add)."""
+def _conv_transpose_subpixel(up: CausalConvTranspose1d, buf: torch.Tensor) -> torch.Tensor:
+    """The causal transposed conv as one two-tap convolution (`subpixel_weight`) on buf [B, 1 + T, Cin], its
+    activated input after one row of left context: the previous call's last activated input row
+    (state[up.x_state_key], `_block_input`), not the partial sums the GEMM form carries -> [B, T * stride, Cout].
+    No G intermediate, no overlap-add pass. The two taps are summed in fp32 and rounded once (the GEMM form rounds
+    each tap's product before the add)."""
     from voxflow.kernels.causal_conv import conv1d_channels_last
-    b, t, _ = x.shape
+    b, t = buf.shape[0], buf.shape[1] - 1
     weight, bias, s = up.conv.weight, up.conv.bias, up.stride
     params = (weight,) if bias is None else (weight, bias)
     packed, tiled = per_weight_version(up, params, lambda: subpixel_weight(weight, bias, s), tag="subpixel")
-    buf = _activated_with_context(act, 1, up.x_state_key, x, state)        # [B, 1 + T, Cin]
     return conv1d_channels_last(buf, packed, tiled, 1).view(b, t * s, weight.shape[1])
 
 
 def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
-    """The causal transposed conv on channels-last rows (conv_transpose_gemm.py's GEMM + overlap-add):
+    """The causal transposed conv on channels-last (activated) rows (conv_transpose_gemm.py's GEMM + overlap-add):
     x [B, T, Cin] -> [B, T * stride, Cout]. Weight [Cin, Cout, k] as [Cin, k * Cout], so a GEMM row holds each tap's
     output row, and output row t*s + j is G[t, j] (+ the spill G[t-1, s + j] for j < k - s) + bias, added by one
     Triton pass (two strided PyTorch passes before: ~4 ms of a 64 x 25-frame bf16 call on the H200)."""
