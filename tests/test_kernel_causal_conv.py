@@ -188,8 +188,9 @@ def check_activation_in_the_epilogue():
 def check_overlap_add():
     """The transposed convolution's overlap-add against the separate torch adds it replaces (conv_transpose_gemm's
     order): bit-equal, the same two rounded adds per element; the tail contiguous or a batch-strided view (the
-    codec pool's gathered state)."""
-    from voxflow.kernels.causal_conv import overlap_add_channels_last
+    codec pool's gathered state). With the next layer's SnakeBeta (activation=): that pass's bits, into rows after
+    a context."""
+    from voxflow.kernels.causal_conv import overlap_add_channels_last, snake_channels_last
     g = torch.Generator().manual_seed(2)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for b, t, k, s, c in ((2, 5, 6, 3, 7), (1, 3, 16, 8, 20), (2, 4, 2, 2, 5)):
@@ -207,6 +208,15 @@ def check_overlap_add():
                 got = overlap_add_channels_last(gemm, bias, s, tail)
                 assert got.shape == (b, t * s, c)
                 assert torch.equal(got, want.view(b, t * s, c)), (dtype, (b, t, k, s, c), tail is None)
+                # the next layer's SnakeBeta in the same pass, into rows after a context: the pass it replaces
+                a, inv = (torch.rand(c, generator=g) + 0.5).to(dtype), (torch.rand(c, generator=g) + 0.5).to(dtype)
+                buf = torch.full((b, 3 + t * s, c), 9.0, dtype=dtype)
+                raw = overlap_add_channels_last(gemm, bias, s, tail, (a, inv), buf[:, 3:])
+                assert torch.equal(raw, got) and (buf[:, :3] == 9.0).all()
+                assert torch.equal(buf[:, 3:], snake_channels_last(got, a, inv))
+                assert not torch.equal(buf[:, 3:], got)
+    with pytest.raises(ValueError, match="activation needs"):
+        overlap_add_channels_last(gemm, bias, s, None, (a, inv))
 
 
 def check_residual_unit_equals_the_two_kernels():
@@ -316,11 +326,12 @@ if IN_CHILD:
         check_waveform_stack_streams_like_the_plain_decoder()
         assert len(calls) == 3 * 4                    # every upsampling block of each of the three stack runs
 
-    @pytest.mark.parametrize("level, subpixel, passes", [(0, False, 17), (1, False, 13), (2, False, 5), (2, True, 5)])
+    @pytest.mark.parametrize("level, subpixel, passes", [(0, False, 17), (1, False, 13), (2, False, 1), (2, True, 5)])
     def test_child_waveform_stack_with_activations_in_epilogues(monkeypatch, level, subpixel, passes):
-        """codec_waveform_cl.ACT_IN_EPILOGUE: the SnakeBeta starting the next block (1), and the next unit (2), in
-        the 1x1 convolution's epilogue; streamed and one-pass, the plain decoder's audio, with 17 - 4 (1) or
-        17 - 12 (2) SnakeBeta passes a stack run (the first block's and each block's first unit's remain)."""
+        """codec_waveform_cl.ACT_IN_EPILOGUE: the SnakeBeta starting the next block (1), and every unit (2), applied
+        by the kernel before it; streamed and one-pass, the plain decoder's audio, with 17 - 4 (1) or 17 - 16 (2)
+        SnakeBeta passes a stack run (the first block's remains; with sub-pixel transposed convolutions each
+        block's first unit's too)."""
         from voxflow.kernels import causal_conv
         from voxflow.models.qwen3_tts import codec_waveform_cl
         monkeypatch.setattr(codec_waveform_cl, "ACT_IN_EPILOGUE", level)

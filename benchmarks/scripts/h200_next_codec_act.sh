@@ -2,12 +2,13 @@
 # Prepared in session 38 (no device was lent that session); carry [".whl", ".device_tree"]. Rename to
 # h200_sessionNN_runK.sh when run. ~400 s.
 # codec_waveform_cl.ACT_IN_EPILOGUE (VOXFLOW_CODEC_ACT_EPILOGUE, 0 = off, the default until this call): the SnakeBeta
-# that starts the next block (1) or the next residual unit too (2) applied by the 1x1 convolution's epilogue, which
-# writes it after the next layer's left context, instead of a SnakeBeta pass of its own (17 passes a codec call were
-# 13% of a 16-stream 25-frame call's kernel time in session 28 call 2; 1 removes 4 of them, 2 removes 12, storing the
-# unit's output twice). Registers (compile_check, sm_90, fp16): the TMA 1x1 kernel 93 -> 140 with the activation
-# alone (one 8-warp block an SM instead of two), 108 with the second store; the pointer kernel under its 128 cap
-# spills 80 B with the activation alone. This call: the codec GPU tests of the switch (fp32 against the plain
+# that starts the next block (1), or every residual unit too (2), applied by the kernel before it (the 1x1
+# convolution's epilogue, the transposed convolution's overlap-add), which writes it after the next layer's left
+# context, instead of a SnakeBeta pass of its own (17 passes a codec call were 13% of a 16-stream 25-frame call's
+# kernel time in session 28 call 2; 1 removes 4 of them, 2 removes 16, storing each unit's input twice). Registers
+# (compile_check, sm_90, fp16): the TMA 1x1 kernel 93 -> 140 with the activation alone (one 8-warp block an SM
+# instead of two), 108 with the second store; the pointer kernel under its 128 cap spills 80 B with the activation
+# alone. This call: the codec GPU tests of the switch (fp32 against the plain
 # decoder, fp16 SNR), the codec alone (16 streams, fp16 on 64 SMs, 1 and 25 frames) at 0 / 1 / 2 with per-kernel
 # times, 0.6B c=64 (<= 8 GB) at 0 / 2 / 1 / 0 with step traces. Adopt the best level if it beats the spread.
 set -uo pipefail

@@ -239,9 +239,9 @@ def supported(x: torch.Tensor) -> bool:
 
 
 @triton.jit
-def _overlap_add_kernel(g_ptr, bias_ptr, tail_ptr, y_ptr, ROWS, T, C, OV, tail_sb,
-                        S: tl.constexpr, K: tl.constexpr, HAS_TAIL: tl.constexpr,
-                        BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
+def _overlap_add_kernel(g_ptr, bias_ptr, tail_ptr, y_ptr, a_ptr, inv_ptr, act_ptr, ROWS, T, C, OV, tail_sb, act_sb,
+                        S: tl.constexpr, K: tl.constexpr, HAS_TAIL: tl.constexpr, ACTIVATE: tl.constexpr,
+                        PRECISE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_Q: tl.constexpr):
     # A tile of input rows r = b * T + t; per row its S output rows, flattened as q = j * C + c (contiguous in g's
     # row of K * C values and in y's row of S * C): no per-element 64-bit division.
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -264,20 +264,34 @@ def _overlap_add_kernel(g_ptr, bias_ptr, tail_ptr, y_ptr, ROWS, T, C, OV, tail_s
                          mask=mask & spill_q & (t == 0)[:, None], other=0.0).to(tl.float32)
     y = tl.where(spill_q, round_to(y + spill, dtype), y)
     tl.store(y_ptr + (r64 * (S * C))[:, None] + q[None, :], y.to(dtype), mask=mask)
+    if ACTIVATE:                                    # the next layer's SnakeBeta, into its buffer's rows
+        a = tl.load(a_ptr + c, mask=q_ok, other=0.0).to(tl.float32)[None, :]
+        inv = tl.load(inv_ptr + c, mask=q_ok, other=0.0).to(tl.float32)[None, :]
+        b = (r // T).to(tl.int64)
+        act_rows = b * act_sb + (r64 - b * T) * (S * C)
+        tl.store(act_ptr + act_rows[:, None] + q[None, :], snake(y, a, inv, dtype, PRECISE).to(dtype), mask=mask)
 
 
-def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, tail: torch.Tensor | None
-                              ) -> torch.Tensor:
+def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, tail: torch.Tensor | None,
+                              activation: tuple[torch.Tensor, torch.Tensor] | None = None,
+                              activated_out: torch.Tensor | None = None) -> torch.Tensor:
     """A transposed convolution's output rows from its GEMM: g [B, T, k, C] contiguous (input row t's contribution
     to output rows t*stride + j, j < k), bias [C], tail [B, C, k - stride] (the previous call's spill, or None) ->
     y [B, T * stride, C] with y[t*s + j] = g[t, j] + bias (+ g[t-1, s + j], or the tail at t = 0, for j < k - s):
-    one pass, rounded where the separate torch adds round (conv_transpose_gemm.py)."""
+    one pass, rounded where the separate torch adds round (conv_transpose_gemm.py).
+    activation (a, inv) [C] with activated_out [B, T * stride, C] (each sequence's rows contiguous, e.g. the rows of
+    a buffer after the next convolution's left context): SnakeBeta(y) is stored there too, in the same pass."""
     bsz, t, k, c = g.shape
     overlap = k - stride
     if not g.is_contiguous() or not 0 <= overlap <= stride:
         raise ValueError(f"g must be contiguous [B, T, k, C] with stride <= k <= 2 * stride, got {tuple(g.shape)}")
     if bias.shape != (c,) or (tail is not None and tail.shape != (bsz, c, overlap)):
         raise ValueError(f"bias must be [{c}] and tail [{bsz}, {c}, {overlap}]")
+    if (activation is None) != (activated_out is None) or activated_out is not None and (
+            activated_out.shape != (bsz, t * stride, c) or activated_out.dtype != g.dtype
+            or not _rows_contiguous(activated_out)):
+        raise ValueError(f"activation needs activated_out [{bsz}, {t * stride}, {c}] {g.dtype} with each sequence's "
+                         "rows contiguous, and the other way round")
     y = torch.empty((bsz, t * stride, c), dtype=g.dtype, device=g.device)
     rows = bsz * t
     if y.numel():
@@ -286,10 +300,13 @@ def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, 
         if tail is not None and tail[0].numel() and not tail[0].is_contiguous():
             tail = tail.contiguous()
         # (the pool's gathered state is a batch-strided view: each row's [C, OV] is contiguous, the rows are not)
+        a, inv = (x.contiguous() for x in activation) if activation is not None else (bias, bias)  # not read else
+        act = activated_out if activated_out is not None else y                                  # not written else
         _overlap_add_kernel[(triton.cdiv(rows, block_r),)](
-            g, bias.contiguous(), tail if tail is not None else g, y, rows, t, c, overlap,
-            tail.stride(0) if tail is not None else 0,
-            S=stride, K=k, HAS_TAIL=tail is not None and overlap > 0, BLOCK_R=block_r, BLOCK_Q=block_q,
+            g, bias.contiguous(), tail if tail is not None else g, y, a, inv, act, rows, t, c, overlap,
+            tail.stride(0) if tail is not None else 0, act.stride(0),
+            S=stride, K=k, HAS_TAIL=tail is not None and overlap > 0, ACTIVATE=activation is not None,
+            PRECISE=g.is_cuda, BLOCK_R=block_r, BLOCK_Q=block_q,
             num_warps=8 if block_r * block_q >= 4096 else 4, enable_fp_fusion=False)
     return y
 

@@ -81,10 +81,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(x_ptr=p, a_ptr=p, inv_ptr=p, out_ptr=p), dict(PRECISE=True, BLOCK=1024),
                     dict(num_warps=4, enable_fp_fusion=False)))
         for has_tail in (False, True):
-            out.append((f"overlap_add_channels_last {dt} tail={has_tail}", causal_conv._overlap_add_kernel,
-                        dict(g_ptr=p, bias_ptr=p, tail_ptr=p, y_ptr=p),
-                        dict(S=3, K=6, HAS_TAIL=has_tail, BLOCK_R=8, BLOCK_Q=512),
-                        dict(num_warps=8, enable_fp_fusion=False)))
+            for activate in (False, True) if has_tail else (False,):
+                out.append((f"overlap_add_channels_last {dt} tail={has_tail}" + (" ACTIVATE" if activate else ""),
+                            causal_conv._overlap_add_kernel,
+                            dict(g_ptr=p, bias_ptr=p, tail_ptr=p, y_ptr=p, a_ptr=p, inv_ptr=p, act_ptr=p),
+                            dict(S=3, K=6, HAS_TAIL=has_tail, ACTIVATE=activate, PRECISE=1, BLOCK_R=8, BLOCK_Q=512),
+                            dict(num_warps=8, enable_fp_fusion=False)))
         # every tuned configuration, specialised as the JIT sees the decoder's calls (16-byte-aligned pointers,
         # channel counts and strides multiples of 16), plus the one-channel output conv unaligned
         for (cin, cout, k, tdt), cfg in causal_conv.TUNED.items():

@@ -9,8 +9,8 @@ first SnakeBeta (written after the dilated convolution's left context), the dila
 the second SnakeBeta in its epilogue, the 1x1 convolution with its bias and the residual add in its epilogue
 (voxflow/kernels/causal_conv.py); a transposed convolution is one GEMM whose rows are already channels-last, or
 with SUBPIXEL one two-tap convolution (`_conv_transpose_subpixel`). With ACT_IN_EPILOGUE the SnakeBeta that starts
-the next unit or block is applied by the 1x1 convolution's epilogue too, which writes it after the next layer's
-left context (`_conv_into`): no pass of its own.
+the next unit or block is applied by the kernel before it (the 1x1 convolution's epilogue, the overlap-add), which
+writes it after the next layer's left context: no pass of its own.
 
 Same modules, same weights, same streaming state as the plain path (codec_decoder_blocks.py): each convolution's
 carried left context stays [B, C, context] in the state (read and written transposed: at most 54 samples), the
@@ -40,14 +40,15 @@ ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to
 # graphs' memory pool reserved 0.73 GiB more (1,342 -> 2,088 MiB in 56 segments against 38, the same peak of
 # allocated bytes: fragmentation), taking the 0.6B engine past 8 GB.
 SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
-# A layer's SnakeBeta applied in the epilogue of the convolution before it (`_conv_into`) instead of in a pass of
-# its own, which reads and writes the whole activation (17 such passes were 13% of a 16-stream 25-frame codec call's
-# kernel time on the H200, session 28 call 2). 1: where that convolution's output is read only activated - each
-# block's last residual unit, before the next block's transposed convolution or the last SnakeBeta (4 passes, a
-# quarter of their bytes); 2: also the other residual units, whose output is both the next unit's residual and its
-# activated input, so the epilogue stores it twice (8 more passes, each now one extra store instead of a read and a
-# store). The block's first unit keeps its pass (the transposed convolution's overlap-add makes its input), as does
-# the first block's SnakeBeta. Off until measured on the GPU: VOXFLOW_CODEC_ACT_EPILOGUE=1 or 2.
+# A layer's SnakeBeta applied by the kernel that makes its input (`_conv_into`, `_conv_transpose`) instead of in a
+# pass of its own, which reads and writes the whole activation (17 such passes were 13% of a 16-stream 25-frame
+# codec call's kernel time on the H200, session 28 call 2). 1: where that kernel's output is read only activated -
+# each block's last residual unit's 1x1 convolution, before the next block's transposed convolution or the last
+# SnakeBeta (4 passes, a quarter of their bytes); 2: also before every residual unit, whose input is also its
+# residual, so the kernel stores it twice: the other units' 1x1 convolutions and the transposed convolutions'
+# overlap-add pass (12 more passes, each now one extra store instead of a read and a store; with SUBPIXEL the
+# transposed convolution's 4 stay). The first block's SnakeBeta keeps its pass. Off until measured on the GPU:
+# VOXFLOW_CODEC_ACT_EPILOGUE=1 or 2.
 ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "0"))
 
 
@@ -94,8 +95,11 @@ def _block(block: DecoderBlock, buf: torch.Tensor, following: _Input, state: Str
     """An upsampling block on its activated input (`_block_input`'s buffer) -> the activated input of the layer
     after it (`following`'s buffer)."""
     _, up, *units = block.block
-    x = _conv_transpose_subpixel(up, buf) if SUBPIXEL and up.subpixel else _conv_transpose(up, buf, state)
-    buf = _activated(_unit_input(units[0]), x, state)
+    if SUBPIXEL and up.subpixel:
+        x = _conv_transpose_subpixel(up, buf)
+        buf = _activated(_unit_input(units[0]), x, state)
+    else:
+        x, buf = _conv_transpose(up, buf, _unit_input(units[0]), state)
     for i, unit in enumerate(units):
         last = i == len(units) - 1
         x, buf = _residual_unit(unit, x, buf, following if last else _unit_input(units[i + 1]), not last, state)
@@ -207,11 +211,13 @@ def _conv_transpose_subpixel(up: CausalConvTranspose1d, buf: torch.Tensor) -> to
     return conv1d_channels_last(buf, packed, tiled, 1).view(b, t * s, weight.shape[1])
 
 
-def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
+def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, following: _Input, state: StreamTensors | None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The causal transposed conv on channels-last (activated) rows (conv_transpose_gemm.py's GEMM + overlap-add):
-    x [B, T, Cin] -> [B, T * stride, Cout]. Weight [Cin, Cout, k] as [Cin, k * Cout], so a GEMM row holds each tap's
-    output row, and output row t*s + j is G[t, j] (+ the spill G[t-1, s + j] for j < k - s) + bias, added by one
-    Triton pass (two strided PyTorch passes before: ~4 ms of a 64 x 25-frame bf16 call on the H200)."""
+    x [B, T, Cin] -> (y [B, T * stride, Cout], following's buffer of y). Weight [Cin, Cout, k] as [Cin, k * Cout],
+    so a GEMM row holds each tap's output row, and output row t*s + j is G[t, j] (+ the spill G[t-1, s + j] for
+    j < k - s) + bias, added by one Triton pass (two strided PyTorch passes before: ~4 ms of a 64 x 25-frame bf16
+    call on the H200); with ACT_IN_EPILOGUE 2 that pass also writes following.act(y) into the buffer."""
     from voxflow.kernels.causal_conv import overlap_add_channels_last
     b, t, cin = x.shape
     weight = up.conv.weight
@@ -219,7 +225,14 @@ def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, state: StreamTen
     packed = per_weight_version(up, (weight,), lambda: weight.permute(0, 2, 1).reshape(cin, k * cout).contiguous())
     g = torch.matmul(x.reshape(b * t, cin), packed).view(b, t, k, cout)     # (TF32: CodecDecoder.forward's)
     tail = state[up.state_key] if state is not None and overlap else None
-    y = overlap_add_channels_last(g, up.conv.bias, s, tail)        # bias + spill in one pass
+    if ACT_IN_EPILOGUE >= 2:
+        buf = _context_buffer(following, b, t * s, cout, x, state)
+        y = overlap_add_channels_last(g, up.conv.bias, s, tail, following.act._channel_terms(),
+                                      buf[:, following.ctx:])
+        _keep_context(following, buf, t * s, state)
+    else:
+        y = overlap_add_channels_last(g, up.conv.bias, s, tail)        # bias + spill in one pass
+        buf = _activated(following, y, state)
     if tail is not None:
         state[up.state_key] = g[:, -1, s:].transpose(1, 2).contiguous()
-    return y
+    return y, buf
