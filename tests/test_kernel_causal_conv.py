@@ -326,12 +326,11 @@ if IN_CHILD:
         check_waveform_stack_streams_like_the_plain_decoder()
         assert len(calls) == 3 * 4                    # every upsampling block of each of the three stack runs
 
-    @pytest.mark.parametrize("level, subpixel, passes", [(0, False, 17), (1, False, 13), (2, False, 1), (2, True, 5)])
+    @pytest.mark.parametrize("level, subpixel, passes", [(0, False, 17), (1, False, 13), (2, False, 1), (2, True, 1)])
     def test_child_waveform_stack_with_activations_in_epilogues(monkeypatch, level, subpixel, passes):
         """codec_waveform_cl.ACT_IN_EPILOGUE: the SnakeBeta starting the next block (1), and every unit (2), applied
         by the kernel before it; streamed and one-pass, the plain decoder's audio, with 17 - 4 (1) or 17 - 16 (2)
-        SnakeBeta passes a stack run (the first block's remains; with sub-pixel transposed convolutions each
-        block's first unit's too)."""
+        SnakeBeta passes a stack run (the first block's remains), with either form of transposed convolution."""
         from voxflow.kernels import causal_conv
         from voxflow.models.qwen3_tts import codec_waveform_cl
         monkeypatch.setattr(codec_waveform_cl, "ACT_IN_EPILOGUE", level)

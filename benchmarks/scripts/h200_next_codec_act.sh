@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
 # Prepared in session 38 (no device was lent that session); carry [".whl", ".device_tree"]. Rename to
-# h200_sessionNN_runK.sh when run. ~400 s.
+# h200_sessionNN_runK.sh when run. ~450 s.
 # codec_waveform_cl.ACT_IN_EPILOGUE (VOXFLOW_CODEC_ACT_EPILOGUE, 0 = off, the default until this call): the SnakeBeta
 # that starts the next block (1), or every residual unit too (2), applied by the kernel before it (the 1x1
-# convolution's epilogue, the transposed convolution's overlap-add), which writes it after the next layer's left
-# context, instead of a SnakeBeta pass of its own (17 passes a codec call were 13% of a 16-stream 25-frame call's
-# kernel time in session 28 call 2; 1 removes 4 of them, 2 removes 16, storing each unit's input twice). Registers
-# (compile_check, sm_90, fp16): the TMA 1x1 kernel 93 -> 140 with the activation alone (one 8-warp block an SM
-# instead of two), 108 with the second store; the pointer kernel under its 128 cap spills 80 B with the activation
-# alone. This call: the codec GPU tests of the switch (fp32 against the plain
-# decoder, fp16 SNR), the codec alone (16 streams, fp16 on 64 SMs, 1 and 25 frames) at 0 / 1 / 2 with per-kernel
-# times, 0.6B c=64 (<= 8 GB) at 0 / 2 / 1 / 0 with step traces. Adopt the best level if it beats the spread.
+# convolution's epilogue; the transposed convolution's overlap-add or sub-pixel convolution), which writes it after
+# the next layer's left context, instead of a SnakeBeta pass of its own (17 passes a codec call were 13% of a
+# 16-stream 25-frame call's kernel time in session 28 call 2; 1 removes 4 of them, 2 removes 16, storing each unit's
+# input twice). Registers (compile_check, sm_90, fp16): the TMA 1x1 kernel 93 -> 140 with the activation alone (one
+# 8-warp block an SM instead of two), 108 with the second store; the pointer kernel under its 128 cap spills 80 B
+# with the activation alone. This call: the codec GPU tests of the switch (fp32 against the plain decoder, fp16
+# SNR); the codec alone (16 streams, fp16 on 64 SMs, 1 / 5 / 25 frames) at 0 / 1 / 2, and at 0 / 2 with the
+# sub-pixel transposed convolutions, with per-kernel times; 0.6B c=64 (<= 8 GB) at 0 / 2 / 1 / 0 with step traces.
+# Adopt the best level if it beats the spread (~±2%); if sub-pixel became the default in the codec-pool call, the
+# served runs take it too.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
 wait $CK
 gpu_tests 200 tests/gpu/test_gpu_codec.py -k "epilogues or fused_codec_kernels or fp16_streaming"
 pack_results
-for v in 0 1 2; do
-  VOXFLOW_CODEC_ACT_EPILOGUE=$v timeout 100 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 \
-    1,25 25 2>&1 | grep -v -i warn > $R/profile_codec_16_fp16_sms64_act$v.txt
-  grep -E "per call" $R/profile_codec_16_fp16_sms64_act$v.txt
+for v in 0 1 2 0sub 2sub; do           # NNsub: with the sub-pixel transposed convolutions (VOXFLOW_CODEC_SUBPIXEL=1)
+  VOXFLOW_CODEC_SUBPIXEL=$([[ $v == *sub ]] && echo 1 || echo 0) VOXFLOW_CODEC_ACT_EPILOGUE=${v%sub} timeout 100 \
+    python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 1,5,25 25 2>&1 | grep -v -i warn \
+    > $R/profile_codec_16_fp16_sms64_act$v.txt
+  echo "$v"; grep -E "per call" $R/profile_codec_16_fp16_sms64_act$v.txt
 done
 pack_results
 wait $CK6

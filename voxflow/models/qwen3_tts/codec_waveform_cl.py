@@ -46,8 +46,8 @@ SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
 # each block's last residual unit's 1x1 convolution, before the next block's transposed convolution or the last
 # SnakeBeta (4 passes, a quarter of their bytes); 2: also before every residual unit, whose input is also its
 # residual, so the kernel stores it twice: the other units' 1x1 convolutions and the transposed convolutions'
-# overlap-add pass (12 more passes, each now one extra store instead of a read and a store; with SUBPIXEL the
-# transposed convolution's 4 stay). The first block's SnakeBeta keeps its pass. Off until measured on the GPU:
+# overlap-add pass or sub-pixel convolution (12 more passes, each now one extra store instead of a read and a
+# store). The first block's SnakeBeta keeps its pass. Off until measured on the GPU:
 # VOXFLOW_CODEC_ACT_EPILOGUE=1 or 2.
 ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "0"))
 
@@ -95,11 +95,8 @@ def _block(block: DecoderBlock, buf: torch.Tensor, following: _Input, state: Str
     """An upsampling block on its activated input (`_block_input`'s buffer) -> the activated input of the layer
     after it (`following`'s buffer)."""
     _, up, *units = block.block
-    if SUBPIXEL and up.subpixel:
-        x = _conv_transpose_subpixel(up, buf)
-        buf = _activated(_unit_input(units[0]), x, state)
-    else:
-        x, buf = _conv_transpose(up, buf, _unit_input(units[0]), state)
+    transposed = _conv_transpose_subpixel if SUBPIXEL and up.subpixel else _conv_transpose
+    x, buf = transposed(up, buf, _unit_input(units[0]), state)
     for i, unit in enumerate(units):
         last = i == len(units) - 1
         x, buf = _residual_unit(unit, x, buf, following if last else _unit_input(units[i + 1]), not last, state)
@@ -197,18 +194,33 @@ def subpixel_weight(weight: torch.Tensor, bias: torch.Tensor | None, stride: int
     return packed, (bias.repeat(stride) if bias is not None else None)
 
 
-def _conv_transpose_subpixel(up: CausalConvTranspose1d, buf: torch.Tensor) -> torch.Tensor:
+def _conv_transpose_subpixel(up: CausalConvTranspose1d, buf: torch.Tensor, following: _Input,
+                             state: StreamTensors | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The causal transposed conv as one two-tap convolution (`subpixel_weight`) on buf [B, 1 + T, Cin], its
     activated input after one row of left context: the previous call's last activated input row
-    (state[up.x_state_key], `_block_input`), not the partial sums the GEMM form carries -> [B, T * stride, Cout].
-    No G intermediate, no overlap-add pass. The two taps are summed in fp32 and rounded once (the GEMM form rounds
-    each tap's product before the add)."""
+    (state[up.x_state_key], `_block_input`), not the partial sums the GEMM form carries -> (y [B, T * stride, Cout],
+    following's buffer of y). No G intermediate, no overlap-add pass. The two taps are summed in fp32 and rounded
+    once (the GEMM form rounds each tap's product before the add). With ACT_IN_EPILOGUE 2 the convolution's
+    epilogue also writes following.act(y) into the buffer (its terms tiled like the bias: column j * Cout + c)."""
     from voxflow.kernels.causal_conv import conv1d_channels_last
     b, t = buf.shape[0], buf.shape[1] - 1
     weight, bias, s = up.conv.weight, up.conv.bias, up.stride
+    cout = weight.shape[1]
     params = (weight,) if bias is None else (weight, bias)
     packed, tiled = per_weight_version(up, params, lambda: subpixel_weight(weight, bias, s), tag="subpixel")
-    return conv1d_channels_last(buf, packed, tiled, 1).view(b, t * s, weight.shape[1])
+    if ACT_IN_EPILOGUE < 2:
+        y = conv1d_channels_last(buf, packed, tiled, 1).view(b, t * s, cout)
+        return y, _activated(following, y, state)
+    act = following.act
+    terms = per_weight_version(act, (act.alpha, act.beta), lambda: tuple(x.repeat(s) for x in act._channel_terms()),
+                               tag=f"tiled x{s}")
+    out = _context_buffer(following, b, t * s, cout, buf, state)
+    y = torch.empty((b, t * s, cout), dtype=buf.dtype, device=buf.device)
+    # [B, T * s, Cout] rows are [B, T, s * Cout] rows in memory: the convolution's output layout
+    conv1d_channels_last(buf, packed, tiled, 1, activation=terms, out=out[:, following.ctx:].view(b, t, s * cout),
+                         raw_out=y.view(b, t, s * cout))
+    _keep_context(following, out, t * s, state)
+    return y, out
 
 
 def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, following: _Input, state: StreamTensors | None
