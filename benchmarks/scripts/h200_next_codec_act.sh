@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 38 (no device was lent that session); carry [".whl", ".device_tree"]. Rename to
-# h200_sessionNN_runK.sh when run. ~450 s.
+# h200_sessionNN_runK.sh when run. ~480 s.
 # codec_waveform_cl.ACT_IN_EPILOGUE (VOXFLOW_CODEC_ACT_EPILOGUE, 0 = off, the default until this call): the SnakeBeta
 # that starts the next block (1), or every residual unit too (2), applied by the kernel before it (the 1x1
 # convolution's epilogue; the transposed convolution's overlap-add or sub-pixel convolution), which writes it after
@@ -12,19 +12,28 @@
 # SNR); the codec alone (16 streams, fp16 on 64 SMs, 1 / 5 / 25 frames) at 0 / 1 / 2, and at 0 / 2 with the
 # sub-pixel transposed convolutions, with per-kernel times; 0.6B c=64 (<= 8 GB) at 0 / 2 / 1 / 0 with step traces.
 # Adopt the best level if it beats the spread (~±2%); if sub-pixel became the default in the codec-pool call, the
-# served runs take it too.
+# served runs take it too. Also timed: the codec pool's row gather / scatter as Triton passes (kernels/row_copy.py,
+# on by default since session 38 without a GPU measurement; session 28: torch's index_select 144 us + index_copy_
+# 123 us a call) against torch's (VOXFLOW_CODEC_ROW_COPY=0): keep the faster.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
 wait $CK
-gpu_tests 200 tests/gpu/test_gpu_codec.py -k "epilogues or fused_codec_kernels or fp16_streaming"
+gpu_tests 200 tests/gpu/test_gpu_row_copy.py tests/gpu/test_gpu_codec.py \
+  -k "row_copies or epilogues or fused_codec_kernels or fp16_streaming or graph_path"
 pack_results
-for v in 0 1 2 0sub 2sub; do           # NNsub: with the sub-pixel transposed convolutions (VOXFLOW_CODEC_SUBPIXEL=1)
-  VOXFLOW_CODEC_SUBPIXEL=$([[ $v == *sub ]] && echo 1 || echo 0) VOXFLOW_CODEC_ACT_EPILOGUE=${v%sub} timeout 100 \
-    python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 1,5,25 25 2>&1 | grep -v -i warn \
-    > $R/profile_codec_16_fp16_sms64_act$v.txt
-  echo "$v"; grep -E "per call" $R/profile_codec_16_fp16_sms64_act$v.txt
-done
+profile() {                            # the codec alone under some settings: profile LABEL [ENV=VALUE...]
+  local label=$1; shift
+  env "$@" timeout 100 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 1,5,25 25 2>&1 \
+    | grep -v -i warn > $R/profile_codec_16_fp16_sms64_$label.txt
+  echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
+}
+profile act0
+profile act0_torch_rows VOXFLOW_CODEC_ROW_COPY=0
+profile act1 VOXFLOW_CODEC_ACT_EPILOGUE=1
+profile act2 VOXFLOW_CODEC_ACT_EPILOGUE=2
+profile sub_act0 VOXFLOW_CODEC_SUBPIXEL=1
+profile sub_act2 VOXFLOW_CODEC_SUBPIXEL=1 VOXFLOW_CODEC_ACT_EPILOGUE=2
 pack_results
 wait $CK6
 bench_small_traced act0

@@ -46,7 +46,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import paged_decode_attention as paged
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
-    from voxflow.kernels import causal_conv, frame_input, slot_write_back, uniform_noise
+    from voxflow.kernels import causal_conv, frame_input, row_copy, slot_write_back, uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -115,6 +115,13 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 capped = causal_conv._cfg(128, 128, cfg["BLOCK_K"], 8, 3, 128)  # tune_causal_conv.py's register cap
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} maxnreg 128",
                             *conv_channels_last_case(dt, cin, k, epilogue, capped, aligned)))
+    for dt in ("fp16", "i64"):                  # the codec pool's rows: fp16 state (aligned widths), int64 counters
+        for gather in (True, False):
+            out.append((f"copy_rows {dt} gather={gather}", row_copy._copy_rows_kernel,
+                        dict(src_ptr=_ptr(dt), dst_ptr=_ptr(dt), rows_ptr=i64),
+                        dict(GATHER=gather, BLOCK=row_copy._BLOCK if dt == "fp16" else 1),
+                        dict(num_warps=8 if dt == "fp16" else 1,
+                             aligned=("src_ptr", "dst_ptr", "N", "src_stride", "dst_stride") if dt == "fp16" else ())))
     for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):       # residual_unit.py at 96 channels
         out.append((f"residual_unit {dt} 96", *residual_unit_case(dt, dtype)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,

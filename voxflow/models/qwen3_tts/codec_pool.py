@@ -10,7 +10,7 @@ batched decode step is
 The ~42 state tensors of a row live side by side in one flat [rows, N] buffer per dtype (`PackedRows`; the named
 tensors are views into it), so the gather is one index_select and the write-back one cat + one index_copy_ per
 dtype, not one of each per tensor: 74 small launches (~0.63 ms of a 16-stream codec call's GPU time on the H200,
-session 14) become ~5 (~0.22 ms).
+session 14) become ~5 (~0.22 ms). On a GPU the row gather and scatter are a Triton pass each (kernels/row_copy.py).
 
 Every tensor in that step has a shape fixed by (batch size, frames), and the pool itself never moves, so the
 step can be captured in a CUDA graph (codec_graphs.py) and replayed with new row numbers and codes.
@@ -27,10 +27,13 @@ same stream as every other pool write, so stream order makes the reuse safe.
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 
 import torch
+
+from voxflow.kernels import use_kernels
 
 from .codec_decoder import CodecDecoder
 from ...engine.host_to_device import to_device
@@ -113,13 +116,43 @@ class PackedRows:
         return out
 
     def gather(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Copies of the given rows of every tensor (one index_select per dtype)."""
-        return self.views({dt: buf.index_select(0, rows) for dt, buf in self.flat.items()})
+        """Copies of the given rows of every tensor (one row gather per dtype)."""
+        return self.views({dt: gather_rows(buf, rows) for dt, buf in self.flat.items()})
 
     def write(self, rows: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
-        """tensors {name: [len(rows), ...]} into those rows: per dtype one cat (`pack`) and one index_copy_."""
+        """tensors {name: [len(rows), ...]} into those rows: per dtype one cat (`pack`) and one row scatter."""
         for dt, packed in self.pack(tensors).items():
-            self.flat[dt].index_copy_(0, rows, packed)
+            scatter_rows(self.flat[dt], rows, packed)
+
+    def fill(self, rows: torch.Tensor, row: dict[torch.dtype, torch.Tensor]) -> None:
+        """One row's values ({dtype: [1, N]}, e.g. a template's `flat`) into each of the given rows."""
+        for dt, buf in self.flat.items():
+            scatter_rows(buf, rows, row[dt].expand(rows.shape[0], -1))
+
+
+# The rows' gather and scatter as kernels/row_copy.py's Triton passes on a GPU (kernels on): PyTorch's index_select
+# and index_copy_ took 144 + 123 us of every 16-stream codec call on the H200 (session 28 call 2), copying these few,
+# MB-wide rows an element at a time. On by default without a GPU measurement of its own yet (a plain copy, held
+# bit-equal to the torch ops; the next device call's codec profiles time both); VOXFLOW_CODEC_ROW_COPY=0: torch's.
+ROW_COPY_KERNELS = os.environ.get("VOXFLOW_CODEC_ROW_COPY", "1") == "1"
+
+
+def gather_rows(buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """buf.index_select(0, rows), by the Triton pass where ROW_COPY_KERNELS says so."""
+    if ROW_COPY_KERNELS and use_kernels(buf):
+        from voxflow.kernels.row_copy import gather_rows as kernel
+        return kernel(buf, rows)
+    return buf.index_select(0, rows)
+
+
+def scatter_rows(buf: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> None:
+    """buf.index_copy_(0, rows, src) (src may be one row expanded), by the Triton pass where ROW_COPY_KERNELS says
+    so."""
+    if ROW_COPY_KERNELS and use_kernels(buf):
+        from voxflow.kernels.row_copy import scatter_rows as kernel
+        kernel(buf, rows, src)
+    else:
+        buf.index_copy_(0, rows, src)
 
 
 class CodecStatePool:
@@ -174,8 +207,7 @@ class CodecStatePool:
 
     def reset(self, rows: torch.Tensor) -> None:
         """Rows [n] (device LongTensor) back to the state of a stream that has fed no frame."""
-        for dt, buf in self._packed.flat.items():
-            buf.index_copy_(0, rows, self._initial.flat[dt].expand(rows.shape[0], -1))
+        self._packed.fill(rows, self._initial.flat)
 
     # ---- the batched step ----------------------------------------------------------------------------------
     def step(self, rows: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
