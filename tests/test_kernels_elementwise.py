@@ -214,6 +214,37 @@ def check_layers_keep_the_reference_where_the_kernel_does_not_apply(force_kernel
     assert force_kernels == []
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def check_codec_attention_rotary_kernel_is_bit_exact(force_kernels, monkeypatch, dtype):
+    """The codec decoder's sliding-window attention (its real 16 x 64 heads), streaming two calls with a state:
+    through the rotary kernel, the same bits as through the torch expression, outputs and carried keys alike."""
+    from voxflow.models.qwen3_tts.codec_decoder import SlidingWindowAttention
+    from voxflow.models.qwen3_tts.config import CodecDecoderConfig
+    torch.manual_seed(12)
+    cfg = CodecDecoderConfig(hidden_size=128, sliding_window=6)
+    attn = SlidingWindowAttention(cfg).to(dtype).eval().requires_grad_(False)
+    attn.state_key = "attn"
+    runs = []
+    for kernels_on in (True, False):
+        monkeypatch.setattr(rotary_layer, "use_kernels", lambda t, on=kernels_on: on)
+        state = attn.init_state(2, "cpu", dtype)
+        outs = []
+        with torch.no_grad():
+            for start, t in ((0, 3), (3, 4)):
+                pos = torch.arange(start, start + t)[None].expand(2, -1)
+                cos, sin = rotary_layer.RotaryEmbedding(64, 1e4)(pos, dtype)
+                k_pos = torch.arange(start - attn.cache_len, start + t)[None]
+                mask = ((pos[:, :, None] - k_pos[:, None, :] >= 0) & (k_pos >= 0)[:, None, :])[:, None]
+                x = torch.randn(2, t, 128, generator=torch.Generator().manual_seed(start)).to(dtype)
+                outs.append(attn(x, cos, sin, mask, state))
+        runs.append((outs, state))
+    assert force_kernels.count("apply_rotary") == 2                      # the kernel ran in the first pass only
+    (fast, fast_state), (ref, ref_state) = runs
+    assert all(torch.equal(a, b) for a, b in zip(fast, ref))
+    assert all(torch.equal(fast_state[k], ref_state[k]) for k in ref_state)
+    assert ref[1].abs().max() > 0.01
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
 def check_decoder_layer_kernels_on_vs_off(kernels, force_kernels, monkeypatch, dtype, tol):
     """A whole (tiny) Qwen3 decoder layer through the kernels vs the reference; tol relative to the output scale."""
