@@ -14,13 +14,15 @@
 # Adopt the best level if it beats the spread (~±2%); if sub-pixel became the default in the codec-pool call, the
 # served runs take it too. Also timed: the codec pool's row gather / scatter as Triton passes (kernels/row_copy.py,
 # on by default since session 38 without a GPU measurement; session 28: torch's index_select 144 us + index_copy_
-# 123 us a call) against torch's (VOXFLOW_CODEC_ROW_COPY=0): keep the faster.
+# 123 us a call) against torch's (VOXFLOW_CODEC_ROW_COPY=0): keep the faster. Also new in the tree, bit-exact and
+# on: the codec attention's RoPE through the rotary kernel, the residual dequantisation's 16 lookups + adds as one
+# kernel (session 28's 1-frame call: 440 kernels, 2.58 ms; how many now?).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
 wait $CK
-gpu_tests 200 tests/gpu/test_gpu_row_copy.py tests/gpu/test_gpu_codec.py \
-  -k "row_copies or epilogues or fused_codec_kernels or fp16_streaming or graph_path"
+gpu_tests 200 tests/gpu/test_gpu_codec_small_kernels.py tests/gpu/test_gpu_codec.py \
+  -k "row_copies or rvq_lookup or epilogues or fused_codec_kernels or fp16_streaming or graph_path"
 pack_results
 profile() {                            # the codec alone under some settings: profile LABEL [ENV=VALUE...]
   local label=$1; shift

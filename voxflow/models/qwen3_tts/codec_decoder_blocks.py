@@ -274,8 +274,11 @@ class Codebook(nn.Module):
         self._derived: tuple | None = None
 
     def embeddings(self) -> torch.Tensor:
-        return per_weight_version(self, (self.cluster_usage, self.embedding_sum),
-                                  lambda: self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None])
+        return per_weight_version(self, (self.cluster_usage, self.embedding_sum), self.compute_embeddings)
+
+    def compute_embeddings(self) -> torch.Tensor:
+        """The entries, computed (not kept): embedding_sum / cluster_usage."""
+        return self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
 
 
 class _CodebookHolder(nn.Module):
@@ -301,13 +304,27 @@ class ResidualDequantizer(nn.Module):
         self.input_proj = nn.Conv1d(io_dim, dim, 1, bias=False)
         self.output_proj = nn.Conv1d(dim, io_dim, 1, bias=False)
         self.vq = _CodebookList(n_codebooks, codebook_size, dim)
+        self._derived: tuple | None = None     # the stacked table of `table()`
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, K, T] -> [B, io_dim, T]"""
+        if use_kernels(codes):
+            # one Triton pass for the K lookups and their sum, same order and bits (voxflow/kernels/rvq_lookup.py)
+            from voxflow.kernels import rvq_lookup as fused
+            table = self.table()
+            if fused.supported(codes, table):
+                return self.output_proj(fused.rvq_lookup(codes, table).transpose(1, 2))
         total = 0
         for k, holder in enumerate(self.vq.layers):  # K is small (1 or 15); summed in codebook order like training
             total = total + F.embedding(codes[:, k], holder._codebook.embeddings())
         return self.output_proj(total.transpose(1, 2))
+
+    def table(self) -> torch.Tensor:
+        """Every codebook's entries as one [K, size, dim] table (Codebook's own expression), kept per weight
+        version."""
+        books = [holder._codebook for holder in self.vq.layers]
+        params = tuple(p for book in books for p in (book.cluster_usage, book.embedding_sum))
+        return per_weight_version(self, params, lambda: torch.stack([book.compute_embeddings() for book in books]))
 
 
 class SplitDequantizer(nn.Module):

@@ -1,0 +1,43 @@
+"""The codec's small Triton kernels on the GPU: the pool's row gather / scatter (voxflow/kernels/row_copy.py)
+bit-equal to index_select / index_copy_ at the codec's real width (1,307,616 fp16 values a row), rows repeated and
+in any order, and a stride-0 source (a reset); the residual dequantisation (rvq_lookup.py) equal to the lookups and
+adds it replaces."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from voxflow.kernels.row_copy import gather_rows, scatter_rows  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype, width", [(torch.float16, 1_307_616), (torch.int64, 1), (torch.float32, 4097)])
+def test_row_copies_equal_the_index_ops(dtype, width):
+    g = torch.Generator("cuda").manual_seed(0)
+    buf = (torch.randn(17, width, device="cuda", generator=g) * 100).to(dtype)
+    rows = torch.tensor([16, 3, 0, 16, 9], device="cuda")
+    assert torch.equal(gather_rows(buf, rows), buf.index_select(0, rows))
+    distinct = torch.tensor([5, 0, 12], device="cuda")
+    src = (torch.randn(3, width, device="cuda", generator=g) * 100).to(dtype)
+    want = buf.clone().index_copy_(0, distinct, src)
+    scatter_rows(buf, distinct, src)
+    assert torch.equal(buf, want)
+    scatter_rows(buf, torch.tensor([1, 2], device="cuda"), src[:1].expand(2, -1))
+    assert torch.equal(buf[1], src[0]) and torch.equal(buf[2], src[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_rvq_lookup_equals_the_lookups_and_adds(dtype):
+    """kernels/rvq_lookup.py at the 12 Hz codec's acoustic codebooks (15 x 2048 x 256), a 16-stream 25-frame call's
+    codes sliced as the split dequantiser slices them: the reference's bits."""
+    import torch.nn.functional as F
+    from voxflow.kernels.rvq_lookup import rvq_lookup
+    g = torch.Generator("cuda").manual_seed(1)
+    table = torch.randn(15, 2048, 256, device="cuda", generator=g).to(dtype)
+    codes = torch.randint(0, 2048, (16, 16, 25), device="cuda", generator=g)[:, 1:]
+    want = 0
+    for k in range(15):
+        want = want + F.embedding(codes[:, k], table[k])
+    assert torch.equal(rvq_lookup(codes, table), want)
