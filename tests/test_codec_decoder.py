@@ -449,3 +449,26 @@ def test_derived_weights_inside_a_capture_are_never_kept_and_with_none_in_captur
     assert dw.per_weight_version(owner, (param,), lambda: "kept", none_in_capture=True) == "kept"
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert dw.per_weight_version(owner, (param,), lambda: "new", none_in_capture=True) == "kept"   # served
+
+
+def test_attention_projects_q_k_v_with_one_gemm_on_the_gpu_path(dec, ref80, monkeypatch):
+    """On the GPU path (stood in for: the kernel switch forced on for the codec decoder module) each codec attention
+    layer runs one GEMM over its fused q|k|v weight, whose rows the three Linears' weights are views of (so loading
+    a checkpoint fills it); the audio stays the three GEMMs' within fp32 summation order."""
+    from torch.nn import functional as F
+    from voxflow.models.qwen3_tts import codec_decoder
+    attn = dec.pre_transformer.layers[0].self_attn
+    assert attn.q_proj.weight.data_ptr() == attn._qkv.data_ptr()
+    assert attn.v_proj.weight.data_ptr() == attn._qkv[-attn.v_proj.out_features:].data_ptr()
+    layers = [layer.self_attn for layer in dec.pre_transformer.layers]
+    fused = {id(a._qkv) for a in layers}
+    alone = {id(lin.weight) for a in layers for lin in (a.q_proj, a.k_proj, a.v_proj)}
+    weights = []
+    linear = F.linear            # (torch.nn.functional's own: nn.Linear's forward goes through it too)
+    monkeypatch.setattr(codec_decoder.F, "linear", lambda x, w, *a: weights.append(id(w)) or linear(x, w, *a))
+    monkeypatch.setattr(codec_decoder, "use_kernels", lambda t: True)
+    codes, want = ref80
+    with torch.no_grad():
+        got = dec(codes[None, :, :30])[0, 0]
+    assert sum(w in fused for w in weights) == len(layers) and not alone & set(weights)
+    assert max_diff(got, want[: got.shape[0]]) < 1e-5

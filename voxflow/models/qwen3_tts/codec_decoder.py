@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from voxflow.kernels import use_kernels
 from voxflow.layers.conv_transpose_gemm import conv_gemm_precision
+from voxflow.layers.fused_linear import fuse_weights, still_fused
 from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm
 from voxflow.layers.rotary import apply_rotary
@@ -54,6 +56,24 @@ class SlidingWindowAttention(StreamingModule):
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        # q|k|v as one weight for the GPU path's one GEMM (fused_linear.py; made before the load, as the talker's)
+        self._qkv = fuse_weights([self.q_proj, self.k_proj, self.v_proj])
+
+    def fused_groups(self) -> dict[str, list[nn.Linear]]:
+        """Fused weight attribute -> the Linears whose weights are views of it (fused_linear.cast_fused_groups)."""
+        return {"_qkv": [self.q_proj, self.k_proj, self.v_proj]}
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v [B, T, H * D]: on the GPU path one GEMM over the fused weight, sliced (views); else three."""
+        trio = [self.q_proj, self.k_proj, self.v_proj]
+        if use_kernels(x):
+            if not still_fused(self._qkv, trio):
+                self._qkv = fuse_weights(trio)           # None inside a graph capture: the three GEMMs then
+            if self._qkv is not None:
+                nq, nk = self.q_proj.out_features, self.k_proj.out_features
+                qkv = F.linear(x, self._qkv)
+                return qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def init_state(self, batch, device, dtype):
         shape = (batch, self.n_kv_heads, self.cache_len, self.head_dim)
@@ -65,9 +85,7 @@ class SlidingWindowAttention(StreamingModule):
         """x [B, T, C]; cos/sin [B or 1, T, head_dim]; mask [B or 1, 1, T, S] (True = may attend), S = cached + T
         keys when streaming, else T."""
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        q, k, v = (p.view(b, t, -1, self.head_dim).transpose(1, 2) for p in self._project(x))
         # q * cos + rotate_half(q) * sin (and k): on a GPU one Triton launch with the same bits instead of ~10
         # element-wise kernels a layer (voxflow/kernels/rotary.py)
         q, k = apply_rotary(q, k, cos, sin)
