@@ -33,15 +33,13 @@ def check_against_the_index_ops():
             one = (torch.randn(1, n, generator=g) * 100).to(dtype)
             scatter_rows(buf, torch.tensor([1, 6]), one.expand(2, -1))
             assert torch.equal(buf[1], one[0]) and torch.equal(buf[6], one[0]) and torch.equal(buf[4], src[0])
-            # a repeated row (the pool's scratch row) gets one of its sources whole
-            twice = (torch.randn(2, n, generator=g) * 100).to(dtype)
-            scatter_rows(buf, torch.tensor([5, 5]), twice)
-            assert torch.equal(buf[5], twice[0]) or torch.equal(buf[5], twice[1])
     buf = torch.zeros(4, 8)
     with pytest.raises(ValueError, match="contiguous rows"):
         gather_rows(buf.t(), torch.tensor([0]))
     with pytest.raises(ValueError, match="row numbers"):
         gather_rows(buf, torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="contiguous 1-D"):          # a strided index would be read wrongly
+        gather_rows(buf, torch.tensor([0, 9, 1, 9])[::2])
     with pytest.raises(ValueError, match="src must be"):
         scatter_rows(buf, torch.tensor([0, 1]), torch.zeros(2, 7))
 

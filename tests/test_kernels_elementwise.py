@@ -214,6 +214,26 @@ def check_layers_keep_the_reference_where_the_kernel_does_not_apply(force_kernel
     assert force_kernels == []
 
 
+@pytest.mark.parametrize("dtype", DTYPES + (torch.float16,))
+def check_scaled_residual_is_bit_exact(monkeypatch, dtype):
+    """kernels/scaled_residual.py: x + scale * y as the codec's LayerScale'd branches add it, the same bits; the
+    codec transformer layer's residual adds go through it on the GPU path."""
+    from voxflow.kernels import scaled_residual
+    from voxflow.models.qwen3_tts import codec_decoder
+    gen = torch.Generator().manual_seed(13)
+    x, y = (torch.randn(3, 5, 1100, generator=gen) * 4).to(dtype), (torch.randn(3, 5, 1100, generator=gen)).to(dtype)
+    layer_scale = codec_decoder.LayerScale(1100, 0.01).to(dtype).requires_grad_(False)
+    layer_scale.scale.uniform_(0.001, 0.5, generator=gen)
+    want = x + layer_scale(y)
+    assert torch.equal(scaled_residual.scaled_residual(x, y, layer_scale.scale), want)
+    assert not torch.equal(want, x + y)
+    calls = []
+    real = scaled_residual.scaled_residual
+    monkeypatch.setattr(scaled_residual, "scaled_residual", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(codec_decoder, "use_kernels", lambda t: True)
+    assert torch.equal(codec_decoder._add_scaled(x, layer_scale, y), want) and calls == [1]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def check_codec_attention_rotary_kernel_is_bit_exact(force_kernels, monkeypatch, dtype):
     """The codec decoder's sliding-window attention (its real 16 x 64 heads), streaming two calls with a state:

@@ -399,16 +399,20 @@ def test_half_channels_last_stack_is_close_to_the_half_ncl_kernels(dec, monkeypa
         assert snr_db(want[k], cl[k]) >= snr_db(want[k], ncl[k]) - 1.0, k
 
 
-@pytest.mark.parametrize("level", [1, 2])
-def test_activations_in_the_convolutions_epilogues_keep_the_audio(dec, monkeypatch, level):
+@pytest.mark.parametrize("level, subpixel", [(1, False), (2, False), (2, True)])
+def test_activations_in_the_convolutions_epilogues_keep_the_audio(dec, monkeypatch, level, subpixel):
     """codec_waveform_cl.ACT_IN_EPILOGUE (the next SnakeBeta applied by the kernel before it, `level` 1: before each
     next block, 2: also before every unit): fp32 (TF32 off) streamed through the graphed runner
     within TOL of the plain decoder, and fp16 (the served dtype, TMA convolutions as by default) keeps
-    FP16_MIN_SNR_DB, each with fewer SnakeBeta passes than the 17 a stack run makes without it."""
+    FP16_MIN_SNR_DB, each with fewer SnakeBeta passes than the 17 a stack run makes without it; with either form of
+    transposed convolution (sub-pixel: its two-tap convolution stores the unit's input twice, through TMA in fp16).
+    The fused residual unit stays off (it keeps its own pass)."""
     import voxflow.kernels as switch
-    from voxflow.kernels import causal_conv
+    from voxflow.kernels import causal_conv, residual_unit
     from voxflow.models.qwen3_tts import codec_waveform_cl
     monkeypatch.setattr(codec_waveform_cl, "ACT_IN_EPILOGUE", level)
+    monkeypatch.setattr(codec_waveform_cl, "SUBPIXEL", subpixel)
+    monkeypatch.setattr(residual_unit, "ENABLED", False)
     passes, stacks = [], []
     snake, stack = causal_conv.snake_channels_last, codec_waveform_cl.waveform_stack
     monkeypatch.setattr(causal_conv, "snake_channels_last", lambda *a, **k: passes.append(1) or snake(*a, **k))
@@ -421,5 +425,5 @@ def test_activations_in_the_convolutions_epilogues_keep_the_audio(dec, monkeypat
         assert np.abs(got[k] - want[k]).max() <= TOL, k
     monkeypatch.setattr(switch, "_enabled", True)
     result = measure(dec, torch.float16, 150, seed=0)
-    print(level, result)
+    print(level, subpixel, result)
     assert result["cuda_graphs"] and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result

@@ -95,7 +95,10 @@ def residual_activation_store(h, mask, bb, tt, cols, col_ok, res_ptr, res_sb, re
                               ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr, PRECISE: tl.constexpr):
     """The epilogue's end: + residual (rounded); with ACTIVATE the next layer's SnakeBeta (a2, inv2) of that value is
     what `out` gets, and with RAW_OUT the value before it is stored too (into raw). bb (one, or one a row) and tt:
-    the int64 sequence and row numbers of the tile's rows."""
+    the int64 sequence and row numbers of the tile's rows. The SnakeBeta takes the epilogue's sin (PRECISE): on a
+    GPU sin.approx where the convolution is inexact (FAST_EPILOGUE_SIN), as conv1's own SnakeBeta epilogue does,
+    not the libdevice sinf of the SnakeBeta pass it replaces (libdevice's sinf here: 93 -> 176 registers and a
+    272-byte spill under the 128 cap in the fp16 1x1 kernels, compile_check)."""
     if RESIDUAL:
         res = tl.load(res_ptr + (bb * res_sb + tt * res_st)[:, None] + cols[None, :], mask=mask, other=0.0)
         h = round_to(h + res.to(tl.float32), dtype)
@@ -280,7 +283,8 @@ def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, 
     y [B, T * stride, C] with y[t*s + j] = g[t, j] + bias (+ g[t-1, s + j], or the tail at t = 0, for j < k - s):
     one pass, rounded where the separate torch adds round (conv_transpose_gemm.py).
     activation (a, inv) [C] with activated_out [B, T * stride, C] (each sequence's rows contiguous, e.g. the rows of
-    a buffer after the next convolution's left context): SnakeBeta(y) is stored there too, in the same pass."""
+    a buffer after the next convolution's left context): SnakeBeta(y) is stored there too, in the same pass, with
+    the convolutions' epilogue sin (`epilogue_sin_mode`: sin.approx on a GPU where the products are inexact)."""
     bsz, t, k, c = g.shape
     overlap = k - stride
     if not g.is_contiguous() or not 0 <= overlap <= stride:
@@ -306,7 +310,7 @@ def overlap_add_channels_last(g: torch.Tensor, bias: torch.Tensor, stride: int, 
             g, bias.contiguous(), tail if tail is not None else g, y, a, inv, act, rows, t, c, overlap,
             tail.stride(0) if tail is not None else 0, act.stride(0),
             S=stride, K=k, HAS_TAIL=tail is not None and overlap > 0, ACTIVATE=activation is not None,
-            PRECISE=g.is_cuda, BLOCK_R=block_r, BLOCK_Q=block_q,
+            PRECISE=epilogue_sin_mode(g.is_cuda, g.dtype, _dot_precision(g)), BLOCK_R=block_r, BLOCK_Q=block_q,
             num_warps=8 if block_r * block_q >= 4096 else 4, enable_fp_fusion=False)
     return y
 
@@ -327,7 +331,7 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     written into `out`: [B, T, Cout] with a unit channel stride, e.g. the rows of a buffer after the next layer's
     left context). snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit
     channel stride): added next. activation (a, inv) [Cout]: the next layer's SnakeBeta applied last, so the output
-    is that layer's input (its own pass saved); raw_out [B, T, Cout]: also gets the value before `activation` (a
+    is that layer's input (its own pass saved; with the epilogue's sin, `epilogue_sin_mode`); raw_out [B, T, Cout]: also gets the value before `activation` (a
     residual unit's output is both the next unit's residual and its activated input). tma: operand tiles through
     TMA descriptors where the tensors allow (`tma_fits`); None (the default): `tma_by_default`, i.e. CONV_TMA for
     fp16 CUDA tensors only; True asks for it in any dtype."""

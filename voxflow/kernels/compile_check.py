@@ -46,7 +46,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import paged_decode_attention as paged
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
-    from voxflow.kernels import causal_conv, frame_input, row_copy, rvq_lookup, slot_write_back, uniform_noise
+    from voxflow.kernels import causal_conv, frame_input, row_copy, rvq_lookup, scaled_residual, slot_write_back
+    from voxflow.kernels import uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -85,7 +86,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 out.append((f"overlap_add_channels_last {dt} tail={has_tail}" + (" ACTIVATE" if activate else ""),
                             causal_conv._overlap_add_kernel,
                             dict(g_ptr=p, bias_ptr=p, tail_ptr=p, y_ptr=p, a_ptr=p, inv_ptr=p, act_ptr=p),
-                            dict(S=3, K=6, HAS_TAIL=has_tail, ACTIVATE=activate, PRECISE=1, BLOCK_R=8, BLOCK_Q=512),
+                            dict(S=3, K=6, HAS_TAIL=has_tail, ACTIVATE=activate, BLOCK_R=8, BLOCK_Q=512,
+                                 PRECISE=causal_conv.epilogue_sin_mode(True, dtype, "ieee")),
                             dict(num_warps=8, enable_fp_fusion=False)))
         # every tuned configuration, specialised as the JIT sees the decoder's calls (16-byte-aligned pointers,
         # channel counts and strides multiples of 16), plus the one-channel output conv unaligned
@@ -115,9 +117,17 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 capped = causal_conv._cfg(128, 128, cfg["BLOCK_K"], 8, 3, 128)  # tune_causal_conv.py's register cap
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} maxnreg 128",
                             *conv_channels_last_case(dt, cin, k, epilogue, capped, aligned)))
+    out.append(("scaled_residual fp16", scaled_residual._scaled_residual_kernel,  # the codec's LayerScale'd adds
+                dict(x_ptr=_ptr("fp16"), y_ptr=_ptr("fp16"), scale_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")),
+                dict(BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
     out.append(("rvq_lookup fp16 dim 256", rvq_lookup._rvq_lookup_kernel,        # the codec's 15 + 1 codebooks
                 dict(codes_ptr=i64, table_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")), dict(BLOCK_D=256),
                 dict(num_warps=2, enable_fp_fusion=False)))
+    # the sub-pixel transposed convolution (codec_waveform_cl.SUBPIXEL) with the next unit's SnakeBeta and its input
+    # stored twice (ACT_IN_EPILOGUE 2): the first block's two-tap 1536 -> 8 x 768 convolution, by launch_config's rule
+    subpixel = causal_conv.launch_config(1536, 8 * 768, torch.float16, 2)
+    out.append(("conv_channels_last_tma fp16 1536->6144 k=2 sub-pixel ACTIVATE RAW_OUT",
+                *conv_tma_case("fp16", 2, "ACTIVATE RAW_OUT", subpixel)))
     for dt in ("fp16", "i64"):                  # the codec pool's rows: fp16 state (aligned widths), int64 counters
         for gather in (True, False):
             out.append((f"copy_rows {dt} gather={gather}", row_copy._copy_rows_kernel,

@@ -8,7 +8,8 @@ streams, ~10% of a one-frame call's kernel time (benchmarks/results/h200/2026-12
 program copies one contiguous block of a row with wide loads and stores.
 
 Same results as the torch ops: a plain copy, any dtype. A row number repeated in a write (the codec pool's scratch
-row, which padded batch entries share) gets one of its sources, as with index_copy_.
+row, which padded batch entries share) gets, block by block, one of its sources: a mix of them, for a row whose
+content nobody reads (index_copy_ leaves such a row unspecified too).
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def _check(buf: torch.Tensor, rows: torch.Tensor) -> None:
     if buf.dim() != 2 or buf.stride(1) != 1:
         raise ValueError(f"a [rows, N] buffer with contiguous rows is needed, got {tuple(buf.shape)} "
                          f"strides {buf.stride()}")
-    if rows.dim() != 1 or rows.dtype not in (torch.int32, torch.int64) or rows.device != buf.device:
-        raise ValueError(f"row numbers must be a 1-D int32 / int64 tensor on {buf.device}")
+    if rows.dim() != 1 or rows.dtype not in (torch.int32, torch.int64) or rows.device != buf.device \
+            or (rows.stride(0) != 1 and rows.numel() > 1):
+        raise ValueError(f"row numbers must be a contiguous 1-D int32 / int64 tensor on {buf.device}")
 
 
 def gather_rows(buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -113,8 +113,17 @@ class TransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
     def forward(self, x, cos, sin, mask, state=None):
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+        x = _add_scaled(x, self.self_attn_layer_scale, self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
+        return _add_scaled(x, self.mlp_layer_scale, self.mlp(self.post_attention_layernorm(x)))
+
+
+def _add_scaled(x: torch.Tensor, layer_scale: LayerScale, y: torch.Tensor) -> torch.Tensor:
+    """x + layer_scale(y); on a GPU one Triton pass with the same bits (voxflow/kernels/scaled_residual.py)."""
+    if use_kernels(x):
+        from voxflow.kernels import scaled_residual as fused
+        if fused.supported(x, y, layer_scale.scale):
+            return fused.scaled_residual(x, y, layer_scale.scale)
+    return x + layer_scale(y)
 
 
 class FrameTransformer(StreamingModule):

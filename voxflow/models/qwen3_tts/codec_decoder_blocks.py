@@ -12,6 +12,8 @@ Every block runs in two modes through the same `forward(x, state=None)`:
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -293,6 +295,11 @@ class _CodebookList(nn.Module):
         self.layers = nn.ModuleList(_CodebookHolder(size, dim) for _ in range(n))
 
 
+# The dequantiser's lookups and sum as one Triton pass on a GPU (kernels/rvq_lookup.py, the same bits); on by
+# default since session 38 without a GPU run of its own yet; VOXFLOW_CODEC_RVQ_KERNEL=0: the K lookups and adds.
+RVQ_KERNEL = os.environ.get("VOXFLOW_CODEC_RVQ_KERNEL", "1") == "1"
+
+
 class ResidualDequantizer(nn.Module):
     """Sum of the looked-up entries of several codebooks, projected by a 1x1 conv.
 
@@ -308,7 +315,7 @@ class ResidualDequantizer(nn.Module):
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, K, T] -> [B, io_dim, T]"""
-        if use_kernels(codes):
+        if RVQ_KERNEL and use_kernels(codes):
             # one Triton pass for the K lookups and their sum, same order and bits (voxflow/kernels/rvq_lookup.py)
             from voxflow.kernels import rvq_lookup as fused
             table = self.table()

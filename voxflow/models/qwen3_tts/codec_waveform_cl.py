@@ -47,7 +47,10 @@ SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
 # SnakeBeta (4 passes, a quarter of their bytes); 2: also before every residual unit, whose input is also its
 # residual, so the kernel stores it twice: the other units' 1x1 convolutions and the transposed convolutions'
 # overlap-add pass or sub-pixel convolution (12 more passes, each now one extra store instead of a read and a
-# store). The first block's SnakeBeta keeps its pass. Off until measured on the GPU:
+# store). The first block's SnakeBeta keeps its pass. The moved SnakeBetas take the convolution epilogues' sin
+# (sin.approx on a GPU where the products are inexact, as conv1's own SnakeBeta epilogue: causal_conv.py), so on a
+# GPU the audio is not bit-equal to level 0's, only as close as that (the fp16 SNR test holds it). With the fused
+# residual unit (residual_unit.ENABLED, fp32 / bf16) its output keeps a pass. Off until measured on the GPU:
 # VOXFLOW_CODEC_ACT_EPILOGUE=1 or 2.
 ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "0"))
 
