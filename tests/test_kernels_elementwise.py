@@ -235,6 +235,62 @@ def check_scaled_residual_is_bit_exact(monkeypatch, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def check_kv_window_equals_the_concatenations(monkeypatch, dtype):
+    """kernels/kv_window.py: a streaming call's whole key / value window and the carried last L rows, the values of
+    the two concatenations and clones it replaces (calls shorter and longer than the window; new rows as the
+    rotary kernel's strided output), and the codec attention's `_window` through it on the GPU path."""
+    from voxflow.kernels import kv_window
+    from voxflow.models.qwen3_tts import codec_decoder
+    gen = torch.Generator().manual_seed(14)
+    for t in (1, 5, 9):
+        k_cache, v_cache = (torch.randn(2, 3, 7, 24, generator=gen).to(dtype) for _ in range(2))
+        k_new = torch.randn(2, t, 3, 24, generator=gen).to(dtype).transpose(1, 2)          # [B, H, T, D] view
+        v_new = torch.randn(2, 3, t, 24, generator=gen).to(dtype)
+        want = codec_decoder._window(k_cache, v_cache, k_new, v_new)                  # the torch path (CPU)
+        got = kv_window.kv_window(k_cache, v_cache, k_new, v_new)
+        assert all(torch.equal(a, b) and a.is_contiguous() for a, b in zip(got, want)), t
+        assert got[2].shape == k_cache.shape and got[0].shape == (2, 3, 7 + t, 24)
+        calls = []
+        real = kv_window.kv_window
+        monkeypatch.setattr(kv_window, "kv_window", lambda *a: calls.append(1) or real(*a))
+        monkeypatch.setattr(codec_decoder, "use_kernels", lambda x: True)
+        assert all(torch.equal(a, b) for a, b in zip(codec_decoder._window(k_cache, v_cache, k_new, v_new), want))
+        assert calls == [1]
+        monkeypatch.undo()
+    with pytest.raises(ValueError, match="caches"):
+        kv_window.kv_window(k_cache, v_cache, k_new[:, :2], v_new)
+
+
+def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch):
+    """The codec decoder streamed a frame at a time with its frame-rate GPU path taken (q|k|v in one GEMM, the
+    key / value window kernel, the LayerScale'd adds, the RoPE and codebook kernels): the plain one-pass decode's
+    audio within 1e-4 (test_codec_decoder.py's streaming bound)."""
+    from test_codec_decoder import random_codes, random_decoder           # tests/test_codec_decoder.py
+    from voxflow.kernels import kv_window, rotary, rvq_lookup, scaled_residual
+    from voxflow.models.qwen3_tts import codec_decoder, codec_decoder_blocks
+    from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
+    dec = random_decoder(seed=4).requires_grad_(False)
+    codes = random_codes(3, seed=6)
+    ran = []
+    for module, name in ((kv_window, "kv_window"), (rotary, "apply_rotary"), (rvq_lookup, "rvq_lookup"),
+                         (scaled_residual, "scaled_residual")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
+    with torch.no_grad():
+        want = dec(codes)
+        for module in (codec_decoder, rotary_layer):
+            monkeypatch.setattr(module, "use_kernels", lambda t: True)
+        monkeypatch.setattr(codec_decoder_blocks, "use_kernels", lambda t: t.dtype == torch.long)   # the lookups
+        state = init_stream_state(dec, 1).tensors
+        streamed = torch.cat([dec(codes[..., i:i + 1], state) for i in range(3)], dim=-1)
+    layers = len(dec.pre_transformer.layers)
+    assert sorted(set(ran)) == ["apply_rotary", "kv_window", "rvq_lookup", "scaled_residual"]
+    assert ran.count("kv_window") == 3 * layers and ran.count("scaled_residual") == 3 * 2 * layers
+    assert streamed.shape == want.shape and want.std() > 0.05
+    torch.testing.assert_close(streamed, want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def check_codec_attention_rotary_kernel_is_bit_exact(force_kernels, monkeypatch, dtype):
     """The codec decoder's sliding-window attention (its real 16 x 64 heads), streaming two calls with a state:
     through the rotary kernel, the same bits as through the torch expression, outputs and carried keys alike."""

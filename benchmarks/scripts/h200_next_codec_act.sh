@@ -14,15 +14,18 @@
 # Adopt the best level if it beats the spread (~±2%); if sub-pixel became the default in the codec-pool call, the
 # served runs take it too. Also timed: the codec pool's row gather / scatter as Triton passes (kernels/row_copy.py,
 # on by default since session 38 without a GPU measurement; session 28: torch's index_select 144 us + index_copy_
-# 123 us a call) against torch's (VOXFLOW_CODEC_ROW_COPY=0): keep the faster. Also new in the tree, bit-exact and
-# on: the codec attention's RoPE through the rotary kernel, the residual dequantisation's 16 lookups + adds as one
-# kernel (session 28's 1-frame call: 440 kernels, 2.58 ms; how many now?).
+# 123 us a call) and the frame-rate part's new kernels (VOXFLOW_CODEC_FRAME_KERNELS: the dequantiser's lookups, 16
+# index_select calls for 0.26 ms of a 1-frame call; the attention's key / value window, 32 cats and clones; the
+# LayerScale'd adds) against torch's (both =0): keep the faster. Also new and on: the attention's RoPE through the
+# rotary kernel and its q|k|v in one GEMM
+# (session 28's 1-frame call: 440 kernels, 2.58 ms; counted on a CPU, 409 -> 291 launch-like operations a call:
+# benchmarks/results/cpu/2026-12-05-codec-launches/). Run this call first: most of its code is new on a GPU.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
 wait $CK
 gpu_tests 200 tests/gpu/test_gpu_codec_small_kernels.py tests/gpu/test_gpu_codec.py \
-  -k "row_copies or rvq_lookup or epilogues or fused_codec_kernels or fp16_streaming or graph_path"
+  -k "row_copies or rvq_lookup or kv_window or epilogues or fused_codec_kernels or fp16_streaming or graph_path"
 pack_results
 profile() {                            # the codec alone under some settings: profile LABEL [ENV=VALUE...]
   local label=$1; shift
@@ -31,7 +34,7 @@ profile() {                            # the codec alone under some settings: pr
   echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
 }
 profile act0
-profile act0_torch_rows VOXFLOW_CODEC_ROW_COPY=0
+profile act0_torch_small VOXFLOW_CODEC_ROW_COPY=0 VOXFLOW_CODEC_FRAME_KERNELS=0
 profile act1 VOXFLOW_CODEC_ACT_EPILOGUE=1
 profile act2 VOXFLOW_CODEC_ACT_EPILOGUE=2
 profile sub_act0 VOXFLOW_CODEC_SUBPIXEL=1

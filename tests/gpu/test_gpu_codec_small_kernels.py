@@ -1,7 +1,7 @@
 """The codec's small Triton kernels on the GPU: the pool's row gather / scatter (voxflow/kernels/row_copy.py)
 bit-equal to index_select / index_copy_ at the codec's real width (1,307,616 fp16 values a row), rows repeated and
 in any order, and a stride-0 source (a reset); the residual dequantisation (rvq_lookup.py) equal to the lookups and
-adds it replaces."""
+adds it replaces; the attention's key / value window (kv_window.py) equal to the concatenations it replaces."""
 from __future__ import annotations
 
 import pytest
@@ -41,3 +41,18 @@ def test_rvq_lookup_equals_the_lookups_and_adds(dtype):
     for k in range(15):
         want = want + F.embedding(codes[:, k], table[k])
     assert torch.equal(rvq_lookup(codes, table), want)
+
+
+@pytest.mark.parametrize("frames", [1, 25, 80])
+def test_kv_window_equals_the_concatenations(frames):
+    """kernels/kv_window.py at the codec attention's shapes (16 streams, 16 heads of 64, a 71-frame window), the new
+    rows as the rotary kernel leaves them (a transposed view): the concatenations' and clones' values."""
+    from voxflow.kernels.kv_window import kv_window
+    g = torch.Generator("cuda").manual_seed(2)
+    k_cache, v_cache = (torch.randn(16, 16, 71, 64, device="cuda", generator=g).half() for _ in range(2))
+    k_new = torch.randn(16, frames, 16, 64, device="cuda", generator=g).half().transpose(1, 2)
+    v_new = torch.randn(16, 16, frames, 64, device="cuda", generator=g).half()
+    k_all, v_all = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    got = kv_window(k_cache, v_cache, k_new, v_new)
+    for a, b in zip(got, (k_all, v_all, k_all[:, :, frames:], v_all[:, :, frames:])):
+        assert torch.equal(a, b)

@@ -46,8 +46,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import paged_decode_attention as paged
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
-    from voxflow.kernels import causal_conv, frame_input, row_copy, rvq_lookup, scaled_residual, slot_write_back
-    from voxflow.kernels import uniform_noise
+    from voxflow.kernels import causal_conv, frame_input, kv_window, row_copy, rvq_lookup, scaled_residual
+    from voxflow.kernels import slot_write_back, uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -120,6 +120,10 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("scaled_residual fp16", scaled_residual._scaled_residual_kernel,  # the codec's LayerScale'd adds
                 dict(x_ptr=_ptr("fp16"), y_ptr=_ptr("fp16"), scale_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")),
                 dict(BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
+    h = _ptr("fp16")
+    out.append(("kv_window fp16 head_dim 64", kv_window._kv_window_kernel,         # the codec attention's window
+                dict(kc_ptr=h, kn_ptr=h, ka_ptr=h, kk_ptr=h, vc_ptr=h, vn_ptr=h, va_ptr=h, vk_ptr=h),
+                dict(BLOCK_S=32, BLOCK_D=64), dict(num_warps=4)))
     out.append(("rvq_lookup fp16 dim 256", rvq_lookup._rvq_lookup_kernel,        # the codec's 15 + 1 codebooks
                 dict(codes_ptr=i64, table_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")), dict(BLOCK_D=256),
                 dict(num_warps=2, enable_fp_fusion=False)))

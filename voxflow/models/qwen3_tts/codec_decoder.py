@@ -23,8 +23,8 @@ from voxflow.layers.rms_norm import RMSNorm
 from voxflow.layers.rotary import apply_rotary
 
 from . import codec_waveform_cl
-from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock, SnakeBeta,
-                                   SplitDequantizer, StreamingModule, StreamTensors)
+from .codec_decoder_blocks import (FRAME_KERNELS, CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock,
+                                   SnakeBeta, SplitDequantizer, StreamingModule, StreamTensors)
 from .config import CodecDecoderConfig
 
 # ------------------------------------------------------------------------------------ frame-rate transformer
@@ -90,16 +90,27 @@ class SlidingWindowAttention(StreamingModule):
         # element-wise kernels a layer (voxflow/kernels/rotary.py)
         q, k = apply_rotary(q, k, cos, sin)
         if state is not None:
-            k = torch.cat([state[f"{self.state_key}.k"], k], dim=2)
-            v = torch.cat([state[f"{self.state_key}.v"], v], dim=2)
-            keep = k.shape[2] - self.cache_len
-            state[f"{self.state_key}.k"] = k[:, :, keep:].clone()
-            state[f"{self.state_key}.v"] = v[:, :, keep:].clone()
+            k, v, state[f"{self.state_key}.k"], state[f"{self.state_key}.v"] = _window(
+                state[f"{self.state_key}.k"], state[f"{self.state_key}.v"], k, v)
         if self.n_kv_heads != self.n_heads:
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+def _window(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The cached window's keys / values [B, H, L, D] followed by the call's [B, H, T, D] -> (all keys, all values,
+    and the last L of each: the next call's window). On a GPU one Triton launch (voxflow/kernels/kv_window.py)
+    instead of two concatenations and two clones; the same values."""
+    if FRAME_KERNELS and use_kernels(k):
+        from voxflow.kernels import kv_window as fused
+        if fused.supported(k_cache, v_cache, k, v):
+            return fused.kv_window(k_cache, v_cache, k, v)
+    k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
+    keep = k.shape[2] - k_cache.shape[2]
+    return k, v, k[:, :, keep:].clone(), v[:, :, keep:].clone()
 
 
 class TransformerLayer(nn.Module):
@@ -119,7 +130,7 @@ class TransformerLayer(nn.Module):
 
 def _add_scaled(x: torch.Tensor, layer_scale: LayerScale, y: torch.Tensor) -> torch.Tensor:
     """x + layer_scale(y); on a GPU one Triton pass with the same bits (voxflow/kernels/scaled_residual.py)."""
-    if use_kernels(x):
+    if FRAME_KERNELS and use_kernels(x):
         from voxflow.kernels import scaled_residual as fused
         if fused.supported(x, y, layer_scale.scale):
             return fused.scaled_residual(x, y, layer_scale.scale)

@@ -295,9 +295,11 @@ class _CodebookList(nn.Module):
         self.layers = nn.ModuleList(_CodebookHolder(size, dim) for _ in range(n))
 
 
-# The dequantiser's lookups and sum as one Triton pass on a GPU (kernels/rvq_lookup.py, the same bits); on by
-# default since session 38 without a GPU run of its own yet; VOXFLOW_CODEC_RVQ_KERNEL=0: the K lookups and adds.
-RVQ_KERNEL = os.environ.get("VOXFLOW_CODEC_RVQ_KERNEL", "1") == "1"
+# The codec's frame-rate part in fewer launches on a GPU, each with the plain path's values: the dequantiser's
+# lookups and sum (kernels/rvq_lookup.py), the attention's key / value window (kv_window.py), the LayerScale'd
+# residual adds (scaled_residual.py). On by default since session 38 without a GPU run of their own yet;
+# VOXFLOW_CODEC_FRAME_KERNELS=0: PyTorch's operations for all three.
+FRAME_KERNELS = os.environ.get("VOXFLOW_CODEC_FRAME_KERNELS", "1") == "1"
 
 
 class ResidualDequantizer(nn.Module):
@@ -315,7 +317,7 @@ class ResidualDequantizer(nn.Module):
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, K, T] -> [B, io_dim, T]"""
-        if RVQ_KERNEL and use_kernels(codes):
+        if FRAME_KERNELS and use_kernels(codes):
             # one Triton pass for the K lookups and their sum, same order and bits (voxflow/kernels/rvq_lookup.py)
             from voxflow.kernels import rvq_lookup as fused
             table = self.table()
