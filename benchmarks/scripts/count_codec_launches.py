@@ -27,7 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 _NO_LAUNCH = {
     "view", "_unsafe_view", "as_strided", "slice", "select", "t", "transpose", "permute", "expand", "unsqueeze",
     "squeeze", "split", "split_with_sizes", "chunk", "unbind", "detach", "alias", "reshape", "empty", "empty_strided",
-    "empty_like", "new_empty", "new_empty_strided", "lift_fresh", "_reshape_alias", "view_as", "narrow", "diagonal", "unfold", "_to_copy_view",
+    "empty_like", "new_empty", "new_empty_strided", "lift_fresh", "_reshape_alias", "view_as", "narrow", "diagonal",
+    "unfold", "_to_copy_view",
     "is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "item", "_local_scalar_dense",
     "promote_types", "scalar_tensor",         # dtype arithmetic; a Python number wrapped as a CPU scalar
 }

@@ -331,10 +331,10 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     written into `out`: [B, T, Cout] with a unit channel stride, e.g. the rows of a buffer after the next layer's
     left context). snake_terms (a, inv) [Cout]: SnakeBeta applied to the biased output; residual [B, T, Cout] (unit
     channel stride): added next. activation (a, inv) [Cout]: the next layer's SnakeBeta applied last, so the output
-    is that layer's input (its own pass saved; with the epilogue's sin, `epilogue_sin_mode`); raw_out [B, T, Cout]: also gets the value before `activation` (a
-    residual unit's output is both the next unit's residual and its activated input). tma: operand tiles through
-    TMA descriptors where the tensors allow (`tma_fits`); None (the default): `tma_by_default`, i.e. CONV_TMA for
-    fp16 CUDA tensors only; True asks for it in any dtype."""
+    is that layer's input (its own pass saved; with the epilogue's sin, `epilogue_sin_mode`); raw_out [B, T, Cout]:
+    also gets the value before `activation` (a residual unit's output is both the next unit's residual and its
+    activated input). tma: operand tiles through TMA descriptors where the tensors allow (`tma_fits`); None (the
+    default): `tma_by_default`, i.e. CONV_TMA for fp16 CUDA tensors only; True asks for it in any dtype."""
     bsz, rows_in, cin = x.shape
     k, cout, wcin = weight_packed.shape
     if wcin != cin or not _unit_channel_stride(x) or not weight_packed.is_contiguous():
