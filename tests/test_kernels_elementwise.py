@@ -215,23 +215,24 @@ def check_layers_keep_the_reference_where_the_kernel_does_not_apply(force_kernel
 
 
 @pytest.mark.parametrize("dtype", DTYPES + (torch.float16,))
-def check_scaled_residual_is_bit_exact(monkeypatch, dtype):
-    """kernels/scaled_residual.py: x + scale * y as the codec's LayerScale'd branches add it, the same bits; the
-    codec transformer layer's residual adds go through it on the GPU path."""
-    from voxflow.kernels import scaled_residual
-    from voxflow.models.qwen3_tts import codec_decoder
+def check_scaled_add_rms_norm_matches_reference(kernels, dtype):
+    """add_rms_norm(scale=): a LayerScale'd branch added to its residual stream and the norm after it (the codec
+    transformer's), the sum with the bits of `stream + scale * branch`, the norm as the norm kernel's."""
+    from voxflow.models.qwen3_tts.codec_decoder import LayerScale
     gen = torch.Generator().manual_seed(13)
-    x, y = (torch.randn(3, 5, 1100, generator=gen) * 4).to(dtype), (torch.randn(3, 5, 1100, generator=gen)).to(dtype)
-    layer_scale = codec_decoder.LayerScale(1100, 0.01).to(dtype).requires_grad_(False)
+    branch = (torch.randn(3, 5, 512, generator=gen) * 4).to(dtype)
+    stream = torch.randn(3, 5, 512, generator=gen).to(dtype)
+    w = (torch.rand(512, generator=gen) + 0.5).to(dtype)
+    layer_scale = LayerScale(512, 0.01).to(dtype).requires_grad_(False)
     layer_scale.scale.uniform_(0.001, 0.5, generator=gen)
-    want = x + layer_scale(y)
-    assert torch.equal(scaled_residual.scaled_residual(x, y, layer_scale.scale), want)
-    assert not torch.equal(want, x + y)
-    calls = []
-    real = scaled_residual.scaled_residual
-    monkeypatch.setattr(scaled_residual, "scaled_residual", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(codec_decoder, "use_kernels", lambda t: True)
-    assert torch.equal(codec_decoder._add_scaled(x, layer_scale, y), want) and calls == [1]
+    want = stream + layer_scale(branch)
+    normed, summed = kernels.rms_norm.add_rms_norm(branch, stream, w, 1e-5, scale=layer_scale.scale)
+    assert torch.equal(summed, want) and not torch.equal(summed, stream + branch)
+    assert_within_ulp(normed, norm_layer.rms_norm(want, w, 1e-5), NORM_ULP.get(dtype, 2))
+    assert torch.equal(normed, kernels.rms_norm.rms_norm(want, w, 1e-5))       # what the norm kernel alone gives
+    # the layer function: the kernel where it runs, else the same sum by torch
+    ref_normed, ref_summed = norm_layer.add_rms_norm(branch, stream, w, 1e-5, scale=layer_scale.scale)
+    assert torch.equal(ref_summed, want) and torch.equal(ref_normed, norm_layer.rms_norm(want, w, 1e-5))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -263,29 +264,29 @@ def check_kv_window_equals_the_concatenations(monkeypatch, dtype):
 
 def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch):
     """The codec decoder streamed a frame at a time with its frame-rate GPU path taken (q|k|v in one GEMM, the
-    key / value window kernel, the LayerScale'd adds, the RoPE and codebook kernels): the plain one-pass decode's
-    audio within 1e-4 (test_codec_decoder.py's streaming bound)."""
+    key / value window kernel, the LayerScale'd adds fused with their norms, the RoPE and codebook kernels): the
+    plain one-pass decode's audio within 1e-4 (test_codec_decoder.py's streaming bound)."""
     from test_codec_decoder import random_codes, random_decoder           # tests/test_codec_decoder.py
-    from voxflow.kernels import kv_window, rotary, rvq_lookup, scaled_residual
+    from voxflow.kernels import kv_window, rms_norm, rotary, rvq_lookup
     from voxflow.models.qwen3_tts import codec_decoder, codec_decoder_blocks
     from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
     dec = random_decoder(seed=4).requires_grad_(False)
     codes = random_codes(3, seed=6)
     ran = []
     for module, name in ((kv_window, "kv_window"), (rotary, "apply_rotary"), (rvq_lookup, "rvq_lookup"),
-                         (scaled_residual, "scaled_residual")):
+                         (rms_norm, "add_rms_norm")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
     with torch.no_grad():
         want = dec(codes)
-        for module in (codec_decoder, rotary_layer):
+        for module in (codec_decoder, rotary_layer, norm_layer):
             monkeypatch.setattr(module, "use_kernels", lambda t: True)
         monkeypatch.setattr(codec_decoder_blocks, "use_kernels", lambda t: t.dtype == torch.long)   # the lookups
         state = init_stream_state(dec, 1).tensors
         streamed = torch.cat([dec(codes[..., i:i + 1], state) for i in range(3)], dim=-1)
     layers = len(dec.pre_transformer.layers)
-    assert sorted(set(ran)) == ["apply_rotary", "kv_window", "rvq_lookup", "scaled_residual"]
-    assert ran.count("kv_window") == 3 * layers and ran.count("scaled_residual") == 3 * 2 * layers
+    assert sorted(set(ran)) == ["add_rms_norm", "apply_rotary", "kv_window", "rvq_lookup"]
+    assert ran.count("kv_window") == 3 * layers and ran.count("add_rms_norm") == 3 * 2 * layers
     assert streamed.shape == want.shape and want.std() > 0.05
     torch.testing.assert_close(streamed, want, rtol=0, atol=1e-4)
 

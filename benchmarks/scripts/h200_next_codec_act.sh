@@ -16,8 +16,8 @@
 # on by default since session 38 without a GPU measurement; session 28: torch's index_select 144 us + index_copy_
 # 123 us a call) and the frame-rate part's new kernels (VOXFLOW_CODEC_FRAME_KERNELS: the dequantiser's lookups, 16
 # index_select calls for 0.26 ms of a 1-frame call; the attention's key / value window, 32 cats and clones; the
-# LayerScale'd adds) against torch's (both =0): keep the faster. Also new and on: the attention's RoPE through the
-# rotary kernel and its q|k|v in one GEMM
+# LayerScale'd adds with their norms) against torch's (both =0): keep the faster. Also new and on: the attention's
+# RoPE through the rotary kernel and its q|k|v in one GEMM
 # (session 28's 1-frame call: 440 kernels, 2.58 ms; counted on a CPU, 409 -> 251 launch-like operations a call:
 # benchmarks/results/cpu/2026-12-05-codec-launches/). Run this call first: most of its code is new on a GPU.
 set -uo pipefail

@@ -46,8 +46,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import paged_decode_attention as paged
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
-    from voxflow.kernels import causal_conv, frame_input, kv_window, row_copy, rvq_lookup, scaled_residual
-    from voxflow.kernels import slot_write_back, uniform_noise
+    from voxflow.kernels import causal_conv, frame_input, kv_window, row_copy, rvq_lookup, slot_write_back
+    from voxflow.kernels import uniform_noise
     bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -117,9 +117,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 capped = causal_conv._cfg(128, 128, cfg["BLOCK_K"], 8, 3, 128)  # tune_causal_conv.py's register cap
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} maxnreg 128",
                             *conv_channels_last_case(dt, cin, k, epilogue, capped, aligned)))
-    out.append(("scaled_residual fp16", scaled_residual._scaled_residual_kernel,  # the codec's LayerScale'd adds
-                dict(x_ptr=_ptr("fp16"), y_ptr=_ptr("fp16"), scale_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")),
-                dict(BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
     h = _ptr("fp16")
     out.append(("kv_window fp16 head_dim 64", kv_window._kv_window_kernel,         # the codec attention's window
                 dict(kc_ptr=h, kn_ptr=h, ka_ptr=h, kk_ptr=h, vc_ptr=h, vn_ptr=h, va_ptr=h, vk_ptr=h),
@@ -248,8 +245,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(BLOCK_H=8, BLOCK_HALF=64, USE_PDL=pdl, FOLDED=folded, BLOCK_X=2048),
                     dict(num_warps=4, enable_fp_fusion=False, launch_pdl=pdl)))
     out.append(("rms_norm", rms_norm._rms_norm_kernel,
-                dict(x_ptr=bf, res_ptr=bf, w_ptr=bf, out_ptr=bf, sum_ptr=bf, inv_n="fp32", eps="fp32"),
-                dict(HAS_RESIDUAL=True, BLOCK=2048), dict(enable_fp_fusion=False)))
+                dict(x_ptr=bf, res_ptr=bf, w_ptr=bf, out_ptr=bf, sum_ptr=bf, scale_ptr=bf, inv_n="fp32", eps="fp32"),
+                dict(HAS_RESIDUAL=True, HAS_SCALE=False, BLOCK=2048), dict(enable_fp_fusion=False)))
+    h = _ptr("fp16")                                        # the codec transformer's LayerScale'd adds, fp16
+    out.append(("rms_norm scaled fp16", rms_norm._rms_norm_kernel,
+                dict(x_ptr=h, res_ptr=h, w_ptr=h, out_ptr=h, sum_ptr=h, scale_ptr=h, inv_n="fp32", eps="fp32"),
+                dict(HAS_RESIDUAL=True, HAS_SCALE=True, BLOCK=512), dict(enable_fp_fusion=False)))
     out.append(("silu_mul", silu_mul._silu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf),
                 dict(PRECISE_EXP=True, BLOCK=1024), dict(num_warps=4, enable_fp_fusion=False)))
     out.append(("silu_mul folded", silu_mul._silu_mul_folded_kernel,

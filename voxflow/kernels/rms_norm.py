@@ -57,10 +57,10 @@ def row_factor(row_ptr, width, inv_width, eps, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr,
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, scale_ptr,
                      x_row_stride, res_row_stride, out_row_stride, sum_row_stride,
                      n_cols, inv_n, eps,
-                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_RESIDUAL: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -69,6 +69,9 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr,
     if HAS_RESIDUAL:
         # x + residual in the activation dtype, as `x = x + attn(...)` computes it, before it is normalised.
         r = tl.load(res_ptr + row * res_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_SCALE:
+            # a LayerScale'd branch: scale * x rounded first, as the separate multiply stores it
+            x = round_to(tl.load(scale_ptr + cols, mask=mask, other=0.0).to(tl.float32) * x, in_dtype)
         x = round_to(x + r, in_dtype)
         tl.store(sum_ptr + row * sum_row_stride + cols, x.to(sum_ptr.dtype.element_ty), mask=mask)
     # torch's mean is sum * fl(1/n) on CUDA (sum / n on CPU); identical for the power-of-two widths we use.
@@ -79,8 +82,10 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr,
     tl.store(out_ptr + row * out_row_stride + cols, round_to(y * w, out_dtype).to(out_dtype), mask=mask)
 
 
-def supported(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> bool:
-    """Whether the kernel computes exactly what the reference would for these inputs (else: use the reference)."""
+def supported(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None,
+              scale: torch.Tensor | None = None) -> bool:
+    """Whether the kernel computes exactly what the reference would for these inputs (else: use the reference).
+    scale (with a residual): [N] in x's dtype, the branch x's LayerScale."""
     if x.dtype not in _DTYPES or weight.dtype not in _DTYPES or x.dim() == 0:
         return False
     if weight.shape != (x.shape[-1],) or weight.device != x.device or x.shape[-1] > _MAX_COLS:
@@ -88,8 +93,11 @@ def supported(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | No
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype
                                  or residual.device != x.device):
         return False
+    if scale is not None and (residual is None or scale.shape != (x.shape[-1],) or scale.dtype != x.dtype
+                              or scale.device != x.device):
+        return False
     # No backward here: anything autograd must see goes through the reference.
-    tensors = (x, weight) if residual is None else (x, weight, residual)
+    tensors = tuple(t for t in (x, weight, residual, scale) if t is not None)
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
@@ -99,8 +107,8 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
-def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
-            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+            scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     n = x.shape[-1]
     out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     summed = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else None
@@ -113,11 +121,12 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     block = triton.next_power_of_2(n)
     # 128 columns: one warp; 2048: eight. Latency-bound either way; more warps only idle.
     num_warps = max(1, min(8, block // 256))
+    w = weight.contiguous()
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, r2, weight.contiguous(), out2, s2,
+        x2, r2, w, out2, s2, scale.contiguous() if scale is not None else w,     # (not read without HAS_SCALE)
         x2.stride(0), r2.stride(0), out2.stride(0), s2.stride(0),
         n, 1.0 / n, eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=num_warps,
+        HAS_RESIDUAL=residual is not None, HAS_SCALE=scale is not None, BLOCK=block, num_warps=num_warps,
         enable_fp_fusion=False)   # no fma contraction: the reference rounds every product
     return out, summed
 
@@ -127,8 +136,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return _launch(x, None, weight, eps)[0]
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x + residual), x + residual) in one pass; the sum is rounded to x's dtype as torch does."""
-    out, summed = _launch(x, residual, weight, eps)
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                 scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual) in one pass; the sum is rounded to x's dtype as torch does. scale [N]:
+    x is a LayerScale'd branch, scale * x (rounded) is what is added."""
+    out, summed = _launch(x, residual, weight, eps, scale)
     return out, summed

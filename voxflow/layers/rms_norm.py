@@ -26,18 +26,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(in_dtype)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                 scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual), x + residual): the residual add fused into the norm where the kernel runs.
 
     The decoder layers use it for each residual add and the norm after it: the post-attention one, and the MLP's
     into the next layer's input norm or the stack's final norm (a + b == b + a: the residual is unchanged).
+    scale [N]: the branch x goes through a LayerScale first (the codec's transformer): scale * x is added.
     """
     if use_kernels(x):
         from voxflow.kernels import rms_norm as fused
-        if fused.supported(x, weight, residual):
-            return fused.add_rms_norm(x, residual, weight, eps)
-    summed = x + residual
+        if fused.supported(x, weight, residual, scale):
+            return fused.add_rms_norm(x, residual, weight, eps, scale)
+    summed = (x if scale is None else scale * x) + residual
     return rms_norm(summed, weight, eps), summed
 
 

@@ -19,7 +19,7 @@ from voxflow.kernels import use_kernels
 from voxflow.layers.conv_transpose_gemm import conv_gemm_precision
 from voxflow.layers.fused_linear import fuse_weights, still_fused
 from voxflow.layers.mlp import SwiGLU
-from voxflow.layers.rms_norm import RMSNorm
+from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import apply_rotary
 
 from . import codec_waveform_cl
@@ -123,18 +123,27 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
         self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
-    def forward(self, x, cos, sin, mask, state=None):
-        x = _add_scaled(x, self.self_attn_layer_scale, self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
-        return _add_scaled(x, self.mlp_layer_scale, self.mlp(self.post_attention_layernorm(x)))
+    def forward(self, x: torch.Tensor, normed: torch.Tensor, cos, sin, mask, state, next_norm: RMSNorm
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x + attn(input_layernorm(x)) then + mlp(post_attention_layernorm(.)), each branch LayerScale'd, given
+        normed = input_layernorm(x) -> (the new x, next_norm(the new x)): each residual add and the norm after it
+        are one pass on a GPU (`_add_norm`), so the caller hands the normed stream from layer to layer."""
+        x, normed = _add_norm(self.self_attn(normed, cos, sin, mask, state), self.self_attn_layer_scale, x,
+                              self.post_attention_layernorm)
+        x, normed = _add_norm(self.mlp(normed), self.mlp_layer_scale, x, next_norm)
+        return x, normed
 
 
-def _add_scaled(x: torch.Tensor, layer_scale: LayerScale, y: torch.Tensor) -> torch.Tensor:
-    """x + layer_scale(y); on a GPU one Triton pass with the same bits (voxflow/kernels/scaled_residual.py)."""
-    if FRAME_KERNELS and use_kernels(x):
-        from voxflow.kernels import scaled_residual as fused
-        if fused.supported(x, y, layer_scale.scale):
-            return fused.scaled_residual(x, y, layer_scale.scale)
-    return x + layer_scale(y)
+def _add_norm(branch: torch.Tensor, layer_scale: LayerScale, x: torch.Tensor, norm: RMSNorm
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + layer_scale(branch), norm of that): on a GPU one Triton pass with the separate operations' rounding
+    (voxflow/kernels/rms_norm.py, the add's operands in the other order: the same sums); VOXFLOW_CODEC_FRAME_KERNELS=0
+    leaves the multiply, the add and the norm apart."""
+    if FRAME_KERNELS:
+        normed, x = add_rms_norm(branch, x, norm.weight, norm.eps, scale=layer_scale.scale)
+        return x, normed
+    x = x + layer_scale(branch)
+    return x, norm(x)
 
 
 class FrameTransformer(StreamingModule):
@@ -179,9 +188,11 @@ class FrameTransformer(StreamingModule):
         mask = ((delta >= 0) & (delta < self.window) & (k_pos >= 0)[:, None, :])[:, None]
         cos, sin = self.rope(q_pos, x.dtype)
         h = self.input_proj(x)
-        for layer in self.layers:
-            h = layer(h, cos, sin, mask, state)
-        return self.output_proj(self.norm(h))
+        normed = self.layers[0].input_layernorm(h)
+        for i, layer in enumerate(self.layers):
+            following = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
+            h, normed = layer(h, normed, cos, sin, mask, state, following)
+        return self.output_proj(normed)
 
 
 # --------------------------------------------------------------------------------------------- the decoder

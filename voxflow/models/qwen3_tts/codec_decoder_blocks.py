@@ -296,9 +296,9 @@ class _CodebookList(nn.Module):
 
 
 # The codec's frame-rate part in fewer launches on a GPU, each with the plain path's values: the dequantiser's
-# lookups and sum (kernels/rvq_lookup.py), the attention's key / value window (kv_window.py), the LayerScale'd
-# residual adds (scaled_residual.py). On by default since session 38 without a GPU run of their own yet;
-# VOXFLOW_CODEC_FRAME_KERNELS=0: PyTorch's operations for all three.
+# lookups and sum (kernels/rvq_lookup.py), the attention's key / value window (kv_window.py), each LayerScale'd
+# residual add with the norm after it (rms_norm.py). On by default since session 38 without a GPU run of their own
+# yet; VOXFLOW_CODEC_FRAME_KERNELS=0: PyTorch's operations (and the standalone norm kernel) for all three.
 FRAME_KERNELS = os.environ.get("VOXFLOW_CODEC_FRAME_KERNELS", "1") == "1"
 
 
