@@ -18,7 +18,7 @@
 # index_select calls for 0.26 ms of a 1-frame call; the attention's key / value window, 32 cats and clones; the
 # LayerScale'd adds with their norms) against torch's (both =0): keep the faster. Also new and on: the attention's
 # RoPE through the rotary kernel and its q|k|v in one GEMM
-# (session 28's 1-frame call: 440 kernels, 2.58 ms; counted on a CPU, 409 -> 251 launch-like operations a call:
+# (session 28's 1-frame call: 440 kernels, 2.58 ms; counted on a CPU, 409 -> 235 launch-like operations a call:
 # benchmarks/results/cpu/2026-12-05-codec-launches/). Run this call first: most of its code is new on a GPU.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
