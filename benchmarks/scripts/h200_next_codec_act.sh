@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 38 call 1 (prepared while no device was lent; one came late in the session); carry [".whl", ".device_tree"].
-# ~480 s.
+# Prepared in session 38 (its device starts were all refused); carry [".whl", ".device_tree"]. Rename to
+# h200_sessionNN_runK.sh when run. ~480 s.
 # codec_waveform_cl.ACT_IN_EPILOGUE (VOXFLOW_CODEC_ACT_EPILOGUE, 0 = off, the default until this call): the SnakeBeta
 # that starts the next block (1), or every residual unit too (2), applied by the kernel before it (the 1x1
 # convolution's epilogue; the transposed convolution's overlap-add or sub-pixel convolution), which writes it after
