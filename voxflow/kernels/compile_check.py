@@ -48,7 +48,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
     from voxflow.kernels import causal_conv, frame_input, kv_window, row_copy, rvq_lookup, slot_write_back
     from voxflow.kernels import uniform_noise
-    bf, f32, i64 = _ptr("bf16"), _ptr("fp32"), _ptr("i64")
+    bf, f32, i64, h = _ptr("bf16"), _ptr("fp32"), _ptr("i64"), _ptr("fp16")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
     # (and fp16 logits, whose radix select decides 20 key bits: select_tokens.key_bits)
@@ -117,7 +117,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 capped = causal_conv._cfg(128, 128, cfg["BLOCK_K"], 8, 3, 128)  # tune_causal_conv.py's register cap
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} maxnreg 128",
                             *conv_channels_last_case(dt, cin, k, epilogue, capped, aligned)))
-    h = _ptr("fp16")
     out.append(("kv_window fp16 head_dim 64", kv_window._kv_window_kernel,         # the codec attention's window
                 dict(kc_ptr=h, kn_ptr=h, ka_ptr=h, kk_ptr=h, vc_ptr=h, vn_ptr=h, va_ptr=h, vk_ptr=h),
                 dict(BLOCK_S=32, BLOCK_D=64), dict(num_warps=4)))
@@ -247,8 +246,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("rms_norm", rms_norm._rms_norm_kernel,
                 dict(x_ptr=bf, res_ptr=bf, w_ptr=bf, out_ptr=bf, sum_ptr=bf, scale_ptr=bf, inv_n="fp32", eps="fp32"),
                 dict(HAS_RESIDUAL=True, HAS_SCALE=False, BLOCK=2048), dict(enable_fp_fusion=False)))
-    h = _ptr("fp16")                                        # the codec transformer's LayerScale'd adds, fp16
-    out.append(("rms_norm scaled fp16", rms_norm._rms_norm_kernel,
+    out.append(("rms_norm scaled fp16", rms_norm._rms_norm_kernel,  # the codec transformer's LayerScale'd adds
                 dict(x_ptr=h, res_ptr=h, w_ptr=h, out_ptr=h, sum_ptr=h, scale_ptr=h, inv_n="fp32", eps="fp32"),
                 dict(HAS_RESIDUAL=True, HAS_SCALE=True, BLOCK=512), dict(enable_fp_fusion=False)))
     out.append(("silu_mul", silu_mul._silu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf),

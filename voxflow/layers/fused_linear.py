@@ -51,6 +51,12 @@ def cast_fused_groups(module: nn.Module, dtype: torch.dtype) -> set[int]:
     return done
 
 
+def kept_fused(fused: torch.Tensor | None, linears: list[nn.Linear]) -> torch.Tensor | None:
+    """`fused` while the Linears' weights are still its views, else their weights fused again (None while a CUDA
+    graph is being captured): what a layer's GPU path reads each call, the caller keeping the result."""
+    return fused if still_fused(fused, linears) else fuse_weights(linears)
+
+
 def still_fused(fused: torch.Tensor | None, linears: list[nn.Linear]) -> bool:
     """True while every Linear's weight is still the view made by `fuse_weights` (not replaced since)."""
     if fused is None:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from voxflow.kernels import use_kernels
-from voxflow.layers.fused_linear import fuse_weights, still_fused
+from voxflow.layers.fused_linear import fuse_weights, kept_fused
 
 
 class SwiGLU(nn.Module):
@@ -31,9 +31,7 @@ class SwiGLU(nn.Module):
     def fused_gate_up(self) -> torch.Tensor | None:
         """The fused gate|up weight (fused again if a weight was replaced since; None while a CUDA graph is being
         captured then)."""
-        pair = [self.gate_proj, self.up_proj]
-        if not still_fused(self._gate_up, pair):
-            self._gate_up = fuse_weights(pair)
+        self._gate_up = kept_fused(self._gate_up, [self.gate_proj, self.up_proj])
         return self._gate_up
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

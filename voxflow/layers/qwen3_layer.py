@@ -23,7 +23,7 @@ from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache, LayerKVCache, attention_bias, eager_attention
-from voxflow.layers.fused_linear import fuse_weights, still_fused
+from voxflow.layers.fused_linear import fuse_weights, kept_fused
 from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
@@ -80,9 +80,7 @@ class Qwen3Attention(nn.Module):
     def fused_qkv(self) -> torch.Tensor | None:
         """The fused q|k|v weight (fused again if a weight was replaced since, e.g. by a cast; None while a CUDA graph
         is being captured then)."""
-        trio = [self.q_proj, self.k_proj, self.v_proj]
-        if not still_fused(self._qkv, trio):
-            self._qkv = fuse_weights(trio)
+        self._qkv = kept_fused(self._qkv, [self.q_proj, self.k_proj, self.v_proj])
         return self._qkv
 
     def split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

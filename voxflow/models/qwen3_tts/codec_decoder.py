@@ -17,7 +17,7 @@ from torch import nn
 
 from voxflow.kernels import use_kernels
 from voxflow.layers.conv_transpose_gemm import conv_gemm_precision
-from voxflow.layers.fused_linear import fuse_weights, still_fused
+from voxflow.layers.fused_linear import fuse_weights, kept_fused
 from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import apply_rotary
@@ -65,10 +65,8 @@ class SlidingWindowAttention(StreamingModule):
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v [B, T, H * D]: on the GPU path one GEMM over the fused weight, sliced (views); else three."""
-        trio = [self.q_proj, self.k_proj, self.v_proj]
         if use_kernels(x):
-            if not still_fused(self._qkv, trio):
-                self._qkv = fuse_weights(trio)           # None inside a graph capture: the three GEMMs then
+            self._qkv = kept_fused(self._qkv, [self.q_proj, self.k_proj, self.v_proj])  # None in a capture: 3 GEMMs
             if self._qkv is not None:
                 nq, nk = self.q_proj.out_features, self.k_proj.out_features
                 qkv = F.linear(x, self._qkv)

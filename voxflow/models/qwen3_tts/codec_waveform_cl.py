@@ -130,41 +130,33 @@ def _conv_into(conv: CausalConv1d, x: torch.Tensor, following: _Input, keep_outp
         y = _conv(conv, x, **epilogue)
         return y, _activated(following, y, state)
     b, t, c = x.shape[0], x.shape[1] - conv.context, conv.conv.out_channels
-    buf = _context_buffer(following, b, t, c, x, state)
     y = torch.empty((b, t, c), dtype=x.dtype, device=x.device) if keep_output else None
-    conv1d_channels_last(x, _packed(conv), conv.conv.bias, conv.conv.dilation[0], **epilogue,
-                         activation=following.act._channel_terms(), out=buf[:, following.ctx:], raw_out=y)
-    _keep_context(following, buf, t, state)
+    buf, _ = _filled(following, b, t, c, x, state, lambda rows: conv1d_channels_last(
+        x, _packed(conv), conv.conv.bias, conv.conv.dilation[0], **epilogue,
+        activation=following.act._channel_terms(), out=rows, raw_out=y))
     return y, buf
 
 
 def _activated(inp: _Input, x: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
-    """inp's buffer of x [B, T, C]: the carried context (zeros without a state), then act(x) by a SnakeBeta pass;
-    the stream's new context is taken from its end."""
+    """inp's buffer of x [B, T, C], act(x) written by a SnakeBeta pass (`_filled`)."""
     from voxflow.kernels.causal_conv import snake_channels_last
-    b, t, c = x.shape
-    buf = _context_buffer(inp, b, t, c, x, state)
-    snake_channels_last(x, *inp.act._channel_terms(), out=buf[:, inp.ctx:])
-    _keep_context(inp, buf, t, state)
-    return buf
+    return _filled(inp, *x.shape, x, state, lambda rows: snake_channels_last(x, *inp.act._channel_terms(), out=rows))[0]
 
 
-def _context_buffer(inp: _Input, b: int, t: int, c: int, like: torch.Tensor, state: StreamTensors | None
-                    ) -> torch.Tensor:
-    """[B, ctx + T, C] in like's dtype and device, its first ctx rows the context carried in state[inp.key] (zeros
-    without a state); the T rows after it are left for act(x)."""
+def _filled(inp: _Input, b: int, t: int, c: int, like: torch.Tensor, state: StreamTensors | None, write
+            ) -> tuple[torch.Tensor, object]:
+    """inp's buffer [B, ctx + T, C] in like's dtype and device: its first ctx rows the context carried in
+    state[inp.key] (zeros without a state), then act(x) as `write(rows)` puts it into the T rows after them; the
+    stream's next context is then taken from the buffer's end -> (the buffer, what `write` returned)."""
     buf = torch.empty((b, inp.ctx + t, c), dtype=like.dtype, device=like.device)
     if state is None:
         buf[:, :inp.ctx].zero_()
     elif inp.ctx:
         buf[:, :inp.ctx].copy_(state[inp.key].transpose(1, 2))
-    return buf
-
-
-def _keep_context(inp: _Input, buf: torch.Tensor, t: int, state: StreamTensors | None) -> None:
-    """The stream's next context: the last ctx rows of the filled buffer [B, ctx + T, C]."""
+    written = write(buf[:, inp.ctx:])
     if state is not None and inp.ctx:
         state[inp.key] = buf[:, t:].transpose(1, 2).contiguous()
+    return buf, written
 
 
 def _packed(conv: CausalConv1d) -> torch.Tensor:
@@ -217,12 +209,10 @@ def _conv_transpose_subpixel(up: CausalConvTranspose1d, buf: torch.Tensor, follo
     act = following.act
     terms = per_weight_version(act, (act.alpha, act.beta), lambda: tuple(x.repeat(s) for x in act._channel_terms()),
                                tag=f"tiled x{s}")
-    out = _context_buffer(following, b, t * s, cout, buf, state)
     y = torch.empty((b, t * s, cout), dtype=buf.dtype, device=buf.device)
     # [B, T * s, Cout] rows are [B, T, s * Cout] rows in memory: the convolution's output layout
-    conv1d_channels_last(buf, packed, tiled, 1, activation=terms, out=out[:, following.ctx:].view(b, t, s * cout),
-                         raw_out=y.view(b, t, s * cout))
-    _keep_context(following, out, t * s, state)
+    out, _ = _filled(following, b, t * s, cout, buf, state, lambda rows: conv1d_channels_last(
+        buf, packed, tiled, 1, activation=terms, out=rows.view(b, t, s * cout), raw_out=y.view(b, t, s * cout)))
     return y, out
 
 
@@ -241,10 +231,8 @@ def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, following: _Inpu
     g = torch.matmul(x.reshape(b * t, cin), packed).view(b, t, k, cout)     # (TF32: CodecDecoder.forward's)
     tail = state[up.state_key] if state is not None and overlap else None
     if ACT_IN_EPILOGUE >= 2:
-        buf = _context_buffer(following, b, t * s, cout, x, state)
-        y = overlap_add_channels_last(g, up.conv.bias, s, tail, following.act._channel_terms(),
-                                      buf[:, following.ctx:])
-        _keep_context(following, buf, t * s, state)
+        buf, y = _filled(following, b, t * s, cout, x, state, lambda rows: overlap_add_channels_last(
+            g, up.conv.bias, s, tail, following.act._channel_terms(), rows))
     else:
         y = overlap_add_channels_last(g, up.conv.bias, s, tail)        # bias + spill in one pass
         buf = _activated(following, y, state)
