@@ -34,12 +34,12 @@ from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderB
 
 ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
 # The upsampling blocks' transposed convolutions (kernel = 2 x stride) as two-tap convolutions in sub-pixel form
-# (`_conv_transpose_subpixel`) instead of a GEMM + overlap-add pass; VOXFLOW_CODEC_SUBPIXEL=1. Off: on the H200
-# (session 28 calls 4-5) a 16-stream 25-frame codec call's kernels took 13.87 -> 12.88 ms and 0.6B c=64 served
-# 686.35 -> 703.04 audio-s/s (one run each), but a one-frame call's wall time rose (3.20 -> 3.77 ms) and the codec
-# graphs' memory pool reserved 0.73 GiB more (1,342 -> 2,088 MiB in 56 segments against 38, the same peak of
-# allocated bytes: fragmentation), taking the 0.6B engine past 8 GB.
-SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
+# (`_conv_transpose_subpixel`) instead of a GEMM + overlap-add pass; on by default since session 39: the codec alone
+# (16 streams, fp16, 64 SMs, H100) 13.18 -> 12.67 ms a 25-frame call and 2.17 -> 2.11 ms a 1-frame call (with
+# ACT_IN_EPILOGUE 2), and it no longer costs memory (0.6B c=64 peak 7.65 GiB with and without, the graph pools'
+# reserve alike: session 28's +0.73 GiB of fragmentation went, likely with the codec graphs' largest-first capture of
+# session 37); served 0.6B c=64 within the noise (703.9 / 703.3 without, 700.6 / 705.9 with). VOXFLOW_CODEC_SUBPIXEL=0: the GEMM form.
+SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "1") == "1"
 # A layer's SnakeBeta applied by the kernel that makes its input (`_conv_into`, `_conv_transpose`) instead of in a
 # pass of its own, which reads and writes the whole activation (17 such passes were 13% of a 16-stream 25-frame
 # codec call's kernel time on the H200, session 28 call 2). 1: where that kernel's output is read only activated -
@@ -50,9 +50,12 @@ SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "0") == "1"
 # store). The first block's SnakeBeta keeps its pass. The moved SnakeBetas take the convolution epilogues' sin
 # (sin.approx on a GPU where the products are inexact, as conv1's own SnakeBeta epilogue: causal_conv.py), so on a
 # GPU the audio is not bit-equal to level 0's, only as close as that (the fp16 SNR test holds it). With the fused
-# residual unit (residual_unit.ENABLED, fp32 / bf16) its output keeps a pass. Off until measured on the GPU:
-# VOXFLOW_CODEC_ACT_EPILOGUE=1 or 2.
-ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "0"))
+# residual unit (residual_unit.ENABLED, fp32 / bf16) its output keeps a pass. 2 by default since session 39 (H100,
+# benchmarks/results/h100/2026-12-05-session39): the codec alone 14.34 -> 13.18 ms a 16-stream 25-frame call (level
+# 1: 15.19, slower: the activation costs the TMA kernel registers without saving many bytes), 2.34 -> 2.17 ms a
+# 1-frame call; 0.6B c=64 707.2 / 703.9 / 703.3 against 699.7 / 704.4 / 699.3 / 699.3 at 0; 1.7B c=1 unchanged.
+# VOXFLOW_CODEC_ACT_EPILOGUE=0 or 1 for the other levels.
+ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "2"))
 
 
 def supported(x: torch.Tensor) -> bool:
