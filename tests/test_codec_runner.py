@@ -339,6 +339,46 @@ def test_pool_state_is_packed_so_a_step_gathers_once_per_dtype(dec, monkeypatch)
     assert len(r.pool.state.tensors) > 10 and len(calls) == 2, calls
 
 
+@pytest.mark.parametrize("writer", [True, False])
+def test_a_step_writes_the_new_state_straight_into_the_write_back_rows(dec, monkeypatch, writer):
+    """The pool's step hands the decode a StateWriter: every state entry the decode updates is written into its
+    piece of the packed write-back buffer (only the sub-pixel form's input rows, which the plain path never
+    updates, are copied over from the old state), nothing packs the state with a cat, and the rows then hold
+    exactly what a plain stream_decode of the same frames leaves (other rows untouched). With the switch off
+    (VOXFLOW_CODEC_STATE_WRITER=0) the state is packed by a cat instead: the same rows."""
+    from voxflow.models.qwen3_tts import codec_pool
+    monkeypatch.setattr(codec_pool, "STATE_WRITER", writer)
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import CausalConvTranspose1d, StateWriter
+    from voxflow.models.qwen3_tts.codec_streaming import init_stream_state, stream_decode
+    r = runner(dec, max_rows=3)
+    pool = r.pool
+    handles = pool.allocate_many(2)
+    rows = torch.tensor([h.row for h in handles])
+    codes = [codes_for(3, 1).T[None], codes_for(3, 2).T[None]]
+    writers, packs = [], []
+    real_decode = codec_pool.stream_decode
+    monkeypatch.setattr(codec_pool, "stream_decode",       # the new state it returns: the writer the decode used
+                        lambda d, c, st: (lambda out: (writers.append(out[1].tensors), out)[1])(real_decode(d, c, st)))
+    pack = pool._packed.pack
+    monkeypatch.setattr(pool._packed, "pack", lambda *a: packs.append(1) or pack(*a))
+    untouched = pool.read(2).tensors
+    with torch.no_grad():
+        pool.step(rows, torch.cat(codes))                       # two calls: the second starts from a used state
+        wav = pool.step(rows, torch.cat([codes_for(2, 3).T[None], codes_for(2, 4).T[None]]))
+        plain = init_stream_state(dec, 2)
+        _, plain = stream_decode(dec, torch.cat(codes), plain)
+        want_wav, plain = stream_decode(dec, torch.cat([codes_for(2, 3).T[None], codes_for(2, 4).T[None]]), plain)
+    assert len(writers) == 2 and all(isinstance(w, StateWriter) == writer for w in writers)
+    assert len(packs) == (0 if writer else 2)
+    other_form = {m.x_state_key for m in dec.modules() if isinstance(m, CausalConvTranspose1d) and m.subpixel}
+    assert other_form and (not writer or writers[1].written == set(plain.tensors) - other_form)
+    assert torch.equal(wav, want_wav[:, 0].float())
+    for i, row in enumerate(rows.tolist()):
+        got = pool.read(row).tensors
+        assert all(torch.equal(got[k], plain.tensors[k][i:i + 1]) for k in plain.tensors), row
+    assert all(torch.equal(pool.read(2).tensors[k], untouched[k]) for k in untouched)
+
+
 def test_nan_audio_is_zeroed_counted_and_logged(dec, caplog):
     """A decode that yields NaN (as an overflowing half-precision decoder would; here the output conv's bias is
     NaN) reaches the caller zeroed, not as NaN (which 16-bit PCM would turn into full-scale noise), flagged per

@@ -267,11 +267,17 @@ def test_subpixel_weight_makes_the_transposed_convolution():
         subpixel_weight(torch.randn(4, 3, 5), None, 3)
 
 
+STACK_RUNS = 5      # check_waveform_stack_streams_like_the_plain_decoder's: one pass, two streamed calls twice
+
+
 def check_waveform_stack_streams_like_the_plain_decoder():
     """A small decoder with the real rates (1920 samples a frame) and random weights: the channels-last stack,
-    streamed a frame at a time, equals the plain decoder's one pass; without state, its one pass too."""
+    streamed a frame at a time, equals the plain decoder's one pass; without state, its one pass too. Streamed
+    again through StateWriters (as the codec pool's step runs it): the same bits, every state entry of the form
+    in use written into its slot."""
     from test_codec_decoder import random_decoder               # tests/test_codec_decoder.py
     from voxflow.models.qwen3_tts import codec_waveform_cl
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import CausalConvTranspose1d, StateWriter
     from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
     dec = random_decoder(seed=3).requires_grad_(False)
     codes = torch.randint(0, 2048, (1, 16, 2), generator=torch.Generator().manual_seed(5))
@@ -286,9 +292,22 @@ def check_waveform_stack_streams_like_the_plain_decoder():
             one_pass = dec(codes)
             state = init_stream_state(dec, 1).tensors
             pieces = [dec(codes[..., a:e], state) for a, e in ((0, 1), (1, 2))]
+            carried, written, written_pieces = init_stream_state(dec, 1).tensors, [], []
+            for a, e in ((0, 1), (1, 2)):
+                garbage = {k: torch.full_like(v, float("nan") if v.is_floating_point() else -1)
+                           for k, v in carried.items()}
+                writer = StateWriter(carried, garbage)
+                written_pieces.append(dec(codes[..., a:e], writer))
+                written.append(writer.written)
+                carried = {k: writer.slots[k] if k in writer.written else carried[k] for k in carried}
         finally:
             codec_waveform_cl.waveform_stack, codec_waveform_cl.use_kernels = stack, use_kernels
-    assert len(calls) == 3
+    assert len(calls) == STACK_RUNS
+    ups = [m for m in dec.modules() if isinstance(m, CausalConvTranspose1d) and m.subpixel and m.overlap]
+    other_form = {m.state_key if codec_waveform_cl.SUBPIXEL else m.x_state_key for m in ups}
+    assert ups and written == [set(state) - other_form] * 2
+    assert all(torch.equal(a, b) for a, b in zip(written_pieces, pieces))
+    assert all(torch.equal(carried[k], state[k]) for k in written[0])
     streamed = torch.cat(pieces, dim=-1)
     assert want.shape == one_pass.shape == streamed.shape == (1, 1, 2 * 1920)
     assert want.std() > 0.05
@@ -324,7 +343,7 @@ if IN_CHILD:
         subpixel = codec_waveform_cl._conv_transpose_subpixel
         monkeypatch.setattr(codec_waveform_cl, "_conv_transpose_subpixel", lambda *a: calls.append(1) or subpixel(*a))
         check_waveform_stack_streams_like_the_plain_decoder()
-        assert len(calls) == 3 * 4                    # every upsampling block of each of the three stack runs
+        assert len(calls) == STACK_RUNS * 4             # every upsampling block of each stack run
 
     @pytest.mark.parametrize("level, subpixel, passes", [(0, False, 17), (1, False, 13), (2, False, 1), (2, True, 1)])
     def test_child_waveform_stack_with_activations_in_epilogues(monkeypatch, level, subpixel, passes):
@@ -340,7 +359,7 @@ if IN_CHILD:
         monkeypatch.setattr(causal_conv, "snake_channels_last",
                             lambda *a, **k: snake_passes.append(1) or snake(*a, **k))
         check_waveform_stack_streams_like_the_plain_decoder()
-        assert len(snake_passes) == 3 * passes                  # three stack runs
+        assert len(snake_passes) == STACK_RUNS * passes
 
     def test_child_waveform_stack_with_fused_residual_units(monkeypatch):
         from voxflow.kernels import residual_unit

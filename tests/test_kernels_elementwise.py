@@ -238,28 +238,46 @@ def check_scaled_add_rms_norm_matches_reference(kernels, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def check_kv_window_equals_the_concatenations(monkeypatch, dtype):
     """kernels/kv_window.py: a streaming call's whole key / value window and the carried last L rows, the values of
-    the two concatenations and clones it replaces (calls shorter and longer than the window; new rows as the
-    rotary kernel's strided output), and the codec attention's `_window` through it on the GPU path."""
+    the two concatenations and copies it replaces (calls shorter and longer than the window; new rows as the
+    rotary kernel's strided output), the carried rows also into given strided tensors (the codec pool's packed
+    write-back rows), and the codec attention's `_window` through it on the GPU path, into a StateWriter's slots."""
     from voxflow.kernels import kv_window
     from voxflow.models.qwen3_tts import codec_decoder
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import StateWriter
     gen = torch.Generator().manual_seed(14)
     for t in (1, 5, 9):
         k_cache, v_cache = (torch.randn(2, 3, 7, 24, generator=gen).to(dtype) for _ in range(2))
         k_new = torch.randn(2, t, 3, 24, generator=gen).to(dtype).transpose(1, 2)          # [B, H, T, D] view
         v_new = torch.randn(2, 3, t, 24, generator=gen).to(dtype)
-        want = codec_decoder._window(k_cache, v_cache, k_new, v_new)                  # the torch path (CPU)
+        plain = {"k": k_cache, "v": v_cache}
+        want = (*codec_decoder._window(plain, "k", "v", k_new, v_new), plain["k"], plain["v"])   # the torch path
+        assert not torch.equal(want[2], k_cache)
         got = kv_window.kv_window(k_cache, v_cache, k_new, v_new)
         assert all(torch.equal(a, b) and a.is_contiguous() for a, b in zip(got, want)), t
         assert got[2].shape == k_cache.shape and got[0].shape == (2, 3, 7 + t, 24)
+        # the carried rows into two pieces of one [B, N] buffer per row, as the pool's views lay them out
+        n = k_cache[0].numel()
+        rows = torch.full((2, 2 * n + 5), -7.0).to(dtype)
+        k_slot, v_slot = (rows[:, o:o + n].view(2, 3, 7, 24) for o in (0, n + 5))
+        out = kv_window.kv_window(k_cache, v_cache, k_new, v_new, keep_out=(k_slot, v_slot))
+        assert out[2] is k_slot and out[3] is v_slot
+        assert torch.equal(k_slot, want[2]) and torch.equal(v_slot, want[3]) and torch.equal(out[0], want[0])
+        assert (rows[:, n:n + 5] == -7).all()                                     # nothing written between them
         calls = []
         real = kv_window.kv_window
-        monkeypatch.setattr(kv_window, "kv_window", lambda *a: calls.append(1) or real(*a))
+        monkeypatch.setattr(kv_window, "kv_window", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
         monkeypatch.setattr(codec_decoder, "use_kernels", lambda x: True)
-        assert all(torch.equal(a, b) for a, b in zip(codec_decoder._window(k_cache, v_cache, k_new, v_new), want))
-        assert calls == [1]
+        slots = {"k": torch.empty_like(k_cache), "v": torch.empty_like(v_cache)}
+        writer = StateWriter({"k": k_cache, "v": v_cache}, slots)
+        k_all, v_all = codec_decoder._window(writer, "k", "v", k_new, v_new)
+        assert torch.equal(k_all, want[0]) and torch.equal(v_all, want[1]) and len(calls) == 1
+        assert calls[0]["keep_out"][0] is slots["k"] and writer.written == {"k", "v"} and writer["v"] is slots["v"]
+        assert torch.equal(slots["k"], want[2]) and torch.equal(slots["v"], want[3])
         monkeypatch.undo()
     with pytest.raises(ValueError, match="caches"):
         kv_window.kv_window(k_cache, v_cache, k_new[:, :2], v_new)
+    with pytest.raises(ValueError, match="keep_out"):
+        kv_window.kv_window(k_cache, v_cache, k_new, v_new, keep_out=(k_cache[:, :2], v_cache[:, :2]))
 
 
 def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch):
@@ -276,7 +294,8 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch):
     for module, name in ((kv_window, "kv_window"), (rotary, "apply_rotary"), (rvq_lookup, "rvq_lookup"),
                          (rms_norm, "add_rms_norm")):
         real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
+        monkeypatch.setattr(module, name,
+                            lambda *a, _real=real, _name=name, **kw: ran.append(_name) or _real(*a, **kw))
     with torch.no_grad():
         want = dec(codes)
         for module in (codec_decoder, rotary_layer, norm_layer):

@@ -56,3 +56,9 @@ def test_kv_window_equals_the_concatenations(frames):
     got = kv_window(k_cache, v_cache, k_new, v_new)
     for a, b in zip(got, (k_all, v_all, k_all[:, :, frames:], v_all[:, :, frames:])):
         assert torch.equal(a, b)
+    # the carried rows into a pool-like packed buffer's pieces (row stride past the piece: StateWriter's slots)
+    n = k_cache[0].numel()
+    rows = torch.zeros(16, 2 * n + 8, device="cuda", dtype=torch.half)
+    slots = tuple(rows[:, o:o + n].view(k_cache.shape) for o in (0, n + 8))
+    kv_window(k_cache, v_cache, k_new, v_new, keep_out=slots)
+    assert torch.equal(slots[0], got[2]) and torch.equal(slots[1], got[3]) and not rows[:, n:n + 8].any()

@@ -4,7 +4,8 @@ A streamed call attends over the carried window of L cached keys and values foll
 the last L of those on: in PyTorch two concatenations and two clones a layer (`torch.cat` of these strided [B, H, S,
 D] tensors takes its slow, element-at-a-time kernel: 8.1 us for a 16-stream window on the H200's codec partition,
 32 such launches a call, benchmarks/results/h200/2026-12-04-session28 call 2). Here one launch a layer writes both
-windows of K and V: the whole [B, H, L + T, D] and the carried [B, H, L, D], contiguous. A copy: the same bits.
+windows of K and V: the whole [B, H, L + T, D], contiguous, and the carried [B, H, L, D], contiguous or into given
+tensors (the codec pool's write-back rows: codec_decoder_blocks.StateWriter). A copy: the same bits.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import triton.language as tl
 
 @triton.jit
 def _window_rows(cache_ptr, new_ptr, all_ptr, keep_ptr, b, h, H, L, T, D, c_sb, c_sh, c_ss, n_sb, n_sh, n_ss,
-                 BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+                 k_sb, k_sh, k_ss, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     """Rows s < L + T of (b, h): cache[s] for s < L, else new[s - L]; into all[s], and into keep[s - T] for s >= T."""
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
@@ -33,23 +34,23 @@ def _window_rows(cache_ptr, new_ptr, all_ptr, keep_ptr, b, h, H, L, T, D, c_sb, 
         row = tl.where(from_cache[:, None], x, y)
         mask = in_window[:, None] & d_ok[None, :]
         tl.store(all_ptr + (bh * (L + T) + s.to(tl.int64))[:, None] * D + d[None, :], row, mask=mask)
-        tl.store(keep_ptr + (bh * L + (s - T).to(tl.int64))[:, None] * D + d[None, :], row,
-                 mask=mask & (s >= T)[:, None])
+        k_rows = b * k_sb + h * k_sh + (s - T).to(tl.int64) * k_ss
+        tl.store(keep_ptr + k_rows[:, None] + d[None, :], row, mask=mask & (s >= T)[:, None])
 
 
 @triton.jit
 def _kv_window_kernel(kc_ptr, kn_ptr, ka_ptr, kk_ptr, vc_ptr, vn_ptr, va_ptr, vk_ptr, H, L, T, D,
                       kc_sb, kc_sh, kc_ss, kn_sb, kn_sh, kn_ss, vc_sb, vc_sh, vc_ss, vn_sb, vn_sh, vn_ss,
-                      BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+                      kk_sb, kk_sh, kk_ss, vk_sb, vk_sh, vk_ss, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     bh = tl.program_id(0)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
     if tl.program_id(1) == 0:
         _window_rows(kc_ptr, kn_ptr, ka_ptr, kk_ptr, b, h, H, L, T, D, kc_sb, kc_sh, kc_ss, kn_sb, kn_sh, kn_ss,
-                     BLOCK_S, BLOCK_D)
+                     kk_sb, kk_sh, kk_ss, BLOCK_S, BLOCK_D)
     else:
         _window_rows(vc_ptr, vn_ptr, va_ptr, vk_ptr, b, h, H, L, T, D, vc_sb, vc_sh, vc_ss, vn_sb, vn_sh, vn_ss,
-                     BLOCK_S, BLOCK_D)
+                     vk_sb, vk_sh, vk_ss, BLOCK_S, BLOCK_D)
 
 
 def supported(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor) -> bool:
@@ -62,10 +63,12 @@ def supported(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
             and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)))
 
 
-def kv_window(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor
+def kv_window(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+              keep_out: tuple[torch.Tensor, torch.Tensor] | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (cat(k_cache, k_new) and the same for v along the rows, [B, H, L + T, D]; their last L rows, [B, H, L, D]),
-    all four new contiguous tensors."""
+    """-> (cat(k_cache, k_new) and the same for v along the rows, [B, H, L + T, D], new contiguous tensors; their
+    last L rows, [B, H, L, D]: new contiguous tensors, or written into keep_out's (k, v) - any strides with unit
+    stride along D, sharing no memory with the inputs - and returned."""
     if not supported(k_cache, v_cache, k_new, v_new):
         raise ValueError(f"caches [B, H, L, D] and new rows [B, H, T, D] alike (unit stride along D) needed, got "
                          f"{tuple(k_cache.shape)} / {tuple(k_new.shape)}")
@@ -73,11 +76,19 @@ def kv_window(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
     t = k_new.shape[2]
     full = (b, h, cached + t, d)
     k_all, v_all = k_cache.new_empty(full), k_cache.new_empty(full)
-    k_keep, v_keep = k_cache.new_empty(k_cache.shape), k_cache.new_empty(k_cache.shape)
+    if keep_out is None:
+        k_keep, v_keep = k_cache.new_empty(k_cache.shape), k_cache.new_empty(k_cache.shape)
+    else:
+        k_keep, v_keep = keep_out
+        if any(o.shape != k_cache.shape or o.dtype != k_cache.dtype or o.device != k_cache.device or o.stride(3) != 1
+               for o in keep_out):
+            raise ValueError(f"keep_out must be two {tuple(k_cache.shape)} {k_cache.dtype} tensors on "
+                             f"{k_cache.device} with unit stride along D")
     if b * h and (cached + t) and d:
         block_d = triton.next_power_of_2(d)
         _kv_window_kernel[(b * h, 2)](
             k_cache, k_new, k_all, k_keep, v_cache, v_new, v_all, v_keep, h, cached, t, d,
             *k_cache.stride()[:3], *k_new.stride()[:3], *v_cache.stride()[:3], *v_new.stride()[:3],
+            *k_keep.stride()[:3], *v_keep.stride()[:3],
             BLOCK_S=max(1, min(32, 2048 // block_d)), BLOCK_D=block_d, num_warps=4)
     return k_all, v_all, k_keep, v_keep

@@ -24,7 +24,7 @@ from voxflow.layers.rotary import apply_rotary
 
 from . import codec_waveform_cl
 from .codec_decoder_blocks import (FRAME_KERNELS, CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock,
-                                   SnakeBeta, SplitDequantizer, StreamingModule, StreamTensors)
+                                   SnakeBeta, SplitDequantizer, StateWriter, StreamingModule, StreamTensors, keep)
 from .config import CodecDecoderConfig
 
 # ------------------------------------------------------------------------------------ frame-rate transformer
@@ -88,8 +88,7 @@ class SlidingWindowAttention(StreamingModule):
         # element-wise kernels a layer (voxflow/kernels/rotary.py)
         q, k = apply_rotary(q, k, cos, sin)
         if state is not None:
-            k, v, state[f"{self.state_key}.k"], state[f"{self.state_key}.v"] = _window(
-                state[f"{self.state_key}.k"], state[f"{self.state_key}.v"], k, v)
+            k, v = _window(state, f"{self.state_key}.k", f"{self.state_key}.v", k, v)
         if self.n_kv_heads != self.n_heads:
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -97,18 +96,26 @@ class SlidingWindowAttention(StreamingModule):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
-def _window(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The cached window's keys / values [B, H, L, D] followed by the call's [B, H, T, D] -> (all keys, all values,
-    and the last L of each: the next call's window). On a GPU one Triton launch (voxflow/kernels/kv_window.py)
-    instead of two concatenations and two clones; the same values."""
+def _window(state: StreamTensors, k_key: str, v_key: str, k: torch.Tensor, v: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cached window's keys / values [B, H, L, D] (state[k_key], state[v_key]) followed by the call's [B, H, T,
+    D] -> (all keys, all values); the last L of each become the state's next window. On a GPU one Triton launch
+    (voxflow/kernels/kv_window.py), which writes the next window straight into a StateWriter's slots, instead of two
+    concatenations and two copies; the same values."""
+    k_cache, v_cache = state[k_key], state[v_key]
     if FRAME_KERNELS and use_kernels(k):
         from voxflow.kernels import kv_window as fused
         if fused.supported(k_cache, v_cache, k, v):
-            return fused.kv_window(k_cache, v_cache, k, v)
+            keep_out = (state.slot(k_key), state.slot(v_key)) if isinstance(state, StateWriter) else None
+            k_all, v_all, k_keep, v_keep = fused.kv_window(k_cache, v_cache, k, v, keep_out=keep_out)
+            if keep_out is None:
+                state[k_key], state[v_key] = k_keep, v_keep
+            return k_all, v_all
     k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
-    keep = k.shape[2] - k_cache.shape[2]
-    return k, v, k[:, :, keep:].clone(), v[:, :, keep:].clone()
+    cut = k.shape[2] - k_cache.shape[2]
+    keep(state, k_key, k[:, :, cut:])
+    keep(state, v_key, v[:, :, cut:])
+    return k, v
 
 
 class TransformerLayer(nn.Module):
@@ -180,7 +187,10 @@ class FrameTransformer(StreamingModule):
             cached = self.layers[0].self_attn.cache_len
             q_pos = start[:, None] + steps
             k_pos = start[:, None] + torch.arange(-cached, t, device=x.device)  # cache slots, then the new frames
-            state[f"{self.state_key}.pos"] = start + t
+            if isinstance(state, StateWriter):        # straight into the write-back rows, no copy after
+                torch.add(start, t, out=state.slot(f"{self.state_key}.pos"))
+            else:
+                state[f"{self.state_key}.pos"] = start + t
         # frame q sees frames q-window+1 .. q; negative positions are unused cache slots of a young stream
         delta = q_pos[:, :, None] - k_pos[:, None, :]
         mask = ((delta >= 0) & (delta < self.window) & (k_pos >= 0)[:, None, :])[:, None]

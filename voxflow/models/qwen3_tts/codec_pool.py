@@ -5,12 +5,15 @@ row of a single pooled `CodecStreamState` of `max_rows + 1` rows; the request ho
 batched decode step is
 
     rows = the batch's row numbers (a device LongTensor)
-    state = pool.index_select(rows)  ->  stream_decode (functional)  ->  pool.index_copy_(rows, new state)
+    state = pool.index_select(rows)  ->  stream_decode (its new state written into a packed buffer)
+                                     ->  pool.index_copy_(rows, that buffer)
 
 The ~42 state tensors of a row live side by side in one flat [rows, N] buffer per dtype (`PackedRows`; the named
-tensors are views into it), so the gather is one index_select and the write-back one cat + one index_copy_ per
-dtype, not one of each per tensor: 74 small launches (~0.63 ms of a 16-stream codec call's GPU time on the H200,
-session 14) become ~5 (~0.22 ms). On a GPU the row gather and scatter are a Triton pass each (kernels/row_copy.py).
+tensors are views into it), so the gather is one index_select and the write-back one index_copy_ per dtype, not
+one of each per tensor: 74 small launches (~0.63 ms of a 16-stream codec call's GPU time on the H200, session 14)
+became ~5 (~0.22 ms). The decode writes each new state tensor straight into its piece of a packed buffer
+(codec_decoder_blocks.StateWriter), which the write-back scatters as it is (no cat). On a GPU the row gather and
+scatter are a Triton pass each (kernels/row_copy.py).
 
 Every tensor in that step has a shape fixed by (batch size, frames), and the pool itself never moves, so the
 step can be captured in a CUDA graph (codec_graphs.py) and replayed with new row numbers and codes.
@@ -36,6 +39,7 @@ import torch
 from voxflow.kernels import use_kernels
 
 from .codec_decoder import CodecDecoder
+from .codec_decoder_blocks import StateWriter
 from ...engine.host_to_device import to_device
 from .codec_streaming import CodecStreamState, init_stream_state, stream_decode
 
@@ -119,6 +123,21 @@ class PackedRows:
         """Copies of the given rows of every tensor (one row gather per dtype)."""
         return self.views({dt: gather_rows(buf, rows) for dt, buf in self.flat.items()})
 
+    def empty(self, n: int) -> dict[torch.dtype, torch.Tensor]:
+        """Uninitialised flat buffers for n rows of this layout ([n, N] a dtype; `views` names their pieces)."""
+        return {dt: torch.empty((n, buf.shape[1]), dtype=dt, device=buf.device) for dt, buf in self.flat.items()}
+
+    def write_slots(self, rows: torch.Tensor, flat: dict[torch.dtype, torch.Tensor], state: StateWriter) -> None:
+        """A decode's new state into the given rows, where `state` wrote it into `flat`'s pieces (its slots): the
+        pieces no key was written into get the key's current value first (a state entry the decode did not
+        update, e.g. the other transposed-convolution form's), then one row scatter per dtype."""
+        for entries in self.layout.values():
+            for name, *_ in entries:
+                if name not in state.written:
+                    state.slots[name].copy_(state[name])
+        for dt, packed in flat.items():
+            scatter_rows(self.flat[dt], rows, packed)
+
     def write(self, rows: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
         """tensors {name: [len(rows), ...]} into those rows: per dtype one cat (`pack`) and one row scatter."""
         for dt, packed in self.pack(tensors).items():
@@ -153,6 +172,13 @@ def scatter_rows(buf: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> No
         kernel(buf, rows, src)
     else:
         buf.index_copy_(0, rows, src)
+
+
+# A step's decode writes its new state straight into the packed write-back rows (codec_decoder_blocks.StateWriter)
+# instead of into tensors of its own that the write-back packs with a cat (session 39 on an H100: that cat was one
+# 114 us kernel of a 16-stream 1-frame call's 1.68 ms). On by default, not yet timed on the GPU;
+# VOXFLOW_CODEC_STATE_WRITER=0: the cat.
+STATE_WRITER = os.environ.get("VOXFLOW_CODEC_STATE_WRITER", "1") == "1"
 
 
 class CodecStatePool:
@@ -216,8 +242,14 @@ class CodecStatePool:
 
         Static shapes for a given (B, T) and no host synchronisation: capturable in a CUDA graph.
         """
-        wav, new = stream_decode(self.decoder, codes, CodecStreamState(self._packed.gather(rows)))
-        self._packed.write(rows, new.tensors)
+        if not STATE_WRITER:
+            wav, new = stream_decode(self.decoder, codes, CodecStreamState(self._packed.gather(rows)))
+            self._packed.write(rows, new.tensors)
+            return wav[:, 0].float()
+        flat = self._packed.empty(rows.shape[0])
+        state = StateWriter(self._packed.gather(rows), self._packed.views(flat))
+        wav, new = stream_decode(self.decoder, codes, CodecStreamState(state))
+        self._packed.write_slots(rows, flat, new.tensors)
         return wav[:, 0].float()
 
     def read(self, row: int) -> CodecStreamState:

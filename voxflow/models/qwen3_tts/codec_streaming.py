@@ -87,7 +87,7 @@ def stream_decode(decoder: CodecDecoder, codes: torch.Tensor,
         raise ValueError(f"codes for {codes.shape[0]} requests, state for {state.batch_size}")
     if codes.shape[-1] == 0:
         return codes.new_zeros((codes.shape[0], 1, 0), dtype=next(decoder.parameters()).dtype), state
-    tensors = dict(state.tensors)
+    tensors = state.tensors.copy()      # (a StateWriter stays one: codec_pool's step)
     wav = decoder(codes, tensors)
     return wav, CodecStreamState(tensors)
 

@@ -30,7 +30,7 @@ from voxflow.kernels import use_kernels
 from voxflow.layers.derived_weights import per_weight_version
 
 from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderBlock, ResidualUnit, SnakeBeta,
-                                   StreamTensors)
+                                   StreamTensors, keep)
 
 ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
 # The upsampling blocks' transposed convolutions (kernel = 2 x stride) as two-tap convolutions in sub-pixel form
@@ -38,7 +38,8 @@ ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to
 # (16 streams, fp16, 64 SMs, H100) 13.18 -> 12.67 ms a 25-frame call and 2.17 -> 2.11 ms a 1-frame call (with
 # ACT_IN_EPILOGUE 2), and it no longer costs memory (0.6B c=64 peak 7.65 GiB with and without, the graph pools'
 # reserve alike: session 28's +0.73 GiB of fragmentation went, likely with the codec graphs' largest-first capture of
-# session 37); served 0.6B c=64 within the noise (703.9 / 703.3 without, 700.6 / 705.9 with). VOXFLOW_CODEC_SUBPIXEL=0: the GEMM form.
+# session 37); served 0.6B c=64 within the noise (703.9 / 703.3 without, 700.6 / 705.9 with).
+# VOXFLOW_CODEC_SUBPIXEL=0: the GEMM form.
 SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "1") == "1"
 # A layer's SnakeBeta applied by the kernel that makes its input (`_conv_into`, `_conv_transpose`) instead of in a
 # pass of its own, which reads and writes the whole activation (17 such passes were 13% of a 16-stream 25-frame
@@ -158,7 +159,7 @@ def _filled(inp: _Input, b: int, t: int, c: int, like: torch.Tensor, state: Stre
         buf[:, :inp.ctx].copy_(state[inp.key].transpose(1, 2))
     written = write(buf[:, inp.ctx:])
     if state is not None and inp.ctx:
-        state[inp.key] = buf[:, t:].transpose(1, 2).contiguous()
+        keep(state, inp.key, buf[:, t:].transpose(1, 2))
     return buf, written
 
 
@@ -240,5 +241,5 @@ def _conv_transpose(up: CausalConvTranspose1d, x: torch.Tensor, following: _Inpu
         y = overlap_add_channels_last(g, up.conv.bias, s, tail)        # bias + spill in one pass
         buf = _activated(following, y, state)
     if tail is not None:
-        state[up.state_key] = g[:, -1, s:].transpose(1, 2).contiguous()
+        keep(state, up.state_key, g[:, -1, s:].transpose(1, 2))
     return y, buf
