@@ -280,19 +280,72 @@ def check_kv_window_equals_the_concatenations(monkeypatch, dtype):
         kv_window.kv_window(k_cache, v_cache, k_new, v_new, keep_out=(k_cache[:, :2], v_cache[:, :2]))
 
 
-def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch):
+def _window_reference(q, k_cache, v_cache, k_new, v_new, start, window):
+    """PyTorch's attention over the concatenated window with the boolean mask the codec built (fp32) -> [B, T, H*D]."""
+    import torch.nn.functional as F
+    b, h, t, d = q.shape
+    cached = k_cache.shape[2]
+    k, v = (torch.cat([c, n], dim=2).float().repeat_interleave(h // c.shape[1], dim=1)
+            for c, n in ((k_cache, k_new), (v_cache, v_new)))
+    q_pos, k_pos = start[:, None] + torch.arange(t), start[:, None] + torch.arange(-cached, t)
+    delta = q_pos[:, :, None] - k_pos[:, None, :]
+    mask = ((delta >= 0) & (delta < window) & (k_pos >= 0)[:, None, :])[:, None]
+    out = F.scaled_dot_product_attention(q.float(), k, v, attn_mask=mask, scale=d ** -0.5)
+    return out.transpose(1, 2).reshape(b, t, h * d)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-6), (torch.float16, 2e-3)])
+def check_window_attention_equals_the_masked_attention(dtype, tol):
+    """kernels/window_attention.py: the streamed call's attention read from the carried window and the new rows,
+    masked from the streams' first positions (a stream's first call, a young one, an old one), against PyTorch's
+    attention over the concatenation with the boolean mask the codec builds: fp32 within 1e-6, fp16 within its
+    rounding (tol relative to the output's scale). T = 20 spans two query blocks; 4 query heads share 2 KV heads;
+    q as the rotary kernel leaves it (a transposed view); a head size under 16 (tl.dot's smallest) padded."""
+    from voxflow.kernels.window_attention import window_attention
+    gen = torch.Generator().manual_seed(21)
+    window = 8
+    start = torch.tensor([0, 3, 40])
+    for t in (1, 5, 20):
+        q = torch.randn(3, t, 4, 16, generator=gen).to(dtype).transpose(1, 2)
+        k_cache, v_cache = (torch.randn(3, 2, window - 1, 16, generator=gen).to(dtype) for _ in range(2))
+        k_new, v_new = (torch.randn(3, 2, t, 16, generator=gen).to(dtype) for _ in range(2))
+        want = _window_reference(q, k_cache, v_cache, k_new, v_new, start, window)
+        got = window_attention(q, k_cache, v_cache, k_new, v_new, start, 16 ** -0.5)
+        assert got.shape == (3, t, 64) and got.dtype == dtype and got.is_contiguous()
+        assert (got.float() - want).abs().max() <= tol * want.abs().max(), t
+        # a young stream's unused cache slots (before its first frame) are not attended: garbage there changes
+        # nothing; in slots it does attend, it does
+        for c in (k_cache, v_cache):
+            c[0], c[1, :, :window - 1 - 3], c[2, :, -1] = 1e3, 1e3, 1e3
+        again = window_attention(q, k_cache, v_cache, k_new, v_new, start, 16 ** -0.5)
+        assert torch.equal(again[:2], got[:2]) and not torch.equal(again[2], got[2])
+    q8, k8, v8 = (x[..., :8] for x in (q, k_new, v_new))                      # head size 8 (the tiny decoder's)
+    kc8, vc8 = k_cache[..., :8].contiguous(), v_cache[..., :8].contiguous()
+    want = _window_reference(q8, kc8, vc8, k8, v8, start, window)
+    got = window_attention(q8, kc8, vc8, k8, v8, start, 8 ** -0.5)
+    assert got.shape == (3, 20, 32) and (got.float() - want).abs().max() <= tol * want.abs().max()
+    with pytest.raises(ValueError, match="start"):
+        window_attention(q, k_cache, v_cache, k_new, v_new, start[:2], 1.0)
+    with pytest.raises(ValueError, match="alike"):
+        window_attention(q, k_cache, v_cache, k_new[:, :, :1], v_new, start, 1.0)
+
+
+@pytest.mark.parametrize("window_kernel", [True, False])
+def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch, window_kernel):
     """The codec decoder streamed a frame at a time with its frame-rate GPU path taken (q|k|v in one GEMM, the
-    key / value window kernel, the LayerScale'd adds fused with their norms, the RoPE and codebook kernels): the
-    plain one-pass decode's audio within 1e-4 (test_codec_decoder.py's streaming bound)."""
+    key / value window kernel, the window attention kernel or PyTorch's attention, the LayerScale'd adds fused with
+    their norms, the RoPE and codebook kernels): the plain one-pass decode's audio within 1e-4
+    (test_codec_decoder.py's streaming bound)."""
     from test_codec_decoder import random_codes, random_decoder           # tests/test_codec_decoder.py
-    from voxflow.kernels import kv_window, rms_norm, rotary, rvq_lookup
+    from voxflow.kernels import kv_window, rms_norm, rotary, rvq_lookup, window_attention
     from voxflow.models.qwen3_tts import codec_decoder, codec_decoder_blocks
     from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
+    monkeypatch.setattr(codec_decoder, "WINDOW_ATTENTION", window_kernel)
     dec = random_decoder(seed=4).requires_grad_(False)
     codes = random_codes(3, seed=6)
     ran = []
     for module, name in ((kv_window, "kv_window"), (rotary, "apply_rotary"), (rvq_lookup, "rvq_lookup"),
-                         (rms_norm, "add_rms_norm")):
+                         (rms_norm, "add_rms_norm"), (window_attention, "window_attention")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name,
                             lambda *a, _real=real, _name=name, **kw: ran.append(_name) or _real(*a, **kw))
@@ -304,8 +357,10 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch):
         state = init_stream_state(dec, 1).tensors
         streamed = torch.cat([dec(codes[..., i:i + 1], state) for i in range(3)], dim=-1)
     layers = len(dec.pre_transformer.layers)
-    assert sorted(set(ran)) == ["add_rms_norm", "apply_rotary", "kv_window", "rvq_lookup"]
+    assert sorted(set(ran)) == ["add_rms_norm", "apply_rotary", "kv_window", "rvq_lookup"] + (
+        ["window_attention"] if window_kernel else [])
     assert ran.count("kv_window") == 3 * layers and ran.count("add_rms_norm") == 3 * 2 * layers
+    assert ran.count("window_attention") == (3 * layers if window_kernel else 0)
     assert streamed.shape == want.shape and want.std() > 0.05
     torch.testing.assert_close(streamed, want, rtol=0, atol=1e-4)
 
@@ -314,7 +369,7 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch):
 def check_codec_attention_rotary_kernel_is_bit_exact(force_kernels, monkeypatch, dtype):
     """The codec decoder's sliding-window attention (its real 16 x 64 heads), streaming two calls with a state:
     through the rotary kernel, the same bits as through the torch expression, outputs and carried keys alike."""
-    from voxflow.models.qwen3_tts.codec_decoder import SlidingWindowAttention
+    from voxflow.models.qwen3_tts.codec_decoder import SlidingWindowAttention, WindowMask
     from voxflow.models.qwen3_tts.config import CodecDecoderConfig
     torch.manual_seed(12)
     cfg = CodecDecoderConfig(hidden_size=128, sliding_window=6)
@@ -330,7 +385,7 @@ def check_codec_attention_rotary_kernel_is_bit_exact(force_kernels, monkeypatch,
                 pos = torch.arange(start, start + t)[None].expand(2, -1)
                 cos, sin = rotary_layer.RotaryEmbedding(64, 1e4)(pos, dtype)
                 k_pos = torch.arange(start - attn.cache_len, start + t)[None]
-                mask = ((pos[:, :, None] - k_pos[:, None, :] >= 0) & (k_pos >= 0)[:, None, :])[:, None]
+                mask = WindowMask(pos, k_pos, cfg.sliding_window, None)
                 x = torch.randn(2, t, 128, generator=torch.Generator().manual_seed(start)).to(dtype)
                 outs.append(attn(x, cos, sin, mask, state))
         runs.append((outs, state))

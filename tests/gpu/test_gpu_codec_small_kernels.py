@@ -1,7 +1,8 @@
 """The codec's small Triton kernels on the GPU: the pool's row gather / scatter (voxflow/kernels/row_copy.py)
 bit-equal to index_select / index_copy_ at the codec's real width (1,307,616 fp16 values a row), rows repeated and
 in any order, and a stride-0 source (a reset); the residual dequantisation (rvq_lookup.py) equal to the lookups and
-adds it replaces; the attention's key / value window (kv_window.py) equal to the concatenations it replaces."""
+adds it replaces; the attention's key / value window (kv_window.py) equal to the concatenations it replaces; the
+window attention (window_attention.py) against PyTorch's masked attention."""
 from __future__ import annotations
 
 import pytest
@@ -62,3 +63,31 @@ def test_kv_window_equals_the_concatenations(frames):
     slots = tuple(rows[:, o:o + n].view(k_cache.shape) for o in (0, n + 8))
     kv_window(k_cache, v_cache, k_new, v_new, keep_out=slots)
     assert torch.equal(slots[0], got[2]) and torch.equal(slots[1], got[3]) and not rows[:, n:n + 8].any()
+
+
+@pytest.mark.parametrize("frames", [1, 25, 80])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)])
+def test_window_attention_equals_the_masked_attention(frames, dtype, tol):
+    """kernels/window_attention.py at the codec's shapes (16 streams at different points - the first call, young,
+    old - 16 heads of 64, a 72-frame window): PyTorch's attention over the concatenated window with the codec's
+    boolean mask, fp32 within 1e-5 (IEEE products), fp16 within its rounding (relative to the output's scale)."""
+    import torch.nn.functional as F
+    from voxflow.kernels.window_attention import window_attention
+    g = torch.Generator("cuda").manual_seed(3)
+    start = torch.tensor([0, 1, 30, 70, 71, 72, 500] + [9] * 9, device="cuda")
+    q = torch.randn(16, frames, 16, 64, device="cuda", generator=g).to(dtype).transpose(1, 2)
+    k_cache, v_cache = (torch.randn(16, 16, 71, 64, device="cuda", generator=g).to(dtype) for _ in range(2))
+    k_new, v_new = (torch.randn(16, frames, 16, 64, device="cuda", generator=g).to(dtype).transpose(1, 2)
+                    for _ in range(2))
+    k, v = torch.cat([k_cache, k_new], dim=2).float(), torch.cat([v_cache, v_new], dim=2).float()
+    q_pos = start[:, None] + torch.arange(frames, device="cuda")
+    k_pos = start[:, None] + torch.arange(-71, frames, device="cuda")
+    delta = q_pos[:, :, None] - k_pos[:, None, :]
+    mask = ((delta >= 0) & (delta < 72) & (k_pos >= 0)[:, None, :])[:, None]
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):                                # fp32 throughout, no TF32
+        want = F.scaled_dot_product_attention(q.float(), k, v, attn_mask=mask, scale=0.125)
+    want = want.transpose(1, 2).reshape(16, frames, 1024)
+    got = window_attention(q, k_cache, v_cache, k_new, v_new, start, 0.125)
+    assert got.dtype == dtype and (got.float() - want).abs().max() <= tol * want.abs().max()
+

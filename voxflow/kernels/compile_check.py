@@ -47,7 +47,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
     from voxflow.kernels import causal_conv, frame_input, kv_window, row_copy, rvq_lookup, slot_write_back
-    from voxflow.kernels import uniform_noise
+    from voxflow.kernels import uniform_noise, window_attention
     bf, f32, i64, h = _ptr("bf16"), _ptr("fp32"), _ptr("i64"), _ptr("fp16")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -117,9 +117,15 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 capped = causal_conv._cfg(128, 128, cfg["BLOCK_K"], 8, 3, 128)  # tune_causal_conv.py's register cap
                 out.append((f"conv_channels_last {dt} {cin}->{cout} k={k} {epilogue} maxnreg 128",
                             *conv_channels_last_case(dt, cin, k, epilogue, capped, aligned)))
-    out.append(("kv_window fp16 head_dim 64", kv_window._kv_window_kernel,         # the codec attention's window
-                dict(kc_ptr=h, kn_ptr=h, ka_ptr=h, kk_ptr=h, vc_ptr=h, vn_ptr=h, va_ptr=h, vk_ptr=h),
-                dict(BLOCK_S=32, BLOCK_D=64), dict(num_warps=4)))
+    for write_all in (1, 0):                                                     # the codec attention's window
+        out.append((f"kv_window fp16 head_dim 64 write_all={write_all}", kv_window._kv_window_kernel,
+                    dict(kc_ptr=h, kn_ptr=h, ka_ptr=h, kk_ptr=h, vc_ptr=h, vn_ptr=h, va_ptr=h, vk_ptr=h),
+                    dict(BLOCK_S=32, BLOCK_D=64, WRITE_ALL=write_all), dict(num_warps=4)))
+    for dt in ("fp16", "fp32"):                                          # the codec's attention (fp32: IEEE dots)
+        out.append((f"window_attention {dt} head_dim 64", window_attention._window_attention_kernel,
+                    dict(q_ptr=_ptr(dt), kc_ptr=_ptr(dt), vc_ptr=_ptr(dt), kn_ptr=_ptr(dt), vn_ptr=_ptr(dt),
+                         start_ptr=i64, out_ptr=_ptr(dt), scale="fp32"),
+                    dict(BLOCK_D=64, BLOCK_T=16, BLOCK_N=32, IEEE=int(dt == "fp32")), dict(num_warps=4)))
     out.append(("rvq_lookup fp16 dim 256", rvq_lookup._rvq_lookup_kernel,        # the codec's 15 + 1 codebooks
                 dict(codes_ptr=i64, table_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")), dict(BLOCK_D=256),
                 dict(num_warps=2, enable_fp_fusion=False)))

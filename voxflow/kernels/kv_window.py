@@ -16,12 +16,14 @@ import triton.language as tl
 
 @triton.jit
 def _window_rows(cache_ptr, new_ptr, all_ptr, keep_ptr, b, h, H, L, T, D, c_sb, c_sh, c_ss, n_sb, n_sh, n_ss,
-                 k_sb, k_sh, k_ss, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Rows s < L + T of (b, h): cache[s] for s < L, else new[s - L]; into all[s], and into keep[s - T] for s >= T."""
+                 k_sb, k_sh, k_ss, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WRITE_ALL: tl.constexpr):
+    """Rows s < L + T of (b, h): cache[s] for s < L, else new[s - L]; into all[s] (WRITE_ALL), and into keep[s - T]
+    for s >= T."""
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
     bh = b * H + h
-    for s0 in range(0, L + T, BLOCK_S):
+    first = 0 if WRITE_ALL else (T // BLOCK_S) * BLOCK_S      # only the carried rows: from the block holding row T
+    for s0 in range(first, L + T, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         from_cache = s < L
         in_window = s < L + T
@@ -33,7 +35,8 @@ def _window_rows(cache_ptr, new_ptr, all_ptr, keep_ptr, b, h, H, L, T, D, c_sb, 
                     mask=(~from_cache & in_window)[:, None] & d_ok[None, :], other=0.0)
         row = tl.where(from_cache[:, None], x, y)
         mask = in_window[:, None] & d_ok[None, :]
-        tl.store(all_ptr + (bh * (L + T) + s.to(tl.int64))[:, None] * D + d[None, :], row, mask=mask)
+        if WRITE_ALL:
+            tl.store(all_ptr + (bh * (L + T) + s.to(tl.int64))[:, None] * D + d[None, :], row, mask=mask)
         k_rows = b * k_sb + h * k_sh + (s - T).to(tl.int64) * k_ss
         tl.store(keep_ptr + k_rows[:, None] + d[None, :], row, mask=mask & (s >= T)[:, None])
 
@@ -41,16 +44,17 @@ def _window_rows(cache_ptr, new_ptr, all_ptr, keep_ptr, b, h, H, L, T, D, c_sb, 
 @triton.jit
 def _kv_window_kernel(kc_ptr, kn_ptr, ka_ptr, kk_ptr, vc_ptr, vn_ptr, va_ptr, vk_ptr, H, L, T, D,
                       kc_sb, kc_sh, kc_ss, kn_sb, kn_sh, kn_ss, vc_sb, vc_sh, vc_ss, vn_sb, vn_sh, vn_ss,
-                      kk_sb, kk_sh, kk_ss, vk_sb, vk_sh, vk_ss, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+                      kk_sb, kk_sh, kk_ss, vk_sb, vk_sh, vk_ss, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+                      WRITE_ALL: tl.constexpr):
     bh = tl.program_id(0)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
     if tl.program_id(1) == 0:
         _window_rows(kc_ptr, kn_ptr, ka_ptr, kk_ptr, b, h, H, L, T, D, kc_sb, kc_sh, kc_ss, kn_sb, kn_sh, kn_ss,
-                     kk_sb, kk_sh, kk_ss, BLOCK_S, BLOCK_D)
+                     kk_sb, kk_sh, kk_ss, BLOCK_S, BLOCK_D, WRITE_ALL)
     else:
         _window_rows(vc_ptr, vn_ptr, va_ptr, vk_ptr, b, h, H, L, T, D, vc_sb, vc_sh, vc_ss, vn_sb, vn_sh, vn_ss,
-                     vk_sb, vk_sh, vk_ss, BLOCK_S, BLOCK_D)
+                     vk_sb, vk_sh, vk_ss, BLOCK_S, BLOCK_D, WRITE_ALL)
 
 
 def supported(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor) -> bool:
@@ -64,9 +68,10 @@ def supported(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
 
 
 def kv_window(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
-              keep_out: tuple[torch.Tensor, torch.Tensor] | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (cat(k_cache, k_new) and the same for v along the rows, [B, H, L + T, D], new contiguous tensors; their
+              keep_out: tuple[torch.Tensor, torch.Tensor] | None = None, write_all: bool = True
+              ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """-> (cat(k_cache, k_new) and the same for v along the rows, [B, H, L + T, D], new contiguous tensors - None,
+    None with write_all False (an attention that reads the two parts where they lie: window_attention.py); their
     last L rows, [B, H, L, D]: new contiguous tensors, or written into keep_out's (k, v) - any strides with unit
     stride along D, sharing no memory with the inputs - and returned."""
     if not supported(k_cache, v_cache, k_new, v_new):
@@ -75,7 +80,7 @@ def kv_window(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
     b, h, cached, d = k_cache.shape
     t = k_new.shape[2]
     full = (b, h, cached + t, d)
-    k_all, v_all = k_cache.new_empty(full), k_cache.new_empty(full)
+    k_all, v_all = (k_cache.new_empty(full), k_cache.new_empty(full)) if write_all else (None, None)
     if keep_out is None:
         k_keep, v_keep = k_cache.new_empty(k_cache.shape), k_cache.new_empty(k_cache.shape)
     else:
@@ -87,8 +92,9 @@ def kv_window(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
     if b * h and (cached + t) and d:
         block_d = triton.next_power_of_2(d)
         _kv_window_kernel[(b * h, 2)](
-            k_cache, k_new, k_all, k_keep, v_cache, v_new, v_all, v_keep, h, cached, t, d,
+            k_cache, k_new, k_all if write_all else k_keep, k_keep, v_cache, v_new, v_all if write_all else v_keep,
+            v_keep, h, cached, t, d,
             *k_cache.stride()[:3], *k_new.stride()[:3], *v_cache.stride()[:3], *v_new.stride()[:3],
             *k_keep.stride()[:3], *v_keep.stride()[:3],
-            BLOCK_S=max(1, min(32, 2048 // block_d)), BLOCK_D=block_d, num_warps=4)
+            BLOCK_S=max(1, min(32, 2048 // block_d)), BLOCK_D=block_d, WRITE_ALL=write_all, num_warps=4)
     return k_all, v_all, k_keep, v_keep

@@ -11,6 +11,8 @@ Three ways to decode:
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,6 +30,12 @@ from .codec_decoder_blocks import (FRAME_KERNELS, CausalConv1d, CausalConvTransp
 from .config import CodecDecoderConfig
 
 # ------------------------------------------------------------------------------------ frame-rate transformer
+
+# The streamed attention as one Triton kernel a layer on a GPU (voxflow/kernels/window_attention.py) instead of the
+# window's concatenation, a boolean mask, cuDNN's attention (11.5 us a layer in a 16-stream 1-frame call on an H100,
+# session 39) and a transpose copy; fp32 softmax, half-precision results within rounding of PyTorch's. On by
+# default, not yet timed on the GPU; VOXFLOW_CODEC_WINDOW_ATTENTION=0: PyTorch's.
+WINDOW_ATTENTION = os.environ.get("VOXFLOW_CODEC_WINDOW_ATTENTION", "1") == "1"
 
 
 class LayerScale(nn.Module):
@@ -78,17 +86,28 @@ class SlidingWindowAttention(StreamingModule):
         return {f"{self.state_key}.k": torch.zeros(shape, device=device, dtype=dtype),
                 f"{self.state_key}.v": torch.zeros(shape, device=device, dtype=dtype)}
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: "WindowMask",
                 state: StreamTensors | None = None) -> torch.Tensor:
-        """x [B, T, C]; cos/sin [B or 1, T, head_dim]; mask [B or 1, 1, T, S] (True = may attend), S = cached + T
-        keys when streaming, else T."""
+        """x [B, T, C]; cos/sin [B or 1, T, head_dim]; mask: which of the S keys (cached + T when streaming, else T)
+        each query may attend (`WindowMask`)."""
         b, t, _ = x.shape
         q, k, v = (p.view(b, t, -1, self.head_dim).transpose(1, 2) for p in self._project(x))
         # q * cos + rotate_half(q) * sin (and k): on a GPU one Triton launch with the same bits instead of ~10
         # element-wise kernels a layer (voxflow/kernels/rotary.py)
         q, k = apply_rotary(q, k, cos, sin)
+        keys = f"{self.state_key}.k", f"{self.state_key}.v"
+        if state is not None and mask.start is not None and WINDOW_ATTENTION and use_kernels(q):
+            from voxflow.kernels import window_attention as fused
+            k_cache, v_cache = state[keys[0]], state[keys[1]]
+            if fused.supported(q, k_cache, v_cache, k, v):
+                # one launch reading the carried window and the new rows where they lie, the mask from the
+                # positions, the output as o_proj's rows (window_attention.py); the window carried on separately
+                out = fused.window_attention(q, k_cache, v_cache, k, v, mask.start, self.head_dim ** -0.5)
+                _window(state, *keys, k, v, whole=False)
+                return self.o_proj(out)
         if state is not None:
-            k, v = _window(state, f"{self.state_key}.k", f"{self.state_key}.v", k, v)
+            k, v = _window(state, *keys, k, v)
+        mask = mask.dense()
         if self.n_kv_heads != self.n_heads:
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -96,18 +115,19 @@ class SlidingWindowAttention(StreamingModule):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
-def _window(state: StreamTensors, k_key: str, v_key: str, k: torch.Tensor, v: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def _window(state: StreamTensors, k_key: str, v_key: str, k: torch.Tensor, v: torch.Tensor, whole: bool = True
+            ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The cached window's keys / values [B, H, L, D] (state[k_key], state[v_key]) followed by the call's [B, H, T,
-    D] -> (all keys, all values); the last L of each become the state's next window. On a GPU one Triton launch
-    (voxflow/kernels/kv_window.py), which writes the next window straight into a StateWriter's slots, instead of two
-    concatenations and two copies; the same values."""
+    D] -> (all keys, all values; None, None unless `whole`); the last L of each become the state's next window. On a
+    GPU one Triton launch (voxflow/kernels/kv_window.py), which writes the next window straight into a StateWriter's
+    slots, instead of two concatenations and two copies; the same values."""
     k_cache, v_cache = state[k_key], state[v_key]
     if FRAME_KERNELS and use_kernels(k):
         from voxflow.kernels import kv_window as fused
         if fused.supported(k_cache, v_cache, k, v):
             keep_out = (state.slot(k_key), state.slot(v_key)) if isinstance(state, StateWriter) else None
-            k_all, v_all, k_keep, v_keep = fused.kv_window(k_cache, v_cache, k, v, keep_out=keep_out)
+            k_all, v_all, k_keep, v_keep = fused.kv_window(k_cache, v_cache, k, v, keep_out=keep_out,
+                                                           write_all=whole)
             if keep_out is None:
                 state[k_key], state[v_key] = k_keep, v_keep
             return k_all, v_all
@@ -115,7 +135,24 @@ def _window(state: StreamTensors, k_key: str, v_key: str, k: torch.Tensor, v: to
     cut = k.shape[2] - k_cache.shape[2]
     keep(state, k_key, k[:, :, cut:])
     keep(state, v_key, v[:, :, cut:])
-    return k, v
+    return (k, v) if whole else (None, None)
+
+
+class WindowMask:
+    """Which keys each query of a call may attend: frame q the `window` frames q - window + 1 .. q, none at a
+    negative position (a young stream's unused cache slots). The boolean [B or 1, 1, T, S] mask PyTorch's attention
+    takes is built on first use (`dense`, once for all layers); the window attention kernel takes the streams'
+    first positions (`start`, None without a stream state) instead, so with it no mask is built."""
+
+    def __init__(self, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, start: torch.Tensor | None):
+        self.q_pos, self.k_pos, self.window, self.start = q_pos, k_pos, window, start
+        self._dense: torch.Tensor | None = None
+
+    def dense(self) -> torch.Tensor:
+        if self._dense is None:
+            delta = self.q_pos[:, :, None] - self.k_pos[:, None, :]
+            self._dense = ((delta >= 0) & (delta < self.window) & (self.k_pos >= 0)[:, None, :])[:, None]
+        return self._dense
 
 
 class TransformerLayer(nn.Module):
@@ -191,9 +228,7 @@ class FrameTransformer(StreamingModule):
                 torch.add(start, t, out=state.slot(f"{self.state_key}.pos"))
             else:
                 state[f"{self.state_key}.pos"] = start + t
-        # frame q sees frames q-window+1 .. q; negative positions are unused cache slots of a young stream
-        delta = q_pos[:, :, None] - k_pos[:, None, :]
-        mask = ((delta >= 0) & (delta < self.window) & (k_pos >= 0)[:, None, :])[:, None]
+        mask = WindowMask(q_pos, k_pos, self.window, None if state is None else start)
         cos, sin = self.rope(q_pos, x.dtype)
         h = self.input_proj(x)
         normed = self.layers[0].input_layernorm(h)

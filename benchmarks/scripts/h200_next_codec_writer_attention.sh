@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Prepared in session 39; carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~450 s.
+# Two codec changes of session 39, on by default without a GPU run:
+# - codec_pool.STATE_WRITER (VOXFLOW_CODEC_STATE_WRITER): a codec step's decode writes its new state straight into
+#   the packed write-back rows (codec_decoder_blocks.StateWriter; the key / value window kernel stores its carried
+#   rows there itself) instead of into tensors of its own that a cat then packed: session 39 call 1's profile of a
+#   16-stream 1-frame call (H100) had that cat as one 114 us kernel of 1.68 ms of kernel time.
+# - codec_decoder.WINDOW_ATTENTION (VOXFLOW_CODEC_WINDOW_ATTENTION): the streamed attention as one Triton kernel a
+#   layer (kernels/window_attention.py: the carried window and the new rows read where they lie, the mask from the
+#   positions, the output in o_proj's layout; fp16 199 registers, no spills) instead of the window's concatenation,
+#   a boolean mask, cuDNN's attention (8 x 11.5 us in that call) and a transpose copy.
+# Counted on a CPU (count_codec_launches.py 16 1, ACT 2, sub-pixel): 219 launches a call before both.
+# This call: the GPU tests (the same PCM bits through the graphs with and without the writer, kv_window into a
+# packed buffer's pieces, the window attention against PyTorch's at the codec's shapes, the codec's graph path and
+# fp16 SNR), the codec alone (16 streams, fp16, 64 SMs, 1 / 5 / 25 frames) with both, each off, both off, then
+# 0.6B c=64 (<= 8 GB) alternating both on / both off twice. Keep each that makes the codec's calls faster; if a GPU
+# test fails, its switch off (=0) and mend. Session 39 ran on an H100 lent for an H200: compare within the call.
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 1.7B 0.6B
+wait $CK
+gpu_tests 240 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_codec_small_kernels.py \
+  -k "write_back_rows or kv_window or window_attention or graph_path_equals or fp16_streaming or epilogues"
+pack_results
+profile() {                            # the codec alone under some settings: profile LABEL [ENV=VALUE...]
+  local label=$1; shift
+  env "$@" timeout 100 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 1,5,25 25 2>&1 \
+    | grep -v -i warn > $R/profile_codec_16_fp16_sms64_$label.txt
+  echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
+}
+profile both
+profile no_writer VOXFLOW_CODEC_STATE_WRITER=0
+profile no_window_attention VOXFLOW_CODEC_WINDOW_ATTENTION=0
+profile neither VOXFLOW_CODEC_STATE_WRITER=0 VOXFLOW_CODEC_WINDOW_ATTENTION=0
+profile both_again
+pack_results
+wait $CK6
+for i in 1 2; do
+  bench_small_traced both_$i
+  VOXFLOW_CODEC_STATE_WRITER=0 VOXFLOW_CODEC_WINDOW_ATTENTION=0 bench_small_traced neither_$i
+done
+summarize_steps "steps_0p6b_*.jsonl" 16
+pack_results
+echo "done at ${SECONDS}s"
