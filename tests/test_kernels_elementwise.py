@@ -330,6 +330,32 @@ def check_window_attention_equals_the_masked_attention(dtype, tol):
         window_attention(q, k_cache, v_cache, k_new[:, :, :1], v_new, start, 1.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def check_rope_table_equals_the_frame_transformers(dtype):
+    """kernels/rope_table.py: the codec's cos / sin tables for frames start .. start + T - 1 of each stream equal
+    FrameTransformer.rope's (its inverse frequencies in the decoder's dtype, as a cast decoder holds them) to one
+    unit in the last place of the output dtype (the interpreter's cos / sin are numpy's, not torch's), and the next
+    positions (start + T) land in a strided tensor, nothing written between its entries."""
+    from voxflow.kernels.rope_table import rope_table
+    from voxflow.models.qwen3_tts.codec_decoder import FrameTransformer
+    from voxflow.models.qwen3_tts.config import CodecDecoderConfig
+    tr = FrameTransformer(CodecDecoderConfig(hidden_size=32, head_dim=16, num_attention_heads=2,
+                                             num_key_value_heads=2, num_hidden_layers=1)).to(dtype)
+    start = torch.tensor([0, 7, 123_456])
+    for t in (1, 5):
+        want_cos, want_sin = tr.rope(start[:, None] + torch.arange(t), dtype)
+        nxt = torch.full((3, 2), -1, dtype=torch.long)
+        cos, sin = rope_table(start, t, tr.inv_freq, dtype, nxt[:, 0])
+        assert cos.shape == want_cos.shape == (3, t, 16) and cos.dtype == dtype
+        assert_within_ulp(cos, want_cos, 1)
+        assert_within_ulp(sin, want_sin, 1)
+        assert nxt[:, 0].tolist() == (start + t).tolist() and (nxt[:, 1] == -1).all()
+    with pytest.raises(ValueError, match="LongTensor"):
+        rope_table(start.float(), 1, tr.inv_freq, dtype, nxt[:, 0])
+    with pytest.raises(ValueError, match="next_positions"):
+        rope_table(start, 1, tr.inv_freq, dtype, nxt[:2, 0])
+
+
 @pytest.mark.parametrize("window_kernel", [True, False])
 def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch, window_kernel):
     """The codec decoder streamed a frame at a time with its frame-rate GPU path taken (q|k|v in one GEMM, the
@@ -337,7 +363,7 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch, wi
     their norms, the RoPE and codebook kernels): the plain one-pass decode's audio within 1e-4
     (test_codec_decoder.py's streaming bound)."""
     from test_codec_decoder import random_codes, random_decoder           # tests/test_codec_decoder.py
-    from voxflow.kernels import kv_window, rms_norm, rotary, rvq_lookup, window_attention
+    from voxflow.kernels import kv_window, rms_norm, rope_table, rotary, rvq_lookup, window_attention
     from voxflow.models.qwen3_tts import codec_decoder, codec_decoder_blocks
     from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
     monkeypatch.setattr(codec_decoder, "WINDOW_ATTENTION", window_kernel)
@@ -345,7 +371,8 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch, wi
     codes = random_codes(3, seed=6)
     ran = []
     for module, name in ((kv_window, "kv_window"), (rotary, "apply_rotary"), (rvq_lookup, "rvq_lookup"),
-                         (rms_norm, "add_rms_norm"), (window_attention, "window_attention")):
+                         (rms_norm, "add_rms_norm"), (window_attention, "window_attention"),
+                         (rope_table, "rope_table")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name,
                             lambda *a, _real=real, _name=name, **kw: ran.append(_name) or _real(*a, **kw))
@@ -357,8 +384,9 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch, wi
         state = init_stream_state(dec, 1).tensors
         streamed = torch.cat([dec(codes[..., i:i + 1], state) for i in range(3)], dim=-1)
     layers = len(dec.pre_transformer.layers)
-    assert sorted(set(ran)) == ["add_rms_norm", "apply_rotary", "kv_window", "rvq_lookup"] + (
+    assert sorted(set(ran)) == ["add_rms_norm", "apply_rotary", "kv_window", "rope_table", "rvq_lookup"] + (
         ["window_attention"] if window_kernel else [])
+    assert ran.count("rope_table") == 3
     assert ran.count("kv_window") == 3 * layers and ran.count("add_rms_norm") == 3 * 2 * layers
     assert ran.count("window_attention") == (3 * layers if window_kernel else 0)
     assert streamed.shape == want.shape and want.std() > 0.05
@@ -384,8 +412,7 @@ def check_codec_attention_rotary_kernel_is_bit_exact(force_kernels, monkeypatch,
             for start, t in ((0, 3), (3, 4)):
                 pos = torch.arange(start, start + t)[None].expand(2, -1)
                 cos, sin = rotary_layer.RotaryEmbedding(64, 1e4)(pos, dtype)
-                k_pos = torch.arange(start - attn.cache_len, start + t)[None]
-                mask = WindowMask(pos, k_pos, cfg.sliding_window, None)
+                mask = WindowMask(cfg.sliding_window, t, torch.full((2,), start), attn.cache_len, "cpu")
                 x = torch.randn(2, t, 128, generator=torch.Generator().manual_seed(start)).to(dtype)
                 outs.append(attn(x, cos, sin, mask, state))
         runs.append((outs, state))

@@ -9,7 +9,10 @@
 #   layer (kernels/window_attention.py: the carried window and the new rows read where they lie, the mask from the
 #   positions, the output in o_proj's layout; fp16 199 registers, no spills) instead of the window's concatenation,
 #   a boolean mask, cuDNN's attention (8 x 11.5 us in that call) and a transpose copy.
-# Counted on a CPU (count_codec_launches.py 16 1, ACT 2, sub-pixel): 219 launches a call before both.
+# Also new and on (under VOXFLOW_CODEC_FRAME_KERNELS, not switched apart here): the RoPE tables and the streams'
+# next positions in one launch (kernels/rope_table.py) instead of ~12.
+# Counted on a CPU (count_codec_launches.py 16 1, the defaults): 219 launches a 1-frame call before these three,
+# 196 with them (benchmarks/results/cpu/2026-12-05-session39-codec-launches/).
 # This call: the GPU tests (the same PCM bits through the graphs with and without the writer, kv_window into a
 # packed buffer's pieces, the window attention against PyTorch's at the codec's shapes, the codec's graph path and
 # fp16 SNR), the codec alone (16 streams, fp16, 64 SMs, 1 / 5 / 25 frames) with both, each off, both off, then
@@ -20,7 +23,8 @@ source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
 wait $CK
 gpu_tests 240 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_codec_small_kernels.py \
-  -k "write_back_rows or kv_window or window_attention or graph_path_equals or fp16_streaming or epilogues"
+  -k "write_back_rows or kv_window or window_attention or rope_table or graph_path_equals or fp16_streaming \
+  or epilogues"
 pack_results
 profile() {                            # the codec alone under some settings: profile LABEL [ENV=VALUE...]
   local label=$1; shift

@@ -91,3 +91,24 @@ def test_window_attention_equals_the_masked_attention(frames, dtype, tol):
     got = window_attention(q, k_cache, v_cache, k_new, v_new, start, 0.125)
     assert got.dtype == dtype and (got.float() - want).abs().max() <= tol * want.abs().max()
 
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-6), (torch.float16, 2 ** -11), (torch.bfloat16, 2 ** -8)])
+def test_rope_table_equals_the_frame_transformers(dtype, atol):
+    """kernels/rope_table.py at the codec's shapes (16 streams, head size 64, young and old streams, 1 / 25
+    frames): FrameTransformer.rope's tables within one unit in the last place of values in [-1, 1] (the device's cos
+    and sin against PyTorch's kernels: the same products), the next positions exact; the fraction of equal values
+    printed."""
+    from voxflow.kernels.rope_table import rope_table
+    from voxflow.models.qwen3_tts.codec_decoder import FrameTransformer
+    from voxflow.models.qwen3_tts.config import CodecDecoderConfig
+    tr = FrameTransformer(CodecDecoderConfig()).to("cuda", dtype)
+    start = torch.tensor([0, 1, 71, 72, 5000, 123_456] + [9] * 10, device="cuda")
+    for t in (1, 25):
+        want = tr.rope(start[:, None] + torch.arange(t, device="cuda"), dtype)
+        nxt = torch.empty_like(start)
+        got = rope_table(start, t, tr.inv_freq, dtype, nxt)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=0, atol=atol)
+            print(f"{dtype} T={t}: {(a == b).float().mean().item():.4f} of the values equal")
+        assert torch.equal(nxt, start + t)
+

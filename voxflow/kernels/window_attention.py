@@ -118,5 +118,6 @@ def window_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         _window_attention_kernel[(b * h, triton.cdiv(t, block_t))](
             q, k_cache, v_cache, k_new, v_new, start, out, h, kvh, cached, t, d, scale,
             *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *k_new.stride()[:3], *v_new.stride()[:3],
-            BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_T=block_t, BLOCK_N=32, IEEE=q.dtype == torch.float32, num_warps=4)
+            BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_T=block_t, BLOCK_N=32, IEEE=q.dtype == torch.float32,
+            num_warps=4)
     return out

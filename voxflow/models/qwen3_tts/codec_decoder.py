@@ -139,19 +139,34 @@ def _window(state: StreamTensors, k_key: str, v_key: str, k: torch.Tensor, v: to
 
 
 class WindowMask:
-    """Which keys each query of a call may attend: frame q the `window` frames q - window + 1 .. q, none at a
-    negative position (a young stream's unused cache slots). The boolean [B or 1, 1, T, S] mask PyTorch's attention
-    takes is built on first use (`dense`, once for all layers); the window attention kernel takes the streams'
-    first positions (`start`, None without a stream state) instead, so with it no mask is built."""
+    """Which keys each of a call's T queries may attend: frame q the `window` frames q - window + 1 .. q, none at a
+    negative position (a young stream's unused cache slots). Streaming (`start`: LongTensor [B], the frames each
+    stream had before the call) the keys are the `cached` carried frames and then the call's; without a state, the
+    call's T frames of fresh sequences. The positions and the boolean [B or 1, 1, T, S] mask PyTorch's attention
+    takes are built on first use (once for all layers): the window attention kernel takes `start` instead, so with
+    it none is built."""
 
-    def __init__(self, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, start: torch.Tensor | None):
-        self.q_pos, self.k_pos, self.window, self.start = q_pos, k_pos, window, start
+    def __init__(self, window: int, t: int, start: torch.Tensor | None, cached: int, device):
+        self.window, self.t, self.start, self.cached, self.device = window, t, start, cached, device
+        self._positions: tuple[torch.Tensor, torch.Tensor] | None = None
         self._dense: torch.Tensor | None = None
+
+    def positions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(query positions [B or 1, T], key positions [B or 1, S])."""
+        if self._positions is None:
+            steps = torch.arange(self.t, device=self.device)
+            if self.start is None:   # the same for every row: mask and RoPE broadcast over the batch
+                self._positions = steps[None], steps[None]
+            else:
+                self._positions = (self.start[:, None] + steps,
+                                   self.start[:, None] + torch.arange(-self.cached, self.t, device=self.device))
+        return self._positions
 
     def dense(self) -> torch.Tensor:
         if self._dense is None:
-            delta = self.q_pos[:, :, None] - self.k_pos[:, None, :]
-            self._dense = ((delta >= 0) & (delta < self.window) & (self.k_pos >= 0)[:, None, :])[:, None]
+            q_pos, k_pos = self.positions()
+            delta = q_pos[:, :, None] - k_pos[:, None, :]
+            self._dense = ((delta >= 0) & (delta < self.window) & (k_pos >= 0)[:, None, :])[:, None]
         return self._dense
 
 
@@ -216,20 +231,29 @@ class FrameTransformer(StreamingModule):
 
     def forward(self, x: torch.Tensor, state: StreamTensors | None = None) -> torch.Tensor:
         t = x.shape[1]
-        steps = torch.arange(t, device=x.device)
-        if state is None:
-            q_pos = k_pos = steps[None]  # the same for every row: mask and RoPE broadcast over the batch
-        else:
-            start = state[f"{self.state_key}.pos"]
-            cached = self.layers[0].self_attn.cache_len
-            q_pos = start[:, None] + steps
-            k_pos = start[:, None] + torch.arange(-cached, t, device=x.device)  # cache slots, then the new frames
+        pos_key = f"{self.state_key}.pos"
+        start = None if state is None else state[pos_key]
+        mask = WindowMask(self.window, t, start, self.layers[0].self_attn.cache_len, x.device)
+        if start is not None and FRAME_KERNELS and use_kernels(x):
+            # the tables and the next positions in one launch (voxflow/kernels/rope_table.py) instead of ~12
+            from voxflow.kernels import rope_table as fused
+            if fused.supported(start, self.inv_freq, x.dtype):
+                writer = isinstance(state, StateWriter)
+                next_pos = state.slot(pos_key) if writer else torch.empty_like(start)
+                cos, sin = fused.rope_table(start, t, self.inv_freq, x.dtype, next_pos)
+                if not writer:
+                    state[pos_key] = next_pos
+                return self._layers(x, cos, sin, mask, state)
+        if start is not None:
             if isinstance(state, StateWriter):        # straight into the write-back rows, no copy after
-                torch.add(start, t, out=state.slot(f"{self.state_key}.pos"))
+                torch.add(start, t, out=state.slot(pos_key))
             else:
-                state[f"{self.state_key}.pos"] = start + t
-        mask = WindowMask(q_pos, k_pos, self.window, None if state is None else start)
-        cos, sin = self.rope(q_pos, x.dtype)
+                state[pos_key] = start + t
+        cos, sin = self.rope(mask.positions()[0], x.dtype)
+        return self._layers(x, cos, sin, mask, state)
+
+    def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: "WindowMask",
+                state: StreamTensors | None) -> torch.Tensor:
         h = self.input_proj(x)
         normed = self.layers[0].input_layernorm(h)
         for i, layer in enumerate(self.layers):

@@ -329,8 +329,10 @@ class _CodebookList(nn.Module):
 
 # The codec's frame-rate part in fewer launches on a GPU, each with the plain path's values: the dequantiser's
 # lookups and sum (kernels/rvq_lookup.py), the attention's key / value window (kv_window.py), each LayerScale'd
-# residual add with the norm after it (rms_norm.py). On by default since session 38 without a GPU run of their own
-# yet; VOXFLOW_CODEC_FRAME_KERNELS=0: PyTorch's operations (and the standalone norm kernel) for all three.
+# residual add with the norm after it (rms_norm.py); and the RoPE tables with the next positions (rope_table.py,
+# within rounding of PyTorch's cos / sin; since session 39). Session 39 (H100), with the state pool's row copies:
+# a 16-stream codec call 2.98 -> 2.34 ms at 1 frame, 15.14 -> 14.34 ms at 25. VOXFLOW_CODEC_FRAME_KERNELS=0:
+# PyTorch's operations (and the standalone norm kernel) for all of them.
 FRAME_KERNELS = os.environ.get("VOXFLOW_CODEC_FRAME_KERNELS", "1") == "1"
 
 
