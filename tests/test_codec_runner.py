@@ -359,8 +359,10 @@ def test_a_step_writes_the_new_state_straight_into_the_write_back_rows(dec, monk
     real_decode = codec_pool.stream_decode
     monkeypatch.setattr(codec_pool, "stream_decode",       # the new state it returns: the writer the decode used
                         lambda d, c, st: (lambda out: (writers.append(out[1].tensors), out)[1])(real_decode(d, c, st)))
-    pack = pool._packed.pack
+    pack, empty = pool._packed.pack, pool._packed.empty
     monkeypatch.setattr(pool._packed, "pack", lambda *a: packs.append(1) or pack(*a))
+    monkeypatch.setattr(pool._packed, "empty", lambda n: {dt: buf.fill_(float("nan") if dt.is_floating_point else -1)
+                                                          for dt, buf in empty(n).items()})   # garbage, for sure
     untouched = pool.read(2).tensors
     with torch.no_grad():
         pool.step(rows, torch.cat(codes))                       # two calls: the second starts from a used state
@@ -377,6 +379,31 @@ def test_a_step_writes_the_new_state_straight_into_the_write_back_rows(dec, monk
         got = pool.read(row).tensors
         assert all(torch.equal(got[k], plain.tensors[k][i:i + 1]) for k in plain.tensors), row
     assert all(torch.equal(pool.read(2).tensors[k], untouched[k]) for k in untouched)
+
+
+def test_a_state_writer_knows_which_slots_hold_the_new_values():
+    """StateWriter: reads give the old state until a key's slot is claimed (slot / keep), then the slot; a value
+    assigned past them un-marks the key, so the write-back copies that value into its slot instead of trusting a
+    stale one; the write-back refuses a state with other names than its layout's."""
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import StateWriter, keep
+    from voxflow.models.qwen3_tts.codec_pool import PackedRows
+    template = {"a": torch.zeros(1, 3), "b": torch.zeros(1, 2)}
+    packed = PackedRows(template, 3)
+    flat = packed.empty(2)
+    old = {"a": torch.ones(2, 3), "b": torch.full((2, 2), 2.0)}
+    w = StateWriter(old, packed.views(flat))
+    assert w["a"] is old["a"]
+    keep(w, "a", torch.full((2, 3), 5.0))
+    assert w.written == {"a"} and w["a"] is w.slots["a"] and (w.slots["a"] == 5).all()
+    keep(w, "b", torch.full((2, 2), 6.0))
+    w["b"] = torch.full((2, 2), 7.0)                     # assigned past keep: not in its slot
+    assert w.written == {"a"}
+    rows = torch.tensor([2, 0])
+    packed.write_slots(rows, flat, w)
+    assert (packed.tensors["a"][rows] == 5).all() and (packed.tensors["b"][rows] == 7).all()
+    assert (packed.tensors["a"][1] == 0).all()
+    with pytest.raises(ValueError, match="names"):
+        packed.write_slots(rows, flat, StateWriter({"a": old["a"]}, packed.views(flat)))
 
 
 def test_nan_audio_is_zeroed_counted_and_logged(dec, caplog):

@@ -274,6 +274,15 @@ def check_kv_window_equals_the_concatenations(monkeypatch, dtype):
         assert calls[0]["keep_out"][0] is slots["k"] and writer.written == {"k", "v"} and writer["v"] is slots["v"]
         assert torch.equal(slots["k"], want[2]) and torch.equal(slots["v"], want[3])
         monkeypatch.undo()
+    # only the carried rows (write_all=False), for calls longer than a row block (BLOCK_S 32 at this head size)
+    for t in (3, 40):
+        k_new, v_new = (torch.randn(2, 3, t, 24, generator=gen).to(dtype) for _ in range(2))
+        k_all, v_all, k_keep, v_keep = kv_window.kv_window(k_cache, v_cache, k_new, v_new, write_all=False)
+        assert k_all is None and v_all is None
+        assert torch.equal(k_keep, torch.cat([k_cache, k_new], dim=2)[:, :, t:])
+        assert torch.equal(v_keep, torch.cat([v_cache, v_new], dim=2)[:, :, t:])
+    with pytest.raises(ValueError, match="share memory"):
+        kv_window.kv_window(k_cache, v_cache, k_new, v_new, keep_out=(k_cache, v_cache.clone()))
     with pytest.raises(ValueError, match="caches"):
         kv_window.kv_window(k_cache, v_cache, k_new[:, :2], v_new)
     with pytest.raises(ValueError, match="keep_out"):
@@ -324,8 +333,14 @@ def check_window_attention_equals_the_masked_attention(dtype, tol):
     want = _window_reference(q8, kc8, vc8, k8, v8, start, window)
     got = window_attention(q8, kc8, vc8, k8, v8, start, 8 ** -0.5)
     assert got.shape == (3, 20, 32) and (got.float() - want).abs().max() <= tol * want.abs().max()
+    every_other = torch.stack([start, torch.full_like(start, 10 ** 6)], dim=1)[:, 0]    # start, stride 2
+    assert every_other.stride(0) == 2 and torch.equal(
+        window_attention(q, k_cache, v_cache, k_new, v_new, every_other, 16 ** -0.5),
+        window_attention(q, k_cache, v_cache, k_new, v_new, start, 16 ** -0.5))
     with pytest.raises(ValueError, match="start"):
         window_attention(q, k_cache, v_cache, k_new, v_new, start[:2], 1.0)
+    with pytest.raises(ValueError, match="start"):
+        window_attention(q, k_cache, v_cache, k_new, v_new, start.int(), 1.0)
     with pytest.raises(ValueError, match="alike"):
         window_attention(q, k_cache, v_cache, k_new[:, :, :1], v_new, start, 1.0)
 
@@ -365,6 +380,7 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch, wi
     from test_codec_decoder import random_codes, random_decoder           # tests/test_codec_decoder.py
     from voxflow.kernels import kv_window, rms_norm, rope_table, rotary, rvq_lookup, window_attention
     from voxflow.models.qwen3_tts import codec_decoder, codec_decoder_blocks
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import StateWriter
     from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
     monkeypatch.setattr(codec_decoder, "WINDOW_ATTENTION", window_kernel)
     dec = random_decoder(seed=4).requires_grad_(False)
@@ -383,12 +399,21 @@ def check_codec_frame_rate_kernels_stream_like_the_plain_decoder(monkeypatch, wi
         monkeypatch.setattr(codec_decoder_blocks, "use_kernels", lambda t: t.dtype == torch.long)   # the lookups
         state = init_stream_state(dec, 1).tensors
         streamed = torch.cat([dec(codes[..., i:i + 1], state) for i in range(3)], dim=-1)
+        # again through StateWriters whose slots start as garbage (as the pool's step runs it): the same bits
+        carried, through_writer = init_stream_state(dec, 1).tensors, []
+        for i in range(3):
+            writer = StateWriter(carried, {k: torch.full_like(v, float("nan") if v.is_floating_point() else -1)
+                                           for k, v in carried.items()})
+            through_writer.append(dec(codes[..., i:i + 1], writer))
+            carried = {k: writer.slots[k] if k in writer.written else carried[k] for k in carried}
     layers = len(dec.pre_transformer.layers)
     assert sorted(set(ran)) == ["add_rms_norm", "apply_rotary", "kv_window", "rope_table", "rvq_lookup"] + (
         ["window_attention"] if window_kernel else [])
-    assert ran.count("rope_table") == 3
-    assert ran.count("kv_window") == 3 * layers and ran.count("add_rms_norm") == 3 * 2 * layers
-    assert ran.count("window_attention") == (3 * layers if window_kernel else 0)
+    assert ran.count("rope_table") == 6
+    assert ran.count("kv_window") == 6 * layers and ran.count("add_rms_norm") == 6 * 2 * layers
+    assert ran.count("window_attention") == (6 * layers if window_kernel else 0)
+    assert torch.equal(torch.cat(through_writer, dim=-1), streamed)
+    assert all(torch.equal(carried[k], state[k]) for k in state)
     assert streamed.shape == want.shape and want.std() > 0.05
     torch.testing.assert_close(streamed, want, rtol=0, atol=1e-4)
 

@@ -124,11 +124,11 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("rope_table fp16 head_dim 64", rope_table._rope_table_kernel,    # the codec's RoPE tables
                 dict(start_ptr=i64, inv_freq_ptr=h, cos_ptr=h, sin_ptr=h, next_ptr=i64), dict(BLOCK=32),
                 dict(num_warps=1)))
-    for dt in ("fp16", "fp32"):                                          # the codec's attention (fp32: IEEE dots)
+    for dt, block_n, warps in (("fp16", 32, 4), ("fp32", 16, 8)):       # the codec's attention (fp32: IEEE dots)
         out.append((f"window_attention {dt} head_dim 64", window_attention._window_attention_kernel,
                     dict(q_ptr=_ptr(dt), kc_ptr=_ptr(dt), vc_ptr=_ptr(dt), kn_ptr=_ptr(dt), vn_ptr=_ptr(dt),
                          start_ptr=i64, out_ptr=_ptr(dt), scale="fp32"),
-                    dict(BLOCK_D=64, BLOCK_T=16, BLOCK_N=32, IEEE=int(dt == "fp32")), dict(num_warps=4)))
+                    dict(BLOCK_D=64, BLOCK_T=16, BLOCK_N=block_n, IEEE=int(dt == "fp32")), dict(num_warps=warps)))
     out.append(("rvq_lookup fp16 dim 256", rvq_lookup._rvq_lookup_kernel,        # the codec's 15 + 1 codebooks
                 dict(codes_ptr=i64, table_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")), dict(BLOCK_D=256),
                 dict(num_warps=2, enable_fp_fusion=False)))

@@ -89,6 +89,9 @@ def kv_window(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
                for o in keep_out):
             raise ValueError(f"keep_out must be two {tuple(k_cache.shape)} {k_cache.dtype} tensors on "
                              f"{k_cache.device} with unit stride along D")
+        inputs = {t.untyped_storage().data_ptr() for t in (k_cache, v_cache, k_new, v_new)}
+        if any(o.untyped_storage().data_ptr() in inputs for o in keep_out):      # programs would race
+            raise ValueError("keep_out must not share memory with the caches or the new rows")
     if b * h and (cached + t) and d:
         block_d = triton.next_power_of_2(d)
         _kv_window_kernel[(b * h, 2)](

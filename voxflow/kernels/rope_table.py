@@ -58,6 +58,8 @@ def rope_table(start: torch.Tensor, frames: int, inv_freq: torch.Tensor, dtype: 
     if (next_positions.shape != start.shape or next_positions.dtype != torch.long
             or next_positions.device != start.device):
         raise ValueError(f"next_positions must be a LongTensor {tuple(start.shape)} on {start.device}")
+    if next_positions.untyped_storage().data_ptr() == start.untyped_storage().data_ptr():
+        raise ValueError("next_positions must not share memory with start (the frames' programs read it)")
     b, half = start.shape[0], inv_freq.shape[0]
     cos = torch.empty((b, frames, 2 * half), dtype=dtype, device=start.device)
     sin = torch.empty_like(cos)

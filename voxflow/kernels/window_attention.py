@@ -21,7 +21,8 @@ import triton.language as tl
 
 
 @triton.jit
-def _window_attention_kernel(q_ptr, kc_ptr, vc_ptr, kn_ptr, vn_ptr, start_ptr, out_ptr, H, KVH, L, T, D, scale,
+def _window_attention_kernel(q_ptr, kc_ptr, vc_ptr, kn_ptr, vn_ptr, start_ptr, start_stride, out_ptr, H, KVH, L, T, D,
+                             scale,
                              q_sb, q_sh, q_st, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss,
                              kn_sb, kn_sh, kn_st, vn_sb, vn_sh, vn_st,
                              BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -36,7 +37,7 @@ def _window_attention_kernel(q_ptr, kc_ptr, vc_ptr, kn_ptr, vn_ptr, start_ptr, o
     i_ok = i < T
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
-    start = tl.load(start_ptr + b).to(tl.int32)
+    start = tl.load(start_ptr + b * start_stride).to(tl.int32)
     first = tl.maximum(L - start, 0)                       # the first key slot that holds one of the stream's frames
     q = tl.load(q_ptr + b * q_sb + h * q_sh + i.to(tl.int64)[:, None] * q_st + d[None, :],
                 mask=i_ok[:, None] & d_ok[None, :], other=0.0)
@@ -109,15 +110,20 @@ def window_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError(f"q [B, H, T, D], caches [B, KVH, L, D] and new keys [B, KVH, T, D] alike needed, got "
                          f"{tuple(q.shape)} / {tuple(k_cache.shape)} / {tuple(k_new.shape)}")
     b, h, t, d = q.shape
-    if start.shape != (b,):
-        raise ValueError(f"start must be [{b}], got {tuple(start.shape)}")
+    if start.shape != (b,) or start.dtype != torch.long or start.device != q.device:
+        raise ValueError(f"start must be a LongTensor [{b}] on {q.device}, got {start.dtype} {tuple(start.shape)} on "
+                         f"{start.device}")
     kvh, cached = k_cache.shape[1], k_cache.shape[2]
     out = q.new_empty((b, t, h * d))
     if b and t:
         block_t = 16                                  # tl.dot's smallest tile; a one-frame call uses one row of it
+        ieee = q.dtype == torch.float32
+        # fp32 (IEEE dots) at 32 keys a tile and 4 warps spilled (255 registers + 320 B at head size 64, sm_90):
+        # half the tile on twice the warps fits (142, no spill)
+        block_n, warps = (16, 8) if ieee else (32, 4)
         _window_attention_kernel[(b * h, triton.cdiv(t, block_t))](
-            q, k_cache, v_cache, k_new, v_new, start, out, h, kvh, cached, t, d, scale,
+            q, k_cache, v_cache, k_new, v_new, start, start.stride(0), out, h, kvh, cached, t, d, scale,
             *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *k_new.stride()[:3], *v_new.stride()[:3],
-            BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_T=block_t, BLOCK_N=32, IEEE=q.dtype == torch.float32,
-            num_warps=4)
+            BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_T=block_t, BLOCK_N=block_n, IEEE=ieee,
+            num_warps=warps)
     return out

@@ -34,7 +34,8 @@ from .config import CodecDecoderConfig
 # The streamed attention as one Triton kernel a layer on a GPU (voxflow/kernels/window_attention.py) instead of the
 # window's concatenation, a boolean mask, cuDNN's attention (11.5 us a layer in a 16-stream 1-frame call on an H100,
 # session 39) and a transpose copy; fp32 softmax, half-precision results within rounding of PyTorch's. On by
-# default, not yet timed on the GPU; VOXFLOW_CODEC_WINDOW_ATTENTION=0: PyTorch's.
+# default, not yet timed on the GPU; VOXFLOW_CODEC_WINDOW_ATTENTION=0: PyTorch's (a switch of its own, apart from
+# codec_decoder_blocks.FRAME_KERNELS).
 WINDOW_ATTENTION = os.environ.get("VOXFLOW_CODEC_WINDOW_ATTENTION", "1") == "1"
 
 
@@ -131,11 +132,16 @@ def _window(state: StreamTensors, k_key: str, v_key: str, k: torch.Tensor, v: to
             if keep_out is None:
                 state[k_key], state[v_key] = k_keep, v_keep
             return k_all, v_all
+    cached, t = k_cache.shape[2], k.shape[2]
+    if not whole:                     # only the carried rows: the last L of the cache's rows after T, then the new
+        for key, old, new in ((k_key, k_cache, k), (v_key, v_cache, v)):
+            tail = torch.cat([old[:, :, min(t, cached):], new], dim=2)
+            keep(state, key, tail[:, :, tail.shape[2] - cached:], owned=tail.shape[2] == cached)
+        return None, None
     k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
-    cut = k.shape[2] - k_cache.shape[2]
-    keep(state, k_key, k[:, :, cut:])
-    keep(state, v_key, v[:, :, cut:])
-    return (k, v) if whole else (None, None)
+    keep(state, k_key, k[:, :, t:])
+    keep(state, v_key, v[:, :, t:])
+    return k, v
 
 
 class WindowMask:

@@ -42,9 +42,15 @@ class StateWriter(dict):
 
     def slot(self, key: str) -> torch.Tensor:
         """key's slot, for a kernel to write the new value into (read the old one first): from now on state[key]."""
-        self.written.add(key)
         self[key] = self.slots[key]
+        self.written.add(key)
         return self.slots[key]
+
+    def __setitem__(self, key: str, value: torch.Tensor) -> None:
+        # A value assigned past `slot` / `keep` is not in its slot: the write-back copies it there (write_slots)
+        if value is not self.slots.get(key):
+            self.written.discard(key)
+        super().__setitem__(key, value)
 
 
 def keep(state: StreamTensors, key: str, value: torch.Tensor, owned: bool = False) -> None:

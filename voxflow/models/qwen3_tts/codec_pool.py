@@ -130,7 +130,10 @@ class PackedRows:
     def write_slots(self, rows: torch.Tensor, flat: dict[torch.dtype, torch.Tensor], state: StateWriter) -> None:
         """A decode's new state into the given rows, where `state` wrote it into `flat`'s pieces (its slots): the
         pieces no key was written into get the key's current value first (a state entry the decode did not
-        update, e.g. the other transposed-convolution form's), then one row scatter per dtype."""
+        update, e.g. the other transposed-convolution form's), then one row scatter per dtype. Checked on the host
+        only (capturable): the state names the layout's tensors."""
+        if state.keys() != self._names:
+            raise ValueError(f"state names differ from the layout's: {sorted(set(state) ^ self._names)}")
         for entries in self.layout.values():
             for name, *_ in entries:
                 if name not in state.written:
