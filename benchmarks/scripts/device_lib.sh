@@ -31,6 +31,9 @@
 #   timeline_at MODEL C LABEL [ENV=VALUE...]  step_timeline.py record of MODEL at concurrency C (with those
 #                               environment settings) into $R/timeline_LABEL.json.gz, its report (--sequence) into
 #                               $R/timeline_LABEL.txt, the first line shown
+#   profile_codec_16 LABEL [ENV=VALUE...]  the codec alone (profile_codec.py on /tmp/real-1.7b: 16 streams, fp16 on 64
+#                               SMs, 1 / 5 / 25 frames) under those settings into
+#                               $R/profile_codec_16_fp16_sms64_LABEL.txt, the per-call lines shown
 #   summarize_steps GLOB LINES  each step trace matching GLOB (under $R) summarised (step_trace_summary, its first LINES
 #                               lines) into $R/step_summaries.txt
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
@@ -207,6 +210,13 @@ wave_end_small() {
   python3 benchmarks/scripts/wave_end_timeline.py report "$R/wave_end_$label.json.gz" > "$R/wave_end_$label.txt"
   head -1 "$R/wave_end_$label.txt"
   echo "  at ${SECONDS}s"
+}
+
+profile_codec_16() {
+  local label=$1; shift
+  env "$@" timeout 100 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 1,5,25 25 2>&1 \
+    | grep -v -i warn > $R/profile_codec_16_fp16_sms64_$label.txt
+  echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
 }
 
 summarize_steps() {

@@ -26,17 +26,11 @@ gpu_tests 240 tests/gpu/test_gpu_codec.py tests/gpu/test_gpu_codec_small_kernels
   -k "write_back_rows or kv_window or window_attention or rope_table or graph_path_equals or fp16_streaming \
   or epilogues"
 pack_results
-profile() {                            # the codec alone under some settings: profile LABEL [ENV=VALUE...]
-  local label=$1; shift
-  env "$@" timeout 100 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 1,5,25 25 2>&1 \
-    | grep -v -i warn > $R/profile_codec_16_fp16_sms64_$label.txt
-  echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
-}
-profile both
-profile no_writer VOXFLOW_CODEC_STATE_WRITER=0
-profile no_window_attention VOXFLOW_CODEC_WINDOW_ATTENTION=0
-profile neither VOXFLOW_CODEC_STATE_WRITER=0 VOXFLOW_CODEC_WINDOW_ATTENTION=0
-profile both_again
+profile_codec_16 both
+profile_codec_16 no_writer VOXFLOW_CODEC_STATE_WRITER=0
+profile_codec_16 no_window_attention VOXFLOW_CODEC_WINDOW_ATTENTION=0
+profile_codec_16 neither VOXFLOW_CODEC_STATE_WRITER=0 VOXFLOW_CODEC_WINDOW_ATTENTION=0
+profile_codec_16 both_again
 pack_results
 wait $CK6
 for i in 1 2; do

@@ -21,6 +21,18 @@ import triton.language as tl
 
 
 @triton.jit
+def _window_rows(cache_ptr, new_ptr, b, kvh, j, L, hi, d, d_ok, c_sb, c_sh, c_ss, n_sb, n_sh, n_st):
+    """Key / value rows j (<= hi) of (row b, KV head kvh): the carried window's for j < L, else the call's j - L."""
+    cached = j < L
+    in_range = j <= hi
+    from_cache = tl.load(cache_ptr + b * c_sb + kvh * c_sh + j.to(tl.int64)[:, None] * c_ss + d[None, :],
+                         mask=(cached & in_range)[:, None] & d_ok[None, :], other=0.0)
+    from_new = tl.load(new_ptr + b * n_sb + kvh * n_sh + (j - L).to(tl.int64)[:, None] * n_st + d[None, :],
+                       mask=(~cached & in_range)[:, None] & d_ok[None, :], other=0.0)
+    return tl.where(cached[:, None], from_cache, from_new)
+
+
+@triton.jit
 def _window_attention_kernel(q_ptr, kc_ptr, vc_ptr, kn_ptr, vn_ptr, start_ptr, start_stride, out_ptr, H, KVH, L, T, D,
                              scale,
                              q_sb, q_sh, q_st, kc_sb, kc_sh, kc_ss, vc_sb, vc_sh, vc_ss,
@@ -49,31 +61,19 @@ def _window_attention_kernel(q_ptr, kc_ptr, vc_ptr, kn_ptr, vn_ptr, start_ptr, s
     row_lo = tl.maximum(i, first)
     for j0 in range(lo, hi + 1, BLOCK_N):
         j = j0 + tl.arange(0, BLOCK_N)
-        cached = j < L
-        in_range = j <= hi
-        jc = j.to(tl.int64)
-        jn = (j - L).to(tl.int64)
-        k = tl.where(cached[:, None],
-                     tl.load(kc_ptr + b * kc_sb + kvh * kc_sh + jc[:, None] * kc_ss + d[None, :],
-                             mask=(cached & in_range)[:, None] & d_ok[None, :], other=0.0),
-                     tl.load(kn_ptr + b * kn_sb + kvh * kn_sh + jn[:, None] * kn_st + d[None, :],
-                             mask=(~cached & in_range)[:, None] & d_ok[None, :], other=0.0))
+        k = _window_rows(kc_ptr, kn_ptr, b, kvh, j, L, hi, d, d_ok, kc_sb, kc_sh, kc_ss, kn_sb, kn_sh, kn_st)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
-        allowed = (j[None, :] >= row_lo[:, None]) & (j[None, :] <= (i + L)[:, None]) & in_range[None, :]
+        allowed = (j[None, :] >= row_lo[:, None]) & (j[None, :] <= (i + L)[:, None]) & (j <= hi)[None, :]
         s = tl.where(allowed, s * scale, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)     # a row with no key yet (or a padding row)
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m - m_safe)
         l = l * alpha + tl.sum(p, axis=1)
-        v = tl.where(cached[:, None],
-                     tl.load(vc_ptr + b * vc_sb + kvh * vc_sh + jc[:, None] * vc_ss + d[None, :],
-                             mask=(cached & in_range)[:, None] & d_ok[None, :], other=0.0),
-                     tl.load(vn_ptr + b * vn_sb + kvh * vn_sh + jn[:, None] * vn_st + d[None, :],
-                             mask=(~cached & in_range)[:, None] & d_ok[None, :], other=0.0))
+        v = _window_rows(vc_ptr, vn_ptr, b, kvh, j, L, hi, d, d_ok, vc_sb, vc_sh, vc_ss, vn_sb, vn_sh, vn_st)
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
         else:
