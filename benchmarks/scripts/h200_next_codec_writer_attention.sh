@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 39; carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~450 s.
+# Prepared in session 39; carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~560 s.
 # Two codec changes of session 39, on by default without a GPU run:
 # - codec_pool.STATE_WRITER (VOXFLOW_CODEC_STATE_WRITER): a codec step's decode writes its new state straight into
 #   the packed write-back rows (codec_decoder_blocks.StateWriter; the key / value window kernel stores its carried
@@ -16,8 +16,9 @@
 # This call: the GPU tests (the same PCM bits through the graphs with and without the writer, kv_window into a
 # packed buffer's pieces, the window attention against PyTorch's at the codec's shapes, the codec's graph path and
 # fp16 SNR), the codec alone (16 streams, fp16, 64 SMs, 1 / 5 / 25 frames) with both, each off, both off, then
-# 0.6B c=64 (<= 8 GB) alternating both on / both off twice. Keep each that makes the codec's calls faster; if a GPU
-# test fails, its switch off (=0) and mend. Session 39 ran on an H100 lent for an H200: compare within the call.
+# 0.6B c=64 (<= 8 GB) alternating both on / both off twice, then 1.7B c=1 the same. Keep each that makes the
+# codec's calls faster without a loss at c=1; if a GPU test fails, its switch off (=0) and mend. Session 39 ran on an
+# H100 lent for an H200: compare within the call.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
@@ -38,5 +39,10 @@ for i in 1 2; do
   VOXFLOW_CODEC_STATE_WRITER=0 VOXFLOW_CODEC_WINDOW_ATTENTION=0 bench_small_traced neither_$i
 done
 summarize_steps "steps_0p6b_*.jsonl" 16
+pack_results
+for i in 1 2; do                       # the thin target: 1.7B c=1 RTF <= 0.04 (its codec calls are 1-5 frames)
+  bench_1p7b_at 1 both_$i
+  VOXFLOW_CODEC_STATE_WRITER=0 VOXFLOW_CODEC_WINDOW_ATTENTION=0 bench_1p7b_at 1 neither_$i
+done
 pack_results
 echo "done at ${SECONDS}s"
