@@ -315,7 +315,51 @@ def check_waveform_stack_streams_like_the_plain_decoder():
     torch.testing.assert_close(streamed, want, rtol=0, atol=1e-4)
 
 
+def check_context_exchange_equals_the_two_copies():
+    """kernels/context_exchange.py: the buffer's first ctx rows get the carried context (transposed) and the next
+    context gets the buffer's last ctx rows - for calls shorter than the context too, where part of it is the old
+    context's - the same bits as the two copies it replaces; the next context also into a strided slot (the codec
+    pool's write-back rows), nothing written between its pieces; overlapping memory refused."""
+    from voxflow.kernels.context_exchange import exchange_context
+    g = torch.Generator().manual_seed(8)
+    for dtype in (torch.float32, torch.float16):
+        for ctx, t, c in ((6, 1, 24), (54, 20, 40), (54, 54, 8), (3, 100, 130)):
+            old = torch.randn(2, c, ctx, generator=g).to(dtype)
+            buf = torch.full((2, ctx + t, c), float("nan")).to(dtype)
+            buf[:, ctx:] = torch.randn(2, t, c, generator=g).to(dtype)
+            want_buf = buf.clone()
+            want_buf[:, :ctx] = old.transpose(1, 2)
+            want_new = want_buf[:, t:].transpose(1, 2)
+            rows = torch.full((2, 2 * c * ctx + 3), -5.0).to(dtype)
+            new = rows[:, 3:3 + c * ctx].view(2, c, ctx)
+            exchange_context(buf, old, new)
+            assert torch.equal(buf, want_buf) and torch.equal(new, want_new), (ctx, t, c)
+            assert (rows[:, :3] == -5).all() and (rows[:, 3 + c * ctx:] == -5).all()
+    with pytest.raises(ValueError, match="share memory"):
+        exchange_context(buf, old, old)
+
+
 if IN_CHILD:
+    def test_child_context_exchange():
+        check_context_exchange_equals_the_two_copies()
+
+    def test_child_waveform_stack_with_context_copies(monkeypatch):
+        """codec_waveform_cl.CONTEXT_KERNEL off: the contexts in and out by two copies each; the same audio. On
+        (the default, test_child_waveform_stack): one exchange launch for each streamed convolution with a
+        context (3 units x 4 blocks + the output convolution, + the 4 sub-pixel convolutions' one row)."""
+        from voxflow.kernels import context_exchange
+        from voxflow.models.qwen3_tts import codec_waveform_cl
+        calls = []
+        real = context_exchange.exchange_context
+        monkeypatch.setattr(context_exchange, "exchange_context", lambda *a: calls.append(1) or real(*a))
+        check_waveform_stack_streams_like_the_plain_decoder()
+        streamed_runs = STACK_RUNS - 1                          # all but the one pass without a state
+        assert len(calls) == streamed_runs * (13 + (4 if codec_waveform_cl.SUBPIXEL else 0))
+        calls.clear()
+        monkeypatch.setattr(codec_waveform_cl, "CONTEXT_KERNEL", False)
+        check_waveform_stack_streams_like_the_plain_decoder()
+        assert not calls
+
     def test_child_conv_against_torch():
         check_conv_against_torch()
 

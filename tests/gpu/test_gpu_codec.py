@@ -104,16 +104,20 @@ def test_graph_path_equals_eager_fp32(dec):
 
 def test_the_state_written_into_the_write_back_rows_gives_the_same_bits(dec, monkeypatch):
     """codec_pool.STATE_WRITER (the decode's new state straight into the packed write-back rows, the key / value
-    window kernel storing there itself) against the cat that packed it before, fp16 through the CUDA graphs: the
+    window kernel storing there itself) against the cat that packed it before, and codec_waveform_cl.CONTEXT_KERNEL
+    (the convolutions' contexts in and out in one launch) against the two copies, fp16 through the CUDA graphs: the
     same PCM bits for the whole plan (mixed batches, padded pieces, a reused row)."""
-    from voxflow.models.qwen3_tts import codec_pool
+    from voxflow.models.qwen3_tts import codec_pool, codec_waveform_cl
     half = cast_decoder(dec, torch.float16)
     runs = {}
-    for writer in (True, False):
+    for writer, context in ((True, True), (False, True), (True, False)):
         monkeypatch.setattr(codec_pool, "STATE_WRITER", writer)
-        runs[writer], _ = run_plan(Qwen3CodecRunner.from_decoder(half, max_rows=8, cuda_graphs=True))
+        monkeypatch.setattr(codec_waveform_cl, "CONTEXT_KERNEL", context)
+        runs[writer, context], _ = run_plan(Qwen3CodecRunner.from_decoder(half, max_rows=8, cuda_graphs=True))
     for k in PLAN:
-        assert np.array_equal(runs[True][k], runs[False][k]) and runs[True][k].std() > 0.05, k
+        assert runs[True, True][k].std() > 0.05, k
+        assert np.array_equal(runs[True, True][k], runs[False, True][k]), k
+        assert np.array_equal(runs[True, True][k], runs[True, False][k]), k
 
 
 def test_bf16_graph_path_is_close_to_bf16_eager(dec):

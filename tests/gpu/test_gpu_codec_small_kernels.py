@@ -112,3 +112,22 @@ def test_rope_table_equals_the_frame_transformers(dtype, atol):
             print(f"{dtype} T={t}: {(a == b).float().mean().item():.4f} of the values equal")
         assert torch.equal(nxt, start + t)
 
+
+@pytest.mark.parametrize("ctx, frames", [(54, 1), (54, 25), (6, 25)])
+def test_context_exchange_equals_the_two_copies(ctx, frames):
+    """kernels/context_exchange.py at a codec block's width (16 streams, 768 channels, a 1-frame call's 8 rows a
+    frame or 25 frames' 200): the buffer's head and the next context the same bits as the two copies, the next
+    context into a strided slot of a packed buffer."""
+    from voxflow.kernels.context_exchange import exchange_context
+    g = torch.Generator("cuda").manual_seed(4)
+    t = 8 * frames
+    old = torch.randn(16, 768, ctx, device="cuda", generator=g).half()
+    buf = torch.randn(16, ctx + t, 768, device="cuda", generator=g).half()
+    want_buf = buf.clone()
+    want_buf[:, :ctx] = old.transpose(1, 2)
+    rows = torch.zeros(16, 768 * ctx + 64, device="cuda", dtype=torch.half)
+    new = rows[:, 64:].view(16, 768, ctx)
+    exchange_context(buf, old, new)
+    assert torch.equal(buf, want_buf) and torch.equal(new, want_buf[:, t:].transpose(1, 2))
+    assert not rows[:, :64].any()
+

@@ -47,7 +47,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
     from voxflow.kernels import causal_conv, frame_input, kv_window, row_copy, rvq_lookup, slot_write_back
-    from voxflow.kernels import rope_table, uniform_noise, window_attention
+    from voxflow.kernels import context_exchange, rope_table, uniform_noise, window_attention
     bf, f32, i64, h = _ptr("bf16"), _ptr("fp32"), _ptr("i64"), _ptr("fp16")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -121,6 +121,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append((f"kv_window fp16 head_dim 64 write_all={write_all}", kv_window._kv_window_kernel,
                     dict(kc_ptr=h, kn_ptr=h, ka_ptr=h, kk_ptr=h, vc_ptr=h, vn_ptr=h, va_ptr=h, vk_ptr=h),
                     dict(BLOCK_S=32, BLOCK_D=64, WRITE_ALL=write_all), dict(num_warps=4)))
+    out.append(("context_exchange fp16", context_exchange._context_exchange_kernel,   # the codec's conv contexts
+                dict(buf_ptr=h, old_ptr=h, new_ptr=h), dict(BLOCK_R=16, BLOCK_C=128), dict(num_warps=4)))
     out.append(("rope_table fp16 head_dim 64", rope_table._rope_table_kernel,    # the codec's RoPE tables
                 dict(start_ptr=i64, inv_freq_ptr=h, cos_ptr=h, sin_ptr=h, next_ptr=i64), dict(BLOCK=32),
                 dict(num_warps=1)))

@@ -30,7 +30,7 @@ from voxflow.kernels import use_kernels
 from voxflow.layers.derived_weights import per_weight_version
 
 from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderBlock, ResidualUnit, SnakeBeta,
-                                   StreamTensors, keep)
+                                   StateWriter, StreamTensors, keep)
 
 ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
 # The upsampling blocks' transposed convolutions (kernel = 2 x stride) as two-tap convolutions in sub-pixel form
@@ -57,6 +57,10 @@ SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "1") == "1"
 # 1-frame call; 0.6B c=64 707.2 / 703.9 / 703.3 against 699.7 / 704.4 / 699.3 / 699.3 at 0; 1.7B c=1 unchanged.
 # VOXFLOW_CODEC_ACT_EPILOGUE=0 or 1 for the other levels.
 ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "2"))
+# Each streamed convolution's left context into its input buffer and the next one out to the state in one launch
+# (kernels/context_exchange.py) instead of two transposing copies: ~21 launches fewer a codec call (session 39,
+# counted on a CPU). The same bits. On by default, not yet timed on the GPU; VOXFLOW_CODEC_CONTEXT_KERNEL=0: copies.
+CONTEXT_KERNEL = os.environ.get("VOXFLOW_CODEC_CONTEXT_KERNEL", "1") == "1"
 
 
 def supported(x: torch.Tensor) -> bool:
@@ -149,17 +153,25 @@ def _activated(inp: _Input, x: torch.Tensor, state: StreamTensors | None) -> tor
 
 def _filled(inp: _Input, b: int, t: int, c: int, like: torch.Tensor, state: StreamTensors | None, write
             ) -> tuple[torch.Tensor, object]:
-    """inp's buffer [B, ctx + T, C] in like's dtype and device: its first ctx rows the context carried in
-    state[inp.key] (zeros without a state), then act(x) as `write(rows)` puts it into the T rows after them; the
-    stream's next context is then taken from the buffer's end -> (the buffer, what `write` returned)."""
+    """inp's buffer [B, ctx + T, C] in like's dtype and device: act(x) as `write(rows)` puts it into its last T
+    rows, then its first ctx rows the context carried in state[inp.key] (zeros without a state) and the stream's
+    next context taken from the buffer's end -> (the buffer, what `write` returned)."""
     buf = torch.empty((b, inp.ctx + t, c), dtype=like.dtype, device=like.device)
     if state is None:
         buf[:, :inp.ctx].zero_()
-    elif inp.ctx:
-        buf[:, :inp.ctx].copy_(state[inp.key].transpose(1, 2))
     written = write(buf[:, inp.ctx:])
     if state is not None and inp.ctx:
-        keep(state, inp.key, buf[:, t:].transpose(1, 2))
+        old = state[inp.key]
+        if CONTEXT_KERNEL:
+            # the context in and the next one out in one launch (kernels/context_exchange.py), not two copies
+            from voxflow.kernels.context_exchange import exchange_context
+            new = state.slot(inp.key) if isinstance(state, StateWriter) else torch.empty_like(old)
+            exchange_context(buf, old, new)
+            if not isinstance(state, StateWriter):
+                state[inp.key] = new
+        else:
+            buf[:, :inp.ctx].copy_(old.transpose(1, 2))
+            keep(state, inp.key, buf[:, t:].transpose(1, 2))
     return buf, written
 
 
