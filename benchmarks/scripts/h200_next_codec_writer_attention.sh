@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 39; carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~560 s.
-# Two codec changes of session 39, on by default without a GPU run:
+# Prepared in session 39; carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~500 s
+# (session 39's call 1: start-up ~60 s, 15 GPU tests 114 s, a codec profile ~20 s, a 0.6B c=64 bench ~25 s).
+# Three codec changes of session 39, on by default without a GPU run (and the RoPE table, below):
 # - codec_pool.STATE_WRITER (VOXFLOW_CODEC_STATE_WRITER): a codec step's decode writes its new state straight into
 #   the packed write-back rows (codec_decoder_blocks.StateWriter; the key / value window kernel stores its carried
 #   rows there itself) instead of into tensors of its own that a cat then packed: session 39 call 1's profile of a
@@ -18,7 +19,7 @@
 # This call: the GPU tests (the same PCM bits through the graphs with and without the writer, kv_window into a
 # packed buffer's pieces, the window attention against PyTorch's at the codec's shapes, the codec's graph path and
 # fp16 SNR), the codec alone (16 streams, fp16, 64 SMs, 1 / 5 / 25 frames) with all three, each off, none, then
-# 0.6B c=64 (<= 8 GB) alternating all on / all off twice, then 1.7B c=1 the same. Keep each that makes the
+# 0.6B c=64 (<= 8 GB) alternating all on / all off twice, then 1.7B c=1 once each. Keep each that makes the
 # codec's calls faster without a loss at c=1; if a GPU test fails, its switch off (=0) and mend. Session 39 ran on an
 # H100 lent for an H200: compare within the call.
 set -uo pipefail
@@ -37,7 +38,6 @@ off() {                                # a command with the three of them off
   (export VOXFLOW_CODEC_STATE_WRITER=0 VOXFLOW_CODEC_WINDOW_ATTENTION=0 VOXFLOW_CODEC_CONTEXT_KERNEL=0; "$@")
 }
 off profile_codec_16 neither
-profile_codec_16 both_again
 pack_results
 wait $CK6
 for i in 1 2; do
@@ -46,9 +46,7 @@ for i in 1 2; do
 done
 summarize_steps "steps_0p6b_*.jsonl" 16
 pack_results
-for i in 1 2; do                       # the thin target: 1.7B c=1 RTF <= 0.04 (its codec calls are 1-5 frames)
-  bench_1p7b_at 1 both_$i
-  off bench_1p7b_at 1 neither_$i
-done
+bench_1p7b_at 1 both                   # the thin target: 1.7B c=1 RTF <= 0.04 (its codec calls are 1-5 frames)
+off bench_1p7b_at 1 neither
 pack_results
 echo "done at ${SECONDS}s"
