@@ -12,10 +12,14 @@ The decoder is the 12 Hz codec's structure (8 attention layers, 16 codebooks, th
 with small widths (the counts do not depend on them), fp16, streamed through the codec state pool (gather, decode,
 write back) for B streams after one warm-up call:
 
-    TRITON_INTERPRET=1 python benchmarks/scripts/count_codec_launches.py [B] [FRAMES,...]
+    TRITON_INTERPRET=1 python benchmarks/scripts/count_codec_launches.py [B] [FRAMES,...] [--where]
+
+--where also lists the PyTorch launches by the voxflow source line that made them (to stderr): where the
+launches a kernel could take over are.
 """
 import os
 import sys
+import traceback
 from collections import Counter
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -38,16 +42,22 @@ _IN_KERNEL = [0]          # > 0 while an interpreted Triton kernel runs (its own
 
 
 class LaunchCounter(TorchDispatchMode):
-    """Counts the aten operations a forward dispatches that would be a kernel launch on a GPU."""
+    """Counts the aten operations a forward dispatches that would be a kernel launch on a GPU (with `where`, also
+    by the innermost voxflow source line on the stack)."""
 
-    def __init__(self):
+    def __init__(self, where: bool = False):
         super().__init__()
         self.ops = Counter()
+        self.sites = Counter() if where else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if name not in _NO_LAUNCH and not _IN_KERNEL[0]:
             self.ops[name] += 1
+            if self.sites is not None:
+                frames = [f for f in traceback.extract_stack() if f"{os.sep}voxflow{os.sep}" in f.filename]
+                site = f"{os.path.relpath(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
+                self.sites[site, name] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -92,8 +102,10 @@ def small_decoder():
 
 
 def main() -> None:
-    batch = int(sys.argv[1]) if len(sys.argv) > 1 else 16
-    frames = [int(f) for f in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 25]
+    where = "--where" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--where"]
+    batch = int(args[0]) if args else 16
+    frames = [int(f) for f in args[1].split(",")] if len(args) > 1 else [1, 25]
     launches = force_gpu_path()
     from voxflow.models.qwen3_tts.codec_pool import CodecStatePool
     dec, cfg = small_decoder()
@@ -107,13 +119,16 @@ def main() -> None:
         for n in frames:
             codes = torch.randint(0, cfg.codebook_size, (batch, cfg.num_quantizers, n), generator=g)
             launches.clear()
-            with LaunchCounter() as ops:
+            with LaunchCounter(where) as ops:
                 pool.step(rows, codes)
             triton_total = sum(launches.values())
             other = sum(ops.ops.values())
             kernels = ", ".join(f"{k} {v}" for k, v in launches.most_common())
             print(f"| {n} | {triton_total} | {other} | {triton_total + other} | {kernels} |")
             print("  other:", ", ".join(f"{k} {v}" for k, v in ops.ops.most_common()), file=sys.stderr)
+            if ops.sites is not None:
+                for (site, name), count in sorted(ops.sites.items()):
+                    print(f"    {count:3d} {name:28s} {site}", file=sys.stderr)
 
 
 if __name__ == "__main__":
