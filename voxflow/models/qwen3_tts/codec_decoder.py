@@ -26,7 +26,7 @@ from voxflow.layers.rotary import apply_rotary
 
 from . import codec_waveform_cl
 from .codec_decoder_blocks import (FRAME_KERNELS, CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock,
-                                   SnakeBeta, SplitDequantizer, StateWriter, StreamingModule, StreamTensors, keep)
+                                   SnakeBeta, SplitDequantizer, StreamingModule, StreamTensors, keep, new_value)
 from .config import CodecDecoderConfig
 
 # ------------------------------------------------------------------------------------ frame-rate transformer
@@ -126,11 +126,8 @@ def _window(state: StreamTensors, k_key: str, v_key: str, k: torch.Tensor, v: to
     if FRAME_KERNELS and use_kernels(k):
         from voxflow.kernels import kv_window as fused
         if fused.supported(k_cache, v_cache, k, v):
-            keep_out = (state.slot(k_key), state.slot(v_key)) if isinstance(state, StateWriter) else None
-            k_all, v_all, k_keep, v_keep = fused.kv_window(k_cache, v_cache, k, v, keep_out=keep_out,
-                                                           write_all=whole)
-            if keep_out is None:
-                state[k_key], state[v_key] = k_keep, v_keep
+            keep_out = new_value(state, k_key, k_cache), new_value(state, v_key, v_cache)
+            k_all, v_all, _, _ = fused.kv_window(k_cache, v_cache, k, v, keep_out=keep_out, write_all=whole)
             return k_all, v_all
     cached, t = k_cache.shape[2], k.shape[2]
     if not whole:                     # only the carried rows: the last L of the cache's rows after T, then the new
@@ -244,17 +241,10 @@ class FrameTransformer(StreamingModule):
             # the tables and the next positions in one launch (voxflow/kernels/rope_table.py) instead of ~12
             from voxflow.kernels import rope_table as fused
             if fused.supported(start, self.inv_freq, x.dtype):
-                writer = isinstance(state, StateWriter)
-                next_pos = state.slot(pos_key) if writer else torch.empty_like(start)
-                cos, sin = fused.rope_table(start, t, self.inv_freq, x.dtype, next_pos)
-                if not writer:
-                    state[pos_key] = next_pos
+                cos, sin = fused.rope_table(start, t, self.inv_freq, x.dtype, new_value(state, pos_key, start))
                 return self._layers(x, cos, sin, mask, state)
         if start is not None:
-            if isinstance(state, StateWriter):        # straight into the write-back rows, no copy after
-                torch.add(start, t, out=state.slot(pos_key))
-            else:
-                state[pos_key] = start + t
+            torch.add(start, t, out=new_value(state, pos_key, start))   # (a StateWriter's slot: no copy after)
         cos, sin = self.rope(mask.positions()[0], x.dtype)
         return self._layers(x, cos, sin, mask, state)
 

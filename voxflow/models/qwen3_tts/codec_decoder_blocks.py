@@ -53,6 +53,15 @@ class StateWriter(dict):
         super().__setitem__(key, value)
 
 
+def new_value(state: StreamTensors, key: str, like: torch.Tensor) -> torch.Tensor:
+    """Where a kernel is to write state[key]'s next value (read the old one first): a StateWriter's slot, else a new
+    tensor like `like`, which becomes state[key]."""
+    if isinstance(state, StateWriter):
+        return state.slot(key)
+    state[key] = out = torch.empty_like(like, memory_format=torch.contiguous_format)
+    return out
+
+
 def keep(state: StreamTensors, key: str, value: torch.Tensor, owned: bool = False) -> None:
     """state[key] = value as the stream's carried tensor: copied into its slot for a StateWriter, else a contiguous
     copy of its own (value is usually a view into this call's activations, which the state must not keep alive),

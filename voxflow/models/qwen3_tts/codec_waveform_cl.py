@@ -30,7 +30,7 @@ from voxflow.kernels import use_kernels
 from voxflow.layers.derived_weights import per_weight_version
 
 from .codec_decoder_blocks import (CausalConv1d, CausalConvTranspose1d, DecoderBlock, ResidualUnit, SnakeBeta,
-                                   StateWriter, StreamTensors, keep)
+                                   StreamTensors, keep, new_value)
 
 ENABLED = True          # tests turn it off to hold the [B, C, T] kernel path to the plain decoder on its own
 # The upsampling blocks' transposed convolutions (kernel = 2 x stride) as two-tap convolutions in sub-pixel form
@@ -165,10 +165,7 @@ def _filled(inp: _Input, b: int, t: int, c: int, like: torch.Tensor, state: Stre
         if CONTEXT_KERNEL:
             # the context in and the next one out in one launch (kernels/context_exchange.py), not two copies
             from voxflow.kernels.context_exchange import exchange_context
-            new = state.slot(inp.key) if isinstance(state, StateWriter) else torch.empty_like(old)
-            exchange_context(buf, old, new)
-            if not isinstance(state, StateWriter):
-                state[inp.key] = new
+            exchange_context(buf, old, new_value(state, inp.key, old))
         else:
             buf[:, :inp.ctx].copy_(old.transpose(1, 2))
             keep(state, inp.key, buf[:, t:].transpose(1, 2))
