@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 36 (its device time ran out: the machine for call 4 stopped answering); carry [".whl",
-# ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~330 s.
+# ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~400 s.
 # FOLDED_NORMS_PAGED (voxflow/layers/qwen3_layer.py; session 17's 74dda5e brought back, off): the talker's layer
 # steps above the skinny sizes with both norms folded into q|k|v and gate|up, as the code predictor's. Session 17
 # call 4 measured it much slower (1.7B c=64 full steps 6.51 -> 8.17 ms; 0.6B c=64 564.5 -> 482.9) and never said
@@ -10,6 +10,10 @@
 # (what the step spends, against session 36 call 1's), then 1.7B c=64 off / on. With it on the loader folds the
 # talker's norm weights into its weights in place (folded_norms.fold_norms_in_place): no folded copies, the same
 # footprint (the bench lines print it).
+# Added in session 40: `talker_high_priority=true` (the talker on a highest-priority stream) A/B at 0.6B c=64. It was
+# last measured in session 8, before the codec's green context (session 22): then a running codec block held every
+# SM; now the codec's blocks stay on its 64 SMs and the talker's blocks meet them only there, where a priority could
+# put a talker block ahead of the codec's next one whenever one ends.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
@@ -18,6 +22,8 @@ pack_results
 wait $CK6
 bench_small_traced defaults
 (export VOXFLOW_FOLDED_NORMS_PAGED=1; bench_small_traced talker_folded)
+bench_small_traced priority --engine-arg talker_high_priority=true
+bench_small_traced defaults_again
 summarize_steps "steps_0p6b_*.jsonl" 16
 pack_results
 VOXFLOW_FOLDED_NORMS_PAGED=1 timeout 100 python3 benchmarks/scripts/step_timeline.py record /tmp/real-0.6b 64 \
