@@ -20,7 +20,23 @@ start_call 1.7B 0.6B
 gpu_tests 120 "tests/gpu/test_gpu_engine.py::test_gpu_talker_folded_norms_engine_equals_cpu_reference"
 pack_results
 wait $CK6
+# The SM clock and power every 100 ms through the first bench: whether the talker's kernels run slower beside the
+# codec's because the GPU clocks down under its tensor-core load (power) rather than for want of SMs or bandwidth.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_event_reasons.active \
+  --format=csv -lms 100 > "$R/clocks_0p6b_defaults.csv" 2>&1 &
+SAMPLER=$!
 bench_small_traced defaults
+kill $SAMPLER
+python3 - "$R/clocks_0p6b_defaults.csv" <<'PY'
+import csv, statistics, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r and r[0][:1].isdigit()]
+mhz = [float(r[1].split()[0]) for r in rows]
+watts = [float(r[3].split()[0]) for r in rows if r[3].split()[0].replace(".", "").isdigit()]
+busy = [float(r[1].split()[0]) for r in rows if r[4].split()[0].isdigit() and int(r[4].split()[0]) >= 90]
+print(f"SM clock MHz min {min(mhz):.0f} median {statistics.median(mhz):.0f} max {max(mhz):.0f}; busy (>= 90% util) "
+      f"median {statistics.median(busy or [0]):.0f} min {min(busy or [0]):.0f} of {len(busy)}; "
+      f"power W median {statistics.median(watts):.0f} max {max(watts):.0f}; {len(rows)} samples")
+PY
 (export VOXFLOW_FOLDED_NORMS_PAGED=1; bench_small_traced talker_folded)
 bench_small_traced priority --engine-arg talker_high_priority=true
 bench_small_traced defaults_again
