@@ -320,7 +320,7 @@ def check_folded_layer_through_a_self_attending_cache(fused, monkeypatch, dtype,
     rows are left as they were; the cache got the same number of positions either way."""
     from voxflow.kernels import silu_mul as sm
     monkeypatch.setattr(qwen3_layer, "use_kernels", lambda t: True)
-    monkeypatch.setattr(qwen3_layer, "FOLDED_NORMS_PAGED", True)          # (off by default: not yet measured)
+    monkeypatch.setattr(qwen3_layer, "FOLDED_NORMS_PAGED", True)          # (whatever the environment says)
     layer = tiny_layer(128, 16, 8, 16, dtype, seed=16)
     gen = torch.Generator().manual_seed(17)
     x = torch.randn(9, 1, 128, generator=gen).to(dtype)

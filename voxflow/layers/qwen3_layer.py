@@ -43,13 +43,15 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # into the GEMMs before them (voxflow/layers/folded_norms.py), two launches fewer a layer step. FOLDED_NORMS: through
 # a cache that attends from raw projections (the code predictor's; H200, 1.7B, c=64 step 7.59 -> 7.37 ms,
 # benchmarks/results/h200/2026-12-03-session17, call 3). VOXFLOW_FOLDED_NORMS=0 turns it off.
-# FOLDED_NORMS_PAGED: also through the talker's paged cache (q / k / v scaled by qk_norm_rope). Off: session 17
-# call 4 measured it slower (1.7B c=64 full steps 6.51 -> 8.17 ms, unexplained; the profile ran out of time);
-# back, off, for a profile (session 36; VOXFLOW_FOLDED_NORMS_PAGED=1). The talker's norms are then folded into its
-# weights in place at load (engine_loader.py, folded_norms.fold_norms_in_place): no folded copies (they
-# would be +0.55 GiB for the 0.6B talker).
+# FOLDED_NORMS_PAGED: also through the talker's paged cache (q / k / v scaled by qk_norm_rope); the talker's norms
+# are then folded into its weights in place at load (engine_loader.py, folded_norms.fold_norms_in_place): no folded
+# copies (they would be +0.55 GiB for the 0.6B talker). On by default since session 40 (H100, 0.6B c=64 in <= 8 GB:
+# full-step median 5.91-5.94 -> 5.80-5.82 ms in three A/Bs, 700.0 -> 708.2 audio-s/s on average; 1.7B c=64 full
+# steps 6.62 -> 6.53, throughput and 1.7B c=1 unchanged: benchmarks/results/h100/2026-12-05-session40). Session 17
+# had measured it slower (1.7B c=64 6.51 -> 8.17 ms, never profiled) on a talker path since rebuilt.
+# VOXFLOW_FOLDED_NORMS_PAGED=0 turns it off.
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
-FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "0") == "1"
+FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
 
 
 class Qwen3Attention(nn.Module):
