@@ -63,24 +63,40 @@ def check_append_against_eager():
                                       full, full.clone(), 4, 0.25)
 
 
+def both_forms(check):
+    """`check` with dense_decode_norm_rope.IN_REGISTERS on and off (the kernel in registers and its barrier form)."""
+    from voxflow.kernels import dense_decode_norm_rope as nra
+    saved = nra.IN_REGISTERS
+    try:
+        for form in (True, False):
+            nra.IN_REGISTERS = form
+            check()
+    finally:
+        nra.IN_REGISTERS = saved
+
+
 def check_norm_rope_append_against_the_two_kernels_it_fuses():
     """q/k norms + RoPE + append + attention in one kernel == the reference norms/RoPE then eager attention; the
-    cache gets the normed, rotated key (bit-equal to the qk_norm_rope kernel's) and the raw value."""
+    cache gets the normed, rotated key (bit-equal to the qk_norm_rope kernel's) and the raw value. Cases: an empty
+    cache (the new position alone), grouped heads of 2 and 3 (padded to 4), 16 and 17 cached positions (one and two
+    key tiles), the code predictor's head dim 128."""
     from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append, supported
     from voxflow.kernels.qk_norm_rope import qk_norm_rope
     from voxflow.layers.attention import eager_attention
     from voxflow.layers.rotary import RotaryEmbedding
     g = torch.Generator().manual_seed(2)
     for dtype, tol in ((torch.float32, 2e-6), (torch.bfloat16, 2e-2)):
-        for b, hq, hkv, length, d in ((2, 4, 2, 0, 16), (3, 6, 2, 7, 32), (1, 4, 4, 15, 16)):
+        for b, hq, hkv, length, d in ((2, 4, 2, 0, 16), (3, 6, 2, 7, 32), (1, 4, 4, 15, 16), (2, 4, 2, 16, 128),
+                                      (1, 6, 2, 17, 16)):
             qkv = torch.randn(b, 1, (hq + 2 * hkv) * d, generator=g).to(dtype)       # a fused projection's output
             q = qkv[..., :hq * d].view(b, 1, hq, d)
             k = qkv[..., hq * d:(hq + hkv) * d].view(b, 1, hkv, d)
             v = qkv[..., (hq + hkv) * d:].view(b, 1, hkv, d)
             qw, kw = (torch.rand(d, generator=g) + 0.5).to(dtype), (torch.rand(d, generator=g) + 0.5).to(dtype)
             cos, sin = RotaryEmbedding(d, 1e6)(torch.tensor([[length]]), dtype)          # [1, 1, D]
-            cache_k = torch.randn(b, hkv, 16, d, generator=g).to(dtype)
-            cache_v = torch.randn(b, hkv, 16, d, generator=g).to(dtype)
+            cache_k = torch.randn(b, hkv, 20, d, generator=g).to(dtype)
+            cache_v = torch.randn(b, hkv, 20, d, generator=g).to(dtype)
+            untouched = cache_k[:, :, length + 1:].clone(), cache_v[:, :, length + 1:].clone()
             assert supported(q, k, v, qw, kw, cos, sin)
             qn, kn = qk_norm_rope(q, k, qw, kw, cos, sin, 1e-6, 1e-6)                   # [B, 1, H, D]
             keys = torch.cat((cache_k[:, :, :length], kn.transpose(1, 2)), dim=2)
@@ -92,7 +108,49 @@ def check_norm_rope_append_against_the_two_kernels_it_fuses():
             err = (got.float() - want).abs().max().item()
             assert err <= tol, (dtype, b, hq, hkv, length, d, err)
             assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)
+            assert torch.equal(cache_k[:, :, length + 1:], untouched[0])
+            assert torch.equal(cache_v[:, :, length + 1:], untouched[1])
             assert torch.equal(q_written, qn[:, 0])
+            # without a query scratch (the engine's call): the same output and cache
+            again_k, again_v = cache_k.clone(), cache_v.clone()
+            again_k[:, :, length], again_v[:, :, length] = 0, 0
+            bare = norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, again_k, again_v, length,
+                                           d ** -0.5)
+            assert torch.equal(bare, got) and torch.equal(again_k, cache_k) and torch.equal(again_v, cache_v)
+
+
+def check_the_two_forms_agree():
+    """IN_REGISTERS' kernel against the barrier form on the same inputs (bf16, folded norm, 64 rows at the code
+    predictor's shape and 3 rows of grouped heads): the same cache and query bits, outputs within fp32 summation
+    order of each other (2e-6 of O(1) values before the bf16 rounding: at most one bf16 ulp apart)."""
+    from voxflow.kernels import dense_decode_norm_rope as nra
+    from voxflow.layers.rotary import RotaryEmbedding
+    g = torch.Generator().manual_seed(9)
+    saved = nra.IN_REGISTERS
+    try:
+        for b, hq, hkv, length, d in ((64, 16, 8, 9, 128), (3, 6, 2, 16, 32)):
+            x = torch.randn(b, 96, generator=g).to(torch.bfloat16)
+            qkv = torch.randn(b, 1, (hq + 2 * hkv) * d, generator=g).to(torch.bfloat16)
+            q = qkv[..., :hq * d].view(b, 1, hq, d)
+            k = qkv[..., hq * d:(hq + hkv) * d].view(b, 1, hkv, d)
+            v = qkv[..., (hq + hkv) * d:].view(b, 1, hkv, d)
+            qw = (torch.rand(d, generator=g) + 0.5).to(torch.bfloat16)
+            kw = (torch.rand(d, generator=g) + 0.5).to(torch.bfloat16)
+            cos, sin = RotaryEmbedding(d, 1e6)(torch.full((b, 1), length), torch.bfloat16)
+            cache = [torch.randn(b, hkv, 18, d, generator=g).to(torch.bfloat16) for _ in range(2)]
+            runs = []
+            for form in (True, False):
+                nra.IN_REGISTERS = form
+                ck, cv, qs = cache[0].clone(), cache[1].clone(), torch.empty(b, hq, d, dtype=torch.bfloat16)
+                out = nra.norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, ck, cv, length, d ** -0.5,
+                                                  query_scratch=qs, folded_norm=(x, 1e-6))
+                runs.append((out, ck, cv, qs))
+            (out_a, *bits_a), (out_b, *bits_b) = runs
+            assert all(torch.equal(a, b_) for a, b_ in zip(bits_a, bits_b))
+            ulp = out_b.float().abs() * 2.0 ** -7 + 1e-6
+            assert ((out_a.float() - out_b.float()).abs() <= ulp).all()
+    finally:
+        nra.IN_REGISTERS = saved
 
 
 def check_folded_norm_scales_the_projections_first():
@@ -132,10 +190,13 @@ def check_folded_norm_scales_the_projections_first():
 
 if IN_CHILD:
     def test_child_folded_norm():
-        check_folded_norm_scales_the_projections_first()
+        both_forms(check_folded_norm_scales_the_projections_first)
 
     def test_child_norm_rope_append():
-        check_norm_rope_append_against_the_two_kernels_it_fuses()
+        both_forms(check_norm_rope_append_against_the_two_kernels_it_fuses)
+
+    def test_child_the_two_forms_agree():
+        check_the_two_forms_agree()
 
     def test_child_against_eager():
         check_against_eager()
