@@ -8,7 +8,8 @@ scratch buffer and the new key straight into cache position T (the shared `_norm
 qk_norm_rope's), copies the new value, and after a block barrier attends over positions [0, T] exactly as the
 dense kernel does (`_attend_cached`). The KV heads of a row are disjoint, so no program reads what another writes.
 
-IN_REGISTERS (the default; VOXFLOW_CP_ATTEND_IN_REGISTERS=0: the form above) keeps the normed, rotated query and the
+IN_REGISTERS (VOXFLOW_CP_ATTEND_IN_REGISTERS=1; off until measured on a GPU: session 40 built it after its device
+time was spent, `benchmarks/scripts/h200_next_cp_attend_registers.sh` measures it) keeps the normed, rotated query and the
 new key / value in registers: nothing is read back after a barrier, so a program's loads (its row, its raw q / k / v,
 the cached positions [0, T)) need not wait for its own stores, and the new position is attended from registers last
 (as dense_decode_attention's append form does). At 64 rows the kernel is one warp a program whose time is a chain
@@ -40,7 +41,7 @@ NUM_WARPS = 4      # Triton's default; benchmarks/scripts/tune_cp_attention.py t
 # differ by one ulp from the 4-warp kernel's (both round the same fp32 norm). Served (session 14, call 1): step
 # c=64 9.09 -> 8.97 ms, c=256 20.47 -> 19.73; HTTP c=64 479.0 audio-s/s. VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS=0: off.
 ONE_WARP_FROM_ROWS = int(os.environ.get("VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS", "64"))
-IN_REGISTERS = os.environ.get("VOXFLOW_CP_ATTEND_IN_REGISTERS", "1") == "1"
+IN_REGISTERS = os.environ.get("VOXFLOW_CP_ATTEND_IN_REGISTERS", "0") == "1"
 
 
 def launch_warps(rows: int) -> int:
