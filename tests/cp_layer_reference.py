@@ -107,9 +107,10 @@ def make_layer(shape, dtype, seed=0, device="cpu"):
     return layer.to(device=device, dtype=dtype).eval()
 
 
-def make_code_predictor(dtype, device, seed=0):
+def make_code_predictor(dtype, device, seed=0, talker_hidden_size=2048):
     """The 1.7B code predictor (5 layers, hidden 1024, talker hidden 2048) with scaled random weights, for the GPU
-    tests that run `CodePredictor.predict` with the fused paths on and off."""
+    tests that run `CodePredictor.predict` with the fused paths on and off (talker_hidden_size 1024: the 0.6B's,
+    no projection)."""
     from voxflow.models.qwen3_tts.code_predictor import CodePredictor
     from voxflow.models.qwen3_tts.config import CodePredictorConfig
     cfg = CodePredictorConfig(hidden_size=REAL["hidden"], intermediate_size=REAL["inter"], num_hidden_layers=5,
@@ -117,7 +118,7 @@ def make_code_predictor(dtype, device, seed=0):
                               head_dim=REAL["head_dim"], rms_norm_eps=EPS, rope_theta=1e6,
                               max_position_embeddings=65536, vocab_size=2048, num_code_groups=16)
     torch.manual_seed(seed)
-    cp = CodePredictor(cfg, talker_hidden_size=2048)
+    cp = CodePredictor(cfg, talker_hidden_size=talker_hidden_size)
     for name, p in cp.named_parameters():
         if name.endswith("norm.weight"):
             p.data.uniform_(0.5, 1.5)

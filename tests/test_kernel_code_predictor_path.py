@@ -28,7 +28,7 @@ CHILD_FLAG = "VOXFLOW_CP_PATH_CHILD"
 IN_CHILD = in_child(CHILD_FLAG)
 
 
-def small_code_predictor(dtype):
+def small_code_predictor(dtype, talker_hidden_size: int = 96):
     from voxflow.models.qwen3_tts.code_predictor import CodePredictor
     from voxflow.models.qwen3_tts.config import CodePredictorConfig
     # 4 heads of 32: the attention output (128) is twice the hidden size, as in the 1.7B code predictor (2048 vs
@@ -37,7 +37,7 @@ def small_code_predictor(dtype):
                               num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=1e6,
                               max_position_embeddings=4096, vocab_size=256, num_code_groups=5)
     torch.manual_seed(0)
-    cp = CodePredictor(cfg, talker_hidden_size=96)          # a talker wider than the predictor: the projection runs
+    cp = CodePredictor(cfg, talker_hidden_size)    # (96: a talker wider than the predictor, the projection runs)
     for name, p in cp.named_parameters():
         if name.endswith("norm.weight"):
             p.data.uniform_(0.5, 1.5)
@@ -166,7 +166,7 @@ def _check_per_layer_kernel_path():
     saved_split, cp_mod.CP_SPLIT_PREFILL = cp_mod.CP_SPLIT_PREFILL, False
     calls, attention_calls = [], []
     real = CodePredictor._kernel_step_logits
-    CodePredictor._kernel_step_logits = lambda self, *a: (calls.append(1), real(self, *a))[1]
+    CodePredictor._kernel_step_logits = lambda self, *a, **kw: (calls.append(1), real(self, *a, **kw))[1]
     real_attention = fused_attention.norm_rope_attend_append
     fused_attention.norm_rope_attend_append = lambda *a, **kw: (attention_calls.append(1), real_attention(*a, **kw))[1]
     from voxflow.kernels import skinny_linear as sk
@@ -485,6 +485,64 @@ def check_fused_layer_path_against_reference():
         cp_layer.CONFIGS.update(saved_configs)
 
 
+def check_owned_inputs_change_no_bits():
+    """code_predictor.OWNED_INPUT at nine rows (the folded layers) with the fused draws: a code predictor without a
+    projection (the 0.6B's case: every draw but the last copies the raw row a second time, select_tokens' embed2,
+    spied) and one with (the 1.7B's: the projected table rows). Each single-token step's first layer adds into its
+    input in place (x_owned, spied; the 2-token first step's pieces never), and the codes and the frame embedding
+    are bit for bit those with it off, greedy fp32 and sampled bf16; the input and projected tables are unchanged."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import select_tokens as fused
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    mods = (layer_mod, cache_mod, cp_mod, bs)
+    saved = [m.use_kernels for m in mods]
+    saved_switches = cp_mod.OWNED_INPUT, cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL
+    real_select, real_folded = fused.select_tokens, layer_mod.Qwen3DecoderLayer._forward_folded
+    second, owned = [], []
+    fused.select_tokens = lambda *a, **kw: (second.append(kw.get("embed2") is not None), real_select(*a, **kw))[1]
+    layer_mod.Qwen3DecoderLayer._forward_folded = lambda self, x, cos, sin, cache, x_owned: (
+        owned.append(x_owned), real_folded(self, x, cos, sin, cache, x_owned))[1]
+    cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL = True, True         # (whatever the environment says)
+    for m in mods:
+        m.use_kernels = lambda t: True
+    try:
+        g = torch.Generator().manual_seed(10)
+        for talker, dtype, do_sample in ((64, torch.float32, False), (96, torch.float32, False),
+                                         (64, torch.bfloat16, True)):
+            cp = small_code_predictor(dtype, talker)
+            h = torch.randn(9, talker, generator=g).to(dtype)
+            c0 = torch.randn(9, talker, generator=g).to(dtype)
+            params = WarpParams(torch.full((9,), do_sample), torch.full((9,), 0.9), torch.full((9,), 20),
+                                torch.full((9,), 1.0, dtype=torch.float64), any_top_p=do_sample)
+            inputs = [t.weight.clone() for t in cp.model.codec_embedding]
+            results = []
+            for on in (True, False):
+                cp_mod.OWNED_INPUT = on
+                second.clear(), owned.clear()
+                sample_fn = bs.residual_sample_fn(params, torch.arange(9) + 5, torch.full((9,), 3), do_sample)
+                with torch.no_grad():
+                    results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
+                # layer 0 of the 2 prefill pieces, then of the 3 single-token steps; layer 1 always its own
+                assert owned[0::2] == [False, False] + [on] * 3 and all(owned[1::2]), (talker, on, owned)
+                if talker == 64:
+                    assert second == [on] * 3 + [False], (on, second)
+            assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+            assert all(torch.equal(t.weight, w) for t, w in zip(cp.model.codec_embedding, inputs))
+            if talker == 96:
+                with torch.no_grad():
+                    tables = cp.projected_tables()
+                    for j in range(3):
+                        assert torch.equal(tables[j], cp.small_to_mtp_projection(cp.model.codec_embedding[j].weight))
+    finally:
+        fused.select_tokens, layer_mod.Qwen3DecoderLayer._forward_folded = real_select, real_folded
+        cp_mod.OWNED_INPUT, cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL = saved_switches
+        for m, f in zip(mods, saved):
+            m.use_kernels = f
+
+
 if IN_CHILD:
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
@@ -506,6 +564,9 @@ if IN_CHILD:
 
     def test_child_one_row_norm_linear_layers_against_reference():
         check_one_row_norm_linear_layers_against_reference()
+
+    def test_child_owned_inputs_change_no_bits():
+        check_owned_inputs_change_no_bits()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

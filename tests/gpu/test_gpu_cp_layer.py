@@ -312,3 +312,33 @@ def test_predict_split_prefill_on_vs_off():
             eager.clear()
     finally:
         cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention = saved
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("talker", [1024, 2048])
+def test_predict_owned_input_on_vs_off(talker):
+    """code_predictor.OWNED_INPUT at 64 rows with the engine's fused draws (batch_sampling.residual_sample_fn, half
+    the rows sampling), bf16, without a projection (talker 1024, the 0.6B's: the draws copy each row twice) and with
+    one (2048, the 1.7B's: projected table rows): the same codes and frame embedding, bit for bit, on and off
+    (addmm_ into the input is the GEMM torch.addmm runs after its copy); the input tables unchanged."""
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    cp = make_code_predictor(torch.bfloat16, DEV, talker_hidden_size=talker)
+    h = (torch.randn(64, talker, device=DEV) * 2).to(torch.bfloat16)
+    c0 = torch.randn(64, talker, device=DEV).to(torch.bfloat16)
+    sampling = [i % 2 == 0 for i in range(64)]
+    params = WarpParams.build(sampling, [0.9] * 64, [50] * 64, [0.95] * 64, DEV)
+    tables = [t.weight.clone() for t in cp.model.codec_embedding]
+    saved = cp_mod.OWNED_INPUT
+    results = []
+    try:
+        for on in (True, False):
+            cp_mod.OWNED_INPUT = on
+            sample_fn = bs.residual_sample_fn(params, torch.arange(64, device=DEV) + 11,
+                                              torch.full((64,), 7, device=DEV), True)
+            results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
+    finally:
+        cp_mod.OWNED_INPUT = saved
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    assert all(torch.equal(t.weight, w) for t, w in zip(cp.model.codec_embedding, tables))

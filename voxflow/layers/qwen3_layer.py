@@ -347,13 +347,15 @@ class Qwen3DecoderStack(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None = None,
                 attention_mask: torch.Tensor | None = None, final_norm: bool = True,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None, x_owned: bool = False) -> torch.Tensor:
         """x [B, S, H], positions [B, S] (RoPE positions of the new tokens) -> normed hidden [B, S, H]
         (un-normed with final_norm=False: for a caller that fuses the norm into its next GEMM).
         rope: the positions' cos / sin [1 or B, S, D] when the caller has them already (positions then unused).
 
         cache: appended to in place (None: no cache, the S tokens attend only among themselves).
         attention_mask: [B, T] (1/True = real token) over *all* T = cached + S key slots; None = no padding.
+        x_owned: x is the caller's scratch, which the first layer may overwrite too (else only later layers add
+        into their input in place).
         """
         b, s, _ = x.shape
         past = cache.seq_len if cache is not None else 0
@@ -367,7 +369,7 @@ class Qwen3DecoderStack(nn.Module):
         pending = None          # the last MLP output not yet added to x (forward_deferred)
         for i, layer in enumerate(self.layers):
             x, pending = layer.forward_deferred(x, pending, cos, sin, cache[i] if cache is not None else None, bias,
-                                                x_owned=i > 0)
+                                                x_owned=x_owned or i > 0)
         if pending is None:
             return self.norm(x) if final_norm else x
         if final_norm:

@@ -22,7 +22,7 @@ from torch import nn
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
 from voxflow.layers.derived_weights import per_weight_version
-from voxflow.layers.qwen3_layer import SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
+from voxflow.layers.qwen3_layer import SKINNY_MAX_ROWS, SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
 from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
 
@@ -67,6 +67,14 @@ DRAW_AND_EMBED = os.environ.get("VOXFLOW_DRAW_AND_EMBED", "1") == "1"
 # 3.205 ms (session 29's 117 -> 137 us a step with them was pdl.py's placement effect, gone with attention_o_proj
 # on the exit trigger). VOXFLOW_PROJECTED_TABLES=0 turns it off.
 PROJECTED_TABLES = os.environ.get("VOXFLOW_PROJECTED_TABLES", "1") == "1"
+# Above the skinny sizes the folded layers add o_proj's output into their input rows; into a stack's input only
+# when it is the stack's own (OWNED_INPUT), else torch.addmm first copies the rows (a launch: 16 a 0.6B c=64 step,
+# 1.6 us each alone on the H200, session 36's timeline). A single-token step's input is the stack's own when the
+# draw wrote it for nothing else: the projected table row (the 1.7B), or without a projection (the 0.6B) a second
+# copy of the drawn row made by the draw itself (select_tokens' embed2; the first copy is kept for the frame's
+# embedding sum). The same bits (addmm_ into the rows is the GEMM torch.addmm runs after its copy).
+# VOXFLOW_CP_OWNED_INPUT=0 turns it off.
+OWNED_INPUT = os.environ.get("VOXFLOW_CP_OWNED_INPUT", "1") == "1"
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -140,7 +148,7 @@ class CodePredictor(nn.Module):
         return per_weight_version(self, params, lambda: torch.stack([proj(t) for t in tables]), none_in_capture=True)
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int,
-                            projected: torch.Tensor | None = None) -> torch.Tensor:
+                            projected: torch.Tensor | None = None, owned: bool = False) -> torch.Tensor:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps (and with CP_FUSED_PREFILL the 2-token first step, position by position) through the
         fused layer kernels (`_fused_layers`, when on and applicable; else, with CP_SPLIT_PREFILL, that first step
@@ -148,7 +156,8 @@ class CodePredictor(nn.Module):
         final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]. `projected`: x already projected (the
-        rows of `projected_tables`)."""
+        rows of `projected_tables`, or x's rows themselves without a projection); owned: rows no one else reads,
+        which the stack may overwrite (OWNED_INPUT)."""
         b, s, _ = x.shape
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         h = projected if projected is not None else self._project(x)
@@ -164,10 +173,11 @@ class CodePredictor(nn.Module):
                     self.model(h[:, p:p + 1].contiguous(), None, cache, final_norm=False,
                                rope=(cos[:, p:p + 1], sin[:, p:p + 1]))
                 h, cos, sin = h[:, s - 1:].contiguous(), cos[:, s - 1:], sin[:, s - 1:]
+            owned = owned and s == 1
             if b > SKINNY_PROLOGUE_MAX_ROWS:
                 # normed by the stack: its last residual add and the final norm are one fused launch
-                return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin))[:, -1])
-            last = self.model(h, None, cache, final_norm=False, rope=(cos, sin))[:, -1]
+                return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin), x_owned=owned)[:, -1])
+            last = self.model(h, None, cache, final_norm=False, rope=(cos, sin), x_owned=owned)[:, -1]
         head, norm = self.lm_head[j].weight, self.model.norm
         if fused and CP_NORM_LINEAR_LM_HEAD:
             from voxflow.kernels import cp_layer, norm_linear as nl
@@ -232,6 +242,9 @@ class CodePredictor(nn.Module):
         draw_and_embed = getattr(sample_fn, "draw_and_embed", None) if kernels and DRAW_AND_EMBED else None
         # ... and the projected row of a precomputed table beside it (PROJECTED_TABLES): no projection GEMM a step.
         projected = self.projected_tables() if draw_and_embed is not None and PROJECTED_TABLES else None
+        # ... or, without a projection, a second copy of the raw row for the folded layers to overwrite (OWNED_INPUT)
+        second_copy = (draw_and_embed is not None and OWNED_INPUT and b > SKINNY_MAX_ROWS
+                       and not isinstance(self.small_to_mtp_projection, nn.Linear))
         row = row_projected = None
         parts = None
         if frame_embed and embed_parts and draw_and_embed is not None and (projected is not None or b == 1):
@@ -244,7 +257,8 @@ class CodePredictor(nn.Module):
             start = 0 if j == 0 else j + 1          # position of x's first token (the prefill covers 0 and 1)
             if kernels:
                 step_logits = self._kernel_step_logits(
-                    x, start, cache, rope, j, None if row_projected is None else row_projected[:, None])
+                    x, start, cache, rope, j, None if row_projected is None else row_projected[:, None],
+                    owned=OWNED_INPUT and row_projected is not None)
             else:
                 positions = torch.arange(start, start + x.shape[1], device=device).expand(b, -1)
                 # The head runs on every position of the step (both prefill ones), as the reference does, so its
@@ -253,10 +267,11 @@ class CodePredictor(nn.Module):
             if not frame_embed:
                 logits.append(step_logits)
             if draw_and_embed is not None:       # (plain nn.Embedding tables, __init__: a row copy is the lookup)
-                code, row, row_projected = draw_and_embed(
-                    step_logits, j, tables[j].weight,
-                    projected[j] if projected is not None and j < self.num_residual - 1 else None,
-                    out=None if parts is None else parts[:, j + 1])
+                second = None
+                if j < self.num_residual - 1:           # (the last code's row is no step's input)
+                    second = projected[j] if projected is not None else tables[j].weight if second_copy else None
+                code, row, row_projected = draw_and_embed(step_logits, j, tables[j].weight, second,
+                                                          out=None if parts is None else parts[:, j + 1])
                 if row is None:
                     parts = None
             else:
