@@ -530,6 +530,15 @@ def check_owned_inputs_change_no_bits():
                 if talker == 64:
                     assert second == [on] * 3 + [False], (on, second)
             assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+            if talker == 96:
+                # the engine's form with a projection: the draws write the frame's rows into one buffer (embed_parts)
+                # beside the owned projected rows; its rows sum to the same frame embedding
+                cp_mod.OWNED_INPUT = True
+                sample_fn = bs.residual_sample_fn(params, torch.arange(9) + 5, torch.full((9,), 3), do_sample)
+                with torch.no_grad():
+                    codes_p, (first, rows) = cp.predict(h, c0, sample_fn, frame_embed=True, embed_parts=True)
+                assert torch.equal(codes_p, results[1][0])
+                assert torch.equal(torch.cat((first[:, None], rows[:, 1:]), dim=1).sum(dim=1), results[1][1])
             assert all(torch.equal(t.weight, w) for t, w in zip(cp.model.codec_embedding, inputs))
             if talker == 96:
                 with torch.no_grad():

@@ -8,11 +8,13 @@
 # attention, lengths 0-16, 1 / 64 / 256 rows), then 0.6B c=64 on / off twice, then 1.7B c=64 on / off. (At one row
 # the code predictor runs cp_layer.py's fused layers, not this kernel: c=1 is not affected.) Adopt (default "1") if
 # the full steps' medians drop.
+# Also the GPU test of session 40's OWNED_INPUT (on by default, the same bits: the code predictor's first layer adds
+# into its own input rows; 16 copy launches fewer a 0.6B c=64 step), which the defaults here include.
 # The sm_90 compile check: 221 registers at one warp, 106 at four, no spills (the barrier form: 141 at one warp).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B 0.6B
-gpu_tests 100 tests/gpu/test_gpu_dense_attention.py -k norm_rope_append
+gpu_tests 150 tests/gpu/test_gpu_dense_attention.py tests/gpu/test_gpu_cp_layer.py -k "norm_rope_append or owned"
 pack_results
 wait $CK6
 for i in 1 2; do

@@ -330,6 +330,8 @@ def test_predict_owned_input_on_vs_off(talker):
     sampling = [i % 2 == 0 for i in range(64)]
     params = WarpParams.build(sampling, [0.9] * 64, [50] * 64, [0.95] * 64, DEV)
     tables = [t.weight.clone() for t in cp.model.codec_embedding]
+    projected = cp.projected_tables()
+    projected = None if projected is None else projected.clone()
     saved = cp_mod.OWNED_INPUT
     results = []
     try:
@@ -342,3 +344,5 @@ def test_predict_owned_input_on_vs_off(talker):
         cp_mod.OWNED_INPUT = saved
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
     assert all(torch.equal(t.weight, w) for t, w in zip(cp.model.codec_embedding, tables))
+    assert (projected is None) == (talker == 1024)
+    assert projected is None or torch.equal(cp.projected_tables(), projected)

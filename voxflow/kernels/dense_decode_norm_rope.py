@@ -9,13 +9,14 @@ qk_norm_rope's), copies the new value, and after a block barrier attends over po
 dense kernel does (`_attend_cached`). The KV heads of a row are disjoint, so no program reads what another writes.
 
 IN_REGISTERS (VOXFLOW_CP_ATTEND_IN_REGISTERS=1; off until measured on a GPU: session 40 built it after its device
-time was spent, `benchmarks/scripts/h200_next_cp_attend_registers.sh` measures it) keeps the normed, rotated query and the
-new key / value in registers: nothing is read back after a barrier, so a program's loads (its row, its raw q / k / v,
-the cached positions [0, T)) need not wait for its own stores, and the new position is attended from registers last
-(as dense_decode_attention's append form does). At 64 rows the kernel is one warp a program whose time is a chain
-of dependent memory round trips (store, barrier, reload, then the cache): 7.0 us alone on the H200 (session 36's
-kernel timeline), 80 launches in a 0.6B step. The cache and the query scratch get the same bits either way; the
-output differs only in the order of fp32 sums (each head's dot product in two halves, the new position last).
+time was spent, `benchmarks/scripts/h200_next_cp_attend_registers.sh` measures it) keeps the normed, rotated query
+and the new key / value in registers: nothing is read back after a barrier, so a program's loads (its row, its raw
+q / k / v, the cached positions [0, T)) need not wait for its own stores, and the new position is attended from
+registers last (as dense_decode_attention's append form does). At 64 rows the kernel is one warp a program whose
+time is a chain of dependent memory round trips (store, barrier, reload, then the cache): 7.0 us alone on the H200
+(session 36's kernel timeline), 80 launches in a 0.6B step. The cache and the query scratch get the same bits either
+way (-0.0 included); the output differs only in the order of fp32 sums (each head's dot product in two halves, the
+new position last).
 """
 from __future__ import annotations
 
@@ -129,8 +130,8 @@ def _norm_rope_attend_regs_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_pt
     kk1, kk2 = _norm_rope_values(kr_ptr, kw_ptr, b, 0, kvh, kvh + 1, skr_b, 0, skr_h, c1, c2, s1, s2, dh, dh_mask,
                                  half, inv_d, k_eps, 2, r, FOLDED)
     first = (tl.arange(0, 2) == 0)[:, None]
-    kn1 = tl.sum(tl.where(first, kk1, 0.0), axis=0)
-    kn2 = tl.sum(tl.where(first, kk2, 0.0), axis=0)
+    kn1 = tl.sum(tl.where(first, kk1, 0.0), axis=0)          # (for the score only: a sum makes -0.0 into +0.0,
+    kn2 = tl.sum(tl.where(first, kk2, 0.0), axis=0)          # so the cache gets row 0 of the block itself)
     vdt = vr_ptr.dtype.element_ty
     vn1 = tl.load(vr_ptr + b * svr_b + kvh * svr_h + dh, mask=dh_mask, other=0.0)
     vn2 = tl.load(vr_ptr + b * svr_b + kvh * svr_h + half + dh, mask=dh_mask, other=0.0)
@@ -140,8 +141,9 @@ def _norm_rope_attend_regs_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_pt
     k_row = k_ptr + b * sk_b + kvh * sk_h
     v_row = v_ptr + b * sv_b + kvh * sv_h
     kdt = k_ptr.dtype.element_ty
-    tl.store(k_row + T * sk_t + dh, kn1.to(kdt), mask=dh_mask)
-    tl.store(k_row + T * sk_t + half + dh, kn2.to(kdt), mask=dh_mask)
+    k_new = k_row + T * sk_t + dh[None, :] + tl.zeros((2, 1), tl.int32)
+    tl.store(k_new, kk1.to(kdt), mask=first & dh_mask[None, :])
+    tl.store(k_new + half, kk2.to(kdt), mask=first & dh_mask[None, :])
     tl.store(v_row + T * sv_t + dh, vn1, mask=dh_mask)
     tl.store(v_row + T * sv_t + half + dh, vn2, mask=dh_mask)
     g = tl.arange(0, GP)

@@ -202,8 +202,9 @@ class Qwen3DecoderLayer(nn.Module):
         fused add + norm launch instead of an add and a norm; the sum is rounded where `x + mlp` would round it,
         so the residual stream carries the same bits. Elsewhere pending comes back None, and so from the folded
         path (FOLDED_NORMS), whose down_proj GEMM adds the residual itself.
-        x_owned: x is the caller's own scratch (an earlier layer's output), which the folded path may add into in
-        place (saves a copy a residual add); a stack's input is never overwritten."""
+        x_owned: x is the caller's own scratch (an earlier layer's output, or a stack input its caller handed over
+        with Qwen3DecoderStack.forward's x_owned), which the folded path may add into in place (saves a copy a
+        residual add); otherwise x is never overwritten."""
         kernels = use_kernels(x)
         if kernels and x.shape[0] * x.shape[1] <= SKINNY_MAX_ROWS:
             if pending is not None:     # (a stack's layers all take one branch: only a mixed caller gets here)

@@ -170,7 +170,8 @@ def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tens
                        ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(sample(logits, j), table[those ids], table2[those ids] or None without table2) -- on the kernel path the
         draw copies the rows itself (no lookup launch), into `out` [B, D] when given (rows may be strided); (ids,
-        None, None) where it does not, and the caller looks them up. (select_tokens checks the tables.)"""
+        None, None) where it does not, and the caller looks them up. (select_tokens checks the tables.) The table2
+        rows are a fresh tensor on every call: the code predictor's layers may overwrite them (OWNED_INPUT)."""
         if kernel_params is not None:
             with record_function("cp_sampling"):
                 rows = (out if out is not None else

@@ -22,6 +22,7 @@ from torch import nn
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
 from voxflow.layers.derived_weights import per_weight_version
+from voxflow.layers import qwen3_layer
 from voxflow.layers.qwen3_layer import SKINNY_MAX_ROWS, SKINNY_PROLOGUE_MAX_ROWS, Qwen3DecoderStack
 from voxflow.layers.static_kv_cache import StaticKVCache
 from voxflow.models.qwen3_tts.config import CodePredictorConfig
@@ -243,7 +244,7 @@ class CodePredictor(nn.Module):
         # ... and the projected row of a precomputed table beside it (PROJECTED_TABLES): no projection GEMM a step.
         projected = self.projected_tables() if draw_and_embed is not None and PROJECTED_TABLES else None
         # ... or, without a projection, a second copy of the raw row for the folded layers to overwrite (OWNED_INPUT)
-        second_copy = (draw_and_embed is not None and OWNED_INPUT and b > SKINNY_MAX_ROWS
+        second_copy = (draw_and_embed is not None and OWNED_INPUT and b > SKINNY_MAX_ROWS and qwen3_layer.FOLDED_NORMS
                        and not isinstance(self.small_to_mtp_projection, nn.Linear))
         row = row_projected = None
         parts = None
