@@ -51,6 +51,27 @@ def launch_warps(rows: int) -> int:
 
 
 @triton.jit
+def _program_start(cos_ptr, sin_ptr, cos_sb, sin_sb, half, x_ptr, sx_b, hidden, inv_h, x_eps,
+                   BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr, FOLDED: tl.constexpr, BLOCK_X: tl.constexpr):
+    """Both kernels' first steps: the PDL wait, the program's (row, KV head), the head-dim half lanes, the row's
+    rotary halves and its row factor r (1 unless FOLDED: the layer's input RMSNorm was folded into the q|k|v weight,
+    voxflow/layers/folded_norms.py, and rsqrt(mean(x^2) + eps) of the layer input row, fp32 statistics as the
+    reference norm takes them, scales the raw projections)."""
+    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
+        wait_for_previous_kernel(USE_PDL)
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    dh = tl.arange(0, BLOCK_HALF)
+    dh_mask = dh < half
+    c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + dh, sin_ptr + b * sin_sb + dh, dh, dh_mask, half)
+    if FOLDED:
+        r = row_factor(x_ptr + b * sx_b, hidden, inv_h, x_eps, BLOCK_X)
+    else:
+        r = 1.0
+    return b, kvh, dh, dh_mask, c1, c2, s1, s2, r
+
+
+@triton.jit
 def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, k_ptr, v_ptr, out_ptr,
                              T, T1, scale, half, inv_d, q_eps, k_eps,
                              sqr_b, sqr_h, skr_b, skr_h, svr_b, svr_h, cos_sb, sin_sb, sqs_b, sqs_h,
@@ -60,21 +81,10 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
                              BLOCK_T: tl.constexpr, USE_PDL: tl.constexpr, FOLDED: tl.constexpr,
                              BLOCK_X: tl.constexpr):
     # (T1 = T + 1, passed in: a loop bound computed in the kernel trips Triton 3.6's interpreter)
-    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
-        wait_for_previous_kernel(USE_PDL)
-    b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    dh = tl.arange(0, BLOCK_HALF)
-    dh_mask = dh < half
-    c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + dh, sin_ptr + b * sin_sb + dh, dh, dh_mask, half)
+    b, kvh, dh, dh_mask, c1, c2, s1, s2, r = _program_start(cos_ptr, sin_ptr, cos_sb, sin_sb, half, x_ptr, sx_b,
+                                                            hidden, inv_h, x_eps, BLOCK_HALF, USE_PDL, FOLDED,
+                                                            BLOCK_X)
     h0 = kvh * GROUPS
-    if FOLDED:
-        # The layer's input RMSNorm was folded into the q|k|v weight (voxflow/layers/folded_norms.py): its row
-        # factor rsqrt(mean(x^2) + eps), fp32 statistics of the layer input row as the reference norm takes them,
-        # scales the raw projections here.
-        r = row_factor(x_ptr + b * sx_b, hidden, inv_h, x_eps, BLOCK_X)
-    else:
-        r = 1.0
     # 1. the new token: q heads of the group -> scratch, k -> cache position T (normed, rotated), v -> position T
     _norm_rope_heads(qr_ptr, qs_ptr, qw_ptr, b, 0, h0, h0 + GROUPS, sqr_b, 0, sqr_h, sqs_b, 0, sqs_h,
                      c1, c2, s1, s2, dh, dh_mask, half, inv_d, q_eps, GP, r, FOLDED)
@@ -110,19 +120,10 @@ def _norm_rope_attend_regs_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_pt
                                   BLOCK_X: tl.constexpr, WRITE_Q: tl.constexpr):
     # IN_REGISTERS' form of _norm_rope_attend_kernel: every vector in two halves [*, BLOCK_HALF] (the rotation's
     # halves), nothing read back from memory this program wrote.
-    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
-        wait_for_previous_kernel(USE_PDL)
-    b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    dh = tl.arange(0, BLOCK_HALF)
-    dh_mask = dh < half
-    c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + dh, sin_ptr + b * sin_sb + dh, dh, dh_mask, half)
+    b, kvh, dh, dh_mask, c1, c2, s1, s2, r = _program_start(cos_ptr, sin_ptr, cos_sb, sin_sb, half, x_ptr, sx_b,
+                                                            hidden, inv_h, x_eps, BLOCK_HALF, USE_PDL, FOLDED,
+                                                            BLOCK_X)
     h0 = kvh * GROUPS
-    if FOLDED:
-        # (the layer's input RMSNorm folded into the q|k|v weight: its row factor scales the raw projections)
-        r = row_factor(x_ptr + b * sx_b, hidden, inv_h, x_eps, BLOCK_X)
-    else:
-        r = 1.0
     # 1. the new token, normed and rotated, in registers: q of the group's heads [GP, BLOCK_HALF] x 2, k of the KV
     # head (row 0 of a two-row block: tl.arange needs two) and v; k / v stored to cache position T for later steps
     q1, q2 = _norm_rope_values(qr_ptr, qw_ptr, b, 0, h0, h0 + GROUPS, sqr_b, 0, sqr_h, c1, c2, s1, s2, dh, dh_mask,
