@@ -1146,6 +1146,24 @@ def test_the_talkers_norms_folded_in_place_serve_the_reference_codes(monkeypatch
     assert_engine_matches_reference("custom_voice", core, results, reqs)
 
 
+def test_the_code_predictors_final_norm_folded_into_its_heads_serves_the_reference_codes(monkeypatch):
+    """code_predictor.CP_FOLDED_HEAD on: the loader folds the code predictor's final norm weight into its 15
+    lm_heads in place (folded_norms.fold_final_norm_in_place; on a GPU its draws then scale the logits); the fp32
+    engine's greedy codes stay the unfolded reference's (only the roundings moved) and its audio within AUDIO_ATOL."""
+    from voxflow.models.qwen3_tts import code_predictor
+    monkeypatch.setattr(code_predictor, "CP_FOLDED_HEAD", True)
+    core = make_engine()
+    cp = core.model.model.talker.code_predictor
+    assert getattr(cp.model.norm, "folded_into_heads", False)
+    assert torch.equal(cp.model.norm.weight, torch.ones_like(cp.model.norm.weight))
+    ref = reference_model("custom_voice").talker.code_predictor
+    assert not torch.equal(cp.lm_head[3].weight, ref.lm_head[3].weight)          # really folded
+    reqs = [greedy("Hello world.", 14, voice="vivian", request_id="a"),
+            greedy("This is a tiny test.", 17, voice="serena", request_id="b")]
+    results = drive(core, {0: reqs})
+    assert_engine_matches_reference("custom_voice", core, results, reqs)
+
+
 @pytest.mark.parametrize("packed", [False, True], ids=["eager-prefill", "packed"])
 def test_decode_queued_before_the_prefill_keeps_every_requests_codes(packed):
     """EngineConfig.decode_before_prefill: a step that has both queues its running streams' decode first and its

@@ -552,6 +552,72 @@ def check_owned_inputs_change_no_bits():
             m.use_kernels = f
 
 
+def check_folded_head_against_reference():
+    """code_predictor.CP_FOLDED_HEAD at nine rows with the fused draws: folded_norms.fold_final_norm_in_place keeps
+    the reference path's function (its logits within the module's tolerance before and after the fold, fp32), and
+    with it on every draw gets the stack's un-normed rows to scale by (select_tokens' row_scale, spied), the final
+    norm never runs (spied), each draw's scaled logits (folded_norms.scale_rows, what the kernel does) are the
+    head's logits of the normed rows within 1e-5 (fp32) / two bf16 roundings of max |logit|, and fp32 greedy codes
+    and the frame embedding equal those with it off. (bf16 sampled codes are not compared: one rounding apart,
+    a flipped draw changes every later input of its row.)"""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import select_tokens as fused
+    from voxflow.layers.folded_norms import fold_final_norm_in_place, scale_rows
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    mods = (layer_mod, cache_mod, cp_mod, bs)
+    saved = [m.use_kernels for m in mods]
+    saved_switch = cp_mod.CP_FOLDED_HEAD
+    real_select = fused.select_tokens
+    scaled, norms, draws = [], [], []
+    fused.select_tokens = lambda *a, **kw: (scaled.append(kw.get("row_scale") is not None),
+                                            draws.append((a[0], a[7], kw.get("row_scale"))), real_select(*a, **kw))[2]
+    try:
+        g = torch.Generator().manual_seed(14)
+        for dtype, do_sample in ((torch.float32, False), (torch.bfloat16, True)):
+            cp = small_code_predictor(dtype, 64)
+            h = torch.randn(9, 64, generator=g).to(dtype)
+            c0 = torch.randn(9, 64, generator=g).to(dtype)
+            if dtype == torch.float32:
+                _, before = run(cp, h, c0, False, None)
+            fold_final_norm_in_place(cp.model.norm, cp.lm_head)
+            assert torch.equal(cp.model.norm.weight, torch.ones_like(cp.model.norm.weight))
+            if dtype == torch.float32:
+                _, after = run(cp, h, c0, False, None)
+                assert_logits_close(after, before, 1e-5, "fold")
+            real_norm = cp.model.norm.forward
+            cp.model.norm.forward = lambda x: (norms.append(1), real_norm(x))[1]
+            params = WarpParams(torch.full((9,), do_sample), torch.full((9,), 0.9), torch.full((9,), 20),
+                                torch.full((9,), 1.0, dtype=torch.float64), any_top_p=do_sample)
+            for m in mods:
+                m.use_kernels = lambda t: True
+            results = []
+            for on in (True, False):
+                cp_mod.CP_FOLDED_HEAD = on
+                scaled.clear(), norms.clear(), draws.clear()
+                sample_fn = bs.residual_sample_fn(params, torch.arange(9) + 5, torch.full((9,), 3), do_sample)
+                with torch.no_grad():
+                    results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
+                assert scaled == [on] * 4 and (len(norms) == 0) == on, (on, scaled, len(norms))
+                for logits, codebook, row_scale in draws if on else ():
+                    rows, eps = row_scale
+                    with torch.no_grad():
+                        want = cp.lm_head[codebook - 1](real_norm(rows)).float()
+                    got = scale_rows(logits, rows, eps).float()
+                    tol = 1e-5 if dtype == torch.float32 else 2 * 2.0 ** -8
+                    assert (got - want).abs().max().item() <= tol * want.abs().max().item(), (dtype, codebook)
+            for m, f in zip(mods, saved):
+                m.use_kernels = f
+            if dtype == torch.float32:
+                assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    finally:
+        fused.select_tokens, cp_mod.CP_FOLDED_HEAD = real_select, saved_switch
+        for m, f in zip(mods, saved):
+            m.use_kernels = f
+
+
 if IN_CHILD:
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
@@ -576,6 +642,9 @@ if IN_CHILD:
 
     def test_child_owned_inputs_change_no_bits():
         check_owned_inputs_change_no_bits()
+
+    def test_child_folded_head_against_reference():
+        check_folded_head_against_reference()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

@@ -242,6 +242,26 @@ def check_embedding_rows_copied():
     assert torch.equal(rows, table[got]) and torch.equal(rows2, table2[got])
 
 
+def check_row_scale_is_scale_rows_first():
+    """row_scale=(x, eps) (the code predictor's head with its final norm folded in): the same ids and copied rows as
+    the kernel without it on the logits folded_norms.scale_rows made (each row times x's RMSNorm factor, rounded to
+    the logits' dtype) -- greedy, top-k and top-p rows, bf16 and fp32, rows of very different norms; and the scale
+    matters (the unscaled logits draw other ids)."""
+    from voxflow.kernels.select_tokens import select_tokens
+    from voxflow.layers.folded_norms import scale_rows
+    g = torch.Generator().manual_seed(12)
+    for dtype, use_top_p in ((torch.bfloat16, False), (torch.bfloat16, True), (torch.float32, False)):
+        logits, *rest = make_case(g, 6, 2048, dtype, use_top_p)
+        x = (torch.randn(6, 96, generator=g) * torch.tensor([[0.05], [1.0], [3.0], [0.3], [10.0], [0.7]])).to(dtype)
+        table = torch.randn(2048, 40, generator=g).to(dtype)
+        rows, want_rows = torch.empty(6, 40, dtype=dtype), torch.empty(6, 40, dtype=dtype)
+        got = select_tokens(logits, *rest, 3, use_top_p, embed=table, embed_out=rows, row_scale=(x, 1e-6))
+        want = select_tokens(scale_rows(logits, x, 1e-6), *rest, 3, use_top_p, embed=table, embed_out=want_rows)
+        assert torch.equal(got, want) and torch.equal(rows, want_rows), (dtype, use_top_p)
+        unscaled = select_tokens(logits, *rest, 3, use_top_p)
+        assert not torch.equal(unscaled, got), "the scale changed no draw: the case lost its point"
+
+
 def check_supported():
     from voxflow.kernels.select_tokens import supported
     assert supported(torch.zeros(2, 3072, dtype=torch.bfloat16)) and supported(torch.zeros(1, 4096))
@@ -278,6 +298,9 @@ if IN_CHILD:
 
     def test_child_embedding_rows_copied():
         check_embedding_rows_copied()
+
+    def test_child_row_scale_is_scale_rows_first():
+        check_row_scale_is_scale_rows_first()
 else:
     def test_select_tokens_kernel_under_the_interpreter_matches_reference():
         run_child(__file__, CHILD_FLAG)
@@ -298,6 +321,10 @@ else:
             select_tokens(*args, **good, embed2=torch.zeros(2047, 4), embed2_out=torch.zeros(2, 4))
         with pytest.raises(ValueError, match="embed2 comes with embed"):
             select_tokens(*args, embed2=torch.zeros(2048, 4), embed2_out=torch.zeros(2, 4))
+        for bad in (torch.zeros(3, 8), torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(8, 2).t(),
+                    torch.zeros(2, 4097)):                              # rows, dtype, stride, width
+            with pytest.raises(ValueError, match="row_scale"):
+                select_tokens(*args, row_scale=(bad, 1e-6))
 
     def test_key_bits_cover_what_an_fp32_value_from_each_dtype_can_differ_in(monkeypatch):
         import voxflow.kernels.select_tokens as select_tokens_module

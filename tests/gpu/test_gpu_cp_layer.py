@@ -346,3 +346,37 @@ def test_predict_owned_input_on_vs_off(talker):
     assert all(torch.equal(t.weight, w) for t, w in zip(cp.model.codec_embedding, tables))
     assert (projected is None) == (talker == 1024)
     assert projected is None or torch.equal(cp.projected_tables(), projected)
+
+
+@torch.no_grad()
+def test_predict_folded_head_on_vs_off():
+    """CP_FOLDED_HEAD at 64 rows (the 0.6B's code predictor shape, fp32, greedy draws through the engine's fused
+    sampler) on a code predictor whose final norm was folded into its heads: every draw scales by its rows
+    (row_scale, spied), and the codes equal those with it off up to near-ties of the plain path's logits (the
+    roundings moved: fp32 1e-4 of max |logit|)."""
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import select_tokens as fused
+    from voxflow.layers.folded_norms import fold_final_norm_in_place
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cp = make_code_predictor(torch.float32, DEV, talker_hidden_size=1024)
+    fold_final_norm_in_place(cp.model.norm, cp.lm_head)
+    h, c0 = torch.randn(64, 1024, device=DEV) * 2, torch.randn(64, 1024, device=DEV)
+    params = WarpParams.build([False] * 64, [1.0] * 64, [0] * 64, [1.0] * 64, DEV)
+    keys, frame = torch.arange(64, device=DEV), torch.full((64,), 2, device=DEV)
+    saved, real_select = cp_mod.CP_FOLDED_HEAD, fused.select_tokens
+    scaled = []
+    fused.select_tokens = lambda *a, **kw: (scaled.append(kw.get("row_scale") is not None), real_select(*a, **kw))[1]
+    codes = {}
+    try:
+        for on in (True, False):
+            cp_mod.CP_FOLDED_HEAD = on
+            scaled.clear()
+            codes[on], _ = cp.predict(h, c0, bs.residual_sample_fn(params, keys, frame, False), frame_embed=True)
+            assert scaled == [on] * 15, (on, scaled)
+    finally:
+        cp_mod.CP_FOLDED_HEAD, fused.select_tokens = saved, real_select
+    plain, logits = cp.predict(h, c0, lambda logits, j: logits.argmax(-1))
+    assert torch.equal(plain, codes[False])
+    assert_codes_equal_up_to_near_ties(codes[True], codes[False], logits, 1e-4 * logits.abs().max().item())

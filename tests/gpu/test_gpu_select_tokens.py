@@ -103,3 +103,16 @@ def test_talker_processing_in_the_kernel_matches_select_c0(dtype, batch):
         in_place = select_tokens(raw, do_sample, temperature, top_k, top_p, keys, frame, 0, False,
                                  talker=(table, penalty, num_generated, min_new_tokens, suppress, CODEC_EOS_ID, slots))
         assert torch.equal(in_place, want)
+
+
+@pytest.mark.parametrize("use_top_p", [False, True])
+def test_row_scale_is_scale_rows_first_on_cuda(use_top_p):
+    """row_scale=(x, eps) on the GPU (the code predictor's folded head, 64 rows of 1024): the same ids as the kernel
+    on the logits folded_norms.scale_rows made, bf16."""
+    from voxflow.kernels.select_tokens import select_tokens
+    from voxflow.layers.folded_norms import scale_rows
+    g = torch.Generator().manual_seed(21)
+    logits, *rest = make_case(g, 64, 2048, torch.bfloat16, use_top_p, device="cuda")
+    x = (torch.randn(64, 1024, generator=g) * torch.rand(64, 1, generator=g) * 4).to("cuda", torch.bfloat16)
+    got = select_tokens(logits, *rest, 6, use_top_p, row_scale=(x, 1e-6))
+    assert torch.equal(got, select_tokens(scale_rows(logits, x, 1e-6), *rest, 6, use_top_p))

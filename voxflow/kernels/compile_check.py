@@ -52,19 +52,23 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
     # (and fp16 logits, whose radix select decides 20 key bits: select_tokens.key_bits)
-    for top_p, talker, pdl, dt in ((False, False, False, "bf16"), (True, False, False, "bf16"),
-                                   (False, True, False, "bf16"), (False, False, True, "bf16"),
-                                   (False, False, False, "fp16")):
-        out.append((f"select_tokens {dt} top_p={top_p} talker={talker}" + (" pdl" if pdl else ""),
+    # (and the code predictor's draws with the row scale of a head whose norm was folded in: row_scale=)
+    for top_p, talker, pdl, dt, scale in ((False, False, False, "bf16", False), (True, False, False, "bf16", False),
+                                          (False, True, False, "bf16", False), (False, False, True, "bf16", False),
+                                          (False, False, False, "fp16", False), (False, False, True, "bf16", True),
+                                          (True, False, True, "bf16", True)):
+        out.append((f"select_tokens {dt} top_p={top_p} talker={talker}" + (" pdl" if pdl else "")
+                    + (" row_scale" if scale else ""),
                     select_tokens._select_tokens_kernel,
                     dict(logits_ptr=_ptr(dt), do_sample_ptr=_ptr("u8"), temperature_ptr=f32, top_k_ptr=i64,
                          top_p_ptr=_ptr("fp64"), keys_ptr=i64, frame_ptr=i64, out_ptr=i64, seen_ptr=_ptr("u8"),
                          seen_rows_ptr=i64, penalty_ptr=f32, num_gen_ptr=i64, min_new_ptr=i64,
-                         suppress_ptr=_ptr("u8"), emb_ptr=bf, emb_out_ptr=bf, emb2_ptr=bf, emb2_out_ptr=bf),
+                         suppress_ptr=_ptr("u8"), emb_ptr=bf, emb_out_ptr=bf, emb2_ptr=bf, emb2_out_ptr=bf,
+                         scale_ptr=_ptr(dt), inv_scale_width="fp32", scale_eps="fp32"),
                     dict(USE_TOP_P=top_p, PRECISE=True, TALKER=talker, RADIX_BITS=select_tokens.RADIX_BITS,
                          KEY_BITS=select_tokens.key_bits(_DTYPE_OF[dt], talker, select_tokens.RADIX_BITS),
                          BLOCK=4096, USE_PDL=pdl, EMBED=pdl, BLOCK_E=2048, EMBED2=pdl, BLOCK_E2=1024,
-                         HALF_EXIT=True, SEEN_ROWS=talker),
+                         HALF_EXIT=True, SEEN_ROWS=talker, ROW_SCALE=scale, BLOCK_S=1024),
                     dict(num_warps=8, enable_fp_fusion=False, launch_pdl=pdl)))
     for dt in ("fp32", "bf16"):
         p = _ptr(dt)

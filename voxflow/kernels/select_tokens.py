@@ -14,6 +14,11 @@ With `talker=` (the c0 draw) the kernel first applies sampling.process_talker_lo
 ids already generated, EOS barred before min_new_tokens, the suppressed ids -- the same fp32 operations (another
 ~14 small kernels a step before).
 
+With `row_scale=(x, eps)` the logits came from rows x [B, H] whose RMSNorm was left out, its weight folded into
+the head (folded_norms.fold_final_norm_in_place): each row is first scaled by x's row factor rsqrt(mean(x^2) + eps)
+(fp32 statistics) and rounded to the logits' dtype -- folded_norms.scale_rows, so a 16-bit row keeps its 16
+significant key bits -- which saves the norm's launch before the head (16 a code-predictor frame).
+
 With `embed=` (a table [>= V, D]) the program also copies the drawn id's table row into `embed_out[row]`: what the
 next step's embedding lookup reads (the code predictor's next input), without a lookup launch of its own (15 a
 frame, each outside the PDL chain). A copy: the same bits as the lookup.
@@ -46,6 +51,7 @@ from triton.language.extra import libdevice
 
 from voxflow.kernels import use_pdl
 from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
+from voxflow.kernels.rms_norm import MAX_ROW_FACTOR_WIDTH, round_to, row_factor
 from voxflow.kernels.uniform_noise import _lowbias32
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -136,16 +142,21 @@ def _select_tokens_kernel(logits_ptr, do_sample_ptr, temperature_ptr, top_k_ptr,
                           stride_seen,
                           emb_ptr, emb_out_ptr, emb_dim, stride_emb, stride_emb_out,
                           emb2_ptr, emb2_out_ptr, emb2_dim, stride_emb2, stride_emb2_out,
+                          scale_ptr, stride_scale, scale_width, inv_scale_width, scale_eps,
                           USE_TOP_P: tl.constexpr, PRECISE: tl.constexpr, TALKER: tl.constexpr,
                           RADIX_BITS: tl.constexpr, KEY_BITS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
                           EMBED: tl.constexpr, BLOCK_E: tl.constexpr, EMBED2: tl.constexpr,
-                          BLOCK_E2: tl.constexpr, HALF_EXIT: tl.constexpr, SEEN_ROWS: tl.constexpr):
+                          BLOCK_E2: tl.constexpr, HALF_EXIT: tl.constexpr, SEEN_ROWS: tl.constexpr,
+                          ROW_SCALE: tl.constexpr, BLOCK_S: tl.constexpr):
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel(USE_PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + offs, mask=offs < vocab,
                 other=float("-inf")).to(tl.float32)
+    if ROW_SCALE:               # (the head's input norm folded into it: its row factor here, rounded as scale_rows)
+        r = row_factor(scale_ptr + row.to(tl.int64) * stride_scale, scale_width, inv_scale_width, scale_eps, BLOCK_S)
+        x = round_to(x * r, logits_ptr.dtype.element_ty)
     if TALKER:
         # sampling.process_talker_logits, op for op: repetition penalty on the ids seen so far (x * p below zero,
         # x / p above, IEEE division), EOS barred before min_new_tokens, the suppressed ids removed.
@@ -256,13 +267,16 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
                   use_top_p: bool, num_warps: int | None = None, talker: tuple | None = None,
                   radix_bits: int = RADIX_BITS, embed: torch.Tensor | None = None,
                   embed_out: torch.Tensor | None = None, embed2: torch.Tensor | None = None,
-                  embed2_out: torch.Tensor | None = None) -> torch.Tensor:
+                  embed2_out: torch.Tensor | None = None,
+                  row_scale: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
     """ids [B] int64 for logits [B, V] (see `supported`): do_sample [B] bool, temperature [B] float32, top_k [B]
     int64 (0 = off), top_p [B] float64 (1 = off), keys [B] (seed_key, < 2^32), frame [B] int64, one codebook for
     the batch. talker: the talker's logit processing first (see below). use_top_p=False skips the top-p stage (only
     valid when no sampling row has top_p < 1, as WarpParams.any_top_p). embed [>= V, D] with embed_out [B, D] (its
     dtype, unit last strides): embed_out[b] = embed[ids[b]] as well; embed2 / embed2_out (only with embed) a second
-    table's row the same way (the code predictor's projected inputs). No host sync: capturable in a CUDA graph."""
+    table's row the same way (the code predictor's projected inputs). row_scale (x [B, H] of the logits' dtype
+    and device, unit last stride, H <= 4096; eps): the logits scaled by x's RMSNorm row factor first (module
+    docstring). No host sync: capturable in a CUDA graph."""
     b, vocab = logits.shape
     if radix_bits not in (1, 2, 4):        # (a width not dividing 32 would leave the threshold's low bits 0)
         raise ValueError(f"radix_bits must be 1, 2 or 4, got {radix_bits}")
@@ -270,6 +284,15 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
         raise ValueError("embed2 comes with embed")
     for name, table, rows in (("embed", embed, embed_out), ("embed2", embed2, embed2_out)):
         _check_table(name, table, rows, logits)
+    if row_scale is not None:
+        x, eps = row_scale
+        if (x.dim() != 2 or x.shape[0] != b or x.stride(-1) != 1 or x.dtype != logits.dtype
+                or x.device != logits.device or not 1 <= x.shape[1] <= MAX_ROW_FACTOR_WIDTH):
+            raise ValueError(f"row_scale rows must be [{b}, <= {MAX_ROW_FACTOR_WIDTH}] of the logits' dtype and "
+                             f"device with a unit last stride; got {tuple(x.shape)} {x.dtype}")
+        scale = (x, x.stride(0), x.shape[1], 1.0 / x.shape[1], float(eps))
+    else:
+        scale = (logits, 0, 1, 1.0, 0.0)                                   # unused (compiled out)
     out = torch.empty(b, dtype=torch.long, device=logits.device)
     if talker is not None:
         # (seen [B, V] bool, penalty [B], num_generated [B], min_new_tokens [B], suppress [V] bool, eos_id[,
@@ -293,10 +316,12 @@ def select_tokens(logits: torch.Tensor, do_sample: torch.Tensor, temperature: to
         _select_tokens_kernel[(b,)](
             logits, do_sample.contiguous().view(torch.uint8), temperature.contiguous(), top_k.contiguous(),
             top_p.contiguous(), keys.contiguous(), frame.contiguous(), out, int(codebook), vocab, logits.stride(0),
-            *extra, *emb[0], *emb[1], USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda, TALKER=talker is not None,
+            *extra, *emb[0], *emb[1], *scale, USE_TOP_P=bool(use_top_p), PRECISE=logits.is_cuda,
+            TALKER=talker is not None,
             RADIX_BITS=radix_bits, KEY_BITS=key_bits(logits.dtype, talker is not None, radix_bits), BLOCK=block,
             USE_PDL=trigger_mode(pdl, "select_tokens"), EMBED=embed is not None, BLOCK_E=_block_e(embed),
             EMBED2=embed2 is not None, BLOCK_E2=_block_e(embed2), HALF_EXIT=HALF_EXIT, SEEN_ROWS=seen_rows is not None,
+            ROW_SCALE=row_scale is not None, BLOCK_S=triton.next_power_of_2(scale[2]),
             num_warps=num_warps or (talker is not None and TALKER_WARPS) or (8 if block >= 2048 else 4),
             enable_fp_fusion=False,   # every product / sum rounded as in the torch ops
             **launch_kwargs(pdl))

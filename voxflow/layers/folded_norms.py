@@ -72,6 +72,19 @@ def fold_norms_in_place(layer) -> None:
     layer.norms_folded_in_place = True
 
 
+def fold_final_norm_in_place(norm, heads) -> None:
+    """A stack's final RMSNorm weight folded into the heads that read its output (each head's [V, H] weight times
+    the norm weight per column, in fp32, rounded once), the norm weight then set to one: every path computes the
+    same function as before (each head input within one rounding of it), and a caller may leave the norm out and
+    scale the heads' outputs by the rows' factor instead (the code predictor's CP_FOLDED_HEAD: select_tokens'
+    row_scale). Once, after loading and any cast; the norm is marked (`folded_into_heads`)."""
+    with torch.no_grad():
+        for head in heads:
+            head.weight.copy_(fold_norm(head.weight, norm.weight))
+        norm.weight.fill_(1.0)
+    norm.folded_into_heads = True
+
+
 def row_factor(x: torch.Tensor, eps: float) -> torch.Tensor:
     """rsqrt(mean(x^2) + eps) per row of x [..., H], in fp32 (the reference RMSNorm's statistics), shape [..., 1]."""
     x32 = x.to(torch.float32)

@@ -132,11 +132,12 @@ def _kernel_params(params: WarpParams, like: torch.Tensor, any_sampling: bool) -
 def _fused_select(logits: torch.Tensor, params: WarpParams | None, keys: torch.Tensor, frame: torch.Tensor,
                   codebook: int, talker: tuple | None = None, embed: torch.Tensor | None = None,
                   embed_out: torch.Tensor | None = None, embed2: torch.Tensor | None = None,
-                  embed2_out: torch.Tensor | None = None) -> torch.Tensor | None:
+                  embed2_out: torch.Tensor | None = None,
+                  row_scale: tuple[torch.Tensor, float] | None = None) -> torch.Tensor | None:
     """On the GPU (params from `_kernel_params`): the whole selection (greedy argmax, or temperature / top-k /
     top-p / Gumbel-max per row; with `talker`, the talker's logit processing first) in one kernel with the same
     results (voxflow/kernels/select_tokens.py); with embed / embed_out (and embed2 / embed2_out), the drawn ids'
-    table rows copied out too.
+    table rows copied out too; with row_scale, the logits first scaled by its rows' RMSNorm factor.
     None where it does not apply."""
     if params is None:
         return None
@@ -145,7 +146,7 @@ def _fused_select(logits: torch.Tensor, params: WarpParams | None, keys: torch.T
         return None
     return fused.select_tokens(logits, params.do_sample, params.temperature, params.top_k, params.top_p, keys, frame,
                                codebook, params.any_top_p, talker=talker, embed=embed, embed_out=embed_out,
-                               embed2=embed2, embed2_out=embed2_out)
+                               embed2=embed2, embed2_out=embed2_out, row_scale=row_scale)
 
 
 def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tensor,
@@ -166,12 +167,14 @@ def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tens
             return torch.where(params.do_sample, sampled, greedy)
 
     def draw_and_embed(logits: torch.Tensor, j: int, table: torch.Tensor, table2: torch.Tensor | None = None,
-                       out: torch.Tensor | None = None
+                       out: torch.Tensor | None = None, row_scale: tuple[torch.Tensor, float] | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(sample(logits, j), table[those ids], table2[those ids] or None without table2) -- on the kernel path the
         draw copies the rows itself (no lookup launch), into `out` [B, D] when given (rows may be strided); (ids,
         None, None) where it does not, and the caller looks them up. (select_tokens checks the tables.) The table2
-        rows are a fresh tensor on every call: the code predictor's layers may overwrite them (OWNED_INPUT)."""
+        rows are a fresh tensor on every call: the code predictor's layers may overwrite them (OWNED_INPUT).
+        row_scale (x [B, H], eps): the logits came from a head with x's RMSNorm folded in (CP_FOLDED_HEAD) and are
+        first scaled by x's row factor (folded_norms.scale_rows; in the kernel where it runs)."""
         if kernel_params is not None:
             with record_function("cp_sampling"):
                 rows = (out if out is not None else
@@ -179,9 +182,12 @@ def residual_sample_fn(params: WarpParams, keys: torch.Tensor, frame: torch.Tens
                 rows2 = (None if table2 is None else
                          torch.empty(logits.shape[0], table2.shape[1], dtype=table2.dtype, device=table2.device))
                 picked = _fused_select(logits, kernel_params, keys, frame, j + 1, embed=table, embed_out=rows,
-                                       embed2=table2, embed2_out=rows2)
+                                       embed2=table2, embed2_out=rows2, row_scale=row_scale)
             if picked is not None:
                 return picked, rows, rows2
+        if row_scale is not None:
+            from voxflow.layers.folded_norms import scale_rows
+            logits = scale_rows(logits, *row_scale)
         return sample(logits, j), None, None
 
     sample.draw_and_embed = draw_and_embed      # CodePredictor.predict takes it where offered

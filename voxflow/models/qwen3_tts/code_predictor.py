@@ -76,6 +76,12 @@ PROJECTED_TABLES = os.environ.get("VOXFLOW_PROJECTED_TABLES", "1") == "1"
 # embedding sum). The same bits (addmm_ into the rows is the GEMM torch.addmm runs after its copy).
 # VOXFLOW_CP_OWNED_INPUT=0 turns it off.
 OWNED_INPUT = os.environ.get("VOXFLOW_CP_OWNED_INPUT", "1") == "1"
+# The final RMSNorm folded into the 15 lm_heads (folded_norms.fold_final_norm_in_place, done by the engine's loader
+# with this on): above the skinny sizes a step's head reads the stack's un-normed rows and the draw scales each
+# logits row by the row's factor (select_tokens' row_scale, rounded to the logits' dtype as the head's output
+# would be) -- no norm launch a draw (16 a 0.6B c=64 step, ~2 us each alone on the H200, session 36's timeline).
+# Off until measured on a GPU (session 40 built it after its device time); VOXFLOW_CP_FOLDED_HEAD=1 turns it on.
+CP_FOLDED_HEAD = os.environ.get("VOXFLOW_CP_FOLDED_HEAD", "0") == "1"
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -149,7 +155,8 @@ class CodePredictor(nn.Module):
         return per_weight_version(self, params, lambda: torch.stack([proj(t) for t in tables]), none_in_capture=True)
 
     def _kernel_step_logits(self, x: torch.Tensor, start: int, cache, rope, j: int,
-                            projected: torch.Tensor | None = None, owned: bool = False) -> torch.Tensor:
+                            projected: torch.Tensor | None = None, owned: bool = False, unnormed: bool = False
+                            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps (and with CP_FUSED_PREFILL the 2-token first step, position by position) through the
         fused layer kernels (`_fused_layers`, when on and applicable; else, with CP_SPLIT_PREFILL, that first step
@@ -158,7 +165,9 @@ class CodePredictor(nn.Module):
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]. `projected`: x already projected (the
         rows of `projected_tables`, or x's rows themselves without a projection); owned: rows no one else reads,
-        which the stack may overwrite (OWNED_INPUT)."""
+        which the stack may overwrite (OWNED_INPUT). unnormed (CP_FOLDED_HEAD, above the skinny sizes, with the
+        final norm folded into the heads): the head on the stack's un-normed last rows -> (those logits, the rows),
+        for the draw to scale by the rows' factor."""
         b, s, _ = x.shape
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         h = projected if projected is not None else self._project(x)
@@ -175,6 +184,9 @@ class CodePredictor(nn.Module):
                                rope=(cos[:, p:p + 1], sin[:, p:p + 1]))
                 h, cos, sin = h[:, s - 1:].contiguous(), cos[:, s - 1:], sin[:, s - 1:]
             owned = owned and s == 1
+            if unnormed:
+                rows = self.model(h, None, cache, final_norm=False, rope=(cos, sin), x_owned=owned)[:, -1]
+                return self.lm_head[j](rows), rows
             if b > SKINNY_PROLOGUE_MAX_ROWS:
                 # normed by the stack: its last residual add and the final norm are one fused launch
                 return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin), x_owned=owned)[:, -1])
@@ -246,6 +258,9 @@ class CodePredictor(nn.Module):
         # ... or, without a projection, a second copy of the raw row for the folded layers to overwrite (OWNED_INPUT)
         second_copy = (draw_and_embed is not None and OWNED_INPUT and b > SKINNY_MAX_ROWS and qwen3_layer.FOLDED_NORMS
                        and not isinstance(self.small_to_mtp_projection, nn.Linear))
+        # ... and, with the final norm folded into the heads, the draws scale the logits themselves (CP_FOLDED_HEAD)
+        folded_head = (draw_and_embed is not None and frame_embed and CP_FOLDED_HEAD and b > SKINNY_MAX_ROWS
+                       and getattr(self.model.norm, "folded_into_heads", False))
         row = row_projected = None
         parts = None
         if frame_embed and embed_parts and draw_and_embed is not None and (projected is not None or b == 1):
@@ -256,10 +271,13 @@ class CodePredictor(nn.Module):
             if j > 0:
                 x = (row if row is not None else tables[j - 1](codes[-1]))[:, None]
             start = 0 if j == 0 else j + 1          # position of x's first token (the prefill covers 0 and 1)
+            scale = None
             if kernels:
                 step_logits = self._kernel_step_logits(
                     x, start, cache, rope, j, None if row_projected is None else row_projected[:, None],
-                    owned=OWNED_INPUT and row_projected is not None)
+                    owned=OWNED_INPUT and row_projected is not None, unnormed=folded_head)
+                if folded_head:
+                    step_logits, scale = step_logits[0], (step_logits[1], self.model.norm.eps)
             else:
                 positions = torch.arange(start, start + x.shape[1], device=device).expand(b, -1)
                 # The head runs on every position of the step (both prefill ones), as the reference does, so its
@@ -272,7 +290,8 @@ class CodePredictor(nn.Module):
                 if j < self.num_residual - 1:           # (the last code's row is no step's input)
                     second = projected[j] if projected is not None else tables[j].weight if second_copy else None
                 code, row, row_projected = draw_and_embed(step_logits, j, tables[j].weight, second,
-                                                          out=None if parts is None else parts[:, j + 1])
+                                                          out=None if parts is None else parts[:, j + 1],
+                                                          row_scale=scale)
                 if row is None:
                     parts = None
             else:

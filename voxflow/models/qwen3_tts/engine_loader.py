@@ -27,8 +27,9 @@ import torch
 from voxflow.engine.sm_partition import check_setting
 from voxflow.layers import qwen3_layer
 from voxflow.layers.cast import cast_parameters
-from voxflow.layers.folded_norms import fold_norms_in_place
+from voxflow.layers.folded_norms import fold_final_norm_in_place, fold_norms_in_place
 
+from . import code_predictor
 from .codec_precision import CODEC_DTYPES, resolve_codec_dtype
 from .codec_runner import BATCH_BUCKETS, Qwen3CodecRunner
 from .model import Qwen3TTS
@@ -51,6 +52,10 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
         # the roundings move: the folded path is the GPU's)
         for layer in model.talker.model.layers:
             fold_norms_in_place(layer)
+    if code_predictor.CP_FOLDED_HEAD:
+        # the code predictor's final norm into its 15 heads (its draws then scale the logits: CP_FOLDED_HEAD)
+        cp = model.talker.code_predictor
+        fold_final_norm_in_place(cp.model.norm, cp.lm_head)
     preloaded = model.talker.preload_text_rows() if preload_text_rows and model.talker.device.type == "cuda" else None
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
     cast_parameters(model.codec_decoder, getattr(torch, chosen))
