@@ -489,7 +489,8 @@ def check_owned_inputs_change_no_bits():
     """code_predictor.OWNED_INPUT at nine rows (the folded layers) with the fused draws: a code predictor without a
     projection (the 0.6B's case: every draw but the last copies the raw row a second time, select_tokens' embed2,
     spied) and one with (the 1.7B's: the projected table rows). Each single-token step's first layer adds into its
-    input in place (x_owned, spied; the 2-token first step's pieces never), and the codes and the frame embedding
+    input in place (x_owned, spied; the 2-token first step's pieces too: copies at nine rows), and the codes and the
+    frame embedding
     are bit for bit those with it off, greedy fp32 and sampled bf16; the input and projected tables are unchanged."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
@@ -525,8 +526,9 @@ def check_owned_inputs_change_no_bits():
                 sample_fn = bs.residual_sample_fn(params, torch.arange(9) + 5, torch.full((9,), 3), do_sample)
                 with torch.no_grad():
                     results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
-                # layer 0 of the 2 prefill pieces, then of the 3 single-token steps; layer 1 always its own
-                assert owned[0::2] == [False, False] + [on] * 3 and all(owned[1::2]), (talker, on, owned)
+                # layer 0 of the 2 prefill pieces (copies of the step's rows at nine rows), then of the 3
+                # single-token steps; layer 1 always its own
+                assert owned[0::2] == [on] * 5 and all(owned[1::2]), (talker, on, owned)
                 if talker == 64:
                     assert second == [on] * 3 + [False], (on, second)
             assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])

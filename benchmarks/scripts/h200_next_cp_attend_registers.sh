@@ -9,7 +9,7 @@
 # the code predictor runs cp_layer.py's fused layers, not this kernel: c=1 is not affected.) Adopt (default "1") if
 # the full steps' medians drop.
 # And VOXFLOW_CP_FOLDED_HEAD (off until measured): the code predictor's final norm folded into its 15 heads, the draw
-# kernel scaling each logits row (16 norm launches fewer a 0.6B c=64 step): its GPU test, then in the 0.6B loop.
+# kernel scaling each logits row (15 norm launches fewer a 0.6B c=64 step): its GPU test, then in the 0.6B loop.
 # Also the GPU test of session 40's OWNED_INPUT (on by default, the same bits: the code predictor's first layer adds
 # into its own input rows; 16 copy launches fewer a 0.6B c=64 step), which the defaults here include.
 # The sm_90 compile check: 221 registers at one warp, 106 at four, no spills (the barrier form: 141 at one warp).

@@ -56,7 +56,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     for top_p, talker, pdl, dt, scale in ((False, False, False, "bf16", False), (True, False, False, "bf16", False),
                                           (False, True, False, "bf16", False), (False, False, True, "bf16", False),
                                           (False, False, False, "fp16", False), (False, False, True, "bf16", True),
-                                          (True, False, True, "bf16", True)):
+                                          (True, False, True, "bf16", True), (False, False, True, "fp32", True)):
         out.append((f"select_tokens {dt} top_p={top_p} talker={talker}" + (" pdl" if pdl else "")
                     + (" row_scale" if scale else ""),
                     select_tokens._select_tokens_kernel,

@@ -16,8 +16,10 @@ ids already generated, EOS barred before min_new_tokens, the suppressed ids -- t
 
 With `row_scale=(x, eps)` the logits came from rows x [B, H] whose RMSNorm was left out, its weight folded into
 the head (folded_norms.fold_final_norm_in_place): each row is first scaled by x's row factor rsqrt(mean(x^2) + eps)
-(fp32 statistics) and rounded to the logits' dtype -- folded_norms.scale_rows, so a 16-bit row keeps its 16
-significant key bits -- which saves the norm's launch before the head (16 a code-predictor frame).
+(fp32 statistics) and rounded to the logits' dtype -- folded_norms.scale_rows up to the factor's summation order
+(16-bit logits: the same values but where that last-ulp difference meets a rounding boundary; fp32: within an
+ulp), and a 16-bit row keeps its 16 significant key bits -- which saves the norm's launch before the head (15 a
+code-predictor frame).
 
 With `embed=` (a table [>= V, D]) the program also copies the drawn id's table row into `embed_out[row]`: what the
 next step's embedding lookup reads (the code predictor's next input), without a lookup launch of its own (15 a

@@ -73,13 +73,15 @@ PROJECTED_TABLES = os.environ.get("VOXFLOW_PROJECTED_TABLES", "1") == "1"
 # 1.6 us each alone on the H200, session 36's timeline). A single-token step's input is the stack's own when the
 # draw wrote it for nothing else: the projected table row (the 1.7B), or without a projection (the 0.6B) a second
 # copy of the drawn row made by the draw itself (select_tokens' embed2; the first copy is kept for the frame's
-# embedding sum). The same bits (addmm_ into the rows is the GEMM torch.addmm runs after its copy).
-# VOXFLOW_CP_OWNED_INPUT=0 turns it off.
+# embedding sum); the split first step's pieces are when they are copies of its input rows (more than one row).
+# The same bits (addmm_ into the rows is the GEMM torch.addmm runs after its copy). VOXFLOW_CP_OWNED_INPUT=0 turns
+# it off.
 OWNED_INPUT = os.environ.get("VOXFLOW_CP_OWNED_INPUT", "1") == "1"
 # The final RMSNorm folded into the 15 lm_heads (folded_norms.fold_final_norm_in_place, done by the engine's loader
 # with this on): above the skinny sizes a step's head reads the stack's un-normed rows and the draw scales each
 # logits row by the row's factor (select_tokens' row_scale, rounded to the logits' dtype as the head's output
-# would be) -- no norm launch a draw (16 a 0.6B c=64 step, ~2 us each alone on the H200, session 36's timeline).
+# would be) -- no norm launch a draw (15 a 0.6B c=64 step, ~2 us each alone on the H200, session 36's timeline;
+# the split first step's position 0 has none already).
 # Off until measured on a GPU (session 40 built it after its device time); VOXFLOW_CP_FOLDED_HEAD=1 turns it on.
 CP_FOLDED_HEAD = os.environ.get("VOXFLOW_CP_FOLDED_HEAD", "0") == "1"
 
@@ -176,14 +178,17 @@ class CodePredictor(nn.Module):
         if fused:
             last = self._fused_layers(h, cos, sin, cache)
         if last is None:
+            owned = owned and s == 1
             if s > 1 and CP_SPLIT_PREFILL:
                 # (the cache's append order makes this the causal s-token prefill; only the last position's
-                # output is read)
+                # output is read). A piece that `contiguous` copied is the stack's own (OWNED_INPUT); a view
+                # (one row) is not: x's last row is the frame's c0 row.
                 for p in range(s - 1):
-                    self.model(h[:, p:p + 1].contiguous(), None, cache, final_norm=False,
-                               rope=(cos[:, p:p + 1], sin[:, p:p + 1]))
+                    piece = h[:, p:p + 1].contiguous()
+                    self.model(piece, None, cache, final_norm=False, rope=(cos[:, p:p + 1], sin[:, p:p + 1]),
+                               x_owned=OWNED_INPUT and piece._base is None)
                 h, cos, sin = h[:, s - 1:].contiguous(), cos[:, s - 1:], sin[:, s - 1:]
-            owned = owned and s == 1
+                owned = OWNED_INPUT and h._base is None
             if unnormed:
                 rows = self.model(h, None, cache, final_norm=False, rope=(cos, sin), x_owned=owned)[:, -1]
                 return self.lm_head[j](rows), rows
@@ -191,6 +196,8 @@ class CodePredictor(nn.Module):
                 # normed by the stack: its last residual add and the final norm are one fused launch
                 return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin), x_owned=owned)[:, -1])
             last = self.model(h, None, cache, final_norm=False, rope=(cos, sin), x_owned=owned)[:, -1]
+        if unnormed:                 # (rows the fused layers made: un-normed too)
+            return self.lm_head[j](last), last
         head, norm = self.lm_head[j].weight, self.model.norm
         if fused and CP_NORM_LINEAR_LM_HEAD:
             from voxflow.kernels import cp_layer, norm_linear as nl
@@ -259,8 +266,9 @@ class CodePredictor(nn.Module):
         second_copy = (draw_and_embed is not None and OWNED_INPUT and b > SKINNY_MAX_ROWS and qwen3_layer.FOLDED_NORMS
                        and not isinstance(self.small_to_mtp_projection, nn.Linear))
         # ... and, with the final norm folded into the heads, the draws scale the logits themselves (CP_FOLDED_HEAD)
+        # (not in fp16: un-normed rows through a head can overflow where the normed ones would not)
         folded_head = (draw_and_embed is not None and frame_embed and CP_FOLDED_HEAD and b > SKINNY_MAX_ROWS
-                       and getattr(self.model.norm, "folded_into_heads", False))
+                       and getattr(self.model.norm, "folded_into_heads", False) and h_last.dtype != torch.float16)
         row = row_projected = None
         parts = None
         if frame_embed and embed_parts and draw_and_embed is not None and (projected is not None or b == 1):
