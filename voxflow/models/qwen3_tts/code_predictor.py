@@ -189,14 +189,11 @@ class CodePredictor(nn.Module):
                                x_owned=OWNED_INPUT and piece._base is None)
                 h, cos, sin = h[:, s - 1:].contiguous(), cos[:, s - 1:], sin[:, s - 1:]
                 owned = OWNED_INPUT and h._base is None
-            if unnormed:
-                rows = self.model(h, None, cache, final_norm=False, rope=(cos, sin), x_owned=owned)[:, -1]
-                return self.lm_head[j](rows), rows
-            if b > SKINNY_PROLOGUE_MAX_ROWS:
+            if b > SKINNY_PROLOGUE_MAX_ROWS and not unnormed:
                 # normed by the stack: its last residual add and the final norm are one fused launch
                 return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin), x_owned=owned)[:, -1])
             last = self.model(h, None, cache, final_norm=False, rope=(cos, sin), x_owned=owned)[:, -1]
-        if unnormed:                 # (rows the fused layers made: un-normed too)
+        if unnormed:                 # (the stack's or the fused layers' last rows, un-normed)
             return self.lm_head[j](last), last
         head, norm = self.lm_head[j].weight, self.model.norm
         if fused and CP_NORM_LINEAR_LM_HEAD:

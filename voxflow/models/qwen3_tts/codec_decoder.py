@@ -34,8 +34,9 @@ from .config import CodecDecoderConfig
 # The streamed attention as one Triton kernel a layer on a GPU (voxflow/kernels/window_attention.py) instead of the
 # window's concatenation, a boolean mask, cuDNN's attention (11.5 us a layer in a 16-stream 1-frame call on an H100,
 # session 39) and a transpose copy; fp32 softmax, half-precision results within rounding of PyTorch's. On by
-# default, not yet timed on the GPU; VOXFLOW_CODEC_WINDOW_ATTENTION=0: PyTorch's (a switch of its own, apart from
-# codec_decoder_blocks.FRAME_KERNELS).
+# default; session 40 (H100): a 16-stream call's kernel time 1.49 -> 1.38 ms at 1 frame, 10.96 -> 10.84 at 25
+# (benchmarks/results/h100/2026-12-05-session40). VOXFLOW_CODEC_WINDOW_ATTENTION=0: PyTorch's (a switch of its own,
+# apart from codec_decoder_blocks.FRAME_KERNELS).
 WINDOW_ATTENTION = os.environ.get("VOXFLOW_CODEC_WINDOW_ATTENTION", "1") == "1"
 
 

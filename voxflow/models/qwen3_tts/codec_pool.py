@@ -179,7 +179,8 @@ def scatter_rows(buf: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> No
 
 # A step's decode writes its new state straight into the packed write-back rows (codec_decoder_blocks.StateWriter)
 # instead of into tensors of its own that the write-back packs with a cat (session 39 on an H100: that cat was one
-# 114 us kernel of a 16-stream 1-frame call's 1.68 ms). On by default, not yet timed on the GPU;
+# 114 us kernel of a 16-stream 1-frame call's 1.68 ms). On by default; session 40 (H100): a 16-stream call's kernel
+# time 1.48 -> 1.38 ms at 1 frame, 10.97 -> 10.84 at 25 (benchmarks/results/h100/2026-12-05-session40);
 # VOXFLOW_CODEC_STATE_WRITER=0: the cat.
 STATE_WRITER = os.environ.get("VOXFLOW_CODEC_STATE_WRITER", "1") == "1"
 

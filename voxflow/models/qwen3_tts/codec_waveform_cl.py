@@ -59,7 +59,9 @@ SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "1") == "1"
 ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "2"))
 # Each streamed convolution's left context into its input buffer and the next one out to the state in one launch
 # (kernels/context_exchange.py) instead of two transposing copies: ~21 launches fewer a codec call (session 39,
-# counted on a CPU). The same bits. On by default, not yet timed on the GPU; VOXFLOW_CODEC_CONTEXT_KERNEL=0: copies.
+# counted on a CPU). The same bits. On by default; session 40 (H100): a 16-stream call's kernel time 1.42 -> 1.38 ms
+# at 1 frame, 10.96 -> 10.84 at 25 (benchmarks/results/h100/2026-12-05-session40). VOXFLOW_CODEC_CONTEXT_KERNEL=0:
+# copies.
 CONTEXT_KERNEL = os.environ.get("VOXFLOW_CODEC_CONTEXT_KERNEL", "1") == "1"
 
 
