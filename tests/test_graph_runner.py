@@ -123,15 +123,13 @@ def test_packed_inputs_start_16_byte_aligned_at_any_batch():
 
 
 def test_capture_inputs_point_every_row_at_the_scratch_slot_and_page():
-    """What a capture's warm-up decodes (`_pad_inputs`, written into the device inputs and, with the step's copies
-    inside its graph, into the staging buffer the warm-up copies in): every row the scratch slot and page, so no
-    live request's state moves; the rest of the buffer is left as it was."""
+    """What a capture's warm-up decodes (`_pad_inputs`, written into the device inputs): every row the scratch slot
+    and page, so no live request's state moves; the rest of the buffer is left as it was."""
     runner = DecodeRunner(RecordingModel(), [], [], block_size=16, max_batch=8, max_width=8, scratch_block=7,
                           cuda_graphs=False)
-    buf = runner._host_bufs[0]
-    buf.fill_(5)
-    runner._pad_inputs(runner._host[0], bucket=4, width=2)
-    views = runner._host[0]
+    runner._dev_buf.fill_(5)
+    runner._pad_inputs(bucket=4, width=2)
+    views = runner._dev
     assert set(views["slots"].tolist()) == {99} and set(views["lens"].tolist()) == {1}
     assert set(views["mapping"][:, 0].tolist()) == {7 * 16}
     assert views["tables"].view(-1)[:8].view(4, 2).tolist() == [[7, -1]] * 4

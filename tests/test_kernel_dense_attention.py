@@ -69,18 +69,6 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(ints[a.dtype]), b.view(ints[b.dtype]))
 
 
-def both_forms(check):
-    """`check` with dense_decode_norm_rope.IN_REGISTERS on and off (the kernel in registers and its barrier form)."""
-    from voxflow.kernels import dense_decode_norm_rope as nra
-    saved = nra.IN_REGISTERS
-    try:
-        for form in (True, False):
-            nra.IN_REGISTERS = form
-            check()
-    finally:
-        nra.IN_REGISTERS = saved
-
-
 def check_norm_rope_append_against_the_two_kernels_it_fuses():
     """q/k norms + RoPE + append + attention in one kernel == the reference norms/RoPE then eager attention; the
     cache gets the normed, rotated key (bit-equal to the qk_norm_rope kernel's) and the raw value. Cases: an empty
@@ -125,42 +113,6 @@ def check_norm_rope_append_against_the_two_kernels_it_fuses():
             assert torch.equal(bare, got) and torch.equal(again_k, cache_k) and torch.equal(again_v, cache_v)
 
 
-def check_the_two_forms_agree():
-    """IN_REGISTERS' kernel against the barrier form on the same inputs (bf16, folded norm, 64 rows at the code
-    predictor's shape and 3 rows of grouped heads, some norm weights zero): the same cache and query bits, -0.0
-    included, outputs within fp32 summation order of each other (at most one bf16 ulp apart)."""
-    from voxflow.kernels import dense_decode_norm_rope as nra
-    from voxflow.layers.rotary import RotaryEmbedding
-    g = torch.Generator().manual_seed(9)
-    saved = nra.IN_REGISTERS
-    try:
-        for b, hq, hkv, length, d in ((64, 16, 8, 9, 128), (3, 6, 2, 16, 32)):
-            x = torch.randn(b, 96, generator=g).to(torch.bfloat16)
-            qkv = torch.randn(b, 1, (hq + 2 * hkv) * d, generator=g).to(torch.bfloat16)
-            q = qkv[..., :hq * d].view(b, 1, hq, d)
-            k = qkv[..., hq * d:(hq + hkv) * d].view(b, 1, hkv, d)
-            v = qkv[..., (hq + hkv) * d:].view(b, 1, hkv, d)
-            qw = (torch.rand(d, generator=g) + 0.5).to(torch.bfloat16)
-            kw = (torch.rand(d, generator=g) + 0.5).to(torch.bfloat16)
-            qw[::5], kw[::4] = 0, 0             # zero weights: rotated zeros, some of them -0.0 (kept as such)
-            cos, sin = RotaryEmbedding(d, 1e6)(torch.full((b, 1), length), torch.bfloat16)
-            cache = [torch.randn(b, hkv, 18, d, generator=g).to(torch.bfloat16) for _ in range(2)]
-            runs = []
-            for form in (True, False):
-                nra.IN_REGISTERS = form
-                ck, cv, qs = cache[0].clone(), cache[1].clone(), torch.empty(b, hq, d, dtype=torch.bfloat16)
-                out = nra.norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, ck, cv, length, d ** -0.5,
-                                                  query_scratch=qs, folded_norm=(x, 1e-6))
-                runs.append((out, ck, cv, qs))
-            (out_a, *bits_a), (out_b, *bits_b) = runs
-            assert all(same_bits(a, b_) for a, b_ in zip(bits_a, bits_b))
-            assert bool((bits_b[0].view(torch.int16) == -2 ** 15).any()), "no -0.0 key: the case lost its point"
-            ulp = out_b.float().abs() * 2.0 ** -7 + 1e-6
-            assert ((out_a.float() - out_b.float()).abs() <= ulp).all()
-    finally:
-        nra.IN_REGISTERS = saved
-
-
 def check_folded_norm_scales_the_projections_first():
     """folded_norm=(x, eps): the kernel on raw projections == the kernel without it on the projections scaled by
     x's RMSNorm row factor (folded_norms.scale_rows): output, written query, cache. The factor's fp32 sum runs in
@@ -198,13 +150,10 @@ def check_folded_norm_scales_the_projections_first():
 
 if IN_CHILD:
     def test_child_folded_norm():
-        both_forms(check_folded_norm_scales_the_projections_first)
+        check_folded_norm_scales_the_projections_first()
 
     def test_child_norm_rope_append():
-        both_forms(check_norm_rope_append_against_the_two_kernels_it_fuses)
-
-    def test_child_the_two_forms_agree():
-        check_the_two_forms_agree()
+        check_norm_rope_append_against_the_two_kernels_it_fuses()
 
     def test_child_against_eager():
         check_against_eager()

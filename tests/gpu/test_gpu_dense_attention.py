@@ -60,20 +60,17 @@ def test_dense_decode_attention_append_matches_eager_and_fills_the_cache(dtype):
         assert torch.equal(cache_k[:, :, :length + 1], keys) and torch.equal(cache_v[:, :, :length + 1], values)
 
 
-@pytest.mark.parametrize("in_registers", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch", [1, 64, 256])
-def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch, in_registers, monkeypatch):
+def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
     """Code-predictor shapes (16 / 8 heads of 128): the cache gets qk_norm_rope's key (bf16: up to one ulp apart on
     a few elements; fp32: a few ulps); the output is within the dense kernel's tolerance of fp32 attention over
-    the normed query and the keys the kernel wrote. Both forms (dense_decode_norm_rope.IN_REGISTERS); lengths up to
-    16, the code predictor's last step (two key tiles)."""
-    from voxflow.kernels import dense_decode_norm_rope as nra
+    the normed query and the keys the kernel wrote. Lengths up to 16, the code predictor's last step (two key
+    tiles)."""
     from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append, supported
     from voxflow.kernels.qk_norm_rope import qk_norm_rope
     from voxflow.layers.attention import eager_attention
     from voxflow.layers.rotary import RotaryEmbedding
-    monkeypatch.setattr(nra, "IN_REGISTERS", in_registers)
     torch.manual_seed(batch)            # reproducible: a failure here is a rounding case to look at again
     for length in (0, 1, 14, 16):
         qkv = torch.randn(batch, 1, 32 * 128, device="cuda").to(dtype)

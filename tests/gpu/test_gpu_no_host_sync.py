@@ -41,15 +41,10 @@ def serve_round(core: EngineCore, tag: str, voice: dict) -> dict[str, int]:
     return chunks
 
 
-@pytest.mark.parametrize("model", ["custom_voice", "base", "custom_voice-graph_copies"])
+@pytest.mark.parametrize("model", ["custom_voice", "base"])
 def test_gpu_serving_loop_has_no_hidden_synchronisation(monkeypatch, model):
     """custom_voice: a preset speaker; base: a stored voice-clone voice (ICL: x-vector and reference frames), made
-    before the measured round (computing a voice from a clip is GPU work that reads its results back);
-    -graph_copies: with the step's copies inside its CUDA graphs (graph_runner.GRAPH_COPIES)."""
-    if model.endswith("-graph_copies"):
-        import voxflow.engine.graph_runner as graph_runner
-        monkeypatch.setattr(graph_runner, "GRAPH_COPIES", True)
-        model = model.removesuffix("-graph_copies")
+    before the measured round (computing a voice from a clip is GPU work that reads its results back)."""
     core = EngineCore.from_config(EngineConfig(model=os.path.join(TINY, model), device="cuda",
                                                dtype="bfloat16", max_num_seqs=8, num_kv_blocks=512))
     if model == "base":

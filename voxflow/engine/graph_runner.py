@@ -22,7 +22,6 @@ before the next `run` (the engine does, on the same stream).
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -31,12 +30,8 @@ import torch
 from .model_api import DecodeOutput, PagedKVContext, TTSModel
 
 
-# The step's input copy (host -> device) and its flags' copy out (device -> pinned host) inside its CUDA graph, with
-# one graph per shape and per staging buffer of the flip (the copies' host addresses are baked into a graph):
-# outside it they are two more operations on the step's stream between graph launches (~1 us each plus a gap of
-# 2-6 us: H200 sessions 29-30's timelines). Twice the decode graphs to capture. Off until measured
-# (VOXFLOW_GRAPH_COPIES=1); the engine keeps cloning the frames out, which must outlive two steps.
-GRAPH_COPIES = os.environ.get("VOXFLOW_GRAPH_COPIES", "0") == "1"
+# Session 41 (H100) measured the step's copies captured inside its graph (one graph per shape and staging buffer):
+# 1.7B c=1 full steps 3.50 ms against 3.49, 0.6B c=64 5.79 against 5.79; not kept (code in commit 23949d1).
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -134,11 +129,6 @@ class DecodeRunner:
         self._host = [_input_views(buf, B, W) for buf in self._host_bufs]
         self._dev = _input_views(self._dev_buf, B, W)
         self._flip = 0
-        # With GRAPH_COPIES: the flags' pinned destinations, one per flip (read by the engine one step late, before
-        # the replay two steps on writes the same one again).
-        self.graph_copies = GRAPH_COPIES and self.cuda_graphs
-        self._host_flags = [torch.zeros(B, 2, dtype=torch.bool, pin_memory=True)
-                            for _ in range(2)] if self.graph_copies else None
         self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, DecodeOutput]] = {}
         self._epoch = getattr(model, "graph_epoch", 0)
         self._pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
@@ -165,31 +155,27 @@ class DecodeRunner:
         width = self._width_for(max(len(t) for t in block_tables))
         flip = self._flip
         self._fill(self._host[flip], slots, block_tables, context_lens, slot_mapping, bucket, width)
-        if not self.graph_copies:
-            self._copy_inputs(flip, bucket, width)
-        host_flags = None
+        self._copy_inputs(flip, bucket, width)
         if self.cuda_graphs:
             self._check_epoch()
-            key = self._key(bucket, width, flip)
+            key = self._key(bucket, width)
             if key not in self._graphs:
                 self._capture(key)
             graph, out = self._graphs[key]
             graph.replay()
             self.stats.replays += 1
-            if self.graph_copies:
-                host_flags = self._host_flags[flip][:n]
         else:
             out = self._decode(bucket, width)
             self.stats.eager_steps += 1
-        # The other staging (and flags) buffer next, only now that this step is queued: a step that failed before
-        # its replay leaves the step before it unread, whose buffers the next step must not reuse.
+        # The other staging buffer next, only now that this step is queued: a step that failed before its replay
+        # leaves the step before it unread, whose buffer the next step must not reuse.
         self._flip ^= 1
         return DecodeOutput(out.frames[:n], out.finished[:n], out.eos[:n],
-                            None if out.flags is None else out.flags[:n], host_flags=host_flags)
+                            None if out.flags is None else out.flags[:n])
 
-    def _key(self, bucket: int, width: int, flip: int) -> tuple:
-        """A captured graph's key: its shape and the model's variant, and with GRAPH_COPIES its staging buffer."""
-        return (bucket, width, self.model.decode_variant()) + ((flip,) if self.graph_copies else ())
+    def _key(self, bucket: int, width: int) -> tuple:
+        """A captured graph's key: its shape and the model's variant."""
+        return (bucket, width, self.model.decode_variant())
 
     def _copy_inputs(self, flip: int, bucket: int, width: int) -> None:
         """The staged inputs to the device: the prefix up to the end of what this shape reads (the table is laid
@@ -197,14 +183,6 @@ class DecodeRunner:
         values)."""
         used = 3 * _segment(self.buckets[-1]) + bucket * width
         self._dev_buf[:used].copy_(self._host_bufs[flip][:used], non_blocking=True)
-
-    def _step_with_copies(self, flip: int, bucket: int, width: int) -> DecodeOutput:
-        """GRAPH_COPIES' captured step: inputs in from staging buffer `flip`, the decode, its flags out to pinned
-        buffer `flip`."""
-        self._copy_inputs(flip, bucket, width)
-        out = self._decode(bucket, width)
-        self._host_flags[flip][:bucket].copy_(out.flag_pairs(), non_blocking=True)
-        return out
 
     def _fill(self, host, slots, tables, lens, mapping, bucket, width) -> None:
         # Through numpy views of the (pinned) host tensors: a row assignment from a list costs ~1 us, where a
@@ -244,39 +222,26 @@ class DecodeRunner:
     def _capture(self, key: tuple) -> None:
         """Capture the step for one shape. Warm-up and capture run on padding rows only (scratch slot, scratch
         page), so live requests' state is untouched; the real inputs are written afterwards."""
-        bucket, width = key[:2]
+        bucket, width, _ = key
         started = time.perf_counter()
         saved = {k: v.clone() for k, v in self._dev.items()}
         d = self._dev
-        self._pad_inputs(d, bucket, width)
-        if self.graph_copies:
-            # The warm-up runs the copy in for real: from a staging buffer holding the same padding inputs, this
-            # step's real ones put back once the warm-up has run (the buffer was last read by the step two back,
-            # whose flags the engine has read, so that copy is done).
-            flip = key[3]
-            staged = self._host_bufs[flip].clone()
-            self._pad_inputs(self._host[flip], bucket, width)
-            try:
-                graph, out = warm_then_capture(lambda: self._step_with_copies(flip, bucket, width), self._pool,
-                                               self._side)
-            finally:
-                self._side.synchronize()
-                self._host_bufs[flip].copy_(staged)
-        else:
-            graph, out = warm_then_capture(lambda: self._decode(bucket, width), self._pool, self._side)
+        self._pad_inputs(bucket, width)
+        graph, out = warm_then_capture(lambda: self._decode(bucket, width), self._pool, self._side)
         for k, v in saved.items():
             d[k].copy_(v)
         self._graphs[key] = (graph, out)
         self.stats.graphs += 1
         self.stats.capture_seconds += time.perf_counter() - started
 
-    def _pad_inputs(self, views: dict[str, torch.Tensor], bucket: int, width: int) -> None:
-        """Inputs (device or staging views) that point every row at the scratch slot and page."""
-        views["slots"].fill_(self.model.padding_slot)
-        views["tables"].fill_(-1)
-        views["tables"].view(-1)[:bucket * width].view(bucket, width)[:, 0] = self.scratch_block
-        views["lens"].fill_(1)
-        views["mapping"].fill_(self.scratch_block * self.block_size)
+    def _pad_inputs(self, bucket: int, width: int) -> None:
+        """The device inputs pointing every row at the scratch slot and page."""
+        d = self._dev
+        d["slots"].fill_(self.model.padding_slot)
+        d["tables"].fill_(-1)
+        d["tables"].view(-1)[:bucket * width].view(bucket, width)[:, 0] = self.scratch_block
+        d["lens"].fill_(1)
+        d["mapping"].fill_(self.scratch_block * self.block_size)
 
     def capture(self, batch_sizes: list[int] | None = None, widths: list[int] | None = None) -> float:
         """Capture graphs up front (startup) for these batch buckets and table widths, for every variant the model
@@ -295,10 +260,9 @@ class DecodeRunner:
             try:
                 for b in sorted({self.bucket_for(b) for b in (batch_sizes or self.buckets)}):
                     for w in widths:
-                        for flip in ((0, 1) if self.graph_copies else (0,)):
-                            key = self._key(b, w, flip)
-                            if key not in self._graphs:
-                                self._capture(key)
+                        key = self._key(b, w)
+                        if key not in self._graphs:
+                            self._capture(key)
             finally:
                 if variant is not None and force is not None:
                     force(None)

@@ -36,10 +36,7 @@ class FlagBuffers:
         self._flip ^= 1
         frames = out.frames.clone()
         cuda = self.device.type == "cuda"
-        if out.host_flags is not None:
-            host = out.host_flags               # the step copied its flags out itself (inside its CUDA graph)
-        else:
-            host.copy_(out.flag_pairs(), non_blocking=cuda)
+        host.copy_(out.flag_pairs(), non_blocking=cuda)
         event = None
         if cuda:
             # Recorded after the clone: the codec stream waits on this event before it reads `frames`.

@@ -88,8 +88,6 @@ class DecodeOutput:
     eos: torch.Tensor          # [B] bool: finished because EOS was sampled (else: length limit)
     flags: torch.Tensor | None = None   # [B, 2] bool (finished, eos) when the model has them side by side (the
                                         # engine's copy out then needs no stack of its own)
-    host_flags: torch.Tensor | None = None  # [B, 2] pinned host: the flags already copied out by the step itself
-                                            # (graph_runner.GRAPH_COPIES), valid once the step has run
 
     def flag_pairs(self) -> torch.Tensor:
         """[B, 2] bool (finished, eos): the model's own `flags` when it has them, else stacked."""

@@ -201,18 +201,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          x_ptr=bf, inv_h="fp32", x_eps="fp32"),
                     dict(GROUPS=2, GP=2, D=128, BLOCK_HALF=64, BLOCK_T=16, USE_PDL=pdl, FOLDED=folded, BLOCK_X=1024),
                     dict(enable_fp_fusion=False, launch_pdl=pdl)))
-    # (IN_REGISTERS' form: one warp a program from 64 rows, four below; the query written only for tests)
-    for pdl, folded, warps, write_q in ((True, True, 1, False), (True, True, 4, False), (False, False, 1, True),
-                                        (False, False, 4, False)):
-        out.append((f"dense_decode_norm_rope registers warps={warps}" + (" pdl" if pdl else "")
-                    + (" folded" if folded else "") + (" write_q" if write_q else ""),
-                    dense_nr._norm_rope_attend_regs_kernel,
-                    dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
-                         k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32",
-                         x_ptr=bf, inv_h="fp32", x_eps="fp32"),
-                    dict(GROUPS=2, GP=2, BLOCK_HALF=64, BLOCK_T=16, USE_PDL=pdl, FOLDED=folded, BLOCK_X=1024,
-                         WRITE_Q=write_q),
-                    dict(enable_fp_fusion=False, launch_pdl=pdl, num_warps=warps)))
     for append in (False, True):
         out.append((f"dense_decode append={append}", dense._dense_decode_kernel,
                     dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, out_ptr=bf, kn_ptr=bf, vn_ptr=bf, scale="fp32"),

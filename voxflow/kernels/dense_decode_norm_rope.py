@@ -8,15 +8,9 @@ scratch buffer and the new key straight into cache position T (the shared `_norm
 qk_norm_rope's), copies the new value, and after a block barrier attends over positions [0, T] exactly as the
 dense kernel does (`_attend_cached`). The KV heads of a row are disjoint, so no program reads what another writes.
 
-IN_REGISTERS (VOXFLOW_CP_ATTEND_IN_REGISTERS=1; off until measured on a GPU: session 40 built it after its device
-time was spent, `benchmarks/scripts/h200_next_cp_attend_registers.sh` measures it) keeps the normed, rotated query
-and the new key / value in registers: nothing is read back after a barrier, so a program's loads (its row, its raw
-q / k / v, the cached positions [0, T)) need not wait for its own stores, and the new position is attended from
-registers last (as dense_decode_attention's append form does). At 64 rows the kernel is one warp a program whose
-time is a chain of dependent memory round trips (store, barrier, reload, then the cache): 7.0 us alone on the H200
-(session 36's kernel timeline), 80 launches in a 0.6B step. The cache and the query scratch get the same bits either
-way (-0.0 included); the output differs only in the order of fp32 sums (each head's dot product in two halves, the
-new position last).
+There is no form keeping the normed query and the new key / value in registers (no barrier, no read-back):
+session 41 (H100) measured it slower: 0.6B c=64 full steps 5.82-5.83 ms against 5.75-5.79 with the barrier form,
+1.7B c=64 6.56 against 6.47; its code is in commit 23949d1.
 """
 from __future__ import annotations
 
@@ -29,7 +23,7 @@ import triton.language as tl
 from voxflow.kernels import use_pdl
 from voxflow.kernels.dense_decode_attention import _attend_cached
 from voxflow.kernels.dense_decode_attention import supported as attention_supported
-from voxflow.kernels.qk_norm_rope import _norm_rope_heads, _norm_rope_values, rope_halves
+from voxflow.kernels.qk_norm_rope import _norm_rope_heads, rope_halves
 from voxflow.kernels.pdl import launch_kwargs, wait_for_previous_kernel
 from voxflow.kernels.qk_norm_rope import supported as norm_rope_supported
 from voxflow.kernels.rms_norm import MAX_ROW_FACTOR_WIDTH, round_to, row_factor
@@ -42,33 +36,11 @@ NUM_WARPS = 4      # Triton's default; benchmarks/scripts/tune_cp_attention.py t
 # differ by one ulp from the 4-warp kernel's (both round the same fp32 norm). Served (session 14, call 1): step
 # c=64 9.09 -> 8.97 ms, c=256 20.47 -> 19.73; HTTP c=64 479.0 audio-s/s. VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS=0: off.
 ONE_WARP_FROM_ROWS = int(os.environ.get("VOXFLOW_CP_ATTENTION_ONE_WARP_ROWS", "64"))
-IN_REGISTERS = os.environ.get("VOXFLOW_CP_ATTEND_IN_REGISTERS", "0") == "1"
 
 
 def launch_warps(rows: int) -> int:
     """num_warps for a call over `rows` rows (ONE_WARP_FROM_ROWS, else NUM_WARPS)."""
     return 1 if ONE_WARP_FROM_ROWS and rows >= ONE_WARP_FROM_ROWS else NUM_WARPS
-
-
-@triton.jit
-def _program_start(cos_ptr, sin_ptr, cos_sb, sin_sb, half, x_ptr, sx_b, hidden, inv_h, x_eps,
-                   BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr, FOLDED: tl.constexpr, BLOCK_X: tl.constexpr):
-    """Both kernels' first steps: the PDL wait, the program's (row, KV head), the head-dim half lanes, the row's
-    rotary halves and its row factor r (1 unless FOLDED: the layer's input RMSNorm was folded into the q|k|v weight,
-    voxflow/layers/folded_norms.py, and rsqrt(mean(x^2) + eps) of the layer input row, fp32 statistics as the
-    reference norm takes them, scales the raw projections)."""
-    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
-        wait_for_previous_kernel(USE_PDL)
-    b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    dh = tl.arange(0, BLOCK_HALF)
-    dh_mask = dh < half
-    c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + dh, sin_ptr + b * sin_sb + dh, dh, dh_mask, half)
-    if FOLDED:
-        r = row_factor(x_ptr + b * sx_b, hidden, inv_h, x_eps, BLOCK_X)
-    else:
-        r = 1.0
-    return b, kvh, dh, dh_mask, c1, c2, s1, s2, r
 
 
 @triton.jit
@@ -81,10 +53,21 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
                              BLOCK_T: tl.constexpr, USE_PDL: tl.constexpr, FOLDED: tl.constexpr,
                              BLOCK_X: tl.constexpr):
     # (T1 = T + 1, passed in: a loop bound computed in the kernel trips Triton 3.6's interpreter)
-    b, kvh, dh, dh_mask, c1, c2, s1, s2, r = _program_start(cos_ptr, sin_ptr, cos_sb, sin_sb, half, x_ptr, sx_b,
-                                                            hidden, inv_h, x_eps, BLOCK_HALF, USE_PDL, FOLDED,
-                                                            BLOCK_X)
+    if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
+        wait_for_previous_kernel(USE_PDL)
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    dh = tl.arange(0, BLOCK_HALF)
+    dh_mask = dh < half
+    c1, c2, s1, s2 = rope_halves(cos_ptr + b * cos_sb + dh, sin_ptr + b * sin_sb + dh, dh, dh_mask, half)
     h0 = kvh * GROUPS
+    if FOLDED:
+        # The layer's input RMSNorm was folded into the q|k|v weight (voxflow/layers/folded_norms.py): its row
+        # factor rsqrt(mean(x^2) + eps), fp32 statistics of the layer input row as the reference norm takes them,
+        # scales the raw projections here.
+        r = row_factor(x_ptr + b * sx_b, hidden, inv_h, x_eps, BLOCK_X)
+    else:
+        r = 1.0
     # 1. the new token: q heads of the group -> scratch, k -> cache position T (normed, rotated), v -> position T
     _norm_rope_heads(qr_ptr, qs_ptr, qw_ptr, b, 0, h0, h0 + GROUPS, sqr_b, 0, sqr_h, sqs_b, 0, sqs_h,
                      c1, c2, s1, s2, dh, dh_mask, half, inv_d, q_eps, GP, r, FOLDED)
@@ -107,87 +90,6 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
     out = acc / l[:, None]
     tl.store(out_ptr + b * so_b + heads[:, None] * so_h + d[None, :], out.to(out_ptr.dtype.element_ty),
              mask=gmask[:, None])
-
-
-@triton.jit
-def _norm_rope_attend_regs_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qs_ptr, k_ptr, v_ptr,
-                                  out_ptr, T, scale, half, inv_d, q_eps, k_eps,
-                                  sqr_b, sqr_h, skr_b, skr_h, svr_b, svr_h, cos_sb, sin_sb, sqs_b, sqs_h,
-                                  sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h,
-                                  x_ptr, sx_b, hidden, inv_h, x_eps,
-                                  GROUPS: tl.constexpr, GP: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                                  BLOCK_T: tl.constexpr, USE_PDL: tl.constexpr, FOLDED: tl.constexpr,
-                                  BLOCK_X: tl.constexpr, WRITE_Q: tl.constexpr):
-    # IN_REGISTERS' form of _norm_rope_attend_kernel: every vector in two halves [*, BLOCK_HALF] (the rotation's
-    # halves), nothing read back from memory this program wrote.
-    b, kvh, dh, dh_mask, c1, c2, s1, s2, r = _program_start(cos_ptr, sin_ptr, cos_sb, sin_sb, half, x_ptr, sx_b,
-                                                            hidden, inv_h, x_eps, BLOCK_HALF, USE_PDL, FOLDED,
-                                                            BLOCK_X)
-    h0 = kvh * GROUPS
-    # 1. the new token, normed and rotated, in registers: q of the group's heads [GP, BLOCK_HALF] x 2, k of the KV
-    # head (row 0 of a two-row block: tl.arange needs two) and v; k / v stored to cache position T for later steps
-    q1, q2 = _norm_rope_values(qr_ptr, qw_ptr, b, 0, h0, h0 + GROUPS, sqr_b, 0, sqr_h, c1, c2, s1, s2, dh, dh_mask,
-                               half, inv_d, q_eps, GP, r, FOLDED)
-    kk1, kk2 = _norm_rope_values(kr_ptr, kw_ptr, b, 0, kvh, kvh + 1, skr_b, 0, skr_h, c1, c2, s1, s2, dh, dh_mask,
-                                 half, inv_d, k_eps, 2, r, FOLDED)
-    first = (tl.arange(0, 2) == 0)[:, None]
-    kn1 = tl.sum(tl.where(first, kk1, 0.0), axis=0)          # (for the score only: a sum makes -0.0 into +0.0,
-    kn2 = tl.sum(tl.where(first, kk2, 0.0), axis=0)          # so the cache gets row 0 of the block itself)
-    vdt = vr_ptr.dtype.element_ty
-    vn1 = tl.load(vr_ptr + b * svr_b + kvh * svr_h + dh, mask=dh_mask, other=0.0)
-    vn2 = tl.load(vr_ptr + b * svr_b + kvh * svr_h + half + dh, mask=dh_mask, other=0.0)
-    if FOLDED:
-        vn1 = round_to(vn1.to(tl.float32) * r, vdt).to(vdt)
-        vn2 = round_to(vn2.to(tl.float32) * r, vdt).to(vdt)
-    k_row = k_ptr + b * sk_b + kvh * sk_h
-    v_row = v_ptr + b * sv_b + kvh * sv_h
-    kdt = k_ptr.dtype.element_ty
-    k_new = k_row + T * sk_t + dh[None, :] + tl.zeros((2, 1), tl.int32)
-    tl.store(k_new, kk1.to(kdt), mask=first & dh_mask[None, :])
-    tl.store(k_new + half, kk2.to(kdt), mask=first & dh_mask[None, :])
-    tl.store(v_row + T * sv_t + dh, vn1, mask=dh_mask)
-    tl.store(v_row + T * sv_t + half + dh, vn2, mask=dh_mask)
-    g = tl.arange(0, GP)
-    gmask = (g < GROUPS)[:, None] & dh_mask[None, :]
-    heads = h0 + g
-    if WRITE_Q:                 # (the query as rounded, for tests that attend over exactly it)
-        qs = qs_ptr + b * sqs_b + heads[:, None] * sqs_h + dh[None, :]
-        tl.store(qs, q1.to(qs_ptr.dtype.element_ty), mask=gmask)
-        tl.store(qs + half, q2.to(qs_ptr.dtype.element_ty), mask=gmask)
-    # 2. online softmax over the cached positions [0, T), then the new one from registers
-    t = tl.arange(0, BLOCK_T)
-    m = tl.full((GP,), float("-inf"), tl.float32)
-    l = tl.zeros((GP,), tl.float32)
-    acc1 = tl.zeros((GP, BLOCK_HALF), tl.float32)
-    acc2 = tl.zeros((GP, BLOCK_HALF), tl.float32)
-    for start in range(0, T, BLOCK_T):
-        tt = start + t
-        tmask = tt < T
-        lane = tmask[:, None] & dh_mask[None, :]
-        ka = tl.load(k_row + tt[:, None] * sk_t + dh[None, :], mask=lane, other=0.0).to(tl.float32)
-        kb = tl.load(k_row + tt[:, None] * sk_t + half + dh[None, :], mask=lane, other=0.0).to(tl.float32)
-        va = tl.load(v_row + tt[:, None] * sv_t + dh[None, :], mask=lane, other=0.0).to(tl.float32)
-        vb = tl.load(v_row + tt[:, None] * sv_t + half + dh[None, :], mask=lane, other=0.0).to(tl.float32)
-        s = (tl.sum(q1[:, None, :] * ka[None, :, :], axis=2) + tl.sum(q2[:, None, :] * kb[None, :, :], axis=2)) * scale
-        s = tl.where(tmask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m - m_new)
-        l = l * alpha + tl.sum(p, axis=1)
-        acc1 = acc1 * alpha[:, None] + tl.sum(p[:, :, None] * va[None, :, :], axis=1)
-        acc2 = acc2 * alpha[:, None] + tl.sum(p[:, :, None] * vb[None, :, :], axis=1)
-        m = m_new
-    s = (tl.sum(q1 * kn1[None, :], axis=1) + tl.sum(q2 * kn2[None, :], axis=1)) * scale
-    m_new = tl.maximum(m, s)
-    p = tl.exp(s - m_new)
-    alpha = tl.exp(m - m_new)
-    l = l * alpha + p
-    acc1 = acc1 * alpha[:, None] + p[:, None] * vn1.to(tl.float32)[None, :]
-    acc2 = acc2 * alpha[:, None] + p[:, None] * vn2.to(tl.float32)[None, :]
-    odt = out_ptr.dtype.element_ty
-    o = out_ptr + b * so_b + heads[:, None] * so_h + dh[None, :]
-    tl.store(o, (acc1 / l[:, None]).to(odt), mask=gmask)
-    tl.store(o + half, (acc2 / l[:, None]).to(odt), mask=gmask)
 
 
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -239,21 +141,6 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
     out = torch.empty(b, 1, hq, d, dtype=q.dtype, device=q.device)
     half = d // 2
     pdl = use_pdl(q)
-    if IN_REGISTERS:
-        scratch = out if query_scratch is None else query_scratch          # (out: a placeholder, never written)
-        _norm_rope_attend_regs_kernel[(b, hkv)](
-            q, k, v, q_weight.contiguous(), k_weight.contiguous(), cos, sin, scratch, k_cache, v_cache, out,
-            length, float(scale), half, 1.0 / d, float(q_eps), float(k_eps),
-            q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2),
-            cos.stride(0) if cos.shape[0] > 1 else 0, sin.stride(0) if sin.shape[0] > 1 else 0,
-            hq * d, d, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0),
-            v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(2), *x_args,
-            GROUPS=groups, GP=max(2, triton.next_power_of_2(groups)), BLOCK_HALF=triton.next_power_of_2(half),
-            BLOCK_T=16, USE_PDL=pdl, FOLDED=folded_norm is not None, BLOCK_X=triton.next_power_of_2(x_args[2]),
-            WRITE_Q=query_scratch is not None, num_warps=num_warps or launch_warps(b),
-            enable_fp_fusion=False,   # qk_norm_rope's rounding: no fma contraction in the norm and the rotation
-            **launch_kwargs(pdl))
-        return out
     scratch = torch.empty(b, hq, d, dtype=q.dtype, device=q.device) if query_scratch is None else query_scratch
     _norm_rope_attend_kernel[(b, hkv)](
         q, k, v, q_weight.contiguous(), k_weight.contiguous(), cos, sin, scratch, k_cache, v_cache, out,

@@ -74,16 +74,17 @@ PROJECTED_TABLES = os.environ.get("VOXFLOW_PROJECTED_TABLES", "1") == "1"
 # draw wrote it for nothing else: the projected table row (the 1.7B), or without a projection (the 0.6B) a second
 # copy of the drawn row made by the draw itself (select_tokens' embed2; the first copy is kept for the frame's
 # embedding sum); the split first step's pieces are when they are copies of its input rows (more than one row).
-# The same bits (addmm_ into the rows is the GEMM torch.addmm runs after its copy). VOXFLOW_CP_OWNED_INPUT=0 turns
-# it off.
+# The same bits (addmm_ into the rows is the GEMM torch.addmm runs after its copy; its GPU test passed in session
+# 41). VOXFLOW_CP_OWNED_INPUT=0 turns it off.
 OWNED_INPUT = os.environ.get("VOXFLOW_CP_OWNED_INPUT", "1") == "1"
 # The final RMSNorm folded into the 15 lm_heads (folded_norms.fold_final_norm_in_place, done by the engine's loader
 # with this on): above the skinny sizes a step's head reads the stack's un-normed rows and the draw scales each
 # logits row by the row's factor (select_tokens' row_scale, rounded to the logits' dtype as the head's output
 # would be) -- no norm launch a draw (15 a 0.6B c=64 step, ~2 us each alone on the H200, session 36's timeline;
 # the split first step's position 0 has none already).
-# Off until measured on a GPU (session 40 built it after its device time); VOXFLOW_CP_FOLDED_HEAD=1 turns it on.
-CP_FOLDED_HEAD = os.environ.get("VOXFLOW_CP_FOLDED_HEAD", "0") == "1"
+# Session 41 (H100, benchmarks/results/h100/2026-12-05-session41/call1): 0.6B c=64 full-step medians 5.75 / 5.74 ms
+# against 5.79 / 5.75 without it, 719.6 / 725.0 audio-s/s against 716.8 / 716.2. VOXFLOW_CP_FOLDED_HEAD=0 turns it off.
+CP_FOLDED_HEAD = os.environ.get("VOXFLOW_CP_FOLDED_HEAD", "1") == "1"
 
 # sample_fn(logits [B, vocab], j) -> codes [B] (long), where j = 0..14 is the lm_head index / codebook j+1.
 SampleFn = Callable[[torch.Tensor, int], torch.Tensor]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 32 for the next session's second call; carry [".whl", ".device_tree"]. Rename to
-# h200_sessionNN_run2.sh when run.
+# Prepared in session 32, run as session 41 call 2 (commit 59542f5, under its old name h200_next_run2.sh); carry
+# [".whl", ".device_tree"].
 # The step's copies inside its CUDA graph (graph_runner.GRAPH_COPIES, off until this has run: the inputs' copy in
 # and the flags' copy out captured in the graph, one graph per shape and staging buffer; ~18 us of gaps around the
 # step's three copies in session 30's c=1 timeline, two of them gone): 1. GPU tests (the fp32 engine against the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 32-33, brought up to date in session 36; carry [".whl", ".device_tree"]. Rename to
-# h200_sessionNN_runK.sh when run. (Its HTTP c=1 idle-spin A/B ran as session 35 call 2-3: no gain, cut from here.)
+# Prepared in session 32-33, brought up to date in session 36, run as session 41 call 3 (commit 59542f5, as
+# h200_next_run3.sh); carry [".whl", ".device_tree"]. (Its HTTP c=1 idle-spin A/B ran as session 35 call 2-3: no
+# gain, cut from here.)
 # The GPU across a 0.6B c=64 wave's end and the next wave's start (wave_end_timeline.py: from 8 frames before the
 # end to 15 steps after the last request finished, so the new requests' prefill steps are in it) on today's
 # defaults. Why: session 36 call 3's step trace (`step_trace_summary`'s prefill line) has the wave boundaries'
