@@ -73,6 +73,10 @@ def tune() -> dict:
                 ("", causal_conv._cfg(bt, min(bn, max(16, triton.next_power_of_2(cout))),
                                       min(bk, max(16, triton.next_power_of_2(c))), warps, stages, *cap))
                 for bt, bn, bk, warps, stages, *cap in CANDIDATES[dtype] if not (bn > 32 and cout <= 32)]
+            # (the first timing of a shape read up to 2.6x high in session 41 (768 -> 1920: 0.734 ms for the config
+            # that then took 0.279): one untimed round of the current config first)
+            causal_conv.TUNED[key] = current
+            timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **kw))
             for label, cfg in candidates:
                 causal_conv.TUNED[key] = cfg
                 try:
