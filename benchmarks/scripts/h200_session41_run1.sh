@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 40 (its device time ran out before it ran), run as session 41 call 1; carry [".whl", ".device_tree"].
-# ~380 s.
+# Prepared in session 40 (its device time ran out before it ran), run as session 41 call 1; carry [".whl",
+# ".device_tree"]. ~380 s.
 # dense_decode_norm_rope.IN_REGISTERS (VOXFLOW_CP_ATTEND_IN_REGISTERS, off until measured): the code predictor's
 # attention kernel keeps the normed query and the new key / value in registers instead of storing them, passing a
 # barrier and loading them back: at 64 rows a one-warp program whose 7.0 us (session 36's H200 timeline, 80 launches

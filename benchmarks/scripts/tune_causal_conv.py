@@ -9,7 +9,8 @@ to that many SMs (engine/sm_partition.py), where the served codec runs ("auto": 
 tuned on the whole GPU (sessions 6-15), and tiles that fill 132 SMs in whole waves may not fill 64.
 Every convolution of the decoder is tuned (session 41 added the first 1024 -> 1536 one and the four upsampling
 blocks' sub-pixel two-tap ones, [2, stride * Cout, Cin]); each shape's current config is timed first ("current"),
-and fp16's candidates are the TMA kernel's (it ignores maxnreg).
+and fp16's candidates are mostly for the TMA kernel (which ignores maxnreg; the capped one is for the pointer
+kernel the short low-rate sequences take).
 """
 import sys
 
@@ -76,7 +77,10 @@ def tune() -> dict:
             # (the first timing of a shape read up to 2.6x high in session 41 (768 -> 1920: 0.734 ms for the config
             # that then took 0.279): one untimed round of the current config first)
             causal_conv.TUNED[key] = current
-            timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **kw))
+            try:
+                timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **kw))
+            except Exception:                            # timed (and reported) with the candidates below
+                pass
             for label, cfg in candidates:
                 causal_conv.TUNED[key] = cfg
                 try:

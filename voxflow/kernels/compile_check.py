@@ -131,7 +131,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 dict(x_ptr=h, w_ptr=h, bias_ptr=h, out_ptr=h),
                 dict(KSIZE=7, DILATION=1, HAS_BIAS=True, BLOCK_T=conv_to_one_channel.BLOCK_T, BLOCK_C=128),
                 dict(num_warps=conv_to_one_channel.NUM_WARPS, enable_fp_fusion=False,
-                     aligned=("x_ptr", "w_ptr", "x_sb", "x_st"))))
+                     aligned=("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "T", "C", "x_sb", "x_st", "out_sb"))))
     out.append(("rope_table fp16 head_dim 64", rope_table._rope_table_kernel,    # the codec's RoPE tables
                 dict(start_ptr=i64, inv_freq_ptr=h, cos_ptr=h, sin_ptr=h, next_ptr=i64), dict(BLOCK=32),
                 dict(num_warps=1)))

@@ -20,7 +20,7 @@ import triton.language as tl
 from voxflow.kernels.rms_norm import round_to
 
 MAX_CHANNELS = 256          # one block of channels a row
-# Rows a program, warps: 64 x 128 channels on 8 warps, 88 registers a thread on sm_90 (compile_check; 128 rows on 4
+# Rows a program, warps: 64 x 128 channels on 8 warps, 54 registers a thread on sm_90 (compile_check; 128 rows on 4
 # warps spilled). Not tuned on a GPU yet.
 BLOCK_T = 64
 NUM_WARPS = 8

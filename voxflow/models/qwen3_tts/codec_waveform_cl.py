@@ -111,8 +111,10 @@ def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors 
 
 def _conv_to_waveform(conv: CausalConv1d, buf: torch.Tensor) -> torch.Tensor:
     """The last layer on its activated input buffer -> [B, T, 1] (ONE_CHANNEL_KERNEL: kernels/conv_to_one_channel)."""
+    if not (ONE_CHANNEL_KERNEL and conv.conv.out_channels == 1):
+        return _conv(conv, buf)
     from voxflow.kernels import conv_to_one_channel as one
-    if not (ONE_CHANNEL_KERNEL and conv.conv.out_channels == 1 and one.supported(buf)):
+    if not one.supported(buf):
         return _conv(conv, buf)
     weight = conv.conv.weight
     taps = per_weight_version(conv, (weight,), lambda: one.packed_taps(weight), tag="one_channel")
