@@ -38,6 +38,10 @@
 #                               lines) into $R/step_summaries.txt
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
 #                               outside the allocator by startup stage when recorded), GiB
+#   serve_small NAME [ARGS]     serve_variant for /tmp/real-0.6b in the <= 8 GB configuration (a 2 GB KV pool, codec
+#                               calls of <= 16); stop it with stop_server NAME
+#   bench_http_small LABEL [ARGS]  `voxflow bench` against it at c=64 (192 prompts, 8 warm-ups) into
+#                               $R/h200_0p6b_http_c64_LABEL.*: the 0.6B target as the issue states it (over HTTP)
 #   bench_small_8gb LABEL [ARGS] offline 0.6B c=64 in the <= 8 GB configuration (/tmp/real-0.6b; a 2 GB KV pool unless
 #                               ARGS give another kv_cache_bytes, codec calls of <= 16; 192 prompts) into
 #                               $R/h200_0p6b_offline_c64_LABEL.*. Not capped: its whole footprint was 9.4-9.8 GiB
@@ -66,18 +70,37 @@ device_setup() {
   { nvidia-smi -q -d CLOCK,POWER,PERFORMANCE; lscpu; } > "$R/machine.txt" 2>&1
 }
 
-serve_variant() {
-  local name=$1; shift
-  python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 "$@" \
-    --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
-  SRV=$!
+wait_ready() {                   # the server started as $SRV, its log in serve_log_NAME.txt
   for _ in $(seq 150); do
     curl -sf http://127.0.0.1:8000/ready > /dev/null && return 0
     kill -0 $SRV 2>/dev/null || break
     sleep 1
   done
-  echo "== $name: server did not come up"; grep -v "^\s*$" "$R/serve_log_$name.txt" | tail -5
+  echo "== $1: server did not come up"; grep -v "^\s*$" "$R/serve_log_$1.txt" | tail -5
   return 1
+}
+
+serve_variant() {
+  local name=$1; shift
+  python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 "$@" \
+    --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
+  SRV=$!
+  wait_ready "$name"
+}
+
+serve_small() {
+  local name=$1; shift
+  python3 -m voxflow.cli serve /tmp/real-0.6b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 \
+    --engine-arg codec_max_batch=16 --engine-arg kv_cache_bytes=2000000000 "$@" \
+    --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
+  SRV=$!
+  wait_ready "$name"
+}
+
+bench_http_small() {
+  bench_http --label "http-small-$1" --concurrency 64 --num-prompts 192 --num-warmups 8 \
+    --output "$R/h200_0p6b_http_c64_$1.json.gz" "${@:2}"
+  echo "  at ${SECONDS}s"
 }
 
 bench_http() {
