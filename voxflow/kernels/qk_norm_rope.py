@@ -56,16 +56,17 @@ def rope_halves(cos_row, sin_row, d, d_mask, half):
 
 
 @triton.jit
-def _norm_rope_values(src_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss, src_sh, c1, c2, s1, s2, d, d_mask, half,
-                      inv_d, eps, BLOCK_H: tl.constexpr, row_scale=1.0, ROW_SCALE: tl.constexpr = False):
-    """Heads [h0, h0 + BLOCK_H) of token (b, s): RMSNorm over the head dim, weight, then rotate-half RoPE, as the
-    two halves (o1, o2) [BLOCK_H, BLOCK_HALF] in fp32 holding activation-dtype values (masked heads / lanes 0).
+def _norm_rope_heads(src_ptr, dst_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss, src_sh, dst_sb, dst_ss, dst_sh,
+                     c1, c2, s1, s2, d, d_mask, half, inv_d, eps, BLOCK_H: tl.constexpr, row_scale=1.0,
+                     ROW_SCALE: tl.constexpr = False):
+    """Heads [h0, h0 + BLOCK_H) of token (b, s): RMSNorm over the head dim, weight, then rotate-half RoPE.
     ROW_SCALE: the raw projection is first multiplied by `row_scale` (fp32) and rounded to the activation dtype --
     the token's input RMSNorm when it was folded into the projection weight (voxflow/layers/folded_norms.py)."""
     dtype = src_ptr.dtype.element_ty
     h = h0 + tl.arange(0, BLOCK_H)
     mask = (h < n_heads)[:, None] & d_mask[None, :]
     src = src_ptr + b * src_sb + s * src_ss + h[:, None].to(tl.int64) * src_sh + d[None, :]
+    dst = dst_ptr + b * dst_sb + s * dst_ss + h[:, None].to(tl.int64) * dst_sh + d[None, :]
     x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(src + half, mask=mask, other=0.0).to(tl.float32)
     if ROW_SCALE:
@@ -82,20 +83,6 @@ def _norm_rope_values(src_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss, src_sh,
     # RoPE: rotate_half(n) = cat(-n2, n1); each product and the sum rounded as torch rounds them.
     o1 = round_to(round_to(n1 * c1, dtype) + round_to(-n2 * s1, dtype), dtype)
     o2 = round_to(round_to(n2 * c2, dtype) + round_to(n1 * s2, dtype), dtype)
-    return o1, o2
-
-
-@triton.jit
-def _norm_rope_heads(src_ptr, dst_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss, src_sh, dst_sb, dst_ss, dst_sh,
-                     c1, c2, s1, s2, d, d_mask, half, inv_d, eps, BLOCK_H: tl.constexpr, row_scale=1.0,
-                     ROW_SCALE: tl.constexpr = False):
-    """`_norm_rope_values` of heads [h0, h0 + BLOCK_H) of token (b, s), stored to dst in the activation dtype."""
-    o1, o2 = _norm_rope_values(src_ptr, w_ptr, b, s, h0, n_heads, src_sb, src_ss, src_sh, c1, c2, s1, s2, d,
-                               d_mask, half, inv_d, eps, BLOCK_H, row_scale, ROW_SCALE)
-    dtype = src_ptr.dtype.element_ty
-    h = h0 + tl.arange(0, BLOCK_H)
-    mask = (h < n_heads)[:, None] & d_mask[None, :]
-    dst = dst_ptr + b * dst_sb + s * dst_ss + h[:, None].to(tl.int64) * dst_sh + d[None, :]
     tl.store(dst, o1.to(dtype), mask=mask)
     tl.store(dst + half, o2.to(dtype), mask=mask)
 
