@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 41 (after its device time); carry [".whl", ".device_tree"] (+ ".whl-official" only if the
-# Base model's tests are added). Rename to h200_sessionNN_runK.sh when run. ~480 s.
+# Base model's tests are added). Run as session 42 call 1. ~480 s.
 # 1. codec_waveform_cl.ONE_CHANNEL_KERNEL (VOXFLOW_CODEC_ONE_CHANNEL_KERNEL, off until measured): the codec's last
 #    layer (96 channels -> the waveform, k=7) as row dot products (kernels/conv_to_one_channel.py, 54 registers,
 #    no spills on sm_90) instead of a 16-column tensor-core tile of which one column is stored (0.31 ms, ~3% of a

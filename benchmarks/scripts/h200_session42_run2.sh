@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 41; carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh when run. ~380 s.
+# Prepared in session 41; carry [".whl", ".device_tree"]. Run as session 42 call 2. ~380 s.
 # The 0.6B c=64 target as issue 6 states it: streamed PCM over HTTP on loopback (`voxflow serve` + `voxflow bench
 # --base-url`), in the <= 8 GB configuration (a 2 GB KV pool, codec calls of <= 16), which no session has measured:
 # every 0.6B figure so far is the offline bench (engine in the bench's process; session 36's H200: 709.0-714.8). At
