@@ -405,18 +405,6 @@ if IN_CHILD:
         check_waveform_stack_streams_like_the_plain_decoder()
         assert len(snake_passes) == STACK_RUNS * passes
 
-    def test_child_waveform_stack_with_the_one_channel_kernel(monkeypatch):
-        """codec_waveform_cl.ONE_CHANNEL_KERNEL: the last layer through kernels/conv_to_one_channel.py, once a
-        stack run; the same audio as the plain decoder within the stack's tolerance."""
-        from voxflow.kernels import conv_to_one_channel
-        from voxflow.models.qwen3_tts import codec_waveform_cl
-        calls = []
-        real = conv_to_one_channel.conv_to_one_channel
-        monkeypatch.setattr(conv_to_one_channel, "conv_to_one_channel", lambda *a: calls.append(1) or real(*a))
-        monkeypatch.setattr(codec_waveform_cl, "ONE_CHANNEL_KERNEL", True)
-        check_waveform_stack_streams_like_the_plain_decoder()
-        assert len(calls) == STACK_RUNS
-
     def test_child_waveform_stack_with_fused_residual_units(monkeypatch):
         from voxflow.kernels import residual_unit
         monkeypatch.setattr(residual_unit, "ENABLED", True)

@@ -2,8 +2,7 @@
 bit-equal to index_select / index_copy_ at the codec's real width (1,307,616 fp16 values a row), rows repeated and
 in any order, and a stride-0 source (a reset); the residual dequantisation (rvq_lookup.py) equal to the lookups and
 adds it replaces; the attention's key / value window (kv_window.py) equal to the concatenations it replaces; the
-window attention (window_attention.py) against PyTorch's masked attention; the one-channel output convolution
-(conv_to_one_channel.py) against conv1d."""
+window attention (window_attention.py) against PyTorch's masked attention."""
 from __future__ import annotations
 
 import pytest
@@ -132,33 +131,3 @@ def test_context_exchange_equals_the_two_copies(ctx, frames):
     assert torch.equal(buf, want_buf) and torch.equal(new, want_buf[:, t:].transpose(1, 2))
     assert not rows[:, :64].any()
 
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-def test_one_channel_conv_against_conv1d_and_the_tensor_core_kernel(dtype):
-    """kernels/conv_to_one_channel.py at the codec's last layer (96 channels -> 1, k=7) over a 16-stream 25-frame
-    call's rows (48,000 a stream after 6 rows of context), in a buffer view after its context rows. fp16: within one
-    rounding of float64 conv1d rounded at the kernel's points (the bias-less sum, then + bias); fp32: within 1e-5
-    (672 fp32 products summed in the kernel's order: a few ulp). Both also against what causal_conv.py's
-    tensor-core kernel stores (its sums run in another order; fp32 multiplies there in TF32 where cuDNN may)."""
-    import torch.nn.functional as F
-    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
-    from voxflow.kernels.conv_to_one_channel import conv_to_one_channel, packed_taps
-    g = torch.Generator("cuda").manual_seed(5)
-    buf = torch.randn(16, 48_006 + 3, 96, device="cuda", generator=g).to(dtype)
-    x = buf[:, 3:]
-    w = (torch.randn(1, 96, 7, device="cuda", generator=g) / 26).to(dtype)
-    b = torch.randn(1, device="cuda", generator=g).to(dtype)
-    got = conv_to_one_channel(x, packed_taps(w), b)
-    assert got.shape == (16, 48_000, 1)
-    sums = F.conv1d(x.double().transpose(1, 2), w.double()).transpose(1, 2)
-    scale = sums.abs().clamp_min(1.0)
-    if dtype == torch.float16:
-        want = (sums.to(dtype).double() + b.double()).to(dtype)
-        ulp = torch.finfo(dtype).eps * want.double().abs().clamp_min(1.0)
-        assert ((got.double() - want.double()).abs() <= ulp).all()
-        tol = 2 * torch.finfo(dtype).eps * scale
-    else:
-        torch.testing.assert_close(got.double(), sums + b.double(), rtol=1e-5, atol=1e-5)
-        tol = 4e-3 * scale                                                  # TF32 products there
-    tensor_cores = conv1d_channels_last(x, pack_weight(w), b)
-    assert ((got.double() - tensor_cores.double()).abs() <= tol).all()

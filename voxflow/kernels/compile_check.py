@@ -47,7 +47,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     from voxflow.kernels.pdl import EXIT
     from voxflow.kernels import qk_norm_rope, rms_norm, select_tokens, silu_mul, skinny_linear, snake_beta
     from voxflow.kernels import causal_conv, frame_input, kv_window, row_copy, rvq_lookup, slot_write_back
-    from voxflow.kernels import context_exchange, conv_to_one_channel, rope_table, uniform_noise, window_attention
+    from voxflow.kernels import context_exchange, rope_table, uniform_noise, window_attention
     bf, f32, i64, h = _ptr("bf16"), _ptr("fp32"), _ptr("i64"), _ptr("fp16")
     out = []
     # (the PDL variant with the embedding-row copy, as the code predictor's draws launch it)
@@ -127,11 +127,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(BLOCK_S=32, BLOCK_D=64, WRITE_ALL=write_all), dict(num_warps=4)))
     out.append(("context_exchange fp16", context_exchange._context_exchange_kernel,   # the codec's conv contexts
                 dict(buf_ptr=h, old_ptr=h, new_ptr=h), dict(BLOCK_R=16, BLOCK_C=128), dict(num_warps=4)))
-    out.append(("conv_to_one_channel fp16 96 k=7", conv_to_one_channel._conv_to_one_kernel,  # the codec's last layer
-                dict(x_ptr=h, w_ptr=h, bias_ptr=h, out_ptr=h),
-                dict(KSIZE=7, DILATION=1, HAS_BIAS=True, BLOCK_T=conv_to_one_channel.BLOCK_T, BLOCK_C=128),
-                dict(num_warps=conv_to_one_channel.NUM_WARPS, enable_fp_fusion=False,
-                     aligned=("x_ptr", "w_ptr", "bias_ptr", "out_ptr", "T", "C", "x_sb", "x_st", "out_sb"))))
     out.append(("rope_table fp16 head_dim 64", rope_table._rope_table_kernel,    # the codec's RoPE tables
                 dict(start_ptr=i64, inv_freq_ptr=h, cos_ptr=h, sin_ptr=h, next_ptr=i64), dict(BLOCK=32),
                 dict(num_warps=1)))

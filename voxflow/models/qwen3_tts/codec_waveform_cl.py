@@ -57,11 +57,6 @@ SUBPIXEL = os.environ.get("VOXFLOW_CODEC_SUBPIXEL", "1") == "1"
 # 1-frame call; 0.6B c=64 707.2 / 703.9 / 703.3 against 699.7 / 704.4 / 699.3 / 699.3 at 0; 1.7B c=1 unchanged.
 # VOXFLOW_CODEC_ACT_EPILOGUE=0 or 1 for the other levels.
 ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "2"))
-# The last layer (96 channels -> the waveform, k=7) through kernels/conv_to_one_channel.py's row dot products instead
-# of a tensor-core tile of 16 columns of which one is stored (0.31 ms, ~3% of a 16-stream 25-frame fp16 call's kernel
-# time on 64 H100 SMs, session 41 call 4). Its fp32 sums run in another order: within rounding, not the same bits.
-# Off until measured on a GPU (session 41 built it after its device time); VOXFLOW_CODEC_ONE_CHANNEL_KERNEL=1.
-ONE_CHANNEL_KERNEL = os.environ.get("VOXFLOW_CODEC_ONE_CHANNEL_KERNEL", "0") == "1"
 # Each streamed convolution's left context into its input buffer and the next one out to the state in one launch
 # (kernels/context_exchange.py) instead of two transposing copies: ~21 launches fewer a codec call (session 39,
 # counted on a CPU). The same bits. On by default; session 40 (H100): a 16-stream call's kernel time 1.42 -> 1.38 ms
@@ -105,20 +100,8 @@ def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors 
     buf = _activated(inputs[0], x, state)
     for block, following in zip(blocks, inputs[1:]):
         buf = _block(block, buf, following, state)
-    y = _conv_to_waveform(out_conv, buf)                                                        # [B, T, 1]
+    y = _conv(out_conv, buf)                                                                    # [B, T, 1]
     return y.view(y.shape[0], 1, y.shape[1])
-
-
-def _conv_to_waveform(conv: CausalConv1d, buf: torch.Tensor) -> torch.Tensor:
-    """The last layer on its activated input buffer -> [B, T, 1] (ONE_CHANNEL_KERNEL: kernels/conv_to_one_channel)."""
-    if not (ONE_CHANNEL_KERNEL and conv.conv.out_channels == 1):
-        return _conv(conv, buf)
-    from voxflow.kernels import conv_to_one_channel as one
-    if not one.supported(buf):
-        return _conv(conv, buf)
-    weight = conv.conv.weight
-    taps = per_weight_version(conv, (weight,), lambda: one.packed_taps(weight), tag="one_channel")
-    return one.conv_to_one_channel(buf, taps, conv.conv.bias, conv.conv.dilation[0])
 
 
 def _block(block: DecoderBlock, buf: torch.Tensor, following: _Input, state: StreamTensors | None) -> torch.Tensor:
