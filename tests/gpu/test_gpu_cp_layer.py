@@ -292,26 +292,6 @@ def test_predict_folded_norms_on_vs_off():
 
 
 @torch.no_grad()
-def test_predict_gate_up_silu_on_vs_off():
-    """qwen3_layer.GATE_UP_SILU at 64 rows: gate|up, its row factor and silu * up in one kernel ran on every folded
-    layer step (gate_up_silu counted: 5 layers x 14 steps, + 2 positions with the split first step); teacher-forced
-    logits within 5e-2 of max |logit| (fp32: 1e-4), greedy codes equal up to near-ties (as the folded-norms test)."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    import voxflow.models.qwen3_tts.code_predictor as cp_mod
-    from voxflow.kernels import gate_up_silu as gus
-    saved = layer_mod.GATE_UP_SILU, gus.gate_up_silu
-    calls = []
-    gus.gate_up_silu = lambda *a: (calls.append(1), saved[1](*a))[1]
-    try:
-        for dtype in (torch.float32, torch.bfloat16):
-            assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
-                lambda on: setattr(layer_mod, "GATE_UP_SILU", on), calls, 64, dtype,
-                1e-4 if dtype == torch.float32 else 5e-2, expected=5 * (14 + 2 * cp_mod.CP_SPLIT_PREFILL)))
-    finally:
-        layer_mod.GATE_UP_SILU, gus.gate_up_silu = saved
-
-
-@torch.no_grad()
 def test_predict_split_prefill_on_vs_off():
     """CP_SPLIT_PREFILL at 64 rows (above the fused layers' row limit): the 2-token first step position by position
     through the folded single-token layers (silu_mul_folded counted: 5 layers x (14 steps + 2 positions)), no eager

@@ -269,15 +269,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("silu_mul folded", silu_mul._silu_mul_folded_kernel,
                 dict(gate_ptr=bf, up_ptr=bf, x_ptr=bf, out_ptr=bf, inv_h="fp32", eps="fp32"),
                 dict(PRECISE_EXP=True, BLOCK=1024, BLOCK_X=1024), dict(num_warps=4, enable_fp_fusion=False)))
-    # gate|up + row factor + silu * up at 64 rows (the code predictor's K = 1024, I = 3072), bf16 and fp32
-    from voxflow.kernels import gate_up_silu
-    for dt in ("bf16", "fp32"):
-        cfg = gate_up_silu.launch_config(64, 3072, 1024)
-        out.append((f"gate_up_silu {dt}", gate_up_silu._gate_up_silu_kernel,
-                    dict(h_ptr=_ptr(dt), w_ptr=_ptr(dt), out_ptr=_ptr(dt), inv_k="fp32", eps="fp32"),
-                    dict(PRECISE_EXP=True, DOT_IN_FP32=dt == "fp32",
-                         **{key: cfg[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}),
-                    dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)))
     return out
 
 

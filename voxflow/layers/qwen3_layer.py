@@ -51,10 +51,6 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # had measured it slower (1.7B c=64 6.51 -> 8.17 ms, never profiled) on a talker path since rebuilt.
 # VOXFLOW_FOLDED_NORMS_PAGED=0 turns it off.
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
-# GATE_UP_SILU: in those folded steps gate|up, its row factor and silu * up in one Triton kernel
-# (voxflow/kernels/gate_up_silu.py) instead of cuBLAS's GEMM and silu_mul_folded (one launch and one read of the
-# [rows, 2 I] projection fewer a layer step). Off until measured on the GPU (session 42); VOXFLOW_GATE_UP_SILU=1.
-GATE_UP_SILU = os.environ.get("VOXFLOW_GATE_UP_SILU", "0") == "1"
 FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
 
 
@@ -296,7 +292,6 @@ class Qwen3DecoderLayer(nn.Module):
         norm-folded weights, the row factors applied by the attention core and silu * up kernels (their torch forms
         where those do not take the shapes), the residual adds inside o_proj's and down_proj's GEMMs. None (nothing
         run): the folded weights do not exist yet (first use inside a graph capture)."""
-        from voxflow.kernels import gate_up_silu as gus
         from voxflow.kernels import silu_mul as sm
         from voxflow.layers import folded_norms as fn
         weights = fn.folded_weights(self)
@@ -313,14 +308,10 @@ class Qwen3DecoderLayer(nn.Module):
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
         o_w = attn.o_proj.weight.t()
         h = rows.addmm_(out.reshape(b, -1), o_w) if x_owned else torch.addmm(rows, out.reshape(b, -1), o_w)
-        post_eps = self.post_attention_layernorm.eps
-        if GATE_UP_SILU and gus.supported(h, gate_up_w):
-            act = gus.gate_up_silu(h, gate_up_w, post_eps)
-        else:
-            gate_up = F.linear(h, gate_up_w)
-            gate, up = gate_up[:, :inter], gate_up[:, inter:]
-            act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
-                   else fn.silu_mul_folded_reference(gate, up, h, post_eps))
+        gate_up = F.linear(h, gate_up_w)
+        gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
+        act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
+               else fn.silu_mul_folded_reference(gate, up, h, post_eps))
         return h.addmm_(act, mlp.down_proj.weight.t()).view(b, s, hidden)        # h is ours either way
 
 
