@@ -40,8 +40,10 @@
 #                               outside the allocator by startup stage when recorded), GiB
 #   serve_small NAME [ARGS]     serve_variant for /tmp/real-0.6b in the <= 8 GB configuration (a 2.4 GB KV pool, the
 #                               least that holds 64 requests of ~170 prompt positions + 151 frames, as the offline
-#                               bench_small_traced; codec calls of <= 16); stop it with stop_server NAME. (Session 42
-#                               call 2 ran it with a 2 GB pool: ~54 requests fit, the rest waited: 564 audio-s/s.)
+#                               bench_small_traced; codec calls of <= 16; no preloaded text rows: the whole footprint
+#                               7.30 GiB = 7.84e9 bytes, under 8e9, against 7.54 GiB = 8.10e9 with them, at the same
+#                               audio-s/s, session 42 call 3); stop it with stop_server NAME. (Session 42 call 2 ran it
+#                               with a 2 GB pool: ~54 requests fit, the rest waited: 564 audio-s/s.)
 #   bench_http_small LABEL [ARGS]  `voxflow bench` against it at c=64 (192 prompts, 8 warm-ups) into
 #                               $R/h200_0p6b_http_c64_LABEL.*: the 0.6B target as the issue states it (over HTTP)
 #   bench_small_8gb LABEL [ARGS] offline 0.6B c=64 in the <= 8 GB configuration (/tmp/real-0.6b; a 2 GB KV pool unless
@@ -93,7 +95,7 @@ serve_variant() {
 serve_small() {
   local name=$1; shift
   python3 -m voxflow.cli serve /tmp/real-0.6b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 \
-    --engine-arg codec_max_batch=16 --engine-arg kv_cache_bytes=2400000000 "$@" \
+    --engine-arg codec_max_batch=16 --engine-arg kv_cache_bytes=2400000000 --engine-arg preload_text_rows=false "$@" \
     --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
   SRV=$!
   wait_ready "$name"

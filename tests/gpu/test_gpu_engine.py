@@ -396,3 +396,47 @@ def test_gpu_talker_folded_norms_engine_equals_cpu_reference(monkeypatch):
     got = engine_codes("float32", texts=texts, max_num_seqs=16)
     assert paged and any(paged), "the talker's folded path never ran"
     assert_equals_reference(got, texts)
+
+
+def test_gpu_intake_while_waiting_serves_arrivals_as_the_cpu_reference():
+    """EngineConfig.intake_while_waiting on the GPU: requests handed over by the hook while a decode step is still
+    running (its real CUDA event) join the batch from the next step; every request's codes == the CPU loop's, its
+    audio within 1e-4 (fp32, graphs + kernels). The hook ran at least once (on the tiny model a step is short, so
+    the arrivals may also be taken in later waits or between steps: any order is correct, the codes say so)."""
+    import collections
+    core = EngineCore.from_config(EngineConfig(
+        model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="float32", max_num_seqs=8, num_kv_blocks=512,
+        block_size=16, codec_dtype="float32", intake_while_waiting=1))
+    frames = {}
+    push_rows = core.codec_exec.push_rows
+
+    def recording_push_rows(step_frames, request_ids):
+        for i, rid in enumerate(request_ids):
+            if rid is not None:
+                frames.setdefault(rid, []).append(step_frames[i:i + 1].clone())
+        push_rows(step_frames, request_ids)
+    core.codec_exec.push_rows = recording_push_rows
+    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
+                          sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(TEXTS)]
+    arriving, taken = collections.deque(reqs[2:]), []
+
+    def hook() -> bool:
+        if not arriving:
+            return False
+        request = arriving.popleft()
+        assert core.add_requests([request]) == [None]
+        taken.append(request.request_id)
+        return True
+    core.intake_hook = hook
+    for request in reqs[:2]:
+        core.add_request(request)
+    pcm: dict = {}
+    while core.has_work() or arriving:
+        if not core.has_work():             # the hook found no step running: hand the rest over between steps
+            core.add_requests([arriving.popleft()])
+        for out in core.step():
+            if getattr(out, "pcm", None) is not None:
+                pcm.setdefault(out.request_id, []).append(np.frombuffer(out.pcm, "<f4"))
+    assert taken, "no arrival was taken while a step was running"
+    got = {rid: (torch.cat(f), np.concatenate(pcm[rid])) for rid, f in frames.items()}
+    assert_equals_reference(got, TEXTS)
