@@ -6,16 +6,17 @@
 #    fp8 weights could shorten the 64-row GEMMs that are ~60% of a 0.6B c=64 step (Triton GEMMs lost to cuBLAS at
 #    these sizes in sessions 12, 13, 25 and 42).
 # 2. The 0.6B c=64 target over HTTP (serve_small: 2.4 GB pool, no preloaded text rows, 7.30 GiB whole footprint in
-#    session 42), one server each: defaults, `intake_while_waiting` 8, `add_seconds_per_step` 4 ms, defaults again.
+#    session 42), one server each: defaults, `intake_while_waiting` 4, `add_seconds_per_step` 4 ms, defaults again.
 #    Why: in session 42's HTTP runs the engine thread spent ~0.6-0.7 ms a request building prompts, in rounds of
 #    20-45 arrivals (15-29 ms each, ~140 ms a 3.3 s run), while at most one step was queued on the GPU; and a
 #    request's row idled ~65 ms a cycle between its talker's end and the next request's prefill (final chunk,
 #    relay, client, intake, prepare).
-#    - `intake_while_waiting` 8 (built after session 42's calls, engine.py `_take_arrivals_while`): the host builds
+#    - `intake_while_waiting` 4 (built after session 42's calls, engine.py `_take_arrivals_while`): the host builds
 #      the arrivals' prompts while it waits for a decode step's results (~4.4 ms a step spent blocked now), so a
 #      build delays no launch and a request is taken up within the step it arrives in (its `intake`, 8.6 ms of its
-#      first-audio split in session 42, was mostly the wait for the step to end). Adopt (default 8) if HTTP
-#      audio-s/s rises beyond the defaults' two runs; the step trace's `intake` column says how much it took.
+#      first-audio split in session 42, was mostly the wait for the step to end). Adopt (default 4: ~2.5 ms a unit
+#      at ~0.6 ms a build) if HTTP audio-s/s rises beyond the defaults' two runs; the step trace's `intake` column
+#      says how much it took. Its GPU test first: tests/gpu/test_gpu_engine.py -k intake (added below).
 #    - Pacing (`add_seconds_per_step`, off since session 7, where it cost 1.7B c=64 446 -> 407 audio-s/s with a
 #      padded prefill and ~2x longer steps): a few builds, a step, more builds.
 # 3. Offline, the same machine: pacing off / 4 ms (the offline waves' 64 arrivals: one 32 ms build, then the prefill).
@@ -25,10 +26,11 @@ start_call 0.6B
 timeout 90 python3 benchmarks/scripts/probe_fp8_gemm.py 64 2>&1 | grep -v -i warn | tee $R/probe_fp8_gemm.txt | tail -6
 echo "  at ${SECONDS}s"
 pack_results
+gpu_tests 120 tests/gpu/test_gpu_engine.py -k intake
 wait $CK6
-# one server each: defaults, intake while waiting (8 a unit), pacing at 4 ms, defaults again (their spread
+# one server each: defaults, intake while waiting (4 a unit), pacing at 4 ms, defaults again (their spread
 # brackets the others)
-for v in defaults:add_seconds_per_step=none intake8:intake_while_waiting=8 paced4:add_seconds_per_step=0.004 \
+for v in defaults:add_seconds_per_step=none intake4:intake_while_waiting=4 paced4:add_seconds_per_step=0.004 \
          defaults_again:add_seconds_per_step=none; do
   name=${v%%:*}; arg=${v#*:}
   if serve_small $name --engine-arg $arg; then

@@ -401,8 +401,9 @@ def test_gpu_talker_folded_norms_engine_equals_cpu_reference(monkeypatch):
 def test_gpu_intake_while_waiting_serves_arrivals_as_the_cpu_reference():
     """EngineConfig.intake_while_waiting on the GPU: requests handed over by the hook while a decode step is still
     running (its real CUDA event) join the batch from the next step; every request's codes == the CPU loop's, its
-    audio within 1e-4 (fp32, graphs + kernels). The hook ran at least once (on the tiny model a step is short, so
-    the arrivals may also be taken in later waits or between steps: any order is correct, the codes say so)."""
+    audio within 1e-4 (fp32, graphs + kernels). A GPU sleep ahead of each decode keeps the step running while the
+    host reads the one before, so the hook is consulted; what it does not take in a wait is handed over between
+    steps (any order is correct: the codes say so)."""
     import collections
     core = EngineCore.from_config(EngineConfig(
         model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="float32", max_num_seqs=8, num_kv_blocks=512,
@@ -428,6 +429,14 @@ def test_gpu_intake_while_waiting_serves_arrivals_as_the_cpu_reference():
         taken.append(request.request_id)
         return True
     core.intake_hook = hook
+    launch = core._launch_decode
+
+    def launch_behind_a_sleep(*args):
+        # (the tiny model's step is short: ~3 ms of GPU sleep queued ahead of each decode keeps it running while
+        # the host reads the step before it, as a real model's step does)
+        torch.cuda._sleep(5_000_000)
+        return launch(*args)
+    core._launch_decode = launch_behind_a_sleep
     for request in reqs[:2]:
         core.add_request(request)
     pcm: dict = {}

@@ -542,7 +542,7 @@ class EngineCore:
                 # to read; the one before it is read now, as this step would have
                 previous, self._inflight = self._inflight, launched
                 if previous is not None:
-                    self._collect_decode(previous)
+                    self._collect_decode(previous, intake=False)
                 raise
         t3 = time.perf_counter()
         t["launch_decode"] += t2 - t1
@@ -650,10 +650,11 @@ class EngineCore:
                 self.codec_exec.finish(rid)
         return True
 
-    def _collect_decode(self, inflight: InflightDecode) -> None:
+    def _collect_decode(self, inflight: InflightDecode, intake: bool = True) -> None:
         """Step N - 1's results (its frames went to the codec when it was queued): finished requests give back their
-        KV blocks and slot."""
-        self._take_arrivals_while(inflight)
+        KV blocks and slot. `intake`: arrivals may be taken while waiting for them (not on a failing step's path)."""
+        if intake:
+            self._take_arrivals_while(inflight)
         t0 = time.perf_counter()
         finished, eos = inflight.wait()
         self.timings["wait_decode"] += time.perf_counter() - t0
@@ -681,7 +682,10 @@ class EngineCore:
         a unit at a time through the driver's `intake_hook`, instead of after the step (where a burst's builds
         delay the next launch while the GPU runs out of queued work) or blocked here. They are scheduled from the
         next step on, as if they had come between the steps. The loop stops when the step is done or no arrival
-        is waiting; a unit that outlasts the step delays only the host, the GPU still has the queued step."""
+        is waiting; a unit that outlasts the step delays only the host, the GPU still has the queued step (unless a
+        build synchronises with the GPU, e.g. a Base model's reference audio encoded on the spot: it then waits for
+        that step too, as it would between steps). The step trace counts these builds in the step's `added` /
+        `prepare_ms` (they are scheduled from the next step) and their time in its `ms.intake` too."""
         hook, event = self.intake_hook, inflight.event
         if hook is None or event is None or not self.config.intake_while_waiting:
             return

@@ -44,8 +44,9 @@ class CoreDriver:
         """`EngineConfig.intake_while_waiting`: let the core take arrivals while it waits on the GPU within a step
         (EngineCore.intake_hook). `take_adds(n)` hands over up to n queued adds, in arrival order, and none past a
         command of another kind (an abort, a call: those wait for the loop, in their order); `emit` sends the
-        records of those refused. A no-op when the setting is off or the core has no such hook."""
-        if self.intake_unit <= 0 or not hasattr(self.core, "intake_hook"):
+        records of those refused. A no-op when the setting is off, when pacing is on (`add_seconds_per_step`: it
+        decides itself how many arrivals a step takes) or when the core has no such hook."""
+        if self.intake_unit <= 0 or self.add_seconds is not None or not hasattr(self.core, "intake_hook"):
             return
 
         def unit() -> bool:

@@ -105,6 +105,16 @@ class Inbox:
         return batch
 
 
+def _poll_timeout_ms(inbox: Inbox, driver: CoreDriver) -> int | None:
+    """How long the loop may wait in poll(): not at all while the core has work or the inbox holds a message (one
+    the intake met inside a step: the socket may stay quiet, so waiting for it would strand the message), else the
+    driver's idle rule (None: until a message comes)."""
+    if inbox.held or driver.has_work():
+        return 0
+    idle = driver.idle_poll_timeout(time.monotonic())
+    return None if idle is None else int(idle * 1e3)
+
+
 def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
     """Busy while the core has work (poll without waiting between steps), asleep in poll() when idle (after
     polling without sleeping for `EngineConfig.idle_spin_ms` since the last work, when that is set)."""
@@ -129,12 +139,7 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
     receive = inbox.receive
     driver.install_intake(inbox.take_adds, send_outputs)
     while True:
-        if inbox.held or driver.has_work():
-            timeout = 0
-        else:
-            idle = driver.idle_poll_timeout(time.monotonic())
-            timeout = None if idle is None else int(idle * 1e3)
-        events = dict(poller.poll(timeout))
+        events = dict(poller.poll(_poll_timeout_ms(inbox, driver)))
         if parent_fd is not None and parent_fd in events:
             driver.core.shutdown()      # API process gone: nobody to serve
             return
