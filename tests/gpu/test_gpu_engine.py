@@ -25,6 +25,20 @@ torch.backends.cuda.matmul.allow_tf32 = False
 TEXTS = ["Hello world.", "The quick brown fox jumps over the lazy dog.", "Speak happily.", "This is a tiny test."]
 
 
+def record_frames(core) -> dict:
+    """{request id: [frame [1, 16], ...]}: every frame the core hands its codec, recorded as it goes."""
+    frames: dict = {}
+    push_rows = core.codec_exec.push_rows
+
+    def recording_push_rows(step_frames, request_ids):
+        for i, rid in enumerate(request_ids):
+            if rid is not None:
+                frames.setdefault(rid, []).append(step_frames[i:i + 1].clone())
+        push_rows(step_frames, request_ids)
+    core.codec_exec.push_rows = recording_push_rows
+    return frames
+
+
 def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, texts=TEXTS, sampling=None,
                  streaming=None, on_core=None, **config):
     """{request id: (codes, audio)} of the engine serving `texts`, greedy unless `sampling(i)` gives request i's
@@ -37,15 +51,7 @@ def engine_codes(dtype: str, cuda_graphs: bool = True, kernels: bool = True, tex
     assert core.runner.cuda_graphs == cuda_graphs
     if config.get("talker_high_priority"):
         assert core._stream is not None and core._stream.priority < 0
-    frames = {}
-    push_rows = core.codec_exec.push_rows
-
-    def recording_push_rows(step_frames, request_ids):
-        for i, rid in enumerate(request_ids):
-            if rid is not None:
-                frames.setdefault(rid, []).append(step_frames[i:i + 1].clone())
-        push_rows(step_frames, request_ids)
-    core.codec_exec.push_rows = recording_push_rows
+    frames = record_frames(core)
     if on_core is not None:
         on_core(core)
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i),
@@ -408,15 +414,7 @@ def test_gpu_intake_while_waiting_serves_arrivals_as_the_cpu_reference():
     core = EngineCore.from_config(EngineConfig(
         model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="float32", max_num_seqs=8, num_kv_blocks=512,
         block_size=16, codec_dtype="float32", intake_while_waiting=1))
-    frames = {}
-    push_rows = core.codec_exec.push_rows
-
-    def recording_push_rows(step_frames, request_ids):
-        for i, rid in enumerate(request_ids):
-            if rid is not None:
-                frames.setdefault(rid, []).append(step_frames[i:i + 1].clone())
-        push_rows(step_frames, request_ids)
-    core.codec_exec.push_rows = recording_push_rows
+    frames = record_frames(core)
     reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
                           sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(TEXTS)]
     arriving, taken = collections.deque(reqs[2:]), []
