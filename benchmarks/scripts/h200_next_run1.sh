@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 42 (after its device time); carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh
-# when run. ~420 s.
+# when run. ~470 s.
 # 1. probe_fp8_gemm.py (~30 s, measures only): the code predictor's four GEMM shapes at 64 rows, bf16 F.linear
 #    against torch._scaled_mm with e4m3 operands (rowwise scales), and the activation quantization's cost: whether
 #    fp8 weights could shorten the 64-row GEMMs that are ~60% of a 0.6B c=64 step (Triton GEMMs lost to cuBLAS at
@@ -43,5 +43,11 @@ grep -h "^| c=" $R/h200_0p6b_http_c64_*.md
 bench_small_traced offline
 bench_small_traced offline_paced4 --engine-arg add_seconds_per_step=0.004
 grep -h "^| c=" $R/h200_0p6b_offline_c64_*.md
+# 4. Where a prompt build's ~0.6 ms goes on this host (0.15 ms a request for the tiny model on a CPU): cProfile of the
+#    builds (slows them; throughput of this run is not comparable), steps_0p6b_profiled.jsonl.prepare.pstats.
+bench_small_traced profiled --engine-arg trace_profile_prepare=true
+python3 -c "import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats('tottime').print_stats(25)" \
+  $R/steps_0p6b_profiled.jsonl.prepare.pstats > $R/prepare_profile.txt 2>&1
+head -40 $R/prepare_profile.txt | tail -30
 summarize_steps "steps_*" 16
 echo "done at ${SECONDS}s"
