@@ -26,6 +26,9 @@ def test_groups_the_span_from_the_first_full_step_by_kind():
     durations = {k: [round(d, 6) for d in g.durations_ms] for k, g in s["groups"].items()}
     assert durations == {"full": [5.0, 7.0], "full + codec": [10.0], "partial + prefill": [2.0]}
     assert s["mean_rows"] == pytest.approx(15 / 4)
+    # rows x ms over the span: 4 x 5 + 4 x 10 + 3 x 2 + 4 x 7 = 94 of 4 x 24
+    assert s["row_occupancy"] == pytest.approx(94 / 96)
+    assert s["prepare_ms"] == 0 and s["intake_ms"] == 0
     assert s["host_ms"] == {"collect_decode": pytest.approx(5.0), "launch_decode": pytest.approx(0.6)}
     table = sts.render(s)
     assert "| full | 2 | 12.0 | 50.0% | 6.00 | 6.00 |" in table
@@ -102,3 +105,26 @@ def test_prefill_steps_are_summed_with_their_wall_time_per_thousand_tokens():
     assert line.startswith("prefill: 3 steps (76.2% of the span, 32.0 ms") and "5.00 / 5.50 / 6.00" in line
     no_prefill = [dict(s, prefill=0, prefill_tokens=0) for s in steps]
     assert sts.summarize(no_prefill)["prefill"] is None and "prefill:" not in sts.render(sts.summarize(no_prefill))
+
+
+def test_prompt_builds_and_intake_are_summed_over_the_counted_steps():
+    steps = trace()
+    steps[0]["prepare_ms"] = 50.0                   # before the first full step: not counted
+    steps[2]["prepare_ms"], steps[2]["ms"]["intake"] = 3.5, 2.0
+    steps[4]["prepare_ms"] = 1.5
+    s = sts.summarize(steps)
+    assert s["prepare_ms"] == pytest.approx(5.0) and s["intake_ms"] == pytest.approx(2.0)
+    assert "prompt builds 5.0 ms on the engine thread (2.0 ms of it while waiting on the GPU)" in sts.render(s)
+
+
+def test_pauses_between_runs_are_left_out_of_the_row_occupancy():
+    """A server's trace: two runs with a 5 s pause (nothing to decode) between them; the pause does not count."""
+    steps = trace()
+    last = steps[-1]["t"]
+    steps += [dict(step=10, t=last + 0.002, decode=0, prefill=0, codec_launched=0, ms={}),
+              dict(step=11, t=last + 5.002, decode=4, prefill=0, codec_launched=0, ms={}),
+              dict(step=12, t=last + 5.012, decode=4, prefill=0, codec_launched=0, ms={})]
+    s = sts.summarize(steps)
+    # the first run's 94 row-ms + 4 x 2 ms (the step before the pause) + 4 x 10, over 4 rows x (24 + 2 + 10) ms
+    assert s["pauses"] == 1 and s["row_occupancy"] == pytest.approx((94 + 8 + 40) / (4 * 36))
+    assert "1 pauses of > 1 s left out" in sts.render(s)

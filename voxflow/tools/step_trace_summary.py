@@ -10,7 +10,10 @@ still in flight when it started ("codec running": on a GPU the codec's kernels s
 with `codec_in_flight`, from session 25 on). The span starts at the
 first full step (unless --from-start), so warm-up requests and the first wave's ramp are left out; the last step,
 which has no successor, is not counted. Printed: a markdown table (steps, ms, share of the span, median and mean ms
-a step), the mean decode rows a step, the median host phases of the full steps without codec or prefill work, and
+a step), the mean decode rows a step, the rows in use over the span weighted by time (the row capacity a
+closed-loop run used; pauses of > 1 s with nothing to do, between a server's bench runs, are left out, but a later
+run's warm-up requests, a few rows for a second, still count), the engine thread's prompt-build time, the median
+host phases of the full steps without codec or prefill work, and
 the prefill steps' share, tokens and wall time per 1,000 prompt tokens (a wave arriving together prefills in a few
 large steps).
 """
@@ -21,6 +24,9 @@ import gzip
 import json
 import statistics
 from dataclasses import dataclass, field
+
+
+PAUSE_MS = 1000.0
 
 
 def read_trace(path: str) -> list[dict]:
@@ -77,8 +83,22 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
     counted = steps[:-1]
     plain = [s for s, k in zip(counted, kind) if k == "full"]
     phases = sorted({k for s in plain for k in s.get("ms", {})})
-    return {"full_rows": full_rows, "span_ms": (steps[-1]["t"] - steps[0]["t"]) * 1e3, "steps": len(counted),
+    span_ms = (steps[-1]["t"] - steps[0]["t"]) * 1e3
+    walls = [(s, (nxt["t"] - s["t"]) * 1e3) for s, nxt in zip(steps, steps[1:])]
+    row_ms = sum(s.get("decode", 0) * ms for s, ms in walls)
+    # a server's trace spans its bench runs and the pauses between them: a step of nothing to decode or prefill
+    # that lasted longer than PAUSE_MS is such a pause, left out of the occupancy's span
+    pauses = [ms for s, ms in walls if not s.get("decode") and not s.get("prefill") and ms > PAUSE_MS]
+    busy_ms = span_ms - sum(pauses)
+    return {"full_rows": full_rows, "span_ms": span_ms, "steps": len(counted),
             "mean_rows": sum(s.get("decode", 0) for s in counted) / len(counted), "groups": groups,
+            # decode rows weighted by each step's wall time, over full_rows for the whole span: the row capacity used
+            # (idle and partial steps, and long prefill steps, count against it; a closed-loop run's throughput moves
+            # with it)
+            "row_occupancy": row_ms / (full_rows * busy_ms) if busy_ms > 0 else 0.0, "pauses": len(pauses),
+            # host ms building prompts (the engine thread; "intake" of it while waiting on the GPU within a step)
+            "prepare_ms": sum(s.get("prepare_ms", 0.0) for s in counted),
+            "intake_ms": sum(s.get("ms", {}).get("intake", 0.0) for s in counted),
             "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
             "prefill": prefill_summary(steps)}
 
@@ -101,7 +121,11 @@ def prefill_summary(steps: list[dict]) -> dict | None:
 def render(summary: dict) -> str:
     span = summary["span_ms"]
     lines = [f"span {span:.0f} ms, {summary['steps']} steps from the first full one ({summary['full_rows']} rows); "
-             f"mean decode rows a step {summary['mean_rows']:.1f}", "",
+             f"mean decode rows a step {summary['mean_rows']:.1f}; rows in use over the span (time-weighted"
+             + (f", {summary['pauses']} pauses of > 1 s left out" if summary["pauses"] else "")
+             + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread"
+             + (f" ({summary['intake_ms']:.1f} ms of it while waiting on the GPU)" if summary["intake_ms"] else ""),
+             "",
              "| steps | count | ms | share | median ms | mean ms |", "|---|---|---|---|---|---|"]
     for kind, g in sorted(summary["groups"].items(), key=lambda kv: -kv[1].total):
         lines.append(f"| {kind} | {len(g.durations_ms)} | {g.total:.1f} | {g.total / span:.1%} | "
