@@ -8,7 +8,7 @@
 # 2. The 0.6B c=64 target over HTTP (serve_small: 2.4 GB pool, no preloaded text rows, 7.30 GiB whole footprint in
 #    session 42), one server each: defaults, `intake_while_waiting` 4, `add_seconds_per_step` 4 ms, defaults again.
 #    Why: in session 42's HTTP runs the engine thread spent ~0.6-0.7 ms a request building prompts, in rounds of
-#    20-45 arrivals (15-29 ms each, ~140 ms a 3.3 s run), while at most one step was queued on the GPU; and a
+#    20-45 arrivals (15-29 ms each, 69-85 ms a run), while at most one step was queued on the GPU; and a
 #    request's row idled ~65 ms a cycle between its talker's end and the next request's prefill (final chunk,
 #    relay, client, intake, prepare).
 #    - `intake_while_waiting` 4 (built after session 42's calls, engine.py `_take_arrivals_while`): the host builds
