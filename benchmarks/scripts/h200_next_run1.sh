@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 42 (after its device time); carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh
-# when run. ~470 s.
+# when run. ~500 s.
 # 1. probe_fp8_gemm.py (~30 s, measures only): the code predictor's four GEMM shapes at 64 rows, bf16 F.linear
 #    against torch._scaled_mm with e4m3 operands (rowwise scales), and the activation quantization's cost: whether
 #    fp8 weights could shorten the 64-row GEMMs that are ~60% of a 0.6B c=64 step (Triton GEMMs lost to cuBLAS at
@@ -19,6 +19,9 @@
 #      says how much it took. Its GPU test first: tests/gpu/test_gpu_engine.py -k intake (added below).
 #    - Pacing (`add_seconds_per_step`, off since session 7, where it cost 1.7B c=64 446 -> 407 audio-s/s with a
 #      padded prefill and ~2x longer steps): a few builds, a step, more builds.
+#    Every 0.6B run here has 640 prompts (device_lib.sh's SMALL_PROMPTS): the benchmarking rules' >= 10 x c for a
+#    closed loop; sessions up to 42 ran 192 (3 x c), where the runs' first arrivals and last tails weighed a third of
+#    each client's cycles. Not comparable with the 192-prompt figures (expect them a little higher).
 # 3. Offline, the same machine: pacing off / 4 ms (the offline waves' 64 arrivals: one 32 ms build, then the prefill).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
