@@ -18,11 +18,11 @@
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
-#   bench_offline_at C LABEL [ARGS]  the same at concurrency C (2C prompts, C seqs) into
+#   bench_offline_at C LABEL [ARGS]  the same at concurrency C (prompts_for C prompts, C seqs) into
 #                               $R/h200_1p7b_offline_cC_LABEL.*
 #   probe_small_allocations [ARGS]  probe_allocations.py on /tmp/real-0.6b (2.4 GB pool, codec calls of <= 16; ARGS:
 #                               its options, e.g. --dump FILE) into $R/probe_allocations.txt, the pool summaries shown
-#   bench_1p7b_at C LABEL [ARGS] offline 1.7B at concurrency C, 1 or 64 (/tmp/real-1.7b, 64 seqs, 16 / 192 prompts of
+#   bench_1p7b_at C LABEL [ARGS] offline 1.7B at concurrency C, 1 or 64 (/tmp/real-1.7b, 64 seqs, prompts_for C of
 #                               151 frames) with a step trace into $R/h200_1p7b_offline_cC_LABEL.* and
 #                               $R/steps_1p7b_LABEL.jsonl (c=1: steps_1p7b_c1_LABEL.jsonl)
 #   bench_1p7b_c64 LABEL [ARGS]  bench_1p7b_at 64 (the name session 22-23 call records use)
@@ -92,11 +92,14 @@ serve_variant() {
   wait_ready "$name"
 }
 
-# Prompts of a 0.6B c=64 run. The project's benchmarking rules (shared/reference/benchmarking.md, closed loop) ask
-# for >= 10 x c; sessions up to 42 ran 192 (3 x c), so each client made three requests and the runs' first arrivals
-# and last tails weighed a third of a cycle each (session 42: the HTTP runs' 2-3% below offline lies mostly there).
-# From session 43 on: 640. SMALL_PROMPTS=192 reproduces the older figures.
-SMALL_PROMPTS=${SMALL_PROMPTS:-640}
+# Prompts of a closed-loop run at concurrency c: PROMPTS_PER_USER x c, at least 16. The project's benchmarking rules
+# (shared/reference/benchmarking.md) ask for >= 10 x c; sessions up to 42 ran 2-4 x c (0.6B / 1.7B c=64: 192 or 256,
+# c=16: 64, offline c=256: 512), so each client made a few requests and the runs' first arrivals and last tails
+# weighed a third of its cycles (session 42: the 0.6B's HTTP runs' 2-3% below offline lies mostly there). From
+# session 43 on: 10 x c. SMALL_PROMPTS=192 (and PROMPTS_PER_USER=3) come close to the older runs.
+PROMPTS_PER_USER=${PROMPTS_PER_USER:-10}
+prompts_for() { local p=$((PROMPTS_PER_USER * $1)); echo $((p < 16 ? 16 : p)); }
+SMALL_PROMPTS=${SMALL_PROMPTS:-$(prompts_for 64)}
 
 serve_small() {
   local name=$1; shift
@@ -122,9 +125,9 @@ bench_http() {
 bench_http_at() {
   local c=$1 name=$2 prompts warmups
   case $c in
-    1) prompts=16; warmups=2 ;;
-    16) prompts=64; warmups=4 ;;
-    64) prompts=256; warmups=8 ;;
+    1) prompts=$(prompts_for 1); warmups=2 ;;
+    16) prompts=$(prompts_for 16); warmups=4 ;;
+    64) prompts=$(prompts_for 64); warmups=8 ;;
     *) echo "bench_http_at: concurrency 1, 16 or 64, not $c"; return 1 ;;
   esac
   bench_http --label "http-$name" --concurrency $c --num-prompts $prompts --num-warmups $warmups \
@@ -182,7 +185,7 @@ bench_offline_at() {
   local c=$1 name=$2; shift 2
   timeout 170 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 \
     --max-new-tokens 151 --ignore-eos --no-progress --no-plots --label "offline-$name" --concurrency $c \
-    --num-prompts $((2 * c)) --num-warmups 8 --max-num-seqs $c --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
+    --num-prompts $(prompts_for $c) --num-warmups 8 --max-num-seqs $c --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
     "$@" 2>&1 | grep -v "^\s*$" | tail -2
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c${c}_$name.md"
 }
@@ -190,8 +193,8 @@ bench_offline_at() {
 bench_1p7b_at() {
   local c=$1 name=$2 prompts warmups tag; shift 2
   case $c in
-    1) prompts=16; warmups=2; tag=c1_$name ;;
-    64) prompts=192; warmups=4; tag=$name ;;
+    1) prompts=$(prompts_for 1); warmups=2; tag=c1_$name ;;
+    64) prompts=$(prompts_for 64); warmups=4; tag=$name ;;
     *) echo "bench_1p7b_at: concurrency 1 or 64, not $c"; return 1 ;;
   esac
   timeout 150 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 \
