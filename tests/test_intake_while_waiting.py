@@ -60,18 +60,17 @@ def test_arrivals_taken_while_waiting_are_served_as_the_reference_serves_them():
     simulate_gpu_waits(core, busy=3)
     reqs = requests()
     arriving = collections.deque(reqs[2:])
-    units = []
+    units, refused = [], []
 
-    def hook() -> bool:                       # what CoreDriver.install_intake gives the core
-        batch = [arriving.popleft() for _ in range(min(2, len(arriving)))]
-        if not batch:
-            return False
-        assert core.add_requests(batch) == [None] * len(batch)
-        units.append((core.steps, [r.request_id for r in batch], [r.request_id for r in reqs[:2]
-                                                                   if r.request_id not in core.live]))
-        return True
-    core.intake_hook = hook
+    def take(n):                              # the serving loop's side: up to n of the queued arrivals
+        batch = [arriving.popleft() for _ in range(min(n, len(arriving)))]
+        if batch:
+            units.append((core.steps, [r.request_id for r in batch], [r.request_id for r in reqs[:2]
+                                                                      if r.request_id not in core.live]))
+        return batch
+    CoreDriver(core).install_intake(take, refused.extend)
     results = drive(core, {0: reqs[:2]})
+    assert not refused
     # taken during the first decode wait, in units of two at most, while a and b still ran
     assert [u[1] for u in units] == [["c", "d"], ["e"]]
     assert units[0][0] == units[1][0] and not units[0][2] and not units[1][2]
@@ -139,7 +138,12 @@ def test_engine_process_loop_serves_every_request_once_with_intake_on():
     install = driver.install_intake
 
     def counting_install(take, emit):
-        install(lambda n: (lambda b: (units.append(len(b)) if b else None, b)[1])(take(n)), emit)
+        def counted(n):
+            batch = take(n)
+            if batch:
+                units.append(len(batch))
+            return batch
+        install(counted, emit)
     driver.install_intake = counting_install
     ctx = zmq.Context()
     router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)

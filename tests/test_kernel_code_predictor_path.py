@@ -490,8 +490,8 @@ def check_owned_inputs_change_no_bits():
     projection (the 0.6B's case: every draw but the last copies the raw row a second time, select_tokens' embed2,
     spied) and one with (the 1.7B's: the projected table rows). Each single-token step's first layer adds into its
     input in place (x_owned, spied; the 2-token first step's pieces too: copies at nine rows), and the codes and the
-    frame embedding
-    are bit for bit those with it off, greedy fp32 and sampled bf16; the input and projected tables are unchanged."""
+    frame embedding are bit for bit those with it off, greedy fp32 and sampled bf16; the input and projected tables
+    are unchanged."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.batch_sampling as bs

@@ -16,7 +16,7 @@
 #                               ($CK / $CK6): every call script's first lines
 #   pack_results                pack it now (a call that may be cut at its time limit keeps what ran)
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
-#   bench_offline LABEL [ARGS]  offline c=256 (512 prompts, 151 frames, 256 seqs; ARGS: more bench options) into
+#   bench_offline LABEL [ARGS]  offline c=256 (prompts_for 256 prompts, 151 frames, 256 seqs; ARGS: more options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
 #   bench_offline_at C LABEL [ARGS]  the same at concurrency C (prompts_for C prompts, C seqs) into
 #                               $R/h200_1p7b_offline_cC_LABEL.*
@@ -84,13 +84,15 @@ wait_ready() {                   # the server started as $SRV, its log in serve_
   return 1
 }
 
-serve_variant() {
-  local name=$1; shift
-  python3 -m voxflow.cli serve /tmp/real-1.7b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 "$@" \
+serve_model() {                  # MODEL NAME [ARGS]: `voxflow serve` in the background as $SRV, until it is ready
+  local model=$1 name=$2; shift 2
+  python3 -m voxflow.cli serve "$model" --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 "$@" \
     --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
   SRV=$!
   wait_ready "$name"
 }
+
+serve_variant() { serve_model /tmp/real-1.7b "$@"; }
 
 # Prompts of a closed-loop run at concurrency c: PROMPTS_PER_USER x c, at least 16. The project's benchmarking rules
 # (shared/reference/benchmarking.md) ask for >= 10 x c; sessions up to 42 ran 2-4 x c (0.6B / 1.7B c=64: 192 or 256,
@@ -103,11 +105,8 @@ SMALL_PROMPTS=${SMALL_PROMPTS:-$(prompts_for 64)}
 
 serve_small() {
   local name=$1; shift
-  python3 -m voxflow.cli serve /tmp/real-0.6b --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 \
-    --engine-arg codec_max_batch=16 --engine-arg kv_cache_bytes=2400000000 --engine-arg preload_text_rows=false "$@" \
-    --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
-  SRV=$!
-  wait_ready "$name"
+  serve_model /tmp/real-0.6b "$name" --engine-arg codec_max_batch=16 --engine-arg kv_cache_bytes=2400000000 \
+    --engine-arg preload_text_rows=false "$@"
 }
 
 bench_http_small() {
@@ -185,7 +184,8 @@ bench_offline_at() {
   local c=$1 name=$2; shift 2
   timeout 170 python3 -m voxflow.bench $UNIQUE --model /tmp/real-1.7b --device cuda --dtype bfloat16 \
     --max-new-tokens 151 --ignore-eos --no-progress --no-plots --label "offline-$name" --concurrency $c \
-    --num-prompts $(prompts_for $c) --num-warmups 8 --max-num-seqs $c --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
+    --num-prompts $(prompts_for $c) --num-warmups 8 --max-num-seqs $c \
+    --output "$R/h200_1p7b_offline_c${c}_$name.json.gz" \
     "$@" 2>&1 | grep -v "^\s*$" | tail -2
   grep -E "^\| c=|breakdown" "$R/h200_1p7b_offline_c${c}_$name.md"
 }

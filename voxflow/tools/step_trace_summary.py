@@ -77,18 +77,18 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
         steps, kind = steps[first:], kind[first:]
     if len(steps) < 2:
         raise ValueError("fewer than two steps from the first full one")
+    walls = [(s, (nxt["t"] - s["t"]) * 1e3) for s, nxt in zip(steps, steps[1:])]       # each counted step's wall
     groups: dict[str, Group] = {}
-    for step, nxt, k in zip(steps, steps[1:], kind):
-        groups.setdefault(k, Group()).durations_ms.append((nxt["t"] - step["t"]) * 1e3)
+    for (_, ms), k in zip(walls, kind):
+        groups.setdefault(k, Group()).durations_ms.append(ms)
     counted = steps[:-1]
     plain = [s for s, k in zip(counted, kind) if k == "full"]
     phases = sorted({k for s in plain for k in s.get("ms", {})})
     span_ms = (steps[-1]["t"] - steps[0]["t"]) * 1e3
-    walls = [(s, (nxt["t"] - s["t"]) * 1e3) for s, nxt in zip(steps, steps[1:])]
     row_ms = sum(s.get("decode", 0) * ms for s, ms in walls)
-    # a server's trace spans its bench runs and the pauses between them: a step of nothing to decode or prefill
-    # that lasted longer than PAUSE_MS is such a pause, left out of the occupancy's span
-    pauses = [ms for s, ms in walls if not s.get("decode") and not s.get("prefill") and ms > PAUSE_MS]
+    # a server's trace spans its bench runs and the pauses between them: a talker-idle step that lasted longer than
+    # PAUSE_MS is such a pause, left out of the occupancy's span
+    pauses = [ms for (_, ms), k in zip(walls, kind) if k.startswith("talker idle") and ms > PAUSE_MS]
     busy_ms = span_ms - sum(pauses)
     return {"full_rows": full_rows, "span_ms": span_ms, "steps": len(counted),
             "mean_rows": sum(s.get("decode", 0) for s in counted) / len(counted), "groups": groups,
@@ -122,7 +122,7 @@ def render(summary: dict) -> str:
     span = summary["span_ms"]
     lines = [f"span {span:.0f} ms, {summary['steps']} steps from the first full one ({summary['full_rows']} rows); "
              f"mean decode rows a step {summary['mean_rows']:.1f}; rows in use over the span (time-weighted"
-             + (f", {summary['pauses']} pauses of > 1 s left out" if summary["pauses"] else "")
+             + (f", {summary['pauses']} pauses of > {PAUSE_MS / 1e3:g} s left out" if summary["pauses"] else "")
              + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread"
              + (f" ({summary['intake_ms']:.1f} ms of it while waiting on the GPU)" if summary["intake_ms"] else ""),
              "",
