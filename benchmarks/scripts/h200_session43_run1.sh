@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 42 (after its device time); carry [".whl", ".device_tree"]. Rename to h200_sessionNN_runK.sh
-# when run. ~500 s.
+# Prepared in session 42 (after its device time), run as session 43 call 1; carry [".whl", ".device_tree"].
+# ~500 s.
 # 1. probe_fp8_gemm.py (~30 s, measures only): the code predictor's four GEMM shapes at 64 rows, bf16 F.linear
 #    against torch._scaled_mm with e4m3 operands (rowwise scales), and the activation quantization's cost: whether
 #    fp8 weights could shorten the 64-row GEMMs that are ~60% of a 0.6B c=64 step (Triton GEMMs lost to cuBLAS at
