@@ -620,6 +620,75 @@ def check_folded_head_against_reference():
             m.use_kernels = f
 
 
+def check_joint_prefill_against_reference():
+    """code_predictor.CP_JOINT_PREFILL at twelve rows (the folded layers): the 2-token first step is one pass of 24
+    rows, whose attention core takes both positions at once (S = 2, spied) -- two attention calls for the two
+    layers instead of the split path's four, no eager attention -- and the logits stay within the module's
+    tolerances of the reference, fp32 and bf16 (teacher-forced), with and without a projection (talker 96 / 64);
+    fp32 greedy codes equal the reference's. With frame_embed and the fused draws (the engine's call) and no
+    projection, fp32 greedy: the same codes and frame embedding as the split path, the caller's rows untouched."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import dense_decode_norm_rope as fused_attention
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    new_tokens, eager = [], []
+    real_attention, real_eager = fused_attention.norm_rope_attend_append, cache_mod.eager_attention
+    fused_attention.norm_rope_attend_append = lambda *a, **kw: (new_tokens.append(a[0].shape[1]),
+                                                                 real_attention(*a, **kw))[1]
+    cache_mod.eager_attention = lambda *a: (eager.append(1), real_eager(*a))[1]
+    saved = cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL
+    assert layer_mod.FOLDED_NORMS
+    rows = 12
+    try:
+        g = torch.Generator().manual_seed(11)
+        for talker, dtype, tol in ((96, torch.float32, 1e-4), (64, torch.float32, 1e-4), (96, torch.bfloat16, 5e-2)):
+            cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = True, True
+            cp = small_code_predictor(dtype, talker)
+            h = torch.randn(rows, talker, generator=g).to(dtype)
+            c0 = torch.randn(rows, talker, generator=g).to(dtype)
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            new_tokens.clear(), eager.clear()
+            codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
+            if dtype == torch.float32:
+                assert torch.equal(codes_k, codes_r)
+            # 2 layers: the joint first step (S = 2), then 3 single-token steps
+            assert new_tokens == [2, 2] + [1] * 6, new_tokens
+            assert not eager
+            assert_logits_close(logits_k, logits_r, tol, talker, dtype)
+        # the engine's call: frame embedding, fused draws; joint against split
+        mods = (layer_mod, cache_mod, cp_mod, bs)
+        saved_use = [m.use_kernels for m in mods]
+        for m in mods:
+            m.use_kernels = lambda t: True
+        try:
+            for talker in (64,):        # (no projection, as in 0.6B: the first layer's input is the caller's rows)
+                cp = small_code_predictor(torch.float32, talker)
+                h = torch.randn(rows, talker, generator=g)
+                c0 = torch.randn(rows, talker, generator=g)
+                inputs = h.clone(), c0.clone()
+                params = WarpParams(torch.full((rows,), False), torch.full((rows,), 0.9), torch.full((rows,), 20),
+                                    torch.full((rows,), 1.0, dtype=torch.float64), any_top_p=False)
+                results = []
+                for joint in (True, False):
+                    cp_mod.CP_JOINT_PREFILL = joint
+                    new_tokens.clear()
+                    sample_fn = bs.residual_sample_fn(params, torch.arange(rows) + 5, torch.full((rows,), 3), False)
+                    with torch.no_grad():
+                        results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
+                    assert new_tokens[:2] == ([2, 2] if joint else [1, 1]), (joint, new_tokens)
+                assert torch.equal(results[0][0], results[1][0]), talker
+                assert torch.allclose(results[0][1], results[1][1], rtol=0, atol=0), talker
+                assert torch.equal(h, inputs[0]) and torch.equal(c0, inputs[1])
+        finally:
+            for m, f in zip(mods, saved_use):
+                m.use_kernels = f
+    finally:
+        fused_attention.norm_rope_attend_append, cache_mod.eager_attention = real_attention, real_eager
+        cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = saved
+
+
 if IN_CHILD:
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
@@ -647,6 +716,9 @@ if IN_CHILD:
 
     def test_child_folded_head_against_reference():
         check_folded_head_against_reference()
+
+    def test_child_joint_prefill_against_reference():
+        check_joint_prefill_against_reference()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

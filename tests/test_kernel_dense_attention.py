@@ -148,12 +148,71 @@ def check_folded_norm_scales_the_projections_first():
         assert not torch.allclose(filled[0][1].float(), caches[1].float())
 
 
+def check_new_tokens_equal_one_at_a_time():
+    """S new tokens a row in one call (the code predictor's 2-token first step) == S one-token calls in order, bit
+    for bit: outputs, written queries, cache (each token's work is the one-token kernel's, and token s attends
+    over positions [0, length + s]); and against eager attention with a causal mask over the normed, rotated
+    queries / keys within the tolerances above. With and without a folded norm (rows [B * S, H]), S = 2 and 3,
+    grouped heads of 2 and 3, an empty cache and one past a key tile."""
+    from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append, supported, supported_folded
+    from voxflow.kernels.qk_norm_rope import qk_norm_rope
+    from voxflow.layers.attention import attention_bias, eager_attention
+    from voxflow.layers.folded_norms import scale_rows
+    from voxflow.layers.rotary import RotaryEmbedding
+    g = torch.Generator().manual_seed(7)
+    for dtype, tol in ((torch.float32, 2e-6), (torch.bfloat16, 2e-2)):
+        for b, hq, hkv, length, d, new, folded in ((2, 4, 2, 0, 16, 2, False), (3, 6, 2, 15, 32, 2, True),
+                                                    (1, 4, 2, 5, 16, 3, True), (2, 4, 4, 0, 128, 2, True)):
+            hidden = 48
+            x = (torch.randn(b * new, hidden, generator=g) * 2).to(dtype)
+            qkv = torch.randn(b, new, (hq + 2 * hkv) * d, generator=g).to(dtype)
+            qw, kw = (torch.rand(d, generator=g) + 0.5).to(dtype), (torch.rand(d, generator=g) + 0.5).to(dtype)
+            cos, sin = RotaryEmbedding(d, 1e6)(torch.arange(length, length + new)[None], dtype)    # [1, S, D]
+            caches = [torch.randn(b, hkv, 20, d, generator=g).to(dtype) for _ in range(2)]
+
+            def split(t):
+                return (t[..., :hq * d].view(b, -1, hq, d), t[..., hq * d:(hq + hkv) * d].view(b, -1, hkv, d),
+                        t[..., (hq + hkv) * d:].view(b, -1, hkv, d))
+            q, k, v = split(qkv)
+            assert supported(q, k, v, qw, kw, cos, sin) and supported_folded(x, q)
+            fold = (x, 1e-6) if folded else None
+            ck, cv = caches[0].clone(), caches[1].clone()
+            qs = torch.empty(b, new, hq, d, dtype=dtype)
+            got = norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, ck, cv, length, d ** -0.5,
+                                          query_scratch=qs, folded_norm=fold)
+            assert got.shape == (b, new, hq, d)
+            one_k, one_v = caches[0].clone(), caches[1].clone()
+            rows = x.view(b, new, hidden)
+            for s in range(new):
+                qs1 = torch.empty(b, hq, d, dtype=dtype)
+                one = norm_rope_attend_append(q[:, s:s + 1], k[:, s:s + 1], v[:, s:s + 1], qw, kw, 1e-6, 1e-6,
+                                              cos[:, s:s + 1], sin[:, s:s + 1], one_k, one_v, length + s,
+                                              d ** -0.5, query_scratch=qs1,
+                                              folded_norm=(rows[:, s].contiguous(), 1e-6) if folded else None)
+                assert same_bits(one[:, 0], got[:, s]) and same_bits(qs1, qs[:, s]), (dtype, b, new, s)
+            assert same_bits(one_k, ck) and same_bits(one_v, cv)
+            assert torch.equal(ck[:, :, length + new:], caches[0][:, :, length + new:])
+            # eager, causal over the cached prefix + the new tokens
+            scaled = scale_rows(qkv.view(b * new, -1), x, 1e-6).view(b, new, -1) if folded else qkv
+            q2, k2, v2 = split(scaled)
+            qn, kn = qk_norm_rope(q2, k2, qw, kw, cos, sin, 1e-6, 1e-6)
+            keys = torch.cat((caches[0][:, :, :length], kn.transpose(1, 2)), dim=2).float()
+            values = torch.cat((caches[1][:, :, :length], v2.transpose(1, 2)), dim=2).float()
+            mask = attention_bias(new, length + new, None, batch=b, dtype=torch.float32, device=q.device)
+            want = eager_attention(qn.transpose(1, 2).float(), keys, values, mask, d ** -0.5)
+            err = (got.float() - want).abs().max().item()
+            assert err <= tol + (2e-2 if folded and dtype == torch.bfloat16 else 0), (dtype, b, new, err)
+
+
 if IN_CHILD:
     def test_child_folded_norm():
         check_folded_norm_scales_the_projections_first()
 
     def test_child_norm_rope_append():
         check_norm_rope_append_against_the_two_kernels_it_fuses()
+
+    def test_child_new_tokens_equal_one_at_a_time():
+        check_new_tokens_equal_one_at_a_time()
 
     def test_child_against_eager():
         check_against_eager()

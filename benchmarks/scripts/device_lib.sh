@@ -258,8 +258,10 @@ profile_codec_16() {
 
 summarize_steps() {
   local f
-  for f in $R/$1; do echo "== $f"; python3 -m voxflow.tools.step_trace_summary "$f" | head -"$2"; done \
-    > "$R/step_summaries.txt"
+  for f in $R/$1; do
+    case $f in *.pstats) continue ;; esac       # (a traced run's prepare profile beside its trace)
+    echo "== $f"; python3 -m voxflow.tools.step_trace_summary "$f" | head -"$2"
+  done > "$R/step_summaries.txt"
 }
 timeline_at() {
   local model=$1 c=$2 label=$3; shift 3

@@ -216,13 +216,14 @@ def test_five_layers_in_a_cuda_graph():
     assert torch.equal(replayed, frame())
 
 
-def predict_on_vs_off(switch, calls: list, rows: int, dtype, tol: float, expected: int = 5 * 14):
-    """CodePredictor.predict at the 1.7B shapes with `switch(on)` off, then on: the path it turns on ran on every
-    step it takes (`calls`, filled by the caller's spy, counts `expected`: 5 layers x 14 single-token steps unless
-    said), and teacher-forced with the off path's codes its logits are within tol of max |logit|. -> (codes on,
-    codes off, logits off, max error)."""
-    cp = make_code_predictor(dtype, DEV)
-    h, c0 = (torch.randn(rows, 2048, device=DEV) * 2).to(dtype), torch.randn(rows, 2048, device=DEV).to(dtype)
+def predict_on_vs_off(switch, calls: list, rows: int, dtype, tol: float, expected: int = 5 * 14,
+                      talker: int = 2048):
+    """CodePredictor.predict at the 1.7B shapes (talker 1024: the 0.6B's, no projection) with `switch(on)` off,
+    then on: the path it turns on ran on every step it takes (`calls`, filled by the caller's spy, counts
+    `expected`: 5 layers x 14 single-token steps unless said), and teacher-forced with the off path's codes its
+    logits are within tol of max |logit|. -> (codes on, codes off, logits off, max error)."""
+    cp = make_code_predictor(dtype, DEV, talker_hidden_size=talker)
+    h, c0 = (torch.randn(rows, talker, device=DEV) * 2).to(dtype), torch.randn(rows, talker, device=DEV).to(dtype)
     greedy = lambda logits, j: logits.argmax(-1)            # noqa: E731
     switch(False)
     codes_off, logits_off = cp.predict(h, c0, greedy)
@@ -313,6 +314,36 @@ def test_predict_split_prefill_on_vs_off():
             eager.clear()
     finally:
         cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention = saved
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("talker", [1024, 2048])
+def test_predict_joint_prefill_on_vs_off(talker):
+    """CP_JOINT_PREFILL at 64 rows: the 2-token first step as one pass of 128 rows (silu_mul_folded counted:
+    5 layers x (14 steps + 1 pass); the attention core took S = 2 on the 5 layers), no eager attention; against
+    the split path (off): teacher-forced logits within 5e-2 of max |logit| (fp32: 1e-4), greedy codes equal up to
+    near-ties. talker 2048: with the 1.7B's projection."""
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import dense_decode_norm_rope as fused_attention
+    from voxflow.kernels import silu_mul as sm
+    saved = (cp_mod.CP_JOINT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention,
+             fused_attention.norm_rope_attend_append)
+    calls, eager, joint = [], [], []
+    sm.silu_mul_folded = lambda *a: (calls.append(1), saved[1](*a))[1]
+    cache_mod.eager_attention = lambda *a: (eager.append(1), saved[2](*a))[1]
+    fused_attention.norm_rope_attend_append = lambda *a, **kw: (joint.append(a[0].shape[1] == 2),
+                                                                 saved[3](*a, **kw))[1]
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            joint.clear()
+            assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
+                lambda on: setattr(cp_mod, "CP_JOINT_PREFILL", on), calls, 64, dtype,
+                1e-4 if dtype == torch.float32 else 5e-2, expected=5 * 15, talker=talker))
+            assert sum(joint) >= 5 and not eager, (sum(joint), len(eager))
+    finally:
+        (cp_mod.CP_JOINT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention,
+         fused_attention.norm_rope_attend_append) = saved
 
 
 @torch.no_grad()

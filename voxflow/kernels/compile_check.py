@@ -193,13 +193,15 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
     out.append(("attention_o_proj block_h=4 block_n=32 m=1 pdl",
                 *attention_o_proj_case(1, dict(BLOCK_H=4, BLOCK_N=32), pdl=True)))
-    for pdl, folded in ((False, False), (True, False), (False, True)):
-        out.append(("dense_decode_norm_rope" + (" pdl" if pdl else "") + (" folded" if folded else ""),
+    for pdl, folded, new in ((False, False, 1), (True, False, 1), (False, True, 1), (True, True, 2)):
+        out.append(("dense_decode_norm_rope" + (" pdl" if pdl else "") + (" folded" if folded else "")
+                    + (f" new={new}" if new > 1 else ""),
                     dense_nr._norm_rope_attend_kernel,
                     dict(qr_ptr=bf, kr_ptr=bf, vr_ptr=bf, qw_ptr=bf, kw_ptr=bf, cos_ptr=bf, sin_ptr=bf, qs_ptr=bf,
                          k_ptr=bf, v_ptr=bf, out_ptr=bf, scale="fp32", inv_d="fp32", q_eps="fp32", k_eps="fp32",
                          x_ptr=bf, inv_h="fp32", x_eps="fp32"),
-                    dict(GROUPS=2, GP=2, D=128, BLOCK_HALF=64, BLOCK_T=16, USE_PDL=pdl, FOLDED=folded, BLOCK_X=1024),
+                    dict(GROUPS=2, GP=2, D=128, BLOCK_HALF=64, BLOCK_T=16, USE_PDL=pdl, FOLDED=folded, BLOCK_X=1024,
+                         NEW=new),
                     dict(enable_fp_fusion=False, launch_pdl=pdl)))
     for append in (False, True):
         out.append((f"dense_decode append={append}", dense._dense_decode_kernel,

@@ -118,23 +118,24 @@ class Qwen3Attention(nn.Module):
 
     def attend_folded(self, qkv: torch.Tensor, rows: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor,
                       cache) -> torch.Tensor:
-        """The attention of single-token rows from a q|k|v projection [B, 1, width] through the input-norm-folded
-        weight (voxflow/layers/folded_norms.py) of the layer input rows [B, H] -> [B, 1, Hq * D]: the row factor
-        applied by the attention core of a cache that attends from raw projections (the code predictor's), else by
-        qk_norm_rope (q, k and v) before the cache's own `attend` (the talker's paged view); where neither kernel
-        takes the shapes, by `folded_norms.scale_rows` before the usual path."""
+        """The attention of rows from a q|k|v projection [B, S, width] through the input-norm-folded weight
+        (voxflow/layers/folded_norms.py) of the layer input rows [B * S, H] -> [B, S, Hq * D]: the row factor
+        applied by the attention core of a cache that attends from raw projections (the code predictor's; S new
+        tokens a row attend causally), else by qk_norm_rope (q, k and v) before the cache's own `attend` (the
+        talker's paged view, S = 1); where neither kernel takes the shapes, by `folded_norms.scale_rows` before the
+        usual path (with a causal mask for S > 1)."""
         from voxflow.kernels import qk_norm_rope as fused
         from voxflow.layers import folded_norms as fn
-        b = qkv.shape[0]
+        b, s = qkv.shape[:2]
         q, k, v = self.split_qkv(qkv)
-        per_head = (b, 1, -1, self.head_dim)
+        per_head = (b, s, -1, self.head_dim)
         attend_raw = getattr(cache, "attend_raw", None)
         if attend_raw is not None:
             out = attend_raw(q.view(per_head), k.view(per_head), v.view(per_head), self.q_norm, self.k_norm, cos,
                              sin, self.scale, folded_norm=(rows, eps))
             if out is not None:
-                return out.reshape(b, 1, -1)
-        else:
+                return out.reshape(b, s, -1)
+        elif s == 1:
             qh, kh, vh = q.view(per_head), k.view(per_head), v.view(per_head)
             qw, kw = self.q_norm.weight, self.k_norm.weight
             if fused.supported(qh, kh, qw, kw, cos, sin) and fused.supported_folded(rows, qh, kh, vh):
@@ -142,7 +143,10 @@ class Qwen3Attention(nn.Module):
                                                 folded=(rows, eps, vh))
                 out = cache.attend(qn.transpose(1, 2), kn.transpose(1, 2), vn.transpose(1, 2), None, self.scale)
                 return out.reshape(b, 1, -1)
-        return self.attend(*self.split_qkv(fn.scale_rows(qkv, rows, eps)), cos, sin, cache, None)
+        bias = (None if s == 1 else
+                attention_bias(s, cache.seq_len + s, None, batch=b, dtype=qkv.dtype, device=qkv.device))
+        scaled = fn.scale_rows(qkv.reshape(b * s, -1), rows, eps).view(b, s, -1)
+        return self.attend(*self.split_qkv(scaled), cos, sin, cache, bias)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                cache: LayerKVCache | None, bias: torch.Tensor | None) -> torch.Tensor:
@@ -288,9 +292,11 @@ class Qwen3DecoderLayer(nn.Module):
 
     def _forward_folded(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, x_owned: bool
                         ) -> torch.Tensor | None:
-        """FOLDED_NORMS' layer step on x [B, 1, H] (voxflow/layers/folded_norms.py): q|k|v and gate|up through the
+        """FOLDED_NORMS' layer step on x [B, S, H] (voxflow/layers/folded_norms.py): q|k|v and gate|up through the
         norm-folded weights, the row factors applied by the attention core and silu * up kernels (their torch forms
-        where those do not take the shapes), the residual adds inside o_proj's and down_proj's GEMMs. None (nothing
+        where those do not take the shapes), the residual adds inside o_proj's and down_proj's GEMMs. S = 1 a
+        decode step; S > 1 only through a cache that attends raw projections causally (`attend_folded`: the code
+        predictor's static cache, whose 2-token first step runs so as one pass of B * S rows). None (nothing
         run): the folded weights do not exist yet (first use inside a graph capture)."""
         from voxflow.kernels import silu_mul as sm
         from voxflow.layers import folded_norms as fn
@@ -301,13 +307,14 @@ class Qwen3DecoderLayer(nn.Module):
         attn, mlp = self.self_attn, self.mlp
         inter = mlp.gate_proj.out_features
         b, s, hidden = x.shape
-        rows = x.reshape(b, hidden)
-        qkv = F.linear(rows, qkv_w)[:, None]                                   # [B, 1, width], not normed yet
+        rows = x.reshape(b * s, hidden)
+        qkv = F.linear(rows, qkv_w).view(b, s, -1)                             # [B, S, width], not normed yet
         out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
         o_w = attn.o_proj.weight.t()
-        h = rows.addmm_(out.reshape(b, -1), o_w) if x_owned else torch.addmm(rows, out.reshape(b, -1), o_w)
+        out = out.reshape(b * s, -1)
+        h = rows.addmm_(out, o_w) if x_owned else torch.addmm(rows, out, o_w)
         gate_up = F.linear(h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)

@@ -57,17 +57,20 @@ class StaticLayerKVCache:
     def attend_raw(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm, k_norm, cos: torch.Tensor,
                    sin: torch.Tensor, scale: float, folded_norm: tuple[torch.Tensor, float] | None = None
                    ) -> torch.Tensor | None:
-        """A single-token step from the raw projections (q [B, 1, Hq, D], k / v [B, 1, Hkv, D], per-head views):
-        q/k norms, RoPE, append and attention in one kernel (voxflow/kernels/dense_decode_norm_rope.py) ->
-        [B, 1, Hq, D]. folded_norm (the layer input rows [B, H], eps): the projections came through a weight with
-        the input RMSNorm folded in (voxflow/layers/folded_norms.py); the kernel applies the rows' factor. None when
-        that kernel does not apply (nothing done: the caller then takes the usual path)."""
+        """A step of S new tokens from the raw projections (q [B, S, Hq, D], k / v [B, S, Hkv, D], per-head views;
+        S = 1 a decode step, more the causal S-token step): q/k norms, RoPE, append and attention in one kernel
+        (voxflow/kernels/dense_decode_norm_rope.py) -> [B, S, Hq, D]. folded_norm (the layer input rows [B * S, H],
+        eps): the projections came through a weight with the input RMSNorm folded in
+        (voxflow/layers/folded_norms.py); the kernel applies the rows' factors. None when that kernel does not
+        apply (nothing done: the caller then takes the usual path)."""
         from voxflow.kernels import dense_decode_norm_rope as fused
-        if not fused.supported(q, k, v, q_norm.weight, k_norm.weight, cos, sin) or self.length >= self.k.shape[2]:
+        s = q.shape[1]
+        if (not fused.supported(q, k, v, q_norm.weight, k_norm.weight, cos, sin)
+                or self.length + s > self.k.shape[2]):
             return None
         if folded_norm is not None and not fused.supported_folded(folded_norm[0], q):
             return None
-        start, self.length = self.length, self.length + 1
+        start, self.length = self.length, self.length + s
         return fused.norm_rope_attend_append(q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps, cos,
                                              sin, self.k, self.v, start, scale, folded_norm=folded_norm)
 

@@ -53,6 +53,14 @@ CP_FUSED_PREFILL = os.environ.get("VOXFLOW_CP_FUSED_PREFILL", "1") == "1"
 # 696.7 / 684.7 off, 1.7B c=64 630.7 -> 642.4 audio-s/s (benchmarks/results/h200/2026-12-05-session36, call 1).
 # VOXFLOW_CP_SPLIT_PREFILL=0 turns it off.
 CP_SPLIT_PREFILL = os.environ.get("VOXFLOW_CP_SPLIT_PREFILL", "1") == "1"
+# Above the skinny sizes with the folded-norm layers, that first step as ONE pass of 2B rows instead (`_joint_layers`:
+# the GEMMs on both positions' rows at once; the attention core appends both positions' keys / values and attends
+# causally, dense_decode_norm_rope.py's S-token form). Why: split, the frame makes 16 passes of the 5 layers at B
+# rows where 15 are needed, and at 64 rows a layer pass is ~57 us of mostly weight-streaming GEMMs (0.6B c=64,
+# H100 session 40's timeline) that take 2B rows for about the price of B. Positions 0 and 1 then round through
+# GEMMs of another row count (cuBLAS may pick other kernels): within the bf16 tolerance of the split path, not its
+# bits. Off until measured on the device; VOXFLOW_CP_JOINT_PREFILL=1 turns it on.
+CP_JOINT_PREFILL = os.environ.get("VOXFLOW_CP_JOINT_PREFILL", "0") == "1"
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
@@ -178,6 +186,8 @@ class CodePredictor(nn.Module):
         fused = CP_FUSED_LAYER and (s == 1 or CP_FUSED_PREFILL) and b <= CP_FUSED_MAX_ROWS
         if fused:
             last = self._fused_layers(h, cos, sin, cache)
+        elif s > 1 and CP_JOINT_PREFILL and b > SKINNY_MAX_ROWS:
+            last = self._joint_layers(h, cos, sin, cache)        # (positions 0 .. s-1 in one pass; the last's rows)
         if last is None:
             owned = owned and s == 1
             if s > 1 and CP_SPLIT_PREFILL:
@@ -231,6 +241,26 @@ class CodePredictor(nn.Module):
                 else:
                     rows = cp_layer.layer_step(rows, w, cos_p, sin_p, c.k, c.v, c.claim())
         return rows
+
+    def _joint_layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
+        """CP_JOINT_PREFILL: the decoder layers on S new tokens a row (h [B, S, H], projected; cos / sin [1, S, D])
+        as one pass of B * S rows through the folded-norm layers (Qwen3DecoderLayer._forward_folded), whose
+        attention core appends the S positions' keys / values and attends causally -> the last position's
+        un-normed hidden [B, H] (a view of the pass's output). None (nothing run, the cache untouched) when that
+        path does not apply: no static cache, the norms not folded, the folded weights not made yet (first use
+        inside a graph capture), no room in the cache."""
+        from voxflow.layers import folded_norms as fn
+        if not (isinstance(cache, StaticKVCache) and qwen3_layer.FOLDED_NORMS):
+            return None
+        s = h.shape[1]
+        if any(fn.folded_weights(layer) is None for layer in self.model.layers) or any(
+                c.length + s > c.k.shape[2] for c in cache.layers):
+            return None
+        x = h
+        for i, (layer, c) in enumerate(zip(self.model.layers, cache.layers)):
+            # (h is the caller's: the first layer adds o_proj into a copy; later layers into their own input)
+            x = layer._forward_folded(x, cos, sin, c, x_owned=i > 0)
+        return x[:, -1]
 
     @torch.no_grad()
     def predict(self, h_last: torch.Tensor, c0_embed: torch.Tensor, sample_fn: SampleFn, frame_embed: bool = False,
