@@ -94,10 +94,6 @@ class EngineConfig:
     add_seconds_per_step: float | None = None  # while streams run, new requests taken until their prompt builds
                                                # took this long, then a step (None: every arrival at once;
                                                # engine/inprocess.py: off, it cost c=64 throughput on the H200)
-    intake_while_waiting: int = 0              # > 0: while the host waits for a decode step's results, it builds
-                                               # the prompts of requests that arrived meanwhile, this many at a
-                                               # time (engine.py `_take_arrivals_while`; the serving loops hand
-                                               # them over); 0: only between steps. Off until measured on the GPU
     idle_spin_ms: float = 0.0                  # the serving engine process (engine/process.py), idle after its
                                                # last work, polls for requests without sleeping this long before
                                                # it blocks: a request arriving then finds its core awake; 0: off

@@ -23,7 +23,6 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -194,11 +193,7 @@ class EngineCore:
         self._ttfp_count = 0
         # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
         self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
-                                      "first_chunk_wait", "codec_launch", "codec_collect", "intake_in_wait"), 0.0)
-        # EngineConfig.intake_while_waiting: the driver's hand-over of queued arrivals (one unit a call; False when
-        # none is waiting), run while a decode step's results are not yet back (`_take_arrivals_while`).
-        self.intake_hook: Callable[[], bool] | None = None
-        self._intake_seconds = 0.0                      # this step's share of it, kept out of collect_decode
+                                      "first_chunk_wait", "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
         if getattr(model, "preloaded_text_rows", None):     # the prompt rows made at load: bytes, seconds
@@ -440,7 +435,6 @@ class EngineCore:
     @on_engine_stream
     def step(self) -> list[Output]:
         self.steps += 1
-        self._intake_seconds = 0.0
         outputs: list[Output] = []
         t = self.timings
         captured_before = self._capture_seconds() if self.trace is not None else 0.0
@@ -470,7 +464,7 @@ class EngineCore:
         else:
             waited = 0.0
         t4 = time.perf_counter()
-        t["collect_decode"] += t4 - t3 - waited - self._intake_seconds
+        t["collect_decode"] += t4 - t3 - waited
         t["first_chunk_wait"] += waited
         # Chunks of the frames queued so far (up to the step just read): the codec stream waits only for that step.
         codec_launched = self.codec_exec.launch(after=previous.event if previous is not None else None)
@@ -503,10 +497,9 @@ class EngineCore:
             marks = (t0, t1, t2, t3, t4, t5, t6)
             self.trace.write({
                 "step": self.steps, "t": round(self._mono_at(t0), 6),
-                "ms": {k: round((b - a - (waited + self._intake_seconds if k == "collect_decode" else 0.0)) * 1e3, 3)
-                       for k, a, b in zip(("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
-                                           "codec_collect"), marks, marks[1:])}
-                | {"first_chunk_wait": round(waited * 1e3, 3), "intake": round(self._intake_seconds * 1e3, 3)},
+                "ms": {k: round((b - a - (waited if k == "collect_decode" else 0.0)) * 1e3, 3) for k, a, b in zip(
+                    ("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch", "codec_collect"),
+                    marks, marks[1:])} | {"first_chunk_wait": round(waited * 1e3, 3)},
                 "decode": len(sched.decode), "prefill": len(sched.prefill),
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
                 "chunks": sum(isinstance(o, AudioChunk) for o in outputs),
@@ -542,7 +535,7 @@ class EngineCore:
                 # to read; the one before it is read now, as this step would have
                 previous, self._inflight = self._inflight, launched
                 if previous is not None:
-                    self._collect_decode(previous, intake=False)
+                    self._collect_decode(previous)
                 raise
         t3 = time.perf_counter()
         t["launch_decode"] += t2 - t1
@@ -650,11 +643,9 @@ class EngineCore:
                 self.codec_exec.finish(rid)
         return True
 
-    def _collect_decode(self, inflight: InflightDecode, intake: bool = True) -> None:
+    def _collect_decode(self, inflight: InflightDecode) -> None:
         """Step N - 1's results (its frames went to the codec when it was queued): finished requests give back their
-        KV blocks and slot. `intake`: arrivals may be taken while waiting for them (not on a failing step's path)."""
-        if intake:
-            self._take_arrivals_while(inflight)
+        KV blocks and slot."""
         t0 = time.perf_counter()
         finished, eos = inflight.wait()
         self.timings["wait_decode"] += time.perf_counter() - t0
@@ -675,26 +666,6 @@ class EngineCore:
                 self._release_talker(live)
                 self.codec_exec.finish(rid)
                 self._finishing[rid] = live
-
-    def _take_arrivals_while(self, inflight: InflightDecode) -> None:
-        """EngineConfig.intake_while_waiting: while the GPU still runs the decode step whose results are about to be
-        read (the next step is already queued behind it), build the prompts of requests that arrived meanwhile,
-        a unit at a time through the driver's `intake_hook`, instead of after the step (where a burst's builds
-        delay the next launch while the GPU runs out of queued work) or blocked here. They are scheduled from the
-        next step on, as if they had come between the steps. The loop stops when the step is done or no arrival
-        is waiting; a unit that outlasts the step delays only the host, the GPU still has the queued step (unless a
-        build synchronises with the GPU, e.g. a Base model's reference audio encoded on the spot: it then waits for
-        that step too, as it would between steps). The step trace counts these builds in the step's `added` /
-        `prepare_ms` (they are scheduled from the next step) and their time in its `ms.intake` too."""
-        hook, event = self.intake_hook, inflight.event
-        if hook is None or event is None or not self.config.intake_while_waiting:
-            return
-        t0 = time.perf_counter()
-        while not event.query() and hook():
-            pass
-        spent = time.perf_counter() - t0
-        self.timings["intake_in_wait"] += spent
-        self._intake_seconds += spent
 
     # ---- outputs ----------------------------------------------------------------------------------------
     def _chunk(self, live: _Live, pcm: np.ndarray, first_frame: int, num_frames: int, index: int) -> AudioChunk:

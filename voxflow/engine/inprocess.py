@@ -36,27 +36,7 @@ class CoreDriver:
         config = getattr(core, "config", None)
         self.add_seconds = getattr(config, "add_seconds_per_step", None)
         self.idle_spin = (getattr(config, "idle_spin_ms", 0.0) or 0.0) / 1e3
-        self.intake_unit = int(getattr(config, "intake_while_waiting", 0) or 0)
         self.last_work = time.monotonic()
-
-    def install_intake(self, take_adds: Callable[[int], list[SpeechRequest]],
-                       emit: Callable[[list[EngineOutput]], None]) -> None:
-        """`EngineConfig.intake_while_waiting`: let the core take arrivals while it waits on the GPU within a step
-        (EngineCore.intake_hook). `take_adds(n)` hands over up to n queued adds, in arrival order, and none past a
-        command of another kind (an abort, a call: those wait for the loop, in their order); `emit` sends the
-        records of those refused. A no-op when the setting is off, when pacing is on (`add_seconds_per_step`: it
-        decides itself how many arrivals a step takes) or when the core has no such hook."""
-        if self.intake_unit <= 0 or self.add_seconds is not None or not hasattr(self.core, "intake_hook"):
-            return
-
-        def unit() -> bool:
-            batch = take_adds(self.intake_unit)
-            if not batch:
-                return False
-            self.last_work = time.monotonic()
-            emit(self.add_many(batch))
-            return True
-        self.core.intake_hook = unit
 
     def idle_poll_timeout(self, now: float) -> float | None:
         """How long an idle loop may block waiting for a command, in seconds: 0 (poll and come back) within
@@ -201,16 +181,8 @@ class InProcessEngineClient(EngineClient):
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
     # ---- engine thread -----------------------------------------------------------------------------------
-    def _take_adds(self, n: int) -> list[SpeechRequest]:
-        """Up to n adds from the front of the command queue (engine thread; only it pops, the loop appends)."""
-        batch = []
-        while len(batch) < n and self._commands and self._commands[0][0] == "add":
-            batch.append(self._commands.popleft()[1])
-        return batch
-
     def _run(self) -> None:
         d = self._driver
-        d.install_intake(self._take_adds, self._emit)
         try:
             while True:
                 since = time.monotonic()

@@ -20,7 +20,6 @@ in turn watches its parent's sentinel and exits if the API process disappears (n
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import multiprocessing
@@ -82,39 +81,6 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
         ctx.term()
 
 
-class Inbox:
-    """The engine process's view of its socket: `receive` the next message (None: none waiting), `take_adds(n)`
-    up to n add requests for the core's intake while it waits on the GPU (EngineConfig.intake_while_waiting). A
-    message of another kind met there is held, and `receive` gives it first: the loop handles it, and whatever came
-    after it, in arrival order."""
-
-    def __init__(self, recv) -> None:
-        self._recv = recv                       # () -> the next unpacked message or None
-        self.held: collections.deque = collections.deque()
-
-    def receive(self) -> list | None:
-        return self.held.popleft() if self.held else self._recv()
-
-    def take_adds(self, n: int) -> list:
-        batch = []
-        while len(batch) < n and (msg := self.receive()) is not None:
-            if msg[0] != "add":
-                self.held.appendleft(msg)
-                break
-            batch.append(wire.decode_request(msg[1]))
-        return batch
-
-
-def _poll_timeout_ms(inbox: Inbox, driver: CoreDriver) -> int | None:
-    """How long the loop may wait in poll(): not at all while the core has work or the inbox holds a message (one
-    the intake met inside a step: the socket may stay quiet, so waiting for it would strand the message), else the
-    driver's idle rule (None: until a message comes)."""
-    if inbox.held or driver.has_work():
-        return 0
-    idle = driver.idle_poll_timeout(time.monotonic())
-    return None if idle is None else int(idle * 1e3)
-
-
 def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
     """Busy while the core has work (poll without waiting between steps), asleep in poll() when idle (after
     polling without sleeping for `EngineConfig.idle_spin_ms` since the last work, when that is set)."""
@@ -129,17 +95,19 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
         if outs:
             sock.send(wire.pack(["out", [wire.encode_output(o) for o in outs]]))
 
-    def recv() -> list | None:
+    def receive() -> list | None:
         try:
             return wire.unpack(sock.recv(zmq.NOBLOCK))
         except zmq.Again:
             return None
 
-    inbox = Inbox(recv)
-    receive = inbox.receive
-    driver.install_intake(inbox.take_adds, send_outputs)
     while True:
-        events = dict(poller.poll(_poll_timeout_ms(inbox, driver)))
+        if driver.has_work():
+            timeout = 0
+        else:
+            idle = driver.idle_poll_timeout(time.monotonic())
+            timeout = None if idle is None else int(idle * 1e3)
+        events = dict(poller.poll(timeout))
         if parent_fd is not None and parent_fd in events:
             driver.core.shutdown()      # API process gone: nobody to serve
             return

@@ -5,9 +5,7 @@ for and how long each took, which the summed counters of /health cannot show.
 A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase of the step, as EngineCore.timings),
 "decode" (rows), "prefill" (chunks), "prefill_tokens", "added" (requests queued since the previous step),
 "prepare_ms" (host time spent building prompts since the previous step: a burst of arrivals is built in one batched
-pass, counted once, failed requests included; with `intake_while_waiting` the builds made inside the step, while
-it waited for the GPU, count here too and their time also in "ms"'s `intake`), "prepare_batches" (those passes),
-"codec_launched" (chunks started),
+pass, counted once, failed requests included), "prepare_batches" (those passes), "codec_launched" (chunks started),
 "chunks" (chunks out), "finished" (final records out), "codec_in_flight" (codec calls launched and not yet collected
 at the step's end: on a GPU the codec may still be running while the next step runs), "codec_starved" (a first
 chunk waited for a free codec state: codec_executor.py), "running", "waiting",

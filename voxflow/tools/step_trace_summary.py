@@ -96,9 +96,8 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
             # (idle and partial steps, and long prefill steps, count against it; a closed-loop run's throughput moves
             # with it)
             "row_occupancy": row_ms / (full_rows * busy_ms) if busy_ms > 0 else 0.0, "pauses": len(pauses),
-            # host ms building prompts (the engine thread; "intake" of it while waiting on the GPU within a step)
+            # host ms building prompts (the engine thread)
             "prepare_ms": sum(s.get("prepare_ms", 0.0) for s in counted),
-            "intake_ms": sum(s.get("ms", {}).get("intake", 0.0) for s in counted),
             "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
             "prefill": prefill_summary(steps)}
 
@@ -123,8 +122,7 @@ def render(summary: dict) -> str:
     lines = [f"span {span:.0f} ms, {summary['steps']} steps from the first full one ({summary['full_rows']} rows); "
              f"mean decode rows a step {summary['mean_rows']:.1f}; rows in use over the span (time-weighted"
              + (f", {summary['pauses']} pauses of > {PAUSE_MS / 1e3:g} s left out" if summary["pauses"] else "")
-             + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread"
-             + (f" ({summary['intake_ms']:.1f} ms of it while waiting on the GPU)" if summary["intake_ms"] else ""),
+             + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread",
              "",
              "| steps | count | ms | share | median ms | mean ms |", "|---|---|---|---|---|---|"]
     for kind, g in sorted(summary["groups"].items(), key=lambda kv: -kv[1].total):
