@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 43 call 2 (prepared after call 1); carry [".whl", ".device_tree"]. ~420 s.
+# Session 43 call 2; carry [".whl", ".device_tree"]. ~420 s.
 # CP_JOINT_PREFILL (code_predictor.py, off until measured): the code predictor's 2-token first step as one pass of
 # 2B rows through the folded layers (the attention core takes both positions: dense_decode_norm_rope.py's S-token
 # form) instead of two passes of B rows. Why: session 40's 0.6B c=64 timeline (H100) has 16 layer passes a frame
