@@ -238,6 +238,27 @@ def test_norm_rope_append_refuses_a_query_scratch_of_the_wrong_shape():
                                     query_scratch=bad)
 
 
+def test_norm_rope_append_refuses_new_tokens_it_cannot_take():
+    """S new tokens a row: more than MAX_NEW is not `supported` and raises; a query scratch must then be the
+    [B, S, Hq, D] the kernel writes; the cache must have room for all S -- each a clear error before any launch."""
+    from voxflow.kernels.dense_decode_norm_rope import MAX_NEW, norm_rope_attend_append, supported
+    w, cache = torch.ones(16), torch.zeros(2, 2, 8, 16)
+
+    def tokens(s):
+        return torch.zeros(2, s, 4, 16), torch.zeros(2, s, 2, 16), torch.ones(1, s, 16)
+    q, kv, cos = tokens(MAX_NEW + 1)
+    assert not supported(q, kv, kv, w, w, cos, cos)
+    with pytest.raises(ValueError, match="new tokens"):
+        norm_rope_attend_append(q, kv, kv, w, w, 1e-6, 1e-6, cos, cos, cache, cache.clone(), 0, 0.25)
+    q, kv, cos = tokens(2)
+    assert supported(q, kv, kv, w, w, cos, cos)
+    with pytest.raises(ValueError, match="query_scratch"):
+        norm_rope_attend_append(q, kv, kv, w, w, 1e-6, 1e-6, cos, cos, cache, cache.clone(), 0, 0.25,
+                                query_scratch=torch.empty(2, 4, 16))
+    with pytest.raises(ValueError, match="no room"):
+        norm_rope_attend_append(q, kv, kv, w, w, 1e-6, 1e-6, cos, cos, cache, cache.clone(), 7, 0.25)
+
+
 def test_launch_warps_one_warp_only_from_the_switch_rows(monkeypatch):
     """dense_decode_norm_rope.launch_warps: NUM_WARPS at every size while ONE_WARP_FROM_ROWS is 0; with it set
     (64 by default), one warp from that many rows on and NUM_WARPS below."""

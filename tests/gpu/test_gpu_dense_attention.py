@@ -118,3 +118,47 @@ def test_norm_rope_append_equals_the_two_kernels_it_fuses(dtype, batch):
             torch.testing.assert_close(cache_k[:, :, :length + 1], keys, rtol=4e-6, atol=1e-6)   # ~32 ulps: the
             torch.testing.assert_close(q_written, qn[:, 0], rtol=4e-6, atol=1e-6)              # norm sums 128
             # squares in another order; a wrong norm or rotation is off by O(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hidden", [1024, 2048])
+def test_norm_rope_append_two_tokens_equal_one_at_a_time(dtype, hidden):
+    """The code predictor's 2-token first step (CP_JOINT_PREFILL) at the real shapes, 64 rows (one warp a program),
+    the folded input norm over rows `hidden` wide, PDL as the engine launches it: one S = 2 call equals two
+    one-token calls bit for bit (outputs, written queries, cache), eagerly and replayed from a CUDA graph."""
+    from voxflow.kernels.dense_decode_norm_rope import norm_rope_attend_append, supported, supported_folded
+    from voxflow.layers.rotary import RotaryEmbedding
+    torch.manual_seed(hidden)
+    b, s = 64, 2
+    x = (torch.randn(b * s, hidden, device="cuda") * 2).to(dtype)
+    qkv = torch.randn(b, s, 32 * 128, device="cuda").to(dtype)
+    q, k, v = (qkv[..., :2048].view(b, s, 16, 128), qkv[..., 2048:3072].view(b, s, 8, 128),
+               qkv[..., 3072:].view(b, s, 8, 128))
+    qw = (torch.rand(128, device="cuda") + 0.5).to(dtype)
+    kw = (torch.rand(128, device="cuda") + 0.5).to(dtype)
+    cos, sin = RotaryEmbedding(128, 1e6).to("cuda")(torch.arange(s, device="cuda")[None], dtype)
+    assert supported(q, k, v, qw, kw, cos, sin) and supported_folded(x, q)
+    empty = torch.zeros(b, 8, 16, 128, device="cuda", dtype=dtype)
+    qs, ck, cv = torch.empty(b, s, 16, 128, device="cuda", dtype=dtype), empty.clone(), empty.clone()
+
+    def joint():
+        return norm_rope_attend_append(q, k, v, qw, kw, 1e-6, 1e-6, cos, sin, ck, cv, 0, 128 ** -0.5,
+                                       query_scratch=qs, folded_norm=(x, 1e-6))
+    got = joint()
+    one_k, one_v, rows = empty.clone(), empty.clone(), x.view(b, s, hidden)
+    for t in range(s):
+        qs1 = torch.empty(b, 16, 128, device="cuda", dtype=dtype)
+        one = norm_rope_attend_append(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1], qw, kw, 1e-6, 1e-6,
+                                      cos[:, t:t + 1], sin[:, t:t + 1], one_k, one_v, t, 128 ** -0.5,
+                                      query_scratch=qs1, folded_norm=(rows[:, t].contiguous(), 1e-6))
+        assert torch.equal(one[:, 0], got[:, t]) and torch.equal(qs1, qs[:, t]), (dtype, t)
+    assert torch.equal(one_k, ck) and torch.equal(one_v, cv)
+    eager = got.clone()
+    ck.zero_(), cv.zero_()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = joint()
+    ck.zero_(), cv.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, eager) and torch.equal(ck, one_k) and torch.equal(cv, one_v)

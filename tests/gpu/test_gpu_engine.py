@@ -177,6 +177,23 @@ def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
     assert_equals_reference(got, texts)
 
 
+def test_gpu_joint_prefill_engine_equals_cpu_reference(monkeypatch):
+    """code_predictor.CP_JOINT_PREFILL (set here whatever the default) at twelve requests (bucket 16, above the
+    skinny sizes): the code predictor's 2-token first step as one pass of both positions' rows inside the step's
+    CUDA graph (the spy sees the warm-up and capture calls: S = 2 among them): the same fp32 codes and audio as the
+    CPU loop."""
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import dense_decode_norm_rope as fused
+    monkeypatch.setattr(cp_mod, "CP_JOINT_PREFILL", True)
+    tokens, real = [], fused.norm_rope_attend_append
+    monkeypatch.setattr(fused, "norm_rope_attend_append",
+                        lambda *a, **kw: (tokens.append(a[0].shape[1]), real(*a, **kw))[1])
+    texts = TEXTS * 3
+    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    assert 2 in tokens, "the joint first step never ran"
+    assert_equals_reference(got, texts)
+
+
 def test_gpu_memory_limit_caps_the_allocator_and_the_total_is_reported():
     """gpu_memory_limit_bytes: the engine's reported peak total (allocator peak reservation + context and modules)
     stays within the limit while it serves, the allocator's share is capped, and the codes are unchanged."""

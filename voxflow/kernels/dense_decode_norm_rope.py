@@ -52,7 +52,8 @@ def _norm_rope_attend_kernel(qr_ptr, kr_ptr, vr_ptr, qw_ptr, kw_ptr, cos_ptr, si
                              GROUPS: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK_HALF: tl.constexpr,
                              BLOCK_T: tl.constexpr, USE_PDL: tl.constexpr, FOLDED: tl.constexpr,
                              BLOCK_X: tl.constexpr, NEW: tl.constexpr):
-    # (T1 = T + 1, passed in: a loop bound computed in the kernel trips Triton 3.6's interpreter)
+    # (T1 = T + 1, passed in: a loop bound computed in the kernel from runtime values trips Triton 3.6's
+    # interpreter; T1 + s below adds a constexpr, which it takes)
     if USE_PDL:                 # pdl.py: nothing read before the previous kernel's results are visible
         wait_for_previous_kernel(USE_PDL)
     b = tl.program_id(0).to(tl.int64)
@@ -153,7 +154,7 @@ def norm_rope_attend_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
     if k_cache.shape[2] < length + new:
         raise ValueError(f"cache of {k_cache.shape[2]} positions has no room for {new} at position {length}")
     groups = hq // hkv
-    scratch_shape = (b, hq, d) if new == 1 else (b, new, hq, d)
+    scratch_shape = (b, hq, d) if new == 1 else (b, new, hq, d)     # (one token: the decode step's [B, Hq, D])
     if query_scratch is not None and (query_scratch.shape != scratch_shape or query_scratch.dtype != q.dtype
                                       or not query_scratch.is_contiguous() or query_scratch.device != q.device):
         raise ValueError(f"query_scratch must be a contiguous {scratch_shape} {q.dtype} tensor on {q.device}")

@@ -122,8 +122,9 @@ class Qwen3Attention(nn.Module):
         (voxflow/layers/folded_norms.py) of the layer input rows [B * S, H] -> [B, S, Hq * D]: the row factor
         applied by the attention core of a cache that attends from raw projections (the code predictor's; S new
         tokens a row attend causally), else by qk_norm_rope (q, k and v) before the cache's own `attend` (the
-        talker's paged view, S = 1); where neither kernel takes the shapes, by `folded_norms.scale_rows` before the
-        usual path (with a causal mask for S > 1)."""
+        talker's paged view, S = 1 only: S > 1 without a raw-attending cache raises); where neither kernel takes the
+        shapes, by `folded_norms.scale_rows` before the usual path (with a causal mask over the static cache for
+        S > 1)."""
         from voxflow.kernels import qk_norm_rope as fused
         from voxflow.layers import folded_norms as fn
         b, s = qkv.shape[:2]
@@ -143,6 +144,10 @@ class Qwen3Attention(nn.Module):
                                                 folded=(rows, eps, vh))
                 out = cache.attend(qn.transpose(1, 2), kn.transpose(1, 2), vn.transpose(1, 2), None, self.scale)
                 return out.reshape(b, 1, -1)
+        if s > 1 and attend_raw is None:
+            # (the causal mask below knows a static cache's length only, not a paged view's ragged rows)
+            raise ValueError(f"{s} new tokens a row through the folded layers need a cache that attends raw "
+                             "projections (the code predictor's static cache)")
         bias = (None if s == 1 else
                 attention_bias(s, cache.seq_len + s, None, batch=b, dtype=qkv.dtype, device=qkv.device))
         scaled = fn.scale_rows(qkv.reshape(b * s, -1), rows, eps).view(b, s, -1)

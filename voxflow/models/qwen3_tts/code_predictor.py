@@ -170,8 +170,9 @@ class CodePredictor(nn.Module):
                             ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps (and with CP_FUSED_PREFILL the 2-token first step, position by position) through the
-        fused layer kernels (`_fused_layers`, when on and applicable; else, with CP_SPLIT_PREFILL, that first step
-        position by position through the stack's single-token path), and the
+        fused layer kernels (`_fused_layers`, when on and applicable; else above the skinny sizes with
+        CP_JOINT_PREFILL that first step as one pass of both positions' rows, `_joint_layers`; else, with
+        CP_SPLIT_PREFILL, position by position through the stack's single-token path), and the
         final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]. `projected`: x already projected (the
@@ -187,7 +188,9 @@ class CodePredictor(nn.Module):
         if fused:
             last = self._fused_layers(h, cos, sin, cache)
         elif s > 1 and CP_JOINT_PREFILL and b > SKINNY_MAX_ROWS:
-            last = self._joint_layers(h, cos, sin, cache)        # (positions 0 .. s-1 in one pass; the last's rows)
+            # positions 0 .. s-1 in one pass; a projection's output (not x itself, whose last row is the frame's
+            # c0 row) is the pass's own to add into
+            last = self._joint_layers(h, cos, sin, cache, owned=OWNED_INPUT and h is not x)
         if last is None:
             owned = owned and s == 1
             if s > 1 and CP_SPLIT_PREFILL:
@@ -242,13 +245,16 @@ class CodePredictor(nn.Module):
                     rows = cp_layer.layer_step(rows, w, cos_p, sin_p, c.k, c.v, c.claim())
         return rows
 
-    def _joint_layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache) -> torch.Tensor | None:
+    def _joint_layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, owned: bool = False
+                      ) -> torch.Tensor | None:
         """CP_JOINT_PREFILL: the decoder layers on S new tokens a row (h [B, S, H], projected; cos / sin [1, S, D])
         as one pass of B * S rows through the folded-norm layers (Qwen3DecoderLayer._forward_folded), whose
         attention core appends the S positions' keys / values and attends causally -> the last position's
-        un-normed hidden [B, H] (a view of the pass's output). None (nothing run, the cache untouched) when that
-        path does not apply: no static cache, the norms not folded, the folded weights not made yet (first use
-        inside a graph capture), no room in the cache."""
+        un-normed hidden [B, H] (a view of the pass's output: rows 2H apart, which lm_head's GEMM and the draw's
+        row_scale take as they are). owned: h is the caller's scratch, which the first layer may add into (else
+        only later layers add into their input). None (nothing run, the cache untouched) when that path does not
+        apply: no static cache, the norms not folded, the folded weights not made yet (first use inside a graph
+        capture), no room in the cache."""
         from voxflow.layers import folded_norms as fn
         if not (isinstance(cache, StaticKVCache) and qwen3_layer.FOLDED_NORMS):
             return None
@@ -258,8 +264,7 @@ class CodePredictor(nn.Module):
             return None
         x = h
         for i, (layer, c) in enumerate(zip(self.model.layers, cache.layers)):
-            # (h is the caller's: the first layer adds o_proj into a copy; later layers into their own input)
-            x = layer._forward_folded(x, cos, sin, c, x_owned=i > 0)
+            x = layer._forward_folded(x, cos, sin, c, x_owned=owned or i > 0)
         return x[:, -1]
 
     @torch.no_grad()
