@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 43; carry [".whl", ".device_tree"]. ~330 s. JOINT=1 runs it with CP_JOINT_PREFILL on.
+# Prepared in session 43; carry [".whl", ".device_tree"]; rename when run. ~330 s. JOINT=1: CP_JOINT_PREFILL on.
 # Issue 6's 1.7B target rows re-measured under the benchmarking rules' >= 10 x c prompts (device_lib.sh
 # PROMPTS_PER_USER: c=1 16, c=16 160, c=64 640, offline c=256 2,560): the README's rows ran 3-4 x c (c=16: 64,
 # c=64: 192-256, c=256: 512), where each client's first arrival and last tail weighed a third of its cycles.
