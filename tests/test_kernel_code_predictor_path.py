@@ -692,6 +692,70 @@ def check_joint_prefill_against_reference():
         cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = saved
 
 
+def check_joint_prefill_at_one_row():
+    """code_predictor.CP_JOINT_PREFILL at one row (the four-kernel layers, CP_FUSED_LAYER): the 2-token first step
+    as the two rows of one pass (cp_layer.layer_step with joint=True on both layers, spied; no layer_append), the
+    logits within the module's tolerances of the reference (fp32 greedy: the same codes), with and without a
+    projection; and the engine's call (frame_embed, fused draws), fp32 greedy: the same codes and frame embedding
+    as the position-by-position fused prefill."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import cp_layer
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    joint, appends = [], []
+    real_step, real_append = cp_layer.layer_step, cp_layer.layer_append
+    cp_layer.layer_step = lambda *a, **kw: (joint.append(kw.get("joint", False)), real_step(*a, **kw))[1]
+    cp_layer.layer_append = lambda *a, **kw: (appends.append(1), real_append(*a, **kw))[1]
+    saved = cp_mod.CP_JOINT_PREFILL, cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_PREFILL, dict(cp_layer.CONFIGS)
+    cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_PREFILL = True, True
+    # Few wide programs: the interpreter's cost is per program (the kernel tests cover the GPU configs).
+    cp_layer.CONFIGS.update(qkv=dict(BLOCK_N=64), attention_o_proj=dict(BLOCK_N=64), gate_up=dict(BLOCK_N=64))
+    try:
+        g = torch.Generator().manual_seed(12)
+        for talker, dtype, tol in ((96, torch.float32, 1e-4), (64, torch.float32, 1e-4), (96, torch.bfloat16, 5e-2)):
+            cp_mod.CP_JOINT_PREFILL = True
+            cp = small_code_predictor(dtype, talker)
+            h = torch.randn(1, talker, generator=g).to(dtype)
+            c0 = torch.randn(1, talker, generator=g).to(dtype)
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            joint.clear(), appends.clear()
+            codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
+            if dtype == torch.float32:
+                assert torch.equal(codes_k, codes_r)
+            assert joint == [True] * 2 + [False] * 6 and not appends, (joint, appends)
+            assert_logits_close(logits_k, logits_r, tol, talker, dtype)
+        mods = (layer_mod, cache_mod, cp_mod, bs)
+        saved_use = [m.use_kernels for m in mods]
+        for m in mods:
+            m.use_kernels = lambda t: True
+        try:
+            for talker in (64, 96):
+                cp = small_code_predictor(torch.float32, talker)
+                h, c0 = torch.randn(1, talker, generator=g), torch.randn(1, talker, generator=g)
+                params = WarpParams(torch.full((1,), False), torch.full((1,), 0.9), torch.full((1,), 20),
+                                    torch.full((1,), 1.0, dtype=torch.float64), any_top_p=False)
+                results = []
+                for on in (True, False):
+                    cp_mod.CP_JOINT_PREFILL = on
+                    joint.clear()
+                    sample_fn = bs.residual_sample_fn(params, torch.arange(1) + 5, torch.full((1,), 3), False)
+                    with torch.no_grad():
+                        results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
+                    assert any(joint) == on, (on, joint)
+                assert torch.equal(results[0][0], results[1][0]), talker
+                assert torch.equal(results[0][1], results[1][1]), talker
+        finally:
+            for m, f in zip(mods, saved_use):
+                m.use_kernels = f
+    finally:
+        cp_layer.layer_step, cp_layer.layer_append = real_step, real_append
+        cp_mod.CP_JOINT_PREFILL, cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_PREFILL = saved[:3]
+        cp_layer.CONFIGS.clear()
+        cp_layer.CONFIGS.update(saved[3])
+
+
 if IN_CHILD:
     def test_child_kernel_path_against_reference():
         check_kernel_path_against_reference()
@@ -722,6 +786,9 @@ if IN_CHILD:
 
     def test_child_joint_prefill_against_reference():
         check_joint_prefill_against_reference()
+
+    def test_child_joint_prefill_at_one_row():
+        check_joint_prefill_at_one_row()
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

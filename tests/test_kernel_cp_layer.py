@@ -141,6 +141,41 @@ def check_attention_cases(dtype):
         check_attention(REAL, dtype, 1, length, WIDE_ATT if length != 1 else dict(BLOCK_N=512, BLOCK_H=4))
 
 
+def check_attention_joint(shape, dtype, length, config, seed=0):
+    """attention_o_proj's joint form (two tokens of cache row 0 at positions length, length + 1; the second attends
+    to the first from registers) against two one-token calls in order (the second reading the first's key / value
+    from the cache): the same cache bits; outputs fp32 within 1e-5 of max |out| (the softmax sums the first token's
+    term in another order), bf16 within 2^-7 of scale and >= 95% bit-equal; the cache past length + 1 untouched."""
+    from voxflow.kernels.attention_o_proj import attention_o_proj, supported
+    a = attention_inputs(shape, 2, length, dtype, seed, per_row_rope=True)
+    k0, v0 = a["k_cache"][:1].clone(), a["v_cache"][:1].clone()           # cache row 0 only
+    args = (a["w_o"], a["q_weight"], a["k_weight"], EPS, EPS)
+    seq_k, seq_v = k0.clone(), v0.clone()
+    want = torch.cat([attention_o_proj(a["qkv"][t:t + 1], a["residual"][t:t + 1], *args, a["cos"][t], a["sin"][t],
+                                       seq_k, seq_v, length + t, a["num_heads"], a["scale"], config=config)
+                      for t in range(2)])
+    jk, jv = k0.clone(), v0.clone()
+    assert supported(a["qkv"], a["residual"], a["w_o"], a["q_weight"], a["k_weight"], a["cos"], a["sin"], jk, jv,
+                     a["num_heads"], joint=True)
+    got = attention_o_proj(a["qkv"], a["residual"], *args, a["cos"], a["sin"], jk, jv, length, a["num_heads"],
+                           a["scale"], config=config, joint=True)
+    label = (dtype, length, config)
+    assert torch.equal(jk, seq_k) and torch.equal(jv, seq_v), label
+    assert torch.equal(jk[:, :, length + 2:], k0[:, :, length + 2:]), label
+    if dtype == torch.float32:
+        assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item(), label
+    else:
+        assert ((got.float() - want.float()).abs() <= 2.0 ** -7 * a["scale"] * want.float().abs().max()).all(), label
+        assert (ulp_distance(got, want) == 0).float().mean().item() >= 0.95, label
+
+
+def check_attention_joint_cases(dtype):
+    for length in (0, 5):
+        check_attention_joint(TINY, dtype, length, None)                        # partial sums of 2 head blocks
+        check_attention_joint(TINY, dtype, length, dict(BLOCK_N=32, BLOCK_H=4))  # one head block: no partials
+    check_attention_joint(REAL, dtype, 0, WIDE_ATT)
+
+
 def _layer_weights(layer):
     from voxflow.models.qwen3_tts.code_predictor import _layer_weights
     return _layer_weights(layer)
@@ -217,6 +252,10 @@ if IN_CHILD:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_child_attention_o_proj(dtype):
         check_attention_cases(dtype)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_child_attention_o_proj_joint(dtype):
+        check_attention_joint_cases(dtype)
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_child_layer(dtype):

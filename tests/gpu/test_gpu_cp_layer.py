@@ -110,6 +110,43 @@ def test_attention_o_proj_matches_torch(m, dtype):
             assert torch.equal(c[:, :, length + 1:], before[:, :, length + 1:])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("config", [None, dict(BLOCK_H=16, BLOCK_N=32)])
+def test_attention_o_proj_joint_equals_two_calls(config, dtype):
+    """The joint form (the code predictor's 2-token first step at one row, CP_JOINT_PREFILL) at the real shapes,
+    with the default tiles (partial sums of 4 head blocks) and one head block: the same cache bits as two one-token
+    calls in order; outputs fp32 within 1e-5 of max |out|, bf16 within 2^-7 of scale and >= 95% bit-equal (the
+    first token's softmax term is summed in another order); eagerly and replayed from a CUDA graph."""
+    from voxflow.kernels.attention_o_proj import attention_o_proj
+    for length in (0, 7):
+        a = attention_inputs(REAL, 2, length, dtype, seed=length, per_row_rope=True, device=DEV)
+        k0, v0 = a["k_cache"][:1].clone(), a["v_cache"][:1].clone()
+        args = (a["w_o"], a["q_weight"], a["k_weight"], EPS, EPS)
+        seq_k, seq_v = k0.clone(), v0.clone()
+        want = torch.cat([attention_o_proj(a["qkv"][t:t + 1], a["residual"][t:t + 1], *args, a["cos"][t],
+                                           a["sin"][t], seq_k, seq_v, length + t, a["num_heads"], a["scale"],
+                                           config=config) for t in range(2)])
+        jk, jv = k0.clone(), v0.clone()
+
+        def joint():
+            return attention_o_proj(a["qkv"], a["residual"], *args, a["cos"], a["sin"], jk, jv, length,
+                                    a["num_heads"], a["scale"], config=config, joint=True)
+        got = joint()
+        assert torch.equal(jk, seq_k) and torch.equal(jv, seq_v), length
+        if dtype == torch.float32:
+            assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item(), length
+        else:
+            assert ((got.float() - want.float()).abs() <= 2.0 ** -7 * a["scale"] * want.float().abs().max()).all()
+            assert (ulp_distance(got, want) == 0).float().mean().item() >= 0.95, length
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            replayed = joint()
+        jk.copy_(k0), jv.copy_(v0)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(replayed, got) and torch.equal(jk, seq_k) and torch.equal(jv, seq_v), length
+
+
 @pytest.mark.parametrize("config", [dict(BLOCK_H=1, BLOCK_N=32), dict(BLOCK_H=4, BLOCK_N=128),
                                     dict(BLOCK_H=8, BLOCK_N=128, num_warps=8), dict(BLOCK_N=16), dict(BLOCK_N=128),
                                     dict(BLOCK_H=16, BLOCK_N=8), dict(num_warps=8), dict(num_warps=2)])
@@ -345,6 +382,26 @@ def test_predict_joint_prefill_on_vs_off(talker):
     finally:
         (cp_mod.CP_JOINT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention,
          fused_attention.norm_rope_attend_append) = saved
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("talker", [1024, 2048])
+def test_predict_joint_prefill_at_one_row_on_vs_off(talker):
+    """CP_JOINT_PREFILL at one row (the four-kernel layers): the 2-token first step as the two rows of one pass on
+    all 5 layers (layer_step with joint=True counted), against the position-by-position fused prefill (off):
+    teacher-forced logits within 5e-2 of max |logit| (fp32: 1e-4), greedy codes equal up to near-ties."""
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import cp_layer
+    saved = cp_mod.CP_JOINT_PREFILL, cp_layer.layer_step
+    calls = []
+    cp_layer.layer_step = lambda *a, **kw: (calls.append(1) if kw.get("joint") else None, saved[1](*a, **kw))[1]
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
+                lambda on: setattr(cp_mod, "CP_JOINT_PREFILL", on), calls, 1, dtype,
+                1e-4 if dtype == torch.float32 else 5e-2, expected=5, talker=talker))
+    finally:
+        cp_mod.CP_JOINT_PREFILL, cp_layer.layer_step = saved
 
 
 @torch.no_grad()

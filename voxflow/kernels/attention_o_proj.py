@@ -66,13 +66,16 @@ def _norm_rope_halves(x1, x2, w1, w2, c1, c2, s1, s2, inv_d, eps, DTYPE: tl.cons
 
 
 @triton.jit
-def _heads_o_proj(h0, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_d, q_eps, k_eps,
-                  qw1, qw2, kw1, kw2, c1, c2, s1, s2, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
+def _heads_o_proj(h0, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, T_write, scale, inv_d, q_eps, k_eps,
+                  qw1, qw2, kw1, kw2, c1, c2, s1, s2, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, e1, e2, ev,
                   HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                  BLOCK_T: tl.constexpr):
-    """Query heads [h0, h0 + BLOCK_H) of row b: their attention output, times this tile's rows of W_o over those
-    heads' columns -> the fp32 partial o_proj sums [BLOCK_N] (column block nt == 0 also appends the new keys /
-    values)."""
+                  BLOCK_T: tl.constexpr, EXTRA: tl.constexpr):
+    """Query heads [h0, h0 + BLOCK_H) of the token at `row` (cache row b, cached positions [0, T)): their attention
+    output, times this tile's rows of W_o over those heads' columns -> (the fp32 partial o_proj sums [BLOCK_N], the
+    token's normed, rotated key halves and value per query head, for a later token of the same row). Column block
+    nt == 0 also writes the new key / value at cache position T_write. EXTRA: the token also attends to an earlier
+    new token of its row held in registers (e1, e2, ev: that call's returned key halves and value), which sits
+    between the cached positions and its own."""
     dtype = kc_ptr.dtype.element_ty
     GROUPS = HQ // HKV
     HQD = HQ * D
@@ -93,10 +96,10 @@ def _heads_o_proj(h0, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_
     vn = tl.load(row + HQD + HKV * D + kvh[:, None] * D + d[None, :])    # [BLOCK_H, D]
     if nt == 0:
         first = (heads % GROUPS == 0)[:, None]                          # each KV head written once
-        kn = kc_ptr + b * sk_b + kvh[:, None] * sk_h + T * sk_t + dh[None, :]
+        kn = kc_ptr + b * sk_b + kvh[:, None] * sk_h + T_write * sk_t + dh[None, :]
         tl.store(kn, k1.to(dtype), mask=first)
         tl.store(kn + HALF, k2.to(dtype), mask=first)
-        tl.store(vc_ptr + b * sv_b + kvh[:, None] * sv_h + T * sv_t + d[None, :], vn, mask=first)
+        tl.store(vc_ptr + b * sv_b + kvh[:, None] * sv_h + T_write * sv_t + d[None, :], vn, mask=first)
     # the cached positions [0, T) of each query head's KV head: [BLOCK_H, BLOCK_T, HALF or D]
     c_mask = t_mask[None, :, None]
     kc = kc_ptr + b * sk_b + kvh[:, None, None] * sk_h + t[None, :, None] * sk_t + dh[None, None, :]
@@ -109,14 +112,21 @@ def _heads_o_proj(h0, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_
     s = tl.where(t_mask[None, :], s, float("-inf"))
     s_new = (tl.sum(q1 * k1, axis=1) + tl.sum(q2 * k2, axis=1)) * scale
     mx = tl.maximum(tl.max(s, axis=1), s_new)
+    if EXTRA:
+        s_extra = (tl.sum(q1 * e1, axis=1) + tl.sum(q2 * e2, axis=1)) * scale
+        mx = tl.maximum(mx, s_extra)
     p = tl.exp(s - mx[:, None])
     p_new = tl.exp(s_new - mx)
     l = tl.sum(p, axis=1) + p_new
     o = tl.sum(p[:, :, None] * cv, axis=1) + p_new[:, None] * vn.to(tl.float32)
+    if EXTRA:
+        p_extra = tl.exp(s_extra - mx)
+        l += p_extra
+        o += p_extra[:, None] * ev.to(tl.float32)
     att = round_to(o / l[:, None], dtype)               # [BLOCK_H, D], rounded as the dense kernels store it
     # o_proj: this program's rows of W_o over these heads' columns, [BLOCK_N, BLOCK_H, D]
     w = tl.load(w_rows + heads[None, :, None] * D + d[None, None, :], mask=n_mask[:, None, None], other=0.0)
-    return tl.sum(tl.sum(w.to(tl.float32) * att[None, :, :], axis=2), axis=1)
+    return tl.sum(tl.sum(w.to(tl.float32) * att[None, :, :], axis=2), axis=1), k1, k2, vn
 
 
 @triton.jit
@@ -128,12 +138,32 @@ def _residual_epilogue(acc, res_ptr, out_ptr, offs_n, n_mask):
 
 
 @triton.jit
+def _rope_row(cos_ptr, sin_ptr, b, cos_sb, sin_sb, dh, HALF: tl.constexpr):
+    """Row b's RoPE halves as fp32 [1, HALF]: cos[:half], cos[half:], sin[:half], sin[half:]."""
+    c1 = tl.load(cos_ptr + b * cos_sb + dh).to(tl.float32)[None, :]
+    c2 = tl.load(cos_ptr + b * cos_sb + HALF + dh).to(tl.float32)[None, :]
+    s1 = tl.load(sin_ptr + b * sin_sb + dh).to(tl.float32)[None, :]
+    s2 = tl.load(sin_ptr + b * sin_sb + HALF + dh).to(tl.float32)[None, :]
+    return c1, c2, s1, s2
+
+
+@triton.jit
+def _row_result(part, b, hb, res_ptr, out_ptr, ws_ptr, s_res, s_out, N, offs_n, n_mask, NHB: tl.constexpr):
+    """Row b's partial o_proj sums: finished here with one head block, else stored for the column block's last
+    tile."""
+    if NHB == 1:
+        _residual_epilogue(part, res_ptr + b * s_res, out_ptr + b * s_out, offs_n, n_mask)
+    else:
+        tl.store(ws_ptr + (b * NHB + hb) * N + offs_n, part, mask=n_mask)
+
+
+@triton.jit
 def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, kc_ptr, vc_ptr, out_ptr,
                            ws_ptr, cnt_ptr, M, N, T, scale, inv_d, q_eps, k_eps,
                            s_qkv, s_res, s_out, cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                            HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
                            BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                           USE_PDL: tl.constexpr):
+                           USE_PDL: tl.constexpr, JOINT: tl.constexpr = False):
     """Tile = (head block hb, column block nt), hb fastest: the attention of query heads [hb * BLOCK_H, + BLOCK_H)
     and their share of o_proj for columns [nt * BLOCK_N, + BLOCK_N), all M rows. With one head block the tile
     finishes its columns itself; else it stores fp32 partial sums to ws [M, HQ / BLOCK_H, N] and the last of the
@@ -153,19 +183,28 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
     kw1 = tl.load(kw_ptr + dh).to(tl.float32)[None, :]
     kw2 = tl.load(kw_ptr + HALF + dh).to(tl.float32)[None, :]
     w_rows = wo_ptr + offs_n[:, None, None].to(tl.int64) * (HQ * D)            # [BLOCK_N, 1, 1]
-    for b in range(0, M):
-        row = qkv_ptr + b * s_qkv
-        c1 = tl.load(cos_ptr + b * cos_sb + dh).to(tl.float32)[None, :]
-        c2 = tl.load(cos_ptr + b * cos_sb + HALF + dh).to(tl.float32)[None, :]
-        s1 = tl.load(sin_ptr + b * sin_sb + dh).to(tl.float32)[None, :]
-        s2 = tl.load(sin_ptr + b * sin_sb + HALF + dh).to(tl.float32)[None, :]
-        part = _heads_o_proj(hb * BLOCK_H, nt, b, row, kc_ptr, vc_ptr, w_rows, n_mask, T, scale, inv_d, q_eps, k_eps,
-                             qw1, qw2, kw1, kw2, c1, c2, s1, s2, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
-                             HQ, HKV, D, HALF, BLOCK_H, BLOCK_T)
-        if NHB == 1:
-            _residual_epilogue(part, res_ptr + b * s_res, out_ptr + b * s_out, offs_n, n_mask)
-        else:
-            tl.store(ws_ptr + (b * NHB + hb) * N + offs_n, part, mask=n_mask)
+    if JOINT:
+        # two tokens of cache row 0 (rows 0 and 1 of qkv / residual / out) at positions T and T + 1: the second
+        # attends to the first through registers (column block 0 may be writing it to the cache meanwhile)
+        c1, c2, s1, s2 = _rope_row(cos_ptr, sin_ptr, 0, cos_sb, sin_sb, dh, HALF)
+        part, e1, e2, ev = _heads_o_proj(hb * BLOCK_H, nt, 0, qkv_ptr, kc_ptr, vc_ptr, w_rows, n_mask, T, T, scale,
+                                         inv_d, q_eps, k_eps, qw1, qw2, kw1, kw2, c1, c2, s1, s2, sk_b, sk_h, sk_t,
+                                         sv_b, sv_h, sv_t, qw1, qw2, qw1, HQ, HKV, D, HALF, BLOCK_H, BLOCK_T, False)
+        _row_result(part, 0, hb, res_ptr, out_ptr, ws_ptr, s_res, s_out, N, offs_n, n_mask, NHB)
+        c1, c2, s1, s2 = _rope_row(cos_ptr, sin_ptr, 1, cos_sb, sin_sb, dh, HALF)
+        part, e1, e2, ev = _heads_o_proj(hb * BLOCK_H, nt, 0, qkv_ptr + s_qkv, kc_ptr, vc_ptr, w_rows, n_mask, T,
+                                         T + 1, scale, inv_d, q_eps, k_eps, qw1, qw2, kw1, kw2, c1, c2, s1, s2,
+                                         sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, e1, e2, ev, HQ, HKV, D, HALF, BLOCK_H,
+                                         BLOCK_T, True)
+        _row_result(part, 1, hb, res_ptr, out_ptr, ws_ptr, s_res, s_out, N, offs_n, n_mask, NHB)
+    else:
+        for b in range(0, M):
+            c1, c2, s1, s2 = _rope_row(cos_ptr, sin_ptr, b, cos_sb, sin_sb, dh, HALF)
+            part, e1, e2, ev = _heads_o_proj(hb * BLOCK_H, nt, b, qkv_ptr + b * s_qkv, kc_ptr, vc_ptr, w_rows,
+                                             n_mask, T, T, scale, inv_d, q_eps, k_eps, qw1, qw2, kw1, kw2, c1, c2,
+                                             s1, s2, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, qw1, qw2, qw1, HQ, HKV, D,
+                                             HALF, BLOCK_H, BLOCK_T, False)
+            _row_result(part, b, hb, res_ptr, out_ptr, ws_ptr, s_res, s_out, N, offs_n, n_mask, NHB)
     if NHB > 1:
         tl.debug_barrier()                                              # this tile's partials are all stored
         arrived = tl.atomic_add(cnt_ptr + nt, 1, sem="acq_rel", scope="gpu")
@@ -184,11 +223,11 @@ def _attention_o_proj_kernel(qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, 
                              s_qkv, s_res, s_out, cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
                              HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
                              BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                             USE_PDL: tl.constexpr):
+                             USE_PDL: tl.constexpr, JOINT: tl.constexpr = False):
     _attention_o_proj_tile(tl.program_id(0), qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, kc_ptr,
                            vc_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, T, scale, inv_d, q_eps, k_eps, s_qkv, s_res, s_out,
                            cos_sb, sin_sb, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, HQ, HKV, D, HALF, BLOCK_H, BLOCK_T,
-                           BLOCK_N, USE_PDL)
+                           BLOCK_N, USE_PDL, JOINT)
 
 
 _COUNTERS: dict = {}
@@ -222,9 +261,9 @@ def _pow2(v: int) -> bool:
 
 
 def _problem(residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache, num_heads, qkv=None,
-             qkv_width=None) -> str | None:
+             qkv_width=None, joint=False) -> str | None:
     """Why the kernel cannot run, or None. The q|k|v input is checked as the tensor `qkv`, or (before it exists,
-    for a caller that checks a whole layer up front) only by its width."""
+    for a caller that checks a whole layer up front) only by its width. joint: two tokens of cache row 0."""
     tensors = (residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache) + ((qkv,) if qkv is not None else ())
     dtype = residual.dtype
     if dtype not in _DTYPES or any(t.dtype != dtype for t in tensors):
@@ -244,7 +283,9 @@ def _problem(residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache, num_
         if qkv.dim() != 2 or qkv.shape[0] != m or qkv.stride(1) != 1:
             return f"qkv must be [{m}, {width}] with a unit last stride (got {tuple(qkv.shape)})"
         qkv_width = qkv.shape[1]
-    if not 1 <= m <= min(MAX_M, b) or qkv_width != width or w_o.shape != (n, num_heads * d):
+    if joint and m != 2:
+        return f"joint: two tokens (rows), got {m}"
+    if not 1 <= m <= min(MAX_M, 2 if joint else b) or qkv_width != width or w_o.shape != (n, num_heads * d):
         return (f"shapes: qkv width {qkv_width}, residual {tuple(residual.shape)}, w_o {tuple(w_o.shape)}, "
                 f"cache batch {b}")
     if residual.stride(1) != 1 or not w_o.is_contiguous() or w_o.numel() >= 2 ** 31:
@@ -260,27 +301,35 @@ def _problem(residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache, num_
 
 def supported(qkv: torch.Tensor | None, residual: torch.Tensor, w_o: torch.Tensor, q_weight: torch.Tensor,
               k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-              v_cache: torch.Tensor, num_heads: int, *, qkv_width: int | None = None) -> bool:
+              v_cache: torch.Tensor, num_heads: int, *, qkv_width: int | None = None, joint: bool = False) -> bool:
     """Whether `attention_o_proj` takes these (qkv None: judged by `qkv_width` alone)."""
-    return _problem(residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache, num_heads, qkv, qkv_width) is None
+    return _problem(residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache, num_heads, qkv, qkv_width,
+                    joint) is None
 
 
 def attention_o_proj(qkv: torch.Tensor, residual: torch.Tensor, w_o: torch.Tensor, q_weight: torch.Tensor,
                      k_weight: torch.Tensor, q_eps: float, k_eps: float, cos: torch.Tensor, sin: torch.Tensor,
                      k_cache: torch.Tensor, v_cache: torch.Tensor, length: int, num_heads: int, scale: float, *,
-                     out: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+                     out: torch.Tensor | None = None, config: dict | None = None, joint: bool = False
+                     ) -> torch.Tensor:
     """residual + o_proj(attention(rope(norm(q)), cache[:length] + [rope(norm(k))], cache[:length] + [v])) -> [M, N].
 
     qkv [M, (Hq + 2 Hkv) * D]: one token per row, the raw q | k | v projections (row b's cache is k_cache[b]);
     residual [M, N]; w_o [N, Hq * D]; cos / sin: the token's RoPE row(s), [..., D] (one, or one per row); caches
-    [B >= M, Hkv, L > length, D], updated at position `length`. `out` may be `residual` (in place)."""
-    problem = _problem(residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache, num_heads, qkv)
+    [B >= M, Hkv, L > length, D], updated at position `length`. `out` may be `residual` (in place).
+    joint: the two rows are consecutive tokens of cache row 0 (the code predictor's 2-token first step at one row,
+    positions `length` and `length` + 1, cos / sin one row each): the second attends to the first too (causal),
+    and both are appended."""
+    problem = _problem(residual, w_o, q_weight, k_weight, cos, sin, k_cache, v_cache, num_heads, qkv, joint=joint)
     if problem is not None:
         raise ValueError(f"attention_o_proj: {problem}")
     m, n = residual.shape
     _, hkv, max_len, d = k_cache.shape
-    if not 0 <= length < max_len:
-        raise ValueError(f"attention_o_proj: cache of {max_len} positions has no room at position {length}")
+    if not 0 <= length <= max_len - (2 if joint else 1):
+        raise ValueError(f"attention_o_proj: cache of {max_len} positions has no room for {2 if joint else 1} at "
+                         f"position {length}")
+    if joint and cos.numel() != 2 * d:
+        raise ValueError("attention_o_proj: joint takes one RoPE row per token")
     cfg = launch_config(n, num_heads)
     if config:
         unknown = set(config) - set(_CONFIG_KEYS)
@@ -307,7 +356,7 @@ def attention_o_proj(qkv: torch.Tensor, residual: torch.Tensor, w_o: torch.Tenso
         v_cache.stride(2),
         HQ=num_heads, HKV=hkv, D=d, HALF=d // 2, BLOCK_H=cfg["BLOCK_H"],
         BLOCK_T=max(16, triton.next_power_of_2(max_len)), BLOCK_N=cfg["BLOCK_N"],
-        USE_PDL=trigger_mode(pdl, "attention_o_proj"),
+        USE_PDL=trigger_mode(pdl, "attention_o_proj"), JOINT=joint,
         num_warps=cfg["num_warps"], **launch_kwargs(pdl),
         enable_fp_fusion=False)   # qk_norm_rope's rounding: no fma contraction in the norms and the rotation
     return out

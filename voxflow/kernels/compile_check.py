@@ -193,6 +193,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     *attention_o_proj_case(m, dict(BLOCK_H=block_h, BLOCK_N=block_n))))
     out.append(("attention_o_proj block_h=4 block_n=32 m=1 pdl",
                 *attention_o_proj_case(1, dict(BLOCK_H=4, BLOCK_N=32), pdl=True)))
+    out.append(("attention_o_proj block_h=4 block_n=32 joint",
+                *attention_o_proj_case(2, dict(BLOCK_H=4, BLOCK_N=32), joint=True)))
+    out.append(("attention_o_proj block_h=4 block_n=32 joint pdl",
+                *attention_o_proj_case(2, dict(BLOCK_H=4, BLOCK_N=32), pdl=True, joint=True)))
+    out.append(("attention_o_proj block_h=4 block_n=32 joint pdl exit",
+                *attention_o_proj_case(2, dict(BLOCK_H=4, BLOCK_N=32), pdl=EXIT, joint=True)))
     for pdl, folded, new in ((False, False, 1), (True, False, 1), (False, True, 1), (True, True, 2)):
         out.append(("dense_decode_norm_rope" + (" pdl" if pdl else "") + (" folded" if folded else "")
                     + (f" new={new}" if new > 1 else ""),
@@ -341,13 +347,15 @@ def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None =
                  aligned=ptrs + ("N", "K", "stride_xm", "stride_rm", "stride_om")))
 
 
-def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool | int = False) -> tuple:
-    """(kernel, types, constexprs, options) of attention_o_proj.py's kernel at the 1.7B code predictor's shapes."""
+def attention_o_proj_case(m: int, config: dict | None = None, pdl: bool | int = False, joint: bool = False
+                          ) -> tuple:
+    """(kernel, types, constexprs, options) of attention_o_proj.py's kernel at the 1.7B code predictor's shapes
+    (joint: its two-token form, m = 2)."""
     from voxflow.kernels import attention_o_proj
     cfg = {**attention_o_proj.launch_config(1024, 16), **(config or {})}
     bf = _ptr("bf16")
     consts = dict(HQ=16, HKV=8, D=128, HALF=64, BLOCK_H=cfg["BLOCK_H"], BLOCK_T=16, BLOCK_N=cfg["BLOCK_N"],
-                  USE_PDL=pdl)
+                  USE_PDL=pdl, JOINT=joint)
     if m == 1:
         consts["M"] = 1
     ptrs = ("qkv_ptr", "res_ptr", "wo_ptr", "qw_ptr", "kw_ptr", "cos_ptr", "sin_ptr", "kc_ptr", "vc_ptr", "out_ptr")

@@ -56,8 +56,8 @@ class LayerWeights:
 
 
 def supported(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-              v_cache: torch.Tensor) -> bool:
-    """Whether `layer_step` runs for rows x [M, H] (checked before any launch)."""
+              v_cache: torch.Tensor, joint: bool = False) -> bool:
+    """Whether `layer_step` runs for rows x [M, H] (checked before any launch; joint: as `layer_step`'s)."""
     if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_M:
         return False
     inter = w.gate_up.shape[0] // 2
@@ -66,17 +66,20 @@ def supported(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Te
                and down.is_contiguous() and inter % 16 == 0 and down.numel() < 2 ** 31)
     return (down_ok and nl.supported(x, w.qkv, w.input_norm)
             and attn.supported(None, x, w.o, w.q_norm, w.k_norm, cos, sin, k_cache, v_cache, w.num_heads,
-                               qkv_width=w.qkv.shape[0])
+                               qkv_width=w.qkv.shape[0], joint=joint)
             and nl.supported(x, w.gate_up, w.post_norm, swiglu=True))
 
 
 def layer_step(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-               v_cache: torch.Tensor, length: int) -> torch.Tensor:
+               v_cache: torch.Tensor, length: int, joint: bool = False) -> torch.Tensor:
     """The layer on rows x [M, H] (one new token each, at cache position `length`; row b's cache is
-    k_cache[b] / v_cache[b], updated in place) -> new rows [M, H] (x itself is left unchanged)."""
+    k_cache[b] / v_cache[b], updated in place) -> new rows [M, H] (x itself is left unchanged).
+    joint: x's two rows are consecutive tokens of cache row 0 at positions `length` and `length` + 1 (cos / sin
+    one row each), the second attending to the first (attention_o_proj's joint form): a 2-token causal step of one
+    sequence with each weight streamed once."""
     qkv = nl.norm_linear(x, w.qkv, w.input_norm, w.input_eps, config=CONFIGS["qkv"])
     h = attn.attention_o_proj(qkv, x, w.o, w.q_norm, w.k_norm, w.q_eps, w.k_eps, cos, sin, k_cache, v_cache, length,
-                              w.num_heads, w.scale, config=CONFIGS["attention_o_proj"])
+                              w.num_heads, w.scale, config=CONFIGS["attention_o_proj"], joint=joint)
     act = nl.norm_linear(h, w.gate_up, w.post_norm, w.post_eps, swiglu=True, config=CONFIGS["gate_up"])
     return sk.skinny_linear(act, w.down, residual=h, out=h, config=CONFIGS["down"])
 

@@ -31,12 +31,12 @@ class StaticLayerKVCache:
     def seq_len(self) -> int:
         return self.length
 
-    def claim(self) -> int:
-        """The next position, for a kernel that writes one token's key/value there itself (the code predictor's
-        fused layer step, voxflow/kernels/cp_layer.py); the cache counts it as filled from now on."""
-        if self.length >= self.k.shape[2]:
-            raise ValueError(f"static KV cache of {self.k.shape[2]} positions is full")
-        start, self.length = self.length, self.length + 1
+    def claim(self, n: int = 1) -> int:
+        """The next n positions' first, for a kernel that writes those tokens' keys/values there itself (the code
+        predictor's fused layer step, voxflow/kernels/cp_layer.py); the cache counts them as filled from now on."""
+        if self.length + n > self.k.shape[2]:
+            raise ValueError(f"static KV cache of {self.k.shape[2]} positions has no room for {n} more")
+        start, self.length = self.length, self.length + n
         return start
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,

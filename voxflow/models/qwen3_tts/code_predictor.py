@@ -59,7 +59,10 @@ CP_SPLIT_PREFILL = os.environ.get("VOXFLOW_CP_SPLIT_PREFILL", "1") == "1"
 # rows where 15 are needed, and at 64 rows a layer pass is ~57 us of mostly weight-streaming GEMMs (0.6B c=64,
 # H100 session 40's timeline) that take 2B rows for about the price of B. Positions 0 and 1 then round through
 # GEMMs of another row count (cuBLAS may pick other kernels): within the bf16 tolerance of the split path, not its
-# bits. Off until measured on the device; VOXFLOW_CP_JOINT_PREFILL=1 turns it on.
+# bits. At one row (CP_FUSED_LAYER's four-kernel layers) the same switch runs the step's two positions as the two
+# rows of one pass of those kernels (`_fused_layers`: attention_o_proj's joint form, the second row attending to the
+# first): 4 + 5 layer steps a frame -> 5 (~22 us each at one row, 1.7B, H200 session 5), each weight streamed
+# once. Off until measured on the device; VOXFLOW_CP_JOINT_PREFILL=1 turns it on.
 CP_JOINT_PREFILL = os.environ.get("VOXFLOW_CP_JOINT_PREFILL", "0") == "1"
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
@@ -230,12 +233,21 @@ class CodePredictor(nn.Module):
         from voxflow.kernels import cp_layer
         if not isinstance(cache, StaticKVCache):
             return None
-        s = h.shape[1]
+        b, s = h.shape[:2]
         weights = [_layer_weights(layer) for layer in self.model.layers]
         if any(w is None for w in weights) or not all(
                 cp_layer.supported(h[:, 0], w, cos[:, :1], sin[:, :1], c.k, c.v) and c.length + s <= c.k.shape[2]
                 for w, c in zip(weights, cache.layers)):
             return None
+        if (CP_JOINT_PREFILL and b == 1 and s == 2
+                and all(cp_layer.supported(h[0], w, cos[0], sin[0], c.k, c.v, joint=True)
+                        for w, c in zip(weights, cache.layers))):
+            # both positions as the two rows of one pass (each weight streamed once): the second attends to the
+            # first (attention_o_proj's joint form); the last layer runs both rows too
+            rows = h[0]
+            for w, c in zip(weights, cache.layers):
+                rows = cp_layer.layer_step(rows, w, cos[0], sin[0], c.k, c.v, c.claim(2), joint=True)
+            return rows[1:]
         for p in range(s):
             rows, cos_p, sin_p = h[:, p].contiguous(), cos[:, p:p + 1], sin[:, p:p + 1]
             for i, (w, c) in enumerate(zip(weights, cache.layers)):
