@@ -625,11 +625,12 @@ def check_joint_prefill_against_reference():
     rows, whose attention core takes both positions at once (S = 2, spied) -- two attention calls for the two
     layers instead of the split path's four, no eager attention -- and the logits stay within the module's
     tolerances of the reference, fp32 and bf16 (teacher-forced), with and without a projection (talker 96 / 64);
-    fp32 greedy codes equal the reference's. The engine's call (frame_embed, the fused draws, the final norm folded
-    into the heads so the draws scale the joint pass's strided last rows), fp32 greedy, with and without a
-    projection (with one, the pass adds into the projection's output in place): the same codes and, bit for bit,
-    the same frame embedding as the split path (which would differ if the pass had overwritten the c0 rows it
-    sums)."""
+    fp32 greedy codes equal the reference's; where the attention core declines S = 2, the causal torch fallback
+    (eager attention with a mask) gives the reference's codes too. The engine's call (frame_embed, the fused draws,
+    the final norm folded into the heads so the draws scale the joint pass's strided last rows), fp32 greedy, with
+    and without a projection (with one, the pass adds into the projection's output in place): the same codes and,
+    bit for bit, the same frame embedding as the split path (which would differ if the pass had overwritten the c0
+    rows it sums)."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.batch_sampling as bs
@@ -661,6 +662,20 @@ def check_joint_prefill_against_reference():
             assert new_tokens == [2, 2] + [1] * 6, new_tokens
             assert not eager
             assert_logits_close(logits_k, logits_r, tol, talker, dtype)
+        # Where the attention core declines S = 2 (e.g. a head dim under its minimum), the folded layers' causal
+        # torch fallback: eager attention with a mask on both layers, fp32 greedy codes still the reference's.
+        real_supported = fused_attention.supported
+        fused_attention.supported = lambda q, *a: q.shape[1] == 1 and real_supported(q, *a)
+        try:
+            cp = small_code_predictor(torch.float32, 64)
+            h, c0 = torch.randn(rows, 64, generator=g), torch.randn(rows, 64, generator=g)
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            eager.clear()
+            codes_k, logits_k = run(cp, h, c0, True, None)
+            assert torch.equal(codes_k, codes_r) and len(eager) == 2, len(eager)
+            assert_logits_close(logits_k, logits_r, 1e-4, "fallback")
+        finally:
+            fused_attention.supported = real_supported
         # the engine's call: frame embedding, fused draws; joint against split
         mods = (layer_mod, cache_mod, cp_mod, bs)
         saved_use = [m.use_kernels for m in mods]
