@@ -17,7 +17,8 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B 1.7B
-gpu_tests 150 tests/gpu/test_gpu_dense_attention.py tests/gpu/test_gpu_cp_layer.py -k "joint or split_prefill or norm_rope"
+gpu_tests 150 tests/gpu/test_gpu_dense_attention.py tests/gpu/test_gpu_cp_layer.py \
+  -k "joint or split_prefill or norm_rope"
 cp $R/gpu_tests.txt $R/gpu_tests_kernels.txt
 echo "  at ${SECONDS}s"
 pack_results
