@@ -34,6 +34,12 @@ the dense kernels' fp32 math (the softmax computed directly over the one key til
 to fp32 rounding); o_proj sums in fp32. So against dense_decode_norm_rope + skinny o_proj: fp32 within ~1e-6
 relative, bf16 mostly bit-equal (an fp32 summation-order difference can flip a bf16 rounding).
 
+The joint form (JOINT, `attention_o_proj(..., joint=True)`): the two rows are consecutive tokens of cache row 0,
+the code predictor's 2-token first step at one row (CP_JOINT_PREFILL). Each tile runs the first token, keeps its
+normed key and value in registers, then runs the second with that key as one more score beside the cached ones
+(column block 0 may be writing it to the cache meanwhile, so no tile reads it there); both are appended, at T and
+T + 1. Against two one-token calls: the same cache bits, the output up to the softmax's fp32 summation order.
+
 Sizes (`supported`): head_dim a power of two >= 16, query heads a multiple of the KV heads, the cache at most 64
 positions (one key tile), 1..MAX_M rows.
 """
@@ -190,6 +196,7 @@ def _attention_o_proj_tile(tile, qkv_ptr, res_ptr, wo_ptr, qw_ptr, kw_ptr, cos_p
         part, e1, e2, ev = _heads_o_proj(hb * BLOCK_H, nt, 0, qkv_ptr, kc_ptr, vc_ptr, w_rows, n_mask, T, T, scale,
                                          inv_d, q_eps, k_eps, qw1, qw2, kw1, kw2, c1, c2, s1, s2, sk_b, sk_h, sk_t,
                                          sv_b, sv_h, sv_t, qw1, qw2, qw1, HQ, HKV, D, HALF, BLOCK_H, BLOCK_T, False)
+        # (qw1, qw2, qw1: placeholders for the extra key / value, unread with EXTRA off)
         _row_result(part, 0, hb, res_ptr, out_ptr, ws_ptr, s_res, s_out, N, offs_n, n_mask, NHB)
         c1, c2, s1, s2 = _rope_row(cos_ptr, sin_ptr, 1, cos_sb, sin_sb, dh, HALF)
         part, e1, e2, ev = _heads_o_proj(hb * BLOCK_H, nt, 0, qkv_ptr + s_qkv, kc_ptr, vc_ptr, w_rows, n_mask, T,
