@@ -369,3 +369,68 @@ def test_serve_allows_loopback_names_on_a_loopback_bind_only():
     assert settings_from_args(p.parse_args(["m", "--host", "0.0.0.0"])).allowed_hosts == ("*",)
     args = p.parse_args(["m", "--allowed-hosts", "tts.example.com,LOCALHOST", "10.0.0.5"])
     assert settings_from_args(args).allowed_hosts == ("tts.example.com", "localhost", "10.0.0.5")
+
+
+# ============================================================================== 7. cancelled while ending
+@pytest.mark.parametrize("in_flight", [False, True], ids=["idle", "sentence_in_flight"])
+def test_session_cancelled_while_ending_raises_its_own_cancellation(in_flight):
+    """The server may cancel the handler at any moment after the client's close: Starlette's TestClient does, from an
+    anyio cancel scope, right after sending websocket.disconnect, without waiting for the handler to return. Landing
+    while the session tore down (asyncio.gather of its tasks, one loop iteration or two), that cancellation came out
+    as the CancelledError of a task the session had cancelled itself, which the scope did not take for its own and
+    let escape: `with client.websocket_connect(...)` then failed, at random, with concurrent.futures.CancelledError.
+    Here the cancellation lands at each loop iteration in turn after the close; the handler must end as its own."""
+    import anyio
+    engine = FakeEngine()
+    app = make_app(engine)
+    path = "/v1/audio/speech/stream"
+    scope = {"type": "websocket", "path": path, "raw_path": path.encode(), "root_path": "", "scheme": "ws",
+             "query_string": b"", "headers": [(b"host", b"localhost:8000")], "client": ("127.0.0.1", 50000),
+             "server": ("localhost", 8000), "subprotocols": [], "state": {}, "extensions": {}}
+
+    async def session(delay):
+        inbox, outbox, scopes = asyncio.Queue(), asyncio.Queue(), []
+
+        async def until(kind):
+            while True:
+                message = await asyncio.wait_for(outbox.get(), HANG)
+                assert message["type"] in ("websocket.accept", "websocket.send"), message
+                if message["type"] == "websocket.accept" or json.loads(message.get("text") or "{}").get("type") == kind:
+                    return
+
+        async def handler():                    # as the TestClient runs it
+            with anyio.CancelScope() as cs:
+                scopes.append(cs)
+                await app(dict(scope), inbox.get, outbox.put)
+                await anyio.sleep_forever()     # until cancelled
+
+        def client_says(**msg):
+            inbox.put_nowait({"type": "websocket.receive", "text": json.dumps(msg)})
+
+        task = asyncio.create_task(handler())
+        inbox.put_nowait({"type": "websocket.connect"})
+        await until("accept")
+        if in_flight:
+            client_says(type="session.config", voice="vivian", response_format="pcm", stream_audio=True)
+            client_says(type="input.text", text="HOLD this one.")
+            client_says(type="input.done")
+            await until("audio.start")
+        else:
+            client_says(type="bogus")
+            await until("error")
+        inbox.put_nowait({"type": "websocket.disconnect", "code": 1000})
+        for _ in range(delay):
+            await asyncio.sleep(0)
+        scopes[0].cancel()
+        await asyncio.wait({task}, timeout=HANG)
+        return "escaped" if task.cancelled() else task.result()
+
+    async def every_delay():
+        outcomes = {delay: await session(delay) for delay in range(40)}
+        await asyncio.sleep(0.1)                # the last session's sentence is aborted, if not already
+        return outcomes
+
+    assert asyncio.run(every_delay()) == {delay: None for delay in range(40)}
+    assert app.state.vox.extra["ws_sessions"] == 0
+    if in_flight:
+        assert len(engine.requests) == len(engine.aborted) == 40       # every held sentence aborted in the engine

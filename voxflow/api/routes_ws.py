@@ -243,8 +243,15 @@ class StreamSession:
             for job in list(self.jobs):
                 if job.task is not None:
                     job.task.cancel()                   # aborts the engine request (generate's finally)
-            await asyncio.gather(recv_task, send_task, *(j.task for j in self.jobs if j.task is not None),
-                                 return_exceptions=True)
+            # asyncio.wait, not gather: should this task itself be cancelled meanwhile (the server cancelling the
+            # handler as the client leaves, as Starlette's TestClient does), gather would raise the CancelledError of
+            # a child cancelled above instead of this task's own, and the canceller (an anyio cancel scope) would not
+            # recognise it as its own and let it escape the scope; wait re-raises this task's own cancellation.
+            tasks = {recv_task, send_task, *(j.task for j in self.jobs if j.task is not None)}
+            await asyncio.wait(tasks)
+            for t in tasks:
+                if not t.cancelled():
+                    t.exception()                       # retrieved: a failure that mattered was handled above
             for job in self.jobs:
                 # Sentences never (fully) sent: their generation had ended (or had been refused) before the session
                 # did, so no cancellation closed their record: they are the client's disconnects (no-op if closed).
