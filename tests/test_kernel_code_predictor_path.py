@@ -620,6 +620,38 @@ def check_folded_head_against_reference():
             m.use_kernels = f
 
 
+def engine_call_joint_vs_split(cp, h, c0, spied: list, check) -> list:
+    """cp.predict as the engine calls it (frame_embed, the fused draws, fp32 greedy, every kernel path on), with
+    CP_JOINT_PREFILL on then off; `spied` is cleared before each run and check(on) called after it -> the two
+    (codes, frame embedding) results, on first."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.layers.static_kv_cache as cache_mod
+    import voxflow.models.qwen3_tts.batch_sampling as bs
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.models.qwen3_tts.sampling import WarpParams
+    rows = h.shape[0]
+    params = WarpParams(torch.full((rows,), False), torch.full((rows,), 0.9), torch.full((rows,), 20),
+                        torch.full((rows,), 1.0, dtype=torch.float64), any_top_p=False)
+    mods = (layer_mod, cache_mod, cp_mod, bs)
+    saved = [m.use_kernels for m in mods] + [cp_mod.CP_JOINT_PREFILL]
+    for m in mods:
+        m.use_kernels = lambda t: True
+    results = []
+    try:
+        for on in (True, False):
+            cp_mod.CP_JOINT_PREFILL = on
+            spied.clear()
+            sample_fn = bs.residual_sample_fn(params, torch.arange(rows) + 5, torch.full((rows,), 3), False)
+            with torch.no_grad():
+                results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
+            check(on)
+    finally:
+        for m, f in zip(mods, saved):
+            m.use_kernels = f
+        cp_mod.CP_JOINT_PREFILL = saved[-1]
+    return results
+
+
 def check_joint_prefill_against_reference():
     """code_predictor.CP_JOINT_PREFILL at twelve rows (the folded layers): the 2-token first step is one pass of 24
     rows, whose attention core takes both positions at once (S = 2, spied) -- two attention calls for the two
@@ -633,11 +665,9 @@ def check_joint_prefill_against_reference():
     rows it sums)."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
-    import voxflow.models.qwen3_tts.batch_sampling as bs
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import dense_decode_norm_rope as fused_attention
     from voxflow.layers.folded_norms import fold_final_norm_in_place
-    from voxflow.models.qwen3_tts.sampling import WarpParams
     new_tokens, eager = [], []
     real_attention, real_eager = fused_attention.norm_rope_attend_append, cache_mod.eager_attention
     fused_attention.norm_rope_attend_append = lambda *a, **kw: (new_tokens.append(a[0].shape[1]),
@@ -677,31 +707,15 @@ def check_joint_prefill_against_reference():
         finally:
             fused_attention.supported = real_supported
         # the engine's call: frame embedding, fused draws; joint against split
-        mods = (layer_mod, cache_mod, cp_mod, bs)
-        saved_use = [m.use_kernels for m in mods]
-        for m in mods:
-            m.use_kernels = lambda t: True
-        try:
-            for talker in (64, 96):
-                cp = small_code_predictor(torch.float32, talker)
-                fold_final_norm_in_place(cp.model.norm, cp.lm_head)
-                h = torch.randn(rows, talker, generator=g)
-                c0 = torch.randn(rows, talker, generator=g)
-                params = WarpParams(torch.full((rows,), False), torch.full((rows,), 0.9), torch.full((rows,), 20),
-                                    torch.full((rows,), 1.0, dtype=torch.float64), any_top_p=False)
-                results = []
-                for joint in (True, False):
-                    cp_mod.CP_JOINT_PREFILL = joint
-                    new_tokens.clear()
-                    sample_fn = bs.residual_sample_fn(params, torch.arange(rows) + 5, torch.full((rows,), 3), False)
-                    with torch.no_grad():
-                        results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
-                    assert new_tokens[:2] == ([2, 2] if joint else [1, 1]), (joint, new_tokens)
-                assert torch.equal(results[0][0], results[1][0]), talker
-                assert torch.equal(results[0][1], results[1][1]), talker
-        finally:
-            for m, f in zip(mods, saved_use):
-                m.use_kernels = f
+        for talker in (64, 96):
+            cp = small_code_predictor(torch.float32, talker)
+            fold_final_norm_in_place(cp.model.norm, cp.lm_head)
+            h, c0 = torch.randn(rows, talker, generator=g), torch.randn(rows, talker, generator=g)
+
+            def check(on):
+                assert new_tokens[:2] == ([2, 2] if on else [1, 1]), (on, new_tokens)
+            joint, split = engine_call_joint_vs_split(cp, h, c0, new_tokens, check)
+            assert torch.equal(joint[0], split[0]) and torch.equal(joint[1], split[1]), talker
     finally:
         fused_attention.norm_rope_attend_append, cache_mod.eager_attention = real_attention, real_eager
         cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = saved
@@ -713,12 +727,8 @@ def check_joint_prefill_at_one_row():
     logits within the module's tolerances of the reference (fp32 greedy: the same codes), with and without a
     projection; and the engine's call (frame_embed, fused draws), fp32 greedy: the same codes and frame embedding
     as the position-by-position fused prefill."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    import voxflow.layers.static_kv_cache as cache_mod
-    import voxflow.models.qwen3_tts.batch_sampling as bs
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import cp_layer
-    from voxflow.models.qwen3_tts.sampling import WarpParams
     joint, appends = [], []
     real_step, real_append = cp_layer.layer_step, cp_layer.layer_append
     cp_layer.layer_step = lambda *a, **kw: (joint.append(kw.get("joint", False)), real_step(*a, **kw))[1]
@@ -741,29 +751,14 @@ def check_joint_prefill_at_one_row():
                 assert torch.equal(codes_k, codes_r)
             assert joint == [True] * 2 + [False] * 6 and not appends, (joint, appends)
             assert_logits_close(logits_k, logits_r, tol, talker, dtype)
-        mods = (layer_mod, cache_mod, cp_mod, bs)
-        saved_use = [m.use_kernels for m in mods]
-        for m in mods:
-            m.use_kernels = lambda t: True
-        try:
-            for talker in (64, 96):
-                cp = small_code_predictor(torch.float32, talker)
-                h, c0 = torch.randn(1, talker, generator=g), torch.randn(1, talker, generator=g)
-                params = WarpParams(torch.full((1,), False), torch.full((1,), 0.9), torch.full((1,), 20),
-                                    torch.full((1,), 1.0, dtype=torch.float64), any_top_p=False)
-                results = []
-                for on in (True, False):
-                    cp_mod.CP_JOINT_PREFILL = on
-                    joint.clear()
-                    sample_fn = bs.residual_sample_fn(params, torch.arange(1) + 5, torch.full((1,), 3), False)
-                    with torch.no_grad():
-                        results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
-                    assert any(joint) == on, (on, joint)
-                assert torch.equal(results[0][0], results[1][0]), talker
-                assert torch.equal(results[0][1], results[1][1]), talker
-        finally:
-            for m, f in zip(mods, saved_use):
-                m.use_kernels = f
+        for talker in (64, 96):
+            cp = small_code_predictor(torch.float32, talker)
+            h, c0 = torch.randn(1, talker, generator=g), torch.randn(1, talker, generator=g)
+
+            def check(on):
+                assert any(joint) == on, (on, joint)
+            on, off = engine_call_joint_vs_split(cp, h, c0, joint, check)
+            assert torch.equal(on[0], off[0]) and torch.equal(on[1], off[1]), talker
     finally:
         cp_layer.layer_step, cp_layer.layer_append = real_step, real_append
         cp_mod.CP_JOINT_PREFILL, cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_PREFILL = saved[:3]

@@ -70,7 +70,7 @@ class StaticLayerKVCache:
             return None
         if folded_norm is not None and not fused.supported_folded(folded_norm[0], q):
             return None
-        start, self.length = self.length, self.length + s
+        start = self.claim(s)
         return fused.norm_rope_attend_append(q, k, v, q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps, cos,
                                              sin, self.k, self.v, start, scale, folded_norm=folded_norm)
 
