@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 43 (device loans paused before it ran); carry [".whl", ".device_tree"]. Rename to
-# h200_sessionNN_runK.sh when run. ~480 s, in the order of what matters (the call may be cut).
+# Session 44 call 1 (prepared in session 43); carry [".whl", ".device_tree"].
+# ~480 s, in the order of what matters (the call may be cut).
 # CP_JOINT_PREFILL (code_predictor.py, off until measured): the code predictor's 2-token first step as one pass of
 # 2B rows through the folded layers (the attention core takes both positions: dense_decode_norm_rope.py's S-token
 # form) instead of two passes of B rows. Why: session 40's 0.6B c=64 timeline (H100) has 16 layer passes a frame
