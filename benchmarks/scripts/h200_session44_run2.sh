@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 43; carry [".whl", ".device_tree"]; rename when run. ~450 s. JOINT=1: CP_JOINT_PREFILL on
-# for the target rows (1-2).
+# Session 44 call 2 (prepared in session 43; run with JOINT=1 after call 1); carry [".whl", ".device_tree"]. ~450 s.
+# JOINT=1: CP_JOINT_PREFILL on for the target rows (1-2).
 # Issue 6's 1.7B target rows re-measured under the benchmarking rules' >= 10 x c prompts (device_lib.sh
 # PROMPTS_PER_USER: c=1 16, c=16 160, c=64 640, offline c=256 2,560): the README's rows ran 3-4 x c (c=16: 64,
 # c=64: 192-256, c=256: 512), where each client's first arrival and last tail weighed a third of its cycles.
