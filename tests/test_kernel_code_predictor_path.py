@@ -98,7 +98,9 @@ def check_folded_norms_path_against_reference():
     norm kernel runs on those steps (the 2-token prefill keeps the plain path: 4 of them), and the logits stay
     within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the reference's; the
     stack's input rows are left as they were. With CP_SPLIT_PREFILL the 2-token prefill runs position by position
-    through the same folded layers: no add + norm kernel and no eager attention at all, the same tolerances."""
+    through the same folded layers: no add + norm kernel and no eager attention at all, the same tolerances.
+    (CP_JOINT_PREFILL held off: on, the default, it takes that prefill at these rows, which
+    check_joint_prefill_against_reference covers.)"""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
@@ -113,7 +115,8 @@ def check_folded_norms_path_against_reference():
     sm.silu_mul_folded = lambda *a: (spies["silu"].append(1), real_silu(*a))[1]
     layer_mod.add_rms_norm = lambda *a: (spies["add_norm"].append(1), real_add_norm(*a))[1]
     cache_mod.eager_attention = lambda *a: (spies["eager"].append(1), real_eager(*a))[1]
-    saved_split = cp_mod.CP_SPLIT_PREFILL
+    saved_split, saved_joint = cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL
+    cp_mod.CP_JOINT_PREFILL = False
     assert layer_mod.FOLDED_NORMS
     try:
         g = torch.Generator().manual_seed(9)
@@ -155,7 +158,7 @@ def check_folded_norms_path_against_reference():
     finally:
         fused_attention.norm_rope_attend_append, sm.silu_mul_folded = real_attention, real_silu
         layer_mod.add_rms_norm, cache_mod.eager_attention = real_add_norm, real_eager
-        cp_mod.CP_SPLIT_PREFILL = saved_split
+        cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL = saved_split, saved_joint
 
 
 def _check_per_layer_kernel_path():
@@ -418,7 +421,7 @@ def check_fused_layer_path_against_reference():
                (fused_attention, "norm_rope_attend_append"), (sk, "skinny_linear"), (cp_layer, "layer_append")]
     saved = [getattr(m, name) for m, name in patched] + [cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS,
                                                          cp_mod.CP_NORM_LINEAR_LM_HEAD, cp_mod.CP_FUSED_PREFILL,
-                                                         cp_mod.CP_SPLIT_PREFILL]
+                                                         cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL]
     saved_configs = dict(cp_layer.CONFIGS)
 
     def spy(key, real):
@@ -429,8 +432,10 @@ def check_fused_layer_path_against_reference():
         return wrapper
     for (m, name), key, real in zip(patched, spies, saved):
         setattr(m, name, spy(key, real))
-    # (CP_SPLIT_PREFILL off: the case without the fused prefill counts the per-layer path's launches)
+    # (CP_SPLIT_PREFILL off: the case without the fused prefill counts the per-layer path's launches; CP_JOINT_PREFILL
+    # off: the fused prefill position by position, the joint pass being check_joint_prefill_at_one_row's)
     cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_SPLIT_PREFILL = True, 4, False
+    cp_mod.CP_JOINT_PREFILL = False
     # Few wide programs: the interpreter's cost is per program (the kernel tests cover the GPU configs).
     cp_layer.CONFIGS.update(qkv=dict(BLOCK_N=64), attention_o_proj=dict(BLOCK_N=64), gate_up=dict(BLOCK_N=64),
                             lm_head=dict(BLOCK_N=64))
@@ -481,7 +486,7 @@ def check_fused_layer_path_against_reference():
         for (m, name), real in zip(patched, saved):
             setattr(m, name, real)
         (cp_mod.CP_FUSED_LAYER, cp_mod.CP_FUSED_MAX_ROWS, cp_mod.CP_NORM_LINEAR_LM_HEAD,
-         cp_mod.CP_FUSED_PREFILL, cp_mod.CP_SPLIT_PREFILL) = saved[-5:]
+         cp_mod.CP_FUSED_PREFILL, cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL) = saved[-6:]
         cp_layer.CONFIGS.update(saved_configs)
 
 
@@ -491,7 +496,8 @@ def check_owned_inputs_change_no_bits():
     spied) and one with (the 1.7B's: the projected table rows). Each single-token step's first layer adds into its
     input in place (x_owned, spied; the 2-token first step's pieces too: copies at nine rows), and the codes and the
     frame embedding are bit for bit those with it off, greedy fp32 and sampled bf16; the input and projected tables
-    are unchanged."""
+    are unchanged. (The split first step, CP_JOINT_PREFILL held off: check_joint_prefill_against_reference holds
+    the joint pass's in-place add to the split path's bits.)"""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.batch_sampling as bs
@@ -500,13 +506,14 @@ def check_owned_inputs_change_no_bits():
     from voxflow.models.qwen3_tts.sampling import WarpParams
     mods = (layer_mod, cache_mod, cp_mod, bs)
     saved = [m.use_kernels for m in mods]
-    saved_switches = cp_mod.OWNED_INPUT, cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL
+    saved_switches = cp_mod.OWNED_INPUT, cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL
     real_select, real_folded = fused.select_tokens, layer_mod.Qwen3DecoderLayer._forward_folded
     second, owned = [], []
     fused.select_tokens = lambda *a, **kw: (second.append(kw.get("embed2") is not None), real_select(*a, **kw))[1]
     layer_mod.Qwen3DecoderLayer._forward_folded = lambda self, x, cos, sin, cache, x_owned: (
         owned.append(x_owned), real_folded(self, x, cos, sin, cache, x_owned))[1]
-    cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL = True, True         # (whatever the environment says)
+    # (whatever the environment says)
+    cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL = True, True, False
     for m in mods:
         m.use_kernels = lambda t: True
     try:
@@ -549,7 +556,7 @@ def check_owned_inputs_change_no_bits():
                         assert torch.equal(tables[j], cp.small_to_mtp_projection(cp.model.codec_embedding[j].weight))
     finally:
         fused.select_tokens, layer_mod.Qwen3DecoderLayer._forward_folded = real_select, real_folded
-        cp_mod.OWNED_INPUT, cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL = saved_switches
+        cp_mod.OWNED_INPUT, cp_mod.PROJECTED_TABLES, cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL = saved_switches
         for m, f in zip(mods, saved):
             m.use_kernels = f
 

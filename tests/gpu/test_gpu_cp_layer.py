@@ -287,14 +287,15 @@ def assert_codes_equal_up_to_near_ties(codes_on, codes_off, logits_off, err):
 @torch.no_grad()
 def test_predict_fused_layer_on_vs_off():
     """CP_FUSED_LAYER at one row: the four-kernel layer on every single-token step and, with CP_FUSED_PREFILL (the
-    default), on the 2-token first step position by position (position 0's last layer only appends its keys /
-    values: 4 + 5 more layer steps a frame)."""
+    default), on the 2-token first step: as one pass of both positions with CP_JOINT_PREFILL (the default: 5 more
+    layer steps a frame), else position by position (position 0's last layer only appends its keys / values: 4 + 5
+    more)."""
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import cp_layer
     saved = cp_mod.CP_FUSED_LAYER, cp_layer.layer_step
     calls = []
     cp_layer.layer_step = lambda *a, **kw: (calls.append(1), saved[1](*a, **kw))[1]
-    expected = 5 * 14 + (9 if cp_mod.CP_FUSED_PREFILL else 0)
+    expected = 5 * 14 + ((5 if cp_mod.CP_JOINT_PREFILL else 9) if cp_mod.CP_FUSED_PREFILL else 0)
     try:
         for dtype in (torch.float32, torch.bfloat16):
             codes_on, codes_off, logits_off, err = predict_on_vs_off(
@@ -310,21 +311,24 @@ def test_predict_fused_layer_on_vs_off():
 @torch.no_grad()
 def test_predict_folded_norms_on_vs_off():
     """qwen3_layer.FOLDED_NORMS at 64 rows (the c=64 code predictor, above the skinny sizes): the folded layer ran on
-    every single-token step (silu_mul_folded counted); teacher-forced logits within 5e-2 of max |logit| (fp32:
-    1e-4); greedy codes equal up to near-ties (as above, per row; 960 draws make them likely even in fp32)."""
+    every single-token step (silu_mul_folded counted) and on the 2-token first step (one pass with CP_JOINT_PREFILL,
+    the default, which needs the folded layers; else two with CP_SPLIT_PREFILL); teacher-forced logits within 5e-2
+    of max |logit| (fp32: 1e-4); greedy codes equal up to near-ties (as above, per row; 960 draws make them likely
+    even in fp32)."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import silu_mul as sm
     saved = layer_mod.FOLDED_NORMS, sm.silu_mul_folded
     calls = []
     sm.silu_mul_folded = lambda *a: (calls.append(1), saved[1](*a))[1]
+    first = 1 if cp_mod.CP_JOINT_PREFILL else 2 * cp_mod.CP_SPLIT_PREFILL      # folded passes of the first step
     try:
         for dtype in (torch.float32, torch.bfloat16):
             # 64 rows x 15 draws: even fp32's last-bit differences may meet a near-tie, so the same rule for both
             # dtypes (fp32's error bound is ~1e-6 of the logits: only true near-ties pass)
             assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
                 lambda on: setattr(layer_mod, "FOLDED_NORMS", on), calls, 64, dtype,
-                1e-4 if dtype == torch.float32 else 5e-2, expected=5 * (14 + 2 * cp_mod.CP_SPLIT_PREFILL)))
+                1e-4 if dtype == torch.float32 else 5e-2, expected=5 * (14 + first)))
     finally:
         layer_mod.FOLDED_NORMS, sm.silu_mul_folded = saved
 
@@ -334,14 +338,16 @@ def test_predict_split_prefill_on_vs_off():
     """CP_SPLIT_PREFILL at 64 rows (above the fused layers' row limit): the 2-token first step position by position
     through the folded single-token layers (silu_mul_folded counted: 5 layers x (14 steps + 2 positions)), no eager
     attention anywhere; teacher-forced logits within 5e-2 of max |logit| (fp32: 1e-4), greedy codes equal up to
-    near-ties (as the folded-norms test)."""
+    near-ties (as the folded-norms test). CP_JOINT_PREFILL held off: on (the default), the joint pass would take
+    that step at these rows whatever CP_SPLIT_PREFILL says."""
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import silu_mul as sm
-    saved = cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention
+    saved = cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention, cp_mod.CP_JOINT_PREFILL
     calls, eager = [], []
     sm.silu_mul_folded = lambda *a: (calls.append(1), saved[1](*a))[1]
     cache_mod.eager_attention = lambda *a: (eager.append(cp_mod.CP_SPLIT_PREFILL), saved[2](*a))[1]
+    cp_mod.CP_JOINT_PREFILL = False
     try:
         for dtype in (torch.float32, torch.bfloat16):
             assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
@@ -350,7 +356,7 @@ def test_predict_split_prefill_on_vs_off():
             assert eager and not any(eager), "eager attention ran with the split prefill (or never without it)"
             eager.clear()
     finally:
-        cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention = saved
+        cp_mod.CP_SPLIT_PREFILL, sm.silu_mul_folded, cache_mod.eager_attention, cp_mod.CP_JOINT_PREFILL = saved
 
 
 @torch.no_grad()

@@ -168,10 +168,13 @@ def test_gpu_packed_prefill_equals_cpu_reference(packed):
     assert_equals_reference(got, TEXTS)
 
 
-def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference():
+def test_gpu_fp32_batch_above_the_skinny_sizes_equals_cpu_reference(monkeypatch):
     """Twelve requests (decode bucket 16, above SKINNY_MAX_ROWS): the talker's and the code predictor's layers on
     cuBLAS-sized GEMMs with each residual add fused into the norm after it (Qwen3DecoderLayer.forward_deferred):
-    the same codes and audio as the CPU loop."""
+    the same codes and audio as the CPU loop. CP_JOINT_PREFILL held off, so the code predictor's 2-token first step
+    takes the split path here (the joint one, the default, is the next test's)."""
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    monkeypatch.setattr(cp_mod, "CP_JOINT_PREFILL", False)
     texts = TEXTS * 3
     got = engine_codes("float32", texts=texts, max_num_seqs=16)
     assert_equals_reference(got, texts)

@@ -61,9 +61,12 @@ CP_SPLIT_PREFILL = os.environ.get("VOXFLOW_CP_SPLIT_PREFILL", "1") == "1"
 # GEMMs of another row count (cuBLAS may pick other kernels): within the bf16 tolerance of the split path, not its
 # bits. At one row (CP_FUSED_LAYER's four-kernel layers) the same switch runs the step's two positions as the two
 # rows of one pass of those kernels (`_fused_layers`: attention_o_proj's joint form, the second row attending to the
-# first): 4 + 5 layer steps a frame -> 5 (~22 us each at one row, 1.7B, H200 session 5), each weight streamed
-# once. Off until measured on the device; VOXFLOW_CP_JOINT_PREFILL=1 turns it on.
-CP_JOINT_PREFILL = os.environ.get("VOXFLOW_CP_JOINT_PREFILL", "0") == "1"
+# first): 4 + 5 layer steps a frame -> 5, each weight streamed once. Between 2 and SKINNY_MAX_ROWS rows the step
+# goes position by position. The default since session 44 (H100): 0.6B c=64 offline 747.3 / 747.3 audio-s/s against
+# 731.2 / 732.0 split, full steps 5.56-5.59 against 5.70 ms; 1.7B c=64 667.0 against 654.6; 0.6B c=64 over HTTP
+# 741.1 against 710.9 / 711.3 (session 43); 1.7B c=1 RTF mean 0.04467 / 0.04467 against 0.04476 / 0.04475 (0.2%,
+# steady). VOXFLOW_CP_JOINT_PREFILL=0 turns it off (an A/B).
+CP_JOINT_PREFILL = os.environ.get("VOXFLOW_CP_JOINT_PREFILL", "1") == "1"
 # After fused layers, the final norm + lm_head through norm_linear.py (norm folded into the GEMM) instead of
 # skinny_linear's norm prologue: off, the prologue measured faster there (H200, M = 1: 4.26 vs 4.92 us).
 CP_NORM_LINEAR_LM_HEAD = False
@@ -174,8 +177,8 @@ class CodePredictor(nn.Module):
         """The kernel path of one step: RoPE rows sliced from the precomputed positions 0..15 (no kernels), the
         single-token steps (and with CP_FUSED_PREFILL the 2-token first step, position by position) through the
         fused layer kernels (`_fused_layers`, when on and applicable; else above the skinny sizes with
-        CP_JOINT_PREFILL that first step as one pass of both positions' rows, `_joint_layers`; else, with
-        CP_SPLIT_PREFILL, position by position through the stack's single-token path), and the
+        CP_JOINT_PREFILL, the default, that first step as one pass of both positions' rows, `_joint_layers`; else,
+        with CP_SPLIT_PREFILL, position by position through the stack's single-token path), and the
         final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
         prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]. `projected`: x already projected (the
