@@ -18,12 +18,18 @@ import torch.nn.functional as F
 from probe_fp8_gemm import COPIES, SHAPES, graph_us
 
 
-def forms(x: list[torch.Tensor], ws: list[torch.Tensor], wts: list[torch.Tensor]) -> dict:
-    """name -> fn(i) for graph_us; i picks the weight copy (and an input)."""
+def forms(x: list[torch.Tensor], ws: list[torch.Tensor], wts: list[torch.Tensor], res: torch.Tensor | None) -> dict:
+    """name -> fn(i) for graph_us; i picks the weight copy (and an input). With `res` (o_proj, down: the layer adds
+    the residual inside the GEMM, qwen3_layer._forward_folded's addmm) the forms add it, out of place."""
+    if res is not None:
+        return {
+            "addmm (W^T view, as served)": lambda i: torch.addmm(res, x[i % 4], ws[i].t()),
+            "addmm (Wt [K,N])": lambda i: torch.addmm(res, x[i % 4], wts[i]),
+            "F.linear (W [N,K]), no add": lambda i: F.linear(x[i % 4], ws[i]),
+        }
     return {
-        "F.linear (W [N,K])": lambda i: F.linear(x[i % 4], ws[i]),
+        "F.linear (W [N,K], as served)": lambda i: F.linear(x[i % 4], ws[i]),
         "mm (Wt [K,N])": lambda i: torch.mm(x[i % 4], wts[i]),
-        "mm (W^T view)": lambda i: torch.mm(x[i % 4], ws[i].t()),
     }
 
 
@@ -38,15 +44,18 @@ def main() -> None:
             x = [torch.randn(rows, k, device="cuda").bfloat16() for _ in range(4)]
             ws = [(torch.randn(n, k, device="cuda") * k ** -0.5).bfloat16() for _ in range(COPIES)]
             wts = [w.t().contiguous() for w in ws]
-            ref = F.linear(x[0], ws[0]).float()
+            res = torch.randn(rows, n, device="cuda").bfloat16() if name in ("o_proj", "down") else None
+            ref = F.linear(x[0], ws[0]).float() + (res.float() if res is not None else 0.0)
             line = []
             for reduced in (True, False):
                 matmul.allow_bf16_reduced_precision_reduction = reduced
-                for form, fn in forms(x, ws, wts).items():
+                for form, fn in forms(x, ws, wts, res).items():
                     us = graph_us(fn, COPIES)
-                    diff = (fn(0).float() - ref).abs().max().item()
+                    diff = (fn(0).float() - ref).abs().max().item() if "no add" not in form else float("nan")
                     key = f"{form}{'' if reduced else ', fp32 split-K'}"
-                    totals[key] = totals.get(key, 0.0) + us
+                    kind = "as served" if "as served" in form else "Wt [K,N]" if "[K,N]" in form else "other"
+                    total = f"{kind}{'' if reduced else ', fp32 split-K'}"
+                    totals[total] = totals.get(total, 0.0) + us
                     line.append(f"{key} {us:5.2f} ({n * k * 2 / 1e6 / us:4.2f} TB/s, diff {diff:.1e})")
             matmul.allow_bf16_reduced_precision_reduction = True
             print(f"rows {rows:3d} {name:8s} N {n:5d} K {k:5d}: " + " | ".join(line))
