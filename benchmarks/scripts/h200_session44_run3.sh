@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 44 call 3; carry [".whl", ".device_tree"]. ~420 s, in the order of what matters (the call may be cut).
+# Session 44 call 3; carry [".whl", ".device_tree"]. ~420 s (the call may be cut: the budget left was 546 s).
 # CP_JOINT_PREFILL is now the default (calls 1-2), at every row count.
+# (Run in the order 2, 1, 3, 4.)
 # 1. GPU tests whose counts follow the new default (the fused layer at one row, folded norms and split prefill at
 #    64 rows held to their own paths), the joint ones, and the engine above the skinny sizes (split held) and joint.
 # 2. probe_gemm_layouts.py: whether cuBLAS serves the code predictor's 64- / 128-row GEMMs faster with the weight
@@ -11,11 +12,12 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-gpu_tests 200 tests/gpu/test_gpu_cp_layer.py tests/gpu/test_gpu_engine.py \
-  -k "fused_layer_on_vs_off or folded_norms_on_vs_off or split_prefill or joint or above_the_skinny"
-echo "  at ${SECONDS}s"
 timeout 90 python3 benchmarks/scripts/probe_gemm_layouts.py > $R/probe_gemm_layouts.txt 2>&1
 cat $R/probe_gemm_layouts.txt | cut -c1-300
+pack_results
+gpu_tests 150 tests/gpu/test_gpu_cp_layer.py tests/gpu/test_gpu_engine.py \
+  -k "fused_layer_on_vs_off or folded_norms_on_vs_off or split_prefill or joint or above_the_skinny"
+echo "  at ${SECONDS}s"
 pack_results
 wait $CK6
 if serve_small defaults; then
