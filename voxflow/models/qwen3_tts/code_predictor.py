@@ -179,8 +179,9 @@ class CodePredictor(nn.Module):
         positions with CP_JOINT_PREFILL, else position by position) through the fused layer kernels
         (`_fused_layers`, when on and applicable; else above the skinny sizes with CP_JOINT_PREFILL, the default,
         that first step as one pass of both positions' rows, `_joint_layers`; else, with CP_SPLIT_PREFILL,
-        position by position through the stack's single-token path), and the final norm: for one row inside lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm
-        prologue, or norm_linear.py's one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
+        position by position through the stack's single-token path), and the final norm: for one row inside
+        lm_head[j]'s GEMM, last position only (one launch: skinny_linear.py's norm prologue, or norm_linear.py's
+        one-pass norm with CP_NORM_LINEAR_LM_HEAD); for more, the stack's (fused
         with its last residual add above the skinny sizes), then lm_head[j]. `projected`: x already projected (the
         rows of `projected_tables`, or x's rows themselves without a projection); owned: rows no one else reads,
         which the stack may overwrite (OWNED_INPUT). unnormed (CP_FOLDED_HEAD, above the skinny sizes, with the
