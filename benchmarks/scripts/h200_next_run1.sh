@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Session 44 call 3; carry [".whl", ".device_tree"]. ~420 s (the call may be cut: ~360 s of device time left).
-# CP_JOINT_PREFILL is now the default (calls 1-2), at every row count.
+# Prepared in session 44 (no machine came for it); carry [".whl", ".device_tree"]; rename when run. ~420 s.
+# CP_JOINT_PREFILL is the default since session 44 (its calls 1-2), at every row count.
 # (Run in the order 2, 1, 3, 4.)
 # 1. GPU tests whose counts follow the new default (the fused layer at one row, folded norms and split prefill at
 #    64 rows held to their own paths), the joint ones, and the engine above the skinny sizes (split held) and joint.
 # 2. probe_gemm_layouts.py: whether cuBLAS serves the code predictor's 64- / 128-row GEMMs faster with the weight
 #    stored [K, N] (torch.mm) than F.linear's [N, K], or with fp32 split-K reductions (no engine change).
-# 3. 0.6B c=64 over HTTP on the new defaults, a second server (call 1: 741.08).
+# 3. 0.6B c=64 over HTTP on the new defaults, a second server (session 44 call 1: 741.08).
 # 4. A kernel timeline of the 0.6B c=64 step on the new defaults (staggered requests, the <= 8 GB configuration),
 #    session 40's table with the joint pass.
 set -uo pipefail
@@ -15,7 +15,7 @@ start_call 0.6B
 timeout 90 python3 benchmarks/scripts/probe_gemm_layouts.py > $R/probe_gemm_layouts.txt 2>&1
 cat $R/probe_gemm_layouts.txt | cut -c1-300
 pack_results
-gpu_tests 120 tests/gpu/test_gpu_cp_layer.py tests/gpu/test_gpu_engine.py \
+gpu_tests 150 tests/gpu/test_gpu_cp_layer.py tests/gpu/test_gpu_engine.py \
   -k "fused_layer_on_vs_off or folded_norms_on_vs_off or split_prefill or joint or above_the_skinny"
 echo "  at ${SECONDS}s"
 pack_results
