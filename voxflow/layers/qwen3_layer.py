@@ -52,6 +52,10 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # VOXFLOW_FOLDED_NORMS_PAGED=0 turns it off.
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
+# The folded layers' o_proj and down_proj (the residual inside the GEMM) through the one-launch split-K kernel
+# (voxflow/kernels/splitk_linear.py) instead of cuBLAS's addmm: built in session 44 for the 64-row decode GEMMs that
+# read their weights at 0.75-0.86 TB/s (H100). Off until measured: VOXFLOW_SPLITK_RESIDUAL=1 turns it on.
+SPLITK_RESIDUAL = os.environ.get("VOXFLOW_SPLITK_RESIDUAL", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -317,14 +321,13 @@ class Qwen3DecoderLayer(nn.Module):
         out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
-        o_w = attn.o_proj.weight.t()
         out = out.reshape(b * s, -1)
-        h = rows.addmm_(out, o_w) if x_owned else torch.addmm(rows, out, o_w)
+        h = _residual_linear(out, attn.o_proj.weight, rows, in_place=x_owned)
         gate_up = F.linear(h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
-        return h.addmm_(act, mlp.down_proj.weight.t()).view(b, s, hidden)        # h is ours either way
+        return _residual_linear(act, mlp.down_proj.weight, h, in_place=True).view(b, s, hidden)   # h is ours
 
 
 def _folds(cache) -> bool:
@@ -332,6 +335,18 @@ def _folds(cache) -> bool:
     if getattr(cache, "attend_raw", None) is not None:
         return FOLDED_NORMS
     return FOLDED_NORMS and FOLDED_NORMS_PAGED and getattr(cache, "attend", None) is not None
+
+
+def _residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, in_place: bool) -> torch.Tensor:
+    """residual + x @ w^T, into residual itself when in_place. cuBLAS's addmm (the add in the GEMM's epilogue; in
+    place when the residual is ours to overwrite: an out-of-place addmm first copies it into its output, a launch of
+    its own, 1.1 us a layer step on the H200 at 64 rows), or with VOXFLOW_SPLITK_RESIDUAL the one-launch split-K
+    kernel (voxflow/kernels/splitk_linear.py, off until measured)."""
+    if SPLITK_RESIDUAL and use_kernels(x):
+        from voxflow.kernels import splitk_linear as skl
+        if skl.supported(x, w, residual):
+            return skl.splitk_linear(x, w, residual, out=residual if in_place else None)
+    return residual.addmm_(x, w.t()) if in_place else torch.addmm(residual, x, w.t())
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
