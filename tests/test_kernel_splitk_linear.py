@@ -121,12 +121,13 @@ else:
 
 def test_supported_refuses_what_the_kernel_cannot_take():
     """More than MAX_M rows, K not a multiple of 16, mixed dtypes, a transposed weight, a residual of the wrong
-    shape: not supported, and splitk_linear raises before any launch."""
+    shape or with overlapping rows: not supported, and splitk_linear raises before any launch."""
     from voxflow.kernels.splitk_linear import MAX_M, splitk_linear, supported
     x, w, r = torch.zeros(4, 32), torch.zeros(8, 32), torch.zeros(4, 8)
     assert supported(x, w, r)
     bad = [(torch.zeros(MAX_M + 1, 32), w, torch.zeros(MAX_M + 1, 8)), (torch.zeros(4, 24), torch.zeros(8, 24), r),
-           (x.bfloat16(), w, r), (x, torch.zeros(32, 8).t(), r), (x, w, torch.zeros(4, 9))]
+           (x.bfloat16(), w, r), (x, torch.zeros(32, 8).t(), r), (x, w, torch.zeros(4, 9)),
+           (x, w, torch.zeros(1, 8).expand(4, 8))]                  # rows that overlap (written in place)
     for args in bad:
         assert not supported(*args)
         with pytest.raises(ValueError, match="unsupported"):

@@ -12,10 +12,13 @@ import sys
 
 import torch
 
-from probe_fp8_gemm import COPIES, graph_us
+from probe_fp8_gemm import graph_us
 from voxflow.kernels import splitk_linear as sl
 
 SHAPES = (("o_proj", 1024, 2048), ("down", 1024, 3072))
+
+# Weight copies rotated through: 24 x 4.2 MB (o_proj) is twice an H100 / H200 L2 (probe_fp8_gemm's 8 would fit).
+COPIES = 24
 
 
 def grid(quick: bool) -> list[dict]:

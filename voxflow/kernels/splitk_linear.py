@@ -64,6 +64,9 @@ def _splitk_residual_kernel(x_ptr, w_ptr, res_ptr, out_ptr, part_ptr, count_ptr,
     part = part_ptr + (pid_k * rows_total + rm[:, None]).to(tl.int64) * N + rn[None, :]
     tl.store(part, acc, mask=m_mask[:, None] & n_mask[None, :])
     tile = pid_m * tl.num_programs(0) + pid_n
+    # every thread's partial stores before the one counting thread's release (Triton puts this barrier before a
+    # scalar atomic itself; stated here so the order does not rest on that)
+    tl.debug_barrier()
     # acq_rel: this program's partial is visible before its count, and the last program sees every partial
     done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
     if done == SPLIT - 1:
@@ -95,25 +98,29 @@ def launch_config(m: int, n: int, k: int) -> dict:
 
 
 def supported(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> bool:
-    """x [M, K] (rows contiguous), W [N, K] contiguous, residual [M, N] (rows contiguous), one dtype on one device,
-    1 <= M <= MAX_M, K % 16 == 0."""
+    """x [M, K] (rows contiguous), W [N, K] contiguous, residual [M, N] (rows contiguous, not overlapping: it may be
+    written in place), one dtype on one device, 1 <= M <= MAX_M, K % 16 == 0."""
     return (x.dim() == 2 and w.dim() == 2 and residual.dim() == 2 and x.dtype in _DTYPES
             and x.dtype == w.dtype == residual.dtype and x.device == w.device == residual.device
             and 1 <= x.shape[0] <= MAX_M and x.shape[1] == w.shape[1] and x.shape[1] % 16 == 0
             and residual.shape == (x.shape[0], w.shape[0]) and x.stride(1) == 1 and w.is_contiguous()
-            and residual.stride(1) == 1)
+            and residual.stride(1) == 1 and (residual.stride(0) >= residual.shape[1] or residual.shape[0] == 1))
 
 
 class _Workspace:
     """Per device: the fp32 partials and the per-tile counters (zero between calls). Grown outside CUDA-graph
     capture only (an allocation during capture would belong to that graph's pool): the engine's warm-up runs every
-    shape eagerly first; a call that would need more during capture raises."""
+    shape eagerly first; a call that would need more during capture takes cuBLAS's addmm (splitk_linear)."""
 
     def __init__(self):
         self.parts: dict[torch.device, torch.Tensor] = {}
         self.counts: dict[torch.device, torch.Tensor] = {}
         # Replaced buffers stay alive: a CUDA graph captured with them still reads and writes them on replay.
         self.retired: list[torch.Tensor] = []
+
+    def fits(self, device: torch.device, part_elems: int, tiles: int) -> bool:
+        part, count = self.parts.get(device), self.counts.get(device)
+        return part is not None and part.numel() >= part_elems and count.numel() >= tiles
 
     def get(self, device: torch.device, part_elems: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
         part, count = self.parts.get(device), self.counts.get(device)
@@ -145,7 +152,11 @@ def splitk_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, out:
     bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT"]
     k_per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
     grid = (triton.cdiv(n, bn), split, triton.cdiv(m, bm))
-    part, count = _workspace.get(x.device, split * grid[2] * bm * n, grid[0] * grid[2])
+    part_elems, tiles = split * grid[2] * bm * n, grid[0] * grid[2]
+    if x.is_cuda and torch.cuda.is_current_stream_capturing() and not _workspace.fits(x.device, part_elems, tiles):
+        # a shape no eager call sized the workspace for, met inside a capture: cuBLAS's addmm, same result
+        return (out.copy_(residual) if out is not residual else out).addmm_(x, w.t())
+    part, count = _workspace.get(x.device, part_elems, tiles)
     pdl = use_pdl(x)
     _splitk_residual_kernel[grid](
         x, w, residual, out, part, count, m, n, k, k_per_split, x.stride(0), w.stride(0), residual.stride(0),
