@@ -14,8 +14,9 @@ does; the order of the fp32 sums differs (fp32 results agree to ~1e-6 relative, 
 splits runs in a fixed order, so a call is deterministic.
 
 Off by default until measured (`VOXFLOW_SPLITK_RESIDUAL`, qwen3_layer.SPLITK_RESIDUAL); tuned and timed
-against cuBLAS by benchmarks/scripts/tune_splitk_linear.py. One workspace and one set of counters per device: calls
-must not run concurrently on two streams of a device (the decode step runs on one).
+against cuBLAS by benchmarks/scripts/tune_splitk_linear.py. The tile counters are shared per device and size
+(attention_o_proj.tile_counters): calls must not run concurrently on two streams of a device (the decode step runs
+on one).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels import use_pdl
+from voxflow.kernels.attention_o_proj import tile_counters
 from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel
 
 MAX_M = 128
@@ -107,37 +109,6 @@ def supported(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> bool:
             and residual.stride(1) == 1 and (residual.stride(0) >= residual.shape[1] or residual.shape[0] == 1))
 
 
-class _Workspace:
-    """Per device: the fp32 partials and the per-tile counters (zero between calls). Grown outside CUDA-graph
-    capture only (an allocation during capture would belong to that graph's pool): the engine's warm-up runs every
-    shape eagerly first; a call that would need more during capture takes cuBLAS's addmm (splitk_linear)."""
-
-    def __init__(self):
-        self.parts: dict[torch.device, torch.Tensor] = {}
-        self.counts: dict[torch.device, torch.Tensor] = {}
-        # Replaced buffers stay alive: a CUDA graph captured with them still reads and writes them on replay.
-        self.retired: list[torch.Tensor] = []
-
-    def fits(self, device: torch.device, part_elems: int, tiles: int) -> bool:
-        part, count = self.parts.get(device), self.counts.get(device)
-        return part is not None and part.numel() >= part_elems and count.numel() >= tiles
-
-    def get(self, device: torch.device, part_elems: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-        part, count = self.parts.get(device), self.counts.get(device)
-        if part is None or part.numel() < part_elems or count.numel() < tiles:
-            if torch.cuda.is_available() and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("splitk_linear: its workspace must be sized by an eager call before capture")
-            self.retired += [t for t in (part, count) if t is not None]
-            part = torch.empty(max(part_elems, 0 if part is None else part.numel()), dtype=torch.float32,
-                               device=device)
-            count = torch.zeros(max(tiles, 0 if count is None else count.numel()), dtype=torch.int32, device=device)
-            self.parts[device], self.counts[device] = part, count
-        return part, count
-
-
-_workspace = _Workspace()
-
-
 def splitk_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, out: torch.Tensor | None = None,
                   config: dict | None = None) -> torch.Tensor:
     """residual + x @ w^T, rounded once to x's dtype, into `out` (a new tensor if None; may be `residual` itself:
@@ -152,11 +123,10 @@ def splitk_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, out:
     bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT"]
     k_per_split = triton.cdiv(triton.cdiv(k, split), bk) * bk
     grid = (triton.cdiv(n, bn), split, triton.cdiv(m, bm))
-    part_elems, tiles = split * grid[2] * bm * n, grid[0] * grid[2]
-    if x.is_cuda and torch.cuda.is_current_stream_capturing() and not _workspace.fits(x.device, part_elems, tiles):
-        # a shape no eager call sized the workspace for, met inside a capture: cuBLAS's addmm, same result
-        return (out.copy_(residual) if out is not residual else out).addmm_(x, w.t())
-    part, count = _workspace.get(x.device, part_elems, tiles)
+    # the partials from torch's caching allocator (capture-safe: inside a capture the graph's pool keeps them);
+    # the counters are attention_o_proj's per-device zeros, which every launch leaves at zero again
+    part = torch.empty(split * grid[2] * bm * n, dtype=torch.float32, device=x.device)
+    count = tile_counters(x.device, grid[0] * grid[2])
     pdl = use_pdl(x)
     _splitk_residual_kernel[grid](
         x, w, residual, out, part, count, m, n, k, k_per_split, x.stride(0), w.stride(0), residual.stride(0),
