@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 44 (no machine came for it), run in session 45 call 1; carry [".whl", ".device_tree"]. ~480 s, in the
+# Prepared in session 44, run in session 45 call 1; carry [".whl", ".device_tree"]. ~480 s, in the
 # order of what matters (the call may be cut).
 # CP_JOINT_PREFILL is the default since session 44 (its calls 1-2), at every row count.
 # 1. probe_gemm_layouts.py: whether cuBLAS serves the decode layers' 64- / 128-row GEMMs faster with the weight
