@@ -32,7 +32,8 @@ def counters_all_zero() -> bool:
 
 def check_against_float64():
     """Every config, M = 1 / 5 / 37 (past one M tile), N = 80 (a partial N tile), K = 96 (the 3-way split's slices
-    end past K): fp32 within 1e-5 of the scale, half dtypes within one rounding; the counters are back at zero."""
+    end past K), with and without a residual: fp32 within 1e-5 of the scale, half dtypes within one rounding; the
+    counters are back at zero."""
     from voxflow.kernels import splitk_linear as sl
     g = torch.Generator().manual_seed(0)
     for dtype, rel in ((torch.float32, 1e-5), (torch.bfloat16, 2.0 ** -7), (torch.float16, 2.0 ** -10)):
@@ -49,6 +50,12 @@ def check_against_float64():
                 err = (got.double() - want).abs()
                 assert (err <= rel * (want.abs() + 1e-3 * scale) + 1e-6 * scale).all(), (dtype, m, cfg,
                                                                                         err.max().item())
+                assert counters_all_zero(), "a tile counter was left set"
+                # no residual: x @ W^T alone (the residual's load compiled out)
+                plain = x.double() @ w.double().t()
+                got = sl.splitk_linear(x, w, config=cfg)
+                err = (got.double() - plain).abs()
+                assert (err <= rel * (plain.abs() + 1e-3 * scale) + 1e-6 * scale).all(), (dtype, m, cfg, "plain")
                 assert counters_all_zero(), "a tile counter was left set"
 
 
@@ -127,7 +134,8 @@ else:
 
 def test_supported_refuses_what_the_kernel_cannot_take():
     """More than MAX_M rows, K not a multiple of 16, mixed dtypes, a transposed weight, a residual of the wrong
-    shape or with overlapping rows: not supported, and splitk_linear raises before any launch."""
+    shape or with overlapping rows: not supported, and splitk_linear raises before any launch; so does an output of
+    the wrong shape, dtype or layout."""
     from voxflow.kernels.splitk_linear import MAX_M, splitk_linear, supported
     x, w, r = torch.zeros(4, 32), torch.zeros(8, 32), torch.zeros(4, 8)
     assert supported(x, w, r)
@@ -138,4 +146,8 @@ def test_supported_refuses_what_the_kernel_cannot_take():
         assert not supported(*args)
         with pytest.raises(ValueError, match="unsupported"):
             splitk_linear(*args)
+    assert supported(x, w)                                          # no residual
+    for out in (torch.zeros(4, 9), torch.zeros(4, 8, dtype=torch.float64), torch.zeros(8, 4).t()):
+        with pytest.raises(ValueError, match="cannot hold"):        # an output it cannot write: refused
+            splitk_linear(x, w, out=out)
 

@@ -5,7 +5,8 @@
 # 1. probe_gemm_layouts.py: whether cuBLAS serves the decode layers' 64- / 128-row GEMMs faster with the weight
 #    stored [K, N] than F.linear's [N, K], or with fp32 split-K reductions (no engine change).
 # 2. tune_splitk_linear.py --quick: the one-launch split-K residual GEMM (VOXFLOW_SPLITK_RESIDUAL, built in session
-#    44, off) against cuBLAS's addmm_ at o_proj / down_proj, 64 and 128 rows.
+#    44, off) against cuBLAS's addmm_ at o_proj / down_proj, 64 and 128 rows; without a residual against cuBLAS's mm
+#    at q|k|v and gate|up (K 1024).
 # 3. GPU tests: splitk_linear at the real shapes (eager, graph, through the folded layers), the tests whose counts
 #    follow the joint default (the fused layer at one row, folded norms and split prefill at 64 rows held to their
 #    own paths), the joint ones, the engine above the skinny sizes (split held) and joint.
@@ -16,7 +17,7 @@ source benchmarks/scripts/device_lib.sh
 start_call 0.6B
 timeout 90 python3 benchmarks/scripts/probe_gemm_layouts.py > $R/probe_gemm_layouts.txt 2>&1
 cut -c1-300 $R/probe_gemm_layouts.txt
-timeout 120 python3 benchmarks/scripts/tune_splitk_linear.py --quick > $R/tune_splitk_linear.txt 2>&1
+timeout 150 python3 benchmarks/scripts/tune_splitk_linear.py --quick > $R/tune_splitk_linear.txt 2>&1
 cut -c1-300 $R/tune_splitk_linear.txt | grep -v "^    "
 pack_results
 gpu_tests 170 tests/gpu/test_gpu_splitk_linear.py tests/gpu/test_gpu_cp_layer.py tests/gpu/test_gpu_engine.py \
