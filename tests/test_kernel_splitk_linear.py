@@ -115,7 +115,36 @@ def check_layer_switch():
         layer_mod.SPLITK_RESIDUAL, layer_mod.use_kernels, sl.splitk_linear = saved
 
 
+def check_projection_switch():
+    """qwen3_layer._projection with SPLITK_PROJECTIONS (kernels on): the kernel ran (spied) without a residual,
+    within one rounding of F.linear; off: F.linear's bits, no kernel."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import splitk_linear as sl
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(12, 64, generator=g).to(torch.bfloat16)
+    w = torch.randn(96, 64, generator=g).to(torch.bfloat16)
+    want = x.float() @ w.float().t()
+    saved = layer_mod.SPLITK_PROJECTIONS, layer_mod.use_kernels, sl.splitk_linear
+    calls = []
+    sl.splitk_linear = lambda *a, **kw: (calls.append(len(a) + len(kw)), saved[2](*a, **kw))[1]
+    layer_mod.use_kernels = lambda t: True
+    try:
+        for on in (True, False):
+            layer_mod.SPLITK_PROJECTIONS = on
+            calls.clear()
+            got = layer_mod._projection(x, w)
+            assert calls == ([2] if on else []), (on, calls)       # x and w only: no residual
+            assert ((got.float() - want).abs() <= 2.0 ** -7 * want.abs() + 1e-2).all(), on
+            if not on:
+                assert torch.equal(got, torch.nn.functional.linear(x, w))
+    finally:
+        layer_mod.SPLITK_PROJECTIONS, layer_mod.use_kernels, sl.splitk_linear = saved
+
+
 if IN_CHILD:
+    def test_child_projection_switch():
+        check_projection_switch()
+
     def test_child_against_float64():
         check_against_float64()
 

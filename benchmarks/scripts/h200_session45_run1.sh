@@ -10,7 +10,8 @@
 # 3. GPU tests: splitk_linear at the real shapes (eager, graph, through the folded layers), the tests whose counts
 #    follow the joint default (the fused layer at one row, folded norms and split prefill at 64 rows held to their
 #    own paths), the joint ones, the engine above the skinny sizes (split held) and joint.
-# 4. 0.6B c=64 offline (<= 8 GB configuration, 640 prompts): defaults / splitk / defaults / splitk, step traces.
+# 4. 0.6B c=64 offline (<= 8 GB configuration, 640 prompts): defaults / splitk / defaults / splitk, step traces;
+#    then splitkall: VOXFLOW_SPLITK_PROJECTIONS too (q|k|v and gate|up through the kernel without a residual).
 # 5. 0.6B c=64 over HTTP on the defaults, a second server (session 44 call 1: 741.08).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
@@ -19,12 +20,13 @@ timeout 150 python3 benchmarks/scripts/tune_splitk_linear.py --quick > $R/tune_s
 cut -c1-300 $R/tune_splitk_linear.txt | grep -v "^    "
 pack_results
 wait $CK6
-for run in defaults_1 splitk_1 defaults_2 splitk_2; do
+for run in defaults_1 splitk_1 defaults_2 splitk_2 splitkall_1; do
   case $run in splitk*) export VOXFLOW_SPLITK_RESIDUAL=1 ;; *) export VOXFLOW_SPLITK_RESIDUAL=0 ;; esac
+  case $run in splitkall*) export VOXFLOW_SPLITK_PROJECTIONS=1 ;; *) export VOXFLOW_SPLITK_PROJECTIONS=0 ;; esac
   bench_small_traced $run
   pack_results
 done
-unset VOXFLOW_SPLITK_RESIDUAL
+unset VOXFLOW_SPLITK_RESIDUAL VOXFLOW_SPLITK_PROJECTIONS
 grep -h "^| c=" $R/h200_0p6b_offline_c64_*.md
 summarize_steps "steps_0p6b_*.jsonl" 12
 grep -h "^span\|^| full |" $R/step_summaries.txt

@@ -74,22 +74,24 @@ def test_splitk_linear_in_a_cuda_graph():
 
 
 @torch.no_grad()
-def test_folded_layer_with_splitk_residual_close_to_addmm():
-    """qwen3_layer.SPLITK_RESIDUAL in the folded layers' o_proj / down_proj (the 0.6B code predictor at 64 rows,
-    bf16): the kernel ran twice a layer pass (spied), teacher-forced logits within 5e-2 of max |logit| of the addmm
-    path's, greedy codes equal up to near-ties."""
+@pytest.mark.parametrize("switch", ["SPLITK_RESIDUAL", "SPLITK_PROJECTIONS"])
+def test_folded_layer_with_splitk_close_to_cublas(switch):
+    """qwen3_layer.SPLITK_RESIDUAL in the folded layers' o_proj / down_proj, SPLITK_PROJECTIONS in their q|k|v and
+    gate|up (the 0.6B code predictor at 64 rows, bf16): the kernel ran twice a layer pass (spied), teacher-forced
+    logits within 5e-2 of max |logit| of the cuBLAS path's, greedy codes equal up to near-ties."""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import splitk_linear as sl
     from test_gpu_cp_layer import assert_codes_equal_up_to_near_ties, predict_on_vs_off
-    saved = layer_mod.SPLITK_RESIDUAL, sl.splitk_linear
+    saved = getattr(layer_mod, switch), sl.splitk_linear
     calls = []
     sl.splitk_linear = lambda *a, **kw: (calls.append(1), saved[1](*a, **kw))[1]
     first = 1 if cp_mod.CP_JOINT_PREFILL else 2 * cp_mod.CP_SPLIT_PREFILL      # folded passes of the first step
     try:
         codes_on, codes_off, logits_off, err = predict_on_vs_off(
-            lambda on: setattr(layer_mod, "SPLITK_RESIDUAL", on), calls, 64, torch.bfloat16, 5e-2,
+            lambda on: setattr(layer_mod, switch, on), calls, 64, torch.bfloat16, 5e-2,
             expected=2 * 5 * (14 + first), talker=1024)
         assert_codes_equal_up_to_near_ties(codes_on, codes_off, logits_off, err)
     finally:
-        layer_mod.SPLITK_RESIDUAL, sl.splitk_linear = saved
+        setattr(layer_mod, switch, saved[0])
+        sl.splitk_linear = saved[1]
