@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 44, run in session 45 call 1; carry [".whl", ".device_tree"]. ~500 s, in the
-# order of what matters (the call may be cut): 2, 4, 3, 1, 5.
+# order of what matters (the call may be cut): 4, 2, 3, 1, 5.
 # CP_JOINT_PREFILL is the default since session 44 (its calls 1-2), at every row count.
 # 1. probe_gemm_layouts.py: whether cuBLAS serves the decode layers' 64- / 128-row GEMMs faster with the weight
 #    stored [K, N] than F.linear's [N, K], or with fp32 split-K reductions (no engine change).
@@ -16,9 +16,6 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-timeout 150 python3 benchmarks/scripts/tune_splitk_linear.py --quick > $R/tune_splitk_linear.txt 2>&1
-cut -c1-300 $R/tune_splitk_linear.txt | grep -v "^    "
-pack_results
 wait $CK6
 for run in defaults_1 splitk_1 defaults_2 splitk_2 splitkall_1; do
   case $run in splitk*) export VOXFLOW_SPLITK_RESIDUAL=1 ;; *) export VOXFLOW_SPLITK_RESIDUAL=0 ;; esac
@@ -30,6 +27,9 @@ unset VOXFLOW_SPLITK_RESIDUAL VOXFLOW_SPLITK_PROJECTIONS
 grep -h "^| c=" $R/h200_0p6b_offline_c64_*.md
 summarize_steps "steps_0p6b_*.jsonl" 12
 grep -h "^span\|^| full |" $R/step_summaries.txt
+timeout 120 python3 benchmarks/scripts/tune_splitk_linear.py --quick > $R/tune_splitk_linear.txt 2>&1
+cut -c1-300 $R/tune_splitk_linear.txt | grep -v "^    "
+pack_results
 gpu_tests 170 tests/gpu/test_gpu_splitk_linear.py tests/gpu/test_gpu_cp_layer.py tests/gpu/test_gpu_engine.py \
   -k "splitk or fused_layer_on_vs_off or folded_norms_on_vs_off or split_prefill or joint or above_the_skinny"
 echo "  at ${SECONDS}s"
