@@ -277,24 +277,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("silu_mul folded", silu_mul._silu_mul_folded_kernel,
                 dict(gate_ptr=bf, up_ptr=bf, x_ptr=bf, out_ptr=bf, inv_h="fp32", eps="fp32"),
                 dict(PRECISE_EXP=True, BLOCK=1024, BLOCK_X=1024), dict(num_warps=4, enable_fp_fusion=False)))
-    from voxflow.kernels import splitk_linear
-    # the 0.6B decode layers' o_proj / down_proj at 64 rows and the joint first step's 128, PDL as served
-    # (and, without a residual, the q|k|v / gate|up shapes at K = 1024, one split and two)
-    for dt, (m, n, k), pdl, res, split in (
-            ("bf16", (64, 1024, 2048), True, True, None), ("bf16", (64, 1024, 2048), False, True, None),
-            ("bf16", (128, 1024, 3072), True, True, None), ("bf16", (128, 1024, 3072), False, True, None),
-            ("fp32", (64, 1024, 3072), False, True, None), ("bf16", (64, 4096, 1024), True, False, 1),
-            ("bf16", (64, 4096, 1024), False, False, 1), ("bf16", (64, 6144, 1024), True, False, 2),
-            ("bf16", (64, 6144, 1024), False, False, 2)):
-        cfg = dict(splitk_linear.launch_config(m, n, k), **({} if split is None else {"SPLIT": split}))
-        p = _ptr(dt)
-        name = f"splitk_linear {dt} {m}x{n}x{k}" + ("" if res else f" no residual split {split}")
-        out.append((name + (" pdl" if pdl else ""),
-                    splitk_linear._splitk_residual_kernel,
-                    dict(x_ptr=p, w_ptr=p, res_ptr=p, out_ptr=p, part_ptr=f32, count_ptr=_ptr("i32")),
-                    dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT=cfg["SPLIT"],
-                         USE_PDL=pdl, DOT_IN_FP32=dt == "fp32", HAS_RESIDUAL=res),
-                    dict(num_warps=cfg["num_warps"], launch_pdl=pdl)))
     return out
 
 

@@ -81,7 +81,7 @@ def wait_for_previous_kernel(MODE: tl.constexpr):
 # - call 4, the 1.7B c=1 step 3.287 -> 3.242 ms (the fused 2-token first step no longer slow); the talker's small
 #   kernels on EXIT too: no faster (qk_norm_rope 3.260, paged_decode 3.246, combine_splits 3.277).
 EXIT_KINDS = ("norm_linear", "skinny_linear", "attention_o_proj", "select_tokens", "qk_norm_rope", "paged_decode",
-              "combine_splits", "splitk_linear")
+              "combine_splits")
 _exit = frozenset(filter(None, os.environ.get("VOXFLOW_PDL_EXIT", "attention_o_proj").split(",")))
 if not _exit <= set(EXIT_KINDS):
     raise ValueError(f"VOXFLOW_PDL_EXIT: unknown kinds {sorted(_exit - set(EXIT_KINDS))} (known: {EXIT_KINDS})")

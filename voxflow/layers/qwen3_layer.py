@@ -52,14 +52,6 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # VOXFLOW_FOLDED_NORMS_PAGED=0 turns it off.
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
-# The folded layers' o_proj and down_proj (the residual inside the GEMM) through the one-launch split-K kernel
-# (voxflow/kernels/splitk_linear.py) instead of cuBLAS's addmm: built in session 44 for the 64-row decode GEMMs that
-# read their weights at 0.75-0.86 TB/s (H100). Off until measured: VOXFLOW_SPLITK_RESIDUAL=1 turns it on.
-SPLITK_RESIDUAL = os.environ.get("VOXFLOW_SPLITK_RESIDUAL", "0") == "1"
-# Their q|k|v and gate|up projections (K = hidden, no residual) through the same kernel instead of cuBLAS's GEMM:
-# built in session 45 in case more programs than cuBLAS's 64-row tiles read those weights faster too. Off until
-# measured (benchmarks/scripts/tune_splitk_linear.py times both): VOXFLOW_SPLITK_PROJECTIONS=1 turns it on.
-SPLITK_PROJECTIONS = os.environ.get("VOXFLOW_SPLITK_PROJECTIONS", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -321,13 +313,13 @@ class Qwen3DecoderLayer(nn.Module):
         inter = mlp.gate_proj.out_features
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
-        qkv = _projection(rows, qkv_w).view(b, s, -1)                          # [B, S, width], not normed yet
+        qkv = F.linear(rows, qkv_w).view(b, s, -1)                             # [B, S, width], not normed yet
         out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
         out = out.reshape(b * s, -1)
         h = _residual_linear(out, attn.o_proj.weight, rows, in_place=x_owned)
-        gate_up = _projection(h, gate_up_w)
+        gate_up = F.linear(h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
@@ -342,25 +334,10 @@ def _folds(cache) -> bool:
 
 
 def _residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, in_place: bool) -> torch.Tensor:
-    """residual + x @ w^T, into residual itself when in_place. cuBLAS's addmm (the add in the GEMM's epilogue; in
-    place when the residual is ours to overwrite: an out-of-place addmm first copies it into its output, a launch of
-    its own, 1.1 us a layer step on the H200 at 64 rows), or with VOXFLOW_SPLITK_RESIDUAL the one-launch split-K
-    kernel (voxflow/kernels/splitk_linear.py, off until measured)."""
-    if SPLITK_RESIDUAL and use_kernels(x):
-        from voxflow.kernels import splitk_linear as skl
-        if skl.supported(x, w, residual):
-            return skl.splitk_linear(x, w, residual, out=residual if in_place else None)
+    """residual + x @ w^T through cuBLAS's addmm (the add in the GEMM's epilogue), into residual itself when in_place:
+    an out-of-place addmm first copies the residual into its output, a launch of its own (1.1 us a layer step on the
+    H200 at 64 rows). A one-launch split-K kernel in its place was slower served (docs/gpu_path.md, session 45)."""
     return residual.addmm_(x, w.t()) if in_place else torch.addmm(residual, x, w.t())
-
-
-def _projection(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x @ w^T for the folded layers' q|k|v and gate|up: F.linear (cuBLAS), or with VOXFLOW_SPLITK_PROJECTIONS the
-    split-K kernel without a residual (off until measured)."""
-    if SPLITK_PROJECTIONS and use_kernels(x):
-        from voxflow.kernels import splitk_linear as skl
-        if skl.supported(x, w):
-            return skl.splitk_linear(x, w)
-    return F.linear(x, w)
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
