@@ -6,6 +6,7 @@
 #   serve_variant NAME ARGS...  start `voxflow serve /tmp/real-1.7b` (bf16, 64 seqs, step trace in $R) with extra
 #                               ARGS and wait for /ready; returns 1 (and prints the log's tail) if it never came up
 #   bench_http ARGS...          `voxflow bench` against it (151 frames, --ignore-eos), last lines shown
+#   http_small NAME [ARGS]      serve_small NAME (ARGS: serve options), bench_http_small NAME, stop_server NAME
 #   bench_http_at C LABEL [ARGS] bench_http at concurrency C (1, 16 or 64) with the targets' sizes (16 / 64 / 256
 #                               prompts) into $R/h200_1p7b_http_LABEL.* (ARGS: more bench options)
 #   stop_server NAME            stop it, keep /health and the gzipped trace
@@ -113,6 +114,17 @@ bench_http_small() {
   bench_http --label "http-small-$1" --concurrency 64 --num-prompts $SMALL_PROMPTS --num-warmups 8 \
     --output "$R/h200_0p6b_http_c64_$1.json.gz" "${@:2}"
   echo "  at ${SECONDS}s"
+}
+
+http_small() {
+  # one 0.6B server (serve_small's configuration, ARGS: more serve options), one bench_http_small run, stopped;
+  # its result line shown
+  local name=$1; shift
+  if serve_small "$name" "$@"; then
+    bench_http_small "$name"
+    stop_server "$name"
+  fi
+  grep -h "^| c=" "$R/h200_0p6b_http_c64_$name.md"
 }
 
 bench_http() {

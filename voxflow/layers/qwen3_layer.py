@@ -317,13 +317,14 @@ class Qwen3DecoderLayer(nn.Module):
         out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
+        o_w = attn.o_proj.weight.t()
         out = out.reshape(b * s, -1)
-        h = _residual_linear(out, attn.o_proj.weight, rows, in_place=x_owned)
+        h = rows.addmm_(out, o_w) if x_owned else torch.addmm(rows, out, o_w)
         gate_up = F.linear(h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
-        return _residual_linear(act, mlp.down_proj.weight, h, in_place=True).view(b, s, hidden)   # h is ours
+        return h.addmm_(act, mlp.down_proj.weight.t()).view(b, s, hidden)        # h is ours either way
 
 
 def _folds(cache) -> bool:
@@ -331,13 +332,6 @@ def _folds(cache) -> bool:
     if getattr(cache, "attend_raw", None) is not None:
         return FOLDED_NORMS
     return FOLDED_NORMS and FOLDED_NORMS_PAGED and getattr(cache, "attend", None) is not None
-
-
-def _residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, in_place: bool) -> torch.Tensor:
-    """residual + x @ w^T through cuBLAS's addmm (the add in the GEMM's epilogue), into residual itself when in_place:
-    an out-of-place addmm first copies the residual into its output, a launch of its own (1.1 us a layer step on the
-    H200 at 64 rows). A one-launch split-K kernel in its place was slower served (docs/gpu_path.md, session 45)."""
-    return residual.addmm_(x, w.t()) if in_place else torch.addmm(residual, x, w.t())
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
