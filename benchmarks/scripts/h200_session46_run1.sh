@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 45 for the next call; carry [".whl", ".device_tree"]; rename when run. ~260 s, in the order of
+# Session 46 call 1 (prepared in session 45); carry [".whl", ".device_tree"]. ~260 s, in the order of
 # what matters (the call may be cut).
 # 1. 0.6B c=64 over HTTP on the defaults, one server, 640 prompts: the target row on an H200 (session 44's 741.1 was
 #    an H100; session 45 measured the defaults offline on an H200 at 760.5 / 758.7).
