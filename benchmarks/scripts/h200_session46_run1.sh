@@ -14,6 +14,11 @@ start_call 0.6B
 wait $CK6
 http_small defaults
 pack_results
+# (added in session 46) each residual-unit convolution of a 16-stream 25-frame call in fp16 (the served dtype): ms
+# and TFLOP/s by channel count, to see which stage of the waveform stack the codec's time goes to
+timeout 60 python3 benchmarks/scripts/conv_epilogue_cost.py 16 25 float16 > $R/conv_cost_fp16.txt 2>&1
+cut -c1-200 $R/conv_cost_fp16.txt | head -12
+pack_results
 # (as session 40 call 2 recorded it on the H100: staggered arrivals so that the codec runs beside the talker)
 timeout 100 python3 benchmarks/scripts/step_timeline.py record /tmp/real-0.6b 64 "$R/timeline_small_c64.json.gz" \
   --stagger codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v -i warn | tail -3
