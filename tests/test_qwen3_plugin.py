@@ -354,6 +354,77 @@ def test_equal_position_keys_mean_equal_embeddings(cv, base):
     assert a[-2:] == c[-2:] and a != c                               # same tail (eos, bos) after other text
 
 
+
+def _keys_position_by_position(prompt, voice_key, num_ref_frames):
+    """The keys as position_keys.py's docstring defines them, one (text part, codec part) a position in
+    build_prompt's block order: the plain form the batched code must equal."""
+    import hashlib
+
+    from voxflow.models.qwen3_tts import position_keys as pk
+    from voxflow.models.qwen3_tts.prompt import REF_TAIL_LEN, ROLE_LEN, TEXT_TAIL_LEN
+    m = 2 ** 64
+
+    def mix(x):
+        x ^= x >> 30
+        x = x * 0xBF58476D1CE4E5B9 % m
+        x ^= x >> 27
+        x = x * 0x94D049BB133111EB % m
+        return x ^ (x >> 31)
+
+    def text(ids):
+        group = int.from_bytes(hashlib.blake2b(np.asarray(ids, dtype=np.uint64).tobytes(), digest_size=8,
+                                               person=b"text ids").digest(), "little") >> 1
+        return [mix(group ^ (i * 0x9E3779B97F4A7C15 % m)) for i in ids]
+
+    part = pk.content_key
+    bos, eos, pad = (part(("S", n)) for n in ("bos", "eos", "pad"))
+    codec = prompt.codec_ids
+    c_pad, c_bos = part(("C", codec[-2])), part(("C", codec[-1]))
+    prefix = [part(("C", c)) if c is not None else part(("X", voice_key)) for c in codec[:-1]]
+    rows = [(t, pk._NONE) for t in (text(prompt.instruct_ids) if prompt.instruct_ids else [])]
+    rows += [(t, pk._NONE) for t in text(prompt.text_ids[:ROLE_LEN])]
+    rows += [(pad, c) for c in prefix[:-1]] + [(bos, prefix[-1])]
+    body = prompt.text_ids[ROLE_LEN:-TEXT_TAIL_LEN]
+    if prompt.layout == "non_streaming":
+        rows += [(t, c_pad) for t in text(body) + [eos]] + [(pad, c_bos)]
+    elif prompt.layout == "streaming":
+        rows += [(text(body[:1])[0], c_bos)]
+    else:
+        text_seq = text(prompt.ref_ids[ROLE_LEN:-REF_TAIL_LEN] + body) + [eos]
+        frame = part(("F", voice_key))
+        codec_seq = [c_bos] + [mix(frame ^ (i * 0x9E3779B97F4A7C15 % m)) for i in range(num_ref_frames)]
+        if prompt.layout == "icl_non_streaming":
+            rows += [(t, c_pad) for t in text_seq] + [(pad, c) for c in codec_seq]
+        else:
+            rows += list(zip((text_seq + [pad] * len(codec_seq))[:len(codec_seq)], codec_seq))
+    return [mix(mix(t) * 0x9E3779B97F4A7C15 % m ^ c) >> 1 for t, c in rows]
+
+
+def test_position_keys_of_a_burst_equal_each_alone(cv, base):
+    """position_keys_many (the plugin's burst path) gives each prompt the keys it gets alone, in every layout, and a
+    prompt that cannot be keyed fails alone (the others keep theirs)."""
+    from voxflow.models.qwen3_tts.position_keys import position_keys, position_keys_many
+    audio = ref_clip()
+    clone = make_voice_clone_prompt(base, audio, REF_TEXT, False)
+    xvec = make_voice_clone_prompt(base, audio, None, True)
+    items = []
+    for text, ns in (("Hello world.", True), ("Hi.", False), ("Hello there, again and again.", True)):
+        items.append((prepare(cv, SynthesisRequest(text=text, speaker="vivian", non_streaming_mode=ns))[0], None, 0))
+        for voice in (clone, xvec):
+            req = SynthesisRequest(text=text, voice_clone_prompt=voice, non_streaming_mode=ns)
+            frames = voice.ref_codes.shape[0] if voice.ref_codes is not None else 0
+            items.append((prepare(base, req)[0], voice.key, frames))
+    assert {p.layout for p, _, _ in items} == {"non_streaming", "streaming", "icl_non_streaming", "icl_streaming"}
+    bad = (items[1][0], None, 0)                        # a voice prompt without its voice's key
+    got = position_keys_many(items[:3] + [bad] + items[3:])
+    assert isinstance(got[3], ValueError) and "voice_key" in str(got[3])
+    want = [position_keys(*item) for item in items]
+    assert got[:3] + got[4:] == want
+    assert want == [_keys_position_by_position(*item) for item in items]
+    assert all(len(k) == p.length for k, (p, _, _) in zip(want, items))
+    assert len({tuple(k) for k in want}) == len(want)   # distinct prompts, distinct key lists
+
+
 # ------------------------------------------------------------------------------------------ codec
 def test_codec_runner_chunks_equal_decode_to_wav(cv, greedy_refs):
     runner = Qwen3CodecRunner(cv)
