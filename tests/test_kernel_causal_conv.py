@@ -131,6 +131,49 @@ def check_snake_channels_last():
             assert ((buf[:, 4:].float() - want).abs() <= bound).all()
 
 
+def check_split_n_equals_one_tile():
+    """The TMA kernel's columns in two accumulators (CONV_SPLIT_N: 96 = 64 + 32, 192 = 128 + 64) against its one
+    masked tile a column block, fp16, every epilogue the codec uses (SnakeBeta; residual; residual + the next
+    SnakeBeta with the raw value kept): the same sums over the same k blocks, so within one fp16 ulp of the output
+    (the interpreter's dot is numpy's matmul, whose order may follow the tile's width); the split path was taken."""
+    from voxflow.kernels import causal_conv
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
+    g = torch.Generator().manual_seed(11)
+    dtype = torch.float16
+    taken = []
+    config = causal_conv.split_n_config
+    causal_conv.split_n_config = lambda *a: (lambda c: (taken.append(c is not None), c)[1])(config(*a))
+    try:
+        # (sequences fill their 128-row tiles, but for the first's last one: _sequence_tiles_waste_little's TMA rule)
+        for b, t, c, k, d in ((1, 200, 96, 7, 3), (1, 128, 192, 1, 1), (1, 128, 192, 7, 1), (2, 128, 96, 1, 1)):
+            x = torch.randn(b, t + (k - 1) * d, c, generator=g).to(dtype)
+            packed = pack_weight((torch.randn(c, c, k, generator=g) / (c * k) ** 0.5).to(dtype))
+            bias = (torch.randn(c, generator=g) * 0.1).to(dtype)
+            terms = [((torch.rand(c, generator=g) + 0.5).to(dtype), (torch.rand(c, generator=g) + 0.5).to(dtype))
+                     for _ in range(2)]
+            res = torch.randn(b, t, c, generator=g).to(dtype)
+            epilogues = [dict(snake_terms=terms[0])] if k > 1 else [
+                dict(residual=res), dict(residual=res, activation=terms[1], raw_out=torch.empty_like(res))]
+            for kwargs in epilogues:
+                outs = []
+                for split in (False, True):
+                    causal_conv.CONV_SPLIT_N = split
+                    kw = {key: (torch.empty_like(v) if key == "raw_out" else v) for key, v in kwargs.items()}
+                    got = conv1d_channels_last(x, packed, bias, d, tma=True, **kw)
+                    outs.append((got.float(), kw["raw_out"].float() if "raw_out" in kw else None))
+                assert taken[-2:] == [False, True], (c, k)
+                (one, raw_one), (two, raw_two) = outs
+                for u, v in ((one, two), (raw_one, raw_two)):
+                    if u is None:
+                        continue
+                    ulp = torch.finfo(dtype).eps * torch.maximum(u.abs(), v.abs()).clamp(min=2 ** -14)
+                    assert ((u - v).abs() <= ulp).all(), (c, k, list(kwargs), ((u - v).abs() / ulp).max())
+                    assert u.abs().max() > 0.1 and (u == v).float().mean() > 0.9
+    finally:
+        causal_conv.CONV_SPLIT_N = False
+        causal_conv.split_n_config = config
+
+
 def check_activation_in_the_epilogue():
     """conv1d_channels_last's activation= (the next layer's SnakeBeta after the residual add), written into rows
     after a context (out=) and with the value before it kept (raw_out=): bit-equal to the convolution followed by
@@ -371,6 +414,9 @@ if IN_CHILD:
 
     def test_child_activation_in_the_epilogue():
         check_activation_in_the_epilogue()
+
+    def test_child_split_n_equals_one_tile():
+        check_split_n_equals_one_tile()
 
     def test_child_waveform_stack():
         check_waveform_stack_streams_like_the_plain_decoder()

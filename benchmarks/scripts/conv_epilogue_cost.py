@@ -4,8 +4,10 @@ epilogue (k=7: + bias + SnakeBeta; k=1: + bias + residual), next to the stand-al
 activation. If the SnakeBeta epilogue (libdevice sinf and torch's rounding points, bit-equal to torch) is a large
 share, the codec is bound by it rather than by the tensor cores. Then the served k=7 convolution with the
 epilogue's SnakeBeta on the hardware's sin.approx (causal_conv.FAST_EPILOGUE_SIN) and its largest difference from
-the libdevice-sinf output. Last, the 96-channel residual unit's two convolutions (k=7 + SnakeBeta, 1x1 + bias +
-residual) as the two kernels and as residual_unit.py's one kernel, and their largest difference.
+the libdevice-sinf output; for the fp16 96- and 192-channel shapes also served with the TMA kernel's columns in
+two accumulators (causal_conv.CONV_SPLIT_N) and its largest difference from the one-tile output. Last, the
+96-channel residual unit's two convolutions (k=7 + SnakeBeta, 1x1 + bias + residual) as the two kernels and as
+residual_unit.py's one kernel, and their largest difference.
 
     PYTHONPATH=$PWD python benchmarks/scripts/conv_epilogue_cost.py [BATCH] [FRAMES] [DTYPES] [--only C]
 """
@@ -54,15 +56,30 @@ def main() -> None:
                 snake = timed(lambda: causal_conv.snake_channels_last(res, a, inv))
                 fast = ""
                 if k == 7:
+                    # (the served default is restored after: session 46 found this block leaving libdevice's sinf
+                    # on for every later shape's "served" column once FAST_EPILOGUE_SIN had become the default)
+                    default = causal_conv.FAST_EPILOGUE_SIN
+                    causal_conv.FAST_EPILOGUE_SIN = False
                     want = causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv))
                     causal_conv.FAST_EPILOGUE_SIN = True
                     got = causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv))
                     fast_ms = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, snake_terms=(a, inv)))
-                    causal_conv.FAST_EPILOGUE_SIN = False
+                    causal_conv.FAST_EPILOGUE_SIN = default
                     fast = f"{fast_ms:8.3f} {(got.float() - want.float()).abs().max().item():9.2e}"
+                split = ""
+                if causal_conv.SPLIT_N_TUNED.get((c, c, k, dtype)) is not None and x.is_cuda:
+                    # the TMA kernel's two accumulators (VOXFLOW_CONV_SPLIT_N) against its one masked tile
+                    kw = dict(snake_terms=(a, inv)) if k == 7 else dict(residual=res)
+                    one = causal_conv.conv1d_channels_last(x, w, bias, d, **kw)
+                    causal_conv.CONV_SPLIT_N = True
+                    two = causal_conv.conv1d_channels_last(x, w, bias, d, **kw)
+                    split_ms = timed(lambda: causal_conv.conv1d_channels_last(x, w, bias, d, **kw))
+                    causal_conv.CONV_SPLIT_N = False
+                    split = f" | split-N {split_ms:7.3f} {(two.float() - one.float()).abs().max().item():9.2e}"
                 flops = 2 * B * t * c * c * k
                 print(f"{str(dtype)[6:]:9} {c:4d} {k:2d} {B * t:8d} | {bare:7.3f} {biased:7.3f} {served:7.3f} "
-                      f"{(served - bare) / served * 100:5.1f}% | {snake:10.3f} | {flops / bare / 1e9:12.1f} | {fast}",
+                      f"{(served - bare) / served * 100:5.1f}% | {snake:10.3f} | {flops / bare / 1e9:12.1f} | {fast}"
+                      f"{split}",
                       flush=True)
                 x = w = res = got = want = None
             torch.cuda.empty_cache()

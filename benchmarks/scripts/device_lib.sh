@@ -32,7 +32,8 @@
 #   timeline_at MODEL C LABEL [ENV=VALUE...]  step_timeline.py record of MODEL at concurrency C (with those
 #                               environment settings) into $R/timeline_LABEL.json.gz, its report (--sequence) into
 #                               $R/timeline_LABEL.txt, the first line shown
-#   profile_codec_16 LABEL [ENV=VALUE...]  the codec alone (profile_codec.py on /tmp/real-1.7b: 16 streams, fp16 on 64
+#   profile_codec_16 LABEL [ENV=VALUE...]  the codec alone (profile_codec.py on $CODEC_MODEL, /tmp/real-1.7b unless
+#                               set (the 0.6B's codec is the same): 16 streams, fp16 on 64
 #                               SMs, 1 / 5 / 25 frames) under those settings into
 #                               $R/profile_codec_16_fp16_sms64_LABEL.txt, the per-call lines shown
 #   summarize_steps GLOB LINES  each step trace matching GLOB (under $R) summarised (step_trace_summary, its first LINES
@@ -263,7 +264,7 @@ wave_end_small() {
 
 profile_codec_16() {
   local label=$1; shift
-  env "$@" timeout 100 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 1,5,25 25 2>&1 \
+  env "$@" timeout 100 python3 benchmarks/scripts/profile_codec.py ${CODEC_MODEL:-/tmp/real-1.7b} 16 fp16+sms64 1,5,25 25 2>&1 \
     | grep -v -i warn > $R/profile_codec_16_fp16_sms64_$label.txt
   echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
 }

@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# Session 46 call 1 (prepared in session 45); carry [".whl", ".device_tree"]. ~260 s, in the order of
-# what matters (the call may be cut).
-# 1. 0.6B c=64 over HTTP on the defaults, one server, 640 prompts: the target row on an H200 (session 44's 741.1 was
-#    an H100; session 45 measured the defaults offline on an H200 at 760.5 / 758.7).
-# 2. A kernel timeline of 0.6B c=64 steps on the defaults (step_timeline.py): where a full step's 5.34 ms go on the
-#    H200, kernel by kernel (the H100's, sessions 40-41, are the only ones since the code predictor's layers were
-#    folded).
-# 3. probe_gemm_layouts.py (built in session 44, never run): cuBLAS at the decode layers' 64- / 128-row GEMMs with the
-#    weight stored [K, N], and with fp32 split-K reductions.
+# Session 46 call 1; carry [".whl", ".device_tree"]. ~520 s, in the order of what matters (the call may be cut).
+# 1. 0.6B c=64 over HTTP on the defaults, one server, 640 prompts: the target row on this GPU (session 44's 741.1 was
+#    an H100; session 45 measured the defaults offline on an H200 at 760.5 / 758.7). This tree also keys a burst's
+#    prompts together (position_keys_many): compare the trace's prompt-build time with session 45's 259-265 ms.
+# 2. Each residual-unit convolution of a 16-stream 25-frame codec call in fp16 (the served dtype), by channel count:
+#    where the waveform stack's time goes; the 96- / 192-channel ones also with the TMA kernel's columns in two
+#    accumulators (VOXFLOW_CONV_SPLIT_N: no masked columns) against its one 128-column tile.
+# 3. The codec call alone (16 streams, 64 SMs, 1 / 5 / 25 frames) with and without VOXFLOW_CONV_SPLIT_N.
+# 4. Served, offline 0.6B c=64 (<= 8 GB, traced): defaults / split-N / defaults / split-N.
+# 5. A kernel timeline of 0.6B c=64 steps (step_timeline.py), the cuBLAS layout probe (probe_gemm_layouts.py).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
 wait $CK6
 http_small defaults
 pack_results
-# (added in session 46) each residual-unit convolution of a 16-stream 25-frame call in fp16 (the served dtype): ms
-# and TFLOP/s by channel count, to see which stage of the waveform stack the codec's time goes to
-timeout 60 python3 benchmarks/scripts/conv_epilogue_cost.py 16 25 float16 > $R/conv_cost_fp16.txt 2>&1
-cut -c1-200 $R/conv_cost_fp16.txt | head -12
+timeout 90 python3 benchmarks/scripts/conv_epilogue_cost.py 16 25 float16 > $R/conv_cost_fp16.txt 2>&1
+cut -c1-220 $R/conv_cost_fp16.txt | head -12
+pack_results
+export CODEC_MODEL=/tmp/real-0.6b
+profile_codec_16 defaults
+profile_codec_16 split_n VOXFLOW_CONV_SPLIT_N=1
+pack_results
+bench_small_traced defaults_1
+VOXFLOW_CONV_SPLIT_N=1 bench_small_traced split_n_1
+bench_small_traced defaults_2
+VOXFLOW_CONV_SPLIT_N=1 bench_small_traced split_n_2
+summarize_steps "steps_0p6b_*.jsonl" 20
 pack_results
 # (as session 40 call 2 recorded it on the H100: staggered arrivals so that the codec runs beside the talker)
 timeout 100 python3 benchmarks/scripts/step_timeline.py record /tmp/real-0.6b 64 "$R/timeline_small_c64.json.gz" \

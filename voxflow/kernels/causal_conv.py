@@ -141,21 +141,24 @@ def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv
 
 
 @triton.jit
-def _conv_cl_tma_kernel(x_desc, w_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr, out_ptr,
-                        T, COUT, NK, res_sb, res_st, raw_sb, raw_st, out_sb, out_st,
+def _conv_cl_tma_kernel(x_desc, w_desc, w2_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr,
+                        out_ptr, T, COUT, NK, res_sb, res_st, raw_sb, raw_st, out_sb, out_st,
                         KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
                         RESIDUAL: tl.constexpr, ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr,
                         PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                         DOT_IN_FP32: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr):
+                        BLOCK_K: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK_N2: tl.constexpr):
     # `_conv_cl_kernel` with its operand tiles fetched by the tensor memory accelerator (TMA): a tile is one
     # sequence's rows (grid axis 2 = the sequence), so each tap's input rows are one box of the [B, T_in, Cin]
     # descriptor; rows and channels past the tensor read as zeros. A weight box past a tap's Cout rows reads the
     # next tap's rows (or zeros past the last): only output columns >= Cout see them, and those are never stored.
+    # SPLIT_N: a program's columns are BLOCK_N + BLOCK_N2 (w2_desc's boxes), two accumulators fed by one input tile,
+    # so a Cout that is no power of two (96 = 64 + 32, 192 = 128 + 64) multiplies no masked columns.
     t0 = tl.program_id(0) * BLOCK_T
-    n0 = tl.program_id(1) * BLOCK_N
+    n0 = tl.program_id(1) * (BLOCK_N + BLOCK_N2 if SPLIT_N else BLOCK_N)
     b = tl.program_id(2)
     acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_T, BLOCK_N2), dtype=tl.float32)          # (unused, and compiled away, without SPLIT_N)
     for it in range(0, KSIZE * NK):
         j = it // NK
         k0 = (it - j * NK) * BLOCK_K
@@ -165,7 +168,27 @@ def _conv_cl_tma_kernel(x_desc, w_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_pt
             a = a.to(tl.float32)
             w = w.to(tl.float32)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
+        if SPLIT_N:
+            w2 = w2_desc.load([j * COUT + n0 + BLOCK_N, k0])
+            if DOT_IN_FP32:
+                w2 = w2.to(tl.float32)
+            acc2 = tl.dot(a, tl.trans(w2), acc2, input_precision=DOT_PRECISION)
     tt = (t0 + tl.arange(0, BLOCK_T)).to(tl.int64)
+    _tma_epilogue(acc, n0, tt, b, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr, out_ptr, T, COUT,
+                  res_sb, res_st, raw_sb, raw_st, out_sb, out_st, HAS_BIAS, SNAKE, RESIDUAL, ACTIVATE, RAW_OUT,
+                  PRECISE, BLOCK_N)
+    if SPLIT_N:
+        _tma_epilogue(acc2, n0 + BLOCK_N, tt, b, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr,
+                      out_ptr, T, COUT, res_sb, res_st, raw_sb, raw_st, out_sb, out_st, HAS_BIAS, SNAKE, RESIDUAL,
+                      ACTIVATE, RAW_OUT, PRECISE, BLOCK_N2)
+
+
+@triton.jit
+def _tma_epilogue(acc, n0, tt, b, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr, out_ptr, T, COUT,
+                  res_sb, res_st, raw_sb, raw_st, out_sb, out_st, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
+                  RESIDUAL: tl.constexpr, ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr, PRECISE: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    """The TMA kernel's epilogue of one accumulator, columns n0 .. n0 + BLOCK_N of rows tt of sequence b."""
     cols = n0 + tl.arange(0, BLOCK_N)
     col_ok = cols < COUT
     dtype = out_ptr.dtype.element_ty
@@ -434,14 +457,38 @@ def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> 
     bsz, rows_in, cin = x.shape
     k, cout = weight_packed.shape[:2]
     t = out.shape[1]
+    split = split_n_config(cin, cout, x.dtype, k)
+    if split is not None:
+        common = {**common, **{key: split[key] for key in ("BLOCK_T", "BLOCK_N", "BLOCK_K", "num_warps",
+                                                           "num_stages")}}
     bt, bn, bk = common["BLOCK_T"], common["BLOCK_N"], common["BLOCK_K"]
+    bn2 = split["BLOCK_N2"] if split is not None else 16                # (a dummy width without the split)
     x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1], [1, bt, bk])
     w_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn, bk])
+    w2_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn2, bk]) if split is not None else w_desc
     # (no register cap: the tuned configs' maxnreg made ptxas spill here (16-216 bytes a thread, sm_90), while
     # uncapped the kernel takes <= 128 registers anyway: compile_check)
-    _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn), bsz)](
-        x_desc, w_desc, bias, a, inv, res, a2, inv2, raw, out, t, cout, triton.cdiv(cin, bk),
-        res.stride(0), res.stride(1), raw.stride(0), raw.stride(1), out.stride(0), out.stride(1), **common)
+    _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn + (bn2 if split is not None else 0)), bsz)](
+        x_desc, w_desc, w2_desc, bias, a, inv, res, a2, inv2, raw, out, t, cout, triton.cdiv(cin, bk),
+        res.stride(0), res.stride(1), raw.stride(0), raw.stride(1), out.stride(0), out.stride(1), **common,
+        SPLIT_N=split is not None, BLOCK_N2=bn2)
+
+
+# The TMA kernel's columns split in two accumulators where Cout is no power of two, fp16 only (the codec's GPU
+# dtype): 96 = 64 + 32 and 192 = 128 + 64 channels, where one 128-column tile (96) or two (192 -> 256) multiply 25%
+# masked columns. Off until measured (VOXFLOW_CONV_SPLIT_N=1 turns it on).
+CONV_SPLIT_N = os.environ.get("VOXFLOW_CONV_SPLIT_N", "0") == "1"
+SPLIT_N_TUNED: dict = {
+    (96, 96, 7, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
+    (96, 96, 1, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
+    (192, 192, 7, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=64),
+    (192, 192, 1, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=64),
+}
+
+
+def split_n_config(cin: int, cout: int, dtype: torch.dtype, k: int) -> dict | None:
+    """The TMA kernel's two-accumulator config for this shape (CONV_SPLIT_N on), else None."""
+    return SPLIT_N_TUNED.get((cin, cout, k, dtype)) if CONV_SPLIT_N else None
 
 
 def _register_cap(cfg: dict) -> dict:

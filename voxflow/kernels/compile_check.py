@@ -107,6 +107,13 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
             if dt == "fp16":                # the TMA variant (VOXFLOW_CONV_TMA) in the codec's GPU dtype
                 out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue}",
                             *conv_tma_case(dt, k, epilogue, cfg)))
+                split = causal_conv.SPLIT_N_TUNED.get((cin, cout, k, torch.float16))
+                if split is not None:               # the two-accumulator form (VOXFLOW_CONV_SPLIT_N)
+                    out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue} split-N",
+                                *conv_tma_case(dt, k, epilogue, split)))
+                    if k == 1 and cin == 96:
+                        out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue} ACTIVATE RAW_OUT "
+                                    "split-N", *conv_tma_case(dt, k, f"{epilogue} ACTIVATE RAW_OUT", split)))
                 if k == 1 and cin in (96, 768):     # the units' 1x1 convolution with the next SnakeBeta
                     for tail in ("ACTIVATE", "ACTIVATE RAW_OUT"):   # (codec_waveform_cl.ACT_IN_EPILOGUE)
                         out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue} {tail}",
@@ -309,11 +316,15 @@ def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict) -> tuple:
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
     bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    types = dict(x_desc=f"tensordesc<{dt}[1,{bt},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>", bias_ptr=p, a_ptr=p,
+    bn2 = cfg.get("BLOCK_N2", 16)                       # (the split's second accumulator; a dummy width without it)
+    split = "BLOCK_N2" in cfg
+    types = dict(x_desc=f"tensordesc<{dt}[1,{bt},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
+                 w2_desc=f"tensordesc<{dt}[{bn2 if split else bn},{bk}]>", bias_ptr=p, a_ptr=p,
                  inv_ptr=p, res_ptr=p, a2_ptr=p, inv2_ptr=p, raw_ptr=p, out_ptr=p)
     aligned = ("bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "a2_ptr", "inv2_ptr", "raw_ptr", "out_ptr", "COUT", "res_sb",
                "res_st", "raw_sb", "raw_st", "out_sb", "out_st")
-    return (causal_conv._conv_cl_tma_kernel, types, _conv_constexprs(dt, k, epilogue, cfg),
+    return (causal_conv._conv_cl_tma_kernel, types,
+            {**_conv_constexprs(dt, k, epilogue, cfg), "SPLIT_N": split, "BLOCK_N2": bn2},
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
 
 
