@@ -132,9 +132,10 @@ def check_snake_channels_last():
 
 
 def check_split_n_equals_one_tile():
-    """The TMA kernel's columns in two accumulators (CONV_SPLIT_N: 96 = 64 + 32, 192 = 128 + 64) against its one
-    masked tile a column block, fp16, every epilogue the codec uses (SnakeBeta; residual; residual + the next
-    SnakeBeta with the raw value kept): the same sums over the same k blocks, so within one fp16 ulp of the output
+    """The TMA kernel's columns in two accumulators (CONV_SPLIT_N: 96 = 64 + 32, 192 = 128 + 64, 288 = 2 x (128 +
+    16)) against its one masked tile a column block, fp16, every epilogue the codec uses (SnakeBeta; residual;
+    residual + the next SnakeBeta with the raw value kept; the next SnakeBeta with the raw value kept): the same
+    sums over the same k blocks, so within one fp16 ulp of the output
     (the interpreter's dot is numpy's matmul, whose order may follow the tile's width); the split path was taken."""
     from voxflow.kernels import causal_conv
     from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
@@ -145,15 +146,18 @@ def check_split_n_equals_one_tile():
     causal_conv.split_n_config = lambda *a: (lambda c: (taken.append(c is not None), c)[1])(config(*a))
     try:
         # (sequences fill their 128-row tiles, but for the first's last one: _sequence_tiles_waste_little's TMA rule)
-        for b, t, c, k, d in ((1, 200, 96, 7, 3), (1, 128, 192, 1, 1), (1, 128, 192, 7, 1), (2, 128, 96, 1, 1)):
-            x = torch.randn(b, t + (k - 1) * d, c, generator=g).to(dtype)
-            packed = pack_weight((torch.randn(c, c, k, generator=g) / (c * k) ** 0.5).to(dtype))
+        # (the sub-pixel transposed convolution's 192 -> 288, k=2, with the next SnakeBeta and the raw value)
+        for b, t, cin, c, k, d in ((1, 200, 96, 96, 7, 3), (1, 128, 192, 192, 1, 1), (1, 128, 192, 192, 7, 1),
+                                   (2, 128, 96, 96, 1, 1), (1, 256, 192, 288, 2, 1)):
+            x = torch.randn(b, t + (k - 1) * d, cin, generator=g).to(dtype)
+            packed = pack_weight((torch.randn(c, cin, k, generator=g) / (cin * k) ** 0.5).to(dtype))
             bias = (torch.randn(c, generator=g) * 0.1).to(dtype)
             terms = [((torch.rand(c, generator=g) + 0.5).to(dtype), (torch.rand(c, generator=g) + 0.5).to(dtype))
                      for _ in range(2)]
             res = torch.randn(b, t, c, generator=g).to(dtype)
-            epilogues = [dict(snake_terms=terms[0])] if k > 1 else [
-                dict(residual=res), dict(residual=res, activation=terms[1], raw_out=torch.empty_like(res))]
+            # (raw_out: a template, each run gets its own)
+            epilogues = {7: [dict(snake_terms=terms[0])], 2: [dict(activation=terms[1], raw_out=res)],
+                         1: [dict(residual=res), dict(residual=res, activation=terms[1], raw_out=res)]}[k]
             for kwargs in epilogues:
                 outs = []
                 for split in (False, True):

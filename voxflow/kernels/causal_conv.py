@@ -476,13 +476,15 @@ def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> 
 
 # The TMA kernel's columns split in two accumulators where Cout is no power of two, fp16 only (the codec's GPU
 # dtype): 96 = 64 + 32 and 192 = 128 + 64 channels, where one 128-column tile (96) or two (192 -> 256) multiply 25%
-# masked columns. Off until measured (VOXFLOW_CONV_SPLIT_N=1 turns it on).
+# masked columns (and 288 = 2 x (128 + 16) instead of 3 x 128). Off until measured (VOXFLOW_CONV_SPLIT_N=1 turns it on).
 CONV_SPLIT_N = os.environ.get("VOXFLOW_CONV_SPLIT_N", "0") == "1"
 SPLIT_N_TUNED: dict = {
     (96, 96, 7, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
     (96, 96, 1, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
     (192, 192, 7, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=64),
     (192, 192, 1, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=64),
+    # the last block's transposed convolution in its sub-pixel form: 192 -> 3 x 96 = 288 = 2 x (128 + 16)
+    (192, 288, 2, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=16),
 }
 
 

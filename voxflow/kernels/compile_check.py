@@ -150,6 +150,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     subpixel = causal_conv.launch_config(1536, 8 * 768, torch.float16, 2)
     out.append(("conv_channels_last_tma fp16 1536->6144 k=2 sub-pixel ACTIVATE RAW_OUT",
                 *conv_tma_case("fp16", 2, "ACTIVATE RAW_OUT", subpixel)))
+    out.append(("conv_channels_last_tma fp16 192->288 k=2 sub-pixel ACTIVATE RAW_OUT split-N",   # CONV_SPLIT_N
+                *conv_tma_case("fp16", 2, "ACTIVATE RAW_OUT", causal_conv.SPLIT_N_TUNED[(192, 288, 2, torch.float16)])))
     for dt in ("fp16", "i64"):                  # the codec pool's rows: fp16 state (aligned widths), int64 counters
         for gather in (True, False):
             out.append((f"copy_rows {dt} gather={gather}", row_copy._copy_rows_kernel,
