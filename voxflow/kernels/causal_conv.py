@@ -482,7 +482,6 @@ SPLIT_N_TUNED: dict = {
     (96, 96, 7, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
     (96, 96, 1, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
     (192, 192, 7, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=64),
-    (192, 192, 1, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=64),
     # the last block's transposed convolution in its sub-pixel form: 192 -> 3 x 96 = 288 = 2 x (128 + 16)
     (192, 288, 2, torch.float16): dict(_cfg(128, 128, 64, 8, 3), BLOCK_N2=16),
 }
