@@ -132,8 +132,8 @@ def check_snake_channels_last():
 
 
 def check_split_n_equals_one_tile():
-    """The TMA kernel's columns in two accumulators (CONV_SPLIT_N: 96 = 64 + 32, 192 = 128 + 64, 288 = 2 x (128 +
-    16)) against its one masked tile a column block, fp16, every epilogue the codec uses (SnakeBeta; residual;
+    """The TMA kernel's columns in two accumulators (CONV_SPLIT_N: 96 = 64 + 32, 192 = 128 + 64 at k=7, 288 = 2 x
+    (128 + 16)) against its one masked tile a column block, fp16, every epilogue the codec uses (SnakeBeta; residual;
     residual + the next SnakeBeta with the raw value kept; the next SnakeBeta with the raw value kept): the same
     sums over the same k blocks, so within one fp16 ulp of the output
     (the interpreter's dot is numpy's matmul, whose order may follow the tile's width); the split path was taken."""
@@ -142,13 +142,13 @@ def check_split_n_equals_one_tile():
     g = torch.Generator().manual_seed(11)
     dtype = torch.float16
     taken = []
-    config = causal_conv.split_n_config
+    config, default = causal_conv.split_n_config, causal_conv.CONV_SPLIT_N
     causal_conv.split_n_config = lambda *a: (lambda c: (taken.append(c is not None), c)[1])(config(*a))
     try:
         # (sequences fill their 128-row tiles, but for the first's last one: _sequence_tiles_waste_little's TMA rule)
         # (the sub-pixel transposed convolution's 192 -> 288, k=2, with the next SnakeBeta and the raw value)
-        for b, t, cin, c, k, d in ((1, 200, 96, 96, 7, 3), (1, 128, 192, 192, 1, 1), (1, 128, 192, 192, 7, 1),
-                                   (2, 128, 96, 96, 1, 1), (1, 256, 192, 288, 2, 1)):
+        for b, t, cin, c, k, d in ((1, 200, 96, 96, 7, 3), (1, 128, 192, 192, 7, 1), (2, 128, 96, 96, 1, 1),
+                                   (1, 256, 192, 288, 2, 1)):
             x = torch.randn(b, t + (k - 1) * d, cin, generator=g).to(dtype)
             packed = pack_weight((torch.randn(c, cin, k, generator=g) / (cin * k) ** 0.5).to(dtype))
             bias = (torch.randn(c, generator=g) * 0.1).to(dtype)
@@ -173,8 +173,12 @@ def check_split_n_equals_one_tile():
                     ulp = torch.finfo(dtype).eps * torch.maximum(u.abs(), v.abs()).clamp(min=2 ** -14)
                     assert ((u - v).abs() <= ulp).all(), (c, k, list(kwargs), ((u - v).abs() / ulp).max())
                     assert u.abs().max() > 0.1 and (u == v).float().mean() > 0.9
+        # the shapes measured slower split (192 k=1) keep the one tile
+        causal_conv.CONV_SPLIT_N = True
+        assert causal_conv.split_n_config(192, 192, dtype, 1) is None
+        assert causal_conv.split_n_config(96, 96, torch.bfloat16, 7) is None          # fp16 only
     finally:
-        causal_conv.CONV_SPLIT_N = False
+        causal_conv.CONV_SPLIT_N = default
         causal_conv.split_n_config = config
 
 

@@ -476,8 +476,13 @@ def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> 
 
 # The TMA kernel's columns split in two accumulators where Cout is no power of two, fp16 only (the codec's GPU
 # dtype): 96 = 64 + 32 and 192 = 128 + 64 channels, where one 128-column tile (96) or two (192 -> 256) multiply 25%
-# masked columns (and 288 = 2 x (128 + 16) instead of 3 x 128). Off until measured (VOXFLOW_CONV_SPLIT_N=1 turns it on).
-CONV_SPLIT_N = os.environ.get("VOXFLOW_CONV_SPLIT_N", "0") == "1"
+# masked columns (and 288 = 2 x (128 + 16) instead of 3 x 128). Session 46 on an H100
+# (benchmarks/results/h100/2026-12-06-session46), 16 streams x 25 frames, ms a call, one tile -> split, the same bits:
+# 96 k=7 0.374 -> 0.322, 96 k=1 0.197 -> 0.177, 192 k=7 0.336 -> 0.290, but 192 k=1 0.133 -> 0.153 (left on one
+# tile); the 16-stream 25-frame codec call on 64 SMs 12.09 -> 11.51 ms; served 0.6B c=64 offline, alternating on one
+# machine, 745.3 -> 749.0 audio-s/s (means of four; every split run above every one-tile run). On by default;
+# VOXFLOW_CONV_SPLIT_N=0 turns it off.
+CONV_SPLIT_N = os.environ.get("VOXFLOW_CONV_SPLIT_N", "1") == "1"
 SPLIT_N_TUNED: dict = {
     (96, 96, 7, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
     (96, 96, 1, torch.float16): dict(_cfg(128, 64, 32, 8, 4), BLOCK_N2=32),
