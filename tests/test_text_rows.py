@@ -150,3 +150,32 @@ def test_a_preloaded_table_holds_every_id_and_builds_project_nothing(model, monk
     finally:
         with torch.no_grad():
             w.copy_(saved)
+
+
+def test_warming_projects_the_first_ids_and_leaves_room_for_the_rest(model, monkeypatch):
+    """warm (preload_text_ids, for a server without the whole preloaded table): the first N ids projected at once,
+    in chunks, equal to the per-request projection; a build of those ids then projects nothing, other ids are
+    projected on first sight as before; at most half the kept rows (the rest is room for other ids before a full
+    table starts over); the talker's warm_text_rows turns keeping rows on and reports what it made."""
+    import voxflow.models.qwen3_tts.text_rows as text_rows
+    monkeypatch.setattr(text_rows, "PRELOAD_CHUNK", 48)            # a few chunks, the last one partial
+    talker = model.talker
+    cache = ProjectedTextRows(talker, max_rows=256)
+    assert cache.warm(100) == 100 and cache.projected == 100
+    ids = [0, 47, 48, 99, 5, 5]                                     # chunk borders, a repeat
+    assert close(cache.rows(ids), direct(talker, ids)) and cache.projected == 100     # all kept: none projected
+    other = [100, 9707, 151644]
+    assert close(cache.rows(other), direct(talker, other)) and cache.projected == 103
+    assert cache.warm(120) == 19                                    # only the ids not kept yet (100 is)
+    with pytest.raises(ValueError, match="half"):
+        cache.warm(129)
+    assert ProjectedTextRows(talker, preload=False, max_rows=4).warm(0) == 0
+    keep, rows = talker.keep_text_rows, talker._text_rows
+    try:
+        talker.keep_text_rows, talker._text_rows = None, None
+        made = talker.warm_text_rows(64)
+        assert talker.keeps_text_rows() and made["ids"] == 64
+        assert made["bytes"] == talker._text_rows._table.numel() * 4 and made["seconds"] >= 0
+        assert close(talker.text_rows([3, 63]), direct(talker, [3, 63])) and talker._text_rows.projected == 64
+    finally:
+        talker.keep_text_rows, talker._text_rows = keep, rows

@@ -196,7 +196,7 @@ class EngineCore:
                                       "first_chunk_wait", "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
-        if getattr(model, "preloaded_text_rows", None):     # the prompt rows made at load: bytes, seconds
+        if getattr(model, "preloaded_text_rows", None):     # the prompt rows made at load: (ids,) bytes, seconds
             self.startup["preloaded_text_rows"] = model.preloaded_text_rows
         if getattr(codec, "precision", None):       # the codec's dtype and how it was chosen (codec_precision.py)
             self.startup["codec_precision"] = codec.precision
@@ -290,6 +290,8 @@ class EngineCore:
             options["codec_sms"] = config.codec_sms
         if config.preload_text_rows:                      # (the loader preloads on a GPU only)
             options["preload_text_rows"] = True
+        elif config.preload_text_ids:
+            options["preload_text_ids"] = config.preload_text_ids
         device = torch.device(config.device)
         before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
         stack = stack_limit_bytes(device) if config.shrink_stack_after_load else None

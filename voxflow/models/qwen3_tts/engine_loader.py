@@ -17,6 +17,8 @@ green contexts exist (engine/sm_partition.py). The loader's default, None, is th
 "auto".
 `preload_text_rows` (on a GPU) projects every text token id's prompt row at load (text_rows.py, preload: vocab x
 hidden on the device, before the engine sizes its KV pool), so that prompt builds never run the text projection.
+`preload_text_ids` (on a GPU, without `preload_text_rows`) projects only the first N ids' rows at load into the rows
+kept on first sight (text_rows.py, warm: the BPE's most frequent tokens, N x hidden on the device).
 `max_frames` (the engine's max_model_len) sizes the per-slot frame history so that no request the engine accepts
 makes it grow while serving (a growth recaptures the decode graphs: slots.py).
 """
@@ -39,7 +41,7 @@ from .plugin import Qwen3TTSPlugin
 def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: int = 32,
          codec_dtype: str = "auto", codec_cuda_graphs: bool = True, codec_max_batch: int | None = None,
          max_frames: int | None = None, text_embedding_on_host: bool = False,
-         codec_sms: int | str | None = None, preload_text_rows: bool = False):
+         codec_sms: int | str | None = None, preload_text_rows: bool = False, preload_text_ids: int = 0):
     # The codec loads in fp32 and only the decoder's parameters are cast: the codec ENCODER (voice-clone
     # references) stays fp32 whatever the decoder runs in, and buffers (RoPE frequencies) stay fp32 as in _build.
     if codec_dtype not in CODEC_DTYPES:
@@ -56,7 +58,12 @@ def load(path: str, *, device: str = "cpu", dtype: str = "float32", max_slots: i
         # the code predictor's final norm into its 15 heads (its draws then scale the logits: CP_FOLDED_HEAD)
         cp = model.talker.code_predictor
         fold_final_norm_in_place(cp.model.norm, cp.lm_head)
-    preloaded = model.talker.preload_text_rows() if preload_text_rows and model.talker.device.type == "cuda" else None
+    preloaded = None
+    if model.talker.device.type == "cuda":
+        if preload_text_rows:
+            preloaded = model.talker.preload_text_rows()
+        elif preload_text_ids:
+            preloaded = model.talker.warm_text_rows(preload_text_ids)
     chosen, precision = resolve_codec_dtype(codec_dtype, model.codec_decoder)
     cast_parameters(model.codec_decoder, getattr(torch, chosen))
     buckets = BATCH_BUCKETS

@@ -104,6 +104,20 @@ class Talker(nn.Module):
             torch.cuda.synchronize(self.device)
         return {"bytes": self._text_rows.table_bytes, "seconds": round(time.perf_counter() - started, 3)}
 
+    def warm_text_rows(self, count: int) -> dict:
+        """The first `count` text token ids' rows projected now and kept (text_rows.py, `warm`): what a server
+        without the whole preloaded table (`preload_text_rows`) does at load. Turns keeping rows on. Returns what it
+        made, for the engine's startup record: the ids, the table's device bytes and the seconds it took."""
+        started = time.perf_counter()
+        self.keep_text_rows = True
+        if self._text_rows is None:
+            self._text_rows = ProjectedTextRows(self)
+        projected = self._text_rows.warm(count)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return {"ids": projected, "bytes": self._text_rows.table_bytes,
+                "seconds": round(time.perf_counter() - started, 3)}
+
     def weights_version(self) -> tuple:
         """Changes when a prompt-embedding weight is replaced or changed in place (or moved / cast)."""
         return tuple((p.data_ptr(), p._version, p.dtype) for p in (
