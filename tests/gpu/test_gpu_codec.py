@@ -177,15 +177,19 @@ def test_fp16_streaming_snr_against_fp32_one_pass(dec, monkeypatch):
     assert result["cuda_graphs"] and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
 
 
+def _skip_without_tma() -> None:
+    major, minor = torch.cuda.get_device_capability()
+    if major < 9 or torch.version.hip is not None:
+        pytest.skip(f"TMA descriptors need an NVIDIA GPU of compute capability >= 9 (Hopper); this one is "
+                    f"{major}.{minor}" + (" under ROCm" if torch.version.hip is not None else ""))
+
+
 def test_tma_convolutions_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, monkeypatch):
     """VOXFLOW_CONV_TMA's kernel (operand tiles through TMA descriptors, a tile per sequence): at the codec's
     high-rate shapes in fp16 (16 sequences x 25 frames' rows) within 2 fp16 ulps of the pointer kernel (the same
     products and sums in another tiling), and the whole fp16 stack streamed with it on keeps FP16_MIN_SNR_DB."""
     from voxflow.kernels import causal_conv
-    major, minor = torch.cuda.get_device_capability()
-    if major < 9 or torch.version.hip is not None:
-        pytest.skip(f"TMA descriptors need an NVIDIA GPU of compute capability >= 9 (Hopper); this one is "
-                    f"{major}.{minor}" + (" under ROCm" if torch.version.hip is not None else ""))
+    _skip_without_tma()
     calls = []
     tma_kernel = causal_conv._conv_tma
     monkeypatch.setattr(causal_conv, "_conv_tma", lambda *a: calls.append(1) or tma_kernel(*a))
@@ -211,10 +215,7 @@ def test_split_n_convolutions_equal_the_one_tile_kernel(dec, monkeypatch):
     that take them (96 k=7 / k=1, 192 k=7, the sub-pixel 192 -> 288) give the one-tile kernel's outputs (bit for
     bit in session 46's conv costs; within one fp16 ulp here), and the whole fp16 stack keeps FP16_MIN_SNR_DB."""
     from voxflow.kernels import causal_conv
-    major, minor = torch.cuda.get_device_capability()
-    if major < 9 or torch.version.hip is not None:
-        pytest.skip(f"TMA descriptors need an NVIDIA GPU of compute capability >= 9 (Hopper); this one is "
-                    f"{major}.{minor}" + (" under ROCm" if torch.version.hip is not None else ""))
+    _skip_without_tma()
     g = torch.Generator("cuda").manual_seed(1)
     for cin, cout, k, dil in ((96, 96, 7, 9), (96, 96, 1, 1), (192, 192, 7, 3), (192, 288, 2, 1)):
         x = torch.randn(16, 2000 + (k - 1) * dil, cin, device="cuda", generator=g).half()

@@ -459,19 +459,18 @@ def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> 
     t = out.shape[1]
     split = split_n_config(cin, cout, x.dtype, k)
     if split is not None:
-        common = {**common, **{key: split[key] for key in ("BLOCK_T", "BLOCK_N", "BLOCK_K", "num_warps",
-                                                           "num_stages")}}
+        common = {**common, **split}            # its tiles, warps and stages over the one-tile config's
+    bn2 = common.pop("BLOCK_N2", 0)             # the second accumulator's columns (0: none)
     bt, bn, bk = common["BLOCK_T"], common["BLOCK_N"], common["BLOCK_K"]
-    bn2 = split["BLOCK_N2"] if split is not None else 16                # (a dummy width without the split)
     x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1], [1, bt, bk])
     w_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn, bk])
-    w2_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn2, bk]) if split is not None else w_desc
+    w2_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn2, bk]) if bn2 else w_desc
     # (no register cap: the tuned configs' maxnreg made ptxas spill here (16-216 bytes a thread, sm_90), while
     # uncapped the kernel takes <= 128 registers anyway: compile_check)
-    _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn + (bn2 if split is not None else 0)), bsz)](
+    _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn + bn2), bsz)](
         x_desc, w_desc, w2_desc, bias, a, inv, res, a2, inv2, raw, out, t, cout, triton.cdiv(cin, bk),
         res.stride(0), res.stride(1), raw.stride(0), raw.stride(1), out.stride(0), out.stride(1), **common,
-        SPLIT_N=split is not None, BLOCK_N2=bn2)
+        SPLIT_N=bn2 > 0, BLOCK_N2=bn2 or 16)    # (16: a dummy width, its accumulator compiled away)
 
 
 # The TMA kernel's columns split in two accumulators where Cout is no power of two, fp16 only (the codec's GPU

@@ -107,13 +107,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
             if dt == "fp16":                # the TMA variant (VOXFLOW_CONV_TMA) in the codec's GPU dtype
                 out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue}",
                             *conv_tma_case(dt, k, epilogue, cfg)))
-                split = causal_conv.SPLIT_N_TUNED.get((cin, cout, k, torch.float16))
-                if split is not None:               # the two-accumulator form (VOXFLOW_CONV_SPLIT_N)
-                    out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue} split-N",
-                                *conv_tma_case(dt, k, epilogue, split)))
-                    if k == 1 and cin == 96:
-                        out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue} ACTIVATE RAW_OUT "
-                                    "split-N", *conv_tma_case(dt, k, f"{epilogue} ACTIVATE RAW_OUT", split)))
                 if k == 1 and cin in (96, 768):     # the units' 1x1 convolution with the next SnakeBeta
                     for tail in ("ACTIVATE", "ACTIVATE RAW_OUT"):   # (codec_waveform_cl.ACT_IN_EPILOGUE)
                         out.append((f"conv_channels_last_tma {dt} {cin}->{cout} k={k} {epilogue} {tail}",
@@ -150,8 +143,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     subpixel = causal_conv.launch_config(1536, 8 * 768, torch.float16, 2)
     out.append(("conv_channels_last_tma fp16 1536->6144 k=2 sub-pixel ACTIVATE RAW_OUT",
                 *conv_tma_case("fp16", 2, "ACTIVATE RAW_OUT", subpixel)))
-    out.append(("conv_channels_last_tma fp16 192->288 k=2 sub-pixel ACTIVATE RAW_OUT split-N",   # CONV_SPLIT_N
-                *conv_tma_case("fp16", 2, "ACTIVATE RAW_OUT", causal_conv.SPLIT_N_TUNED[(192, 288, 2, torch.float16)])))
+    # the two-accumulator form (VOXFLOW_CONV_SPLIT_N) with each shape's served epilogues: k=7 + SnakeBeta; 1x1 +
+    # residual (and the next SnakeBeta with the raw value kept, ACT_IN_EPILOGUE 2); the sub-pixel k=2 the latter
+    for (cin, cout, k, _), split in causal_conv.SPLIT_N_TUNED.items():
+        for epilogue in {7: ["SNAKE"], 1: ["RESIDUAL", "RESIDUAL ACTIVATE RAW_OUT"], 2: ["ACTIVATE RAW_OUT"]}[k]:
+            out.append((f"conv_channels_last_tma fp16 {cin}->{cout} k={k} {epilogue} split-N",
+                        *conv_tma_case("fp16", k, epilogue, split)))
     for dt in ("fp16", "i64"):                  # the codec pool's rows: fp16 state (aligned widths), int64 counters
         for gather in (True, False):
             out.append((f"copy_rows {dt} gather={gather}", row_copy._copy_rows_kernel,

@@ -98,8 +98,8 @@ def position_keys_many(items: list[tuple[Prompt, int | None, int]]) -> list[list
             at += len(g)
         text, codec = parts(keys)
         if len(text) != length or len(codec) != length:
-            out[i] = AssertionError(f"position keys cover {len(text)} / {len(codec)} positions, the prompt has "
-                                    f"{length}")
+            out[i] = AssertionError(f"position keys cover {len(text)} text / {len(codec)} codec positions, the "
+                                    f"prompt has {length}")
             continue
         spans[i] = (len(texts), len(texts) + length)
         texts += text
@@ -114,7 +114,7 @@ def position_keys_many(items: list[tuple[Prompt, int | None, int]]) -> list[list
 
 def _plan(prompt: Prompt, voice_key: int | None, num_ref_frames: int):
     """A prompt's text groups (lists of ids) and a function of their keys -> its positions' (text parts, codec
-    parts) as two lists, in build_prompt's block order; and its length."""
+    parts) as two lists, in build_prompt's block order; and the prompt's length, which both lists must have."""
     bos, eos, pad = (_part_key(("S", name)) for name in ("bos", "eos", "pad"))
     codec_ids = prompt.codec_ids
     if voice_key is None and (None in codec_ids or prompt.layout.startswith("icl")):
@@ -162,12 +162,4 @@ def _plan(prompt: Prompt, voice_key: int | None, num_ref_frames: int):
                 codec += codec_seq
         return text, codec
 
-    length = (sum(len(g) for g in groups[:-1]) + len(prefix)
-              + {"non_streaming": len(body) + 2, "streaming": 1}.get(layout, 0))
-    if layout == "icl_non_streaming":
-        length += len(groups[-1]) + 1 + 1 + num_ref_frames
-    elif layout == "icl_streaming":
-        length += 1 + num_ref_frames
-    if length != prompt.length:
-        raise AssertionError(f"position keys cover {length} positions, the prompt has {prompt.length}")
-    return groups, parts, length
+    return groups, parts, prompt.length

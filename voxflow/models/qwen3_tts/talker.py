@@ -97,26 +97,28 @@ class Talker(nn.Module):
         """Project every text token id now and keep the rows (text_rows.py, preload): prompt builds then only gather.
         Turns keeping rows on. Returns what it made, for the engine's startup record: the table's device bytes and
         the seconds it took."""
-        started = time.perf_counter()
-        self.keep_text_rows = True
-        self._text_rows = ProjectedTextRows(self, preload=True)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return {"bytes": self._text_rows.table_bytes, "seconds": round(time.perf_counter() - started, 3)}
+        def preload() -> None:
+            self._text_rows = ProjectedTextRows(self, preload=True)
+        return self._make_text_rows(preload)
 
     def warm_text_rows(self, count: int) -> dict:
         """The first `count` text token ids' rows projected now and kept (text_rows.py, `warm`): what a server
         without the whole preloaded table (`preload_text_rows`) does at load. Turns keeping rows on. Returns what it
         made, for the engine's startup record: the ids, the table's device bytes and the seconds it took."""
+        def warm() -> dict:
+            if self._text_rows is None:
+                self._text_rows = ProjectedTextRows(self)
+            return {"ids": self._text_rows.warm(count)}
+        return self._make_text_rows(warm)
+
+    def _make_text_rows(self, make) -> dict:
+        """Keeping rows on, `make()` run to its end on the device, timed: its record (if any) + bytes + seconds."""
         started = time.perf_counter()
         self.keep_text_rows = True
-        if self._text_rows is None:
-            self._text_rows = ProjectedTextRows(self)
-        projected = self._text_rows.warm(count)
+        made = make() or {}
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return {"ids": projected, "bytes": self._text_rows.table_bytes,
-                "seconds": round(time.perf_counter() - started, 3)}
+        return {**made, "bytes": self._text_rows.table_bytes, "seconds": round(time.perf_counter() - started, 3)}
 
     def weights_version(self) -> tuple:
         """Changes when a prompt-embedding weight is replaced or changed in place (or moved / cast)."""
