@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 46 for the next call; carry [".whl", ".device_tree"]; rename when run. ~260 s, in the order of
+# Prepared in session 46, run in session 47 (call 1); carry [".whl", ".device_tree"]. ~260 s, in the order of
 # what matters (the call may be cut).
 # 1. GPU tests of session 46's split-N convolutions (on by default since its H100 A/B): the same bits as the one-tile
 #    kernel at the codec's shapes, the fp16 stack's SNR; with the TMA and fp16 streaming tests beside them.
