@@ -158,24 +158,6 @@ def test_gpu_engine_on_a_high_priority_stream_equals_cpu_reference():
     assert_equals_reference(got, TEXTS)
 
 
-def test_gpu_background_builds_equal_cpu_reference():
-    """background_builds (engine/prompt_builder.py): the prompts built on the builder's thread and stream, each
-    build held back on that stream by a ~20 ms sleep kernel before its own work: the engine's stream must wait for
-    the build's event before the prefill reads the embeddings (without it the prefill reads them unwritten and the
-    codes differ from the CPU loop's)."""
-    def slow_builds(core):
-        assert core.builder is not None
-        prepare_many = core.model.prepare_many
-
-        def slowed(reqs):
-            assert torch.cuda.current_stream() == core.builder._stream         # the builder's own stream
-            torch.cuda._sleep(40_000_000)
-            return prepare_many(reqs)
-        core.model.prepare_many = slowed
-    got = engine_codes("float32", texts=TEXTS, background_builds=True, on_core=slow_builds)
-    assert_equals_reference(got, TEXTS)
-
-
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
 def test_gpu_packed_prefill_equals_cpu_reference(packed):
     """packed_prefill (engine/packed_prefill.py, the default): the four prompts end to end in one packed replay,

@@ -88,10 +88,6 @@ class EngineConfig:
                                                # wave's new prompts took 0.35-1 ms of host time a chunk before the
                                                # decode's launch, H200 session 36 call 3); same outputs; off until
                                                # measured on the GPU
-    background_builds: bool = False            # arrivals' prompts built on a thread of their own beside the step
-                                               # loop (prompt_builder.py; the H200's 0.6B c=64 runs built for
-                                               # 259-287 ms on the engine thread while the GPU waited); a request
-                                               # joins the step after its build lands; off until measured
     eager_first_chunk: int = 4                 # up to this many running requests, a first chunk launched in a
                                                # step is waited for in the next, right after that step's decode is
                                                # queued (0: never; it is collected when it lands)

@@ -41,7 +41,6 @@ from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
 from .packed_prefill import PackedPrefillRunner
 from .prefill_dispatch import PrefillDispatch
 from .prefill_runner import PrefillRunner
-from .prompt_builder import Build, PromptBuilder, hand_over
 from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage, check_options
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import SeqStatus, Sequence
@@ -204,11 +203,7 @@ class EngineCore:
         if getattr(codec, "stream", None) is not None:      # a GPU codec stream: its SMs (None: the whole GPU)
             self.startup["codec_sms"] = getattr(codec, "stream_sms", None)
         self.trace: StepTrace | None = None
-        self.builder: PromptBuilder | None = None      # background_builds: made after the warm-up (built inline)
-        self._building: dict[str, SpeechRequest] = {}     # handed to the builder, not admitted yet
         self._warm_up()
-        if config.background_builds:
-            self.builder = PromptBuilder(model, device)
         # After warm-up: the trace holds served steps only.
         self.trace = StepTrace(config.trace_steps, config.trace_profile_prepare) if config.trace_steps else None
         self.startup["startup_seconds"] = round(time.perf_counter() - started, 3)
@@ -339,7 +334,7 @@ class EngineCore:
         errors: list[Exception | None] = [None] * len(requests)
         i = 0
         while i < len(requests):
-            room = self.config.max_waiting - self.scheduler.num_waiting - len(self._building)
+            room = self.config.max_waiting - self.scheduler.num_waiting
             round_, ids = [], set()
             while i < len(requests):
                 rid = requests[i].request_id
@@ -347,7 +342,7 @@ class EngineCore:
                     break               # decided by the outcome of this round: the next round checks it
                 if (bad := _options_error(requests[i])) is not None:
                     errors[i] = bad     # out of range: this request only, before any of it reaches a tensor
-                elif rid in self.live or rid in self._building:
+                elif rid in self.live:
                     errors[i] = ValueError(f"request id {rid!r} is already in use")
                 elif len(round_) >= room:
                     errors[i] = QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting "
@@ -356,12 +351,7 @@ class EngineCore:
                     round_.append(i)
                     ids.add(rid)
                 i += 1
-            if round_ and self.builder is not None:
-                # Built beside the step loop; a request the model refuses ends with an ERROR record from step()
-                batch = [requests[j] for j in round_]
-                self._building.update((r.request_id, r) for r in batch)
-                self.builder.submit(batch)
-            elif round_:
+            if round_:
                 self._queue_round(requests, round_, errors)
         return errors
 
@@ -374,57 +364,28 @@ class EngineCore:
         prepare_seconds = time.monotonic() - t_in
         added = 0
         for i, prepared in zip(round_, results):
-            errors[i] = self._queue_prepared(requests[i], prepared, prepare_seconds)
-            added += errors[i] is None
+            if isinstance(prepared, Exception):
+                errors[i] = prepared
+                continue
+            if prepared.prompt_len + prepared.max_frames > self.config.max_model_len:
+                errors[i] = ValueError(
+                    f"the request may need {prepared.prompt_len + prepared.max_frames} positions (prompt "
+                    f"{prepared.prompt_len} + up to {prepared.max_frames} frames) but this engine serves at most "
+                    f"{self.config.max_model_len}; shorten the input or lower max_new_tokens")
+                continue
+            request = requests[i]
+            seq = Sequence.from_prepared(prepared)
+            live = _Live(request, prepared, seq, time.monotonic())
+            live.prepare_seconds = prepare_seconds
+            self.live[request.request_id] = live
+            self.scheduler.add(seq)
+            added += 1
         if self.trace is not None:
             self.trace.note_added(added, prepare_seconds)
-
-    def _queue_prepared(self, request: SpeechRequest, prepared, prepare_seconds: float) -> Exception | None:
-        """Queue a built request (None), or the error it is refused with."""
-        if isinstance(prepared, Exception):
-            return prepared
-        if prepared.prompt_len + prepared.max_frames > self.config.max_model_len:
-            return ValueError(
-                f"the request may need {prepared.prompt_len + prepared.max_frames} positions (prompt "
-                f"{prepared.prompt_len} + up to {prepared.max_frames} frames) but this engine serves at most "
-                f"{self.config.max_model_len}; shorten the input or lower max_new_tokens")
-        seq = Sequence.from_prepared(prepared)
-        live = _Live(request, prepared, seq, time.monotonic())
-        live.prepare_seconds = prepare_seconds
-        self.live[request.request_id] = live
-        self.scheduler.add(seq)
-        return None
-
-    def _admit_built(self, outputs: list[Output]) -> None:
-        """The background builds that have landed: their requests queued (waiting for the build when nothing else
-        could run), a request the model refused ended with an ERROR record, an aborted one dropped."""
-        idle = not self.live and self._inflight is None and not self.codec_exec.busy
-        for build in self.builder.take(block=idle):
-            self._admit(build, outputs)
-
-    def _admit(self, build: Build, outputs: list[Output]) -> None:
-        hand_over(build, torch.cuda.current_stream() if build.event is not None else None)
-        added = 0
-        for request, prepared in zip(build.requests, build.results):
-            rid = request.request_id
-            if self._building.pop(rid, None) is None:
-                continue                                    # aborted while it was being built
-            error = self._queue_prepared(request, prepared, build.seconds)
-            if error is None:
-                added += 1
-                continue
-            self.stats_counters["errors"] += 1
-            outputs.append(FinalRecord(rid, FinishReason.ERROR, error=str(error) or type(error).__name__,
-                                       error_kind=refusal_kind(error)))
-        if self.trace is not None:
-            self.trace.note_added(added, build.seconds, background=True)
 
     @on_engine_stream
     def abort(self, request_id: str) -> list[Output]:
         """Stop a request at once (client gone); returns its final record (empty if unknown/finished)."""
-        if self._building.pop(request_id, None) is not None:        # its build is dropped when it lands
-            self.stats_counters["aborted"] += 1
-            return [FinalRecord(request_id, FinishReason.ABORTED)]
         live = self.live.get(request_id)
         if live is None:
             return []
@@ -442,11 +403,10 @@ class EngineCore:
         audio = np.frombuffer(ref_audio, dtype="<f4")
         if audio.size == 0:
             raise ValueError("reference audio is empty")
-        with self.builder.lock if self.builder is not None else contextlib.nullcontext():
-            return self.model.make_voice(audio, ref_text, x_vector_only)
+        return self.model.make_voice(audio, ref_text, x_vector_only)
 
     def has_work(self) -> bool:
-        return bool(self.live) or bool(self._building) or self._inflight is not None or self.codec_exec.busy
+        return bool(self.live) or self._inflight is not None or self.codec_exec.busy
 
     def stats(self) -> dict:
         r = self.runner.stats
@@ -463,11 +423,8 @@ class EngineCore:
                 if self._ttfp_count else {}}
 
     def shutdown(self) -> None:
-        for rid in list(self._building) + list(self.live):
+        for rid in list(self.live):
             self.abort(rid)
-        if self.builder is not None:
-            self.builder.close()
-            self.builder = None
         self.codec_exec.collect(block=True)
         if self._inflight is not None:
             self._inflight.wait()
@@ -484,8 +441,6 @@ class EngineCore:
         t = self.timings
         captured_before = self._capture_seconds() if self.trace is not None else 0.0
         t0 = time.perf_counter()
-        if self.builder is not None and self.builder.pending:
-            self._admit_built(outputs)
         sched = self.scheduler.schedule()
         for rejection in sched.rejected:
             live = self.live.get(rejection.seq.request_id)

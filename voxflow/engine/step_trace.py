@@ -5,8 +5,7 @@ for and how long each took, which the summed counters of /health cannot show.
 A line: {"step", "t" (monotonic s at the step's start), "ms" (host ms by phase of the step, as EngineCore.timings),
 "decode" (rows), "prefill" (chunks), "prefill_tokens", "added" (requests queued since the previous step),
 "prepare_ms" (host time spent building prompts since the previous step: a burst of arrivals is built in one batched
-pass, counted once, failed requests included), "built_ms" (with background builds, the same for the builds admitted
-in the step, made on the prompt builder's thread; absent when none), "prepare_batches" (those passes), "codec_launched" (chunks started),
+pass, counted once, failed requests included), "prepare_batches" (those passes), "codec_launched" (chunks started),
 "chunks" (chunks out), "finished" (final records out), "codec_in_flight" (codec calls launched and not yet collected
 at the step's end: on a GPU the codec may still be running while the next step runs), "codec_starved" (a first
 chunk waited for a free codec state: codec_executor.py), "running", "waiting",
@@ -33,7 +32,6 @@ class StepTrace:
         self._file = open(path, "a", buffering=1, encoding="utf-8")      # line-buffered: readable while serving
         self._added = 0
         self._prepare_s = 0.0
-        self._built_s = 0.0
         self._prepare_batches = 0
         self._gc_s = 0.0
         self._gc_started: float | None = None
@@ -59,22 +57,16 @@ class StepTrace:
             self._gc_s += time.perf_counter() - self._gc_started
             self._gc_started = None
 
-    def note_added(self, added: int, prepare_seconds: float, background: bool = False) -> None:
-        """One prompt-building pass: `added` requests of it queued, `prepare_seconds` of host time (background: on
-        the prompt builder's thread, beside the step loop, counted apart)."""
+    def note_added(self, added: int, prepare_seconds: float) -> None:
+        """One prompt-building pass: `added` requests of it queued, `prepare_seconds` of host time."""
         self._added += added
-        if background:
-            self._built_s += prepare_seconds
-        else:
-            self._prepare_s += prepare_seconds
+        self._prepare_s += prepare_seconds
         self._prepare_batches += 1
 
     def write(self, record: dict) -> None:
         record.update(added=self._added, prepare_ms=round(self._prepare_s * 1e3, 3),
                       prepare_batches=self._prepare_batches, gc_ms=round(self._gc_s * 1e3, 3))
-        if self._built_s:
-            record["built_ms"] = round(self._built_s * 1e3, 3)
-        self._added, self._prepare_s, self._prepare_batches, self._gc_s, self._built_s = 0, 0.0, 0, 0.0, 0.0
+        self._added, self._prepare_s, self._prepare_batches, self._gc_s = 0, 0.0, 0, 0.0
         self._file.write(json.dumps(record) + "\n")
 
     def close(self) -> None:

@@ -98,8 +98,6 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
             "row_occupancy": row_ms / (full_rows * busy_ms) if busy_ms > 0 else 0.0, "pauses": len(pauses),
             # host ms building prompts (the engine thread)
             "prepare_ms": sum(s.get("prepare_ms", 0.0) for s in counted),
-            # host ms building prompts on the prompt builder's thread (EngineConfig.background_builds)
-            "built_ms": sum(s.get("built_ms", 0.0) for s in counted),
             "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
             "prefill": prefill_summary(steps)}
 
@@ -124,8 +122,7 @@ def render(summary: dict) -> str:
     lines = [f"span {span:.0f} ms, {summary['steps']} steps from the first full one ({summary['full_rows']} rows); "
              f"mean decode rows a step {summary['mean_rows']:.1f}; rows in use over the span (time-weighted"
              + (f", {summary['pauses']} pauses of > {PAUSE_MS / 1e3:g} s left out" if summary["pauses"] else "")
-             + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread"
-             + (f", {summary['built_ms']:.1f} ms beside it (background builds)" if summary.get("built_ms") else ""),
+             + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread",
              "",
              "| steps | count | ms | share | median ms | mean ms |", "|---|---|---|---|---|---|"]
     for kind, g in sorted(summary["groups"].items(), key=lambda kv: -kv[1].total):
