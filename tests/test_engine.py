@@ -219,11 +219,12 @@ def test_abort_mid_stream_frees_blocks_slot_and_codec_state():
     assert_all_released(core)
 
 
-@pytest.mark.parametrize("kw", [{}, dict(preload_text_rows=False, preload_text_ids=64)], ids=["rows", "ids"])
+@pytest.mark.parametrize("kw", [{}, dict(preload_text_rows=False, preload_text_ids=64), dict(preload_text_rows=False)],
+                         ids=["rows", "ids", "ids-default"])
 def test_a_cpu_engine_preloads_no_text_rows(kw, monkeypatch):
-    """EngineConfig.preload_text_rows (on by default), and preload_text_ids without it, act on a GPU only: a CPU
-    engine builds its prompts with the official code's grouped projection (bit-identical prompts), keeps no rows
-    and records no preload; the loader is handed the setting either way."""
+    """EngineConfig.preload_text_rows (on by default), and preload_text_ids without it (16,384 by default), act on a
+    GPU only: a CPU engine builds its prompts with the official code's grouped projection (bit-identical prompts),
+    keeps no rows and records no preload; the loader is handed the setting either way."""
     from voxflow.models.qwen3_tts import engine_loader
     seen = []
     load = engine_loader.load
@@ -231,7 +232,7 @@ def test_a_cpu_engine_preloads_no_text_rows(kw, monkeypatch):
     core = make_engine(**kw)
     assert core.config.preload_text_rows == (not kw)
     assert seen and seen[0].get("preload_text_rows", False) == (not kw)
-    assert seen[0].get("preload_text_ids", 0) == kw.get("preload_text_ids", 0)
+    assert seen[0].get("preload_text_ids", 0) == (kw.get("preload_text_ids", 16384) if kw else 0)
     assert core.model.talker._text_rows is None and "preloaded_text_rows" not in core.startup
 
 

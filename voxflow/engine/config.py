@@ -64,10 +64,12 @@ class EngineConfig:
                                                # so a prompt build never runs the projection (off: projected on a
                                                # text's first sight, kept up to 32768 ids). H200 session 25: a fresh
                                                # server's HTTP c=16 TTFP p50 73 -> 60 ms
-    preload_text_ids: int = 0                  # on a GPU with preload_text_rows off (a tight memory budget): the
+    preload_text_ids: int = 16384              # on a GPU with preload_text_rows off (a tight memory budget): the
                                                # first N token ids' rows projected at load into the rows kept on
                                                # first sight (a BPE numbers its most frequent tokens first; N x
-                                               # hidden: 32 MB for 16384 ids at 0.6B), at most 16384 (half of them)
+                                               # hidden: 32 MB at 0.6B), at most 16384 (half of them); 0: none.
+                                               # H100 session 47, 0.6B c=64 over HTTP, three pairs: TTFP p99 128-135
+                                               # ms against 160-208 (the first wave's builds), throughput the same
     codec_sms: int | str | None = "auto"       # on a GPU: the codec's kernels on this many SMs only (a CUDA green
                                                # context; sm_partition.py), the rest kept for the talker; "auto":
                                                # half (64 of an H200's 132: 0.6B c=64 664 -> 694 audio-s/s, H200
