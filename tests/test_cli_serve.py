@@ -91,3 +91,24 @@ def test_a_max_new_tokens_limit_below_two_is_refused_before_the_server_starts(tm
     model = os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice")
     rc, out = _serve(tmp_path, model, "--max-new-tokens-limit", "1")
     assert rc == 2 and out == "voxflow serve: error: --max-new-tokens-limit must be >= 2", out
+
+
+def test_an_http_parser_or_event_loop_package_that_is_missing_is_refused_before_the_server_starts(monkeypatch,
+                                                                                                    capsys):
+    """--http httptools / --loop uvloop without the package: one clear error and exit 2, before anything loads
+    (uvicorn would fail later with an import traceback)."""
+    import argparse
+    import importlib.util
+
+    from voxflow.api import serve
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("httptools", "uvloop") else real(name, *a))
+    model = os.path.join(os.environ["VOXFLOW_TINY_DIR"], "custom_voice")
+    for option, package in (("--http", "httptools"), ("--loop", "uvloop")):
+        p = argparse.ArgumentParser()
+        serve.add_serve_arguments(p)
+        args = p.parse_args([model, "--device", "cpu", option, package])
+        assert serve.run_serve(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"voxflow serve: error: {option} {package} needs the {package} package (pip install {package})"

@@ -17,7 +17,7 @@ platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --p
 serve="fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0
        typing-inspection==0.4.5 typing_extensions==4.16.0 opentelemetry-api==1.45.2 uvicorn==0.54.0
        python-multipart==0.0.34 pyzmq==27.3.0 websockets==17.4 sniffio==1.3.1 soundfile==0.14.0 cffi==2.1.1
-       pycparser==3.12"
+       pycparser==3.12 uvloop==0.23.0 httptools==0.9.0"
 # the official qwen-tts 0.1.1 oracle (tools/bench_official.py) and its pinned transformers
 official="qwen-tts==0.1.1 tokenizers==0.22.1 huggingface_hub==0.36.0 librosa==0.11.0
           audioread==3.1.0 soxr==1.1.0 pooch==1.9.0 platformdirs decorator==5.3.1"

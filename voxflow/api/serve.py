@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import logging
 import os
 import sys
@@ -115,6 +116,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-alive-timeout", type=float, default=120.0,
                    help="idle HTTP keep-alive, seconds (LiveKit keeps connections for 120 s)")
     p.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds the model may take to load")
+    p.add_argument("--http", default="h11", choices=["h11", "httptools", "auto"],
+                   help="uvicorn's HTTP/1.1 parser: h11 (pure Python, the default), httptools (C; needs the "
+                        "httptools package), auto (httptools when installed)")
+    p.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "auto"],
+                   help="the API process's event loop: asyncio (the default), uvloop (needs the uvloop package), "
+                        "auto (uvloop when installed)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="server log verbosity (debug adds the access log and engine startup tracebacks)")
     p.set_defaults(func=run_serve)
@@ -261,6 +268,11 @@ def run_serve(args) -> int:
     if args.max_concurrent_requests < 1:            # (no slot: every request refused as too large, forever)
         print("voxflow serve: error: --max-concurrent-requests must be >= 1", file=sys.stderr)
         return 2
+    for option, package in (("--http", args.http), ("--loop", args.loop)):
+        if package in ("httptools", "uvloop") and importlib.util.find_spec(package) is None:
+            print(f"voxflow serve: error: {option} {package} needs the {package} package (pip install {package})",
+                  file=sys.stderr)
+            return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
     try:
@@ -294,7 +306,7 @@ def run_serve(args) -> int:
 
     app = create_app(engine, settings, wait_for_engine=False, drain_timeout_s=args.graceful_shutdown_timeout,
                      on_engine_error=engine_failed)
-    uv_config = uvicorn.Config(app, host=args.host, port=args.port, http="h11", loop="asyncio",
+    uv_config = uvicorn.Config(app, host=args.host, port=args.port, http=args.http, loop=args.loop,
                                timeout_keep_alive=int(args.keep_alive_timeout),
                                timeout_graceful_shutdown=int(args.graceful_shutdown_timeout),
                                log_level=args.log_level, access_log=args.log_level == "debug")
