@@ -128,3 +128,24 @@ def test_pauses_between_runs_are_left_out_of_the_row_occupancy():
     # the first run's 94 row-ms + 4 x 2 ms (the step before the pause) + 4 x 10, over 4 rows x (24 + 2 + 10) ms
     assert s["pauses"] == 1 and s["row_occupancy"] == pytest.approx((94 + 8 + 40) / (4 * 36))
     assert "1 pauses of > 1 s left out" in sts.render(s)
+
+
+def test_turnover_splits_a_replaced_rows_time_and_the_runs_loss():
+    """A closed loop of two rows: one request's talker ends (step 1), its final record leaves (step 2), its
+    replacement is added and prefills in a 20 ms step (3); the last step that added closes the window."""
+    rows = [  # t (s), decode, running, added, finished, prefill
+        (0.00, 2, 2, 0, 0, 0), (0.01, 2, 1, 0, 0, 0), (0.02, 1, 1, 0, 1, 0), (0.03, 1, 2, 1, 0, 1),
+        (0.05, 2, 2, 0, 0, 0), (0.06, 2, 2, 0, 0, 0)]
+    steps = [dict(step=i, t=t, decode=d, running=r, added=a, finished=f, prefill=p, ms={})
+             for i, (t, d, r, a, f, p) in enumerate(rows)]
+    to = sts.turnover_summary(steps, 2)
+    assert to["window_ms"] == pytest.approx(50.0) and to["steady_ms"] == pytest.approx(10.0)
+    # 6 frames made at 2 a 10 ms step would take 30 ms: 20 lost, 10 of them rows without a decode
+    assert to["loss_ms"] == pytest.approx(20.0) and to["idle_rows_ms"] == pytest.approx(10.0)
+    assert to["slow_steps_ms"] == pytest.approx(10.0) and to["replaced"] == 1
+    per = to["per_replacement_row_ms"]
+    assert per == {"tail": pytest.approx(10.0), "turn": pytest.approx(10.0), "prefill": pytest.approx(20.0)}
+    assert "row-ms each: tail 10.0, turn 10.0, prefill 20.0" in sts.render(sts.summarize(steps))
+    # a trace without the fields (before session 26) or without an add: no turnover
+    assert sts.turnover_summary(trace(), 4) is None
+    assert sts.turnover_summary([dict(s, added=0) for s in steps], 2) is None

@@ -77,12 +77,15 @@ device_setup() {
 }
 
 wait_ready() {                   # the server started as $SRV, its log in serve_log_NAME.txt
-  for _ in $(seq 150); do
+  # (up to 300 s: a fresh machine's first server compiles every Triton kernel; session 47 call 3's took longer than
+  # the 150 s this waited before, and, left running, held the port against the next two)
+  for _ in $(seq 300); do
     curl -sf http://127.0.0.1:8000/ready > /dev/null && return 0
     kill -0 $SRV 2>/dev/null || break
     sleep 1
   done
   echo "== $1: server did not come up"; grep -v "^\s*$" "$R/serve_log_$1.txt" | tail -5
+  kill $SRV 2>/dev/null; wait $SRV 2>/dev/null
   return 1
 }
 

@@ -15,7 +15,8 @@ closed-loop run used; pauses of > 1 s with nothing to do, between a server's ben
 run's warm-up requests, a few rows for a second, still count), the engine thread's prompt-build time, the median
 host phases of the full steps without codec or prefill work, and
 the prefill steps' share, tokens and wall time per 1,000 prompt tokens (a wave arriving together prefills in a few
-large steps).
+large steps), and what the requests' turnover cost (turnover_summary: the run against all-full steps at the full
+steps' pace, and where a replaced row's time went: the last chunk, the way back to a new request, its prefill).
 """
 from __future__ import annotations
 
@@ -99,7 +100,51 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
             # host ms building prompts (the engine thread)
             "prepare_ms": sum(s.get("prepare_ms", 0.0) for s in counted),
             "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
-            "prefill": prefill_summary(steps)}
+            "prefill": prefill_summary(steps), "turnover": turnover_summary(steps, full_rows)}
+
+
+def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
+    """What a closed-loop run lost to its requests' turnover, from the first full step to the last one that added a
+    request (the run's final drain left out). Ideal: every step full at the full steps' mean wall (steps with no
+    prefill in them or the step before). {"window_ms", "steady_ms", "loss_ms" (the window against the ideal for the
+    frames it made), "idle_rows_ms" (of it: rows without a decode, at the steady rate), "slow_steps_ms" (the rest:
+    steps longer than steady, prefill steps above all), "replaced" (requests added), and per replacement the row-ms
+    a row spent "tail" (its talker done, its final record not out: the last chunk's codec work), "turn" (final record
+    out, its replacement not yet added: the client, the API process, the engine's intake and the prompt build) and
+    "prefill" (added, not yet decoding)}. None without the fields (`running`, `added`, `finished`) or a full step
+    free of prefill."""
+    if not steps or any(k not in steps[0] for k in ("running", "added", "finished")):
+        return None
+    last_add = max((i for i, s in enumerate(steps) if s["added"] > 0), default=None)
+    if last_add is None or last_add + 2 > len(steps):
+        return None
+    w = steps[:last_add + 2]
+    walls = [(nxt["t"] - s["t"]) * 1e3 for s, nxt in zip(w, w[1:])]
+    clean = [ms for i, (s, ms) in enumerate(zip(w, walls))
+             if s.get("decode", 0) >= full_rows and not s.get("prefill") and not (i and w[i - 1].get("prefill"))]
+    if not clean:
+        return None
+    steady = statistics.mean(clean)
+    counted = w[:-1]
+    window = sum(walls)
+    frames = sum(s.get("decode", 0) for s in counted)
+    idle = sum((full_rows - s.get("decode", 0)) * steady / full_rows for s in counted)
+    phases = dict.fromkeys(("tail", "turn", "prefill"), 0.0)
+    ended = finished = 0
+    running = counted[0]["running"]
+    for s, ms in zip(counted[1:], walls[1:]):
+        ended += running + s["added"] - s["running"]        # rows whose talker finished in this step
+        running = s["running"]
+        finished += s["finished"]
+        free = full_rows - s["running"]
+        tail = min(free, max(0, ended - finished))
+        phases["tail"] += tail * ms
+        phases["turn"] += max(0, free - tail) * ms
+        phases["prefill"] += max(0, s["running"] - s.get("decode", 0)) * ms
+    replaced = sum(s["added"] for s in counted[1:])
+    return {"window_ms": window, "steady_ms": steady, "loss_ms": window - frames * steady / full_rows,
+            "idle_rows_ms": idle, "slow_steps_ms": window - frames * steady / full_rows - idle, "replaced": replaced,
+            "per_replacement_row_ms": {k: v / replaced for k, v in phases.items()} if replaced else {}}
 
 
 def prefill_summary(steps: list[dict]) -> dict | None:
@@ -138,6 +183,14 @@ def render(summary: dict) -> str:
                   f"host prefill phase {pf['host_ms']:.1f} ms), {pf['prompts']} prompt chunks, {pf['tokens']} tokens"
                   + (f"; wall ms per 1,000 tokens min / median / max {rate[0]:.2f} / {rate[1]:.2f} / {rate[2]:.2f}"
                      if rate else "")]
+    to = summary.get("turnover")
+    if to:
+        per = to["per_replacement_row_ms"]
+        lines += ["", f"turnover (to the last add, {to['window_ms']:.0f} ms): full steps free of prefill "
+                  f"{to['steady_ms']:.3f} ms; lost against all-full steps at that pace {to['loss_ms']:.0f} ms "
+                  f"({to['loss_ms'] / to['window_ms']:.1%}): idle rows {to['idle_rows_ms']:.0f}, slower steps "
+                  f"{to['slow_steps_ms']:.0f}; {to['replaced']} requests replaced, row-ms each: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in per.items())]
     return "\n".join(lines)
 
 
