@@ -117,6 +117,13 @@ def turnover_ms(finals: list[float], adds: list[float]) -> list[float]:
     return out
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def serve(args) -> None:
     import uvicorn
 
@@ -127,7 +134,20 @@ def serve(args) -> None:
     engine = ProcessEngineClient(functools.partial(build_paced_core, args.step_ms / 1e3, args.concurrency,
                                                   args.record))
     app = create_app(engine, ServerSettings(model_name="paced", max_concurrent_requests=args.concurrency * 2))
-    uvicorn.run(app, host="127.0.0.1", port=args.port, http=args.http, loop=args.loop, log_level="warning")
+    if args.profile:                # the API process's own Python, cProfile'd (its event loop's thread)
+        import cProfile
+        import signal
+        # uvicorn re-raises the SIGTERM it handled once it has shut down: exit through Python, not the default
+        # handler, so that the statistics are written
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        prof = cProfile.Profile()
+        prof.enable()
+    try:
+        uvicorn.run(app, host="127.0.0.1", port=args.port, http=args.http, loop=args.loop, log_level="warning")
+    finally:
+        if args.profile:
+            prof.disable()
+            prof.dump_stats(args.profile)
 
 
 def main() -> None:
@@ -138,6 +158,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--per-user", type=int, default=4)
     p.add_argument("--port", type=int, default=8123)
+    p.add_argument("--profile", metavar="PATH", help="cProfile the API process, statistics to PATH (pstats)")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--record", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -160,9 +181,13 @@ def main() -> None:
                "--num-prompts", str(args.concurrency * args.per_user), "--num-warmups", "8", "--no-progress",
                "--no-plots", "--unique-prompts", "--max-new-tokens", "151", "--ignore-eos", "--voice", "vivian",
                "--output", os.path.join(out, "r.json.gz"), "--label", f"paced-{args.http}-{args.loop}"]
+        cpu0 = _cpu_seconds(server.pid)
         res = subprocess.run(cmd, capture_output=True, text=True)
+        cpu = _cpu_seconds(server.pid) - cpu0
         lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.startswith("| c=") or "TTFP went" in ln]
         print("\n".join(lines) or res.stdout[-3000:] + res.stderr[-3000:])
+        n = args.concurrency * args.per_user + 8
+        print(f"API process CPU: {cpu:.2f} s for {n} requests, {cpu / n * 1e3:.2f} ms a request")
     finally:
         server.terminate()
         server.wait()
