@@ -374,3 +374,11 @@ def test_pcm16_convention_rounds_clips_and_silences_nan():
     y = rng.uniform(-1.2, 1.2, 48000).astype(np.float32)
     want = np.clip(np.round(np.clip(y, -1.0, 1.0) * np.float32(32768.0)), -32768, 32767).astype(np.int16)
     assert np.array_equal(to_pcm16(y), want)
+    # the edges of the rounding and of float32's range, NaN and infinities among them, in any order
+    edges = np.array([32767.5 / 32768, -32768.5 / 32768, 0.5 / 32768, -0.5 / 32768, 1.00001, -1.00001, 3e38, -3e38,
+                      np.nan, np.inf, -np.inf, -0.0], dtype=np.float32)
+    z = rng.permutation(np.concatenate([edges, rng.standard_normal(4096).astype(np.float32) * 3]))
+    plain = np.nan_to_num(z, nan=0.0, posinf=1.0, neginf=-1.0)
+    want = np.clip(np.round(np.clip(plain, -1.0, 1.0) * np.float32(32768.0)), -32768, 32767).astype(np.int16)
+    assert np.array_equal(to_pcm16(z), want)
+    assert np.array_equal(to_pcm16(z.astype(np.float64)), want)        # float64 in: the same float32 convention
