@@ -527,6 +527,24 @@ def test_the_report_says_how_much_of_the_prompts_the_prefix_cache_held():
     assert report.prefix_cache_reuse(other) is None and report._prefix_cache_line(other) is None
 
 
+def test_the_report_counts_the_runs_preemptions():
+    """Preemptions (a KV pool too small for the load) during the run: the server's /health counter before and after
+    an HTTP run, an offline engine's total; a line in the report only when there were some."""
+    def health(n):
+        return {"status": 200, "body": {"engine": {"preemptions": n}}}
+    http = {"target": {"server_info": {"health": health(3), "health_after": health(11)}}}
+    assert report.preemptions_during(http) == 8
+    assert report.preemptions_during({"target": {"server_info": {"health": health(11), "health_after": health(0)}}}) \
+        is None                                                     # a restarted server
+    old = {"target": {"server_info": {"health": {"status": 200, "body": {"engine": {}}}}}}
+    assert report.preemptions_during(old) is None
+    assert report.preemptions_during({"target": {"engine": {"stats": {"preemptions": 2}}}}) == 2
+    result = {"target": {"kind": "http", "server_info": http["target"]["server_info"]}, "levels": []}
+    assert "- 8 preemptions during the run" in report.markdown_table(result)
+    result["target"]["server_info"] = {"health": health(4), "health_after": health(4)}
+    assert "preemptions" not in report.markdown_table(result)
+
+
 def test_results_can_be_written_gzipped_and_read_back(fake, tmp_path):
     """--output x.json.gz writes the result gzip-compressed (the committed results are kept so: every request's
     record makes a c=256 result ~0.4 MB of JSON), the Markdown and plots beside it as x.md / x_*.png; load_result,

@@ -317,6 +317,23 @@ def _prefix_cache_line(result: dict) -> str | None:
     return line
 
 
+def preemptions_during(result: dict) -> int | None:
+    """Requests the engine preempted during the run, warm-ups included (their KV pages given back when the pool ran
+    out, their positions computed again later: a KV pool too small for the load): an HTTP run's difference of the
+    server's /health counter, an offline run's engine total. None where it is not reported (other servers, older
+    servers and results, a restarted server)."""
+    t = result.get("target") or {}
+    info = t.get("server_info") or {}
+    if info:
+        before, after = _engine_of(info.get("health")), _engine_of(info.get("health_after"))
+        if not all(isinstance(e.get("preemptions"), int) for e in (before, after)):
+            return None
+        n = after["preemptions"] - before["preemptions"]
+        return n if n >= 0 else None
+    stats = (t.get("engine") or {}).get("stats") or {}
+    return stats["preemptions"] if isinstance(stats.get("preemptions"), int) else None
+
+
 def markdown_table(result: dict) -> str:
     lines = []
     t = result["target"]
@@ -357,6 +374,10 @@ def markdown_table(result: dict) -> str:
     reuse_line = _prefix_cache_line(result)
     if reuse_line:
         lines.append(reuse_line)
+    preempted = preemptions_during(result)
+    if preempted:
+        lines.append(f"- {preempted} preemptions during the run (warm-ups included): the KV pool ran out and those "
+                     "requests' positions were computed again")
     w = result.get("workload") or {}
     if isinstance(w.get("distinct_texts"), int) and w["distinct_texts"] < (w.get("requests_sent") or 0):
         lines.append(f"- {w['requests_sent']} requests (warm-ups included) sent {w['distinct_texts']} different texts: "
