@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-
+import urllib.request
 
 from voxflow.engine.request import AudioChunk, FinalRecord, FinishReason, Usage
 
@@ -155,8 +155,8 @@ def serve(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--http", default="h11")
-    p.add_argument("--loop", default="asyncio")
+    p.add_argument("--http", default="h11", choices=["h11", "httptools"])
+    p.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"])
     p.add_argument("--step-ms", type=float, default=6.3)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--per-user", type=int, default=4)
@@ -175,7 +175,6 @@ def main() -> None:
         base = f"http://127.0.0.1:{args.port}"
         for _ in range(600):
             try:
-                import urllib.request
                 if urllib.request.urlopen(base + "/health", timeout=1).status == 200:
                     break
             except Exception:

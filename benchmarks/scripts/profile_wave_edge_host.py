@@ -52,7 +52,7 @@ def main() -> None:
                 seconds[name] += time.perf_counter() - t
         return wrapper
     profiled.on = False
-    add_requests = core.add_requests
+    add_requests = profiled("builds", core.add_requests)
     core._run_prefills = profiled("prefill phase", core._run_prefills)
 
     def wave(w: int) -> None:
@@ -61,7 +61,7 @@ def main() -> None:
                                                                                 ignore_eos=True))
                 for i in range(ROWS)]
         for i in range(0, ROWS, 16):           # arrivals in bursts, as a server's loop hands them over
-            profiled("builds", add_requests)(reqs[i:i + 16])
+            add_requests(reqs[i:i + 16])
         while core.has_work():
             core.step()
     for w in range(waves):

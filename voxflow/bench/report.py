@@ -284,24 +284,32 @@ def _engine_of(health: dict | None) -> dict:
 PREFIX_CACHE_WARN = 0.5     # above this share of reused prompt positions the report warns: TTFP is flattered
 
 
-def prefix_cache_reuse(result: dict) -> tuple[int, int] | None:
-    """(prompt positions found in the engine's prefix cache, prompt positions admitted) during the run, warm-ups
-    included: an HTTP run's difference of the server's counters (/health before and after), an offline run's
-    engine totals. None where the engine does not report them (other servers, older results)."""
+def run_counters(result: dict, keys: tuple[str, ...]) -> dict[str, int] | None:
+    """The engine's counters `keys` over the run, warm-ups included: an HTTP run's difference of the server's
+    counters (/health before and after), an offline run's engine totals. None where any is not reported (other
+    servers, older servers and results) or went back (a restarted server)."""
     t = result.get("target") or {}
     info = t.get("server_info") or {}
     if info:
         before, after = _engine_of(info.get("health")), _engine_of(info.get("health_after"))
-        if not all(isinstance(e.get(k), int) for e in (before, after) for k in ("prompt_tokens",
-                                                                                 "prompt_tokens_cached")):
+        if not all(isinstance(e.get(k), int) for e in (before, after) for k in keys):
             return None
-        cached = after["prompt_tokens_cached"] - before["prompt_tokens_cached"]
-        total = after["prompt_tokens"] - before["prompt_tokens"]
-        return (cached, total) if 0 <= cached <= total else None      # counters that went back: a restart
+        diff = {k: after[k] - before[k] for k in keys}
+        return diff if all(v >= 0 for v in diff.values()) else None
     stats = (t.get("engine") or {}).get("stats") or {}
-    if isinstance(stats.get("prompt_tokens"), int) and isinstance(stats.get("prompt_tokens_cached"), int):
-        return stats["prompt_tokens_cached"], stats["prompt_tokens"]
-    return None
+    if not all(isinstance(stats.get(k), int) for k in keys):
+        return None
+    return {k: stats[k] for k in keys}
+
+
+def prefix_cache_reuse(result: dict) -> tuple[int, int] | None:
+    """(prompt positions found in the engine's prefix cache, prompt positions admitted) during the run, warm-ups
+    included (`run_counters`). None where the engine does not report them."""
+    c = run_counters(result, ("prompt_tokens_cached", "prompt_tokens"))
+    if c is None:
+        return None
+    cached, total = c["prompt_tokens_cached"], c["prompt_tokens"]
+    return (cached, total) if cached <= total else None
 
 
 def _prefix_cache_line(result: dict) -> str | None:
@@ -319,19 +327,9 @@ def _prefix_cache_line(result: dict) -> str | None:
 
 def preemptions_during(result: dict) -> int | None:
     """Requests the engine preempted during the run, warm-ups included (their KV pages given back when the pool ran
-    out, their positions computed again later: a KV pool too small for the load): an HTTP run's difference of the
-    server's /health counter, an offline run's engine total. None where it is not reported (other servers, older
-    servers and results, a restarted server)."""
-    t = result.get("target") or {}
-    info = t.get("server_info") or {}
-    if info:
-        before, after = _engine_of(info.get("health")), _engine_of(info.get("health_after"))
-        if not all(isinstance(e.get("preemptions"), int) for e in (before, after)):
-            return None
-        n = after["preemptions"] - before["preemptions"]
-        return n if n >= 0 else None
-    stats = (t.get("engine") or {}).get("stats") or {}
-    return stats["preemptions"] if isinstance(stats.get("preemptions"), int) else None
+    out, their positions computed again later: a KV pool too small for the load); `run_counters`."""
+    c = run_counters(result, ("preemptions",))
+    return None if c is None else c["preemptions"]
 
 
 def markdown_table(result: dict) -> str:

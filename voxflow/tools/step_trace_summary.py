@@ -142,8 +142,9 @@ def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
         phases["turn"] += max(0, free - tail) * ms
         phases["prefill"] += max(0, s["running"] - s.get("decode", 0)) * ms
     replaced = sum(s["added"] for s in counted[1:])
-    return {"window_ms": window, "steady_ms": steady, "loss_ms": window - frames * steady / full_rows,
-            "idle_rows_ms": idle, "slow_steps_ms": window - frames * steady / full_rows - idle, "replaced": replaced,
+    loss = window - frames * steady / full_rows
+    return {"window_ms": window, "steady_ms": steady, "loss_ms": loss, "idle_rows_ms": idle,
+            "slow_steps_ms": loss - idle, "replaced": replaced,
             "per_replacement_row_ms": {k: v / replaced for k, v in phases.items()} if replaced else {}}
 
 
