@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 47 for the next call; carry [".whl", ".device_tree"]; rename when run. ~380 s.
+# Session 48 call 1 (prepared in session 47); carry [".whl", ".device_tree"]. ~380 s.
 # The <= 8 GB 0.6B server's KV pool: 2.4 GB = 1,307 pages of 16 positions, and 64 requests of ~168 prompt positions
 # + 151 frames need ~1,280-1,340 of them at a wave's end: every offline run of sessions 45-47 preempted 8 requests
 # (their positions recomputed, the requests finishing late). /health reports preemptions now (session 47), so the
