@@ -12,9 +12,9 @@ from voxflow.engine.sequence import Sequence, SeqStatus
 
 class FakeEngine:
     def __init__(self, num_blocks, block_size, max_num_seqs=4, max_num_batched_tokens=16, chunk=None,
-                 reserve_frames=0):
+                 reserve_frames=0, wait_for_finishing=True):
         self.bm = BlockManager(num_blocks, block_size)
-        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunk, reserve_frames)
+        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunk, reserve_frames, wait_for_finishing)
         self.sched = Scheduler(self.config, self.bm)
         self.cache = {}                   # flat slot -> content tag
         self.eos_after = {}               # request_id -> frames after which the model says "finished"
@@ -55,6 +55,9 @@ class FakeEngine:
             assert last == (end == seq.prompt_len + seq.num_frames)
             self._check_context(seq, start)
             self._write(seq, start, end)
+        assert not set(out.stalled) & set(out.decode) and not (out.stalled and out.preempted)
+        for seq in out.stalled:
+            assert seq.status is SeqStatus.RUNNING and seq.num_frames < seq.max_frames
         for seq in out.decode:
             assert seq.status is SeqStatus.RUNNING and seq.num_frames <= seq.max_frames
             assert seq.num_computed == seq.prompt_len + seq.num_frames
@@ -90,6 +93,38 @@ def test_tiny_pool_preempts_and_every_request_still_finishes():
     assert set(eng.finished) == set(seqs) and not eng.rejected
     # The oldest request is never the victim while others hold blocks.
     assert seqs[0].num_preemptions == 0
+    eng.assert_all_blocks_free()
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_a_decode_out_of_blocks_waits_a_step_for_a_finishing_sequence_instead_of_preempting(wait):
+    # Blocks of 2, prompts of 2: after 4 frames `a` holds 3 blocks and is done; `b` (6 frames) holds 3 too and its 5th
+    # frame needs a 7th block of the 6 while `a`'s come back only when the engine reads a's last frame (a step late).
+    eng = FakeEngine(num_blocks=6, block_size=2, max_num_seqs=2, wait_for_finishing=wait)
+    a = eng.add([1, 2], max_frames=4)
+    b = eng.add([3, 4], max_frames=6)
+    eng.run()
+    stalled = [out.stalled for out in eng.outputs if out.stalled]
+    preempted = [out.preempted for out in eng.outputs if out.preempted]
+    if wait:
+        assert stalled == [[b]] and not preempted and b.num_preemptions == 0
+        # b's 5th frame went one step after a's last, with a's blocks
+        last_a = max(i for i, out in enumerate(eng.outputs) if a in out.decode)
+        assert b not in eng.outputs[last_a + 1].decode and b in eng.outputs[last_a + 2].decode
+    else:
+        assert preempted == [[b]] and not stalled and b.num_preemptions == 1
+    assert a.num_frames == 4 and b.num_frames == 6 and set(eng.finished) == {a, b}
+    eng.assert_all_blocks_free()
+
+
+def test_without_a_finishing_sequence_an_out_of_blocks_decode_still_preempts():
+    # Neither is done when the pool runs out (both grow in step), so waiting would wait forever: b is preempted.
+    eng = FakeEngine(num_blocks=4, block_size=2, max_num_seqs=2)
+    eng.add([1, 2], max_frames=6)
+    b = eng.add([3, 4], max_frames=6)
+    eng.run()
+    assert [out.preempted for out in eng.outputs if out.preempted] == [[b]]
+    assert not any(out.stalled for out in eng.outputs)
     eng.assert_all_blocks_free()
 
 
@@ -248,11 +283,12 @@ request = st.fixed_dictionaries({
     extra_tokens=st.integers(1, 10),
     chunk=st.none() | st.integers(1, 6),
     reserve=st.sampled_from([0, 2, 100]),
+    wait=st.booleans(),
     reqs=st.lists(request, min_size=1, max_size=8),
 )
 def test_random_traffic_keeps_invariants_and_finishes_everything(block_size, num_blocks, max_num_seqs,
-                                                                 extra_tokens, chunk, reserve, reqs):
-    eng = FakeEngine(num_blocks, block_size, max_num_seqs, max_num_seqs + extra_tokens, chunk, reserve)
+                                                                 extra_tokens, chunk, reserve, wait, reqs):
+    eng = FakeEngine(num_blocks, block_size, max_num_seqs, max_num_seqs + extra_tokens, chunk, reserve, wait)
     added, aborted = [], set()
     for step in range(3000):
         for i, r in enumerate(reqs):
