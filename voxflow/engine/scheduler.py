@@ -45,7 +45,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int            # positions computed per step: decodes + prefill chunks
     prefill_chunk_size: int | None = None  # most prefill positions of one sequence per step (None: budget only)
     reserve_frames: int = 0                # admission keeps room for this many more frames a holder (0: none)
-    wait_for_finishing: bool = True        # out of blocks while a sequence awaits its finish: skip a step, no preemption
+    wait_for_finishing: bool = True        # no block while a sequence awaits its finish: wait a step, no preemption
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
