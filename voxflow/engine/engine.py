@@ -150,7 +150,7 @@ class EngineCore:
         self.block_manager = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
                                                    config.prefill_chunk_size, config.kv_reserve_frames,
-                                                   config.kv_wait_for_finishing),
+                                                   config.kv_wait_frames),
                                    self.block_manager)
         self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
                                         max_frames_per_launch=config.codec_frames_per_step,
