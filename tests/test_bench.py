@@ -545,24 +545,6 @@ def test_the_report_counts_the_runs_preemptions():
     assert "preemptions" not in report.markdown_table(result)
 
 
-def test_the_report_counts_the_decodes_that_waited_for_kv_pages():
-    """Decodes that waited a step for a finishing request's KV pages (instead of a preemption): the /health counter's
-    growth over an HTTP run, an offline engine's total; a line only when there were some, none from an engine that
-    does not count them."""
-    def health(n):
-        return {"status": 200, "body": {"engine": {"preemptions": 0} | ({} if n is None else {"decode_stalls": n})}}
-    info = {"health": health(2), "health_after": health(7)}
-    assert report.decode_stalls_during({"target": {"server_info": info}}) == 5
-    assert report.decode_stalls_during({"target": {"engine": {"stats": {"decode_stalls": 3}}}}) == 3
-    assert report.decode_stalls_during({"target": {"server_info": {"health": health(None),
-                                                                   "health_after": health(None)}}}) is None
-    result = {"target": {"kind": "http", "server_info": info}, "levels": []}
-    table = report.markdown_table(result)
-    assert "- 5 decodes waited a step for a finishing request's KV pages" in table and "preemptions" not in table
-    result["target"]["server_info"] = {"health": health(7), "health_after": health(7)}
-    assert "waited a step" not in report.markdown_table(result)
-
-
 def test_results_can_be_written_gzipped_and_read_back(fake, tmp_path):
     """--output x.json.gz writes the result gzip-compressed (the committed results are kept so: every request's
     record makes a c=256 result ~0.4 MB of JSON), the Markdown and plots beside it as x.md / x_*.png; load_result,

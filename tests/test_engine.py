@@ -293,21 +293,6 @@ def test_tiny_kv_pool_preempts_and_every_request_finishes_correctly():
     assert_all_released(core)
 
 
-@pytest.mark.parametrize("wait", [16, 0])
-def test_out_of_kv_a_decode_waits_for_a_finishing_request_instead_of_preempting(wait):
-    """11 blocks of 4 hold both requests until the shorter one's last frame; the longer one's next block comes
-    back when it ends. Waiting for them (kv_wait_frames, the default) preempts nothing; without it
-    the longer request is preempted and re-prefilled. The codes are the reference's either way."""
-    core = make_engine(num_kv_blocks=11, block_size=4, kv_wait_frames=wait)
-    reqs = [greedy(t, n, voice=v, request_id=f"w{i}") for i, (t, n, v) in enumerate(
-        [("Hello world.", 10, "vivian"), ("The quick brown fox.", 16, "ryan")])]
-    results = drive(core, {0: reqs})
-    stats = core.stats()
-    assert (stats["preemptions"], stats["decode_stalls"]) == ((0, 1) if wait else (1, 0))
-    assert_engine_matches_reference("custom_voice", core, results, reqs)
-    assert_all_released(core)
-
-
 def test_kv_reservation_queues_instead_of_preempting_and_every_request_finishes_correctly():
     """The same tiny pool with kv_reserve_frames covering every request's frames: requests wait for room instead
     of being preempted, and the codes are still the reference's."""

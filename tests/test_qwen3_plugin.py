@@ -98,6 +98,8 @@ class MiniEngine:
             self.active[slot] = rid
         embeds = self.p.resume_embeds(slot)
         assert embeds.shape[0] == self.prepared[rid].prompt_len + len(self.frames[rid])
+        # given the count the engine knows, the same rows without reading it back from the slot
+        assert torch.equal(self.p.resume_embeds(slot, len(self.frames[rid])), embeds)
         self._prefill(slot, rid, embeds)
 
     def step(self):

@@ -12,9 +12,9 @@ from voxflow.engine.sequence import Sequence, SeqStatus
 
 class FakeEngine:
     def __init__(self, num_blocks, block_size, max_num_seqs=4, max_num_batched_tokens=16, chunk=None,
-                 reserve_frames=0, wait_frames=16):
+                 reserve_frames=0):
         self.bm = BlockManager(num_blocks, block_size)
-        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunk, reserve_frames, wait_frames)
+        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunk, reserve_frames)
         self.sched = Scheduler(self.config, self.bm)
         self.cache = {}                   # flat slot -> content tag
         self.eos_after = {}               # request_id -> frames after which the model says "finished"
@@ -55,9 +55,6 @@ class FakeEngine:
             assert last == (end == seq.prompt_len + seq.num_frames)
             self._check_context(seq, start)
             self._write(seq, start, end)
-        assert not set(out.stalled) & set(out.decode) and not (out.stalled and out.preempted)
-        for seq in out.stalled:
-            assert seq.status is SeqStatus.RUNNING and seq.num_frames < seq.max_frames
         for seq in out.decode:
             assert seq.status is SeqStatus.RUNNING and seq.num_frames <= seq.max_frames
             assert seq.num_computed == seq.prompt_len + seq.num_frames
@@ -96,61 +93,6 @@ def test_tiny_pool_preempts_and_every_request_still_finishes():
     eng.assert_all_blocks_free()
 
 
-@pytest.mark.parametrize("wait", [16, 0])
-def test_a_decode_out_of_blocks_waits_a_step_for_a_finishing_sequence_instead_of_preempting(wait):
-    # Blocks of 2, prompts of 2: after 4 frames `a` holds 3 blocks and is done; `b` (6 frames) holds 3 too and its 5th
-    # frame needs a 7th block of the 6 while `a`'s come back only when the engine reads a's last frame (a step late).
-    eng = FakeEngine(num_blocks=6, block_size=2, max_num_seqs=2, wait_frames=wait)
-    a = eng.add([1, 2], max_frames=4)
-    b = eng.add([3, 4], max_frames=6)
-    eng.run()
-    stalled = [out.stalled for out in eng.outputs if out.stalled]
-    preempted = [out.preempted for out in eng.outputs if out.preempted]
-    if wait:
-        assert stalled == [[b]] and not preempted and b.num_preemptions == 0
-        # b's 5th frame went one step after a's last, with a's blocks
-        last_a = max(i for i, out in enumerate(eng.outputs) if a in out.decode)
-        assert b not in eng.outputs[last_a + 1].decode and b in eng.outputs[last_a + 2].decode
-    else:
-        assert preempted == [[b]] and not stalled and b.num_preemptions == 1
-    assert a.num_frames == 4 and b.num_frames == 6 and set(eng.finished) == {a, b}
-    eng.assert_all_blocks_free()
-
-
-@pytest.mark.parametrize("wait", [16, 0])
-def test_a_decode_out_of_blocks_waits_for_a_sequence_that_holds_all_its_blocks_and_ends_soon(wait):
-    # Blocks of 2, a pool of 4: `a` (prompt 1, 3 frames) holds the 2 blocks it will ever need while `b` (prompt 3,
-    # 5 frames, 4 blocks at its end) runs out: b waits for a's blocks while a still decodes, instead of being
-    # preempted (twice without waiting).
-    eng = FakeEngine(num_blocks=4, block_size=2, max_num_seqs=2, wait_frames=wait)
-    a = eng.add([1], max_frames=3)
-    b = eng.add([3, 4, 5], max_frames=5)
-    waits = []                                  # (who waited, a's frames then) of each step with a wait
-    while eng.sched.has_unfinished() or eng.late:
-        out = eng.step()
-        if out.stalled:
-            waits.append((out.stalled, a.num_frames if a in out.decode else None))
-    preempted = sum(len(out.preempted) for out in eng.outputs)
-    if wait:
-        assert preempted == 0 and waits and all(who == [b] for who, _ in waits)
-        assert waits[0][1] is not None and waits[0][1] < a.max_frames       # a decoding, not at its end yet
-    else:
-        assert preempted == 2 and not waits
-    assert a.num_frames == 3 and b.num_frames == 5 and set(eng.finished) == {a, b}
-    eng.assert_all_blocks_free()
-
-
-def test_without_a_finishing_sequence_an_out_of_blocks_decode_still_preempts():
-    # Neither is done when the pool runs out (both grow in step), so waiting would wait forever: b is preempted.
-    eng = FakeEngine(num_blocks=4, block_size=2, max_num_seqs=2)
-    eng.add([1, 2], max_frames=6)
-    b = eng.add([3, 4], max_frames=6)
-    eng.run()
-    assert [out.preempted for out in eng.outputs if out.preempted] == [[b]]
-    assert not any(out.stalled for out in eng.outputs)
-    eng.assert_all_blocks_free()
-
-
 def test_reserving_growth_queues_requests_instead_of_preempting_them():
     # The tiny pool above: each request ends at 4 blocks, the pool has 6, so only one runs at a time.
     eng = FakeEngine(num_blocks=6, block_size=4, max_num_seqs=4, reserve_frames=12)
@@ -172,11 +114,9 @@ def test_reservation_counts_each_holders_growth_up_to_reserve_frames():
         assert len(eng.step().prefill) == admitted, reserve
 
 
-def test_reserve_and_wait_frames_must_not_be_negative():
+def test_reserve_frames_must_not_be_negative():
     with pytest.raises(ValueError, match="reserve_frames"):
         SchedulerConfig(4, 16, None, -1)
-    with pytest.raises(ValueError, match="wait_frames"):
-        SchedulerConfig(4, 16, None, 0, -1)
 
 
 def test_preempted_sequence_resumes_first_with_prompt_plus_fed_back_frames():
@@ -308,12 +248,11 @@ request = st.fixed_dictionaries({
     extra_tokens=st.integers(1, 10),
     chunk=st.none() | st.integers(1, 6),
     reserve=st.sampled_from([0, 2, 100]),
-    wait=st.sampled_from([0, 1, 16]),
     reqs=st.lists(request, min_size=1, max_size=8),
 )
 def test_random_traffic_keeps_invariants_and_finishes_everything(block_size, num_blocks, max_num_seqs,
-                                                                 extra_tokens, chunk, reserve, wait, reqs):
-    eng = FakeEngine(num_blocks, block_size, max_num_seqs, max_num_seqs + extra_tokens, chunk, reserve, wait)
+                                                                 extra_tokens, chunk, reserve, reqs):
+    eng = FakeEngine(num_blocks, block_size, max_num_seqs, max_num_seqs + extra_tokens, chunk, reserve)
     added, aborted = [], set()
     for step in range(3000):
         for i, r in enumerate(reqs):

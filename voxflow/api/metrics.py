@@ -43,7 +43,6 @@ DURATION_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 UNDERRUN_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 CONTINUITY_THRESHOLDS_MS = (100, 200)
 ENGINE_COUNTERS = ("finished", "aborted", "errors", "preemptions", "steps",
-                   "decode_stalls",                # decodes that waited a step for a finishing request's KV blocks
                    "codec_nonfinite_chunks",       # chunks whose NaN samples the codec zeroed (codec_runner.py)
                    "prompt_tokens", "prompt_tokens_cached")   # prompt positions admitted / found in the prefix cache
 # The engine's GPU footprint (engine/gpu_memory.py; absent on a CPU): name -> (stats key, help).

@@ -93,8 +93,7 @@ async def get_model(model_id: str, request: Request):
 # memory footprint (engine/gpu_memory.py: in use now, and its peak total); the prompt positions admitted and those
 # the prefix cache held (read before and after a run, they say how much of its prompts the server had seen).
 HEALTH_ENGINE_KEYS = ("running", "waiting", "kv_usage", "ttfp_breakdown_ms", "gpu_memory_used_bytes",
-                      "peak_gpu_memory_total_bytes", "prompt_tokens", "prompt_tokens_cached", "preemptions",
-                      "decode_stalls")
+                      "peak_gpu_memory_total_bytes", "prompt_tokens", "prompt_tokens_cached", "preemptions")
 
 
 async def _health(request: Request) -> JSONResponse:

@@ -332,14 +332,6 @@ def preemptions_during(result: dict) -> int | None:
     return None if c is None else c["preemptions"]
 
 
-def decode_stalls_during(result: dict) -> int | None:
-    """Decodes that waited a step for a finishing request's KV pages during the run, warm-ups included (the pool
-    ran out, and rather than preempting, a row skipped a step: engine `kv_wait_for_finishing`); `run_counters`.
-    None where the engine does not count them."""
-    c = run_counters(result, ("decode_stalls",))
-    return None if c is None else c["decode_stalls"]
-
-
 def markdown_table(result: dict) -> str:
     lines = []
     t = result["target"]
@@ -384,10 +376,6 @@ def markdown_table(result: dict) -> str:
     if preempted:
         lines.append(f"- {preempted} preemptions during the run (warm-ups included): the KV pool ran out and those "
                      "requests' positions were computed again")
-    stalls = decode_stalls_during(result)
-    if stalls:
-        lines.append(f"- {stalls} decodes waited a step for a finishing request's KV pages (warm-ups included): the KV "
-                     "pool ran out at a request's end")
     w = result.get("workload") or {}
     if isinstance(w.get("distinct_texts"), int) and w["distinct_texts"] < (w.get("requests_sent") or 0):
         lines.append(f"- {w['requests_sent']} requests (warm-ups included) sent {w['distinct_texts']} different texts: "

@@ -32,9 +32,6 @@ class EngineConfig:
                                                # the load made the driver reserve for good: gpu_memory.py)
     kv_reserve_frames: int = 0                 # admit a request only with KV room for every request's next this
                                                # many frames (scheduler.py); 0: admit on the prompt alone
-    kv_wait_frames: int = 16                   # out of KV blocks: a decode skips steps instead of preempting while
-                                               # a request has made its last frame or holds every block it needs
-                                               # and ends within this many frames (scheduler.py); 0: preempt
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
     chunk_ramp: bool = True                    # chunks after the first grow up to chunk_frames (codec_executor)
     codec_tail_chunk: int = 5                  # a request's last <= chunk_frames frames before its length limit go

@@ -149,8 +149,7 @@ class EngineCore:
         self.v_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
         self.block_manager = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
-                                                   config.prefill_chunk_size, config.kv_reserve_frames,
-                                                   config.kv_wait_frames),
+                                                   config.prefill_chunk_size, config.kv_reserve_frames),
                                    self.block_manager)
         self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
                                         max_frames_per_launch=config.codec_frames_per_step,
@@ -188,8 +187,7 @@ class EngineCore:
         self._frame_listeners: list = []             # add_frame_listener
         self.live: dict[str, _Live] = {}
         self.steps = 0
-        self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "decode_stalls": 0,
-                               "audio_seconds": 0.0}
+        self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
         # Where first-audio latency goes, summed over the requests that got audio (see `_note_first_audio`).
         self._ttfp_parts = dict.fromkeys(TTFP_PARTS, 0.0)
         self._ttfp_count = 0
@@ -450,7 +448,6 @@ class EngineCore:
                 live.finish_reason = FinishReason.ERROR
                 outputs.append(self._retire(live, error=rejection.reason))
         self.stats_counters["preemptions"] += len(sched.preempted)
-        self.stats_counters["decode_stalls"] += len(sched.stalled)
         t1 = time.perf_counter()
         t["schedule"] += t1 - t0
 
@@ -505,7 +502,7 @@ class EngineCore:
                 "ms": {k: round((b - a - (waited if k == "collect_decode" else 0.0)) * 1e3, 3) for k, a, b in zip(
                     ("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch", "codec_collect"),
                     marks, marks[1:])} | {"first_chunk_wait": round(waited * 1e3, 3)},
-                "decode": len(sched.decode), "prefill": len(sched.prefill), "stalled": len(sched.stalled),
+                "decode": len(sched.decode), "prefill": len(sched.prefill),
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
                 "chunks": sum(isinstance(o, AudioChunk) for o in outputs),
                 "finished": sum(isinstance(o, FinalRecord) for o in outputs),
@@ -595,7 +592,8 @@ class EngineCore:
         if seq.num_preemptions > 0:
             embeds = live.extra.get("resume_embeds")
             if embeds is None or embeds.shape[0] < end:
-                embeds = live.extra["resume_embeds"] = self.model.resume_embeds(seq.slot)
+                # every frame scheduled before the preemption has been fed back by the time the GPU gets here
+                embeds = live.extra["resume_embeds"] = self.model.resume_embeds(seq.slot, seq.num_frames)
             return embeds
         return live.prepared.prompt_embeds
 

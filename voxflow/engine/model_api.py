@@ -130,9 +130,10 @@ class TTSModel(Protocol):
     def decode(self, slots: torch.Tensor, kv: PagedKVContext) -> DecodeOutput:
         """One frame for each slot in `slots` [B]: finish the pending frame, feed it back, sample the next c0."""
 
-    def resume_embeds(self, slot: int) -> torch.Tensor:
+    def resume_embeds(self, slot: int, fed: int | None = None) -> torch.Tensor:
         """After preemption: the embeddings to re-prefill ([P + fed-back frames, H]) so that decoding resumes
-        exactly where it stopped (the next c0 is kept in the slot)."""
+        exactly where it stopped (the next c0 is kept in the slot). `fed`: the frames fed back so far, when the
+        caller knows it (the engine: the sequence's frame count), so that nothing is read back from the device."""
 
     # For the static-shape decode step (engine/graph_runner.py): `decode` must be CUDA-graph capturable (device
     # tensors only, no host reads), accept padded batches, and tolerate decoding a finished slot once more.

@@ -135,8 +135,8 @@ class OneShotCore:
         self.waiting: collections.deque[str] = collections.deque()
         self.running: collections.deque[str] = collections.deque()   # round-robin order (front = next)
         self.steps = 0
-        self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "decode_stalls": 0,
-                               "audio_seconds": 0.0, "units": 0, "synthesis_seconds": 0.0}
+        self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0,
+                               "units": 0, "synthesis_seconds": 0.0}
         self.last_batch_size = 0
         self._served_fresh = False      # max_batch 1: the last step served a not-started request
 

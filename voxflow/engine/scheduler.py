@@ -15,12 +15,7 @@ Memory pressure: when the decodes cannot all get a position, the most recently a
 prefilling) are preempted (blocks freed, slot and frames kept) and go back to the front of the queue; on
 resumption they re-prefill prompt + fed-back frames (prompt blocks usually come straight from the prefix cache).
 The oldest sequence is never preempted while others hold blocks, so the oldest always progresses; sequences that
-could not fit even alone in the whole pool are rejected at `add`. First, though, a decode that finds no block waits
-(skips the step, keeping its blocks) while blocks are sure to come back soon: a running sequence has made its last
-frame (its blocks return when the engine reads that frame, in the step's collect), or one decoding in this step
-already holds every block it will need and ends within `wait_frames` frames. A step's wait costs the row ~6 ms where
-a preemption recomputes its prompt and frames so far (a closed loop of equal-length requests ends them together: every
-<= 8 GB 0.6B run at c=64 preempted 3-8 requests 2-17 steps before a wave's first end, sessions 45-48).
+could not fit even alone in the whole pool are rejected at `add`.
 
 With `reserve_frames` > 0, admission also keeps room for growth: a sequence is admitted only when the free blocks
 cover its prompt plus every block holder's growth up to `reserve_frames` more frames (each capped at its
@@ -46,7 +41,6 @@ class SchedulerConfig:
     max_num_batched_tokens: int            # positions computed per step: decodes + prefill chunks
     prefill_chunk_size: int | None = None  # most prefill positions of one sequence per step (None: budget only)
     reserve_frames: int = 0                # admission keeps room for this many more frames a holder (0: none)
-    wait_frames: int = 16                  # out of blocks: wait for a sequence this close to its end (0: preempt)
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -58,8 +52,6 @@ class SchedulerConfig:
             raise ValueError("prefill_chunk_size must be >= 1")
         if self.reserve_frames < 0:
             raise ValueError("reserve_frames must be >= 0")
-        if self.wait_frames < 0:
-            raise ValueError("wait_frames must be >= 0")
 
 
 class PrefillChunk(NamedTuple):
@@ -79,7 +71,6 @@ class SchedulerOutput:
     decode: list[Sequence] = field(default_factory=list)
     prefill: list[PrefillChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)   # the engine detaches nothing: slots are kept
-    stalled: list[Sequence] = field(default_factory=list)     # running, no block this step: decode in a later one
     rejected: list[Rejection] = field(default_factory=list)   # finished with an error, never ran
 
     @property
@@ -190,23 +181,17 @@ class Scheduler:
         self._rejected = []
         self._schedule_decodes(out)
         # After a preemption the freed blocks are the decodes' margin: admitting now would just re-prefill a
-        # sequence that the next block boundary preempts again. (A stalled decode wants the next free block too.)
-        admit = not (out.preempted or out.stalled)
+        # sequence that the next block boundary preempts again.
+        admit = not out.preempted
         self._schedule_prefills(out, self.config.max_num_batched_tokens - len(out.decode), admit)
         return out
 
     def _schedule_decodes(self, out: SchedulerOutput) -> None:
         # Sequences at max_frames wait for the engine's finish() and take no step.
         pending = sorted((s for s in self._running if s.num_frames < s.max_frames), key=lambda s: s.arrival)
-        # Those at max_frames give their blocks back in this step's collect (the engine reads their last frame).
-        ended = len(pending) < len(self._running)
         pending.reverse()                        # pop() yields the oldest first
         while pending:
             seq = pending.pop()
-            if self.config.wait_frames and not self.bm.can_append((seq,)) and (ended or any(map(self._ends_soon,
-                                                                                                out.decode))):
-                out.stalled.append(seq)
-                continue
             while not self.bm.can_append((seq,)):
                 # Newest block holder goes first; `seq` itself if it is the newest.
                 victim = max([seq, *pending, *self._prefilling], key=lambda s: s.arrival)
@@ -221,11 +206,6 @@ class Scheduler:
                 self.bm.mark_computed(seq, seq.num_computed + 1)
                 seq.num_frames += 1
                 out.decode.append(seq)
-
-    def _ends_soon(self, seq: Sequence) -> bool:
-        """`seq` (decoding this step) needs no more blocks and ends within wait_frames frames: its blocks come back."""
-        return (seq.max_frames - seq.num_frames <= self.config.wait_frames
-                and len(seq.block_table) >= blocks_for(seq.max_positions, self.bm.block_size))
 
     def _preempt(self, seq: Sequence) -> None:
         if seq.status is SeqStatus.RUNNING:
