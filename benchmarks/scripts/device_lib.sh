@@ -249,6 +249,18 @@ probe_small_allocations() {
     2>&1 | grep -v Warning | tee $R/probe_allocations.txt | grep -A9 "^=="
 }
 
+# bench_small_traced for a fresh machine's first run, which compiles every Triton kernel first (> 150 s: session 48
+# call 2's first run hit bench_small_8gb's limit): the same run under a 330 s limit.
+bench_small_first() {
+  timeout 330 python3 -m voxflow.bench $UNIQUE --dtype bfloat16 --max-new-tokens 151 --ignore-eos --no-progress \
+    --no-plots --device cuda --model /tmp/real-0.6b --label "small-$1" --engine-arg codec_max_batch=16 \
+    --engine-arg kv_cache_bytes=2400000000 --concurrency 64 --num-prompts $SMALL_PROMPTS --num-warmups 8 \
+    --max-num-seqs 64 --engine-arg trace_steps=$R/steps_0p6b_$1.jsonl \
+    --output "$R/h200_0p6b_offline_c64_$1.json.gz" "${@:2}" 2>&1 | grep -v "^\s*$" | tail -1
+  print_footprint "$R/h200_0p6b_offline_c64_$1.json.gz"
+  echo "  at ${SECONDS}s"
+}
+
 bench_small_traced() {
   bench_small_8gb "$1" --engine-arg kv_cache_bytes=2400000000 --engine-arg trace_steps=$R/steps_0p6b_$1.jsonl "${@:2}"
   print_footprint "$R/h200_0p6b_offline_c64_$1.json.gz"
