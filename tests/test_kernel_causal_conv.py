@@ -366,6 +366,81 @@ def check_waveform_stack_streams_like_the_plain_decoder():
     torch.testing.assert_close(streamed, want, rtol=0, atol=1e-4)
 
 
+def check_residual_unit_tma_equals_the_two_kernels():
+    """residual_unit_tma.py's fused fp16 unit against the two TMA convolutions it replaces (k=7 + SnakeBeta, then
+    1x1 + bias + residual, with and without the next SnakeBeta and the raw value, written into a buffer's rows after
+    a context): at 96 and 192 channels, dilations 1 / 3 / 9, rows not a multiple of the 128-row tile. Only the 1x1
+    product's summation order differs: a value may land one fp16 rounding step away (one ulp of the output, or of h
+    carried through the 1x1 weight), rarely (under 1% of the values)."""
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
+    from voxflow.kernels.residual_unit_tma import residual_unit_tma
+    g = torch.Generator().manual_seed(6)
+    dtype = torch.float16
+    for b, t, c, d in ((2, 130, 96, 3), (1, 70, 192, 9), (3, 20, 96, 1), (1, 300, 192, 1)):
+        x = torch.randn(b, t + 6 * d, c, generator=g).to(dtype)
+        w7 = pack_weight((torch.randn(c, c, 7, generator=g) / (7 * c) ** 0.5).to(dtype))
+        w1 = pack_weight((torch.randn(c, c, 1, generator=g) / c ** 0.5).to(dtype))
+        b7, b1 = (torch.randn(c, generator=g) * 0.1).to(dtype), (torch.randn(c, generator=g) * 0.1).to(dtype)
+        a, inv, a2, inv2 = ((torch.rand(c, generator=g) + 0.5).to(dtype) for _ in range(4))
+        res = torch.randn(b, t, c, generator=g).to(dtype)
+        h = conv1d_channels_last(x, w7, b7, d, snake_terms=(a, inv), tma=True)
+        ulp_h = (h.double().abs() @ w1[0].double().abs().T) * 2.0 ** -10     # one h rounding through the 1x1
+        for activation in (None, (a2, inv2)):
+            want_buf, got_buf = (torch.full((b, t + 5, c), -7.0).to(dtype) for _ in range(2))
+            want_raw, got_raw = ((torch.empty(b, t, c, dtype=dtype) if activation else None) for _ in range(2))
+            conv1d_channels_last(h, w1, b1, 1, residual=res, tma=True, activation=activation,
+                                 out=want_buf[:, 5:], raw_out=want_raw)
+            got = residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res, activation=activation,
+                                    out=got_buf[:, 5:], raw_out=got_raw)
+            assert got.data_ptr() == got_buf[:, 5:].data_ptr() and (got_buf[:, :5] == -7).all()
+            for name, g_, w_ in (("out", got_buf, want_buf), ("raw", got_raw, want_raw)):
+                if w_ is None:
+                    continue
+                err = (g_.double() - w_.double()).abs()[:, -t:]
+                bound = 2 * w_.double().abs()[:, -t:] * 2.0 ** -10 + 2 * ulp_h + 1e-6
+                assert (err <= bound).all(), ((b, t, c, d), name, activation is not None, err.max().item())
+                assert (err > 0).double().mean() < 0.01, ((b, t, c, d), name, (err > 0).double().mean().item())
+            assert want_buf.abs().max() > 1.0
+    with pytest.raises(ValueError, match="channels only"):
+        residual_unit_tma(x[..., :64].contiguous(), w7, b7, d, (a, inv), w1, b1, res)
+    with pytest.raises(ValueError, match="needs one"):
+        residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res, raw_out=torch.empty_like(res))
+
+
+def check_stack_units_take_the_fused_tma_kernel():
+    """codec_waveform_cl._residual_unit with residual_unit_tma on: a 96-channel fp16 unit (the stack's last level)
+    runs as the one fused kernel, its output and the next unit's buffer the two-kernel path's (within the rounding
+    bound of check_residual_unit_tma_equals_the_two_kernels); off, or at 64 channels, the two kernels run."""
+    from voxflow.kernels import residual_unit_tma
+    from voxflow.models.qwen3_tts import codec_waveform_cl as cl
+    from voxflow.models.qwen3_tts.codec_decoder_blocks import ResidualUnit
+    torch.manual_seed(7)
+    calls = []
+    real = residual_unit_tma.residual_unit_tma
+    residual_unit_tma.residual_unit_tma = lambda *a, **k: calls.append(1) or real(*a, **k)
+    enabled = residual_unit_tma.ENABLED
+    try:
+        for c, fused in ((96, True), (64, False)):
+            unit, after = ResidualUnit(c, 3), ResidualUnit(c, 9)
+            for m in (unit, after):
+                for p in m.parameters():
+                    p.data = torch.randn_like(p) * (0.3 if p.dim() == 1 else 1 / p.shape[1] ** 0.5 / 2)
+            unit, after = unit.half().requires_grad_(False), after.half().requires_grad_(False)
+            x = torch.randn(2, 250, c).half()        # (2 tiles a sequence: the TMA rule takes it)
+            buf = cl._activated(cl._unit_input(unit), x, None)
+            outs = {}
+            for on in (False, True):
+                residual_unit_tma.ENABLED = on
+                ran = len(calls)
+                outs[on] = cl._residual_unit(unit, x, buf, cl._unit_input(after), True, None)
+                assert len(calls) - ran == (1 if on and fused else 0), (c, on)
+            for got, want in zip(outs[True], outs[False]):
+                assert got.shape == want.shape
+                torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -9, atol=2 ** -9)
+    finally:
+        residual_unit_tma.residual_unit_tma, residual_unit_tma.ENABLED = real, enabled
+
+
 def check_context_exchange_equals_the_two_copies():
     """kernels/context_exchange.py: the buffer's first ctx rows get the carried context (transposed) and the next
     context gets the buffer's last ctx rows - for calls shorter than the context too, where part of it is the old
@@ -431,6 +506,12 @@ if IN_CHILD:
 
     def test_child_residual_unit():
         check_residual_unit_equals_the_two_kernels()
+
+    def test_child_residual_unit_tma():
+        check_residual_unit_tma_equals_the_two_kernels()
+
+    def test_child_stack_units_take_the_fused_tma_kernel():
+        check_stack_units_take_the_fused_tma_kernel()
 
     def test_child_waveform_stack_with_subpixel_transposed_convolutions(monkeypatch):
         """codec_waveform_cl.SUBPIXEL: the upsampling blocks' transposed convolutions as two-tap convolutions,

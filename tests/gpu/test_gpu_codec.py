@@ -236,6 +236,40 @@ def test_split_n_convolutions_equal_the_one_tile_kernel(dec, monkeypatch):
     assert result["cuda_graphs"] and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
 
 
+def test_fused_tma_residual_units_equal_the_two_kernels_and_keep_the_fp16_snr(dec, monkeypatch):
+    """VOXFLOW_FUSED_RESIDUAL_UNIT_TMA (residual_unit_tma.py, off until measured): a 96- / 192-channel unit in one
+    kernel at the codec's high-rate shapes (16 sequences x 2,000 rows), with the next SnakeBeta and the raw value,
+    within 2 fp16 ulps of the two TMA convolutions it replaces (only the 1x1's summation order differs); and the
+    whole fp16 stack streamed with it keeps FP16_MIN_SNR_DB, the fused kernel having run."""
+    from voxflow.kernels import causal_conv, residual_unit_tma
+    _skip_without_tma()
+    g = torch.Generator("cuda").manual_seed(2)
+    for c, dil in ((96, 9), (192, 3), (96, 1)):
+        x = torch.randn(16, 2000 + 6 * dil, c, device="cuda", generator=g).half()
+        w7 = causal_conv.pack_weight((torch.randn(c, c, 7, device="cuda", generator=g) / (7 * c) ** 0.5).half())
+        w1 = causal_conv.pack_weight((torch.randn(c, c, 1, device="cuda", generator=g) / c ** 0.5).half())
+        b7, b1 = (torch.randn(c, device="cuda", generator=g).half() * 0.1 for _ in range(2))
+        a, inv, a2, inv2 = ((torch.rand(c, device="cuda", generator=g) + 0.5).half() for _ in range(4))
+        res = torch.randn(16, 2000, c, device="cuda", generator=g).half()
+        h = causal_conv.conv1d_channels_last(x, w7, b7, dil, snake_terms=(a, inv), tma=True)
+        want_raw, got_raw = torch.empty_like(res), torch.empty_like(res)
+        want = causal_conv.conv1d_channels_last(h, w1, b1, 1, residual=res, tma=True, activation=(a2, inv2),
+                                                raw_out=want_raw)
+        got = residual_unit_tma.residual_unit_tma(x, w7, b7, dil, (a, inv), w1, b1, res, activation=(a2, inv2),
+                                                  raw_out=got_raw)
+        for name, gv, wv in (("out", got, want), ("raw", got_raw, want_raw)):
+            print(c, dil, name, (gv.float() - wv.float()).abs().max().item())
+            torch.testing.assert_close(gv.float(), wv.float(), rtol=2 * 2 ** -10, atol=2e-3)
+    calls = []
+    fused = residual_unit_tma.residual_unit_tma
+    monkeypatch.setattr(residual_unit_tma, "residual_unit_tma", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    monkeypatch.setattr(residual_unit_tma, "ENABLED", True)
+    result = measure(dec, torch.float16, 150, seed=0)
+    print(result, len(calls))
+    assert calls and result["cuda_graphs"], result
+    assert result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
+
+
 def test_auto_codec_dtype_picks_fp16_for_the_real_size_decoder(dec):
     """codec_dtype="auto" on the GPU: the load-time check (codec_precision.py) passes at the real size and picks fp16;
     the cuDNN / matmul TF32 switches it turns off for its reference come back as they were (on, as serving has

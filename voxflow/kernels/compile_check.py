@@ -158,6 +158,9 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                              aligned=("src_ptr", "dst_ptr", "N", "src_stride", "dst_stride") if dt == "fp16" else ())))
     for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):       # residual_unit.py at 96 channels
         out.append((f"residual_unit {dt} 96", *residual_unit_case(dt, dtype)))
+    for channels in (96, 192):          # residual_unit_tma.py, as the stack's units launch it (ACT_IN_EPILOGUE 2)
+        for epilogue in ("ACTIVATE RAW_OUT", "ACTIVATE"):
+            out.append((f"residual_unit_tma fp16 {channels} {epilogue}", *residual_unit_tma_case(channels, epilogue)))
     skinny_types = dict(x_ptr=bf, w_ptr=bf, nw_ptr=bf, bias_ptr=bf, res_ptr=bf, out_ptr=bf, ws_ptr=f32,
                         k_float="fp32", eps="fp32")
     for m in (1, 4, 8, 64):
@@ -339,6 +342,24 @@ def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple
     return (residual_unit._residual_unit_kernel, {q: p for q in ptrs}, consts,
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False,
                  aligned=ptrs + ("C", "x_sb", "x_st", "res_sb", "res_st", "out_sb", "out_st")))
+
+
+def residual_unit_tma_case(channels: int, epilogue: str) -> tuple:
+    """(kernel, types, constexprs, options) of residual_unit_tma.py's kernel as `residual_unit_tma` launches it."""
+    from voxflow.kernels import causal_conv, residual_unit_tma
+    cfg = residual_unit_tma.CONFIGS[channels]
+    bt, bn, bn2, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
+    p = _ptr("fp16")
+    ptrs = ("b7_ptr", "a_ptr", "inv_ptr", "w1_ptr", "b1_ptr", "res_ptr", "a2_ptr", "inv2_ptr", "raw_ptr", "out_ptr")
+    types = dict(x_desc=f"tensordesc<fp16[1,{bt},{bk}]>", w_desc=f"tensordesc<fp16[{bn},{bk}]>",
+                 w2_desc=f"tensordesc<fp16[{bn2},{bk}]>", **{q: p for q in ptrs})
+    words = epilogue.split()
+    consts = dict(DILATION=3, ACTIVATE="ACTIVATE" in words, RAW_OUT="RAW_OUT" in words,
+                  PRECISE=causal_conv.epilogue_sin_mode(True, torch.float16, "ieee"), DOT_PRECISION="ieee",
+                  DOT_IN_FP32=False, BLOCK_T=bt, BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=bk)
+    return (residual_unit_tma._residual_unit_tma_kernel, types, consts,
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False,
+                 aligned=ptrs + ("C", "res_sb", "res_st", "raw_sb", "raw_st", "out_sb", "out_st")))
 
 
 def norm_linear_case(m: int, n: int, k: int, swiglu: bool, config: dict | None = None, norm: bool = True,

@@ -120,11 +120,17 @@ def _residual_unit(unit: ResidualUnit, x: torch.Tensor, buf: torch.Tensor, follo
                    state: StreamTensors | None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The unit on x, given buf (`_unit_input`'s buffer of x) -> (its output y where keep_output, following's
     buffer of y)."""
-    from voxflow.kernels import residual_unit
+    from voxflow.kernels import residual_unit, residual_unit_tma
+    w7 = _packed(unit.conv1)
+    if residual_unit_tma.fits(buf, w7, x.shape[1]):
+        # both convolutions in one fp16 TMA kernel, with the 1x1's epilogue (residual_unit_tma.py)
+        return _into(lambda **epilogue: residual_unit_tma.residual_unit_tma(
+            buf, w7, unit.conv1.conv.bias, unit.conv1.conv.dilation[0], unit.act2._channel_terms(),
+            _packed(unit.conv2), unit.conv2.conv.bias, x, **epilogue), *x.shape, x, following, keep_output, state)
     if residual_unit.ENABLED and residual_unit.supported(x, x.shape[2], unit.conv1.conv.kernel_size[0]):
         # both convolutions in one kernel: h stays on the SM (residual_unit.py)
         y = residual_unit.residual_unit_channels_last(
-            buf, _packed(unit.conv1), unit.conv1.conv.bias, unit.conv1.conv.dilation[0], unit.act2._channel_terms(),
+            buf, w7, unit.conv1.conv.bias, unit.conv1.conv.dilation[0], unit.act2._channel_terms(),
             _packed(unit.conv2), unit.conv2.conv.bias, x)
         return y, _activated(following, y, state)
     h = _conv(unit.conv1, buf, snake_terms=unit.act2._channel_terms())
@@ -136,13 +142,21 @@ def _conv_into(conv: CausalConv1d, x: torch.Tensor, following: _Input, keep_outp
     """y = conv(x) (with its epilogue), and following's buffer of y -> (y where keep_output, the buffer). With
     ACT_IN_EPILOGUE the convolution writes following.act(y) into the buffer itself (and y where kept)."""
     from voxflow.kernels.causal_conv import conv1d_channels_last
+    return _into(lambda **more: conv1d_channels_last(x, _packed(conv), conv.conv.bias, conv.conv.dilation[0],
+                                                     **epilogue, **more),
+                 x.shape[0], x.shape[1] - conv.context, conv.conv.out_channels, x, following, keep_output, state)
+
+
+def _into(run, b: int, t: int, c: int, like: torch.Tensor, following: _Input, keep_output: bool,
+          state: StreamTensors | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """y [B, T, C] = run() and following's buffer of y -> (y where keep_output, the buffer). `run(activation=,
+    out=, raw_out=)` makes y with conv1d_channels_last's epilogue options; with ACT_IN_EPILOGUE it writes
+    following.act(y) into the buffer itself (and y where kept)."""
     if ACT_IN_EPILOGUE < (2 if keep_output else 1):
-        y = _conv(conv, x, **epilogue)
+        y = run()
         return y, _activated(following, y, state)
-    b, t, c = x.shape[0], x.shape[1] - conv.context, conv.conv.out_channels
-    y = torch.empty((b, t, c), dtype=x.dtype, device=x.device) if keep_output else None
-    buf, _ = _filled(following, b, t, c, x, state, lambda rows: conv1d_channels_last(
-        x, _packed(conv), conv.conv.bias, conv.conv.dilation[0], **epilogue,
+    y = torch.empty((b, t, c), dtype=like.dtype, device=like.device) if keep_output else None
+    buf, _ = _filled(following, b, t, c, like, state, lambda rows: run(
         activation=following.act._channel_terms(), out=rows, raw_out=y))
     return y, buf
 

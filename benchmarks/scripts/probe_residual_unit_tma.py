@@ -1,0 +1,70 @@
+"""Time the fused residual unit (voxflow/kernels/residual_unit_tma.py) against the two TMA convolutions it replaces,
+at the codec's 16-stream 25-frame shapes, on the whole GPU: 96 channels x 768,000 rows and 192 x 256,000 (what the
+stack's units run as ACT_IN_EPILOGUE 2 launches them: k=7 + SnakeBeta, then 1x1 + residual + the next SnakeBeta with
+the raw value kept). Prints ms a unit (CUDA events, median of the repeats) and the largest difference.
+
+    python benchmarks/scripts/probe_residual_unit_tma.py [--reps 50] [--frames 25] [--streams 16]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from voxflow.kernels import causal_conv
+from voxflow.kernels.residual_unit_tma import residual_unit_tma
+
+ROWS_PER_FRAME = {96: 1920, 192: 640}
+
+
+def timed(fn, reps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--frames", type=int, default=25)
+    ap.add_argument("--streams", type=int, default=16)
+    args = ap.parse_args()
+    g = torch.Generator("cuda").manual_seed(0)
+    for c, dil in ((96, 1), (96, 9), (192, 1), (192, 9)):
+        t = ROWS_PER_FRAME[c] * args.frames
+        x = torch.randn(args.streams, t + 6 * dil, c, device="cuda", generator=g).half()
+        w7 = causal_conv.pack_weight((torch.randn(c, c, 7, device="cuda", generator=g) / (7 * c) ** 0.5).half())
+        w1 = causal_conv.pack_weight((torch.randn(c, c, 1, device="cuda", generator=g) / c ** 0.5).half())
+        b7, b1 = (torch.randn(c, device="cuda", generator=g).half() * 0.1 for _ in range(2))
+        a, inv, a2, inv2 = ((torch.rand(c, device="cuda", generator=g) + 0.5).half() for _ in range(4))
+        res = torch.randn(args.streams, t, c, device="cuda", generator=g).half()
+        raw_two, raw_one = torch.empty_like(res), torch.empty_like(res)
+        out_two, out_one = torch.empty_like(res), torch.empty_like(res)
+
+        def two() -> None:
+            h = causal_conv.conv1d_channels_last(x, w7, b7, dil, snake_terms=(a, inv), tma=True)
+            causal_conv.conv1d_channels_last(h, w1, b1, 1, residual=res, tma=True, activation=(a2, inv2),
+                                             out=out_two, raw_out=raw_two)
+
+        def one() -> None:
+            residual_unit_tma(x, w7, b7, dil, (a, inv), w1, b1, res, activation=(a2, inv2), out=out_one,
+                              raw_out=raw_one)
+
+        ms_two, ms_one = timed(two, args.reps), timed(one, args.reps)
+        diff = max((out_one.float() - out_two.float()).abs().max().item(),
+                   (raw_one.float() - raw_two.float()).abs().max().item())
+        print(f"C={c} dilation={dil} rows={args.streams * t}: two kernels {ms_two:.3f} ms, fused {ms_one:.3f} ms "
+              f"({ms_one / ms_two - 1:+.1%}); largest difference {diff:.4g}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
