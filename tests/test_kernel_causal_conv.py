@@ -428,15 +428,18 @@ def check_stack_units_take_the_fused_tma_kernel():
             unit, after = unit.half().requires_grad_(False), after.half().requires_grad_(False)
             x = torch.randn(2, 250, c).half()        # (2 tiles a sequence: the TMA rule takes it)
             buf = cl._activated(cl._unit_input(unit), x, None)
-            outs = {}
-            for on in (False, True):
-                residual_unit_tma.ENABLED = on
-                ran = len(calls)
-                outs[on] = cl._residual_unit(unit, x, buf, cl._unit_input(after), True, None)
-                assert len(calls) - ran == (1 if on and fused else 0), (c, on)
-            for got, want in zip(outs[True], outs[False]):
-                assert got.shape == want.shape
-                torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -9, atol=2 ** -9)
+            for keep in (True, False):              # a unit before another keeps its output (the residual)
+                outs = {}
+                for on in (False, True):
+                    residual_unit_tma.ENABLED = on
+                    ran = len(calls)
+                    outs[on] = cl._residual_unit(unit, x, buf, cl._unit_input(after), keep, None)
+                    assert len(calls) - ran == (1 if on and fused else 0), (c, on)
+                assert (outs[True][0] is None) == (outs[False][0] is None) == (not keep)
+                for got, want in zip(outs[True], outs[False]):
+                    if want is not None:
+                        assert got.shape == want.shape
+                        torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -9, atol=2 ** -9)
     finally:
         residual_unit_tma.residual_unit_tma, residual_unit_tma.ENABLED = real, enabled
 
