@@ -401,6 +401,13 @@ def check_residual_unit_tma_equals_the_two_kernels():
                 assert (err <= bound).all(), ((b, t, c, d), name, activation is not None, err.max().item())
                 assert (err > 0).double().mean() < 0.01, ((b, t, c, d), name, (err > 0).double().mean().item())
             assert want_buf.abs().max() > 1.0
+    # other tiles (the probe's sweep): the same values up to the k=7 sum's order (K blocks of 32, not 64)
+    tiles = dict(BLOCK_T=64, BLOCK_N=128, BLOCK_N2=64, BLOCK_K=32, num_warps=4, num_stages=2)
+    torch.testing.assert_close(residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res, config=tiles).float(),
+                               residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res).float(), rtol=2 ** -9,
+                               atol=2 ** -9)
+    with pytest.raises(ValueError, match="BLOCK_N2 must be"):
+        residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res, config={**tiles, "BLOCK_N2": 32})
     with pytest.raises(ValueError, match="channels only"):
         residual_unit_tma(x[..., :64].contiguous(), w7, b7, d, (a, inv), w1, b1, res)
     with pytest.raises(ValueError, match="needs one"):

@@ -10,7 +10,7 @@ set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
 gpu_tests 200 tests/gpu/test_gpu_codec.py -k "fused_tma or split_n"
-timeout 100 python3 benchmarks/scripts/probe_residual_unit_tma.py 2>&1 | grep -v -i warn | tee $R/probe_residual_unit_tma.txt
+timeout 150 python3 benchmarks/scripts/probe_residual_unit_tma.py --sweep 2>&1 | grep -v -i warn | tee $R/probe_residual_unit_tma.txt
 pack_results
 wait $CK6
 CODEC_MODEL=/tmp/real-0.6b profile_codec_16 two_kernels VOXFLOW_FUSED_RESIDUAL_UNIT_TMA=0

@@ -3,7 +3,10 @@ at the codec's 16-stream 25-frame shapes, on the whole GPU: 96 channels x 768,00
 stack's units run as ACT_IN_EPILOGUE 2 launches them: k=7 + SnakeBeta, then 1x1 + residual + the next SnakeBeta with
 the raw value kept). Prints ms a unit (CUDA events, median of the repeats) and the largest difference.
 
-    python benchmarks/scripts/probe_residual_unit_tma.py [--reps 50] [--frames 25] [--streams 16]
+    python benchmarks/scripts/probe_residual_unit_tma.py [--reps 50] [--frames 25] [--streams 16] [--sweep]
+
+--sweep also times the fused kernel at the other tiles below (each compiled for sm_90 without a spill on the CPU,
+session 48: 96 channels 98-190 registers, 192 channels 161-219), so that CONFIGS can take the fastest.
 """
 from __future__ import annotations
 
@@ -16,6 +19,18 @@ from voxflow.kernels import causal_conv
 from voxflow.kernels.residual_unit_tma import residual_unit_tma
 
 ROWS_PER_FRAME = {96: 1920, 192: 640}
+
+
+def _tiles(bt: int, bn: int, bn2: int, bk: int, warps: int, stages: int) -> dict:
+    return dict(BLOCK_T=bt, BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+
+
+SWEEP = {
+    96: [_tiles(128, 64, 32, 32, 8, s) for s in (2, 3, 5)] + [_tiles(128, 64, 32, 32, 4, 4),
+                                                             _tiles(64, 64, 32, 32, 4, 4)],
+    192: [_tiles(128, 128, 64, 64, 8, 2), _tiles(128, 128, 64, 32, 8, 4), _tiles(64, 128, 64, 64, 4, 3),
+          _tiles(64, 128, 64, 64, 8, 4)],
+}
 
 
 def timed(fn, reps: int) -> float:
@@ -37,6 +52,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--frames", type=int, default=25)
     ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--sweep", action="store_true", help="also time the fused kernel at SWEEP's tiles")
     args = ap.parse_args()
     g = torch.Generator("cuda").manual_seed(0)
     for c, dil in ((96, 1), (96, 9), (192, 1), (192, 9)):
@@ -64,6 +80,10 @@ def main() -> None:
                    (raw_one.float() - raw_two.float()).abs().max().item())
         print(f"C={c} dilation={dil} rows={args.streams * t}: two kernels {ms_two:.3f} ms, fused {ms_one:.3f} ms "
               f"({ms_one / ms_two - 1:+.1%}); largest difference {diff:.4g}", flush=True)
+        for cfg in SWEEP[c] if args.sweep else ():
+            ms = timed(lambda: residual_unit_tma(x, w7, b7, dil, (a, inv), w1, b1, res, activation=(a2, inv2),
+                                                 out=out_one, raw_out=raw_one, config=cfg), args.reps)
+            print(f"  fused at {cfg}: {ms:.3f} ms ({ms / ms_two - 1:+.1%})", flush=True)
 
 
 if __name__ == "__main__":

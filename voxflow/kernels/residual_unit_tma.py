@@ -103,12 +103,14 @@ def fits(x: torch.Tensor, w7_packed: torch.Tensor, t: int) -> bool:
 def residual_unit_tma(x: torch.Tensor, w7_packed: torch.Tensor, b7: torch.Tensor, dilation: int,
                       snake_terms: tuple[torch.Tensor, torch.Tensor], w1_packed: torch.Tensor, b1: torch.Tensor,
                       residual: torch.Tensor, *, activation: tuple[torch.Tensor, torch.Tensor] | None = None,
-                      out: torch.Tensor | None = None, raw_out: torch.Tensor | None = None) -> torch.Tensor:
+                      out: torch.Tensor | None = None, raw_out: torch.Tensor | None = None,
+                      config: dict | None = None) -> torch.Tensor:
     """conv1x1(snake(conv7(x) + b7)) + b1 + residual over channels-last rows, as `conv1d_channels_last` makes it in
     two calls (the second with residual=, activation=, out=, raw_out=): x [B, T + 6 * dilation, C] (left context
     included, unit channel stride, 16-byte aligned rows), w7_packed [7, C, C] / w1_packed [1, C, C] (pack_weight),
     residual [B, T, C]; activation (a, inv): the next layer's SnakeBeta applied last; out: [B, T, C] rows to write
-    (e.g. a buffer's after its context; a new tensor when None); raw_out: the value before `activation`."""
+    (e.g. a buffer's after its context; a new tensor when None); raw_out: the value before `activation`; config:
+    tiles other than CONFIGS[C] (BLOCK_N + BLOCK_N2 = C; for probe_residual_unit_tma.py's sweep)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     bsz, rows_in, c = x.shape
     if c not in CONFIGS or w7_packed.shape != (7, c, c) or w1_packed.shape != (1, c, c):
@@ -127,7 +129,9 @@ def residual_unit_tma(x: torch.Tensor, w7_packed: torch.Tensor, b7: torch.Tensor
         raise ValueError("raw_out is the value before `activation`: it needs one")
     if out.numel() == 0:
         return out
-    cfg = CONFIGS[c]
+    cfg = config or CONFIGS[c]
+    if cfg["BLOCK_N"] + cfg["BLOCK_N2"] != c:
+        raise ValueError(f"a config's BLOCK_N + BLOCK_N2 must be the {c} channels")
     bt, bn, bn2, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
     x_desc = TensorDescriptor(x, [bsz, rows_in, c], [x.stride(0), x.stride(1), 1], [1, bt, bk])
     w_desc = TensorDescriptor(w7_packed, [7 * c, c], [c, 1], [bn, bk])
