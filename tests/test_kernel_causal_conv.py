@@ -410,6 +410,8 @@ def check_residual_unit_tma_equals_the_two_kernels():
         residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res, config={**tiles, "BLOCK_N2": 32})
     with pytest.raises(ValueError, match="channels only"):
         residual_unit_tma(x[..., :64].contiguous(), w7, b7, d, (a, inv), w1, b1, res)
+    with pytest.raises(ValueError, match="unit channel stride"):
+        residual_unit_tma(x.transpose(1, 2).contiguous().transpose(1, 2), w7, b7, d, (a, inv), w1, b1, res)
     with pytest.raises(ValueError, match="needs one"):
         residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res, raw_out=torch.empty_like(res))
 

@@ -344,6 +344,21 @@ def _dot_precision(x: torch.Tensor) -> str:
     return "ieee"
 
 
+def checked_outputs(x: torch.Tensor, shape: tuple, out: torch.Tensor | None, residual: torch.Tensor | None,
+                    raw_out: torch.Tensor | None, activation) -> torch.Tensor:
+    """A convolution epilogue's tensors checked against its output `shape` (x's dtype and device, a unit channel
+    stride; raw_out only with an activation) -> `out`, a new tensor when None."""
+    if out is None:
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    for name, given in (("out", out), ("residual", residual), ("raw_out", raw_out)):
+        if given is not None and (given.shape != shape or not _unit_channel_stride(given) or given.dtype != x.dtype
+                                  or given.device != x.device):
+            raise ValueError(f"{name} must be {shape} {x.dtype} on {x.device} with a unit channel stride")
+    if raw_out is not None and activation is None:
+        raise ValueError("raw_out is the value before `activation`: it needs one")
+    return out
+
+
 def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1,
                          snake_terms: tuple[torch.Tensor, torch.Tensor] | None = None,
                          residual: torch.Tensor | None = None, tma: bool | None = None, *,
@@ -365,15 +380,7 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
     t = rows_in - (k - 1) * dilation
     if t < 0:
         raise ValueError(f"{rows_in} input rows hold no output of a {k}-tap, dilation-{dilation} convolution")
-    shape = (bsz, t, cout)
-    if out is None:
-        out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    for name, given in (("out", out), ("residual", residual), ("raw_out", raw_out)):
-        if given is not None and (given.shape != shape or not _unit_channel_stride(given) or given.dtype != x.dtype
-                                  or given.device != x.device):
-            raise ValueError(f"{name} must be {shape} {x.dtype} on {x.device} with a unit channel stride")
-    if raw_out is not None and activation is None:
-        raise ValueError("raw_out is the value before `activation`: it needs one")
+    out = checked_outputs(x, (bsz, t, cout), out, residual, raw_out, activation)
     if out.numel() == 0:
         return out
     cfg = launch_config(cin, cout, x.dtype, k)

@@ -99,7 +99,8 @@ def residual_unit_channels_last(x: torch.Tensor, w7_packed: torch.Tensor, b7: to
         x, w7_packed, b7, a, inv, w1_packed, b1, residual, out,
         bsz * t, t, c, triton.cdiv(c, cfg["BLOCK_K"]), x.stride(0), x.stride(1), residual.stride(0),
         residual.stride(1), out.stride(0), out.stride(1),
-        DILATION=dilation, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision), DOT_PRECISION=precision, DOT_IN_FP32=not x.is_cuda, EVEN_K=c % cfg["BLOCK_K"] == 0,
+        DILATION=dilation, PRECISE=epilogue_sin_mode(x.is_cuda, x.dtype, precision), DOT_PRECISION=precision,
+        DOT_IN_FP32=not x.is_cuda, EVEN_K=c % cfg["BLOCK_K"] == 0,
         BLOCK_T=cfg["BLOCK_T"], BLOCK_C=max(16, triton.next_power_of_2(c)), BLOCK_K=cfg["BLOCK_K"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
     return out

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from voxflow.kernels.causal_conv import (_dot_precision, _tma_epilogue, _unit_channel_stride, bias_snake_epilogue,
+from voxflow.kernels.causal_conv import (_dot_precision, _tma_epilogue, bias_snake_epilogue, checked_outputs,
                                          epilogue_sin_mode)
 
 ENABLED = os.environ.get("VOXFLOW_FUSED_RESIDUAL_UNIT_TMA", "0") == "1"
@@ -116,17 +116,12 @@ def residual_unit_tma(x: torch.Tensor, w7_packed: torch.Tensor, b7: torch.Tensor
     if c not in CONFIGS or w7_packed.shape != (7, c, c) or w1_packed.shape != (1, c, c):
         raise ValueError(f"weights {tuple(w7_packed.shape)} / {tuple(w1_packed.shape)} for {c} channels: "
                          f"{sorted(CONFIGS)} channels only")
+    if x.stride(2) != 1 or not (w7_packed.is_contiguous() and w1_packed.is_contiguous()):
+        raise ValueError("x needs a unit channel stride and the packed weights contiguous rows (TMA boxes)")
     t = rows_in - 6 * dilation
     if t < 0:
         raise ValueError(f"{rows_in} input rows hold no output of a 7-tap, dilation-{dilation} convolution")
-    shape = (bsz, t, c)
-    if out is None:
-        out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    for name, given in (("out", out), ("residual", residual), ("raw_out", raw_out)):
-        if given is not None and (given.shape != shape or not _unit_channel_stride(given) or given.dtype != x.dtype):
-            raise ValueError(f"{name} must be {shape} {x.dtype} with a unit channel stride")
-    if raw_out is not None and activation is None:
-        raise ValueError("raw_out is the value before `activation`: it needs one")
+    out = checked_outputs(x, (bsz, t, c), out, residual, raw_out, activation)
     if out.numel() == 0:
         return out
     cfg = config or CONFIGS[c]
