@@ -143,9 +143,17 @@ def test_turnover_splits_a_replaced_rows_time_and_the_runs_loss():
     # 6 frames made at 2 a 10 ms step would take 30 ms: 20 lost, 10 of them rows without a decode
     assert to["loss_ms"] == pytest.approx(20.0) and to["idle_rows_ms"] == pytest.approx(10.0)
     assert to["slow_steps_ms"] == pytest.approx(10.0) and to["replaced"] == 1
+    # by kind: the 20 ms prefill step's 10 (the step after it is 10, as steady), the partial steps' 0
+    assert to["slow_steps_by_kind_ms"] == {"prefill": pytest.approx(10.0), "partial": pytest.approx(0.0),
+                                           "full": pytest.approx(0.0)}
     per = to["per_replacement_row_ms"]
     assert per == {"tail": pytest.approx(10.0), "turn": pytest.approx(10.0), "prefill": pytest.approx(20.0)}
     assert "row-ms each: tail 10.0, turn 10.0, prefill 20.0" in sts.render(sts.summarize(steps))
+    assert "slower steps 10 (prefill +10, partial +0, full +0)" in sts.render(sts.summarize(steps))
+    # a slower partial step (a wave's edge without prefill) lands in "partial"
+    slow = [dict(s, t=s["t"] + (0.005 if s["step"] >= 3 else 0.0)) for s in steps]     # step 2 (1 row) 15 ms
+    by = sts.turnover_summary(slow, 2)["slow_steps_by_kind_ms"]
+    assert by["partial"] == pytest.approx(5.0) and by["prefill"] == pytest.approx(10.0)
     # a trace without the fields (before session 26) or without an add: no turnover
     assert sts.turnover_summary(trace(), 4) is None
     assert sts.turnover_summary([dict(s, added=0) for s in steps], 2) is None

@@ -108,10 +108,11 @@ def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
     request (the run's final drain left out). Ideal: every step full at the full steps' mean wall (steps with no
     prefill in them or the step before). {"window_ms", "steady_ms", "loss_ms" (the window against the ideal for the
     frames it made), "idle_rows_ms" (of it: rows without a decode, at the steady rate), "slow_steps_ms" (the rest:
-    steps longer than steady, prefill steps above all), "replaced" (requests added), and per replacement the row-ms
-    a row spent "tail" (its talker done, its final record not out: the last chunk's codec work), "turn" (final record
-    out, its replacement not yet added: the client, the API process, the engine's intake and the prompt build) and
-    "prefill" (added, not yet decoding)}. None without the fields (`running`, `added`, `finished`) or a full step
+    steps longer than steady, prefill steps above all), "slow_steps_by_kind_ms" (that sum by the steps' kind:
+    "prefill" (a step that prefills or follows one), "partial" (fewer rows, no prefill), "full"), "replaced"
+    (requests added), and per replacement the row-ms a row spent "tail" (its talker done, its final record not out:
+    the last chunk's codec work), "turn" (final record out, its replacement not yet added: the client, the API
+    process, the engine's intake and the prompt build) and "prefill" (added, not yet decoding)}. None without the fields (`running`, `added`, `finished`) or a full step
     free of prefill."""
     if not steps or any(k not in steps[0] for k in ("running", "added", "finished")):
         return None
@@ -143,8 +144,15 @@ def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
         phases["prefill"] += max(0, s["running"] - s.get("decode", 0)) * ms
     replaced = sum(s["added"] for s in counted[1:])
     loss = window - frames * steady / full_rows
+    # the slower steps (sum of wall - steady, = loss - idle) by kind: steps that prefill or follow a prefill,
+    # partial steps without (a wave's edge: its last rows, the codec's final and first chunks), full ones (~0)
+    slow_by = dict.fromkeys(("prefill", "partial", "full"), 0.0)
+    for i, (s, ms) in enumerate(zip(counted, walls)):
+        kind = ("prefill" if s.get("prefill") or (i and counted[i - 1].get("prefill"))
+                else "partial" if s.get("decode", 0) < full_rows else "full")
+        slow_by[kind] += ms - steady
     return {"window_ms": window, "steady_ms": steady, "loss_ms": loss, "idle_rows_ms": idle,
-            "slow_steps_ms": loss - idle, "replaced": replaced,
+            "slow_steps_ms": loss - idle, "slow_steps_by_kind_ms": slow_by, "replaced": replaced,
             "per_replacement_row_ms": {k: v / replaced for k, v in phases.items()} if replaced else {}}
 
 
@@ -190,7 +198,9 @@ def render(summary: dict) -> str:
         lines += ["", f"turnover (to the last add, {to['window_ms']:.0f} ms): full steps free of prefill "
                   f"{to['steady_ms']:.3f} ms; lost against all-full steps at that pace {to['loss_ms']:.0f} ms "
                   f"({to['loss_ms'] / to['window_ms']:.1%}): idle rows {to['idle_rows_ms']:.0f}, slower steps "
-                  f"{to['slow_steps_ms']:.0f}; {to['replaced']} requests replaced, row-ms each: "
+                  f"{to['slow_steps_ms']:.0f} ("
+                  + ", ".join(f"{k} {round(v):+d}" for k, v in to["slow_steps_by_kind_ms"].items())
+                  + f"); {to['replaced']} requests replaced, row-ms each: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in per.items())]
     return "\n".join(lines)
 
