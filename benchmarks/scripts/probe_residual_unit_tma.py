@@ -1,7 +1,8 @@
 """Time the fused residual unit (voxflow/kernels/residual_unit_tma.py) against the two TMA convolutions it replaces,
 at the codec's 16-stream 25-frame shapes, on the whole GPU: 96 channels x 768,000 rows and 192 x 256,000 (what the
 stack's units run as ACT_IN_EPILOGUE 2 launches them: k=7 + SnakeBeta, then 1x1 + residual + the next SnakeBeta with
-the raw value kept). Prints ms a unit (CUDA events, median of the repeats) and the largest difference.
+the raw value kept). Prints ms a unit (CUDA events, the mean of back-to-back calls: event_timing.timed) and the
+largest difference.
 
     python benchmarks/scripts/probe_residual_unit_tma.py [--reps 50] [--frames 25] [--streams 16] [--sweep]
 
@@ -11,12 +12,15 @@ session 48: 96 channels 98-190 registers, 192 channels 161-219), so that CONFIGS
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 
 import torch
 
 from voxflow.kernels import causal_conv
 from voxflow.kernels.residual_unit_tma import residual_unit_tma
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from event_timing import timed  # noqa: E402  (benchmarks/scripts/event_timing.py)
 
 ROWS_PER_FRAME = {96: 1920, 192: 640}
 
@@ -31,20 +35,6 @@ SWEEP = {
     192: [_tiles(128, 128, 64, 64, 8, 2), _tiles(128, 128, 64, 32, 8, 4), _tiles(64, 128, 64, 64, 4, 3),
           _tiles(64, 128, 64, 64, 8, 4)],
 }
-
-
-def timed(fn, reps: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main() -> None:
