@@ -112,8 +112,8 @@ def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
     "prefill" (a step that prefills or follows one), "partial" (fewer rows, no prefill), "full"), "replaced"
     (requests added), and per replacement the row-ms a row spent "tail" (its talker done, its final record not out:
     the last chunk's codec work), "turn" (final record out, its replacement not yet added: the client, the API
-    process, the engine's intake and the prompt build) and "prefill" (added, not yet decoding)}. None without the fields (`running`, `added`, `finished`) or a full step
-    free of prefill."""
+    process, the engine's intake and the prompt build) and "prefill" (added, not yet decoding)}. None without the
+    fields (`running`, `added`, `finished`) or a full step free of prefill."""
     if not steps or any(k not in steps[0] for k in ("running", "added", "finished")):
         return None
     last_add = max((i for i, s in enumerate(steps) if s["added"] > 0), default=None)
@@ -121,12 +121,15 @@ def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
         return None
     w = steps[:last_add + 2]
     walls = [(nxt["t"] - s["t"]) * 1e3 for s, nxt in zip(w, w[1:])]
-    clean = [ms for i, (s, ms) in enumerate(zip(w, walls))
-             if s.get("decode", 0) >= full_rows and not s.get("prefill") and not (i and w[i - 1].get("prefill"))]
+    counted = w[:-1]
+    # each counted step's kind: it prefills or follows a prefill; fewer rows without (a wave's edge: its last rows,
+    # the codec's final and first chunks); full and free of prefill (their mean wall is the steady pace)
+    kinds = ["prefill" if s.get("prefill") or (i and counted[i - 1].get("prefill"))
+             else "partial" if s.get("decode", 0) < full_rows else "full" for i, s in enumerate(counted)]
+    clean = [ms for kind, ms in zip(kinds, walls) if kind == "full"]
     if not clean:
         return None
     steady = statistics.mean(clean)
-    counted = w[:-1]
     window = sum(walls)
     frames = sum(s.get("decode", 0) for s in counted)
     idle = sum((full_rows - s.get("decode", 0)) * steady / full_rows for s in counted)
@@ -144,12 +147,9 @@ def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
         phases["prefill"] += max(0, s["running"] - s.get("decode", 0)) * ms
     replaced = sum(s["added"] for s in counted[1:])
     loss = window - frames * steady / full_rows
-    # the slower steps (sum of wall - steady, = loss - idle) by kind: steps that prefill or follow a prefill,
-    # partial steps without (a wave's edge: its last rows, the codec's final and first chunks), full ones (~0)
+    # the slower steps (the sum of wall - steady, = loss - idle) by kind (the full ones' share is ~0 by construction)
     slow_by = dict.fromkeys(("prefill", "partial", "full"), 0.0)
-    for i, (s, ms) in enumerate(zip(counted, walls)):
-        kind = ("prefill" if s.get("prefill") or (i and counted[i - 1].get("prefill"))
-                else "partial" if s.get("decode", 0) < full_rows else "full")
+    for kind, ms in zip(kinds, walls):
         slow_by[kind] += ms - steady
     return {"window_ms": window, "steady_ms": steady, "loss_ms": loss, "idle_rows_ms": idle,
             "slow_steps_ms": loss - idle, "slow_steps_by_kind_ms": slow_by, "replaced": replaced,
