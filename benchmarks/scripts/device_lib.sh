@@ -284,6 +284,17 @@ profile_codec_16() {
   echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
 }
 
+report_runs() {
+  # every run's TTFP and audio-s/s cells and its preemption line, and each server's whole GPU footprint (the
+  # lines sessions 47-48 repeated at the end of each call script)
+  local f
+  for f in $R/*.md; do echo "$f: $(grep -h '^| c=' $f | cut -d'|' -f4,7)"; grep -h "preemptions" $f; done
+  for f in $R/health_*.json; do
+    [ -f "$f" ] && echo "$f $(grep -o '"peak_gpu_memory_total_bytes":[0-9]*' $f)"
+  done
+  return 0
+}
+
 summarize_steps() {
   local f
   for f in $R/$1; do

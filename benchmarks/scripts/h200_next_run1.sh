@@ -26,6 +26,6 @@ export VOXFLOW_FUSED_RESIDUAL_UNIT_TMA=1
 bench_small_traced on_2
 summarize_steps "steps_*.jsonl*" 40
 grep -h "turnover" $R/step_summaries.txt
-for f in $R/*.md; do echo "$f: $(grep -h '^| c=' $f | cut -d'|' -f4,7)"; done
+report_runs
 pack_results
 echo "done at ${SECONDS}s"
