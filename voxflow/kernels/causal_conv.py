@@ -456,12 +456,24 @@ def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
     return 8 * bsz * triton.cdiv(t, block_t) <= 9 * triton.cdiv(bsz * t, block_t)
 
 
+def tma_descriptors(x: torch.Tensor, weight_packed: torch.Tensor, bt: int, bn: int, bn2: int, bk: int) -> tuple:
+    """The TMA convolutions' operand descriptors: x [B, T_in, Cin] in boxes of one sequence's bt rows x bk channels,
+    the packed weight [k, Cout, Cin] as [k * Cout, Cin] rows in bn x bk boxes, and in bn2 x bk ones for a second
+    accumulator (the first descriptor again when bn2 is 0)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    bsz, rows_in, cin = x.shape
+    rows = weight_packed.shape[0] * weight_packed.shape[1]
+    x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1], [1, bt, bk])
+    w_desc = TensorDescriptor(weight_packed, [rows, cin], [cin, 1], [bn, bk])
+    w2_desc = TensorDescriptor(weight_packed, [rows, cin], [cin, 1], [bn2, bk]) if bn2 else w_desc
+    return x_desc, w_desc, w2_desc
+
+
 def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> None:
     """`_conv_cl_tma_kernel` on conv1d_channels_last's operands (epilogue_tensors: a, inv, res, a2, inv2, raw, out
     as it passes them; `common`: the arguments both kernels take)."""
     a, inv, res, a2, inv2, raw, out = epilogue_tensors
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    bsz, rows_in, cin = x.shape
+    bsz, cin = x.shape[0], x.shape[2]
     k, cout = weight_packed.shape[:2]
     t = out.shape[1]
     split = split_n_config(cin, cout, x.dtype, k)
@@ -469,9 +481,7 @@ def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> 
         common = {**common, **split}            # its tiles, warps and stages over the one-tile config's
     bn2 = common.pop("BLOCK_N2", 0)             # the second accumulator's columns (0: none)
     bt, bn, bk = common["BLOCK_T"], common["BLOCK_N"], common["BLOCK_K"]
-    x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1], [1, bt, bk])
-    w_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn, bk])
-    w2_desc = TensorDescriptor(weight_packed, [k * cout, cin], [cin, 1], [bn2, bk]) if bn2 else w_desc
+    x_desc, w_desc, w2_desc = tma_descriptors(x, weight_packed, bt, bn, bn2, bk)
     # (no register cap: the tuned configs' maxnreg made ptxas spill here (16-216 bytes a thread, sm_90), while
     # uncapped the kernel takes <= 128 registers anyway: compile_check)
     _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn + bn2), bsz)](

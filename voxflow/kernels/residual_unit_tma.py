@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from voxflow.kernels.causal_conv import (_dot_precision, _tma_epilogue, bias_snake_epilogue, checked_outputs,
-                                         epilogue_sin_mode)
+                                         epilogue_sin_mode, tma_descriptors)
 
 ENABLED = os.environ.get("VOXFLOW_FUSED_RESIDUAL_UNIT_TMA", "0") == "1"
 
@@ -111,7 +111,6 @@ def residual_unit_tma(x: torch.Tensor, w7_packed: torch.Tensor, b7: torch.Tensor
     residual [B, T, C]; activation (a, inv): the next layer's SnakeBeta applied last; out: [B, T, C] rows to write
     (e.g. a buffer's after its context; a new tensor when None); raw_out: the value before `activation`; config:
     tiles other than CONFIGS[C] (BLOCK_N + BLOCK_N2 = C; for probe_residual_unit_tma.py's sweep)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
     bsz, rows_in, c = x.shape
     if c not in CONFIGS or w7_packed.shape != (7, c, c) or w1_packed.shape != (1, c, c):
         raise ValueError(f"weights {tuple(w7_packed.shape)} / {tuple(w1_packed.shape)} for {c} channels: "
@@ -128,9 +127,7 @@ def residual_unit_tma(x: torch.Tensor, w7_packed: torch.Tensor, b7: torch.Tensor
     if cfg["BLOCK_N"] + cfg["BLOCK_N2"] != c:
         raise ValueError(f"a config's BLOCK_N + BLOCK_N2 must be the {c} channels")
     bt, bn, bn2, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
-    x_desc = TensorDescriptor(x, [bsz, rows_in, c], [x.stride(0), x.stride(1), 1], [1, bt, bk])
-    w_desc = TensorDescriptor(w7_packed, [7 * c, c], [c, 1], [bn, bk])
-    w2_desc = TensorDescriptor(w7_packed, [7 * c, c], [c, 1], [bn2, bk])
+    x_desc, w_desc, w2_desc = tma_descriptors(x, w7_packed, bt, bn, bn2, bk)
     a, inv = snake_terms
     a2, inv2 = activation if activation is not None else (a, inv)      # not read without ACTIVATE
     raw = raw_out if raw_out is not None else out                       # not written without RAW_OUT
