@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 48 for the next call; carry [".whl", ".device_tree"]; rename when run. ~450 s.
+# Session 49, call 1 (prepared in session 48); carry [".whl", ".device_tree"]. ~450 s.
 # The fused fp16 residual unit (voxflow/kernels/residual_unit_tma.py, VOXFLOW_FUSED_RESIDUAL_UNIT_TMA, off): the
 # 96- / 192-channel units' k=7 and 1x1 convolutions in one kernel, h kept on the SM. Built and tested on the CPU
 # (interpreter; compiles for sm_90 with 98 / 191 registers, no spill); never run on a GPU yet. First its GPU test,
