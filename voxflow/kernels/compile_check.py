@@ -344,10 +344,11 @@ def residual_unit_case(dt: str, dtype: torch.dtype, channels: int = 96) -> tuple
                  aligned=ptrs + ("C", "x_sb", "x_st", "res_sb", "res_st", "out_sb", "out_st")))
 
 
-def residual_unit_tma_case(channels: int, epilogue: str) -> tuple:
-    """(kernel, types, constexprs, options) of residual_unit_tma.py's kernel as `residual_unit_tma` launches it."""
+def residual_unit_tma_case(channels: int, epilogue: str, config: dict | None = None) -> tuple:
+    """(kernel, types, constexprs, options) of residual_unit_tma.py's kernel as `residual_unit_tma` launches it (at
+    CONFIGS[channels], or `config`'s tiles for a sweep)."""
     from voxflow.kernels import causal_conv, residual_unit_tma
-    cfg = residual_unit_tma.CONFIGS[channels]
+    cfg = config or residual_unit_tma.CONFIGS[channels]
     bt, bn, bn2, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_N2"], cfg["BLOCK_K"]
     p = _ptr("fp16")
     ptrs = ("b7_ptr", "a_ptr", "inv_ptr", "w1_ptr", "b1_ptr", "res_ptr", "a2_ptr", "inv2_ptr", "raw_ptr", "out_ptr")

@@ -14,9 +14,13 @@ same tensor cores with fp32 accumulation, and its epilogue is the same function 
 bias, residual, SnakeBeta, with the same rounding points). Only the 1x1 product's summation order differs (K in
 blocks of 64 + 32 (128 + 64) instead of the 1x1 kernel's 32- (64-) channel steps).
 
-Off by default until measured on a GPU (VOXFLOW_FUSED_RESIDUAL_UNIT_TMA=1); session 15's pointer-load fused unit
-(residual_unit.py) lost 53% in bf16 to its two dots' register and shared-memory needs, so this one is timed against
-the pair (`benchmarks/scripts/probe_residual_unit_tma.py`) before it serves.
+On by default (VOXFLOW_FUSED_RESIDUAL_UNIT_TMA=0 turns it off) since session 49 measured it on an H100
+(benchmarks/results/h100/2026-12-06-session49): at the 16-stream 25-frame shapes a 96-channel unit 0.523 -> 0.361 ms
+and a 192-channel one 0.432 -> 0.408 at CONFIGS' tiles (the probe's sweep winners), and the served 0.6B c=64 <= 8 GB
+offline run 751.7 -> 759.0 audio-s/s (alternating, one machine; at session 48's 8-warp tiles) with 0.24 GiB less
+peak memory (h is never stored).
+Session 15's pointer-load fused unit (residual_unit.py) had lost 53% in bf16 to its two dots' register and
+shared-memory needs; TMA loads and fp16 leave this one room (sm_90: 190 / 219 registers, no spill).
 """
 from __future__ import annotations
 
@@ -29,12 +33,13 @@ import triton.language as tl
 from voxflow.kernels.causal_conv import (_dot_precision, _tma_epilogue, bias_snake_epilogue, checked_outputs,
                                          epilogue_sin_mode, tma_descriptors)
 
-ENABLED = os.environ.get("VOXFLOW_FUSED_RESIDUAL_UNIT_TMA", "0") == "1"
+ENABLED = os.environ.get("VOXFLOW_FUSED_RESIDUAL_UNIT_TMA", "1") == "1"
 
-# channels -> tiles: BLOCK_N + BLOCK_N2 = channels (the split-N convolution's column split and its k=7 tiles)
+# channels -> tiles: BLOCK_N + BLOCK_N2 = channels (the split-N convolution's column split and its k=7 tiles); the
+# fastest of the probe's sweep on an H100 (session 49: four warps beat eight at both widths, 64 rows at 192 channels)
 CONFIGS: dict = {
-    96: dict(BLOCK_T=128, BLOCK_N=64, BLOCK_N2=32, BLOCK_K=32, num_warps=8, num_stages=4),
-    192: dict(BLOCK_T=128, BLOCK_N=128, BLOCK_N2=64, BLOCK_K=64, num_warps=8, num_stages=3),
+    96: dict(BLOCK_T=128, BLOCK_N=64, BLOCK_N2=32, BLOCK_K=32, num_warps=4, num_stages=4),
+    192: dict(BLOCK_T=64, BLOCK_N=128, BLOCK_N2=64, BLOCK_K=64, num_warps=4, num_stages=3),
 }
 
 
