@@ -280,7 +280,7 @@ wave_end_small() {
 
 profile_codec_16() {
   local label=$1; shift
-  env "$@" timeout 100 python3 benchmarks/scripts/profile_codec.py ${CODEC_MODEL:-/tmp/real-1.7b} 16 fp16+sms64 1,5,25 25 2>&1 \
+  env "$@" timeout ${PROFILE_LIMIT:-100} python3 benchmarks/scripts/profile_codec.py ${CODEC_MODEL:-/tmp/real-1.7b} 16 fp16+sms64 1,5,25 25 2>&1 \
     | grep -v -i warn > $R/profile_codec_16_fp16_sms64_$label.txt
   echo "$label"; grep -E "per call" $R/profile_codec_16_fp16_sms64_$label.txt
 }
