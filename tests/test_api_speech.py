@@ -527,6 +527,30 @@ def test_engine_states_map_to_http_errors():
         assert m[("voxflow_requests_rejected_total", (("reason", "unavailable"),))] == 1
 
 
+def test_request_trace_writes_a_line_per_request_as_it_closes(tmp_path):
+    """--trace-requests: each speech request's line once it closes, refused ones too, with its status and mode; a
+    request whose first output is its (error) final record has its final in when its first output came, and no
+    chunk time. (Its times on a real engine, in causal order: test_bench.py's test_smoke_against_voxflow_app.)"""
+    path = tmp_path / "requests.jsonl"
+    with ServerThread(create_app(ScriptedEngine(), ServerSettings(model_name="scripted",
+                                                                  trace_requests=str(path)))) as srv, \
+            httpx.Client(base_url=srv.url, timeout=HANG) as c:
+        body = {"model": "scripted", "voice": "vivian", "response_format": "pcm"}
+        rs = [c.post("/v1/audio/speech", json={**body, "input": text, **extra})
+              for text, extra in (("fine", {"stream_format": "audio"}), ("invalid", {}), ("fine", {}))]
+        assert [r.status_code for r in rs] == [200, 400, 200]
+        assert c.post("/v1/audio/speech", json={**body, "input": "fine", "speed": 99}).status_code == 400  # no job
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 3 and [lines[0]["id"], lines[2]["id"]] == [rs[0].headers["x-request-id"],
+                                                                     rs[2].headers["x-request-id"]]
+    assert [(t["status"], t["mode"]) for t in lines] == [(200, "audio"), (400, "file"), (200, "file")]
+    ok, bad = lines[0], lines[1]
+    assert ok["api_arrived"] <= ok["api_submitted"] <= ok["api_first_out"] <= ok["api_final_in"] <= ok["api_closed"]
+    assert ok["engine_first_chunk"] is not None and ok["audio_s"] == pytest.approx(0.16)
+    assert bad["api_final_in"] == bad["api_first_out"] and bad["engine_first_chunk"] is None
+    assert bad["api_closed"] >= bad["api_final_in"] and bad["audio_s"] == 0.0
+
+
 class HeldEngine(ScriptedEngine):
     """Emits a request's first chunk at once and the rest only when `release()` is called (from any thread)."""
 

@@ -711,7 +711,8 @@ def test_smoke_against_voxflow_app(tmp_path):
 
     from voxflow.engine.engine import EngineConfig, EngineCore
     core = EngineCore.from_config(EngineConfig(model=tiny(), max_num_seqs=2))
-    app = create_app(InProcessEngineClient(core), ServerSettings(model_name="tiny"))
+    trace = tmp_path / "requests.jsonl"
+    app = create_app(InProcessEngineClient(core), ServerSettings(model_name="tiny", trace_requests=str(trace)))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -743,6 +744,32 @@ def test_smoke_against_voxflow_app(tmp_path):
     assert list(s["ttfp_server_split_ms"]) == server_parts + ["http_and_client"]
     md = (tmp_path / "res.md").read_text()
     assert "where TTFP went" in md and "the server's engine, TTFP breakdown" in md
+    # the server's request trace (--trace-requests) and the records' send times on its clock, joined into the
+    # closed loop's turns: warm-up -> first, first -> second, one user; every hop in causal order, adding up to
+    # the engine's final record -> the replacement's prompt built
+    from voxflow.tools import http_turn
+    lines = http_turn.load_trace(str(trace))
+    records = http_turn.load_result_records(str(tmp_path / "res.json"))
+    assert sorted(lines) == sorted(r["request_id"] for r in records) and len(lines) == 3
+    assert all(r["worker"] == 0 and r["sent_clock_s"] is not None for r in records)
+    for t in lines.values():
+        assert t["status"] == 200 and t["mode"] == "audio" and t["audio_s"] == pytest.approx(5 * 1920 / 24000)
+        assert t["api_arrived"] <= t["api_submitted"] <= t["api_first_out"] <= t["api_final_in"] <= t["api_closed"]
+        assert t["api_submitted"] <= t["engine_arrived"] - t["engine_prepare"] < t["engine_arrived"]
+        assert t["engine_arrived"] <= t["engine_first_chunk"] <= t["engine_finished"] <= t["api_final_in"]
+    clients = http_turn.client_times(records)
+    turns = http_turn.pairs(clients)
+    assert [(a["id"], b["id"]) for a, b in turns] == [(c["id"], d["id"]) for c, d in
+                                                     zip(sorted(clients, key=lambda c: c["sent"]),
+                                                         sorted(clients, key=lambda c: c["sent"])[1:])]
+    for a, b in turns:
+        h = http_turn.hops(a, b, lines[a["id"]], lines[b["id"]])
+        assert all(v >= 0 for v in h.values()) and h["build"] > 0, h
+        assert sum(h.values()) == pytest.approx(lines[b["id"]]["engine_arrived"] - lines[a["id"]]["engine_finished"],
+                                                abs=1e-5)
+    summary = http_turn.turn_summary(records, lines)
+    assert summary["turns"] == 2 and list(summary["hops_ms"]) == list(http_turn.HOPS)
+    assert "relay_final" in http_turn.format_summary(summary)
 
 
 # ================================================================================================ baseline runner

@@ -281,3 +281,13 @@ def test_version(capsys):
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"voxflow {version('voxflow')}"
+
+
+def test_serve_trace_requests_reaches_the_server_settings(tmp_path):
+    """`voxflow serve --trace-requests PATH` -> ServerSettings.trace_requests (the app writes request_trace.py's
+    lines there); unset by default."""
+    from voxflow.api.serve import settings_from_args
+    serve = _subcommands()["serve"]
+    path = str(tmp_path / "requests.jsonl")
+    assert settings_from_args(serve.parse_args(["m", "--trace-requests", path])).trace_requests == path
+    assert settings_from_args(serve.parse_args(["m"])).trace_requests is None

@@ -10,7 +10,9 @@ engine's final record to its replacement's prompt build over HTTP, ~16 ms offlin
         [--concurrency 64] [--per-user 4] [--port 8123] [--profile PATH]
 
 Prints the bench's result line, the API process's CPU seconds a request, the engine's steps and rows in use, and its
-turnover (final record -> the replacement's add), ms; --profile writes a cProfile of the API process's event loop.
+turnover (final record -> the replacement's add), ms, and that turnover hop by hop (the server's request trace
+joined with the bench's records: voxflow/tools/http_turn.py); --profile writes a cProfile of the API process's
+event loop.
 Session 47 (an H100 host, 16 cores, 384 requests): h11 + asyncio 783.8 of 812.7 audio-s/s, 4.39 ms of API CPU a
 request, turnover 20.7 ms; httptools + uvloop 796.1, 3.14 ms, 11.4 ms.
 """
@@ -48,6 +50,7 @@ class PacedCore:
         self.adds: list[float] = []
         self.next_step = 0.0                    # the steps keep a fixed pace (a late one is followed by an early one)
         self.steps: list[tuple[float, int]] = []    # (start, rows)
+        self.arrived: dict[str, float] = {}
 
     def info(self) -> dict:
         return dict(name="paced", family="paced", task="custom_voice", sample_rate=SAMPLE_RATE, voices=["vivian"],
@@ -56,6 +59,7 @@ class PacedCore:
 
     def add_request(self, request) -> None:
         self.adds.append(time.monotonic())
+        self.arrived[request.request_id] = self.adds[-1]        # (no prompt to build: queued as it comes)
         self.waiting.append(request)
 
     def abort(self, request_id: str) -> list:
@@ -98,7 +102,8 @@ class PacedCore:
             if st[2] == len(CHUNKS):
                 del self.running[rid]
                 outs.append(FinalRecord(rid, FinishReason.LENGTH, Usage(10, st[3], st[3] * FRAME_SAMPLES
-                                                                         / SAMPLE_RATE)))
+                                                                         / SAMPLE_RATE),
+                                        arrived_at=self.arrived.pop(rid), ttfp_parts={"prepare": 0.0}))
                 self.finals.append(time.monotonic())
         return outs
 
@@ -136,7 +141,8 @@ def serve(args) -> None:
 
     engine = ProcessEngineClient(functools.partial(build_paced_core, args.step_ms / 1e3, args.concurrency,
                                                   args.record))
-    app = create_app(engine, ServerSettings(model_name="paced", max_concurrent_requests=args.concurrency * 2))
+    app = create_app(engine, ServerSettings(model_name="paced", max_concurrent_requests=args.concurrency * 2,
+                                            trace_requests=args.record + ".requests.jsonl"))
     if args.profile:                # the API process's own Python, cProfile'd (its event loop's thread)
         import cProfile
         import signal
@@ -204,6 +210,10 @@ def main() -> None:
         rows = sum(r for _, r in steps[full:-1])
         print(f"engine: {n + 1} steps from the first full one, mean {span / n * 1e3:.2f} ms; rows in use "
               f"{rows / (args.concurrency * n) * 100:.1f}%")
+        from voxflow.tools import http_turn
+        print(http_turn.format_summary(http_turn.turn_summary(
+            http_turn.load_result_records(os.path.join(out, "r.json.gz")),
+            http_turn.load_trace(record + ".requests.jsonl"))))
         if t:
             print(f"turnover (final -> next add) ms: median {statistics.median(t):.2f} mean {statistics.mean(t):.2f} "
                   f"p90 {sorted(t)[int(0.9 * len(t))]:.2f} (n={len(t)}); ceiling "

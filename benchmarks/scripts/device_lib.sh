@@ -92,7 +92,8 @@ wait_ready() {                   # the server started as $SRV, its log in serve_
 serve_model() {                  # MODEL NAME [ARGS]: `voxflow serve` in the background as $SRV, until it is ready
   local model=$1 name=$2; shift 2
   python3 -m voxflow.cli serve "$model" --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 "$@" \
-    --trace-steps "$R/steps_http_$name.jsonl" > "$R/serve_log_$name.txt" 2>&1 &
+    --trace-steps "$R/steps_http_$name.jsonl" --trace-requests "$R/requests_$name.jsonl" \
+    > "$R/serve_log_$name.txt" 2>&1 &
   SRV=$!
   wait_ready "$name"
 }
@@ -129,6 +130,11 @@ http_small() {
     stop_server "$name"
   fi
   grep -h "^| c=" "$R/h200_0p6b_http_c64_$name.md"
+  http_turn_of "$R/h200_0p6b_http_c64_$name.json.gz" "$name"
+}
+
+http_turn_of() {                 # RESULT NAME: the run's turnover hop by hop (voxflow/tools/http_turn.py)
+  python3 -m voxflow.tools.http_turn "$1" "$R/requests_$2.jsonl" | tee "$R/http_turn_$2.txt" | tail -9
 }
 
 bench_http() {

@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError, install_error_handlers
 from .metrics import Metrics
+from .request_trace import RequestTrace
 from .state import AppState, ServerSettings
 
 log = logging.getLogger(__name__)
@@ -83,12 +84,15 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
                     await loader
             if manage_engine:
                 await engine.shutdown(drain=True, timeout=drain_timeout_s)
+            if state.request_trace is not None:
+                state.request_trace.close()
 
     app = FastAPI(title="voxflow", summary="Text-to-speech serving (OpenAI-compatible speech API)",
                   lifespan=lifespan)
     app.state.vox = AppState(engine=engine, settings=settings, model_info={}, metrics=Metrics(),
                              voices=_voice_store(settings),
-                             extra={"ws_sessions": 0})
+                             extra={"ws_sessions": 0},
+                             request_trace=RequestTrace(settings.trace_requests) if settings.trace_requests else None)
     app.state.vox.metrics.rejected.labels(reason="ws_sessions")     # WebSocket sessions over the cap: shown as 0
     install_error_handlers(app)
 

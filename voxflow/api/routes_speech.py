@@ -38,6 +38,7 @@ from ..engine.client import ENGINE_DIED, EngineUnavailableError
 from ..engine.request import AudioChunk, FinalRecord, FinishReason
 from .admission import Abandoned, AdmissionRefused
 from .errors import APIError
+from .request_trace import job_record
 from .schemas import SpeechPlan, SpeechRequestBody, plan_speech
 from .state import AppState, get_state
 
@@ -166,6 +167,9 @@ class SpeechJob:
         self.arrived_at = arrived
         self.submitted_at: float | None = None      # handed to the engine
         self.first_out_at: float | None = None      # its first output reached this process
+        self.final_in_at: float | None = None       # its final record did (request_trace.py)
+        self.closed_at: float | None = None
+        self.status: int | None = None              # as closed
 
     @classmethod
     async def start(cls, state: AppState, plan: SpeechPlan, arrived: float, receive=None) -> "SpeechJob":
@@ -207,6 +211,8 @@ class SpeechJob:
                 first = self.gen.__anext__()
                 self.first = await (until_disconnect(first, receive) if receive is not None else first)
                 self.first_out_at = time.monotonic()
+                if isinstance(self.first, FinalRecord):
+                    self.final_in_at = self.first_out_at
             except EngineUnavailableError as e:
                 _reject(state, "unavailable")
                 raise APIError(503, f"the engine cannot take requests now ({e}); retry later",
@@ -232,12 +238,15 @@ class SpeechJob:
                 return
             yield out
             out = await self.gen.__anext__()
+            if isinstance(out, FinalRecord):
+                self.final_in_at = time.monotonic()
 
     async def close(self, status: int, reason: str | None = None) -> None:
         """Abort the engine request if it still runs, free the admission slot, record metrics. Once."""
         if self.closed:
             return
         self.closed = True
+        self.status, self.closed_at = status, time.monotonic()
         try:
             if self.gen is not None:
                 await self.gen.aclose()             # unfinished: aborts the request in the engine
@@ -248,6 +257,11 @@ class SpeechJob:
                 reason = self.final.reason.value
             audio = self.final.usage.audio_seconds if self.final is not None else None
             self.tracker.finish(status, reason, audio_seconds=audio if status == 200 else None)
+            if self.state.request_trace is not None:
+                try:
+                    self.state.request_trace.write(job_record(self))
+                except (OSError, ValueError) as e:          # a diagnostic: its failure ends no request
+                    log.warning("request trace: %s", e)
             if self.holds_slot:             # last: whoever sees the slot free sees this request's record closed
                 self.holds_slot = False
                 release(self.state)

@@ -87,6 +87,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="append one JSON line per engine step to PATH (timings, batch sizes: step_trace.py)")
     p.add_argument("--trace-profile-prepare", action="store_true",
                    help="with --trace-steps: also profile the prompt builds (PATH.prepare.pstats; slows them)")
+    p.add_argument("--trace-requests", metavar="PATH", default=None,
+                   help="append one JSON line per speech request to PATH: its times in this process and the "
+                        "engine's, on one clock (request_trace.py; benchmarks/scripts/http_turn.py reads it)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=0.004; for experiments")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
@@ -174,7 +177,7 @@ def settings_from_args(args):
         max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
         default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
         max_new_tokens_limit=args.max_new_tokens_limit, allowed_hosts=_allowed_hosts(args),
-        allowed_origins=_listed(args.allowed_origins))
+        allowed_origins=_listed(args.allowed_origins), trace_requests=getattr(args, "trace_requests", None))
 
 
 def engine_config_from_args(args):

@@ -47,6 +47,7 @@ class ServerSettings:
     allowed_origins: tuple[str, ...] = ()            # browser origins besides the server's own that may open a
                                                      # WebSocket ("*": any); the Origin check of routes_ws.py
     default_voice: str | None = None                 # used when a request names an OpenAI voice the model lacks
+    trace_requests: str | None = None                # append one JSON line per speech request (request_trace.py)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class AppState:
     voices: Any = None                               # voxflow.api.voices.VoiceStore
     extra: dict = field(default_factory=dict)
     admission: Admission | None = None               # made from the settings when not given
+    request_trace: Any = None                        # request_trace.RequestTrace with settings.trace_requests
 
     def __post_init__(self) -> None:
         if self.admission is None:

@@ -17,6 +17,7 @@ WAV), no_audio (200 without samples), client_error (anything else).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import json
 import math
@@ -73,13 +74,19 @@ Fire = Callable[[int, "float | None"], Awaitable[None]]
 
 
 # ------------------------------------------------------------------------------------------------ load shapes
+# The closed loop's user (worker) sending the current request: each worker runs as its own task, with its own copy
+# of the context, so the records can name who sent them (http_turn.py pairs a user's consecutive requests).
+WORKER: contextvars.ContextVar[int | None] = contextvars.ContextVar("voxflow_bench_worker", default=None)
+
+
 async def closed_loop(n: int, concurrency: int, fire: Fire) -> None:
     items = iter(range(n))
 
-    async def worker():
+    async def worker(w: int):
+        WORKER.set(w)
         for i in items:              # one shared iterator: each worker takes the next prompt when it is free
             await fire(i, None)
-    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, n)))))
+    await asyncio.gather(*(worker(w) for w in range(max(1, min(concurrency, n)))))
 
 
 def poisson_times(n: int, rate: float, seed: int) -> list[float]:
@@ -124,7 +131,7 @@ async def run_level(level: Level, prompts: list[Prompt], warmups: list[Prompt], 
 
         async def fire(i: int, scheduled: float | None, items=items, phase=phase, origin=origin):
             rec = RequestRecord(index=i, prompt_id=items[i].id, warmup=phase == "warmup",
-                                scheduled_s=scheduled, text_chars=len(items[i].text))
+                                scheduled_s=scheduled, text_chars=len(items[i].text), worker=WORKER.get())
             await send(items[i], rec, origin)
             records.append(rec)
             if progress is not None:
@@ -161,6 +168,7 @@ class HttpSender:
         audio = bytearray() if (self.opts.save_audio_dir or keep) else None
         t0 = time.perf_counter()
         rec.start_s = t0 - origin
+        rec.sent_clock_s = round(t0, 6)
         resp = None
         try:
             async with self.client.stream("POST", self.opts.endpoint, content, self.headers) as resp:

@@ -45,7 +45,7 @@ RECORD_KEYS = ("index", "prompt_id", "warmup", "stream", "start_s", "scheduled_s
                "chunk_times_s", "chunk_bytes", "audio_bytes", "text_chars", "request_id", "ttfp_s", "audio_s", "rtf")
 # Added after the first results were published: written by every run now, not required of older files.
 SUMMARY_OPTIONAL_KEYS = ("ttfp_breakdown_ms", "ttfp_server_split_ms", "ttfp_server_split_slowest_ms")
-RECORD_OPTIONAL_KEYS = ("ttfp_parts_s", "server_timing_ms")
+RECORD_OPTIONAL_KEYS = ("ttfp_parts_s", "server_timing_ms", "sent_clock_s", "worker")
 CONTINUITY_KEYS = ("num_streams", "jitter_buffer_s", "no_underrun_rate", "underrun_requests", "worst_underrun_s",
                    "max_underrun_s", "ok_rate", "viable_chunk_share", "all_viable_rate")
 
