@@ -7,11 +7,11 @@ each request's send on it too (`RequestRecord.sent_clock_s`). `benchmarks/script
 split a closed-loop run's turnover (a request's end -> its replacement's prompt build) hop by hop; the engine's step
 trace (`--trace-steps`) holds the same runs' steps.
 
-Fields: id, status, mode ("audio": streamed, "sse", "file"), api_arrived (the handler began), api_submitted (handed to the
-engine), api_first_out (its first output reached this process), api_final_in (its final record did), api_closed
-(the response is over and the job closed); engine_arrived (its prompt built and queued), engine_prepare (seconds the
-build took, when it made a first chunk), engine_first_chunk (its first chunk left the engine's step),
-engine_finished (its final record did); audio_s. A time this request never reached is null.
+Fields: id, status, mode ("audio": streamed, "sse", "file"), api_arrived (the handler began), api_submitted
+(handed to the engine), api_first_out (its first output reached this process), api_final_in (its final record
+did), api_closed (the response is over and the job closed); engine_arrived (its prompt built and queued),
+engine_prepare (seconds the build took, when it made a first chunk), engine_first_chunk (its first chunk left the
+engine's step), engine_finished (its final record did); audio_s. A time this request never reached is null.
 """
 from __future__ import annotations
 
