@@ -540,7 +540,7 @@ def test_request_trace_writes_a_line_per_request_as_it_closes(tmp_path):
               for text, extra in (("fine", {"stream_format": "audio"}), ("invalid", {}), ("fine", {}))]
         assert [r.status_code for r in rs] == [200, 400, 200]
         assert c.post("/v1/audio/speech", json={**body, "input": "fine", "speed": 99}).status_code == 400  # no job
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
+        lines = [json.loads(line) for line in path.read_text().splitlines()]        # (written as each closed)
     assert len(lines) == 3 and [lines[0]["id"], lines[2]["id"]] == [rs[0].headers["x-request-id"],
                                                                      rs[2].headers["x-request-id"]]
     assert [(t["status"], t["mode"]) for t in lines] == [(200, "audio"), (400, "file"), (200, "file")]

@@ -745,8 +745,8 @@ def test_smoke_against_voxflow_app(tmp_path):
     md = (tmp_path / "res.md").read_text()
     assert "where TTFP went" in md and "the server's engine, TTFP breakdown" in md
     # the server's request trace (--trace-requests) and the records' send times on its clock, joined into the
-    # closed loop's turns: warm-up -> first, first -> second, one user; every hop in causal order, adding up to
-    # the engine's final record -> the replacement's prompt built
+    # closed loop's turns: first -> second (one user; the warm-up is another phase); every hop in causal order,
+    # adding up to the engine's final record -> the replacement's prompt built
     from voxflow.tools import http_turn
     lines = http_turn.load_trace(str(trace))
     records = http_turn.load_result_records(str(tmp_path / "res.json"))
@@ -757,18 +757,16 @@ def test_smoke_against_voxflow_app(tmp_path):
         assert t["api_arrived"] <= t["api_submitted"] <= t["api_first_out"] <= t["api_final_in"] <= t["api_closed"]
         assert t["api_submitted"] <= t["engine_arrived"] - t["engine_prepare"] < t["engine_arrived"]
         assert t["engine_arrived"] <= t["engine_first_chunk"] <= t["engine_finished"] <= t["api_final_in"]
-    clients = http_turn.client_times(records)
-    turns = http_turn.pairs(clients)
-    assert [(a["id"], b["id"]) for a, b in turns] == [(c["id"], d["id"]) for c, d in
-                                                     zip(sorted(clients, key=lambda c: c["sent"]),
-                                                         sorted(clients, key=lambda c: c["sent"])[1:])]
+    measured = sorted((r for r in records if not r["warmup"]), key=lambda r: r["sent_clock_s"])
+    turns = http_turn.pairs(http_turn.client_times(records))
+    assert [(a["id"], b["id"]) for a, b in turns] == [(measured[0]["request_id"], measured[1]["request_id"])]
     for a, b in turns:
         h = http_turn.hops(a, b, lines[a["id"]], lines[b["id"]])
         assert all(v >= 0 for v in h.values()) and h["build"] > 0, h
         assert sum(h.values()) == pytest.approx(lines[b["id"]]["engine_arrived"] - lines[a["id"]]["engine_finished"],
-                                                abs=1e-5)
+                                                abs=1e-9)
     summary = http_turn.turn_summary(records, lines)
-    assert summary["turns"] == 2 and list(summary["hops_ms"]) == list(http_turn.HOPS)
+    assert summary["turns"] == 1 and list(summary["hops_ms"]) == list(http_turn.HOPS)
     assert "relay_final" in http_turn.format_summary(summary)
 
 

@@ -64,6 +64,7 @@ class PacedCore:
 
     def abort(self, request_id: str) -> list:
         self.running.pop(request_id, None)
+        self.arrived.pop(request_id, None)
         self.waiting = [r for r in self.waiting if r.request_id != request_id]
         return []
 
@@ -216,7 +217,7 @@ def main() -> None:
             http_turn.load_trace(record + ".requests.jsonl"))))
         if t:
             print(f"turnover (final -> next add) ms: median {statistics.median(t):.2f} mean {statistics.mean(t):.2f} "
-                  f"p90 {sorted(t)[int(0.9 * len(t))]:.2f} (n={len(t)}); ceiling "
+                  f"p90 {statistics.quantiles(t, n=10, method='inclusive')[-1]:.2f} (n={len(t)}); ceiling "
                   f"{args.concurrency * FRAME_SAMPLES / SAMPLE_RATE / (args.step_ms / 1e3):.1f} audio-s/s")
 
 

@@ -89,6 +89,7 @@ wait_ready() {                   # the server started as $SRV, its log in serve_
   return 1
 }
 
+# (from session 49 every server also writes its request trace: ~0.5 KB and a few microseconds a request)
 serve_model() {                  # MODEL NAME [ARGS]: `voxflow serve` in the background as $SRV, until it is ready
   local model=$1 name=$2; shift 2
   python3 -m voxflow.cli serve "$model" --device cuda --dtype bfloat16 --max-num-seqs 64 --port 8000 "$@" \
@@ -134,7 +135,7 @@ http_small() {
 }
 
 http_turn_of() {                 # RESULT NAME: the run's turnover hop by hop (voxflow/tools/http_turn.py)
-  python3 -m voxflow.tools.http_turn "$1" "$R/requests_$2.jsonl" | tee "$R/http_turn_$2.txt" | tail -9
+  python3 -m voxflow.tools.http_turn "$1" "$R/requests_$2.jsonl.gz" | tee "$R/http_turn_$2.txt" | tail -10
 }
 
 bench_http() {
@@ -158,7 +159,7 @@ bench_http_at() {
 
 stop_server() {
   curl -s http://127.0.0.1:8000/health > "$R/health_$1.json"
-  kill $SRV 2>/dev/null; wait $SRV; gzip -f "$R/steps_http_$1.jsonl" 2>/dev/null
+  kill $SRV 2>/dev/null; wait $SRV; gzip -f "$R/steps_http_$1.jsonl" "$R/requests_$1.jsonl" 2>/dev/null
 }
 
 real_checkpoint_bg() {

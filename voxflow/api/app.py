@@ -64,6 +64,17 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         state: AppState = app.state.vox
+        if settings.trace_requests:
+            state.request_trace = RequestTrace(settings.trace_requests)
+        try:
+            async with _engine_lifetime(state):
+                yield
+        finally:
+            if state.request_trace is not None:
+                state.request_trace.close()
+
+    @contextlib.asynccontextmanager
+    async def _engine_lifetime(state: AppState):
         loader = asyncio.ensure_future(_start_engine(state, engine, model_info, manage_engine))
         state.extra["loader"] = loader
 
@@ -84,15 +95,12 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
                     await loader
             if manage_engine:
                 await engine.shutdown(drain=True, timeout=drain_timeout_s)
-            if state.request_trace is not None:
-                state.request_trace.close()
 
     app = FastAPI(title="voxflow", summary="Text-to-speech serving (OpenAI-compatible speech API)",
                   lifespan=lifespan)
     app.state.vox = AppState(engine=engine, settings=settings, model_info={}, metrics=Metrics(),
                              voices=_voice_store(settings),
-                             extra={"ws_sessions": 0},
-                             request_trace=RequestTrace(settings.trace_requests) if settings.trace_requests else None)
+                             extra={"ws_sessions": 0})
     app.state.vox.metrics.rejected.labels(reason="ws_sessions")     # WebSocket sessions over the cap: shown as 0
     install_error_handlers(app)
 

@@ -3,20 +3,27 @@ between the client, this API process and the engine, on one clock.
 
 Every time is `time.monotonic()` (CLOCK_MONOTONIC on Linux) of the process that took it: this one (`api_*`) or the
 engine process (`engine_*`, carried by its outputs), which read the same clock on one host; `voxflow bench` records
-each request's send on it too (`RequestRecord.sent_clock_s`). `benchmarks/scripts/http_turn.py` joins the three to
-split a closed-loop run's turnover (a request's end -> its replacement's prompt build) hop by hop; the engine's step
-trace (`--trace-steps`) holds the same runs' steps.
+each request's send on it too (`RequestRecord.sent_clock_s`). `python -m voxflow.tools.http_turn` joins the three
+to split a closed-loop run's turnover (a request's end -> its replacement's prompt build) hop by hop; the engine's
+step trace (`--trace-steps`) holds the same runs' steps.
+
+Lines come from the HTTP speech and batch routes' jobs (routes_speech.SpeechJob), written as each closes: refused
+ones too once a job was made (e.g. the engine's 400), none for a request refused before (its body's validation, the
+admission queue's 429, a server still loading) nor for WebSocket sentences.
 
 Fields: id, status, mode ("audio": streamed, "sse", "file"), api_arrived (the handler began), api_submitted
 (handed to the engine), api_first_out (its first output reached this process), api_final_in (its final record
 did), api_closed (the response is over and the job closed); engine_arrived (its prompt built and queued),
 engine_prepare (seconds the build took, when it made a first chunk), engine_first_chunk (its first chunk left the
 engine's step), engine_finished (its final record did); audio_s. A time this request never reached is null.
+The file grows by ~0.5 KB a request: a diagnosis switch, not one to leave on.
 """
 from __future__ import annotations
 
 import json
 import threading
+
+from voxflow.engine.request import AudioChunk, FinalRecord
 
 
 class RequestTrace:
@@ -26,7 +33,7 @@ class RequestTrace:
     def __init__(self, path: str):
         self.path = path
         self._file = open(path, "a", buffering=1)
-        self._lock = threading.Lock()        # the batch route's items and the WebSocket's sentences share it
+        self._lock = threading.Lock()        # (the event loop's thread writes; the lock keeps close() safe anywhere)
 
     def write(self, record: dict) -> None:
         line = json.dumps(record) + "\n"
@@ -45,7 +52,6 @@ def _round(t: float | None) -> float | None:
 
 def job_record(job) -> dict:
     """The trace line of a closed routes_speech.SpeechJob."""
-    from voxflow.engine.request import AudioChunk, FinalRecord
     first = job.first
     final = job.final if job.final is not None else first if isinstance(first, FinalRecord) else None
     chunk = first if isinstance(first, AudioChunk) else None

@@ -260,8 +260,8 @@ class SpeechJob:
             if self.state.request_trace is not None:
                 try:
                     self.state.request_trace.write(job_record(self))
-                except (OSError, ValueError) as e:          # a diagnostic: its failure ends no request
-                    log.warning("request trace: %s", e)
+                except Exception as e:      # a diagnostic: its failure never skips the release below
+                    log.warning("request trace: %s: %s", type(e).__name__, e)
             if self.holds_slot:             # last: whoever sees the slot free sees this request's record closed
                 self.holds_slot = False
                 release(self.state)

@@ -89,7 +89,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --trace-steps: also profile the prompt builds (PATH.prepare.pstats; slows them)")
     p.add_argument("--trace-requests", metavar="PATH", default=None,
                    help="append one JSON line per speech request to PATH: its times in this process and the "
-                        "engine's, on one clock (request_trace.py; benchmarks/scripts/http_turn.py reads it)")
+                        "engine's, on one clock (request_trace.py; python -m voxflow.tools.http_turn reads it)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=0.004; for experiments")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")

@@ -59,7 +59,8 @@ class AppState:
     voices: Any = None                               # voxflow.api.voices.VoiceStore
     extra: dict = field(default_factory=dict)
     admission: Admission | None = None               # made from the settings when not given
-    request_trace: Any = None                        # request_trace.RequestTrace with settings.trace_requests
+    request_trace: Any = None                        # request_trace.RequestTrace while the app runs, with
+                                                     # settings.trace_requests
 
     def __post_init__(self) -> None:
         if self.admission is None:

@@ -168,7 +168,7 @@ class HttpSender:
         audio = bytearray() if (self.opts.save_audio_dir or keep) else None
         t0 = time.perf_counter()
         rec.start_s = t0 - origin
-        rec.sent_clock_s = round(t0, 6)
+        rec.sent_clock_s = round(time.monotonic(), 6)       # (the servers' clock, whatever perf_counter's is)
         resp = None
         try:
             async with self.client.stream("POST", self.opts.endpoint, content, self.headers) as resp:

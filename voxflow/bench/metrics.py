@@ -60,8 +60,8 @@ class RequestRecord:
     request_id: str | None = None       # server's X-Request-Id, or the engine request id
     ttfp_parts_s: dict | None = None    # offline: the engine's split of its first-audio latency (TTFP_PARTS)
     server_timing_ms: dict | None = None    # HTTP: the server's Server-Timing header (voxflow: api, engine, relay)
-    sent_clock_s: float | None = None   # HTTP: time.perf_counter() at the send: CLOCK_MONOTONIC on Linux, the clock of
-                                        # `voxflow serve --trace-requests` on the same host (http_turn.py joins them)
+    sent_clock_s: float | None = None   # HTTP: time.monotonic() at the send (not relative: the clock of `voxflow
+                                        # serve --trace-requests` on the same host; http_turn.py joins them)
     worker: int | None = None           # closed loop: the user (0 .. concurrency - 1) that sent it
 
     @property

@@ -1,19 +1,21 @@
 """Where a closed-loop HTTP run's turnover goes, hop by hop: from a request's final record leaving the engine to its
 replacement's prompt built there, joined from the bench's result (`voxflow bench --base-url ...`: each request's
-send on CLOCK_MONOTONIC and its end) and the server's request trace (`voxflow serve --trace-requests PATH`:
-request_trace.py), taken on one host.
+send on CLOCK_MONOTONIC, its end, the closed-loop user that sent it) and the server's request trace (`voxflow serve
+--trace-requests PATH`: voxflow/api/request_trace.py), taken on one host.
 
-    python -m voxflow.tools.http_turn RESULT.json[.gz] REQUESTS.jsonl
+    python -m voxflow.tools.http_turn RESULT.json[.gz] REQUESTS.jsonl[.gz]
 
-A closed-loop client's user sends its next request as soon as its last one ends: each request is paired with the
-same user's next one (the records' `worker`; without it, with the first send after its end not yet paired, within
-`max_gap_s`). Per pair, in ms (they add up to the whole turn):
+A closed-loop user sends its next request as soon as its last one ends: each request is paired with the same user's
+next one in the same level and phase (warm-ups and measured requests apart: the measured phase starts once every
+warm-up ended), both answered (a failed request breaks its user's chain). Per pair, in ms (they add up to the turn):
 
-    relay_final     the engine's final record -> this request's final reached the API process
-    api_to_client   -> the client read the response's end (the API's last write, HTTP, the client's loop)
+    relay_final     the engine's final record -> the API's handler read it (ZeroMQ, the API's loop, the request's
+                    earlier chunks still being written)
+    api_to_client   -> the client read the response's end (the API's last writes, HTTP, the client's loop; a whole
+                    file's encoding too)
     client          -> the client sent the next request
-    client_to_api   -> the API's handler began (HTTP, the API's loop)
-    api             -> handed to the engine (the handler: parsing, validation, admission)
+    client_to_api   -> the API's handler began (HTTP, the API's loop, the body's parsing and validation)
+    api             -> handed to the engine (the handler: the request's plan, admission)
     intake          -> the engine began its prompt build (ZeroMQ, the wait behind the engine's step and builds)
     build           -> its prompt built and queued (what the step trace's `turn` ends at)
 """
@@ -22,58 +24,51 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import statistics
+
+import numpy as np
 
 HOPS = ("relay_final", "api_to_client", "client", "client_to_api", "api", "intake", "build")
 
 
+def _open(path: str):
+    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+
+
 def load_result_records(path: str) -> list[dict]:
-    """Every request of every level (warm-ups too: they take part in the loop) of a bench result file."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
+    """Every request of every level of a bench result file (warm-ups too: they take part in the loop), each with its
+    `level` (index in the file) added."""
+    with _open(path) as f:
         result = json.load(f)
-    return [r for level in result["levels"] for r in level["requests"]]
+    return [{**r, "level": i} for i, level in enumerate(result["levels"]) for r in level["requests"]]
 
 
 def load_trace(path: str) -> dict[str, dict]:
-    with open(path) as f:
+    with _open(path) as f:
         return {rec["id"]: rec for rec in (json.loads(line) for line in f if line.strip())}
 
 
 def client_times(records: list[dict]) -> list[dict]:
-    """{id, sent, ended} on the server's clock for each request the bench sent and that named its server id."""
+    """{id, sent, ended, ok, user} on the server's clock for each request a closed-loop user sent over HTTP (records
+    with `sent_clock_s` and `worker`); user = (level, warm-up or not, worker); ok: answered, with its server id."""
     out = []
     for r in records:
-        if r.get("sent_clock_s") is None or r.get("request_id") is None or r.get("end_s") is None:
+        if r.get("sent_clock_s") is None or r.get("worker") is None:
             continue
-        out.append({"id": r["request_id"], "sent": r["sent_clock_s"], "ended": r["sent_clock_s"] + r["end_s"],
-                    "worker": r.get("worker")})
+        ended = r["sent_clock_s"] + r["end_s"] if r.get("end_s") is not None else None
+        out.append({"id": r.get("request_id"), "sent": r["sent_clock_s"], "ended": ended,
+                    "ok": r.get("error") is None and r.get("request_id") is not None and ended is not None,
+                    "user": (r.get("level", 0), bool(r.get("warmup")), r["worker"])})
     return out
 
 
 def pairs(clients: list[dict], max_gap_s: float = 0.05) -> list[tuple[dict, dict]]:
-    """(ended, next) in a closed loop: a user's consecutive requests when every record names its user (`worker`);
-    else each end, in time order, takes the first send at or after it not yet taken. Either way only a send within
-    max_gap_s of the end (a send much later belongs to no end: a level's warm-ups then its measured requests)."""
-    if clients and all(c["worker"] is not None for c in clients):
-        by_user: dict[int, list[dict]] = {}
-        for c in sorted(clients, key=lambda c: c["sent"]):
-            by_user.setdefault(c["worker"], []).append(c)
-        return [(a, b) for seq in by_user.values() for a, b in zip(seq, seq[1:])
-                if 0 <= b["sent"] - a["ended"] <= max_gap_s]
-    sends = sorted(clients, key=lambda c: c["sent"])
-    taken = [False] * len(sends)
-    out, j0 = [], 0
-    for c in sorted(clients, key=lambda c: c["ended"]):
-        while j0 < len(sends) and sends[j0]["sent"] < c["ended"]:
-            j0 += 1
-        j = j0
-        while j < len(sends) and taken[j]:
-            j += 1
-        if j < len(sends) and sends[j]["sent"] - c["ended"] <= max_gap_s:
-            taken[j] = True
-            out.append((c, sends[j]))
-    return out
+    """(a request, its user's next one) for each user's consecutive requests, both ok, the next sent within
+    max_gap_s of the end (a sanity bound: a closed-loop user sends at once)."""
+    by_user: dict[tuple, list[dict]] = {}
+    for c in sorted(clients, key=lambda c: c["sent"]):
+        by_user.setdefault(c["user"], []).append(c)
+    return [(a, b) for seq in by_user.values() for a, b in zip(seq, seq[1:])
+            if a["ok"] and b["ok"] and 0 <= b["sent"] - a["ended"] <= max_gap_s]
 
 
 def hops(prev_client: dict, next_client: dict, prev: dict, nxt: dict) -> dict[str, float] | None:
@@ -100,9 +95,9 @@ def turn_summary(records: list[dict], trace: dict[str, dict], max_gap_s: float =
         if h is not None:
             found.append(h)
 
-    def stat(values: list[float]) -> dict:
-        v = sorted(x * 1e3 for x in values)
-        return {"mean": statistics.mean(v), "p50": statistics.median(v), "p90": v[int(0.9 * (len(v) - 1))]}
+    def stat(values: list[float]) -> dict:           # (percentiles as the bench's: numpy's linear interpolation)
+        v = np.asarray(values) * 1e3
+        return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)), "p90": float(np.percentile(v, 90))}
     if not found:
         return {"turns": 0, "hops_ms": {}, "total_ms": None}
     return {"turns": len(found), "hops_ms": {k: stat([h[k] for h in found]) for k in HOPS},
