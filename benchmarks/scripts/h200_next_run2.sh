@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Prepared in session 49 for the call after h200_next_run1.sh (same warm machine: kernels compiled); carry
+# [".whl", ".device_tree"]; rename when run. ~300 s.
+# The <= 8 GB server's KV pool with the memory the fused residual unit gave back: session 49's HTTP server peaked at
+# 7.65e9 bytes with the 2.4 GB pool (session 48: 7.87e9-7.89e9; 2.5 GB reached 8.04e9 then), and every run
+# preempts 3-8 requests (a wave needs ~1,280-1,340 of the pool's 1,307 pages). 2.6 GB (1,416 pages) holds a whole
+# wave. HTTP ABAB on one machine, each server's whole footprint (must stay <= 8e9 bytes) and its preemptions.
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 0.6B
+wait $CK6
+http_small kv24_1
+http_small kv26_1 --engine-arg kv_cache_bytes=2600000000
+http_small kv24_2
+http_small kv26_2 --engine-arg kv_cache_bytes=2600000000
+summarize_steps "steps_*.jsonl*" 40
+grep -h "turnover" $R/step_summaries.txt
+report_runs
+pack_results
+echo "done at ${SECONDS}s"
