@@ -1248,3 +1248,114 @@ def test_a_prefill_that_fails_after_its_steps_decode_was_queued_loses_no_frame(m
     assert failed and results["a"][-1].reason.value == "length"
     assert_engine_matches_reference("custom_voice", core, results, reqs[:1])
     assert_all_released(core)
+
+
+class _Clock:
+    """A GPU's time for a CPU engine, in ticks: a decode in flight is done 4 ticks after its launch, a codec call
+    lands 6 ticks after its launch (inside the next-but-one step's wait); each poll of a decode's event is a tick,
+    and waiting for it (synchronize) jumps to its end."""
+
+    def __init__(self):
+        self.now = 0
+
+    def decode(self):
+        clock, done = self, self.now + 4
+
+        class Event:
+            def query(self):
+                clock.now += 1
+                return clock.now >= done
+
+            def synchronize(self):
+                clock.now = max(clock.now, done)
+        return Event()
+
+    def codec_call(self, pending):
+        clock, lands = self, self.now + 6
+
+        class Landing:
+            def ready(self):
+                return clock.now >= lands
+
+            def result(self):
+                clock.now = max(clock.now, lands)
+                return pending.result()
+
+            @property
+            def nonfinite(self):
+                return pending.nonfinite
+        return Landing()
+
+
+def _run_with_waits(monkeypatch, emit_while_waiting: bool):
+    """Three requests of different lengths on an engine timed by a _Clock. Returns the engine, the requests and the
+    outputs in the order they left, each with the tick it left at and whether it left early (emit_early)."""
+    core = make_engine(emit_while_waiting=emit_while_waiting)
+    clock = _Clock()
+    decode_async = core.codec.decode_async
+    monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: clock.codec_call(decode_async(*a, **k)))
+    launch = core._launch_decode
+
+    def launch_running(seqs):
+        inflight = launch(seqs)
+        inflight.event = clock.decode()
+        return inflight
+    monkeypatch.setattr(core, "_launch_decode", launch_running)
+    left = []
+    core.emit_early = lambda outs: left.extend((clock.now, True, o) for o in outs)
+    reqs = [greedy(text, n, voice="vivian", request_id=f"w{i}")
+            for i, (text, n) in enumerate((("Hello world.", 9), ("The quick brown fox.", 6), ("Hi.", 12)))]
+    for r in reqs:
+        core.add_request(r)
+    while core.has_work():
+        outs = core.step()
+        left.extend((clock.now, False, o) for o in outs)
+    assert_all_released(core)
+    return core, reqs, left
+
+
+def _key(o):
+    return (o.request_id, "final") if isinstance(o, FinalRecord) else (o.request_id, o.index)
+
+
+def test_outputs_leave_while_the_host_waits_for_the_decode_and_are_the_same(monkeypatch):
+    """emit_while_waiting: the chunks that land while the host waits for the decode in flight, and the finals they
+    complete, leave through emit_early during that wait, earlier than the step's end would give them; each
+    request's outputs are the same, in the same order, and the reference's audio. Off: all leave at step ends."""
+    core, reqs, on = _run_with_waits(monkeypatch, True)
+    _, _, off = _run_with_waits(monkeypatch, False)
+    assert not any(early for _, early, _ in off)
+    early = [o for _, e, o in on if e]
+    assert any(isinstance(o, AudioChunk) for o in early) and any(isinstance(o, FinalRecord) for o in early)
+    results = {r.request_id: [o for _, _, o in on if o.request_id == r.request_id] for r in reqs}
+    assert_engine_matches_reference("custom_voice", core, results, reqs)
+    for r in reqs:
+        got, want = ([(type(o), getattr(o, "index", None), getattr(o, "pcm", None), getattr(o, "reason", None))
+                      for _, _, o in run if o.request_id == r.request_id] for run in (on, off))
+        assert got == want, r.request_id
+    # each output left no later than without the switch; the early ones before the step's end would have
+    # given them
+    at_off = {_key(o): t for t, _, o in off}
+    assert all(t <= at_off[_key(o)] for t, _, o in on)
+    assert sum(t < at_off[_key(o)] for t, e, o in on if e) == len(early)
+
+
+def test_the_driver_hands_a_steps_early_outputs_on_for_live_requests_only():
+    """CoreDriver.step(emit=...): the core's early outputs go to `emit` at once, those of a request aborted meanwhile
+    dropped and a final record ending its request there; the hook is the core's only for that step."""
+    from voxflow.engine.inprocess import CoreDriver
+
+    class Core:
+        emit_early = None
+
+        def step(self):
+            self.emit_early([AudioChunk("a", 0, b"", 24000, 0, 0, 1), AudioChunk("gone", 0, b"", 24000, 0, 0, 1),
+                             FinalRecord("a", FinishReason.LENGTH)])
+            return [AudioChunk("b", 0, b"", 24000, 0, 0, 1)]
+    core = Core()
+    driver = CoreDriver(core)
+    driver.live |= {"a", "b"}
+    sent = []
+    assert [o.request_id for o in driver.step(emit=sent.extend)] == ["b"]
+    assert [(type(o).__name__, o.request_id) for o in sent] == [("AudioChunk", "a"), ("FinalRecord", "a")]
+    assert driver.live == {"b"} and core.emit_early is None

@@ -426,3 +426,22 @@ def test_gpu_talker_folded_norms_engine_equals_cpu_reference(monkeypatch):
     got = engine_codes("float32", texts=texts, max_num_seqs=16)
     assert paged and any(paged), "the talker's folded path never ran"
     assert_equals_reference(got, texts)
+
+
+def test_gpu_outputs_sent_while_the_host_waits_equal_cpu_reference(monkeypatch):
+    """emit_while_waiting: on a GPU the host polls the codec while it waits for the decode in flight, and the chunks
+    (and finals) that land leave at once (how many depends on the GPU's timing: printed; the CPU test with a
+    simulated clock holds the logic); every request's codes and audio are the CPU loop's."""
+    early = []
+    real = EngineCore._emit_while_waiting
+
+    def spied(self, event):
+        before = sum(self._early_counts)
+        real(self, event)
+        early.append(sum(self._early_counts) - before)
+    monkeypatch.setattr(EngineCore, "_emit_while_waiting", spied)
+    got = engine_codes("float32", texts=TEXTS, emit_while_waiting=True,
+                       streaming=StreamingOptions(initial_chunk_frames=2, chunk_frames=5))
+    print(f"{len(early)} waits polled, {sum(early)} outputs sent early")
+    assert early                                        # the GPU's decodes carried events: the waits were polled
+    assert_equals_reference(got, TEXTS)

@@ -100,6 +100,7 @@ def run_level(core, factory: RequestFactory, level: Level, prompts: list[Prompt]
 def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, seed: int, progress,
                keep_audio: bool = False):
     from voxflow.engine.engine import add_to_core, refusal_kind
+    from voxflow.engine.offline import early_outputs
     from voxflow.engine.request import AudioChunk
     open_loop = level.mode == "open"
     times = poisson_times(len(items), level.rate, seed) if open_loop else [None] * len(items)
@@ -115,37 +116,8 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
         if progress is not None:
             progress.update(1)
 
-    while pending or inflight:
-        now = time.monotonic()
-        admitted = []           # the requests due now, added together (their prompts built in one batched pass)
-        while pending and (cap is None or len(inflight) < cap) and \
-                (not open_loop or origin + pending[0][1] <= now):
-            i, sched = pending.popleft()
-            prompt = items[i]
-            rec = RequestRecord(index=i, prompt_id=prompt.id, warmup=warmup, stream=factory.spec.stream != "off",
-                                scheduled_s=sched, text_chars=len(prompt.text), sample_rate=sr,
-                                sample_rate_source="engine")
-            req = factory(prompt, "w" if warmup else "m")
-            rec.request_id = req.request_id
-            if keep_audio:
-                rec.pcm = bytearray()
-            arrival = origin + sched if open_loop else time.monotonic()
-            rec.start_s = arrival - origin
-            admitted.append((req, rec, arrival))
-            inflight[req.request_id] = (rec, arrival)      # (counted against the cap; refused ones leave below)
-        errors = add_to_core(core, [a[0] for a in admitted]) if admitted else []
-        for (req, rec, arrival), error in zip(admitted, errors):
-            if error is None:
-                continue
-            kind = refusal_kind(error)
-            del inflight[req.request_id]
-            rec.error, rec.error_detail, rec.end_s = kind, str(error)[:300], time.monotonic() - arrival
-            finish(rec)
-        if not core.has_work():
-            if pending and open_loop:
-                time.sleep(max(0.0, origin + pending[0][1] - time.monotonic()))
-            continue
-        for out in core.step():
+    def take(outputs) -> None:
+        for out in outputs:
             entry = inflight.get(out.request_id)
             if entry is None:
                 continue
@@ -172,5 +144,38 @@ def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, s
             elif rec.audio_bytes == 0:
                 rec.error, rec.error_detail = "no_audio", "the request finished without audio"
             finish(rec)
+
+    with early_outputs(core, take):     # (outputs ready before a step's end: EngineConfig.emit_while_waiting)
+        while pending or inflight:
+            now = time.monotonic()
+            admitted = []           # the requests due now, added together (their prompts built in one batched pass)
+            while pending and (cap is None or len(inflight) < cap) and \
+                    (not open_loop or origin + pending[0][1] <= now):
+                i, sched = pending.popleft()
+                prompt = items[i]
+                rec = RequestRecord(index=i, prompt_id=prompt.id, warmup=warmup, stream=factory.spec.stream != "off",
+                                    scheduled_s=sched, text_chars=len(prompt.text), sample_rate=sr,
+                                    sample_rate_source="engine")
+                req = factory(prompt, "w" if warmup else "m")
+                rec.request_id = req.request_id
+                if keep_audio:
+                    rec.pcm = bytearray()
+                arrival = origin + sched if open_loop else time.monotonic()
+                rec.start_s = arrival - origin
+                admitted.append((req, rec, arrival))
+                inflight[req.request_id] = (rec, arrival)      # (counted against the cap; refused ones leave below)
+            errors = add_to_core(core, [a[0] for a in admitted]) if admitted else []
+            for (req, rec, arrival), error in zip(admitted, errors):
+                if error is None:
+                    continue
+                kind = refusal_kind(error)
+                del inflight[req.request_id]
+                rec.error, rec.error_detail, rec.end_s = kind, str(error)[:300], time.monotonic() - arrival
+                finish(rec)
+            if not core.has_work():
+                if pending and open_loop:
+                    time.sleep(max(0.0, origin + pending[0][1] - time.monotonic()))
+                continue
+            take(core.step())
     done.sort(key=lambda r: r.index)
     return done

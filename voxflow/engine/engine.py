@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -55,6 +56,9 @@ log = logging.getLogger("voxflow.engine")
 # waiting + prefill (until the host has launched its last prefill chunk), until its first frame is read back (the
 # first decode step(s), with the prefill's GPU work), until its first PCM chunk is out (the codec).
 TTFP_PARTS = ("prepare", "queue_and_prefill", "first_frame", "first_chunk")
+# emit_while_waiting: how long the host sleeps between two polls of the codec while the decode in flight runs (a
+# poll that finds nothing costs a few microseconds; the chunk that lands waits at most this long)
+EMIT_POLL_S = 1e-4
 CODEC_NAN_ERROR = ("the codec decoder produced NaN audio (a half-precision overflow?); the server can run it in "
                    "fp32: --codec-dtype float32")
 
@@ -184,6 +188,10 @@ class EngineCore:
         self._inflight: InflightDecode | None = None
         self._first_chunk_due = False       # the last step launched a first chunk: the next one waits for it
         self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
+        # Set by the driver for one step (CoreDriver.step(emit=...)): where the outputs that are ready while the
+        # host waits for the decode in flight go at once (EngineConfig.emit_while_waiting)
+        self.emit_early: Callable[[list[Output]], None] | None = None
+        self._early_counts = [0, 0]                  # this step's chunks / finals that went out early
         self._frame_listeners: list = []             # add_frame_listener
         self.live: dict[str, _Live] = {}
         self.steps = 0
@@ -453,7 +461,10 @@ class EngineCore:
 
         launched, t2, t3 = self._queue_prefill_and_decode(sched, t1)
         previous, self._inflight = self._inflight, launched
+        self._early_counts = [0, 0]
         if previous is not None:
+            if self.config.emit_while_waiting and self.emit_early is not None and previous.event is not None:
+                self._emit_while_waiting(previous.event)
             self._collect_decode(previous)
         if self._first_chunk_due:
             # The last step launched a first chunk: wait for it now, with this step's decode already queued behind
@@ -504,8 +515,9 @@ class EngineCore:
                     marks, marks[1:])} | {"first_chunk_wait": round(waited * 1e3, 3)},
                 "decode": len(sched.decode), "prefill": len(sched.prefill),
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
-                "chunks": sum(isinstance(o, AudioChunk) for o in outputs),
-                "finished": sum(isinstance(o, FinalRecord) for o in outputs),
+                "chunks": sum(isinstance(o, AudioChunk) for o in outputs) + self._early_counts[0],
+                "finished": sum(isinstance(o, FinalRecord) for o in outputs) + self._early_counts[1],
+                "early": sum(self._early_counts),
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
@@ -543,6 +555,22 @@ class EngineCore:
         t["launch_decode"] += t2 - t1
         t["prefill"] += t3 - t2
         return launched, t1 + (t3 - t2), t3
+
+    def _emit_while_waiting(self, event) -> None:
+        """Until `event` (the decode in flight) completes: the codec chunks that land, and the final records of the
+        requests they complete, go out through `emit_early` at once, rather than at the end of this step, after
+        the wait. Polled every EMIT_POLL_S; each batch in the order the step's end would have given it."""
+        while not event.query():
+            outputs: list[Output] = []
+            self._emit_chunks(outputs)
+            for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
+                outputs.append(self._retire(self._finishing[rid]))
+            if outputs:
+                self._early_counts[0] += sum(isinstance(o, AudioChunk) for o in outputs)
+                self._early_counts[1] += sum(isinstance(o, FinalRecord) for o in outputs)
+                self.emit_early(outputs)
+            else:
+                time.sleep(EMIT_POLL_S)
 
     def _emit_chunks(self, outputs: list[Output], block: bool = False, block_oldest: bool = False) -> None:
         """The codec chunks that have landed into `outputs` as AudioChunks (block: wait for every launched call;

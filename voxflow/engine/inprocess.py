@@ -109,10 +109,22 @@ class CoreDriver:
     def has_work(self) -> bool:
         return self.core.has_work()
 
-    def step(self) -> list[EngineOutput]:
+    def step(self, emit: Callable[[list[EngineOutput]], None] | None = None) -> list[EngineOutput]:
+        """The core's step; its outputs for requests still live. `emit`: where the outputs the core has ready
+        before the step ends go at once (EngineConfig.emit_while_waiting; a core without `emit_early` ignores it)."""
         self.last_work = time.monotonic()
+        early = emit is not None and hasattr(self.core, "emit_early")
+        if early:
+            self.core.emit_early = lambda outs: emit(self._live_outputs(outs))
+        try:
+            return self._live_outputs(self.core.step())
+        finally:
+            if early:
+                self.core.emit_early = None
+
+    def _live_outputs(self, outputs: list[EngineOutput]) -> list[EngineOutput]:
         outs = []
-        for out in self.core.step():
+        for out in outputs:
             if out.request_id not in self.live:
                 continue                # aborted meanwhile: its ABORTED record has been sent
             if isinstance(out, FinalRecord):
@@ -202,7 +214,7 @@ class InProcessEngineClient(EngineClient):
                         self._emit(d.stop())
                         return
                 if d.has_work():
-                    self._emit(d.step())
+                    self._emit(d.step(emit=self._emit))
                 elif not self._commands:
                     # No lost wake-up: a command posted after the check above has set the event.
                     self._wake.wait()

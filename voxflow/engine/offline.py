@@ -1,6 +1,7 @@
 """Offline batch synthesis: many requests through the batched engine in-process, no HTTP, with progress."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -41,8 +42,9 @@ def run_offline(core: EngineCore, requests: Iterable[SpeechRequest],
             res.final = FinalRecord(req.request_id, FinishReason.ERROR, error=str(error))
             if on_finish:
                 on_finish(res)
-    while core.has_work():
-        for out in core.step():
+
+    def take(outputs) -> None:
+        for out in outputs:
             res = results[out.request_id]
             if isinstance(out, AudioChunk):
                 res.chunks.append(out)
@@ -50,4 +52,21 @@ def run_offline(core: EngineCore, requests: Iterable[SpeechRequest],
                 res.final = out
                 if on_finish:
                     on_finish(res)
+    with early_outputs(core, take):
+        while core.has_work():
+            take(core.step())
     return [results[rid] for rid in order]
+
+
+@contextlib.contextmanager
+def early_outputs(core, take: Callable[[list], None]):
+    """While the block runs, the outputs `core` has ready before a step ends (EngineConfig.emit_while_waiting) go
+    to `take` at once, as the step's own outputs do after it (a core without `emit_early`: nothing to do)."""
+    if not hasattr(core, "emit_early"):
+        yield
+        return
+    core.emit_early = take
+    try:
+        yield
+    finally:
+        core.emit_early = None

@@ -142,7 +142,7 @@ def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
                 sock.send(wire.pack(["stopped"]))
                 return
         if driver.has_work():
-            send_outputs(driver.step())
+            send_outputs(driver.step(emit=send_outputs))
 
 
 def _last_words(sock: zmq.Socket, kind: str, e: BaseException) -> None:
