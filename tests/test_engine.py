@@ -885,7 +885,8 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     assert all((r["prefill"] > 0) == (r["prefill_tokens"] > 0) for r in lines) and sum(r["prefill"] for r in lines) >= 3
     assert all(b["t"] >= a["t"] for a, b in zip(lines, lines[1:]))
     assert set(lines[0]["ms"]) == {"schedule", "prefill", "launch_decode", "collect_decode", "first_chunk_wait",
-                                   "codec_launch", "codec_collect"}
+                                   "emit_early", "codec_launch", "codec_collect"}
+    assert all(r["early_chunks"] == r["early_finished"] == 0 and r["ms"]["emit_early"] == 0 for r in lines)  # off
     assert all(r["ms"]["first_chunk_wait"] >= 0 and r["ms"]["collect_decode"] >= 0 for r in lines)
     assert all(r["gc_ms"] >= 0 for r in lines)
     # codec calls launched and not collected at a step's end: none left once every request has finished
@@ -1287,10 +1288,9 @@ class _Clock:
         return Landing()
 
 
-def _run_with_waits(monkeypatch, emit_while_waiting: bool):
-    """Three requests of different lengths on an engine timed by a _Clock. Returns the engine, the requests and the
-    outputs in the order they left, each with the tick it left at and whether it left early (emit_early)."""
-    core = make_engine(emit_while_waiting=emit_while_waiting)
+def _clocked_engine(monkeypatch, **kw):
+    """make_engine(**kw) timed by a _Clock: its decodes carry the clock's events, its codec calls land by it."""
+    core = make_engine(**kw)
     clock = _Clock()
     decode_async = core.codec.decode_async
     monkeypatch.setattr(core.codec, "decode_async", lambda *a, **k: clock.codec_call(decode_async(*a, **k)))
@@ -1301,10 +1301,21 @@ def _run_with_waits(monkeypatch, emit_while_waiting: bool):
         inflight.event = clock.decode()
         return inflight
     monkeypatch.setattr(core, "_launch_decode", launch_running)
+    return core, clock
+
+
+def _three_requests(prefix="w"):
+    return [greedy(text, n, voice="vivian", request_id=f"{prefix}{i}")
+            for i, (text, n) in enumerate((("Hello world.", 9), ("The quick brown fox.", 6), ("Hi.", 12)))]
+
+
+def _run_with_waits(monkeypatch, emit_while_waiting: bool):
+    """Three requests of different lengths on an engine timed by a _Clock. Returns the engine, the requests and the
+    outputs in the order they left, each with the tick it left at and whether it left early (emit_early)."""
+    core, clock = _clocked_engine(monkeypatch, emit_while_waiting=emit_while_waiting)
     left = []
     core.emit_early = lambda outs: left.extend((clock.now, True, o) for o in outs)
-    reqs = [greedy(text, n, voice="vivian", request_id=f"w{i}")
-            for i, (text, n) in enumerate((("Hello world.", 9), ("The quick brown fox.", 6), ("Hi.", 12)))]
+    reqs = _three_requests()
     for r in reqs:
         core.add_request(r)
     while core.has_work():
@@ -1338,6 +1349,77 @@ def test_outputs_leave_while_the_host_waits_for_the_decode_and_are_the_same(monk
     at_off = {_key(o): t for t, _, o in off}
     assert all(t <= at_off[_key(o)] for t, _, o in on)
     assert sum(t < at_off[_key(o)] for t, e, o in on if e) == len(early)
+
+
+def _early_total(core) -> int:
+    return core._early_chunks + core._early_finals
+
+
+def test_the_offline_runner_and_the_driver_take_early_outputs(monkeypatch):
+    """run_offline and CoreDriver.step(emit=...) hand the engine their output handling for its early outputs: with
+    emit_while_waiting on, some leave early, and every request is whole (chunks in order, its final last) and the
+    reference's."""
+    from voxflow.engine.inprocess import CoreDriver
+    from voxflow.engine.offline import run_offline
+    sent = []
+    monkeypatch.setattr(EngineCore, "_emit_while_waiting", _counting(EngineCore._emit_while_waiting, sent))
+    core, _ = _clocked_engine(monkeypatch, emit_while_waiting=True)
+    reqs = _three_requests("o")
+    results = run_offline(core, reqs)
+    assert sum(sent) > 0 and core.emit_early is None
+    assert_engine_matches_reference("custom_voice", core, {r.request.request_id: [*r.chunks, r.final]
+                                                          for r in results}, reqs)
+    sent.clear()
+    core, _ = _clocked_engine(monkeypatch, emit_while_waiting=True)
+    driver, got = CoreDriver(core), []
+    reqs = _three_requests("d")
+    driver.add_many(reqs)
+    while driver.has_work():
+        got += driver.step(emit=got.extend)
+    assert sum(sent) > 0 and core.emit_early is None and not driver.live
+    assert_engine_matches_reference("custom_voice", core, {r.request_id: [o for o in got if o.request_id ==
+                                                                          r.request_id] for r in reqs}, reqs)
+
+
+def _counting(real, sent: list):
+    def spied(self, event):
+        before = _early_total(self)
+        error = real(self, event)
+        sent.append(_early_total(self) - before)
+        return error
+    return spied
+
+
+def test_an_early_emit_that_fails_raises_from_a_whole_step(monkeypatch):
+    """An emit_early that raises ends the step's polling; the step finishes (the decode it waited for read, the
+    codec launched) and raises the error; the engine goes on from there and every request that still has a record
+    ends whole."""
+    core, _ = _clocked_engine(monkeypatch, emit_while_waiting=True)
+    reqs = _three_requests("f")
+    for r in reqs:
+        core.add_request(r)
+    got, failed = [], []
+
+    def emit(outs):
+        if not failed:
+            failed.append([o.request_id for o in outs])
+            raise RuntimeError("the client is gone")
+        got.extend(outs)
+    core.emit_early = emit
+    steps_before = None
+    while core.has_work():
+        steps_before = core.steps
+        try:
+            got += core.step()
+        except RuntimeError as e:
+            assert str(e) == "the client is gone" and core.steps == steps_before + 1
+            core.block_manager.check_invariants()
+    assert failed                                   # it raised once, mid-run
+    assert_all_released(core)
+    for r in reqs:
+        outs = [o for o in got if o.request_id == r.request_id]
+        chunks = [o.index for o in outs if isinstance(o, AudioChunk)]
+        assert chunks == sorted(chunks) and all(not isinstance(o, FinalRecord) for o in outs[:-1])
 
 
 def test_the_driver_hands_a_steps_early_outputs_on_for_live_requests_only():

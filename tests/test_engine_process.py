@@ -134,3 +134,49 @@ def test_killed_engine_process_ends_waiting_requests():
         finally:
             await proc.shutdown(drain=False)
     asyncio.run(asyncio.wait_for(main(), 120))
+
+
+class EarlyCore:
+    """A core whose step hands its first chunk to `emit_early` (as EngineCore does with emit_while_waiting, while
+    it waits for the decode in flight) and returns the second chunk and the final record at its end."""
+
+    def __init__(self):
+        self.emit_early = None
+        self.waiting = []
+
+    def info(self):
+        return {"name": "early", "family": "test", "task": "custom_voice", "sample_rate": 24000,
+                "voices": ["vivian"], "languages": ["auto"], "supports_instructions": False}
+
+    def add_request(self, request):
+        self.waiting.append(request.request_id)
+
+    def abort(self, request_id):
+        self.waiting.remove(request_id)
+
+    def has_work(self):
+        return bool(self.waiting)
+
+    def stats(self):
+        return {"running": len(self.waiting), "waiting": 0}
+
+    def shutdown(self):
+        pass
+
+    def step(self):
+        rid = self.waiting.pop(0)
+        pcm = np.full(1920, 0.25, "<f4").tobytes()
+        self.emit_early([AudioChunk(rid, 0, pcm, 24000, 1920, 0, 1)])
+        from voxflow.engine.request import FinalRecord, Usage
+        return [AudioChunk(rid, 1, pcm, 24000, 1920, 1, 1), FinalRecord(rid, FinishReason.LENGTH, Usage(1, 2, 0.16))]
+
+
+def test_the_engine_process_sends_a_steps_early_outputs_before_its_own():
+    """process.py's loop hands its driver the socket's send for the step's early outputs: a chunk the core has
+    ready mid-step reaches the client, before the step's own chunk and final record, in order."""
+    async def main():
+        async with ProcessEngineClient(EarlyCore, startup_timeout=60) as proc:
+            outs = [o async for o in proc.generate(request("e"))]
+            assert [(type(o).__name__, getattr(o, "index", None)) for o in outs] == [
+                ("AudioChunk", 0), ("AudioChunk", 1), ("FinalRecord", None)]
+    asyncio.run(main())

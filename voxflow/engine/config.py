@@ -92,8 +92,9 @@ class EngineConfig:
                                                # measured on the GPU
     emit_while_waiting: bool = False           # while the host waits for the decode in flight, poll the codec: the
                                                # chunks that land (and the finals they complete) go out at once
-                                               # through the driver, not at the step's end, one wait later (a
-                                               # GPU's wait is ~5 ms of a 0.6B c=64 step); off until measured
+                                               # through the engine process's or offline runner's driver, instead
+                                               # of after the wait, at the step's end (the wait: ~5 ms of a 0.6B
+                                               # c=64 step on a GPU); off until measured
     eager_first_chunk: int = 4                 # up to this many running requests, a first chunk launched in a
                                                # step is waited for in the next, right after that step's decode is
                                                # queued (0: never; it is collected when it lands)

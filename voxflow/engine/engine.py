@@ -57,7 +57,7 @@ log = logging.getLogger("voxflow.engine")
 # first decode step(s), with the prefill's GPU work), until its first PCM chunk is out (the codec).
 TTFP_PARTS = ("prepare", "queue_and_prefill", "first_frame", "first_chunk")
 # emit_while_waiting: how long the host sleeps between two polls of the codec while the decode in flight runs (a
-# poll that finds nothing costs a few microseconds; the chunk that lands waits at most this long)
+# poll that finds nothing costs a few microseconds; a sleep overshoots by the OS's timer slack, ~50 us on Linux)
 EMIT_POLL_S = 1e-4
 CODEC_NAN_ERROR = ("the codec decoder produced NaN audio (a half-precision overflow?); the server can run it in "
                    "fp32: --codec-dtype float32")
@@ -191,7 +191,8 @@ class EngineCore:
         # Set by the driver for one step (CoreDriver.step(emit=...)): where the outputs that are ready while the
         # host waits for the decode in flight go at once (EngineConfig.emit_while_waiting)
         self.emit_early: Callable[[list[Output]], None] | None = None
-        self._early_counts = [0, 0]                  # this step's chunks / finals that went out early
+        self._early_chunks = self._early_finals = 0  # this step's outputs that went out early
+        self._early_seconds = 0.0                    # the host's time in this step's emit_early calls
         self._frame_listeners: list = []             # add_frame_listener
         self.live: dict[str, _Live] = {}
         self.steps = 0
@@ -201,7 +202,7 @@ class EngineCore:
         self._ttfp_count = 0
         # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
         self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
-                                      "first_chunk_wait", "codec_launch", "codec_collect"), 0.0)
+                                      "first_chunk_wait", "emit_early", "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
         if getattr(model, "preloaded_text_rows", None):     # the prompt rows made at load: (ids,) bytes, seconds
@@ -461,10 +462,12 @@ class EngineCore:
 
         launched, t2, t3 = self._queue_prefill_and_decode(sched, t1)
         previous, self._inflight = self._inflight, launched
-        self._early_counts = [0, 0]
+        self._early_chunks = self._early_finals = 0
+        self._early_seconds = 0.0
+        emit_error = None
         if previous is not None:
             if self.config.emit_while_waiting and self.emit_early is not None and previous.event is not None:
-                self._emit_while_waiting(previous.event)
+                emit_error = self._emit_while_waiting(previous.event)
             self._collect_decode(previous)
         if self._first_chunk_due:
             # The last step launched a first chunk: wait for it now, with this step's decode already queued behind
@@ -477,8 +480,9 @@ class EngineCore:
         else:
             waited = 0.0
         t4 = time.perf_counter()
-        t["collect_decode"] += t4 - t3 - waited
+        t["collect_decode"] += t4 - t3 - waited - self._early_seconds
         t["first_chunk_wait"] += waited
+        t["emit_early"] += self._early_seconds
         # Chunks of the frames queued so far (up to the step just read): the codec stream waits only for that step.
         codec_launched = self.codec_exec.launch(after=previous.event if previous is not None else None)
         if launched is not None and self._queue_frames(launched):
@@ -510,17 +514,20 @@ class EngineCore:
             marks = (t0, t1, t2, t3, t4, t5, t6)
             self.trace.write({
                 "step": self.steps, "t": round(self._mono_at(t0), 6),
-                "ms": {k: round((b - a - (waited if k == "collect_decode" else 0.0)) * 1e3, 3) for k, a, b in zip(
-                    ("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch", "codec_collect"),
-                    marks, marks[1:])} | {"first_chunk_wait": round(waited * 1e3, 3)},
+                "ms": {k: round((b - a - (waited + self._early_seconds if k == "collect_decode" else 0.0)) * 1e3, 3)
+                       for k, a, b in zip(("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
+                                           "codec_collect"), marks, marks[1:])}
+                | {"first_chunk_wait": round(waited * 1e3, 3), "emit_early": round(self._early_seconds * 1e3, 3)},
                 "decode": len(sched.decode), "prefill": len(sched.prefill),
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
-                "chunks": sum(isinstance(o, AudioChunk) for o in outputs) + self._early_counts[0],
-                "finished": sum(isinstance(o, FinalRecord) for o in outputs) + self._early_counts[1],
-                "early": sum(self._early_counts),
+                "chunks": sum(isinstance(o, AudioChunk) for o in outputs) + self._early_chunks,
+                "finished": sum(isinstance(o, FinalRecord) for o in outputs) + self._early_finals,
+                "early_chunks": self._early_chunks, "early_finished": self._early_finals,
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
+        if emit_error is not None:
+            raise emit_error            # (after a whole step: the engine's state is as after any other)
         return outputs
 
     def _queue_prefill_and_decode(self, sched, t1: float) -> tuple[InflightDecode | None, float, float]:
@@ -556,21 +563,30 @@ class EngineCore:
         t["prefill"] += t3 - t2
         return launched, t1 + (t3 - t2), t3
 
-    def _emit_while_waiting(self, event) -> None:
-        """Until `event` (the decode in flight) completes: the codec chunks that land, and the final records of the
-        requests they complete, go out through `emit_early` at once, rather than at the end of this step, after
-        the wait. Polled every EMIT_POLL_S; each batch in the order the step's end would have given it."""
-        while not event.query():
+    def _emit_while_waiting(self, event) -> BaseException | None:
+        """Until `event` (the decode in flight) completes, while codec calls are in flight: the chunks that land, and
+        the final records of the requests they complete, go out through `emit_early` at once rather than at the end
+        of this step, after the wait; each batch in the order the step's end would have given it. Polled every
+        EMIT_POLL_S. An emit_early that raises ends the polling: its error is returned, for the step to raise once
+        it is whole (its batch is lost, as a step's outputs are when their delivery fails)."""
+        while self.codec_exec.busy and not event.query():
             outputs: list[Output] = []
             self._emit_chunks(outputs)
             for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
                 outputs.append(self._retire(self._finishing[rid]))
-            if outputs:
-                self._early_counts[0] += sum(isinstance(o, AudioChunk) for o in outputs)
-                self._early_counts[1] += sum(isinstance(o, FinalRecord) for o in outputs)
-                self.emit_early(outputs)
-            else:
+            if not outputs:
                 time.sleep(EMIT_POLL_S)
+                continue
+            self._early_chunks += sum(isinstance(o, AudioChunk) for o in outputs)
+            self._early_finals += sum(isinstance(o, FinalRecord) for o in outputs)
+            started = time.perf_counter()
+            try:
+                self.emit_early(outputs)
+            except BaseException as e:          # noqa: BLE001 - raised by the step once it is whole
+                return e
+            finally:
+                self._early_seconds += time.perf_counter() - started
+        return None
 
     def _emit_chunks(self, outputs: list[Output], block: bool = False, block_oldest: bool = False) -> None:
         """The codec chunks that have landed into `outputs` as AudioChunks (block: wait for every launched call;

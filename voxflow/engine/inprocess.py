@@ -115,12 +115,12 @@ class CoreDriver:
         self.last_work = time.monotonic()
         early = emit is not None and hasattr(self.core, "emit_early")
         if early:
-            self.core.emit_early = lambda outs: emit(self._live_outputs(outs))
+            before, self.core.emit_early = self.core.emit_early, lambda outs: emit(self._live_outputs(outs))
         try:
             return self._live_outputs(self.core.step())
         finally:
             if early:
-                self.core.emit_early = None
+                self.core.emit_early = before
 
     def _live_outputs(self, outputs: list[EngineOutput]) -> list[EngineOutput]:
         outs = []
@@ -214,7 +214,9 @@ class InProcessEngineClient(EngineClient):
                         self._emit(d.stop())
                         return
                 if d.has_work():
-                    self._emit(d.step(emit=self._emit))
+                    # (no early outputs here: polling while the GPU runs would take the GIL from the event loop's
+                    # thread every ~0.1 ms; the engine process and the offline runners take them)
+                    self._emit(d.step())
                 elif not self._commands:
                     # No lost wake-up: a command posted after the check above has set the event.
                     self._wake.wait()

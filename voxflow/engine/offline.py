@@ -65,8 +65,8 @@ def early_outputs(core, take: Callable[[list], None]):
     if not hasattr(core, "emit_early"):
         yield
         return
-    core.emit_early = take
+    before, core.emit_early = core.emit_early, take
     try:
         yield
     finally:
-        core.emit_early = None
+        core.emit_early = before
