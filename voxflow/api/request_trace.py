@@ -21,7 +21,6 @@ The file grows by ~0.5 KB a request: a diagnosis switch, not one to leave on.
 from __future__ import annotations
 
 import json
-import threading
 
 from voxflow.engine.request import AudioChunk, FinalRecord
 
@@ -32,18 +31,14 @@ class RequestTrace:
 
     def __init__(self, path: str):
         self.path = path
-        self._file = open(path, "a", buffering=1)
-        self._lock = threading.Lock()        # (the event loop's thread writes; the lock keeps close() safe anywhere)
+        self._file = open(path, "a", buffering=1)    # (written and closed on the event loop's thread only)
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record) + "\n"
-        with self._lock:
-            if not self._file.closed:
-                self._file.write(line)
+        if not self._file.closed:                   # (a request draining after the app's lifespan closed it)
+            self._file.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
-        with self._lock:
-            self._file.close()
+        self._file.close()
 
 
 def _round(t: float | None) -> float | None:

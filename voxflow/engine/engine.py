@@ -91,6 +91,20 @@ def add_to_core(core, requests: list[SpeechRequest]) -> list[Exception | None]:
     return errors
 
 
+@contextlib.contextmanager
+def early_outputs(core, take: Callable[[list], None]):
+    """While the block runs, the outputs `core` has ready before a step ends (EngineConfig.emit_while_waiting) go
+    to `take` at once, as the step's own outputs do after it (a core without `emit_early`: nothing to do)."""
+    if not hasattr(core, "emit_early"):
+        yield
+        return
+    before, core.emit_early = core.emit_early, take
+    try:
+        yield
+    finally:
+        core.emit_early = before
+
+
 def _options_error(request: SpeechRequest) -> ValueError | None:
     """check_options' ValueError for the request, or None."""
     try:
@@ -506,8 +520,7 @@ class EngineCore:
             self._emit_chunks(outputs, block_oldest=idle)
         else:
             self._emit_chunks(outputs, block=idle)
-        for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
-            outputs.append(self._retire(self._finishing[rid]))
+        self._retire_drained(outputs)
         t6 = time.perf_counter()
         t["codec_collect"] += t6 - t5
         if self.trace is not None:
@@ -572,8 +585,7 @@ class EngineCore:
         while self.codec_exec.busy and not event.query():
             outputs: list[Output] = []
             self._emit_chunks(outputs)
-            for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
-                outputs.append(self._retire(self._finishing[rid]))
+            self._retire_drained(outputs)
             if not outputs:
                 time.sleep(EMIT_POLL_S)
                 continue
@@ -587,6 +599,11 @@ class EngineCore:
             finally:
                 self._early_seconds += time.perf_counter() - started
         return None
+
+    def _retire_drained(self, outputs: list[Output]) -> None:
+        """The final records of the finishing requests whose last chunks have all been collected, into `outputs`."""
+        for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
+            outputs.append(self._retire(self._finishing[rid]))
 
     def _emit_chunks(self, outputs: list[Output], block: bool = False, block_oldest: bool = False) -> None:
         """The codec chunks that have landed into `outputs` as AudioChunks (block: wait for every launched call;

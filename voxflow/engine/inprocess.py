@@ -21,7 +21,7 @@ import traceback
 from typing import Any, Callable
 
 from .client import EngineClient, EngineOutput
-from .engine import add_to_core, refusal_kind
+from .engine import add_to_core, early_outputs, refusal_kind
 from .request import FinalRecord, FinishReason, SpeechRequest
 
 log = logging.getLogger(__name__)
@@ -113,14 +113,10 @@ class CoreDriver:
         """The core's step; its outputs for requests still live. `emit`: where the outputs the core has ready
         before the step ends go at once (EngineConfig.emit_while_waiting; a core without `emit_early` ignores it)."""
         self.last_work = time.monotonic()
-        early = emit is not None and hasattr(self.core, "emit_early")
-        if early:
-            before, self.core.emit_early = self.core.emit_early, lambda outs: emit(self._live_outputs(outs))
-        try:
+        if emit is None:
             return self._live_outputs(self.core.step())
-        finally:
-            if early:
-                self.core.emit_early = before
+        with early_outputs(self.core, lambda outs: emit(self._live_outputs(outs))):
+            return self._live_outputs(self.core.step())
 
     def _live_outputs(self, outputs: list[EngineOutput]) -> list[EngineOutput]:
         outs = []

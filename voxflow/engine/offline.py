@@ -1,14 +1,13 @@
 """Offline batch synthesis: many requests through the batched engine in-process, no HTTP, with progress."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
 
 from ..audio.io import pcm_from_bytes
-from .engine import EngineCore, add_to_core
+from .engine import EngineCore, add_to_core, early_outputs
 from .request import AudioChunk, FinalRecord, SpeechRequest
 
 
@@ -57,16 +56,3 @@ def run_offline(core: EngineCore, requests: Iterable[SpeechRequest],
             take(core.step())
     return [results[rid] for rid in order]
 
-
-@contextlib.contextmanager
-def early_outputs(core, take: Callable[[list], None]):
-    """While the block runs, the outputs `core` has ready before a step ends (EngineConfig.emit_while_waiting) go
-    to `take` at once, as the step's own outputs do after it (a core without `emit_early`: nothing to do)."""
-    if not hasattr(core, "emit_early"):
-        yield
-        return
-    before, core.emit_early = core.emit_early, take
-    try:
-        yield
-    finally:
-        core.emit_early = before
