@@ -12,7 +12,8 @@ reference computed in fp32 from the same bf16 inputs: rtol 2^-7 = one bf16 ulp (
 output; the interpreter's fp32 -> bf16 cast truncates, so up to a whole ulp here, half of one on a GPU) + atol
 1e-5, and for the tensor-core variant atol 2^-8: its softmax weights are rounded to TF32 (2^-11 relative) and
 normalised by the same rounded weights, so the output moves by <= 2^-10 x max |v| (< 2^-8 for these unit-normal
-values); reference vs gather + eager (fp32) 1e-6.
+values); reference vs gather + eager (fp32) 1e-6. An fp8 pool (kv_cache_dtype) with bf16 queries: the bf16
+tolerances, the reference reading the same fp8 values (the kernel widens them exactly).
 """
 import importlib.util
 import os
@@ -66,6 +67,8 @@ KERNEL_CASES = [
     ([9, 40, 66], 2, 2, 16, 8, "bfloat16", 1, True),
     ([3, 24], 1, 3, 16, 8, "float32", 4, False),          # a group that is not a power of two
     ([5, 40], 1, 2, 24, 8, "float32", 2, False),          # a head_dim that is not a power of two (masked lanes)
+    ([1, 37, 70], 2, 1, 16, 8, "float8_e4m3fn", 2, False),    # fp8 pools (kv_cache_dtype), bf16 queries
+    ([9, 40, 66], 2, 2, 16, 8, "float8_e4m3fn", 1, True),
 ]
 
 
@@ -76,8 +79,9 @@ def run_kernel_cases() -> None:
     assert os.environ.get("TRITON_INTERPRET") == "1"
     for i, (lens, hkv, group, d, bs, dtype_name, splits, strided, tensor_cores) in enumerate(
             (*case, tc) for case in KERNEL_CASES for tc in (False, True)):
-        dtype = getattr(torch, dtype_name)
-        k_pool, v_pool, tables, ctx, gen = random_pages(lens, hkv, d, bs, dtype, seed=i)
+        pool_dtype = getattr(torch, dtype_name)
+        dtype = torch.bfloat16 if pool_dtype == torch.float8_e4m3fn else pool_dtype       # the queries'
+        k_pool, v_pool, tables, ctx, gen = random_pages(lens, hkv, d, bs, pool_dtype, seed=i)
         q = torch.randn(len(lens), hkv * group, d, generator=gen).to(dtype)
         if strided:             # rows not adjacent in memory: the kernel must follow q's strides
             q = q.transpose(0, 1).contiguous().transpose(0, 1)
@@ -113,7 +117,8 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, ex
                                      tensor_cores=tensor_cores, k_new=k_new, v_new=v_new, slots=slots)
     torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"append {i}: {m}")
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
-        assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].nan_to_num(7.0), new.nan_to_num(7.0)), i
+        assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].float().nan_to_num(7.0),
+                           new.float().nan_to_num(7.0)), i
 
 
 def check_tf32_rounding() -> None:

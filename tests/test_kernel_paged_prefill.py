@@ -42,7 +42,8 @@ def packed_case(spans, hkv, group, d, bs, dtype, seed):
             k_pool[page, pos] = torch.randn(hkv, d, generator=gen).to(dtype)
             v_pool[page, pos] = torch.randn(hkv, d, generator=gen).to(dtype)
     rows = sum(e - s for s, e in spans)
-    q = torch.randn(rows + 5, hkv * group, d, generator=gen).to(dtype)        # 5 padding rows past the chunks
+    q_dtype = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype      # an fp8 pool: bf16 queries
+    q = torch.randn(rows + 5, hkv * group, d, generator=gen).to(q_dtype)      # 5 padding rows past the chunks
     return q, k_pool, v_pool, tables
 
 
@@ -88,6 +89,7 @@ KERNEL_CASES = [
     ([(10, 11), (0, 17), (30, 64)], 2, 2, 16, 4, "float32", 32),      # a lone row after a prefix
     ([(0, 5), (3, 40), (16, 32)], 2, 2, 16, 8, "bfloat16", 32),
     ([(0, 20)], 2, 4, 8, 8, "float32", 16),                           # head_dim under 16: padded lanes
+    ([(0, 5), (3, 40), (16, 32)], 2, 2, 16, 8, "float8_e4m3fn", 32),  # fp8 pools (kv_cache_dtype)
 ]
 
 
@@ -99,6 +101,7 @@ def check_kernel_cases() -> None:
         scale = d ** -0.5
         out = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n)
         ref = ppa.paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, tiles, scale)
+        dtype = q.dtype                   # the output's, and the tolerances' (an fp8 pool: its bf16 queries')
         assert out.dtype == dtype and out.shape == q.shape and not out.isnan().any(), i
         rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2 ** -6, 1e-2)
         torch.testing.assert_close(out.float(), ref, rtol=rtol, atol=atol, msg=lambda m: f"case {i}: {m}")

@@ -1,5 +1,6 @@
 """GPU checks of the paged decode-attention kernel (run on the device machine:
 `python -m pytest tests/gpu/test_gpu_paged_attention.py -q`); skipped where there is no CUDA.
+fp8 pools (kv_cache_dtype) with bf16 queries: the bf16 tolerances against the reference over the same fp8 values.
 
 At the real talker head shapes (16 query heads, 8 KV heads, head_dim 128, 16-token pages) the kernel must match
 `paged_decode_attention_ref` (fp32 math from the same inputs) for ragged contexts on shuffled pages whose unused
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import voxflow.kernels as K
+from voxflow.kernels import as_stored
 from voxflow.engine.model_api import PagedKVContext
 import voxflow.kernels.paged_decode_attention as pda
 from voxflow.kernels.paged_decode_attention import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,
@@ -48,6 +50,14 @@ def ragged_lens(batch, max_len, seed):
     return lens
 
 
+def set_nan(pool, index):
+    """NaN into those slots of a pool (an fp8 one through its bytes: e4m3fn's NaN is 0x7F)."""
+    if pool.dtype == torch.float8_e4m3fn:
+        as_stored(pool).view(-1, *pool.shape[2:])[index] = 0x7F
+    else:
+        pool.view(-1, *pool.shape[2:])[index] = float("nan")
+
+
 def fill_pages(k_pool, v_pool, tables, lens, seed):
     """Random rows on shuffled pages (tables rewritten in place); slots outside every context set to NaN."""
     gen = torch.Generator().manual_seed(seed)
@@ -65,7 +75,7 @@ def fill_pages(k_pool, v_pool, tables, lens, seed):
     cuda_gen = torch.Generator("cuda").manual_seed(seed)
     for pool in (k_pool, v_pool):
         pool.copy_(torch.randn(pool.shape, generator=cuda_gen, device="cuda"))
-        pool.view(-1, *pool.shape[2:])[~valid.cuda()] = float("nan")
+        set_nan(pool, ~valid.cuda())
     tables.copy_(new_tables)
 
 
@@ -92,6 +102,29 @@ def test_kernel_matches_reference_at_real_shapes(batch, dtype, splits, tensor_co
     ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
     assert out.dtype == dtype and not out.isnan().any()
     torch.testing.assert_close(out.float(), ref, **tol(dtype, tensor_cores))
+
+
+@pytest.mark.parametrize("tensor_cores", [False, True])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_kernel_over_fp8_pools_matches_reference_at_real_shapes(batch, tensor_cores):
+    """kv_cache_dtype=fp8: e4m3 pools, bf16 queries. The reference reads the same fp8 values (widening is exact), so
+    the bf16 tolerances hold; the new token handed over in the pool's dtype is written and attended as stored."""
+    lens = ragged_lens(batch, 2000, seed=batch)
+    _, k_pool, v_pool, tables, lens = paged_batch(lens, torch.float8_e4m3fn, seed=batch)
+    q = torch.randn(batch, HQ, D, device="cuda", generator=torch.Generator("cuda").manual_seed(9)).to(torch.bfloat16)
+    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, tensor_cores=tensor_cores)
+    ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
+    assert out.dtype == torch.bfloat16 and not out.isnan().any()
+    torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16, tensor_cores))
+    last = lens - 1
+    slots = (tables.gather(1, (last // BS)[:, None]) * BS + (last % BS)[:, None])[:, 0]
+    k_new, v_new = (as_stored(p).view(-1, HKV, D)[slots].view(p.dtype) for p in (k_pool, v_pool))
+    set_nan(k_pool, slots)
+    set_nan(v_pool, slots)
+    appended = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, tensor_cores=tensor_cores,
+                                      k_new=k_new, v_new=v_new, slots=slots)
+    torch.testing.assert_close(appended.float(), out.float(), **tol(torch.bfloat16, tensor_cores))
+    assert torch.equal(as_stored(k_pool).view(-1, HKV, D)[slots], as_stored(k_new))
 
 
 @pytest.mark.parametrize("block_n,warps", [(32, 4), (32, 8), (64, 8)])

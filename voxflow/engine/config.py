@@ -22,6 +22,9 @@ class EngineConfig:
     block_size: int = 16                       # positions per KV page
     kv_cache_bytes: int | None = None          # memory for the KV pool (default: block_manager.default_kv_bytes)
     num_kv_blocks: int | None = None           # or an explicit number of pages (tests: a tiny pool)
+    kv_cache_dtype: str = "auto"               # what the pages store: auto = the model's dtype; fp8 = e4m3,
+                                               # unscaled (model_api.pool_spec): half the bytes a position, and
+                                               # half what decode attention reads a step; a lossy opt-in
     max_model_len: int = 10240                 # most KV positions of one request (prompt + frames)
     gpu_memory_limit_bytes: int | None = None  # on a GPU: cap the allocator at this many bytes less what the CUDA
                                                # context holds when the engine starts (what the context adds later

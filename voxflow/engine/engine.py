@@ -38,7 +38,7 @@ from .gpu_memory import (limit_allocator, memory_stats, outside_allocator_bytes,
                          stack_limit_bytes)
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
-from .model_api import CodecModel, PreparedRequest, TTSModel, prepare_requests
+from .model_api import CodecModel, PreparedRequest, TTSModel, check_kv_cache_dtype, pool_spec, prepare_requests
 from .packed_prefill import PackedPrefillRunner
 from .prefill_dispatch import PrefillDispatch
 from .prefill_runner import PrefillRunner
@@ -151,16 +151,15 @@ class EngineCore:
         started = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        spec = pool_spec(model.kv_spec, config.kv_cache_dtype)
         if config.num_kv_blocks is not None:
             num_blocks = config.num_kv_blocks
         else:
             free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
             if free is not None and config.gpu_memory_limit_bytes is not None:     # the pool fits under the cap
                 free = min(free, room_within(device, config.gpu_memory_limit_bytes))
-            budget = config.kv_cache_bytes or default_kv_bytes(model.kv_spec.bytes_per_token, config.max_num_seqs,
-                                                                free)
-            num_blocks = num_blocks_for(budget, model.kv_spec, config.block_size)
-        spec = model.kv_spec
+            budget = config.kv_cache_bytes or default_kv_bytes(spec.bytes_per_token, config.max_num_seqs, free)
+            num_blocks = num_blocks_for(budget, spec, config.block_size)
         # One page more than the block manager hands out: the scratch page padded decode rows write to.
         shape = (num_blocks + 1, config.block_size, spec.num_kv_heads, spec.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
@@ -218,7 +217,8 @@ class EngineCore:
         self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
                                       "first_chunk_wait", "emit_early", "codec_launch", "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
-                              "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache)}
+                              "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache),
+                              "kv_cache_dtype": str(spec.dtype).removeprefix("torch.")}
         if getattr(model, "preloaded_text_rows", None):     # the prompt rows made at load: (ids,) bytes, seconds
             self.startup["preloaded_text_rows"] = model.preloaded_text_rows
         if getattr(codec, "precision", None):       # the codec's dtype and how it was chosen (codec_precision.py)
@@ -298,6 +298,7 @@ class EngineCore:
         from ..kernels import set_kernels_enabled
         from ..models.registry import load_for_engine
         set_kernels_enabled(config.kernels)          # process-wide: one engine per process
+        check_kv_cache_dtype(config.kv_cache_dtype)  # a bad value fails before the weights load, not after
         if config.gpu_memory_limit_bytes is not None:      # before the weights: the cap covers everything after
             limit_allocator(torch.device(config.device), config.gpu_memory_limit_bytes)
         options = {"max_frames": config.max_model_len}     # no request it accepts outgrows the slot buffers

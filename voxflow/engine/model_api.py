@@ -39,6 +39,26 @@ class KVSpec:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
 
 
+# EngineConfig.kv_cache_dtype -> what the pages store (None: the model's own KV dtype).
+KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn}
+
+
+def check_kv_cache_dtype(kv_cache_dtype: str) -> str:
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {sorted(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+    return kv_cache_dtype
+
+
+def pool_spec(spec: KVSpec, kv_cache_dtype: str) -> KVSpec:
+    """The page pool's KVSpec: the model's, or its keys/values stored as fp8 e4m3 ("fp8"): half the bytes of bf16,
+    so a pool of the same bytes holds twice the positions and decode attention, which reads every row's context
+    each step, reads half. Unscaled (a scale of 1, as vLLM's fp8 KV cache without calibrated scales): e4m3 keeps 3
+    mantissa bits (a relative rounding error <= 2^-4) between 2^-6 and 448 and saturates beyond; the talker's keys
+    leave an RMSNorm. Writes round to nearest, reads widen exactly; attention math stays in fp32."""
+    dtype = KV_CACHE_DTYPES[check_kv_cache_dtype(kv_cache_dtype)]
+    return spec if dtype is None else KVSpec(spec.num_layers, spec.num_kv_heads, spec.head_dim, dtype)
+
+
 @dataclass
 class PagedKVContext:
     """Where a batch's keys/values live. Built by the engine for each prefill chunk / decode batch.

@@ -30,6 +30,12 @@ def _triton_available() -> bool:
     return True
 
 
+def as_stored(t: torch.Tensor) -> torch.Tensor:
+    """An fp8 tensor (an fp8 KV pool: EngineConfig.kv_cache_dtype) seen as its bytes, for gathers and scatters that
+    only move data: indexing kernels take uint8 everywhere, fp8 not on every device; any other tensor as it is."""
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
 def set_kernels_enabled(on: bool) -> None:
     global _enabled
     _enabled = bool(on)

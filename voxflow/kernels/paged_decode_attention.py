@@ -34,6 +34,10 @@ never on the lengths, so graph capture still works; each row's own length is cut
 (a 200-token context at B = 1 runs as ~13 one-tile programs per KV head, not one 13-tile program), and chunks
 past it run zero iterations.
 
+An fp8 pool (EngineConfig.kv_cache_dtype = "fp8": e4m3, unscaled) halves what the kernel reads; its tiles widen to
+the queries' dtype (exactly) as they load, so the math is the same as over a pool holding those rounded values in
+bf16, and the new token is written rounded too (the caller passes it in the pool's dtype).
+
 A row with context_lens 0 (e.g. batch padding) yields zeros, never NaN, and never touches its table.
 """
 from __future__ import annotations
@@ -44,7 +48,7 @@ import os
 
 import torch
 
-from voxflow.kernels import use_pdl
+from voxflow.kernels import as_stored, use_pdl
 
 try:
     import triton
@@ -56,6 +60,11 @@ except ImportError:  # the reference below still works; callers check voxflow.ke
 
 
 # ------------------------------------------------------------------------------------------ reference
+def gather_slots(pool: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """pool [blocks, block_size, Hkv, D] at flat slots [...] -> [..., Hkv, D] in the pool's dtype (bytes moved)."""
+    return as_stored(pool).reshape(-1, *pool.shape[2:])[slots].view(pool.dtype)
+
+
 def paged_decode_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                                block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
     """The kernel's contract in plain torch: gather each row's context from its pages, attend in fp32."""
@@ -66,8 +75,8 @@ def paged_decode_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: to
     valid = t[None, :] < context_lens.to(q.device, torch.long)[:, None]                # [B, T]
     pages = block_tables.to(torch.long).gather(1, (t // block_size).expand(batch, -1))  # [B, T]
     slots = torch.where(valid, pages * block_size + t % block_size, 0)                  # invalid: any real slot
-    k = k_pool.reshape(-1, hkv, d)[slots].float()                                      # [B, T, Hkv, D]
-    v = v_pool.reshape(-1, hkv, d)[slots].float()
+    k = gather_slots(k_pool, slots).float()                                            # [B, T, Hkv, D]
+    v = gather_slots(v_pool, slots).float()
     # Zero what lies past the context: unwritten pages may hold NaN, and 0 * NaN would poison the sum.
     k = torch.where(valid[:, :, None, None], k, 0.0).repeat_interleave(groups, dim=2)  # [B, T, Hq, D]
     v = torch.where(valid[:, :, None, None], v, 0.0).repeat_interleave(groups, dim=2)
@@ -267,8 +276,12 @@ TC_TILE = 32
 TC_WARPS = 4
 TC_STAGES = 2
 TC_PROGRAMS_PER_SM = 3       # 64 rows x 8 KV heads: one split; 17 rows: three
+# Pools the variant takes by default: half-precision ones, and fp8 (EngineConfig.kv_cache_dtype), whose tiles widen
+# to the queries' dtype in registers.
+TC_POOL_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always / never (A/B runs); unset: by batch
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
+FP8_POOLS = (torch.float8_e4m3fn,)
 
 
 @functools.lru_cache(maxsize=None)
@@ -286,13 +299,13 @@ def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: t
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
-def _dot_dtype(pool_dtype: torch.dtype):
-    """The scores' MMA operands: the pool's dtype; fp32 under Triton's interpreter (CPU tests), whose bf16 tl.dot
-    is wrong (a 16 x 16 bf16 product off by 1e10 in triton 3.9). A bf16 / fp16 value is exact in TF32, so the fp32
-    operands give the same products."""
+def _dot_dtype(q_dtype: torch.dtype):
+    """The scores' MMA operands: the queries' dtype (the pool's, or what an fp8 pool's keys widen to, exactly); fp32
+    under Triton's interpreter (CPU tests), whose bf16 tl.dot is wrong (a 16 x 16 bf16 product off by 1e10 in
+    triton 3.9). A bf16 / fp16 value is exact in TF32, so the fp32 operands give the same products."""
     if _INTERPRETED:
         return tl.float32
-    return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(pool_dtype, tl.float32)
+    return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(q_dtype, tl.float32)
 
 
 def _sms(device: torch.device) -> int:
@@ -306,14 +319,14 @@ def tensor_core_shapes_ok(group: int, head_dim: int) -> bool:
 
 def default_tensor_cores(batch: int, num_kv_heads: int, group: int, head_dim: int, device: torch.device,
                          pool_dtype: torch.dtype = torch.bfloat16) -> bool:
-    """The tensor-core variant for bf16 / fp16 pools and batches that fill the SMs on their own (see TC_TILE).
+    """The tensor-core variant for bf16 / fp16 / fp8 pools and batches that fill the SMs on their own (see TC_TILE).
     VOXFLOW_PAGED_DECODE_TC=0 / 1 forces it off / on wherever its shapes allow, fp32 pools included (IEEE dots on
     CUDA cores there: for tests such as the fp32 engine against the CPU reference)."""
     if device.type != "cuda" or not tensor_core_shapes_ok(group, head_dim):
         return False
     if _TC_OVERRIDE is not None:
         return _TC_OVERRIDE == "1"
-    return pool_dtype in (torch.bfloat16, torch.float16) and batch * num_kv_heads >= _sms(device)
+    return pool_dtype in TC_POOL_DTYPES and batch * num_kv_heads >= _sms(device)
 
 
 def default_tc_splits(batch: int, num_kv_heads: int, max_tokens: int, device: torch.device) -> int:
@@ -360,14 +373,14 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     width = block_tables.shape[1]
     max_tokens = width * block_size
     block_d = triton.next_power_of_2(head_dim)
-    tc_inputs_ok = k_pool.stride() == v_pool.stride() and q.dtype == k_pool.dtype
+    tc_inputs_ok = k_pool.stride() == v_pool.stride() and (q.dtype == k_pool.dtype or k_pool.dtype in FP8_POOLS)
     if tensor_cores is None:
         tensor_cores = tc_inputs_ok and default_tensor_cores(batch, num_kv_heads, group, head_dim, q.device,
                                                              k_pool.dtype)
     if tensor_cores:
         if not tc_inputs_ok:
-            raise ValueError("tensor_cores: q and the pools must share a dtype, and the K and V pools their strides "
-                             "(one offset tensor)")
+            raise ValueError("tensor_cores: q and the pools must share a dtype (or the pools be fp8), and the K and "
+                             "V pools their strides (one offset tensor)")
         if not tensor_core_shapes_ok(group, head_dim) or (block_n is not None and block_n < 16):
             raise ValueError(f"tensor_cores: needs <= 16 query heads a KV head (got {group}), head_dim >= 16 (got "
                              f"{head_dim}) and tiles of >= 16 tokens (got {block_n})")
@@ -415,8 +428,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         block_tables.stride(0), block_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         GROUP=group, BLOCK_G=block_g, HEAD_DIM=head_dim, BLOCK_D=block_d, PAGE=block_size, BLOCK_N=block_n,
-        NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(k_pool.dtype),
-        DOT_PRECISION="ieee" if k_pool.dtype == torch.float32 else "tf32",
+        NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(q.dtype),
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
         USE_PDL=trigger_mode(pdl, "paged_decode"), **launch, **launch_kwargs(pdl))
     if num_splits > 1:

@@ -12,7 +12,8 @@ rows up to itself (causal). Why a kernel of its own: the decode kernel, given on
 context once per query; a chunk's queries share that context, so here one program takes TILE_ROWS queries of a chunk
 (x the GROUP query heads of one KV head: a [TILE_ROWS * GROUP, D] tile) and reads each key tile once for all of
 them, with tensor-core dots (flash-attention's forward over pages: fp32 online softmax, exp2 with log2(e) folded
-into the scale). fp32 inputs use exact fp32 dots (`input_precision="ieee"`), so an fp32 engine keeps the CPU
+into the scale). An fp8 pool's tiles (EngineConfig.kv_cache_dtype) widen to the queries' dtype as they load. fp32
+inputs use exact fp32 dots (`input_precision="ieee"`), so an fp32 engine keeps the CPU
 reference's codes; bf16 inputs bf16 dots with fp32 accumulation.
 
 Tiles are host-made per run (prefill_tiles.make_tiles) into fixed-size arrays (CUDA graphs: the grid is
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from .paged_decode_attention import gather_slots
 from .prefill_tiles import TILE_ROWS, PrefillTiles
 
 try:
@@ -46,8 +48,8 @@ def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
             continue
         t = torch.arange(pos + rows, device=q.device)
         slots = chunk_tables[chunk, t // block_size].to(torch.long) * block_size + t % block_size
-        k = k_pool.reshape(-1, hkv, d)[slots].float().repeat_interleave(groups, dim=1)     # [keys, Hq, D]
-        v = v_pool.reshape(-1, hkv, d)[slots].float().repeat_interleave(groups, dim=1)
+        k = gather_slots(k_pool, slots).float().repeat_interleave(groups, dim=1)           # [keys, Hq, D]
+        v = gather_slots(v_pool, slots).float().repeat_interleave(groups, dim=1)
         scores = torch.einsum("nhd,thd->hnt", q[row: row + rows].float(), k) * scale
         causal = t[None, :] <= torch.arange(pos, pos + rows, device=q.device)[:, None]      # [rows, keys]
         scores = scores.masked_fill(~causal[None], float("-inf"))
@@ -99,7 +101,7 @@ if triton is not None:
             page, pos = page_slots(table_row, tok, ok, stride_tw, PAGE)
             kv_mask = ok[:, None] & d_ok[None, :]
             k = load_kv_tile(k_ptr, page, pos, kv_head, d, kv_mask, stride_kblk, stride_kpos, stride_kh,
-                             stride_kd)                                                        # [N, D]
+                             stride_kd).to(q_ptr.dtype.element_ty)     # [N, D] (an fp8 pool widened; else no-op)
             if DOT_IN_FP32:
                 k = k.to(tl.float32)
             scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2     # [M, N] fp32
@@ -113,7 +115,7 @@ if triton is not None:
             p = tl.exp2(scores - m_new[:, None])
             s_sum = s_sum * alpha + tl.sum(p, axis=1)
             v = load_kv_tile(v_ptr, page, pos, kv_head, d, kv_mask, stride_vblk, stride_vpos, stride_vh,
-                             stride_vd)                                                        # [N, D]
+                             stride_vd).to(q_ptr.dtype.element_ty)                             # [N, D]
             if DOT_IN_FP32:                      # (the weights still rounded as the GPU's bf16 dot takes them)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32),
                                                     input_precision=DOT_PRECISION)

@@ -34,7 +34,7 @@ import functools
 import torch
 
 from voxflow.engine.model_api import PagedKVContext
-from voxflow.kernels import use_kernels
+from voxflow.kernels import as_stored, use_kernels
 from voxflow.layers.attention import eager_attention
 
 
@@ -131,9 +131,12 @@ class PagedKVView:
     def write(self, pool: torch.Tensor, new: torch.Tensor) -> None:
         """Store new [B, Hkv, S, D] into pool [blocks, block_size, Hkv, D] at the new tokens' slots (in place)."""
         b, hkv, s, d = new.shape
-        pool.view(-1, hkv, d)[self.write_index] = new.transpose(1, 2).reshape(b * s, hkv, d).to(pool.dtype)
+        rows = new.transpose(1, 2).reshape(b * s, hkv, d).to(pool.dtype)
+        as_stored(pool).view(-1, hkv, d)[self.write_index] = as_stored(rows)
 
     def write_and_gather(self, pool: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        """pool [blocks, block_size, Hkv, D] (written in place), new [B, Hkv, S, D] -> context [B, Hkv, T, D]."""
+        """pool [blocks, block_size, Hkv, D] (written in place), new [B, Hkv, S, D] -> context [B, Hkv, T, D] in new's
+        dtype (an fp8 pool's values widened: the attention math never runs in the pool's storage dtype)."""
         self.write(pool, new)
-        return pool.view(-1, new.shape[1], new.shape[3])[self.gather_index].permute(0, 2, 1, 3)
+        context = as_stored(pool).view(-1, new.shape[1], new.shape[3])[self.gather_index].view(pool.dtype)
+        return context.permute(0, 2, 1, 3).to(new.dtype)

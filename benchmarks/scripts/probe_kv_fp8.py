@@ -1,0 +1,76 @@
+"""The talker's decode attention for one step at 0.6B c=64 shapes, bf16 pages against fp8 ones (kv_cache_dtype):
+28 layers' calls of paged_decode_attention (16 query / 8 KV heads, head_dim 128, 16-position pages), each layer
+on its own pool (a step reads every layer's pages once: nothing stays in L2 between layers), replayed from one
+CUDA graph; the new token appended as the engine does. Contexts: uniform over [PROMPT, PROMPT + 151) positions
+(a closed-loop run's rows are spread over their 150 frames; the bench prompts' ~171 positions).
+
+    python benchmarks/scripts/probe_kv_fp8.py [ROWS] [PROMPT]
+"""
+import sys
+
+import torch
+
+from voxflow.kernels.paged_decode_attention import paged_decode_attention
+
+LAYERS, HQ, HKV, D, BS = 28, 16, 8, 128, 16
+
+
+def step_graph(dtype, rows, lens):
+    width = -(-int(lens.max()) // BS)
+    gen = torch.Generator("cuda").manual_seed(0)
+    pools = [(torch.randn(rows * width + 1, BS, HKV, D, device="cuda", generator=gen).to(dtype),
+              torch.randn(rows * width + 1, BS, HKV, D, device="cuda", generator=gen).to(dtype))
+             for _ in range(LAYERS)]
+    tables = torch.arange(rows * width, device="cuda").view(rows, width)
+    last = lens - 1
+    slots = tables.gather(1, (last // BS)[:, None])[:, 0] * BS + last % BS
+    q = torch.randn(rows, HQ, D, device="cuda", generator=gen).to(torch.bfloat16)
+    k_new = torch.randn(rows, HKV, D, device="cuda", generator=gen).to(dtype)
+    v_new = torch.randn_like(k_new, dtype=torch.float32).to(dtype)
+
+    def run():
+        for k_pool, v_pool in pools:
+            paged_decode_attention(q, k_pool, v_pool, tables, lens, D ** -0.5, k_new=k_new, v_new=v_new,
+                                   slots=slots)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()                                      # compile and warm outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    kv_bytes = sum(2 * int(lens.sum()) * HKV * D * torch.finfo(dtype).bits // 8 for _ in range(LAYERS))
+    return graph, kv_bytes
+
+
+def time_graph(graph, reps=200):
+    for _ in range(20):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def main():
+    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    prompt = int(sys.argv[2]) if len(sys.argv) > 2 else 171
+    gen = torch.Generator().manual_seed(1)
+    lens = torch.randint(prompt, prompt + 151, (rows,), generator=gen).cuda()
+    print(f"{rows} rows, contexts {int(lens.min())}-{int(lens.max())} (mean {lens.float().mean():.0f}), "
+          f"{LAYERS} layers, {torch.cuda.get_device_name()}")
+    graphs = {name: step_graph(dtype, rows, lens) for name, dtype in (("bf16", torch.bfloat16),
+                                                                      ("fp8", torch.float8_e4m3fn))}
+    for rnd in range(3):                           # alternating, three rounds
+        for name, (graph, kv_bytes) in graphs.items():
+            ms = time_graph(graph)
+            print(f"round {rnd} {name}: {ms:.3f} ms a step's attention ({ms / LAYERS * 1e3:.1f} us a layer), "
+                  f"{kv_bytes / ms / 1e9:.2f} TB/s of K/V")
+
+
+if __name__ == "__main__":
+    main()
