@@ -694,7 +694,10 @@ def test_serve_arguments():
     assert s.allowed_local_media_path == "/media" and s.allowed_media_domains == ("a.com", "b.com", "c.com")
     cfg = engine_config_from_args(args)
     assert (cfg.model, cfg.max_num_seqs, cfg.device, cfg.dtype) == ("org/model", 4, "cpu", "float32")
-    assert cfg.add_seconds_per_step is None
+    assert cfg.add_seconds_per_step is None and cfg.kv_cache_dtype == "auto"
+    assert engine_config_from_args(parser.parse_args(["serve", "m", "--kv-cache-dtype", "fp8"])).kv_cache_dtype == "fp8"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "m", "--kv-cache-dtype", "int4"])
     args = parser.parse_args(["serve", "m", "--device", "cpu", "--engine-arg", "add_seconds_per_step=0.004",
                               "--engine-arg", "chunk-frames=7"])
     cfg = engine_config_from_args(args)

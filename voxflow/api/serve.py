@@ -83,6 +83,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--codec-dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="codec decoder precision (default auto: fp16 on a GPU when the checkpoint passes a check "
                         "against fp32, else fp32 with TF32; the SNR of each: docs/gpu_path.md)")
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default=None,
+                   help="what the talker's KV pages store (default auto: the model's dtype); fp8: e4m3, half the "
+                        "bytes, so twice the positions in the same pool and half the attention reads, at a stated "
+                        "precision cost (docs/gpu_path.md)")
     p.add_argument("--trace-steps", metavar="PATH", default=None,
                    help="append one JSON line per engine step to PATH (timings, batch sizes: step_trace.py)")
     p.add_argument("--trace-profile-prepare", action="store_true",
@@ -195,6 +199,8 @@ def engine_config_from_args(args):
         extra["kernels"] = False
     if getattr(args, "codec_dtype", None):
         extra["codec_dtype"] = args.codec_dtype
+    if getattr(args, "kv_cache_dtype", None):
+        extra["kv_cache_dtype"] = args.kv_cache_dtype
     if getattr(args, "trace_steps", None):
         extra["trace_steps"] = args.trace_steps
         extra["trace_profile_prepare"] = bool(getattr(args, "trace_profile_prepare", False))
