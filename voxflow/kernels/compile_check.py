@@ -241,6 +241,15 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
                          SMALL_POOL=small, USE_PDL=pdl), dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
+    # fp8 pools (kv_cache_dtype=fp8) with bf16 queries: the served variant (tensor cores, appending) and the CUDA-core
+    # one small batches take.
+    fp8_args = dict(paged_args, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", kn_ptr="*fp8e4nv", vn_ptr="*fp8e4nv")
+    for tensor_cores in (True, False):
+        out.append((f"paged_decode fp8 pools tensor_cores={tensor_cores}", paged._paged_decode_kernel, fp8_args,
+                    dict(GROUP=2, BLOCK_G=16 if tensor_cores else 2, HEAD_DIM=128, BLOCK_D=128, PAGE=16,
+                         BLOCK_N=32 if tensor_cores else 16, NUM_SPLITS=1 if tensor_cores else 8, APPEND=True,
+                         TENSOR_CORES=tensor_cores, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32", SMALL_POOL=True,
+                         USE_PDL=True), dict(num_warps=4 if tensor_cores else 2, launch_pdl=True)))
     for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
                     dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),
@@ -254,6 +263,11 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=p, scale_log2="fp32"),
                     dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
                          DOT_PRECISION=precision, DOT_IN_FP32=False), dict(num_warps=4)))
+    out.append(("paged_prefill fp8 pools", prefill._paged_prefill_kernel,
+                dict(q_ptr=bf, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
+                     tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
+                dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
+                     DOT_PRECISION="tf32", DOT_IN_FP32=False), dict(num_warps=4)))
     for dt, more in (("bf16", 0), ("fp32", 0), ("bf16", 15)):
         p = _ptr(dt)
         out.append((f"frame_input {dt}" + (f" + {more} rows" if more else ""), frame_input._frame_input_kernel,
