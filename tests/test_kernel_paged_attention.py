@@ -119,6 +119,16 @@ def check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, ex
     for pool, new in ((k_app, k_new), (v_app, v_new)):        # (the spare page's "token" is NaN: compare as 7)
         assert torch.equal(pool.view(-1, *k_pool.shape[2:])[slots].float().nan_to_num(7.0),
                            new.float().nan_to_num(7.0)), i
+    if k_pool.dtype == torch.float8_e4m3fn:
+        # The token handed over in the queries' dtype (as the layer does): rounded in the kernel, the same stored
+        # bytes and output.
+        k_wide, v_wide = k_app.clone(), v_app.clone()
+        out = pda.paged_decode_attention(q, k_wide, v_wide, tables, ctx, scale, num_splits=splits,
+                                         tensor_cores=tensor_cores, k_new=k_new.to(q.dtype), v_new=v_new.to(q.dtype),
+                                         slots=slots)
+        torch.testing.assert_close(out.float(), expect.float(), rtol=rtol, atol=atol, msg=lambda m: f"wide {i}: {m}")
+        assert torch.equal(k_wide.view(torch.uint8), k_app.view(torch.uint8)), i
+        assert torch.equal(v_wide.view(torch.uint8), v_app.view(torch.uint8)), i
 
 
 def check_tf32_rounding() -> None:

@@ -47,6 +47,36 @@ def test_a_bad_kv_cache_dtype_is_refused_before_the_weights_load(monkeypatch):
         EngineCore.from_config(EngineConfig(model="unused", kv_cache_dtype="fp16"))
 
 
+def test_fp8_pages_are_refused_on_gpus_whose_triton_has_no_e4m3(monkeypatch):
+    import voxflow.kernels as K
+    import voxflow.models.registry as registry
+    from voxflow.engine.engine import check_fp8_pages
+
+    def no_load(*a, **k):
+        raise AssertionError("the weights were loaded before the device was checked")
+    monkeypatch.setattr(registry, "load_for_engine", no_load)
+    monkeypatch.setattr(K, "_enabled", True)
+    monkeypatch.setattr(K, "_triton_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "an sm_80 GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    with pytest.raises(ValueError, match="compute capability >= 8.9"):
+        EngineCore.from_config(EngineConfig(model="unused", device="cuda", kv_cache_dtype="fp8"))
+    check_fp8_pages("auto", torch.device("cuda"))                  # bf16 pages: nothing to check
+    monkeypatch.setattr(K, "_enabled", False)
+    check_fp8_pages("fp8", torch.device("cuda"))                   # kernels off: the torch path takes fp8 anywhere
+    monkeypatch.setattr(K, "_enabled", True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    check_fp8_pages("fp8", torch.device("cuda"))
+
+
+def test_fp8_pool_writes_saturate_instead_of_poisoning_a_page():
+    pool = torch.zeros(2, 4, 1, 8, dtype=torch.float8_e4m3fn)
+    kv = PagedKVContext([pool], [pool.clone()], 4, torch.tensor([[0]]), torch.tensor([1]), torch.tensor([[0]]))
+    new = torch.tensor([1e4, -1e4, 500.0, 1.0, 0.5, -2.0, 448.0, 0.0]).view(1, 1, 1, 8)
+    PagedKVView(kv, 1).write(pool, new)
+    assert pool[0, 0, 0].float().tolist() == [448.0, -448.0, 448.0, 1.0, 0.5, -2.0, 448.0, 0.0]
+
+
 def attend(pool_dtype, q, k, v, lens, block_size=16):
     """One decode attention through PagedLayerView.attend (the reference path on a CPU) over pages of pool_dtype that
     hold each row's context k / v [B, T, Hkv, D] (the last position arriving as the new token)."""

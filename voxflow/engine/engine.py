@@ -135,6 +135,14 @@ class _Live:
     extra: dict = field(default_factory=dict)
 
 
+def check_fp8_pages(kv_cache_dtype: str, device: torch.device) -> None:
+    """fp8 KV pages on a CUDA device with the kernels on need Triton's e4m3 type there (compute capability >= 8.9)."""
+    from ..kernels import fp8_kernels_supported, kernels_enabled
+    if kv_cache_dtype == "fp8" and device.type == "cuda" and kernels_enabled() and not fp8_kernels_supported(device):
+        raise ValueError(f"kv_cache_dtype=fp8 needs a GPU of compute capability >= 8.9 for its attention kernels "
+                         f"({torch.cuda.get_device_name(device)} is not one); serve without it, or with kernels=false")
+
+
 class EngineCore:
     def __init__(self, model: TTSModel, codec: CodecModel, config: EngineConfig):
         self.model, self.codec, self.config = model, codec, config
@@ -152,6 +160,8 @@ class EngineCore:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         spec = pool_spec(model.kv_spec, config.kv_cache_dtype)
+        check_fp8_pages(config.kv_cache_dtype, device)
+        from ..kernels import kernels_enabled
         if config.num_kv_blocks is not None:
             num_blocks = config.num_kv_blocks
         else:
@@ -171,7 +181,6 @@ class EngineCore:
         self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
                                         max_frames_per_launch=config.codec_frames_per_step,
                                         tail_chunk=config.codec_tail_chunk, call_rows=config.codec_call_rows)
-        from ..kernels import kernels_enabled
         max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
                                    max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
@@ -299,6 +308,7 @@ class EngineCore:
         from ..models.registry import load_for_engine
         set_kernels_enabled(config.kernels)          # process-wide: one engine per process
         check_kv_cache_dtype(config.kv_cache_dtype)  # a bad value fails before the weights load, not after
+        check_fp8_pages(config.kv_cache_dtype, torch.device(config.device))
         if config.gpu_memory_limit_bytes is not None:      # before the weights: the cap covers everything after
             limit_allocator(torch.device(config.device), config.gpu_memory_limit_bytes)
         options = {"max_frames": config.max_model_len}     # no request it accepts outgrows the slot buffers

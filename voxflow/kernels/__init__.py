@@ -36,6 +36,14 @@ def as_stored(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
 
+def fp8_kernels_supported(device: torch.device) -> bool:
+    """Whether Triton's e4m3 type (fp8e4nv: fp8 KV pages) compiles for this CUDA device: compute capability >= 8.9,
+    NVIDIA only (Triton refuses it for sm_80 and for many ROCm targets)."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
 def set_kernels_enabled(on: bool) -> None:
     global _enabled
     _enabled = bool(on)

@@ -202,8 +202,12 @@ if triton is not None:
             # Split 0 writes the new token's key/value into its page slot (the KV write that was two scatter
             # kernels per layer) and attends to it from registers; no program reads that slot in this call.
             if split == 0:
-                kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok, other=0.0)
-                vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok, other=0.0)
+                # Rounded to the pools' dtype first (a no-op when it is theirs already; to fp8 saturating on the
+                # GPU), so the token attended to here is the one stored, as later steps will read it.
+                kn = tl.load(kn_ptr + row * stride_knb + kv_head * stride_knh + d, mask=d_ok,
+                             other=0.0).to(k_ptr.dtype.element_ty)
+                vn = tl.load(vn_ptr + row * stride_vnb + kv_head * stride_vnh + d, mask=d_ok,
+                             other=0.0).to(v_ptr.dtype.element_ty)
                 slot = tl.load(slot_ptr + row).to(tl.int64)
                 page, pos = slot // PAGE, slot % PAGE
                 tl.store(k_ptr + page * stride_kblk + pos * stride_kpos + kv_head * stride_kh + d * stride_kd,
@@ -350,9 +354,10 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
                            v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
-    k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools. The
-    kernel writes it at its slot and attends to it as the context's last token (context_lens counts it): the
-    same result as writing it first and calling without them.
+    k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools, in the
+    pools' dtype or the queries' (an fp8 pool's token is then rounded in the kernel: no cast launch a layer). The
+    kernel writes it at its slot and attends to it, as stored, as the context's last token (context_lens counts
+    it): the same result as writing it first and calling without them.
 
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).

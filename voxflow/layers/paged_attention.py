@@ -38,6 +38,9 @@ from voxflow.kernels import as_stored, use_kernels
 from voxflow.layers.attention import eager_attention
 
 
+FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)       # 448
+
+
 class PagedLayerView:
     """Layer i of a `PagedKVView` (what `cache[i]` returns)."""
 
@@ -69,10 +72,10 @@ class PagedLayerView:
             k_pool, v_pool = p.kv.k_cache[self.layer], p.kv.v_cache[self.layer]
             tables = p.kv.block_tables.to(q.device)          # no-ops (no copy, no sync) when already there
             lens = p.kv.context_lens.to(q.device)
-            # The kernel writes the new token's k/v into its slot itself (no separate scatter launches).
+            # The kernel writes the new token's k/v into its slot itself (no separate scatter launches), rounding
+            # it to an fp8 pool's dtype itself (no cast launches).
             out = paged_decode_attention(q[:, :, 0], k_pool, v_pool, tables, lens, scale,
-                                         k_new=k[:, :, 0].to(k_pool.dtype), v_new=v[:, :, 0].to(v_pool.dtype),
-                                         slots=p.write_index)
+                                         k_new=k[:, :, 0], v_new=v[:, :, 0], slots=p.write_index)
             return out[:, None]
         # The reference (and rows sharing sequences without tiles): `append` writes every row before gathering.
         keys, values = self.append(k, v)
@@ -131,7 +134,10 @@ class PagedKVView:
     def write(self, pool: torch.Tensor, new: torch.Tensor) -> None:
         """Store new [B, Hkv, S, D] into pool [blocks, block_size, Hkv, D] at the new tokens' slots (in place)."""
         b, hkv, s, d = new.shape
-        rows = new.transpose(1, 2).reshape(b * s, hkv, d).to(pool.dtype)
+        rows = new.transpose(1, 2).reshape(b * s, hkv, d)
+        if pool.dtype == torch.float8_e4m3fn:       # saturate: a torch whose cast turns |x| > 448 into NaN would
+            rows = rows.clamp(-FP8_MAX, FP8_MAX)    # otherwise poison every later step reading that page
+        rows = rows.to(pool.dtype)
         as_stored(pool).view(-1, hkv, d)[self.write_index] = as_stored(rows)
 
     def write_and_gather(self, pool: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
