@@ -4,14 +4,13 @@
 # a position, so decode attention (which reads every row's whole context each step: ~1.8 GB a 0.6B c=64 step in
 # bf16, more than the talker's weights) reads half, and a 1.4 GB pool holds what the 2.4 GB bf16 one does (which
 # preempts 3-8 requests a run). Built and tested on the CPU (interpreter cases of both kernels). Here: its GPU tests
-# (decode kernel both variants, tiled prefill) and emit_while_waiting's; the 28 layers' attention of one step, bf16
+# (decode kernel both variants, tiled prefill); the 28 layers' attention of one step, bf16
 # against fp8 (probe_kv_fp8.py, alternating); then 0.6B c=64 <= 8 GB offline: fp8 1.4 GB (the first run: compiles),
 # bf16 2.4 GB, fp8 1.4 GB.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-gpu_tests 150 tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_paged_prefill.py tests/gpu/test_gpu_engine.py \
-  -k "fp8 or dtype2 or while_the_host_waits"
+gpu_tests 150 tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_paged_prefill.py -k "fp8 or dtype2"
 timeout 90 python3 benchmarks/scripts/probe_kv_fp8.py 64 171 2>&1 | grep -v -i warn | tee $R/probe_kv_fp8.txt
 pack_results
 wait $CK6
