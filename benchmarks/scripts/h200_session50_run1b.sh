@@ -7,7 +7,8 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call
-gpu_tests 100 tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_paged_prefill.py -k "fp8 or dtype2"
+[ -n "${PROBE_ONLY:-}" ] || gpu_tests 100 tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_paged_prefill.py \
+  -k "fp8 or dtype2"
 pack_results
 timeout 80 python3 benchmarks/scripts/probe_kv_fp8.py 64 171 2>&1 | grep -v -i warn | tee $R/probe_kv_fp8.txt
 pack_results

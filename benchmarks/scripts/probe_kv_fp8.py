@@ -53,6 +53,7 @@ def step_graph(pools, rows, lens, launch):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         run()
+    graph.inputs = (q, tables, slots, k_new, v_new)     # a graph holds no reference to what it reads: kept alive
     return graph
 
 
