@@ -6,7 +6,7 @@ CUDA graph; the new token appended as the engine does. Contexts: uniform over [P
 defaults, fp8 at other tiles / warps / splits: its tensor-core variant compiles to 234 registers a thread against
 bf16's 158 on sm_90 (compile_check), two programs an SM instead of three.
 
-    python benchmarks/scripts/probe_kv_fp8.py [ROWS] [PROMPT]
+    python benchmarks/scripts/probe_kv_fp8.py [ROWS] [PROMPT] [--regs]
 """
 import sys
 
@@ -21,6 +21,14 @@ VARIANTS = [("bf16", torch.bfloat16, {}), ("fp8", torch.float8_e4m3fn, {}),
             ("fp8 64x8w", torch.float8_e4m3fn, dict(block_n=64, num_warps=8)),
             ("fp8 2 splits", torch.float8_e4m3fn, dict(num_splits=2)),
             ("fp8 16x4w", torch.float8_e4m3fn, dict(block_n=16, num_warps=4))]
+# --regs: the tensor-core variant capped at fewer registers a thread (compile_check, sm_90: bf16 158 -> 127 at a cap
+# of 128 without spilling, so four programs an SM: 64 rows x 8 KV heads = 512 programs in one wave of 528 slots on
+# 132 SMs instead of 1.3 waves of 396), and more pipeline stages.
+REGS_VARIANTS = [("bf16", torch.bfloat16, {}), ("bf16 maxnreg 128", torch.bfloat16, dict(maxnreg=128)),
+                 ("bf16 maxnreg 128 3 stages", torch.bfloat16, dict(maxnreg=128, num_stages=3)),
+                 ("bf16 3 stages", torch.bfloat16, dict(num_stages=3)),
+                 ("bf16 maxnreg 128 2 splits", torch.bfloat16, dict(maxnreg=128, num_splits=2)),
+                 ("fp8", torch.float8_e4m3fn, {}), ("fp8 maxnreg 168", torch.float8_e4m3fn, dict(maxnreg=168))]
 
 
 def make_pools(dtype, rows, width):
@@ -70,8 +78,10 @@ def time_graph(graph, reps=200):
 
 
 def main():
-    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    prompt = int(sys.argv[2]) if len(sys.argv) > 2 else 171
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    variants = REGS_VARIANTS if "--regs" in sys.argv else VARIANTS
+    rows = int(args[0]) if args else 64
+    prompt = int(args[1]) if len(args) > 1 else 171
     gen = torch.Generator().manual_seed(1)
     lens = torch.randint(prompt, prompt + 151, (rows,), generator=gen).cuda()
     width = -(-int(lens.max()) // BS)
@@ -79,7 +89,7 @@ def main():
           f"{LAYERS} layers, {torch.cuda.get_device_name()}")
     pools = {dtype: make_pools(dtype, rows, width) for dtype in (torch.bfloat16, torch.float8_e4m3fn)}
     graphs = {}
-    for label, dtype, launch in VARIANTS:
+    for label, dtype, launch in variants:
         try:
             graphs[label] = (step_graph(pools[dtype], rows, lens, launch), dtype)
         except Exception as e:                     # a launch the kernel refuses: say so, keep the others

@@ -351,7 +351,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
                            context_lens: torch.Tensor, scale: float, *, num_splits: int | None = None,
                            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                            tensor_cores: bool | None = None, k_new: torch.Tensor | None = None,
-                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
+                           v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+                           maxnreg: int | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools, in the
@@ -361,7 +362,9 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
 
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
-    num_warps / num_stages: Triton's launch options (None: 2 / Triton's; TC_WARPS / TC_STAGES).
+    num_warps / num_stages: Triton's launch options (None: 2 / Triton's; TC_WARPS / TC_STAGES). maxnreg: a cap on
+    registers a thread (None: the compiler's choice; the tensor-core variant's 158 at bf16 leave room for three
+    programs an SM, 128 for four, so 64 rows x 8 KV heads run as one wave on 132 SMs: probe_kv_fp8.py measures it).
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
@@ -404,6 +407,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         if num_splits is None:
             num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
+    if maxnreg is not None:
+        launch["maxnreg"] = int(maxnreg)
 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
