@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# Prepared in session 49 for the call after h200_next_run1.sh (same warm machine: kernels compiled); carry
-# [".whl", ".device_tree"]; rename when run. ~420 s.
-# The <= 8 GB server's KV pool with the memory the fused residual unit gave back: session 49's HTTP server peaked at
-# 7.65e9 bytes with the 2.4 GB pool (session 48: 7.87e9-7.89e9; 2.5 GB reached 8.04e9 then), and every run
-# preempts 3-8 requests (a wave needs ~1,280-1,340 of the pool's 1,307 pages). 2.6 GB (1,416 pages) holds a whole
-# wave. HTTP ABAB on one machine, each server's whole footprint (must stay <= 8e9 bytes) and its preemptions. Then
-# a per-kernel profile of the 0.6B step at 64 rows (the code predictor is ~4.3 of a full step's ~5.75 ms alone:
-# which of its ~39 kernels a pass sit furthest from the weights' bandwidth floor), the first since session 10's.
+# Prepared in session 50 for the call after h200_next_run1.sh (a warm machine, or a fresh one whose first server
+# compiles, up to 300 s); carry [".whl", ".device_tree"]; rename when run. ~500 s, packed after each run.
+# The 0.6B c=64 target's own terms (over HTTP, <= 8 GB): the default server (bf16 pages, 2.4 GB pool) against fp8
+# pages in a 1.4 GB pool (kv_cache_dtype=fp8), alternating, two rounds; then emit_while_waiting (session 49, never
+# served: chunks and finals that land while the host waits for the decode in flight leave at once). Every server
+# traces its requests, so each run's turnover splits hop by hop (http_turn.py; its first served use).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
 wait $CK6
-http_small kv24_1
-http_small kv26_1 --engine-arg kv_cache_bytes=2600000000
-http_small kv24_2
-http_small kv26_2 --engine-arg kv_cache_bytes=2600000000
-timeout 150 python3 benchmarks/scripts/profile_step.py /tmp/real-0.6b 64 codec_max_batch=16 kv_cache_bytes=2400000000 \
-  2>&1 | grep -v -i warn > $R/profile_step_0p6b_64.txt; head -40 $R/profile_step_0p6b_64.txt
+for round in 1 2; do
+  http_small off_$round
+  pack_results
+  http_small fp8_$round --engine-arg kv_cache_dtype=fp8 --engine-arg kv_cache_bytes=1400000000
+  pack_results
+done
+http_small emit_1 --engine-arg emit_while_waiting=true
 summarize_steps "steps_*.jsonl*" 40
 grep -h "turnover" $R/step_summaries.txt
 report_runs

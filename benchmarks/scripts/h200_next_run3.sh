@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Prepared in session 49 for the call after h200_next_run1.sh / run2.sh (a warm machine: kernels compiled); carry
-# [".whl", ".device_tree"]; rename when run. ~350 s.
-# `emit_while_waiting` (voxflow/engine/engine.py, off): while the host waits for the decode in flight (~5 ms of a
-# 0.6B c=64 step, session 49's traces: collect_decode 7.8 of 9.4 s a run) it polls the codec and sends the chunks
-# that land, and the finals they complete, at once, not at the step's end. What it should move: the first chunk's
-# `first_chunk` / `relay` parts (Server-Timing), the turn's `relay_final` hop (http_turn), the turn's row-ms, and
-# with them throughput over HTTP. Its GPU test first, then HTTP ABAB (traced, request traces on), one offline pair.
+# Prepared in session 49 (renumbered in 50) for the call after h200_next_run2.sh (a warm machine: kernels
+# compiled); carry [".whl", ".device_tree"]; rename when run. ~420 s.
+# The <= 8 GB server's KV pool with the memory the fused residual unit gave back: session 49's HTTP server peaked at
+# 7.65e9 bytes with the 2.4 GB pool (session 48: 7.87e9-7.89e9; 2.5 GB reached 8.04e9 then), and every run
+# preempts 3-8 requests (a wave needs ~1,280-1,340 of the pool's 1,307 pages). 2.6 GB (1,416 pages) holds a whole
+# wave. HTTP ABAB on one machine, each server's whole footprint (must stay <= 8e9 bytes) and its preemptions. Then
+# a per-kernel profile of the 0.6B step at 64 rows (the code predictor is ~4.3 of a full step's ~5.75 ms alone:
+# which of its ~39 kernels a pass sit furthest from the weights' bandwidth floor), the first since session 10's.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-gpu_tests 200 tests/gpu/test_gpu_engine.py -k "while_the_host_waits"
 wait $CK6
-http_small off_1
-http_small on_1 --engine-arg emit_while_waiting=true
-http_small off_2
-http_small on_2 --engine-arg emit_while_waiting=true
-bench_small_traced offline_off
-bench_small_traced offline_on --engine-arg emit_while_waiting=true
+http_small kv24_1
+http_small kv26_1 --engine-arg kv_cache_bytes=2600000000
+http_small kv24_2
+http_small kv26_2 --engine-arg kv_cache_bytes=2600000000
+timeout 150 python3 benchmarks/scripts/profile_step.py /tmp/real-0.6b 64 codec_max_batch=16 kv_cache_bytes=2400000000 \
+  2>&1 | grep -v -i warn > $R/profile_step_0p6b_64.txt; head -40 $R/profile_step_0p6b_64.txt
 summarize_steps "steps_*.jsonl*" 40
 grep -h "turnover" $R/step_summaries.txt
 report_runs

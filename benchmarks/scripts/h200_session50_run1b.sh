@@ -3,7 +3,7 @@
 # fp8 KV pages (kv_cache_dtype=fp8): their GPU tests (decode kernel both variants at the talker's shapes, the new
 # token appended in the queries' dtype; tiled prefill), then one step's 28 layers of decode attention at 0.6B c=64
 # shapes, bf16 against fp8 pages and fp8 at other tiles (probe_kv_fp8.py, alternating). The served A/B waits for
-# h200_session50_run1.sh in a later session.
+# h200_next_run1.sh in a later session.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call
