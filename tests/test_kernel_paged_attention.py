@@ -314,6 +314,28 @@ def test_tensor_core_variant_is_chosen_for_half_precision_batches_that_fill_the_
     assert pda.default_tc_splits(17, 8, 4096, torch.device("cpu")) == 1
 
 
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_register_cap_reaches_the_tensor_core_launch_only(monkeypatch):
+    """maxnreg (or VOXFLOW_PAGED_DECODE_MAXNREG for the tensor-core variant) is a launch option of the kernel."""
+    launches = []
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launches.append(kw)
+    monkeypatch.setattr(pda, "_paged_decode_kernel", FakeKernel())
+    k_pool, v_pool, tables, ctx, gen = random_pages([5, 9], 2, 16, 8, torch.bfloat16, seed=0)
+    q = torch.randn(2, 4, 16, generator=gen).to(torch.bfloat16)
+    run = lambda **kw: pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, 0.25, num_splits=1, **kw)  # noqa
+    monkeypatch.setattr(pda, "_TC_MAXNREG", None)
+    run(tensor_cores=True)
+    run(tensor_cores=True, maxnreg=128)
+    monkeypatch.setattr(pda, "_TC_MAXNREG", 120)
+    run(tensor_cores=True)
+    run(tensor_cores=False)
+    assert [kw.get("maxnreg") for kw in launches] == [None, 128, 120, None]
+    assert launches[1]["num_warps"] == pda.TC_WARPS
+
+
 def test_int32_offsets_only_when_every_offset_of_the_pools_fits():
     small = torch.empty(4, 16, 8, 128, device="meta")
     assert pda._offsets_fit_int32(small, small)

@@ -284,6 +284,10 @@ TC_PROGRAMS_PER_SM = 3       # 64 rows x 8 KV heads: one split; 17 rows: three
 # to the queries' dtype in registers.
 TC_POOL_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always / never (A/B runs); unset: by batch
+# A register cap a thread for the tensor-core variant (maxnreg), for A/B runs: unset = none (the compiler's 158 at
+# bf16: three programs an SM); e.g. 128 (127 used, no spill on sm_90: four). Session 50's probe_kv_fp8.py --regs.
+_TC_MAXNREG = int(os.environ["VOXFLOW_PAGED_DECODE_MAXNREG"]) if os.environ.get("VOXFLOW_PAGED_DECODE_MAXNREG") \
+    else None
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
 FP8_POOLS = (torch.float8_e4m3fn,)
 
@@ -363,8 +367,9 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     tensor_cores: the MMA variant (None: `default_tensor_cores`). num_splits: split-K chunks (None:
     `default_num_splits`, `default_tc_splits`). block_n: tokens per tile (None: by head_dim and group; TC_TILE).
     num_warps / num_stages: Triton's launch options (None: 2 / Triton's; TC_WARPS / TC_STAGES). maxnreg: a cap on
-    registers a thread (None: the compiler's choice; the tensor-core variant's 158 at bf16 leave room for three
-    programs an SM, 128 for four, so 64 rows x 8 KV heads run as one wave on 132 SMs: probe_kv_fp8.py measures it).
+    registers a thread (None: VOXFLOW_PAGED_DECODE_MAXNREG for the tensor-core variant, else the compiler's choice).
+    The variant's 158 at bf16 leave room for three programs an SM, 128 for four, so 64 rows x 8 KV heads would run
+    as one wave on 132 SMs (probe_kv_fp8.py --regs measures it).
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
@@ -407,6 +412,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         if num_splits is None:
             num_splits = default_num_splits(batch, num_kv_heads, max_tokens, q.device)
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
+    if maxnreg is None and tensor_cores:
+        maxnreg = _TC_MAXNREG
     if maxnreg is not None:
         launch["maxnreg"] = int(maxnreg)
 
