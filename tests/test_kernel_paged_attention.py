@@ -97,6 +97,10 @@ def run_kernel_cases() -> None:
         if lens[0] == 0:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
         check_append(q, k_pool, v_pool, tables, ctx, scale, splits, tensor_cores, out, rtol, atol, i)
+        if tensor_cores:             # the tile loop software-pipelined (loop_stages): the same arithmetic
+            piped = pda.paged_decode_attention(q, k_pool, v_pool, tables, ctx, scale, num_splits=splits,
+                                               tensor_cores=True, loop_stages=2)
+            assert torch.equal(piped, out), f"case {i}: loop_stages=2 differs"
         print(f"case {i} tensor_cores={tensor_cores} ok: max |err| {(out.float() - ref).abs().max().item():.3g}")
 
 
@@ -315,8 +319,9 @@ def test_tensor_core_variant_is_chosen_for_half_precision_batches_that_fill_the_
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
-def test_register_cap_reaches_the_tensor_core_launch_only(monkeypatch):
-    """maxnreg (or VOXFLOW_PAGED_DECODE_MAXNREG for the tensor-core variant) is a launch option of the kernel."""
+def test_register_cap_and_loop_stages_reach_the_tensor_core_launch_only(monkeypatch):
+    """maxnreg / loop_stages (or VOXFLOW_PAGED_DECODE_MAXNREG / _STAGES for the tensor-core variant) reach the
+    kernel's launch; the CUDA-core variant keeps its plain loop."""
     launches = []
 
     class FakeKernel:
@@ -332,7 +337,12 @@ def test_register_cap_reaches_the_tensor_core_launch_only(monkeypatch):
     monkeypatch.setattr(pda, "_TC_MAXNREG", 120)
     run(tensor_cores=True)
     run(tensor_cores=False)
-    assert [kw.get("maxnreg") for kw in launches] == [None, 128, 120, None]
+    monkeypatch.setattr(pda, "_TC_LOOP_STAGES", 3)
+    run(tensor_cores=True, loop_stages=2)
+    run(tensor_cores=True)
+    run(tensor_cores=False)
+    assert [kw.get("maxnreg") for kw in launches] == [None, 128, 120, None, 120, 120, None]
+    assert [kw["LOOP_STAGES"] for kw in launches] == [1, 1, 1, 1, 2, 3, 1]
     assert launches[1]["num_warps"] == pda.TC_WARPS
 
 

@@ -3,22 +3,27 @@
 # The talker's decode attention is latency-bound (session 50, H100: 0.84 ms of a 0.6B c=64 step at 2.24 TB/s): its
 # tensor-core variant's 158 registers a thread allow three programs an SM, so 64 rows x 8 KV heads (512 programs)
 # run as 1.3 waves on 132 SMs; capped at 128 (maxnreg; compile_check: 127, no spill) four fit, one wave.
-# 1. probe_kv_fp8.py --regs (~10 s): bf16 with / without the cap, 3 stages, fp8 (kv_cache_dtype) capped at 168.
-# 2. Served, 0.6B c=64 <= 8 GB offline, alternating: the cap (VOXFLOW_PAGED_DECODE_MAXNREG=128) against none. If it
-#    wins: TC_MAXNREG's default in paged_decode_attention.py, the GPU tests under it, gpu_path's tables.
+# Its tile loop is not software-pipelined either (no cp.async in the PTX: each tile's loads wait in turn);
+# tl.range(num_stages=2) pipelines it at 128 registers without spill (LOOP_STAGES, VOXFLOW_PAGED_DECODE_STAGES).
+# 1. Their GPU tests (bit-equal to the default launch), then probe_kv_fp8.py --regs (~15 s): bf16 with / without the
+#    cap, pipelined at 2 / 3 stages, fp8 (kv_cache_dtype) capped and pipelined.
+# 2. Served, 0.6B c=64 <= 8 GB offline, alternating: VOXFLOW_PAGED_DECODE_STAGES=2 (edit to the probe's winner:
+#    STAGES and / or MAXNREG) against the defaults. If it wins: the default in paged_decode_attention.py
+#    (_TC_LOOP_STAGES / _TC_MAXNREG), the GPU tests under it, gpu_path's tables.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
+gpu_tests 120 tests/gpu/test_gpu_paged_attention.py -k "pipelined or fp8"
 timeout 90 python3 benchmarks/scripts/probe_kv_fp8.py 64 171 --regs 2>&1 | grep -v -i warn | tee $R/probe_kv_regs.txt
 pack_results
 wait $CK6
 bench_small_first off_0                                              # (compiles the kernels)
 pack_results
-VOXFLOW_PAGED_DECODE_MAXNREG=128 bench_small_traced cap_1
+VOXFLOW_PAGED_DECODE_STAGES=2 bench_small_traced piped_1
 pack_results
 bench_small_traced off_1
 pack_results
-VOXFLOW_PAGED_DECODE_MAXNREG=128 bench_small_traced cap_2
+VOXFLOW_PAGED_DECODE_STAGES=2 bench_small_traced piped_2
 summarize_steps "steps_*.jsonl*" 40
 grep -h "turnover" $R/step_summaries.txt
 report_runs

@@ -104,6 +104,21 @@ def test_kernel_matches_reference_at_real_shapes(batch, dtype, splits, tensor_co
     torch.testing.assert_close(out.float(), ref, **tol(dtype, tensor_cores))
 
 
+@pytest.mark.parametrize("maxnreg", [None, 128])
+@pytest.mark.parametrize("loop_stages", [2, 3])
+@pytest.mark.parametrize("batch", [7, 64])
+def test_pipelined_and_register_capped_tensor_core_variant_matches_reference(batch, loop_stages, maxnreg):
+    """Session 50's candidates for the latency-bound attention (probe_kv_fp8.py --regs): the tile loop software-
+    pipelined, the registers capped. Same arithmetic as the default launch: its tolerance, and bit-equal to it."""
+    q, k_pool, v_pool, tables, lens = paged_batch(ragged_lens(batch, 2000, seed=batch), torch.bfloat16, seed=batch)
+    base = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, tensor_cores=True)
+    out = paged_decode_attention(q, k_pool, v_pool, tables, lens, SCALE, tensor_cores=True, loop_stages=loop_stages,
+                                 maxnreg=maxnreg)
+    ref = paged_decode_attention_ref(q.float(), k_pool, v_pool, tables, lens, SCALE)
+    torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16, True))
+    assert torch.equal(out, base)
+
+
 @pytest.mark.parametrize("tensor_cores", [False, True])
 @pytest.mark.parametrize("batch", [1, 64])
 def test_kernel_over_fp8_pools_matches_reference_at_real_shapes(batch, tensor_cores):

@@ -229,7 +229,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     paged_args,
                     dict(GROUP=2, BLOCK_G=2, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=16, NUM_SPLITS=8,
                          APPEND=append, TENSOR_CORES=False, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=True, USE_PDL=pdl), dict(num_warps=2, launch_pdl=pdl)))
+                         SMALL_POOL=True, USE_PDL=pdl, LOOP_STAGES=1), dict(num_warps=2, launch_pdl=pdl)))
     # The tensor-core variant: the default launch (32-token tiles, 4 warps; int32 and int64 offsets, 1 and 2
     # splits) and call 3's 64-token tiles at 8 warps.
     for block_n, warps, splits, small, pdl in ((32, 4, 1, True, False), (32, 4, 1, True, True),
@@ -240,7 +240,16 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     paged_args,
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=small, USE_PDL=pdl), dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
+                         SMALL_POOL=small, USE_PDL=pdl, LOOP_STAGES=1),
+                    dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
+    # The tile loop software-pipelined (LOOP_STAGES, VOXFLOW_PAGED_DECODE_STAGES; session 50: at 2 stages cp.async
+    # and 128 registers, no spill).
+    for stages in (2, 3):
+        out.append((f"paged_decode tensor_cores loop_stages={stages}", paged._paged_decode_kernel, paged_args,
+                    dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32, NUM_SPLITS=1,
+                         APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
+                         SMALL_POOL=True, USE_PDL=True, LOOP_STAGES=stages),
+                    dict(num_warps=4, num_stages=2, launch_pdl=True)))
     # fp8 pools (kv_cache_dtype=fp8) with bf16 queries: the served variant (tensor cores, appending) and the CUDA-core
     # one small batches take.
     fp8_args = dict(paged_args, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", kn_ptr="*fp8e4nv", vn_ptr="*fp8e4nv")
@@ -249,7 +258,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(GROUP=2, BLOCK_G=16 if tensor_cores else 2, HEAD_DIM=128, BLOCK_D=128, PAGE=16,
                          BLOCK_N=32 if tensor_cores else 16, NUM_SPLITS=1 if tensor_cores else 8, APPEND=True,
                          TENSOR_CORES=tensor_cores, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32", SMALL_POOL=True,
-                         USE_PDL=True), dict(num_warps=4 if tensor_cores else 2, launch_pdl=True)))
+                         USE_PDL=True, LOOP_STAGES=1), dict(num_warps=4 if tensor_cores else 2, launch_pdl=True)))
     for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
                     dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),

@@ -127,7 +127,7 @@ if triton is not None:
             GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
             PAGE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, APPEND: tl.constexpr,
             TENSOR_CORES: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr):
+            SMALL_POOL: tl.constexpr, USE_PDL: tl.constexpr, LOOP_STAGES: tl.constexpr):
         if USE_PDL:             # pdl.py: nothing read before the previous kernel's results are visible
             wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0)
@@ -158,7 +158,10 @@ if triton is not None:
         s_sum = tl.zeros([BLOCK_G], tl.float32)            # running sum of exp2(score - m)
         acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)     # running sum of exp2(score - m) * v
         table_row = table_ptr + row * stride_tb
-        for start in range(lo, hi, BLOCK_N):
+        # LOOP_STAGES > 1: Triton's software pipeline over the tiles (cp.async, K/V of later tiles in flight while
+        # this one computes); 1: none, each tile's loads wait in turn (the plain loop's code; a launch's num_stages
+        # does not pipeline this loop: no cp.async in its PTX).
+        for start in tl.range(lo, hi, BLOCK_N, num_stages=LOOP_STAGES):
             tok = start + n
             ok = tok < hi
             page, pos = page_slots(table_row, tok, ok, stride_tw, PAGE)
@@ -288,6 +291,9 @@ _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always
 # bf16: three programs an SM); e.g. 128 (127 used, no spill on sm_90: four). Session 50's probe_kv_fp8.py --regs.
 _TC_MAXNREG = int(os.environ["VOXFLOW_PAGED_DECODE_MAXNREG"]) if os.environ.get("VOXFLOW_PAGED_DECODE_MAXNREG") \
     else None
+# The tensor-core variant's tile loop pipelined over this many stages (the kernel's LOOP_STAGES), for A/B runs:
+# unset = 1, not pipelined (sm_90 at 3: cp.async in the PTX, 168 registers, 24 bytes of spill).
+_TC_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_DECODE_STAGES") or 1)
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
 FP8_POOLS = (torch.float8_e4m3fn,)
 
@@ -356,7 +362,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
                            block_n: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                            tensor_cores: bool | None = None, k_new: torch.Tensor | None = None,
                            v_new: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                           maxnreg: int | None = None) -> torch.Tensor:
+                           maxnreg: int | None = None, loop_stages: int | None = None) -> torch.Tensor:
     """q [B, Hq, D] over the paged pools -> [B, Hq, D] in q's dtype (see the module docstring).
 
     k_new / v_new [B, Hkv, D] and slots [B] (flat pool slots): the step's new token, not yet in the pools, in the
@@ -369,7 +375,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     num_warps / num_stages: Triton's launch options (None: 2 / Triton's; TC_WARPS / TC_STAGES). maxnreg: a cap on
     registers a thread (None: VOXFLOW_PAGED_DECODE_MAXNREG for the tensor-core variant, else the compiler's choice).
     The variant's 158 at bf16 leave room for three programs an SM, 128 for four, so 64 rows x 8 KV heads would run
-    as one wave on 132 SMs (probe_kv_fp8.py --regs measures it).
+    as one wave on 132 SMs (probe_kv_fp8.py --regs measures it). loop_stages: the tile loop's software pipeline
+    depth (None: VOXFLOW_PAGED_DECODE_STAGES for the tensor-core variant, else 1 = not pipelined).
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
@@ -414,6 +421,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     num_splits = max(1, min(int(num_splits), math.ceil(max(max_tokens, 1) / block_n)))
     if maxnreg is None and tensor_cores:
         maxnreg = _TC_MAXNREG
+    if loop_stages is None:
+        loop_stages = _TC_LOOP_STAGES if tensor_cores else 1
     if maxnreg is not None:
         launch["maxnreg"] = int(maxnreg)
 
@@ -448,7 +457,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         NUM_SPLITS=num_splits, APPEND=append, TENSOR_CORES=bool(tensor_cores), DOT_DTYPE=_dot_dtype(q.dtype),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         SMALL_POOL=bool(tensor_cores) and _offsets_fit_int32(k_pool, v_pool),     # (only the variant reads it)
-        USE_PDL=trigger_mode(pdl, "paged_decode"), **launch, **launch_kwargs(pdl))
+        USE_PDL=trigger_mode(pdl, "paged_decode"), LOOP_STAGES=loop_stages, **launch, **launch_kwargs(pdl))
     if num_splits > 1:
         _combine_splits_kernel[(batch, num_heads)](
             part_m, part_l, part_acc, out, out.stride(0), out.stride(1), out.stride(2),
