@@ -11,6 +11,7 @@ bf16's 158 on sm_90 (compile_check), two programs an SM instead of three.
 import sys
 
 import torch
+from event_timing import timed
 
 from voxflow.kernels.paged_decode_attention import paged_decode_attention
 
@@ -73,13 +74,7 @@ def step_graph(pools, rows, lens, launch):
 def time_graph(graph, reps=200):
     for _ in range(20):
         graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+    return timed(graph.replay, reps)
 
 
 def main():
