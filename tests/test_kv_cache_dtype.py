@@ -21,6 +21,7 @@ import torch
 from voxflow.engine.engine import EngineConfig, EngineCore
 from voxflow.engine.model_api import KVSpec, PagedKVContext, pool_spec
 from voxflow.engine.request import AudioChunk, FinalRecord, SamplingOptions, SpeechRequest, StreamingOptions
+from voxflow.layers.attention import attention_bias
 from voxflow.layers.paged_attention import PagedKVView
 
 TINY = os.environ.get("VOXFLOW_TINY_DIR", "")
@@ -85,12 +86,11 @@ def attend(pool_dtype, q, k, v, lens, block_size=16):
     pools = [torch.zeros(batch * pages + 1, block_size, hkv, d, dtype=pool_dtype) for _ in range(2)]
     tables = torch.arange(batch * pages).view(batch, pages)
     for pool, x in zip(pools, (k, v)):
-        pool[:-1] = x[:, :].reshape(batch * pages, block_size, hkv, d).to(pool_dtype)
+        pool[:-1] = x.reshape(batch * pages, block_size, hkv, d).to(pool_dtype)
     slots = (tables[:, -1] * block_size + block_size - 1)[:, None]
     kv = PagedKVContext([pools[0]], [pools[1]], block_size, tables, lens, slots)
     view = PagedKVView(kv, 1)
     new_k, new_v = k[:, -1, :, None], v[:, -1, :, None]                    # [B, Hkv, 1, D]
-    from voxflow.layers.attention import attention_bias
     bias = attention_bias(1, view.num_keys, view.key_valid, batch=batch, dtype=q.dtype, device=q.device)
     return view[0].attend(q[:, :, None], new_k, new_v, bias, d ** -0.5)
 

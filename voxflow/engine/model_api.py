@@ -23,6 +23,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import torch
 
+from ..kernels import FP8_KV
 from .request import SpeechRequest
 
 
@@ -40,7 +41,7 @@ class KVSpec:
 
 
 # EngineConfig.kv_cache_dtype -> what the pages store (None: the model's own KV dtype).
-KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn}
+KV_CACHE_DTYPES = {"auto": None, "fp8": FP8_KV}
 
 
 def check_kv_cache_dtype(kv_cache_dtype: str) -> str:

@@ -55,4 +55,3 @@ def run_offline(core: EngineCore, requests: Iterable[SpeechRequest],
         while core.has_work():
             take(core.step())
     return [results[rid] for rid in order]
-

@@ -30,10 +30,14 @@ def _triton_available() -> bool:
     return True
 
 
+# The fp8 format of KV pages (EngineConfig.kv_cache_dtype = "fp8"): e4m3, finite-only (Triton's fp8e4nv).
+FP8_KV = torch.float8_e4m3fn
+
+
 def as_stored(t: torch.Tensor) -> torch.Tensor:
-    """An fp8 tensor (an fp8 KV pool: EngineConfig.kv_cache_dtype) seen as its bytes, for gathers and scatters that
-    only move data: indexing kernels take uint8 everywhere, fp8 not on every device; any other tensor as it is."""
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+    """An fp8 tensor (an fp8 KV pool) seen as its bytes, for gathers and scatters that only move data: indexing
+    kernels take uint8 everywhere, fp8 not on every device; any other tensor as it is."""
+    return t.view(torch.uint8) if t.dtype == FP8_KV else t
 
 
 def fp8_kernels_supported(device: torch.device) -> bool:

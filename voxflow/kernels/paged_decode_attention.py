@@ -36,7 +36,7 @@ past it run zero iterations.
 
 An fp8 pool (EngineConfig.kv_cache_dtype = "fp8": e4m3, unscaled) halves what the kernel reads; its tiles widen to
 the queries' dtype (exactly) as they load, so the math is the same as over a pool holding those rounded values in
-bf16, and the new token is written rounded too (the caller passes it in the pool's dtype).
+bf16, and the new token is rounded to the pool's dtype in the kernel before it is stored and attended to.
 
 A row with context_lens 0 (e.g. batch padding) yields zeros, never NaN, and never touches its table.
 """
@@ -48,7 +48,7 @@ import os
 
 import torch
 
-from voxflow.kernels import as_stored, use_pdl
+from voxflow.kernels import FP8_KV, as_stored, use_pdl
 
 try:
     import triton
@@ -285,7 +285,7 @@ TC_STAGES = 2
 TC_PROGRAMS_PER_SM = 3       # 64 rows x 8 KV heads: one split; 17 rows: three
 # Pools the variant takes by default: half-precision ones, and fp8 (EngineConfig.kv_cache_dtype), whose tiles widen
 # to the queries' dtype in registers.
-TC_POOL_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+TC_POOL_DTYPES = (torch.bfloat16, torch.float16, FP8_KV)
 _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always / never (A/B runs); unset: by batch
 # A register cap a thread for the tensor-core variant (maxnreg), for A/B runs: unset = none (the compiler's 158 at
 # bf16: three programs an SM); e.g. 128 (127 used, no spill on sm_90: four). Session 50's probe_kv_fp8.py --regs.
@@ -295,7 +295,6 @@ _TC_MAXNREG = int(os.environ["VOXFLOW_PAGED_DECODE_MAXNREG"]) if os.environ.get(
 # unset = 1, not pipelined (sm_90 at 3: cp.async in the PTX, 168 registers, 24 bytes of spill).
 _TC_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_DECODE_STAGES") or 1)
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
-FP8_POOLS = (torch.float8_e4m3fn,)
 
 
 @functools.lru_cache(maxsize=None)
@@ -393,7 +392,7 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     width = block_tables.shape[1]
     max_tokens = width * block_size
     block_d = triton.next_power_of_2(head_dim)
-    tc_inputs_ok = k_pool.stride() == v_pool.stride() and (q.dtype == k_pool.dtype or k_pool.dtype in FP8_POOLS)
+    tc_inputs_ok = k_pool.stride() == v_pool.stride() and (q.dtype == k_pool.dtype or k_pool.dtype == FP8_KV)
     if tensor_cores is None:
         tensor_cores = tc_inputs_ok and default_tensor_cores(batch, num_kv_heads, group, head_dim, q.device,
                                                              k_pool.dtype)

@@ -34,11 +34,11 @@ import functools
 import torch
 
 from voxflow.engine.model_api import PagedKVContext
-from voxflow.kernels import as_stored, use_kernels
+from voxflow.kernels import FP8_KV, as_stored, use_kernels
 from voxflow.layers.attention import eager_attention
 
 
-FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)       # 448
+FP8_MAX = float(torch.finfo(FP8_KV).max)       # 448
 
 
 class PagedLayerView:
@@ -135,7 +135,7 @@ class PagedKVView:
         """Store new [B, Hkv, S, D] into pool [blocks, block_size, Hkv, D] at the new tokens' slots (in place)."""
         b, hkv, s, d = new.shape
         rows = new.transpose(1, 2).reshape(b * s, hkv, d)
-        if pool.dtype == torch.float8_e4m3fn:       # saturate: a torch whose cast turns |x| > 448 into NaN would
+        if pool.dtype == FP8_KV:                    # saturate: a torch whose cast turns |x| > 448 into NaN would
             rows = rows.clamp(-FP8_MAX, FP8_MAX)    # otherwise poison every later step reading that page
         rows = rows.to(pool.dtype)
         as_stored(pool).view(-1, hkv, d)[self.write_index] = as_stored(rows)
