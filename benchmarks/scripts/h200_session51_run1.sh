@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 50 for the next session's first call; carry [".whl", ".device_tree"]; rename when run. ~480 s.
+# Session 51 call 1 (prepared in session 50); carry [".whl", ".device_tree"]. ~480 s.
 # The talker's decode attention is latency-bound (session 50, H100: 0.84 ms of a 0.6B c=64 step at 2.24 TB/s): its
 # tensor-core variant's 158 registers a thread allow three programs an SM, so 64 rows x 8 KV heads (512 programs)
 # run as 1.3 waves on 132 SMs; capped at 128 (maxnreg; compile_check: 127, no spill) four fit, one wave.
