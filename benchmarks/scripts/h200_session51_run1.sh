@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 51 call 1 (prepared in session 50); carry [".whl", ".device_tree"]. ~480 s.
+# Session 51 call 1 (prepared in session 50, step 3 added); carry [".whl", ".device_tree"]. ~480 s.
 # The talker's decode attention is latency-bound (session 50, H100: 0.84 ms of a 0.6B c=64 step at 2.24 TB/s): its
 # tensor-core variant's 158 registers a thread allow three programs an SM, so 64 rows x 8 KV heads (512 programs)
 # run as 1.3 waves on 132 SMs; capped at 128 (maxnreg; compile_check: 127, no spill) four fit, one wave.
@@ -27,5 +27,9 @@ VOXFLOW_PAGED_DECODE_STAGES=2 bench_small_traced piped_2
 summarize_steps "steps_*.jsonl*" 40
 grep -h "turnover" $R/step_summaries.txt
 report_runs
+pack_results
+# 3. A wave's prefill (64 prompts of ~200 positions at once): every step's wall, then its kernels by GPU time.
+timeout 100 python3 benchmarks/scripts/profile_wave_prefill.py /tmp/real-0.6b 64 codec_max_batch=16 \
+  kv_cache_bytes=2400000000 2>&1 | grep -v -i warn > $R/profile_wave_prefill.txt; head -45 $R/profile_wave_prefill.txt
 pack_results
 echo "done at ${SECONDS}s"
