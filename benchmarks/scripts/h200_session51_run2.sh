@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 51 for the call after h200_session51_run1.sh (a warm machine, or a fresh one whose first
+# Session 51 call 2; carry [".whl", ".device_tree"]. ~480 s, packed after each run.
 # server compiles, up to 300 s); carry [".whl", ".device_tree"]; rename when run. ~480 s, packed after each run.
 # The 0.6B c=64 target's own terms (over HTTP, <= 8 GB). Over HTTP a replaced row waits 34-47 ms between its
 # request's final record and its replacement's add, against 17-21 offline (session 49's step traces): the HTTP
@@ -9,6 +9,7 @@
 # step's end), two rounds; then fp8 pages in a 1.4 GB pool if the time is there.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
+export VOXFLOW_PAGED_DECODE_STAGES=2      # session 51 call 1: -13% attention, 0.6B c=64 offline +6%
 start_call 0.6B
 wait $CK6
 for round in 1 2; do
