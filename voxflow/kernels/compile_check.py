@@ -242,8 +242,8 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
                          SMALL_POOL=small, USE_PDL=pdl, LOOP_STAGES=1),
                     dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
-    # The tile loop software-pipelined (LOOP_STAGES, VOXFLOW_PAGED_DECODE_STAGES; session 50: at 2 stages cp.async
-    # and 128 registers, no spill).
+    # The tile loop software-pipelined (LOOP_STAGES: 2 by default since session 51, VOXFLOW_PAGED_DECODE_STAGES;
+    # session 50: at 2 stages cp.async and 128 registers, no spill).
     for stages in (2, 3):
         out.append((f"paged_decode tensor_cores loop_stages={stages}", paged._paged_decode_kernel, paged_args,
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32, NUM_SPLITS=1,

@@ -291,9 +291,13 @@ _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always
 # bf16: three programs an SM); e.g. 128 (127 used, no spill on sm_90: four). Session 50's probe_kv_fp8.py --regs.
 _TC_MAXNREG = int(os.environ["VOXFLOW_PAGED_DECODE_MAXNREG"]) if os.environ.get("VOXFLOW_PAGED_DECODE_MAXNREG") \
     else None
-# The tensor-core variant's tile loop pipelined over this many stages (the kernel's LOOP_STAGES), for A/B runs:
-# unset = 1, not pipelined (sm_90 at 3: cp.async in the PTX, 168 registers, 24 bytes of spill).
-_TC_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_DECODE_STAGES") or 1)
+# The tensor-core variant's tile loop software-pipelined over this many stages (the kernel's LOOP_STAGES: the next
+# tiles' loads in flight as cp.async while this one's MMAs run). Unpipelined (1), each tile's loads waited in turn and
+# the variant read 2.0 TB/s. Session 51 call 1 (H100, a 0.6B c=64 step's 28 layers, contexts 173-321): 0.929 -> 0.809
+# ms at 2 stages (128 registers, no spill), 0.814 at 3; 0.6B c=64 offline 705.8 / 711.8 -> 754.3 / 751.8 audio-s/s
+# (alternating; full steps 6.67 -> 6.22 ms). VOXFLOW_PAGED_DECODE_STAGES overrides it (1: the old loop).
+TC_LOOP_STAGES = 2
+_TC_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_DECODE_STAGES") or TC_LOOP_STAGES)
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
 
 
@@ -375,7 +379,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     registers a thread (None: VOXFLOW_PAGED_DECODE_MAXNREG for the tensor-core variant, else the compiler's choice).
     The variant's 158 at bf16 leave room for three programs an SM, 128 for four, so 64 rows x 8 KV heads would run
     as one wave on 132 SMs (probe_kv_fp8.py --regs measures it). loop_stages: the tile loop's software pipeline
-    depth (None: VOXFLOW_PAGED_DECODE_STAGES for the tensor-core variant, else 1 = not pipelined).
+    depth (None: TC_LOOP_STAGES, or VOXFLOW_PAGED_DECODE_STAGES, for the tensor-core variant, else 1 = not
+    pipelined).
     """
     if triton is None:
         raise RuntimeError("paged_decode_attention needs Triton; use paged_decode_attention_ref")
