@@ -108,6 +108,9 @@ def check_kernel_cases() -> None:
         assert (out.float() - ref).abs().mean() < (1e-6 if dtype == torch.float32 else 5e-3), i
         n = sum(e - s for s, e in spans)
         assert torch.equal(out[n:], torch.zeros_like(out[n:])), i               # rows no tile covers
+        # the key loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES): the same arithmetic, bit for bit
+        piped = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n, loop_stages=2)
+        assert torch.equal(piped, out), i
 
 
 if IN_CHILD:

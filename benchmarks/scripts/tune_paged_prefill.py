@@ -1,10 +1,12 @@
 """Times the packed prefill's attention on a GPU at the talker's shapes (16 query / 8 KV heads of 128, 16-token pages,
-bf16): the tiled kernel (voxflow/kernels/paged_prefill_attention.py) at a few launch settings against the decode
-kernel run one row per token (what session 8's call 5 measured the packed prefill with), per layer call.
+bf16): the tiled kernel (voxflow/kernels/paged_prefill_attention.py) at a few launch settings (key tile, warps, the
+key loop's pipeline stages) against the decode kernel run one row per token (what session 8's call 5 measured the
+packed prefill with), per layer call.
 
 Workloads: a c=16 wave (16 fresh prompts of 80-200 positions, ~2,200 rows), a run of a c=64 wave as the step's
-2,048-position budget cuts it (16 prompts of 100-155), and prefix-cache hits (16 chunks of 40 new positions after
-600-position prefixes). Times are GPU times of CUDA-graph replays (tune_skinny_linear.bench); each setting's output
+2,048-position budget cuts it (16 prompts of 100-155), prefix-cache hits (16 chunks of 40 new positions after
+600-position prefixes), and the 0.6B c=64 bench's wave as today's 4,096-position budget cuts it (20 prompts of
+186-210). Times are GPU times of CUDA-graph replays (tune_skinny_linear.bench); each setting's output
 is checked against the default's (bf16 tolerance) before it is timed.
 
     python benchmarks/scripts/tune_paged_prefill.py
@@ -58,9 +60,17 @@ def main() -> None:
         "c=16 wave": [(0, int(n)) for n in rng.integers(80, 200, 16)],
         "2048-row run": [(0, int(n)) for n in rng.integers(100, 156, 16)],      # a step's budget of a c=64 wave
         "prefix hits": [(600, 640)] * 16,
+        # the 0.6B c=64 bench's wave (prompts of ~186-210 positions) as the 4,096-position budget cuts it
+        "4096-row run": [(0, int(n)) for n in rng.integers(186, 211, 20)],
     }
-    settings = [dict(block_n=32, num_warps=4), dict(block_n=64, num_warps=4), dict(block_n=32, num_warps=8),
-                dict(block_n=64, num_warps=8), dict(block_n=16, num_warps=4)]
+    settings = [dict(block_n=32, num_warps=4, loop_stages=1), dict(block_n=64, num_warps=4, loop_stages=1),
+                dict(block_n=32, num_warps=8, loop_stages=1), dict(block_n=64, num_warps=8, loop_stages=1),
+                dict(block_n=16, num_warps=4, loop_stages=1),
+                # the key-tile loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES, session 51)
+                dict(block_n=32, num_warps=4, loop_stages=2), dict(block_n=32, num_warps=4, loop_stages=3),
+                dict(block_n=16, num_warps=4, loop_stages=2), dict(block_n=32, num_warps=8, loop_stages=2),
+                dict(block_n=32, num_warps=8, loop_stages=3), dict(block_n=64, num_warps=8, loop_stages=2)]
+    # (64-key tiles at 4 warps and 2 stages spill 688 bytes a thread on sm_90: compile_check, not timed)
     print(f"{torch.cuda.get_device_name()}, {DTYPE}, us per layer call (CUDA-graph replays)")
     for name, spans in waves.items():
         q, k_pool, v_pool, tables, tiles, row_tables, lens, rows = workload(spans, 0)
@@ -75,7 +85,7 @@ def main() -> None:
         per_row = bench(lambda: paged_decode_attention(q, k_pool, v_pool, row_tables, lens, scale), 1)
         best = min(times, key=lambda t: t[0])
         print(f"{name:15} rows {rows:5}  decode kernel per row {per_row:8.1f} us | tiled: "
-              + ", ".join(f"{c['block_n']}/{c['num_warps']}w {us:7.1f}" for us, c in times)
+              + ", ".join(f"{c['block_n']}/{c['num_warps']}w/{c['loop_stages']}s {us:7.1f}" for us, c in times)
               + f" | best {best[1]} {per_row / best[0]:.1f}x")
 
 

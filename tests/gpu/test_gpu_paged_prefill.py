@@ -91,3 +91,18 @@ def test_tiled_prefill_kernel_replays_in_a_cuda_graph_with_other_chunks():
     t = tiles(second, rows, into=buf)
     graph.replay()
     assert_within_tolerance(out, q, k_pool, v_pool, tables, t)
+
+
+@pytest.mark.parametrize("loop_stages", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_pipelined_key_loop_equals_the_plain_loop(dtype, loop_stages):
+    """VOXFLOW_PAGED_PREFILL_STAGES: the key-tile loop software-pipelined does the same arithmetic in the same order
+    as the plain loop (bit-equal), so the reference's tolerance carries over."""
+    spans = [(0, 118), (0, 5), (200, 330), (37, 38), (0, 64), (500, 517)]
+    rows = 512
+    q, k_pool, v_pool, tables = case(spans, dtype, 3, rows)
+    t = tiles(spans, rows)
+    plain = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5, loop_stages=1)
+    piped = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5, loop_stages=loop_stages)
+    assert torch.equal(piped, plain)
+    assert_within_tolerance(piped, q, k_pool, v_pool, tables, t)

@@ -271,12 +271,18 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(q_ptr=p, k_ptr=p, v_ptr=p, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
                          tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=p, scale_log2="fp32"),
                     dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
-                         DOT_PRECISION=precision, DOT_IN_FP32=False), dict(num_warps=4)))
+                         DOT_PRECISION=precision, DOT_IN_FP32=False, LOOP_STAGES=1), dict(num_warps=4)))
+    for stages in (2, 3):           # the key-tile loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES)
+        out.append((f"paged_prefill bf16 loop_stages={stages}", prefill._paged_prefill_kernel,
+                    dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
+                         tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
+                    dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
+                         DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=stages), dict(num_warps=4)))
     out.append(("paged_prefill fp8 pools", prefill._paged_prefill_kernel,
                 dict(q_ptr=bf, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
                      tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
                 dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
-                     DOT_PRECISION="tf32", DOT_IN_FP32=False), dict(num_warps=4)))
+                     DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=1), dict(num_warps=4)))
     for dt, more in (("bf16", 0), ("fp32", 0), ("bf16", 15)):
         p = _ptr(dt)
         out.append((f"frame_input {dt}" + (f" + {more} rows" if more else ""), frame_input._frame_input_kernel,

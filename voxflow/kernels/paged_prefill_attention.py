@@ -22,6 +22,8 @@ of chunk lengths.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .paged_decode_attention import gather_slots
@@ -57,6 +59,13 @@ def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
     return out
 
 
+# The key-tile loop's pipeline depth. 1 (not pipelined) until measured: a 0.6B wave's prefill (64 prompts, ~10.4k
+# positions) spent 7.2 ms in this kernel, 64 us a layer-run at ~51 TFLOP/s (session 51 call 1, H100); compiled for
+# sm_90 at 2 stages it has cp.async (compile_check). VOXFLOW_PAGED_PREFILL_STAGES sets it for A/B runs.
+LOOP_STAGES = 1
+_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_PREFILL_STAGES") or LOOP_STAGES)
+
+
 if triton is not None:
     @triton.jit
     def _paged_prefill_kernel(
@@ -68,7 +77,8 @@ if triton is not None:
             stride_tc, stride_tw,
             stride_ot, stride_oh, stride_od,
             GROUP: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_IN_FP32: tl.constexpr):
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_IN_FP32: tl.constexpr,
+            LOOP_STAGES: tl.constexpr):
         tile = tl.program_id(0)
         kv_head = tl.program_id(1)
         n_rows = tl.load(tile_rows_ptr + tile).to(tl.int32)
@@ -95,7 +105,9 @@ if triton is not None:
         s_sum = tl.zeros([ROWS * GROUP], tl.float32)
         acc = tl.zeros([ROWS * GROUP, BLOCK_D], tl.float32)
         table_row = table_ptr + chunk * stride_tc
-        for start in range(0, hi, BLOCK_N):
+        # LOOP_STAGES > 1: Triton's software pipeline over the key tiles (cp.async: later tiles' K/V in flight while
+        # this one's dots run); at 1 each tile's loads wait in turn (the decode kernel's loop read 2.0 TB/s so).
+        for start in tl.range(0, hi, BLOCK_N, num_stages=LOOP_STAGES):
             tok = start + n
             ok = tok < hi
             page, pos = page_slots(table_row, tok, ok, stride_tw, PAGE)
@@ -128,8 +140,10 @@ if triton is not None:
 
 
 def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, chunk_tables: torch.Tensor,
-                            tiles: PrefillTiles, scale: float, block_n: int = 32, num_warps: int = 4) -> torch.Tensor:
-    """q [T, Hq, D] over the paged pools, by query tiles -> [T, Hq, D] in q's dtype (see the module docstring)."""
+                            tiles: PrefillTiles, scale: float, block_n: int = 32, num_warps: int = 4,
+                            loop_stages: int | None = None) -> torch.Tensor:
+    """q [T, Hq, D] over the paged pools, by query tiles -> [T, Hq, D] in q's dtype (see the module docstring).
+    loop_stages: the key-tile loop's software pipeline depth (None: LOOP_STAGES, or VOXFLOW_PAGED_PREFILL_STAGES)."""
     if triton is None:
         raise RuntimeError("paged_prefill_attention needs Triton; use paged_prefill_attention_ref")
     rows, num_heads, head_dim = q.shape
@@ -154,5 +168,5 @@ def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch
         GROUP=group, ROWS=TILE_ROWS, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PAGE=block_size,
         BLOCK_N=block_n, DOT_PRECISION="ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32",
-        DOT_IN_FP32=not q.is_cuda, num_warps=num_warps)
+        DOT_IN_FP32=not q.is_cuda, LOOP_STAGES=loop_stages or _LOOP_STAGES, num_warps=num_warps)
     return out

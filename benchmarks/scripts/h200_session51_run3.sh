@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 51 call 3; carry [".whl", ".device_tree"]. ~420 s on a fresh machine (its first bench compiles).
+# 1. GPU tests of the paged attention kernels: the decode kernel's tensor-core loop now pipelined by default (call 1:
+#    -13% attention, +6% offline), fp8 pools included; the prefill kernel's key loop pipelined (new,
+#    VOXFLOW_PAGED_PREFILL_STAGES: bit-equal to the plain loop).
+# 2. tune_paged_prefill.py: the prefill kernel's launch settings with / without the pipelined key loop (call 1's
+#    wave profile: 7.2 ms of a 0.6B wave's prefill in it, ~51 TFLOP/s).
+# 3. A 0.6B wave's prefill (64 prompts of ~200 positions at once, profile_wave_prefill.py), the plain key loop
+#    against 2 stages: every step's wall (two waves each), then each one's kernels by GPU time.
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 0.6B
+gpu_tests 150 tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_paged_prefill.py
+timeout 100 python3 benchmarks/scripts/tune_paged_prefill.py 2>&1 | grep -v -i warn | tee $R/tune_paged_prefill.txt
+pack_results
+wait $CK6
+n=0
+for stages in 1 2 1; do
+  n=$((n + 1))
+  VOXFLOW_PAGED_PREFILL_STAGES=$stages timeout 200 python3 benchmarks/scripts/profile_wave_prefill.py /tmp/real-0.6b 64 \
+    codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v -i warn > $R/profile_wave_prefill_${n}_s$stages.txt
+  head -12 $R/profile_wave_prefill_${n}_s$stages.txt
+  pack_results
+  echo "  at ${SECONDS}s"
+done
+echo "done at ${SECONDS}s"
