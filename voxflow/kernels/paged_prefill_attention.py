@@ -59,9 +59,9 @@ def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
     return out
 
 
-# The key-tile loop's pipeline depth. 1 (not pipelined) until measured: a 0.6B wave's prefill (64 prompts, ~10.4k
-# positions) spent 7.2 ms in this kernel, 64 us a layer-run at ~51 TFLOP/s (session 51 call 1, H100); compiled for
-# sm_90 at 2 stages it has cp.async (compile_check). VOXFLOW_PAGED_PREFILL_STAGES sets it for A/B runs.
+# The key-tile loop's pipeline depth. 1 (not pipelined) until measured: a 0.6B wave's prefill (64 prompts, ~11k
+# positions) spent 7.2 ms in this kernel, ~30 TFLOP/s (session 51 call 1, H100); its plain loop has no cp.async,
+# at 2 stages it has (compile_check: 255 registers, no spill). VOXFLOW_PAGED_PREFILL_STAGES sets it for A/B runs.
 LOOP_STAGES = 1
 _LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_PREFILL_STAGES") or LOOP_STAGES)
 
