@@ -16,7 +16,7 @@ pack_results
 wait $CK6
 n=0
 for stages in 1 2 1; do
-  (( SECONDS < 150 )) || break            # (the session's device time is nearly spent: what fits)
+  (( SECONDS < ${WAVES_UNTIL:-150} )) || break   # (WAVES_UNTIL=0: no wave profiles, when device time is short)
   n=$((n + 1))
   VOXFLOW_PAGED_PREFILL_STAGES=$stages timeout 200 python3 benchmarks/scripts/profile_wave_prefill.py /tmp/real-0.6b 64 \
     codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v -i warn > $R/profile_wave_prefill_${n}_s$stages.txt
