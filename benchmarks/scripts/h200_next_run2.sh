@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 49 (renumbered in 50) for the call after h200_next_run2.sh (a warm machine: kernels
+# Prepared in session 49 (renumbered in 50 and 51) for the call after h200_next_run1.sh (a warm machine: kernels
 # compiled); carry [".whl", ".device_tree"]; rename when run. ~420 s.
 # The <= 8 GB server's KV pool with the memory the fused residual unit gave back: session 49's HTTP server peaked at
 # 7.65e9 bytes with the 2.4 GB pool (session 48: 7.87e9-7.89e9; 2.5 GB reached 8.04e9 then), and every run
