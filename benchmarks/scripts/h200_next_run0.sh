@@ -5,7 +5,7 @@
 #    -13% attention, +6% offline), fp8 pools included; the prefill kernel's key loop pipelined (new,
 #    VOXFLOW_PAGED_PREFILL_STAGES: bit-equal to the plain loop).
 # 2. tune_paged_prefill.py: the prefill kernel's launch settings with / without the pipelined key loop (call 1's
-#    wave profile: 7.2 ms of a 0.6B wave's prefill in it, ~51 TFLOP/s).
+#    wave profile: 7.2 ms of a 0.6B wave's prefill in it, ~30 TFLOP/s).
 # 3. A 0.6B wave's prefill (64 prompts of ~200 positions at once, profile_wave_prefill.py), the plain key loop
 #    against 2 stages: every step's wall (two waves each), then each one's kernels by GPU time.
 set -uo pipefail
