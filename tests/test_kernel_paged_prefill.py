@@ -9,6 +9,10 @@ interpreter's cast truncates: up to 2^-7 relative per weight) and its output onc
 wrong mask or page moves most elements by O(0.1)); the two references agree to 1e-6."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -47,16 +51,17 @@ def packed_case(spans, hkv, group, d, bs, dtype, seed):
     return q, k_pool, v_pool, tables
 
 
-def tiles_for(spans, tokens, max_chunks):
-    arr = np.zeros((4, pt.max_tiles(tokens, max_chunks)), dtype=np.int64)
-    pt.make_tiles(spans, arr)
+def tiles_for(spans, tokens, max_chunks, tile_rows=pt.TILE_ROWS):
+    arr = np.zeros((4, pt.max_tiles(tokens, max_chunks, tile_rows)), dtype=np.int64)
+    pt.make_tiles(spans, arr, tile_rows)
     return pt.PrefillTiles(*(torch.from_numpy(a.copy()) for a in arr))
 
 
-def test_tiles_cover_each_chunk_row_once_in_order():
+@pytest.mark.parametrize("tile_rows", [pt.TILE_ROWS, 4, 32])
+def test_tiles_cover_each_chunk_row_once_in_order(tile_rows):
     spans = [(0, 5), (3, 40), (16, 32), (7, 8)]
-    arr = np.zeros((4, pt.max_tiles(64, 4)), dtype=np.int64)
-    pt.make_tiles(spans, arr)
+    arr = np.zeros((4, pt.max_tiles(64, 4, tile_rows)), dtype=np.int64)
+    pt.make_tiles(spans, arr, tile_rows)
     row, rows, chunk, pos = arr
     covered = [(int(chunk[t]), int(pos[t]) + i, int(row[t]) + i) for t in range(arr.shape[1]) for i in range(rows[t])]
     want, at = [], 0
@@ -64,8 +69,16 @@ def test_tiles_cover_each_chunk_row_once_in_order():
         want += [(c, p, at + p - s) for p in range(s, e)]
         at += e - s
     assert covered == want
-    assert (rows <= pt.TILE_ROWS).all()
-    assert int((rows > 0).sum()) == sum(-(-(e - s) // pt.TILE_ROWS) for s, e in spans)
+    assert (rows <= tile_rows).all()
+    assert int((rows > 0).sum()) == sum(-(-(e - s) // tile_rows) for s, e in spans)
+
+
+def test_a_tile_size_that_is_not_a_power_of_two_is_refused():
+    """VOXFLOW_PREFILL_TILE_ROWS feeds the kernel's tl.arange(0, ROWS * GROUP): a power of two or nothing."""
+    env = dict(os.environ, VOXFLOW_PREFILL_TILE_ROWS="24")
+    run = subprocess.run([sys.executable, "-c", "import voxflow.kernels.prefill_tiles"], env=env, capture_output=True,
+                         text=True)
+    assert run.returncode != 0 and "must be a power of two, got 24" in run.stderr
 
 
 @pytest.mark.parametrize("group", [1, 2])
@@ -82,24 +95,27 @@ def test_reference_equals_the_decode_reference_row_by_row(group):
     assert torch.equal(got[n:], torch.zeros_like(got[n:]))                    # padding rows
 
 
-# (spans, Hkv, group, head_dim, block_size, dtype, block_n)
+# (spans, Hkv, group, head_dim, block_size, dtype, block_n, tile_rows)
 KERNEL_CASES = [
-    ([(0, 5), (3, 40), (16, 32), (7, 8)], 2, 2, 16, 8, "float32", 32),
-    ([(0, 37)], 1, 1, 32, 16, "float32", 16),
-    ([(10, 11), (0, 17), (30, 64)], 2, 2, 16, 4, "float32", 32),      # a lone row after a prefix
-    ([(0, 5), (3, 40), (16, 32)], 2, 2, 16, 8, "bfloat16", 32),
-    ([(0, 20)], 2, 4, 8, 8, "float32", 16),                           # head_dim under 16: padded lanes
-    ([(0, 5), (3, 40), (16, 32)], 2, 2, 16, 8, "float8_e4m3fn", 32),  # fp8 pools (kv_cache_dtype)
+    ([(0, 5), (3, 40), (16, 32), (7, 8)], 2, 2, 16, 8, "float32", 32, pt.TILE_ROWS),
+    ([(0, 37)], 1, 1, 32, 16, "float32", 16, pt.TILE_ROWS),
+    ([(10, 11), (0, 17), (30, 64)], 2, 2, 16, 4, "float32", 32, pt.TILE_ROWS),      # a lone row after a prefix
+    ([(0, 5), (3, 40), (16, 32)], 2, 2, 16, 8, "bfloat16", 32, pt.TILE_ROWS),
+    ([(0, 20)], 2, 4, 8, 8, "float32", 16, pt.TILE_ROWS),                           # head_dim under 16: padded lanes
+    ([(0, 5), (3, 40), (16, 32)], 2, 2, 16, 8, "float8_e4m3fn", 32, pt.TILE_ROWS),  # fp8 pools (kv_cache_dtype)
+    ([(0, 5), (3, 70), (16, 32)], 2, 2, 16, 8, "float32", 32, 32),                  # 32-query tiles
+    ([(10, 11), (0, 75)], 2, 2, 16, 8, "bfloat16", 16, 64),                         # 64-query tiles
 ]
 
 
 def check_kernel_cases() -> None:
-    for i, (spans, hkv, group, d, bs, dtype_name, block_n) in enumerate(KERNEL_CASES):
+    for i, (spans, hkv, group, d, bs, dtype_name, block_n, tile_rows) in enumerate(KERNEL_CASES):
         dtype = getattr(torch, dtype_name)
         q, k_pool, v_pool, tables = packed_case(spans, hkv, group, d, bs, dtype, seed=10 + i)
-        tiles = tiles_for(spans, q.shape[0], len(spans) + 1)
+        tiles = tiles_for(spans, q.shape[0], len(spans) + 1, tile_rows)
         scale = d ** -0.5
-        out = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n)
+        out = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n,
+                                          tile_rows=tile_rows)
         ref = ppa.paged_prefill_attention_ref(q.float(), k_pool, v_pool, tables, tiles, scale)
         dtype = q.dtype                   # the output's, and the tolerances' (an fp8 pool: its bf16 queries')
         assert out.dtype == dtype and out.shape == q.shape and not out.isnan().any(), i
@@ -109,7 +125,8 @@ def check_kernel_cases() -> None:
         n = sum(e - s for s, e in spans)
         assert torch.equal(out[n:], torch.zeros_like(out[n:])), i               # rows no tile covers
         # the key loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES): the same arithmetic, bit for bit
-        piped = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n, loop_stages=2)
+        piped = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n, loop_stages=2,
+                                            tile_rows=tile_rows)
         assert torch.equal(piped, out), i
 
 

@@ -4,15 +4,16 @@
 # 1. GPU tests of the paged attention kernels: the decode kernel's tensor-core loop now pipelined by default (call 1:
 #    -13% attention, +6% offline), fp8 pools included; the prefill kernel's key loop pipelined (new,
 #    VOXFLOW_PAGED_PREFILL_STAGES: bit-equal to the plain loop).
-# 2. tune_paged_prefill.py: the prefill kernel's launch settings with / without the pipelined key loop (call 1's
-#    wave profile: 7.2 ms of a 0.6B wave's prefill in it, ~30 TFLOP/s).
+# 2. tune_paged_prefill.py: the prefill kernel's launch settings with / without the pipelined key loop, and with 32 /
+#    64 queries a program (VOXFLOW_PREFILL_TILE_ROWS) (call 1's wave profile: 7.2 ms of a 0.6B wave's prefill in
+#    it, ~30 TFLOP/s). Its winner then goes into step 3's A/B (edit the loop's variables).
 # 3. A 0.6B wave's prefill (64 prompts of ~200 positions at once, profile_wave_prefill.py), the plain key loop
 #    against 2 stages: every step's wall (two waves each), then each one's kernels by GPU time.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
 gpu_tests 150 tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_paged_prefill.py
-timeout 100 python3 benchmarks/scripts/tune_paged_prefill.py 2>&1 | grep -v -i warn | tee $R/tune_paged_prefill.txt
+timeout 180 python3 benchmarks/scripts/tune_paged_prefill.py 2>&1 | grep -v -i warn | tee $R/tune_paged_prefill.txt
 pack_results
 wait $CK6
 n=0

@@ -30,6 +30,12 @@ HQ, HKV, D, BS = 16, 8, 128, 16
 DTYPE = torch.bfloat16
 
 
+def tiles_of(spans: list[tuple[int, int]], tokens: int, tile_rows: int) -> pt.PrefillTiles:
+    arr = np.zeros((4, pt.max_tiles(tokens, len(spans) + 1, tile_rows)), dtype=np.int64)
+    pt.make_tiles(spans, arr, tile_rows)
+    return pt.PrefillTiles(*torch.from_numpy(arr).cuda())
+
+
 def workload(spans: list[tuple[int, int]], seed: int):
     gen = torch.Generator().manual_seed(seed)
     pages = [-(-end // BS) for _, end in spans]
@@ -45,9 +51,7 @@ def workload(spans: list[tuple[int, int]], seed: int):
     rows = sum(e - s for s, e in spans)
     tokens = 1 << (rows - 1).bit_length()
     q = torch.randn(tokens, HQ, D, generator=gen).to(DTYPE).cuda()
-    arr = np.zeros((4, pt.max_tiles(tokens, len(spans) + 1)), dtype=np.int64)
-    pt.make_tiles(spans, arr)
-    tiles = pt.PrefillTiles(*torch.from_numpy(arr).cuda())
+    tiles = tiles_of(spans, tokens, pt.TILE_ROWS)
     chunk_of = [c for c, (s, e) in enumerate(spans) for _ in range(s, e)] + [len(spans)] * (tokens - rows)
     lens = [p + 1 for s, e in spans for p in range(s, e)] + [0] * (tokens - rows)
     row_tables = tables[chunk_of].cuda()
@@ -69,7 +73,14 @@ def main() -> None:
                 # the key-tile loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES, session 51)
                 dict(block_n=32, num_warps=4, loop_stages=2), dict(block_n=32, num_warps=4, loop_stages=3),
                 dict(block_n=16, num_warps=4, loop_stages=2), dict(block_n=32, num_warps=8, loop_stages=2),
-                dict(block_n=32, num_warps=8, loop_stages=3), dict(block_n=64, num_warps=8, loop_stages=2)]
+                dict(block_n=32, num_warps=8, loop_stages=3), dict(block_n=64, num_warps=8, loop_stages=2),
+                # 32 / 64 queries a program (VOXFLOW_PREFILL_TILE_ROWS): the settings free of spills on sm_90
+                dict(block_n=32, num_warps=8, loop_stages=1, tile_rows=32),
+                dict(block_n=32, num_warps=8, loop_stages=2, tile_rows=32),
+                dict(block_n=64, num_warps=8, loop_stages=1, tile_rows=32),
+                dict(block_n=64, num_warps=8, loop_stages=2, tile_rows=32),
+                dict(block_n=32, num_warps=8, loop_stages=1, tile_rows=64),
+                dict(block_n=32, num_warps=8, loop_stages=2, tile_rows=64)]
     # (64-key tiles at 4 warps and 2 stages spill 688 bytes a thread on sm_90: compile_check, not timed)
     print(f"{torch.cuda.get_device_name()}, {DTYPE}, us per layer call (CUDA-graph replays)")
     for name, spans in waves.items():
@@ -78,14 +89,17 @@ def main() -> None:
         want = paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale)
         times = []
         for cfg in settings:
-            got = paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, **cfg)
+            size = cfg.get("tile_rows", pt.TILE_ROWS)
+            its = tiles if size == pt.TILE_ROWS else tiles_of(spans, q.shape[0], size)
+            got = paged_prefill_attention(q, k_pool, v_pool, tables, its, scale, **cfg)
             torch.testing.assert_close(got[:rows].float(), want[:rows].float(), rtol=2 ** -6, atol=2e-2)
-            us = bench(lambda: paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, **cfg), 1)
+            us = bench(lambda: paged_prefill_attention(q, k_pool, v_pool, tables, its, scale, **cfg), 1)
             times.append((us, cfg))
         per_row = bench(lambda: paged_decode_attention(q, k_pool, v_pool, row_tables, lens, scale), 1)
         best = min(times, key=lambda t: t[0])
         print(f"{name:15} rows {rows:5}  decode kernel per row {per_row:8.1f} us | tiled: "
-              + ", ".join(f"{c['block_n']}/{c['num_warps']}w/{c['loop_stages']}s {us:7.1f}" for us, c in times)
+              + ", ".join(f"{c.get('tile_rows', pt.TILE_ROWS)}q/{c['block_n']}k/{c['num_warps']}w/{c['loop_stages']}s "
+                        f"{us:7.1f}" for us, c in times)
               + f" | best {best[1]} {per_row / best[0]:.1f}x")
 
 

@@ -53,9 +53,9 @@ def case(spans, dtype, seed, rows, blocks=96):
     return [t.cuda() for t in (q, k_pool, v_pool, tables)]
 
 
-def tiles(spans, rows, into=None):
-    arr = np.zeros((4, pt.max_tiles(rows, 65)), dtype=np.int64)
-    pt.make_tiles(spans, arr)
+def tiles(spans, rows, into=None, tile_rows=pt.TILE_ROWS):
+    arr = np.zeros((4, pt.max_tiles(rows, 65, tile_rows)), dtype=np.int64)
+    pt.make_tiles(spans, arr, tile_rows)
     if into is None:
         return pt.PrefillTiles(*torch.from_numpy(arr).cuda())
     into.copy_(torch.from_numpy(arr))
@@ -106,3 +106,19 @@ def test_pipelined_key_loop_equals_the_plain_loop(dtype, loop_stages):
     piped = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5, loop_stages=loop_stages)
     assert torch.equal(piped, plain)
     assert_within_tolerance(piped, q, k_pool, v_pool, tables, t)
+
+
+@pytest.mark.parametrize("launch", [dict(tile_rows=32, num_warps=8, loop_stages=2),
+                                    dict(tile_rows=32, num_warps=8, block_n=64),
+                                    dict(tile_rows=64, num_warps=8, loop_stages=2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_larger_query_tiles_match_reference(dtype, launch):
+    """VOXFLOW_PREFILL_TILE_ROWS: 32 / 64 queries a program (the settings compile_check finds free of spills)."""
+    spans = [(0, 118), (0, 5), (200, 330), (37, 38), (0, 64), (500, 517)]
+    rows = 512
+    q, k_pool, v_pool, tables = case(spans, dtype, 4, rows)
+    t = tiles(spans, rows, tile_rows=launch["tile_rows"])
+    out = paged_prefill_attention(q, k_pool, v_pool, tables, t, D ** -0.5, **launch)
+    n = sum(e - s for s, e in spans)
+    assert not out.isnan().any() and torch.equal(out[n:], torch.zeros_like(out[n:]))
+    assert_within_tolerance(out, q, k_pool, v_pool, tables, t)

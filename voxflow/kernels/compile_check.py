@@ -278,6 +278,12 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
                     dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
                          DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=stages), dict(num_warps=4)))
+    for rows in (32, 64):           # more queries a program (VOXFLOW_PREFILL_TILE_ROWS; 8 warps: no spill)
+        out.append((f"paged_prefill bf16 {rows} queries loop_stages=2", prefill._paged_prefill_kernel,
+                    dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
+                         tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
+                    dict(GROUP=2, ROWS=rows, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
+                         DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=2), dict(num_warps=8)))
     out.append(("paged_prefill fp8 pools", prefill._paged_prefill_kernel,
                 dict(q_ptr=bf, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
                      tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),

@@ -141,9 +141,10 @@ if triton is not None:
 
 def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, chunk_tables: torch.Tensor,
                             tiles: PrefillTiles, scale: float, block_n: int = 32, num_warps: int = 4,
-                            loop_stages: int | None = None) -> torch.Tensor:
+                            loop_stages: int | None = None, tile_rows: int = TILE_ROWS) -> torch.Tensor:
     """q [T, Hq, D] over the paged pools, by query tiles -> [T, Hq, D] in q's dtype (see the module docstring).
-    loop_stages: the key-tile loop's software pipeline depth (None: LOOP_STAGES, or VOXFLOW_PAGED_PREFILL_STAGES)."""
+    loop_stages: the key-tile loop's software pipeline depth (None: LOOP_STAGES, or VOXFLOW_PAGED_PREFILL_STAGES).
+    tile_rows: the queries a tile holds, as `tiles` were made (prefill_tiles.make_tiles; a power of two)."""
     if triton is None:
         raise RuntimeError("paged_prefill_attention needs Triton; use paged_prefill_attention_ref")
     rows, num_heads, head_dim = q.shape
@@ -155,6 +156,8 @@ def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch
     group = num_heads // num_kv_heads
     if group & (group - 1):
         raise ValueError(f"query heads per KV head must be a power of two, got {group}")
+    if tile_rows < 1 or tile_rows & (tile_rows - 1):
+        raise ValueError(f"tile_rows must be a power of two, got {tile_rows}")
     out = torch.zeros_like(q)
     grid = (tiles.rows.shape[0], num_kv_heads)
     _paged_prefill_kernel[grid](
@@ -165,7 +168,7 @@ def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch
         v_pool.stride(0), v_pool.stride(1), v_pool.stride(2), v_pool.stride(3),
         chunk_tables.stride(0), chunk_tables.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
-        GROUP=group, ROWS=TILE_ROWS, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        GROUP=group, ROWS=tile_rows, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PAGE=block_size,
         BLOCK_N=block_n, DOT_PRECISION="ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32",
         DOT_IN_FP32=not q.is_cuda, LOOP_STAGES=loop_stages or _LOOP_STAGES, num_warps=num_warps)

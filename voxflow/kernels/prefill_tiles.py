@@ -7,12 +7,19 @@ The arrays have a fixed size per packed shape (`max_tiles`), so a CUDA graph's g
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-TILE_ROWS = 16               # queries of one chunk a program takes (x GROUP heads: the dot's M)
+# Queries of one chunk a program takes (x GROUP heads: the dot's M), a power of two. 16 until measured otherwise:
+# a 0.6B wave's ~11k positions ran as ~2,200 programs of 3-6 key tiles each, latency-bound at ~30 TFLOP/s (session
+# 51); 32 or 64 amortize each program's prologue over more queries (compile_check: no spill at 8 warps).
+# VOXFLOW_PREFILL_TILE_ROWS sets it for A/B runs: the engine's tiles and the kernel's launch both read it.
+TILE_ROWS = int(os.environ.get("VOXFLOW_PREFILL_TILE_ROWS") or 16)
+if TILE_ROWS < 1 or TILE_ROWS & (TILE_ROWS - 1):
+    raise ValueError(f"VOXFLOW_PREFILL_TILE_ROWS must be a power of two, got {TILE_ROWS}")
 
 
 @dataclass
@@ -25,22 +32,23 @@ class PrefillTiles:
     pos: torch.Tensor
 
 
-def max_tiles(tokens: int, max_chunks: int) -> int:
+def max_tiles(tokens: int, max_chunks: int, tile_rows: int = TILE_ROWS) -> int:
     """Tiles a packed run of `tokens` rows in at most `max_chunks` chunks can need (each chunk's last tile partial)."""
-    return tokens // TILE_ROWS + max_chunks
+    return tokens // tile_rows + max_chunks
 
 
-def make_tiles(spans: list[tuple[int, int]], out: np.ndarray) -> None:
+def make_tiles(spans: list[tuple[int, int]], out: np.ndarray, tile_rows: int = TILE_ROWS) -> None:
     """Fill `out` [4, max_tiles] (row, rows, chunk, pos) for chunks laid end to end from row 0: chunk i holds
-    positions [start, end) of its sequence. Unused tiles: 0 rows."""
+    positions [start, end) of its sequence. Unused tiles: 0 rows. The kernel must be launched with the same
+    `tile_rows` (a tile of more rows than its launch takes would lose the rest)."""
     out.fill(0)
     at = t = 0
     for i, (start, end) in enumerate(spans):
         n = end - start
-        k = np.arange(0, n, TILE_ROWS)
+        k = np.arange(0, n, tile_rows)
         m = len(k)
         out[0, t: t + m] = at + k
-        out[1, t: t + m] = np.minimum(TILE_ROWS, n - k)
+        out[1, t: t + m] = np.minimum(tile_rows, n - k)
         out[2, t: t + m] = i
         out[3, t: t + m] = start + k
         at += n
