@@ -6,7 +6,8 @@
 #    VOXFLOW_PAGED_PREFILL_STAGES: bit-equal to the plain loop).
 # 2. tune_paged_prefill.py: the prefill kernel's launch settings with / without the pipelined key loop, and with 32 /
 #    64 queries a program (VOXFLOW_PREFILL_TILE_ROWS) (call 1's wave profile: 7.2 ms of a 0.6B wave's prefill in
-#    it, ~30 TFLOP/s). Its winner then goes into step 3's A/B (edit the loop's variables).
+#    it, ~30 TFLOP/s). Its winner then goes into step 3's A/B: WAVE_B="VOXFLOW_PAGED_PREFILL_STAGES=2
+#    VOXFLOW_PREFILL_TILE_ROWS=32" bash ... (the default WAVE_B: the pipelined key loop alone).
 # 3. A 0.6B wave's prefill (64 prompts of ~200 positions at once, profile_wave_prefill.py), the plain key loop
 #    against 2 stages: every step's wall (two waves each), then each one's kernels by GPU time.
 set -uo pipefail
@@ -16,13 +17,18 @@ gpu_tests 150 tests/gpu/test_gpu_paged_attention.py tests/gpu/test_gpu_paged_pre
 timeout 180 python3 benchmarks/scripts/tune_paged_prefill.py 2>&1 | grep -v -i warn | tee $R/tune_paged_prefill.txt
 pack_results
 wait $CK6
+# The candidate (WAVE_B, environment assignments; default: the pipelined key loop) against the defaults, A B A.
+WAVE_B=${WAVE_B:-VOXFLOW_PAGED_PREFILL_STAGES=2}
 n=0
-for stages in 1 2 1; do
-  (( SECONDS < ${WAVES_UNTIL:-150} )) || break   # (WAVES_UNTIL=0: no wave profiles, when device time is short)
+for variant in defaults "$WAVE_B" defaults; do
+  (( SECONDS < ${WAVES_UNTIL:-300} )) || break   # (WAVES_UNTIL=0: no wave profiles, when device time is short)
   n=$((n + 1))
-  VOXFLOW_PAGED_PREFILL_STAGES=$stages timeout 200 python3 benchmarks/scripts/profile_wave_prefill.py /tmp/real-0.6b 64 \
-    codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v -i warn > $R/profile_wave_prefill_${n}_s$stages.txt
-  head -12 $R/profile_wave_prefill_${n}_s$stages.txt
+  name=$([ "$variant" = defaults ] && echo defaults || echo candidate)
+  echo "wave profile $n: $variant"
+  env $([ "$variant" = defaults ] || echo "$variant") timeout 200 python3 benchmarks/scripts/profile_wave_prefill.py \
+    /tmp/real-0.6b 64 codec_max_batch=16 kv_cache_bytes=2400000000 2>&1 | grep -v -i warn \
+    > $R/profile_wave_prefill_${n}_$name.txt
+  head -12 $R/profile_wave_prefill_${n}_$name.txt
   pack_results
   echo "  at ${SECONDS}s"
 done
