@@ -73,6 +73,19 @@ def test_tiles_cover_each_chunk_row_once_in_order(tile_rows):
     assert int((rows > 0).sum()) == sum(-(-(e - s) // tile_rows) for s, e in spans)
 
 
+def test_launch_settings_follow_the_tile_size_and_refuse_nonsense():
+    """Tiles of more than 16 queries launch at 8 warps (4 spill there on sm_90); a pipeline depth under 1 or a tile
+    size that is not a power of two is refused before any launch."""
+    pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
+    assert [ppa.default_warps(r) for r in (16, 32, 64)] == [4, 8, 8]
+    q, k_pool, v_pool, tables = packed_case([(0, 5)], 1, 1, 16, 8, torch.float32, seed=0)
+    tiles = tiles_for([(0, 5)], q.shape[0], 2)
+    with pytest.raises(ValueError, match="loop_stages must be >= 1"):
+        ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, 0.25, loop_stages=0)
+    with pytest.raises(ValueError, match="tile_rows must be a power of two"):
+        ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, 0.25, tile_rows=24)
+
+
 def test_a_tile_size_that_is_not_a_power_of_two_is_refused():
     """VOXFLOW_PREFILL_TILE_ROWS feeds the kernel's tl.arange(0, ROWS * GROUP): a power of two or nothing."""
     env = dict(os.environ, VOXFLOW_PREFILL_TILE_ROWS="24")
@@ -124,7 +137,8 @@ def check_kernel_cases() -> None:
         assert (out.float() - ref).abs().mean() < (1e-6 if dtype == torch.float32 else 5e-3), i
         n = sum(e - s for s, e in spans)
         assert torch.equal(out[n:], torch.zeros_like(out[n:])), i               # rows no tile covers
-        # the key loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES): the same arithmetic, bit for bit
+        # the key loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES) runs and gives the same values here. (The interpreter
+        # ignores tl.range's num_stages: this holds the launch path, tests/gpu the pipelined code's bits.)
         piped = ppa.paged_prefill_attention(q, k_pool, v_pool, tables, tiles, scale, block_n=block_n, loop_stages=2,
                                             tile_rows=tile_rows)
         assert torch.equal(piped, out), i

@@ -7,7 +7,9 @@
 # 2. tune_paged_prefill.py: the prefill kernel's launch settings with / without the pipelined key loop, and with 32 /
 #    64 queries a program (VOXFLOW_PREFILL_TILE_ROWS) (call 1's wave profile: 7.2 ms of a 0.6B wave's prefill in
 #    it, ~30 TFLOP/s). Its winner then goes into step 3's A/B: WAVE_B="VOXFLOW_PAGED_PREFILL_STAGES=2
-#    VOXFLOW_PREFILL_TILE_ROWS=32" bash ... (the default WAVE_B: the pipelined key loop alone).
+#    VOXFLOW_PREFILL_TILE_ROWS=32" bash ... (the default WAVE_B: the pipelined key loop alone). The engine's launch
+#    takes those two; its key tiles stay 32 and its warps follow the tile size (4 at 16 queries, 8 above), so a
+#    tune winner at 64-key tiles or other warps needs a code change first.
 # 3. A 0.6B wave's prefill (64 prompts of ~200 positions at once, profile_wave_prefill.py), the plain key loop
 #    against 2 stages: every step's wall (two waves each), then each one's kernels by GPU time.
 set -uo pipefail

@@ -25,11 +25,14 @@ VARIANTS = [("bf16", torch.bfloat16, {}), ("fp8", torch.float8_e4m3fn, {}),
 # --regs: the tensor-core variant capped at fewer registers a thread (compile_check, sm_90: bf16 158 -> 127 at a cap
 # of 128 without spilling, so four programs an SM: 64 rows x 8 KV heads = 512 programs in one wave of 528 slots on
 # 132 SMs instead of 1.3 waves of 396), more launch stages, and the tile loop pipelined (loop_stages).
-REGS_VARIANTS = [("bf16", torch.bfloat16, {}), ("bf16 maxnreg 128", torch.bfloat16, dict(maxnreg=128)),
-                 ("bf16 maxnreg 128 3 stages", torch.bfloat16, dict(maxnreg=128, num_stages=3)),
-                 ("bf16 3 stages", torch.bfloat16, dict(num_stages=3)),
-                 ("bf16 maxnreg 128 2 splits", torch.bfloat16, dict(maxnreg=128, num_splits=2)),
-                 ("fp8", torch.float8_e4m3fn, {}), ("fp8 maxnreg 168", torch.float8_e4m3fn, dict(maxnreg=168)),
+# (The plain loop's variants name loop_stages=1: the pipelined loop is the default since session 51.)
+PLAIN = dict(loop_stages=1)
+REGS_VARIANTS = [("bf16", torch.bfloat16, PLAIN), ("bf16 maxnreg 128", torch.bfloat16, dict(PLAIN, maxnreg=128)),
+                 ("bf16 maxnreg 128 3 stages", torch.bfloat16, dict(PLAIN, maxnreg=128, num_stages=3)),
+                 ("bf16 3 stages", torch.bfloat16, dict(PLAIN, num_stages=3)),
+                 ("bf16 maxnreg 128 2 splits", torch.bfloat16, dict(PLAIN, maxnreg=128, num_splits=2)),
+                 ("fp8", torch.float8_e4m3fn, PLAIN),
+                 ("fp8 maxnreg 168", torch.float8_e4m3fn, dict(PLAIN, maxnreg=168)),
                  # the tile loop software-pipelined (compile_check: 2 stages, cp.async, 128 registers, no spill)
                  ("bf16 loop 2 stages", torch.bfloat16, dict(loop_stages=2)),
                  ("bf16 loop 3 stages", torch.bfloat16, dict(loop_stages=3)),

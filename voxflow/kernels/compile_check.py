@@ -231,34 +231,36 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          APPEND=append, TENSOR_CORES=False, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
                          SMALL_POOL=True, USE_PDL=pdl, LOOP_STAGES=1), dict(num_warps=2, launch_pdl=pdl)))
     # The tensor-core variant: the default launch (32-token tiles, 4 warps; int32 and int64 offsets, 1 and 2
-    # splits) and call 3's 64-token tiles at 8 warps.
+    # splits) and call 3's 64-token tiles at 8 warps, each with the tile loop pipelined (LOOP_STAGES 2: the default
+    # since session 51) and plain (1: VOXFLOW_PAGED_DECODE_STAGES=1).
     for block_n, warps, splits, small, pdl in ((32, 4, 1, True, False), (32, 4, 1, True, True),
                                                (32, 4, 2, False, False), (32, 4, 2, False, True),
                                                (64, 8, 1, True, False)):
-        out.append((f"paged_decode tensor_cores block_n={block_n} warps={warps} splits={splits} int32={small}"
-                    + (" pdl" if pdl else ""), paged._paged_decode_kernel,
-                    paged_args,
-                    dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, NUM_SPLITS=splits,
-                         APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=small, USE_PDL=pdl, LOOP_STAGES=1),
-                    dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
-    # The tile loop software-pipelined (LOOP_STAGES: 2 by default since session 51, VOXFLOW_PAGED_DECODE_STAGES;
-    # session 50: at 2 stages cp.async and 128 registers, no spill).
-    for stages in (2, 3):
+        for loop_stages in (2, 1):
+            out.append((f"paged_decode tensor_cores block_n={block_n} warps={warps} splits={splits} int32={small}"
+                        + (" pdl" if pdl else "") + ("" if loop_stages == 2 else " plain loop"),
+                        paged._paged_decode_kernel, paged_args,
+                        dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n,
+                             NUM_SPLITS=splits, APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16,
+                             DOT_PRECISION="tf32", SMALL_POOL=small, USE_PDL=pdl, LOOP_STAGES=loop_stages),
+                        dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
+    # The tile loop at 3 stages (session 50: 2 stages cp.async and 128 registers, no spill; 3: 168, 24 bytes spilled).
+    for stages in (3,):
         out.append((f"paged_decode tensor_cores loop_stages={stages}", paged._paged_decode_kernel, paged_args,
                     dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32, NUM_SPLITS=1,
                          APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
                          SMALL_POOL=True, USE_PDL=True, LOOP_STAGES=stages),
                     dict(num_warps=4, num_stages=2, launch_pdl=True)))
-    # fp8 pools (kv_cache_dtype=fp8) with bf16 queries: the served variant (tensor cores, appending) and the CUDA-core
-    # one small batches take.
+    # fp8 pools (kv_cache_dtype=fp8) with bf16 queries: the served variant (tensor cores, appending, its loop
+    # pipelined) and the CUDA-core one small batches take.
     fp8_args = dict(paged_args, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", kn_ptr="*fp8e4nv", vn_ptr="*fp8e4nv")
     for tensor_cores in (True, False):
         out.append((f"paged_decode fp8 pools tensor_cores={tensor_cores}", paged._paged_decode_kernel, fp8_args,
                     dict(GROUP=2, BLOCK_G=16 if tensor_cores else 2, HEAD_DIM=128, BLOCK_D=128, PAGE=16,
                          BLOCK_N=32 if tensor_cores else 16, NUM_SPLITS=1 if tensor_cores else 8, APPEND=True,
                          TENSOR_CORES=tensor_cores, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32", SMALL_POOL=True,
-                         USE_PDL=True, LOOP_STAGES=1), dict(num_warps=4 if tensor_cores else 2, launch_pdl=True)))
+                         USE_PDL=True, LOOP_STAGES=2 if tensor_cores else 1),
+                    dict(num_warps=4 if tensor_cores else 2, launch_pdl=True)))
     for pdl in (False, True):
         out.append(("paged_decode combine_splits" + (" pdl" if pdl else ""), paged._combine_splits_kernel,
                     dict(part_m_ptr=f32, part_l_ptr=f32, part_acc_ptr=f32, out_ptr=bf),
@@ -278,12 +280,15 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                          tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
                     dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
                          DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=stages), dict(num_warps=4)))
-    for rows in (32, 64):           # more queries a program (VOXFLOW_PREFILL_TILE_ROWS; 8 warps: no spill)
-        out.append((f"paged_prefill bf16 {rows} queries loop_stages=2", prefill._paged_prefill_kernel,
-                    dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
-                         tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
-                    dict(GROUP=2, ROWS=rows, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
-                         DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=2), dict(num_warps=8)))
+    # more queries a program (VOXFLOW_PREFILL_TILE_ROWS), at the warps the launch picks for them (8: no spill)
+    for rows in (32, 64):
+        for stages in (1, 2):
+            out.append((f"paged_prefill bf16 {rows} queries loop_stages={stages}", prefill._paged_prefill_kernel,
+                        dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
+                             tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
+                        dict(GROUP=2, ROWS=rows, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
+                             DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=stages),
+                        dict(num_warps=prefill.default_warps(rows))))
     out.append(("paged_prefill fp8 pools", prefill._paged_prefill_kernel,
                 dict(q_ptr=bf, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
                      tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),

@@ -287,8 +287,9 @@ TC_PROGRAMS_PER_SM = 3       # 64 rows x 8 KV heads: one split; 17 rows: three
 # to the queries' dtype in registers.
 TC_POOL_DTYPES = (torch.bfloat16, torch.float16, FP8_KV)
 _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always / never (A/B runs); unset: by batch
-# A register cap a thread for the tensor-core variant (maxnreg), for A/B runs: unset = none (the compiler's 158 at
-# bf16: three programs an SM); e.g. 128 (127 used, no spill on sm_90: four). Session 50's probe_kv_fp8.py --regs.
+# A register cap a thread for the tensor-core variant (maxnreg), for A/B runs: unset = none. The plain loop took 158
+# registers at bf16 (three programs an SM), capped at 128 four; the pipelined loop (the default) takes 128 uncapped.
+# Session 50-51's probe_kv_fp8.py --regs.
 _TC_MAXNREG = int(os.environ["VOXFLOW_PAGED_DECODE_MAXNREG"]) if os.environ.get("VOXFLOW_PAGED_DECODE_MAXNREG") \
     else None
 # The tensor-core variant's tile loop software-pipelined over this many stages (the kernel's LOOP_STAGES: the next
@@ -298,6 +299,8 @@ _TC_MAXNREG = int(os.environ["VOXFLOW_PAGED_DECODE_MAXNREG"]) if os.environ.get(
 # (alternating; full steps 6.67 -> 6.22 ms). VOXFLOW_PAGED_DECODE_STAGES overrides it (1: the old loop).
 TC_LOOP_STAGES = 2
 _TC_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_DECODE_STAGES") or TC_LOOP_STAGES)
+if _TC_LOOP_STAGES < 1:
+    raise ValueError(f"VOXFLOW_PAGED_DECODE_STAGES must be >= 1, got {_TC_LOOP_STAGES}")
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
 
 

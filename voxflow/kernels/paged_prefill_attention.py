@@ -64,6 +64,14 @@ def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
 # at 2 stages it has (compile_check: 255 registers, no spill). VOXFLOW_PAGED_PREFILL_STAGES sets it for A/B runs.
 LOOP_STAGES = 1
 _LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_PREFILL_STAGES") or LOOP_STAGES)
+if _LOOP_STAGES < 1:
+    raise ValueError(f"VOXFLOW_PAGED_PREFILL_STAGES must be >= 1, got {_LOOP_STAGES}")
+
+
+def default_warps(tile_rows: int) -> int:
+    """Warps a launch of `tile_rows` queries a program takes: 4 at 16 (the measured default); 8 above, where 4 spill
+    (sm_90, bf16: 32 queries 56 bytes a thread at the plain loop, 64 queries ~1 KB; at 8 warps none)."""
+    return 4 if tile_rows <= 16 else 8
 
 
 if triton is not None:
@@ -140,11 +148,12 @@ if triton is not None:
 
 
 def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, chunk_tables: torch.Tensor,
-                            tiles: PrefillTiles, scale: float, block_n: int = 32, num_warps: int = 4,
+                            tiles: PrefillTiles, scale: float, block_n: int = 32, num_warps: int | None = None,
                             loop_stages: int | None = None, tile_rows: int = TILE_ROWS) -> torch.Tensor:
     """q [T, Hq, D] over the paged pools, by query tiles -> [T, Hq, D] in q's dtype (see the module docstring).
     loop_stages: the key-tile loop's software pipeline depth (None: LOOP_STAGES, or VOXFLOW_PAGED_PREFILL_STAGES).
-    tile_rows: the queries a tile holds, as `tiles` were made (prefill_tiles.make_tiles; a power of two)."""
+    tile_rows: the queries a tile holds, as `tiles` were made (prefill_tiles.make_tiles; a power of two).
+    num_warps: None = default_warps(tile_rows)."""
     if triton is None:
         raise RuntimeError("paged_prefill_attention needs Triton; use paged_prefill_attention_ref")
     rows, num_heads, head_dim = q.shape
@@ -158,6 +167,10 @@ def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch
         raise ValueError(f"query heads per KV head must be a power of two, got {group}")
     if tile_rows < 1 or tile_rows & (tile_rows - 1):
         raise ValueError(f"tile_rows must be a power of two, got {tile_rows}")
+    if loop_stages is None:
+        loop_stages = _LOOP_STAGES
+    if loop_stages < 1:
+        raise ValueError(f"loop_stages must be >= 1, got {loop_stages}")
     out = torch.zeros_like(q)
     grid = (tiles.rows.shape[0], num_kv_heads)
     _paged_prefill_kernel[grid](
@@ -171,5 +184,5 @@ def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch
         GROUP=group, ROWS=tile_rows, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         PAGE=block_size,
         BLOCK_N=block_n, DOT_PRECISION="ieee" if q.dtype == torch.float32 or not q.is_cuda else "tf32",
-        DOT_IN_FP32=not q.is_cuda, LOOP_STAGES=loop_stages or _LOOP_STAGES, num_warps=num_warps)
+        DOT_IN_FP32=not q.is_cuda, LOOP_STAGES=loop_stages, num_warps=num_warps or default_warps(tile_rows))
     return out

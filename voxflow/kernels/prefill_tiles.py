@@ -15,7 +15,7 @@ import torch
 
 # Queries of one chunk a program takes (x GROUP heads: the dot's M), a power of two. 16 until measured otherwise:
 # a 0.6B wave's ~11k positions ran as ~2,200 programs of 3-6 key tiles each, latency-bound at ~30 TFLOP/s (session
-# 51); 32 or 64 amortize each program's prologue over more queries (compile_check: no spill at 8 warps).
+# 51); 32 or 64 amortize each program's prologue over more queries (launched at 8 warps, free of spills in bf16).
 # VOXFLOW_PREFILL_TILE_ROWS sets it for A/B runs: the engine's tiles and the kernel's launch both read it.
 TILE_ROWS = int(os.environ.get("VOXFLOW_PREFILL_TILE_ROWS") or 16)
 if TILE_ROWS < 1 or TILE_ROWS & (TILE_ROWS - 1):
