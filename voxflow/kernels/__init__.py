@@ -30,6 +30,20 @@ def _triton_available() -> bool:
     return True
 
 
+def env_int(name: str, default: int | None, *, power_of_two: bool = False) -> int | None:
+    """A kernel's launch setting from the environment (A/B runs): the integer VOXFLOW_... holds, else `default`;
+    a value under 1 (or not a power of two, when asked) is refused at import, not at the first launch."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    value = int(raw)
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if power_of_two and value & (value - 1):
+        raise ValueError(f"{name} must be a power of two, got {value}")
+    return value
+
+
 # The fp8 format of KV pages (EngineConfig.kv_cache_dtype = "fp8"): e4m3, finite-only (Triton's fp8e4nv).
 FP8_KV = torch.float8_e4m3fn
 

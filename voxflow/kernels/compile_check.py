@@ -245,12 +245,11 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                              DOT_PRECISION="tf32", SMALL_POOL=small, USE_PDL=pdl, LOOP_STAGES=loop_stages),
                         dict(num_warps=warps, num_stages=2, launch_pdl=pdl)))
     # The tile loop at 3 stages (session 50: 2 stages cp.async and 128 registers, no spill; 3: 168, 24 bytes spilled).
-    for stages in (3,):
-        out.append((f"paged_decode tensor_cores loop_stages={stages}", paged._paged_decode_kernel, paged_args,
-                    dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32, NUM_SPLITS=1,
-                         APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
-                         SMALL_POOL=True, USE_PDL=True, LOOP_STAGES=stages),
-                    dict(num_warps=4, num_stages=2, launch_pdl=True)))
+    out.append(("paged_decode tensor_cores loop_stages=3", paged._paged_decode_kernel, paged_args,
+                dict(GROUP=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32, NUM_SPLITS=1,
+                     APPEND=True, TENSOR_CORES=True, DOT_DTYPE=tl.bfloat16, DOT_PRECISION="tf32",
+                     SMALL_POOL=True, USE_PDL=True, LOOP_STAGES=3),
+                dict(num_warps=4, num_stages=2, launch_pdl=True)))
     # fp8 pools (kv_cache_dtype=fp8) with bf16 queries: the served variant (tensor cores, appending, its loop
     # pipelined) and the CUDA-core one small batches take.
     fp8_args = dict(paged_args, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", kn_ptr="*fp8e4nv", vn_ptr="*fp8e4nv")
@@ -267,33 +266,24 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(NUM_HEADS=16, HEAD_DIM=128, BLOCK_D=128, NUM_SPLITS=8, BLOCK_S=8, USE_PDL=pdl),
                     dict(launch_pdl=pdl)))
     from voxflow.kernels import paged_prefill_attention as prefill
+
+    def prefill_case(name: str, q: str, kv: str, rows: int, stages: int, precision: str = "tf32") -> tuple:
+        return (f"paged_prefill {name}", prefill._paged_prefill_kernel,
+                dict(q_ptr=q, k_ptr=kv, v_ptr=kv, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
+                     tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=q, scale_log2="fp32"),
+                dict(GROUP=2, ROWS=rows, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32, DOT_PRECISION=precision,
+                     DOT_IN_FP32=False, LOOP_STAGES=stages), dict(num_warps=prefill.default_warps(rows)))
+
+    tile = prefill.TILE_ROWS
     for dt, precision in (("bf16", "tf32"), ("fp32", "ieee")):
-        p = _ptr(dt)
-        out.append((f"paged_prefill {dt}", prefill._paged_prefill_kernel,
-                    dict(q_ptr=p, k_ptr=p, v_ptr=p, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
-                         tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=p, scale_log2="fp32"),
-                    dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
-                         DOT_PRECISION=precision, DOT_IN_FP32=False, LOOP_STAGES=1), dict(num_warps=4)))
+        out.append(prefill_case(dt, _ptr(dt), _ptr(dt), tile, 1, precision))
     for stages in (2, 3):           # the key-tile loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES)
-        out.append((f"paged_prefill bf16 loop_stages={stages}", prefill._paged_prefill_kernel,
-                    dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
-                         tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
-                    dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
-                         DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=stages), dict(num_warps=4)))
+        out.append(prefill_case(f"bf16 loop_stages={stages}", bf, bf, tile, stages))
     # more queries a program (VOXFLOW_PREFILL_TILE_ROWS), at the warps the launch picks for them (8: no spill)
     for rows in (32, 64):
         for stages in (1, 2):
-            out.append((f"paged_prefill bf16 {rows} queries loop_stages={stages}", prefill._paged_prefill_kernel,
-                        dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
-                             tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
-                        dict(GROUP=2, ROWS=rows, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
-                             DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=stages),
-                        dict(num_warps=prefill.default_warps(rows))))
-    out.append(("paged_prefill fp8 pools", prefill._paged_prefill_kernel,
-                dict(q_ptr=bf, k_ptr="*fp8e4nv", v_ptr="*fp8e4nv", table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
-                     tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=bf, scale_log2="fp32"),
-                dict(GROUP=2, ROWS=prefill.TILE_ROWS, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32,
-                     DOT_PRECISION="tf32", DOT_IN_FP32=False, LOOP_STAGES=1), dict(num_warps=4)))
+            out.append(prefill_case(f"bf16 {rows} queries loop_stages={stages}", bf, bf, rows, stages))
+    out.append(prefill_case("fp8 pools", bf, "*fp8e4nv", tile, 1))
     for dt, more in (("bf16", 0), ("fp32", 0), ("bf16", 15)):
         p = _ptr(dt)
         out.append((f"frame_input {dt}" + (f" + {more} rows" if more else ""), frame_input._frame_input_kernel,

@@ -48,7 +48,7 @@ import os
 
 import torch
 
-from voxflow.kernels import FP8_KV, as_stored, use_pdl
+from voxflow.kernels import FP8_KV, as_stored, env_int, use_pdl
 
 try:
     import triton
@@ -290,17 +290,14 @@ _TC_OVERRIDE = os.environ.get("VOXFLOW_PAGED_DECODE_TC")     # "1" / "0": always
 # A register cap a thread for the tensor-core variant (maxnreg), for A/B runs: unset = none. The plain loop took 158
 # registers at bf16 (three programs an SM), capped at 128 four; the pipelined loop (the default) takes 128 uncapped.
 # Session 50-51's probe_kv_fp8.py --regs.
-_TC_MAXNREG = int(os.environ["VOXFLOW_PAGED_DECODE_MAXNREG"]) if os.environ.get("VOXFLOW_PAGED_DECODE_MAXNREG") \
-    else None
+_TC_MAXNREG = env_int("VOXFLOW_PAGED_DECODE_MAXNREG", None)
 # The tensor-core variant's tile loop software-pipelined over this many stages (the kernel's LOOP_STAGES: the next
 # tiles' loads in flight as cp.async while this one's MMAs run). Unpipelined (1), each tile's loads waited in turn and
 # the variant read 2.0 TB/s. Session 51 call 1 (H100, a 0.6B c=64 step's 28 layers, contexts 173-321): 0.929 -> 0.809
 # ms at 2 stages (128 registers, no spill), 0.814 at 3; 0.6B c=64 offline 705.8 / 711.8 -> 754.3 / 751.8 audio-s/s
 # (alternating; full steps 6.67 -> 6.22 ms). VOXFLOW_PAGED_DECODE_STAGES overrides it (1: the old loop).
 TC_LOOP_STAGES = 2
-_TC_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_DECODE_STAGES") or TC_LOOP_STAGES)
-if _TC_LOOP_STAGES < 1:
-    raise ValueError(f"VOXFLOW_PAGED_DECODE_STAGES must be >= 1, got {_TC_LOOP_STAGES}")
+_TC_LOOP_STAGES = env_int("VOXFLOW_PAGED_DECODE_STAGES", TC_LOOP_STAGES)
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
 
 

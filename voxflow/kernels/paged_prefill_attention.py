@@ -22,10 +22,9 @@ of chunk lengths.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
+from . import env_int
 from .paged_decode_attention import gather_slots
 from .prefill_tiles import TILE_ROWS, PrefillTiles
 
@@ -63,9 +62,7 @@ def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
 # positions) spent 7.2 ms in this kernel, ~30 TFLOP/s (session 51 call 1, H100); its plain loop has no cp.async,
 # at 2 stages it has (compile_check: 255 registers, no spill). VOXFLOW_PAGED_PREFILL_STAGES sets it for A/B runs.
 LOOP_STAGES = 1
-_LOOP_STAGES = int(os.environ.get("VOXFLOW_PAGED_PREFILL_STAGES") or LOOP_STAGES)
-if _LOOP_STAGES < 1:
-    raise ValueError(f"VOXFLOW_PAGED_PREFILL_STAGES must be >= 1, got {_LOOP_STAGES}")
+_LOOP_STAGES = env_int("VOXFLOW_PAGED_PREFILL_STAGES", LOOP_STAGES)
 
 
 def default_warps(tile_rows: int) -> int:

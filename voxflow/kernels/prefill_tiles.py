@@ -7,19 +7,17 @@ The arrays have a fixed size per packed shape (`max_tiles`), so a CUDA graph's g
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from . import env_int
 # Queries of one chunk a program takes (x GROUP heads: the dot's M), a power of two. 16 until measured otherwise:
 # a 0.6B wave's ~11k positions ran as ~2,200 programs of 3-6 key tiles each, latency-bound at ~30 TFLOP/s (session
 # 51); 32 or 64 amortize each program's prologue over more queries (launched at 8 warps, free of spills in bf16).
 # VOXFLOW_PREFILL_TILE_ROWS sets it for A/B runs: the engine's tiles and the kernel's launch both read it.
-TILE_ROWS = int(os.environ.get("VOXFLOW_PREFILL_TILE_ROWS") or 16)
-if TILE_ROWS < 1 or TILE_ROWS & (TILE_ROWS - 1):
-    raise ValueError(f"VOXFLOW_PREFILL_TILE_ROWS must be a power of two, got {TILE_ROWS}")
+TILE_ROWS = env_int("VOXFLOW_PREFILL_TILE_ROWS", 16, power_of_two=True)
 
 
 @dataclass
