@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 51 (its call 3, never started: the device time ran out) for the next session's first call;
-# carry [".whl", ".device_tree"] (without uvloop's wheel if the tree is near 64 MiB); rename when run. ~100-350 s.
+# Prepared in session 51, run as session 52 call 1; carry [".whl", ".device_tree"]. ~100-350 s.
 # 1. GPU tests of the paged attention kernels: the decode kernel's tensor-core loop now pipelined by default (call 1:
 #    -13% attention, +6% offline), fp8 pools included; the prefill kernel's key loop pipelined (new,
 #    VOXFLOW_PAGED_PREFILL_STAGES: bit-equal to the plain loop).
