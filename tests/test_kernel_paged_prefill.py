@@ -78,6 +78,10 @@ def test_launch_settings_follow_the_tile_size_and_refuse_nonsense():
     size that is not a power of two is refused before any launch."""
     pytest.importorskip("triton", reason="triton is not importable here: the Triton kernels cannot be run")
     assert [ppa.default_warps(r) for r in (16, 32, 64)] == [4, 8, 8]
+    # fp32 takes 16-key tiles (32 spill there), half precision 32; the defaults: 32 queries, 2 pipeline stages
+    assert [ppa.default_block_n(dt) for dt in (torch.float32, torch.bfloat16, torch.float16)] == [16, 32, 32]
+    if "VOXFLOW_PREFILL_TILE_ROWS" not in os.environ and "VOXFLOW_PAGED_PREFILL_STAGES" not in os.environ:
+        assert (pt.TILE_ROWS, ppa.LOOP_STAGES, ppa._LOOP_STAGES) == (32, 2, 2)
     q, k_pool, v_pool, tables = packed_case([(0, 5)], 1, 1, 16, 8, torch.float32, seed=0)
     tiles = tiles_for([(0, 5)], q.shape[0], 2)
     with pytest.raises(ValueError, match="loop_stages must be >= 1"):

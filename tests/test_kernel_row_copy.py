@@ -75,9 +75,35 @@ def check_the_codec_pools_rows_through_the_kernels():
     assert torch.equal(got_rows["pos"], torch.tensor([7, 1])) and torch.equal(got_all["a"][1], template["a"][0])
 
 
+def check_the_paged_kv_write_through_the_kernel():
+    """PagedKVView.write(kernel=True) (a packed prefill's K/V into its pages, as on a GPU) stores what the index_put
+    path stores: bf16 and fp8 pools (saturated), a new k/v whose rows are strided (a slice of a fused projection)."""
+    from voxflow.engine.model_api import PagedKVContext
+    from voxflow.layers.paged_attention import FP8_KV, PagedKVView
+    g = torch.Generator().manual_seed(2)
+    tokens, hkv, d, bs = 11, 2, 8, 4
+    slots = torch.randperm(6 * bs, generator=g)[:tokens].view(tokens, 1)
+    for dtype in (torch.bfloat16, FP8_KV):
+        pools = [torch.randn(6, bs, hkv, d, generator=g).to(dtype) for _ in range(2)]
+        kv = PagedKVContext(k_cache=[pools[0]], v_cache=[pools[1]], block_tables=torch.zeros(tokens, 1,
+                            dtype=torch.int32), context_lens=torch.ones(tokens, dtype=torch.int32), block_size=bs,
+                            slot_mapping=slots)
+        view = PagedKVView(kv, 1)
+        wide = torch.randn(tokens, 1, 3 * hkv, d, generator=g).bfloat16() * 300    # |x| > 448 too: saturated
+        new = wide[:, :, hkv:2 * hkv].transpose(1, 2)                               # [B, Hkv, 1, D], strided rows
+        want, got = pools[0].clone(), pools[0].clone()
+        view.write(want, new)
+        view.write(got, new, kernel=True)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), dtype
+        assert not torch.equal(got.view(torch.uint8), pools[0].view(torch.uint8)), dtype      # it wrote
+
+
 if IN_CHILD:
     def test_child_against_the_index_ops():
         check_against_the_index_ops()
+
+    def test_child_the_paged_kv_write_through_the_kernel():
+        check_the_paged_kv_write_through_the_kernel()
 
     def test_child_the_codec_pools_rows_through_the_kernels():
         check_the_codec_pools_rows_through_the_kernels()

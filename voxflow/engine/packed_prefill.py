@@ -9,7 +9,7 @@ How: token t is a row of its own, shaped like a decode row (one query): its posi
 length (position + 1: causal) and its chunk's block table. Each layer writes the K/V of ALL rows first
 (`PagedKVContext.rows_share_sequences`: a row reads the K/V that earlier rows of its sequence wrote in the same
 layer, so a fused write-then-read per row would race), then attends by query tiles of a chunk
-(kernels/paged_prefill_attention.py: a tile of TILE_ROWS rows, 16 by default, reads each key page once; on a CPU
+(kernels/paged_prefill_attention.py: a tile of TILE_ROWS rows, 32 by default, reads each key page once; on a CPU
 the reference path reads row by row). A chunk after a cached prefix reads the prefix from its pages; a chunk reading
 pages that an earlier chunk of the same run writes reads them after that layer's writes. Runs keep the scheduler's order
 (prefill_dispatch._packed), so a later run may read what an earlier one wrote.

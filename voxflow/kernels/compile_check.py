@@ -267,23 +267,24 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                     dict(launch_pdl=pdl)))
     from voxflow.kernels import paged_prefill_attention as prefill
 
-    def prefill_case(name: str, q: str, kv: str, rows: int, stages: int, precision: str = "tf32") -> tuple:
+    def prefill_case(name: str, q: str, kv: str, rows: int, stages: int, precision: str = "tf32",
+                     block_n: int = 32) -> tuple:
         return (f"paged_prefill {name}", prefill._paged_prefill_kernel,
                 dict(q_ptr=q, k_ptr=kv, v_ptr=kv, table_ptr=i64, tile_row_ptr=i64, tile_rows_ptr=i64,
                      tile_chunk_ptr=i64, tile_pos_ptr=i64, out_ptr=q, scale_log2="fp32"),
-                dict(GROUP=2, ROWS=rows, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=32, DOT_PRECISION=precision,
+                dict(GROUP=2, ROWS=rows, HEAD_DIM=128, BLOCK_D=128, PAGE=16, BLOCK_N=block_n, DOT_PRECISION=precision,
                      DOT_IN_FP32=False, LOOP_STAGES=stages), dict(num_warps=prefill.default_warps(rows)))
 
-    tile = prefill.TILE_ROWS
-    for dt, precision in (("bf16", "tf32"), ("fp32", "ieee")):
-        out.append(prefill_case(dt, _ptr(dt), _ptr(dt), tile, 1, precision))
-    for stages in (2, 3):           # the key-tile loop pipelined (VOXFLOW_PAGED_PREFILL_STAGES)
-        out.append(prefill_case(f"bf16 loop_stages={stages}", bf, bf, tile, stages))
-    # more queries a program (VOXFLOW_PREFILL_TILE_ROWS), at the warps the launch picks for them (8: no spill)
-    for rows in (32, 64):
-        for stages in (1, 2):
-            out.append(prefill_case(f"bf16 {rows} queries loop_stages={stages}", bf, bf, rows, stages))
-    out.append(prefill_case("fp8 pools", bf, "*fp8e4nv", tile, 1))
+    tile, stages = prefill.TILE_ROWS, prefill.LOOP_STAGES          # the defaults: 32 queries, 2 stages
+    for dt, precision, dtype in (("bf16", "tf32", torch.bfloat16), ("fp32", "ieee", torch.float32)):
+        out.append(prefill_case(dt, _ptr(dt), _ptr(dt), tile, stages, precision, prefill.default_block_n(dtype)))
+    out.append(prefill_case("fp8 pools", bf, "*fp8e4nv", tile, stages))
+    # the other settings VOXFLOW_PREFILL_TILE_ROWS / VOXFLOW_PAGED_PREFILL_STAGES take, at the warps the launch picks
+    # for them (4 at 16 queries, 8 above: no spill)
+    for rows in (16, 32, 64):
+        for loop in (1, 2, 3):
+            if (rows, loop) != (tile, stages) and (loop < 3 or rows == 16):
+                out.append(prefill_case(f"bf16 {rows} queries loop_stages={loop}", bf, bf, rows, loop))
     for dt, more in (("bf16", 0), ("fp32", 0), ("bf16", 15)):
         p = _ptr(dt)
         out.append((f"frame_input {dt}" + (f" + {more} rows" if more else ""), frame_input._frame_input_kernel,

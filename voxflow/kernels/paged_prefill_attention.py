@@ -58,11 +58,18 @@ def paged_prefill_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
     return out
 
 
-# The key-tile loop's pipeline depth. 1 (not pipelined) until measured: a 0.6B wave's prefill (64 prompts, ~11k
-# positions) spent 7.2 ms in this kernel, ~30 TFLOP/s (session 51 call 1, H100); its plain loop has no cp.async,
-# at 2 stages it has (compile_check: 255 registers, no spill). VOXFLOW_PAGED_PREFILL_STAGES sets it for A/B runs.
-LOOP_STAGES = 1
+# The key-tile loop's pipeline depth: 2 (cp.async: the next key tile in flight while this one is used; 255 registers,
+# no spill). On an H100 (session 52 call 1, tune_paged_prefill.py) it took the kernel from 41-75 to 37-62 us per
+# layer call at 16 queries a program, 35.5-60.5 -> 34.6-56.4 at 32; a 0.6B wave's share 8.9 -> 7.0 ms at 16.
+# VOXFLOW_PAGED_PREFILL_STAGES=1 brings back the plain loop (A/B runs).
+LOOP_STAGES = 2
 _LOOP_STAGES = env_int("VOXFLOW_PAGED_PREFILL_STAGES", LOOP_STAGES)
+
+
+def default_block_n(dtype: torch.dtype) -> int:
+    """Keys a loop iteration takes: 32; 16 in fp32, whose 32-key tiles spill at 16 or 32 queries a program (sm_90:
+    672 / 808 bytes a thread; at 16 keys none)."""
+    return 16 if dtype == torch.float32 else 32
 
 
 def default_warps(tile_rows: int) -> int:
@@ -145,12 +152,12 @@ if triton is not None:
 
 
 def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, chunk_tables: torch.Tensor,
-                            tiles: PrefillTiles, scale: float, block_n: int = 32, num_warps: int | None = None,
+                            tiles: PrefillTiles, scale: float, block_n: int | None = None, num_warps: int | None = None,
                             loop_stages: int | None = None, tile_rows: int = TILE_ROWS) -> torch.Tensor:
     """q [T, Hq, D] over the paged pools, by query tiles -> [T, Hq, D] in q's dtype (see the module docstring).
     loop_stages: the key-tile loop's software pipeline depth (None: LOOP_STAGES, or VOXFLOW_PAGED_PREFILL_STAGES).
     tile_rows: the queries a tile holds, as `tiles` were made (prefill_tiles.make_tiles; a power of two).
-    num_warps: None = default_warps(tile_rows)."""
+    num_warps: None = default_warps(tile_rows). block_n: keys a loop iteration takes (None: default_block_n)."""
     if triton is None:
         raise RuntimeError("paged_prefill_attention needs Triton; use paged_prefill_attention_ref")
     rows, num_heads, head_dim = q.shape
@@ -168,6 +175,8 @@ def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch
         loop_stages = _LOOP_STAGES
     if loop_stages < 1:
         raise ValueError(f"loop_stages must be >= 1, got {loop_stages}")
+    if block_n is None:
+        block_n = default_block_n(q.dtype)
     out = torch.zeros_like(q)
     grid = (tiles.rows.shape[0], num_kv_heads)
     _paged_prefill_kernel[grid](

@@ -13,11 +13,14 @@ import numpy as np
 import torch
 
 from . import env_int
-# Queries of one chunk a program takes (x GROUP heads: the dot's M), a power of two. 16 until measured otherwise:
-# a 0.6B wave's ~11k positions ran as ~2,200 programs of 3-6 key tiles each, latency-bound at ~30 TFLOP/s (session
-# 51); 32 or 64 amortize each program's prologue over more queries (launched at 8 warps, free of spills in bf16).
-# VOXFLOW_PREFILL_TILE_ROWS sets it for A/B runs: the engine's tiles and the kernel's launch both read it.
-TILE_ROWS = env_int("VOXFLOW_PREFILL_TILE_ROWS", 16, power_of_two=True)
+# Queries of one chunk a program takes (x GROUP heads: the dot's M), a power of two: 32, launched at 8 warps (free of
+# spills in bf16). A 0.6B wave's ~11k positions ran as ~2,200 programs of 16 queries and 3-6 key tiles each,
+# latency-bound at ~30 TFLOP/s (session 51); 32 amortizes each program's prologue over twice the queries. On an H100
+# (session 52 call 1, tune_paged_prefill.py, both at the pipelined key loop) 32 took 6-9% less kernel time than 16
+# in the wave / 2048-row / 4096-row workloads and 1% more on prefix hits; 64 more than 32 except on prefix hits (5%
+# less there). VOXFLOW_PREFILL_TILE_ROWS sets it for A/B runs: the engine's tiles and the kernel's launch
+# both read it.
+TILE_ROWS = env_int("VOXFLOW_PREFILL_TILE_ROWS", 32, power_of_two=True)
 
 
 @dataclass
