@@ -15,7 +15,7 @@ wait $CK6
 bench_small_first new_0                                               # (compiles the kernels)
 pack_results
 for run in old_1 new_1 old_2 new_2; do
-  (( SECONDS < 470 )) || break
+  (( SECONDS < ${UNTIL:-470} )) || break   # (UNTIL: when the device time left is short)
   if [[ $run == old_* ]]; then
     VOXFLOW_PAGED_PREFILL_STAGES=1 VOXFLOW_PREFILL_TILE_ROWS=16 bench_small_traced $run
   else
@@ -27,7 +27,7 @@ summarize_steps "steps_*.jsonl*" 40
 grep -h "turnover" $R/step_summaries.txt
 report_runs
 pack_results
-if (( SECONDS < 520 )); then
+if (( SECONDS < ${UNTIL:-470} + 50 )); then
   timeout 70 python3 benchmarks/scripts/profile_wave_prefill.py /tmp/real-0.6b 64 codec_max_batch=16 \
     kv_cache_bytes=2400000000 2>&1 | grep -v -i warn > $R/profile_wave_prefill.txt; head -16 $R/profile_wave_prefill.txt
 fi
