@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 49 (renumbered in 50 and 51) for the call after h200_next_run1.sh (a warm machine: kernels
-# compiled); carry [".whl", ".device_tree"]; rename when run. ~420 s.
+# Prepared in session 49 (renumbered in 50 and 51); run as session 52 call 2 on a warm machine, with
+# VOXFLOW_PAGED_PREFILL_STAGES=2 VOXFLOW_PREFILL_TILE_ROWS=32 exported (the defaults since);
+# carry [".whl", ".device_tree"].
 # The <= 8 GB server's KV pool with the memory the fused residual unit gave back: session 49's HTTP server peaked at
 # 7.65e9 bytes with the 2.4 GB pool (session 48: 7.87e9-7.89e9; 2.5 GB reached 8.04e9 then), and every run
 # preempts 3-8 requests (a wave needs ~1,280-1,340 of the pool's 1,307 pages). 2.6 GB (1,416 pages) holds a whole
