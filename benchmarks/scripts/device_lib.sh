@@ -159,6 +159,9 @@ bench_http_at() {
 
 stop_server() {
   curl -s http://127.0.0.1:8000/health > "$R/health_$1.json"
+  # the API event loop's lag over the server's life (voxflow_api_event_loop_lag_seconds; servers from session 52 on)
+  curl -s http://127.0.0.1:8000/metrics > "$R/metrics_$1.txt"
+  python3 -m voxflow.tools.loop_lag "$R/metrics_$1.txt" | tee "$R/loop_lag_$1.txt"
   kill $SRV 2>/dev/null; wait $SRV; gzip -f "$R/steps_http_$1.jsonl" "$R/requests_$1.jsonl" 2>/dev/null
 }
 

@@ -43,6 +43,7 @@ from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError, install_error_handlers
+from .loop_lag import watch_loop_lag
 from .metrics import Metrics
 from .request_trace import RequestTrace
 from .state import AppState, ServerSettings
@@ -66,10 +67,16 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
         state: AppState = app.state.vox
         if settings.trace_requests:
             state.request_trace = RequestTrace(settings.trace_requests)
+        lag = (asyncio.ensure_future(watch_loop_lag(state.metrics.loop_lag.observe, settings.loop_lag_interval_s))
+               if settings.loop_lag_interval_s > 0 else None)
         try:
             async with _engine_lifetime(state):
                 yield
         finally:
+            if lag is not None:
+                lag.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lag
             if state.request_trace is not None:
                 state.request_trace.close()
 

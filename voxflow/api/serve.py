@@ -94,6 +94,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-requests", metavar="PATH", default=None,
                    help="append one JSON line per speech request to PATH: its times in this process and the "
                         "engine's, on one clock (request_trace.py; python -m voxflow.tools.http_turn reads it)")
+    p.add_argument("--loop-lag-interval-ms", type=_milliseconds, default=10.0, metavar="MS",
+                   help="period of the event loop's lag metric, voxflow_api_event_loop_lag_seconds (0: off)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=0.004; for experiments")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
@@ -167,6 +169,13 @@ def _allowed_hosts(args) -> tuple[str, ...]:
     return LOOPBACK_HOSTS if loopback else ("*",)
 
 
+def _milliseconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:                  # (NaN too)
+        raise argparse.ArgumentTypeError(f"must be a number of milliseconds >= 0, got {text!r}")
+    return value
+
+
 def settings_from_args(args):
     from .state import ServerSettings
     keys = list(args.api_key or [])
@@ -181,7 +190,8 @@ def settings_from_args(args):
         max_batch_items=args.max_batch_items, max_batch_input_chars=args.max_batch_input_chars,
         default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
         max_new_tokens_limit=args.max_new_tokens_limit, allowed_hosts=_allowed_hosts(args),
-        allowed_origins=_listed(args.allowed_origins), trace_requests=getattr(args, "trace_requests", None))
+        allowed_origins=_listed(args.allowed_origins), trace_requests=getattr(args, "trace_requests", None),
+        loop_lag_interval_s=getattr(args, "loop_lag_interval_ms", 10.0) / 1e3)
 
 
 def engine_config_from_args(args):
