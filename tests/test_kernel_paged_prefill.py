@@ -57,7 +57,7 @@ def tiles_for(spans, tokens, max_chunks, tile_rows=pt.TILE_ROWS):
     return pt.PrefillTiles(*(torch.from_numpy(a.copy()) for a in arr))
 
 
-@pytest.mark.parametrize("tile_rows", [pt.TILE_ROWS, 4, 32])
+@pytest.mark.parametrize("tile_rows", sorted({pt.TILE_ROWS, 4, 16, 32}))
 def test_tiles_cover_each_chunk_row_once_in_order(tile_rows):
     spans = [(0, 5), (3, 40), (16, 32), (7, 8)]
     arr = np.zeros((4, pt.max_tiles(64, 4, tile_rows)), dtype=np.int64)

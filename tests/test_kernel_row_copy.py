@@ -82,7 +82,8 @@ def check_the_paged_kv_write_through_the_kernel():
     from voxflow.layers.paged_attention import FP8_KV, PagedKVView
     g = torch.Generator().manual_seed(2)
     tokens, hkv, d, bs = 11, 2, 8, 4
-    slots = torch.randperm(6 * bs, generator=g)[:tokens].view(tokens, 1)
+    # a column of a wider table (strided slots)
+    slots = torch.stack([torch.randperm(6 * bs, generator=g)[:tokens] for _ in range(3)], 1)[:, 1:2]
     for dtype in (torch.bfloat16, FP8_KV):
         pools = [torch.randn(6, bs, hkv, d, generator=g).to(dtype) for _ in range(2)]
         kv = PagedKVContext(k_cache=[pools[0]], v_cache=[pools[1]], block_tables=torch.zeros(tokens, 1,
@@ -91,11 +92,13 @@ def check_the_paged_kv_write_through_the_kernel():
         view = PagedKVView(kv, 1)
         wide = torch.randn(tokens, 1, 3 * hkv, d, generator=g).bfloat16() * 300    # |x| > 448 too: saturated
         new = wide[:, :, hkv:2 * hkv].transpose(1, 2)                               # [B, Hkv, 1, D], strided rows
-        want, got = pools[0].clone(), pools[0].clone()
-        view.write(want, new)
-        view.write(got, new, kernel=True)
-        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), dtype
-        assert not torch.equal(got.view(torch.uint8), pools[0].view(torch.uint8)), dtype      # it wrote
+        every_other = torch.randn(tokens, hkv, 1, 2 * d, generator=g).bfloat16()[..., ::2]    # head dim strided
+        for source in (new, every_other):
+            want, got = pools[0].clone(), pools[0].clone()
+            view.write(want, source)
+            view.write(got, source, kernel=True)
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), dtype
+            assert not torch.equal(got.view(torch.uint8), pools[0].view(torch.uint8)), dtype      # it wrote
 
 
 if IN_CHILD:

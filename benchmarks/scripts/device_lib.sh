@@ -96,7 +96,8 @@ serve_model() {                  # MODEL NAME [ARGS]: `voxflow serve` in the bac
     --trace-steps "$R/steps_http_$name.jsonl" --trace-requests "$R/requests_$name.jsonl" \
     > "$R/serve_log_$name.txt" 2>&1 &
   SRV=$!
-  wait_ready "$name"
+  wait_ready "$name" || return 1
+  curl -s http://127.0.0.1:8000/metrics > "$R/metrics_start_$name.txt"      # (stop_server's loop lag counts from here)
 }
 
 serve_variant() { serve_model /tmp/real-1.7b "$@"; }
@@ -159,9 +160,9 @@ bench_http_at() {
 
 stop_server() {
   curl -s http://127.0.0.1:8000/health > "$R/health_$1.json"
-  # the API event loop's lag over the server's life (voxflow_api_event_loop_lag_seconds; servers from session 52 on)
+  # the API event loop's lag since the server was ready (voxflow_api_event_loop_lag_seconds; from session 52 on)
   curl -s http://127.0.0.1:8000/metrics > "$R/metrics_$1.txt"
-  python3 -m voxflow.tools.loop_lag "$R/metrics_$1.txt" | tee "$R/loop_lag_$1.txt"
+  python3 -m voxflow.tools.loop_lag "$R/metrics_$1.txt" --since "$R/metrics_start_$1.txt" | tee "$R/loop_lag_$1.txt"
   kill $SRV 2>/dev/null; wait $SRV; gzip -f "$R/steps_http_$1.jsonl" "$R/requests_$1.jsonl" 2>/dev/null
 }
 

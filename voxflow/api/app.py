@@ -75,8 +75,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
         finally:
             if lag is not None:
                 lag.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await lag
+                await asyncio.wait([lag])       # (not `await lag`: that would swallow this task's own cancel)
             if state.request_trace is not None:
                 state.request_trace.close()
 

@@ -95,7 +95,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="append one JSON line per speech request to PATH: its times in this process and the "
                         "engine's, on one clock (request_trace.py; python -m voxflow.tools.http_turn reads it)")
     p.add_argument("--loop-lag-interval-ms", type=_milliseconds, default=10.0, metavar="MS",
-                   help="period of the event loop's lag metric, voxflow_api_event_loop_lag_seconds (0: off)")
+                   help="period of the event loop's lag metric, voxflow_api_event_loop_lag_seconds (>= 1; 0: off)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=0.004; for experiments")
     p.add_argument("--voices-dir", help="folder for uploaded voices (persist across restarts; default: memory)")
@@ -170,9 +170,10 @@ def _allowed_hosts(args) -> tuple[str, ...]:
 
 
 def _milliseconds(text: str) -> float:
+    """A timer period: 0 (off) or 1 ms to an hour (a shorter one would keep the loop spinning)."""
     value = float(text)
-    if not value >= 0:                  # (NaN too)
-        raise argparse.ArgumentTypeError(f"must be a number of milliseconds >= 0, got {text!r}")
+    if not (value == 0 or 1 <= value <= 3.6e6):         # (NaN and inf too)
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or 1 to 3600000 milliseconds, got {text!r}")
     return value
 
 

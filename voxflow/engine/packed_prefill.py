@@ -37,7 +37,7 @@ PACKED_TOKENS = (64, 128, 256, 512, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 61
 MIN_WIDTH = 4                       # pages (64 positions at pages of 16): the narrowest table captured
 # T rows x W pages x block_size bounds the long-context shapes (T = 2048 takes contexts up to 2,048 positions, T = 256
 # up to 16,384): each is a graph holding [T, W] row tables, and the CPU reference path gathers T x W x block_size
-# keys a layer. The tiled kernel itself reads a context once per 16 rows and could take more.
+# keys a layer. The tiled kernel itself reads a context once per tile of rows (32 by default) and could take more.
 MAX_KEY_POSITIONS = 1 << 22
 
 

@@ -156,6 +156,10 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                         dict(GATHER=gather, BLOCK=row_copy._BLOCK if dt == "fp16" else 1),
                         dict(num_warps=8 if dt == "fp16" else 1,
                              aligned=("src_ptr", "dst_ptr", "N", "src_stride", "dst_stride") if dt == "fp16" else ())))
+    for dt in ("bf16", "u8"):                   # a packed prefill's K/V rows into their pages (bf16 / fp8 pools):
+        out.append((f"copy_rows {dt} kv pages", row_copy._copy_rows_kernel,   # 8 heads x 128, as _launch takes them
+                    dict(src_ptr=_ptr(dt), dst_ptr=_ptr(dt), rows_ptr=i64), dict(GATHER=False, BLOCK=1024),
+                    dict(num_warps=1, aligned=("src_ptr", "dst_ptr", "N", "src_stride", "dst_stride"))))
     for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):       # residual_unit.py at 96 channels
         out.append((f"residual_unit {dt} 96", *residual_unit_case(dt, dtype)))
     for channels in (96, 192):          # residual_unit_tma.py, as the stack's units launch it (ACT_IN_EPILOGUE 2)

@@ -73,7 +73,7 @@ def default_block_n(dtype: torch.dtype) -> int:
 
 
 def default_warps(tile_rows: int) -> int:
-    """Warps a launch of `tile_rows` queries a program takes: 4 at 16 (the measured default); 8 above, where 4 spill
+    """Warps a launch of `tile_rows` queries a program takes: 4 at 16 (session 51's default); 8 above, where 4 spill
     (sm_90, bf16: 32 queries 56 bytes a thread at the plain loop, 64 queries ~1 KB; at 8 warps none)."""
     return 4 if tile_rows <= 16 else 8
 

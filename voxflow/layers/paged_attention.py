@@ -91,7 +91,8 @@ class PagedKVView:
         if kv.slot_mapping.shape != (batch, num_new):
             raise ValueError(f"slot_mapping has shape {tuple(kv.slot_mapping.shape)}, expected {(batch, num_new)}")
         self.num_keys = width * kv.block_size
-        self.write_index = kv.slot_mapping.to(device=tables.device, dtype=torch.long).reshape(-1)
+        # contiguous: the row scatter kernel (write(kernel=True)) reads it with a unit stride
+        self.write_index = kv.slot_mapping.to(device=tables.device, dtype=torch.long).reshape(-1).contiguous()
 
     @functools.cached_property
     def _token(self) -> torch.Tensor:
@@ -142,7 +143,9 @@ class PagedKVView:
         rows = as_stored(rows.to(pool.dtype))
         if kernel:
             from voxflow.kernels.row_copy import scatter_rows
-            scatter_rows(as_stored(pool).view(-1, hkv * d), self.write_index, rows.reshape(b * s, hkv * d))
+            flat = rows.reshape(b * s, hkv * d)
+            scatter_rows(as_stored(pool).view(-1, hkv * d), self.write_index,
+                         flat if flat.stride(1) == 1 else flat.contiguous())
         else:
             as_stored(pool).view(-1, hkv, d)[self.write_index] = rows
 

@@ -2,7 +2,9 @@
 how many timer wake-ups came how late, since the server started.
 
     curl -s http://127.0.0.1:8000/metrics > metrics.txt
-    python -m voxflow.tools.loop_lag metrics.txt
+    python -m voxflow.tools.loop_lag metrics.txt [--since EARLIER_SCRAPE]
+
+--since: only the wake-ups after an earlier scrape of the same server (a benchmark run without the server's startup).
 
 Prints e.g. "event-loop lag: 10412 wake-ups, mean 0.61 ms; late by > 1 ms 12.0%, > 2 ms 6.1%, > 5 ms 1.9%, ...".
 """
@@ -31,8 +33,13 @@ def lag_histogram(text: str) -> tuple[int, float, dict[float, int]]:
     return count, total, buckets
 
 
-def format_lag(text: str) -> str:
+def format_lag(text: str, since: str | None = None) -> str:
+    """One line for the histogram in /metrics `text`, less what the earlier scrape `since` held."""
     count, total, buckets = lag_histogram(text)
+    if since is not None:
+        count0, total0, buckets0 = lag_histogram(since)
+        count, total = count - count0, total - total0
+        buckets = {le: n - buckets0.get(le, 0) for le, n in buckets.items()}
     if count == 0:
         return "event-loop lag: no observations (the server's watcher is off or it exports none)"
     late = [f"> {ms} ms {100 * (count - buckets[ms / 1e3]) / count:.1f}%" for ms in SHOWN_MS if ms / 1e3 in buckets]
@@ -42,9 +49,14 @@ def format_lag(text: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("metrics", help="a /metrics scrape (text)")
+    p.add_argument("--since", metavar="SCRAPE", help="an earlier scrape of the same server: count only what came after")
     args = p.parse_args(argv)
+    since = None
+    if args.since:
+        with open(args.since) as f:
+            since = f.read()
     with open(args.metrics) as f:
-        print(format_lag(f.read()))
+        print(format_lag(f.read(), since))
 
 
 if __name__ == "__main__":
