@@ -314,6 +314,14 @@ summarize_steps() {
     echo "== $f"; python3 -m voxflow.tools.step_trace_summary "$f" | head -"$2"
   done > "$R/step_summaries.txt"
 }
+
+wrap_up() {                      # PATTERN LINES: a call's closing lines (step summaries, turnovers, every run's cells)
+  summarize_steps "$1" "$2"
+  grep -h "turnover" "$R/step_summaries.txt"
+  report_runs
+  pack_results
+  echo "done at ${SECONDS}s"
+}
 timeline_at() {
   local model=$1 c=$2 label=$3; shift 3
   env "$@" timeout 120 python3 benchmarks/scripts/step_timeline.py record "$model" "$c" \

@@ -15,7 +15,4 @@ bench_1p7b_c64 piped_1
 VOXFLOW_PAGED_DECODE_STAGES=1 bench_1p7b_c64 plain_2
 pack_results
 bench_1p7b_at 1 piped
-summarize_steps "steps_*.jsonl*" 40
-report_runs
-pack_results
-echo "done at ${SECONDS}s"
+wrap_up "steps_*.jsonl*" 40

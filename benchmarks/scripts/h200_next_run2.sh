@@ -18,9 +18,5 @@ for run in fast_1 h11_1 fast_2 h11_2; do
   if [[ $run == fast_* ]]; then http_small $run --http httptools --loop uvloop; else http_small $run; fi
   pack_results
 done
-summarize_steps "steps_http_*.jsonl*" 20
-grep -h "turnover" $R/step_summaries.txt
-report_runs
 grep -H "" $R/loop_lag_*.txt
-pack_results
-echo "done at ${SECONDS}s"
+wrap_up "steps_http_*.jsonl*" 20

@@ -21,6 +21,8 @@ import logging
 import os
 import sys
 
+from .loop_lag import DEFAULT_INTERVAL_S
+
 log = logging.getLogger("voxflow.serve")
 
 
@@ -94,7 +96,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-requests", metavar="PATH", default=None,
                    help="append one JSON line per speech request to PATH: its times in this process and the "
                         "engine's, on one clock (request_trace.py; python -m voxflow.tools.http_turn reads it)")
-    p.add_argument("--loop-lag-interval-ms", type=_milliseconds, default=10.0, metavar="MS",
+    p.add_argument("--loop-lag-interval-ms", type=_milliseconds, default=DEFAULT_INTERVAL_S * 1e3, metavar="MS",
                    help="period of the event loop's lag metric, voxflow_api_event_loop_lag_seconds (>= 1; 0: off)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any EngineConfig field (repeatable), e.g. add_seconds_per_step=0.004; for experiments")
@@ -192,7 +194,7 @@ def settings_from_args(args):
         default_voice=args.default_voice, max_ws_sessions=args.max_ws_sessions,
         max_new_tokens_limit=args.max_new_tokens_limit, allowed_hosts=_allowed_hosts(args),
         allowed_origins=_listed(args.allowed_origins), trace_requests=getattr(args, "trace_requests", None),
-        loop_lag_interval_s=getattr(args, "loop_lag_interval_ms", 10.0) / 1e3)
+        loop_lag_interval_s=getattr(args, "loop_lag_interval_ms", DEFAULT_INTERVAL_S * 1e3) / 1e3)
 
 
 def engine_config_from_args(args):

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import Request
 
 from .admission import Admission
+from .loop_lag import DEFAULT_INTERVAL_S
 
 
 @dataclass
@@ -48,7 +49,7 @@ class ServerSettings:
                                                      # WebSocket ("*": any); the Origin check of routes_ws.py
     default_voice: str | None = None                 # used when a request names an OpenAI voice the model lacks
     trace_requests: str | None = None                # append one JSON line per speech request (request_trace.py)
-    loop_lag_interval_s: float = 0.01                # the event loop's lag metric's timer (loop_lag.py); 0: off
+    loop_lag_interval_s: float = DEFAULT_INTERVAL_S  # the event loop's lag metric's timer (loop_lag.py); 0: off
 
 
 @dataclass

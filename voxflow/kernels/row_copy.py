@@ -62,12 +62,14 @@ def gather_rows(buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 
 def scatter_rows(buf: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> None:
-    """buf.index_copy_(0, rows, src): src [B, N] (contiguous rows; any row stride, 0 for one row written to every
-    given row) into rows [B] of buf [R, N]."""
+    """buf.index_copy_(0, rows, src): src [B, N] (any row stride, 0 for one row written to every given row; rows
+    whose elements are strided are copied contiguous first) into rows [B] of buf [R, N]."""
     _check(buf, rows)
     if src.dim() != 2 or src.shape != (rows.shape[0], buf.shape[1]) or src.dtype != buf.dtype \
-            or src.device != buf.device or src.stride(1) != 1:
-        raise ValueError(f"src must be [{rows.shape[0]}, {buf.shape[1]}] {buf.dtype} on {buf.device} with "
-                         f"contiguous rows, got {tuple(src.shape)} {src.dtype}")
+            or src.device != buf.device:
+        raise ValueError(f"src must be [{rows.shape[0]}, {buf.shape[1]}] {buf.dtype} on {buf.device}, got "
+                         f"{tuple(src.shape)} {src.dtype}")
+    if src.stride(1) != 1 and src.shape[1] > 1:
+        src = src.contiguous()
     if src.numel():
         _launch(src, buf, rows, buf.shape[1], gather=False)

@@ -143,9 +143,7 @@ class PagedKVView:
         rows = as_stored(rows.to(pool.dtype))
         if kernel:
             from voxflow.kernels.row_copy import scatter_rows
-            flat = rows.reshape(b * s, hkv * d)
-            scatter_rows(as_stored(pool).view(-1, hkv * d), self.write_index,
-                         flat if flat.stride(1) == 1 else flat.contiguous())
+            scatter_rows(as_stored(pool).view(-1, hkv * d), self.write_index, rows.reshape(b * s, hkv * d))
         else:
             as_stored(pool).view(-1, hkv, d)[self.write_index] = rows
 
