@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 52 for a later call (a fresh machine is fine: the first server compiles the kernels);
+# Prepared in session 52; run in session 53 as call 1 (a fresh machine is fine: the first server compiles the kernels);
 # carry [".whl", ".device_tree"]; rename when run. ~450 s.
 # The HTTP turn's two hops through the API process (6-11 ms each at 0.6B c=64 on session 51-52's H100s, ~1.5 ms at
 # c=8 on a model-less server) against uvicorn's httptools parser + uvloop, alternating: session 47 found them neutral
