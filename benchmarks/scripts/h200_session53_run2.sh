@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 51 for the next session's first call; carry [".whl", ".device_tree"]; rename when run. ~480 s.
+# Prepared in session 51; run in session 53 as call 2 (warm H200); carry [".whl", ".device_tree"]. ~480 s.
 # The paged decode attention's tensor-core loop became pipelined by default in session 51 (0.6B c=64 offline +6% on
 # an H100, alternating); the 1.7B was not run with it. The tensor-core variant serves batches of >= 17 rows, so c=1
 # and c=16 keep the CUDA-core variant; c=64 takes it. Here the 1.7B c=64 offline A/B (VOXFLOW_PAGED_DECODE_STAGES=1,
