@@ -24,6 +24,10 @@ _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, torch.get_num_threads(), (os.cpu_count() or 1) // _workers)))
 _made_here = None
 
+if os.environ.get("TRITON_INTERPRET") == "1":         # an interpreter child (tests/interpreter_child.py)
+    import interpreter_speedups
+    interpreter_speedups.install()
+
 
 def pytest_configure(config):
     global _made_here

@@ -8,7 +8,6 @@ the noise then picks that boundary token (~0.3% of bf16 rows sampling with top-p
 checks such rows against a value-threshold nucleus)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -58,24 +57,24 @@ def make_case(g, batch, vocab, dtype, use_top_p, device="cpu"):
     return [t.to(device) for t in (logits.to(dtype), do_sample, temperature, top_k, top_p, keys, frame)]
 
 
-def _fast_interpreter_xor():
-    """tl.sort compare-and-swaps through an xor reduction, which the interpreter runs element by element in Python
-    (~8 s per sort of 2048); give it numpy's. Exact (xor is associative), so the kernel's semantics are unchanged;
-    without the hooks it is only slower."""
-    from triton.runtime import interpreter
-    import triton.language as tl
-    ops, xor = getattr(interpreter, "ReduceOps", None), getattr(tl.standard, "_xor_combine", None)
-    if ops is None or xor is None:
-        return
-    slow = ops.apply_impl
-
-    def apply_impl(self, input):
-        if self.combine_fn is xor:
-            data = input[0].handle.data
-            return self.to_tensor(np.bitwise_xor.reduce(data, axis=self.axis, keepdims=self.keep_dims), input[0].dtype)
-        return slow(self, input)
-
-    ops.apply_impl = apply_impl
+def check_interpreter_shortcuts_change_no_bits():
+    """tests/interpreter_speedups.py (installed in every interpreter child): top-p draws (tl.sort's xor reductions)
+    and top-k draws (the radix select's helpers) give the same codes and embedding rows with the shortcuts as with
+    the stock interpreter."""
+    import interpreter_speedups                                 # tests/interpreter_speedups.py
+    from voxflow.kernels.select_tokens import select_tokens
+    g = torch.Generator().manual_seed(21)
+    table = torch.randn(256, 8, generator=g)
+    results = []
+    for shortcuts in (True, False):
+        interpreter_speedups.install() if shortcuts else interpreter_speedups.uninstall()
+        for use_top_p in (True, False):
+            case = make_case(torch.Generator().manual_seed(22), 3, 256, torch.bfloat16, use_top_p)
+            rows = torch.zeros(3, 8)
+            results.append((select_tokens(*case, 4, use_top_p, embed=table, embed_out=rows), rows))
+    assert interpreter_speedups.install()
+    for (got, got_rows), (want, want_rows) in zip(results[:2], results[2:]):
+        assert torch.equal(got, want) and torch.equal(got_rows, want_rows)
 
 
 def check_matches_reference():
@@ -276,7 +275,8 @@ if IN_CHILD:
     def test_child_talker_processing():
         check_talker_processing_matches_select_c0()
 
-    _fast_interpreter_xor()
+    def test_child_interpreter_shortcuts_change_no_bits():
+        check_interpreter_shortcuts_change_no_bits()
 
     def test_child_matches_reference():
         check_matches_reference()
