@@ -44,11 +44,10 @@ def install() -> bool:
 
     def langs(fn) -> frozenset:
         """The language modules _patch_lang would patch for fn (those among fn's globals)."""
-        key = id(fn)
-        if key not in langs_of:
-            langs_of[key] = frozenset(id(v) for v in fn.__globals__.values()
-                                      if inspect.ismodule(v) and v in (tl, tl.core))
-        return langs_of[key]
+        if fn not in langs_of:                  # (keyed by the function itself: it stays alive, its id unreused)
+            langs_of[fn] = frozenset(id(v) for v in fn.__globals__.values()
+                                     if inspect.ismodule(v) and v in (tl, tl.core))
+        return langs_of[fn]
 
     # The running launch's patched modules (the interpreter runs one launch at a time). A helper's own patching is
     # never undone before the launch ends (the stock call drops its scope), so what it patched counts too.
