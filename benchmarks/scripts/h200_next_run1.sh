@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 53 call 3; carry [".whl", ".device_tree"]. <= ~420 s.
+# Prepared in session 53 (its device time ran out in refused starts); carry [".whl", ".device_tree"]; rename when run.
+# <= ~420 s (a fresh machine is fine: no model is built).
 # The whole GPU suite at once (`pytest -n 4 tests/gpu`), last run whole in session 10 (309 tests; every session
 # since ran the files its work touched): the current defaults, every kernel against its reference and the engine's
 # graph / kernel path against the CPU reference, on the card. UNTIL bounds it (default 400 s; SIGINT then,
