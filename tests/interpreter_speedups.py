@@ -29,7 +29,9 @@ def install() -> bool:
         xor_combine = tl.standard._xor_combine
         reduce_ops, launcher, helper = ti.ReduceOps, ti.GridExecutor, ti.InterpretedFunction
         stock_apply, stock_launch, stock_call = reduce_ops.apply_impl, launcher.__call__, helper.__call__
-        helper.rewrite, ti.InterpreterError                     # (used below)
+        interpreter_error = ti.InterpreterError
+        if not callable(getattr(helper, "rewrite", None)):      # (call() below uses it)
+            return False
     except (ImportError, AttributeError):
         return False
 
@@ -70,7 +72,7 @@ def install() -> bool:
         try:
             return fn(*args, **kwargs)
         except Exception as e:
-            raise ti.InterpreterError(repr(e)) from e
+            raise interpreter_error(repr(e)) from e
 
     for cls, name, new in ((reduce_ops, "apply_impl", apply_impl), (launcher, "__call__", launch),
                            (helper, "__call__", call)):

@@ -66,13 +66,19 @@ def check_interpreter_shortcuts_change_no_bits():
     g = torch.Generator().manual_seed(21)
     table = torch.randn(256, 8, generator=g)
     results = []
-    for shortcuts in (True, False):
-        interpreter_speedups.install() if shortcuts else interpreter_speedups.uninstall()
-        for use_top_p in (True, False):
-            case = make_case(torch.Generator().manual_seed(22), 3, 256, torch.bfloat16, use_top_p)
-            rows = torch.zeros(3, 8)
-            results.append((select_tokens(*case, 4, use_top_p, embed=table, embed_out=rows), rows))
-    assert interpreter_speedups.install()
+    try:
+        for shortcuts in (True, False):
+            if shortcuts:
+                assert interpreter_speedups.install()
+            else:
+                interpreter_speedups.uninstall()
+            for use_top_p in (True, False):
+                case = make_case(torch.Generator().manual_seed(22), 3, 256, torch.bfloat16, use_top_p)
+                rows = torch.zeros(3, 8)
+                results.append((select_tokens(*case, 4, use_top_p, embed=table, embed_out=rows), rows))
+    finally:
+        reinstalled = interpreter_speedups.install()        # (the child's later tests keep the shortcuts)
+    assert reinstalled
     for (got, got_rows), (want, want_rows) in zip(results[:2], results[2:]):
         assert torch.equal(got, want) and torch.equal(got_rows, want_rows)
 
