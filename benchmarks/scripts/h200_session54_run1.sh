@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 53 (its device time ran out in refused starts); carry [".whl", ".device_tree"]; rename when run.
+# Session 54 call 1 (prepared in session 53 as h200_next_run1.sh); carry [".whl", ".device_tree"].
 # <= ~420 s (a fresh machine is fine: no model is built).
 # The whole GPU suite at once (`pytest -n 4 tests/gpu`), last run whole in session 10 (309 tests; every session
 # since ran the files its work touched): the current defaults, every kernel against its reference and the engine's
