@@ -3,12 +3,15 @@ n frames each (the engine's shapes: 1-frame steps, 25-frame regular chunks), rep
 in each precision setting asked for.
 
     python benchmarks/scripts/profile_codec.py MODEL_DIR BATCH SETTING[,SETTING...] [FRAMES[,FRAMES...] [TOP]]
+        [--sequence]
     SETTING: fp32 (convolutions and matmuls in TF32, cuDNN's default switch) | fp32-strict (no TF32) | bf16 | fp16,
              each optionally with
              +bench (cudnn.benchmark: cuDNN times its algorithms once per shape before the capture) and/or
              +ncl (the waveform stack in [B, C, T] layout: codec_waveform_cl.py's channels-last path off) and/or
              +smsN (the codec's stream on N SMs, as a server's codec_sms; e.g. +sms64, "auto" on an H200)
     FRAMES: the chunk sizes timed (default 1,25); TOP: kernels listed per chunk size (default 30).
+    --sequence: also list one call's kernels in launch order with their times, per chunk size (which layer of the
+             waveform stack costs what: the convolution kernels share a name across its levels).
 """
 import sys
 import time
@@ -39,7 +42,18 @@ def time_calls(codec, states, frames, label: str, warm: int = 3, reps: int = 10)
     return ms
 
 
-def run(model: str, batch: int, setting: str, chunks: tuple = (1, 25), top: int = 30) -> None:
+def kernel_sequence(prof, calls: int) -> None:
+    """One call's kernels in the order they ran (the first of `calls` profiled calls), with their times."""
+    events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                    key=lambda e: e.time_range.start)
+    one = events[:len(events) // calls]
+    print(f"  one call's {len(one)} kernels in launch order (us, name):")
+    for i, e in enumerate(one):
+        print(f"    {i:4d} {e.device_time:8.1f}  {e.name[:100]}")
+
+
+def run(model: str, batch: int, setting: str, chunks: tuple = (1, 25), top: int = 30,
+        sequence: bool = False) -> None:
     base, *extra = setting.split("+")
     torch.backends.cudnn.allow_tf32 = base != "fp32-strict"
     torch.backends.cudnn.benchmark = "bench" in extra
@@ -59,6 +73,8 @@ def run(model: str, batch: int, setting: str, chunks: tuple = (1, 25), top: int 
             for _ in range(3):
                 codec.decode(states, frames)
         kernel_summary(prof, 3, top=top)
+        if sequence:
+            kernel_sequence(prof, 3)
     for s in states:
         codec.release(s)
     del codec
@@ -66,10 +82,12 @@ def run(model: str, batch: int, setting: str, chunks: tuple = (1, 25), top: int 
 
 
 def main() -> None:
-    chunks = tuple(int(n) for n in sys.argv[4].split(",")) if len(sys.argv) > 4 else (1, 25)
-    top = int(sys.argv[5]) if len(sys.argv) > 5 else 30
-    for setting in sys.argv[3].split(","):
-        run(sys.argv[1], int(sys.argv[2]), setting, chunks, top)
+    sequence = "--sequence" in sys.argv
+    argv = [a for a in sys.argv if a != "--sequence"]
+    chunks = tuple(int(n) for n in argv[4].split(",")) if len(argv) > 4 else (1, 25)
+    top = int(argv[5]) if len(argv) > 5 else 30
+    for setting in argv[3].split(","):
+        run(argv[1], int(argv[2]), setting, chunks, top, sequence)
 
 
 if __name__ == "__main__":

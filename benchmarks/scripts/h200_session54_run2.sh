@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 54 call 2; carry [".whl", ".device_tree"]. ~450 s (a fresh machine compiles the kernels in the first run).
+# The 1.7B over HTTP at c=1, 16, 64 on one server at today's defaults: the README's target rows for those three are
+# session 36's HTTP runs (632.2 audio-s/s at c=64), before the pipelined decode attention (session 51; offline 1.7B
+# c=64 +7.5%, session 53) and the fused residual unit (session 49). Then the codec alone (16 streams, fp16 on 64 SMs,
+# 5- and 25-frame calls) with one call's kernels listed in launch order: what each level of the waveform stack
+# costs, for the codec work that the 0.6B target needs next.
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 1.7B
+wait $CK
+if serve_variant defaults; then
+  bench_http_at 1 c1_defaults
+  bench_http_at 16 c16_defaults
+  pack_results
+  bench_http_at 64 c64_defaults
+  stop_server defaults
+fi
+pack_results
+timeout 150 python3 benchmarks/scripts/profile_codec.py /tmp/real-1.7b 16 fp16+sms64 5,25 40 --sequence 2>&1 \
+  | grep -v -i warn > "$R/profile_codec_sequence.txt"
+grep -E "per call" "$R/profile_codec_sequence.txt"
+report_runs
+pack_results
+echo "done at ${SECONDS}s"
