@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Session 54 call 2; carry [".whl", ".device_tree"]. ~450 s (a fresh machine compiles the kernels in the first run).
+# Session 54 call 2; carry [".whl", ".whl-official", ".device_tree"]. ~500 s (a fresh machine compiles the kernels).
+# First the one GPU test call 1's whole-suite run failed on an import: the image's transformers 5.x under the carried
+# huggingface_hub 0.36 (the project pins transformers < 5; .whl-official carries its 4.57.3, installed by
+# device_setup when carried).
 # The 1.7B over HTTP at c=1, 16, 64 on one server at today's defaults: the README's target rows for those three are
 # session 36's HTTP runs (632.2 audio-s/s at c=64), before the pipelined decode attention (session 51; offline 1.7B
 # c=64 +7.5%, session 53) and the fused residual unit (session 49). Then the codec alone (16 streams, fp16 on 64 SMs,
@@ -8,6 +11,10 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B
+python3 -c "import transformers, huggingface_hub as h; print('transformers', transformers.__version__, 'hub', h.__version__)" \
+  | tee "$R/versions.txt"
+gpu_tests 120 tests/gpu/test_gpu_no_host_sync.py
+pack_results
 wait $CK
 if serve_variant defaults; then
   bench_http_at 1 c1_defaults
