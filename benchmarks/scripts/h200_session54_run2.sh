@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Session 54 call 2; carry [".whl", ".whl-official", ".device_tree"]. ~500 s (a fresh machine compiles the kernels).
-# First the one GPU test call 1's whole-suite run failed on an import: the image's transformers 5.x under the carried
-# huggingface_hub 0.36 (the project pins transformers < 5; .whl-official carries its 4.57.3, installed by
-# device_setup when carried).
-# The 1.7B over HTTP at c=1, 16, 64 on one server at today's defaults: the README's target rows for those three are
-# session 36's HTTP runs (632.2 audio-s/s at c=64), before the pipelined decode attention (session 51; offline 1.7B
-# c=64 +7.5%, session 53) and the fused residual unit (session 49). Then the codec alone (16 streams, fp16 on 64 SMs,
-# 5- and 25-frame calls) with one call's kernels listed in launch order: what each level of the waveform stack
-# costs, for the codec work that the 0.6B target needs next.
+# Session 54 call 2; carry [".whl", ".device_tree"]. ~500 s (a fresh machine compiles the kernels).
+# First the one GPU test call 1's whole-suite run failed on an import (as in sessions 15-41): the carried
+# huggingface_hub 0.36 shadowed the hub of the image's transformers 5.x; h200_targets.sh now installs that hub only
+# with the official stage's transformers (.whl-official, which the tree + .whl no longer leave room to carry).
+# Then the 1.7B over HTTP at c=1, 16, 64 on one server at today's defaults: the README's target rows for those three
+# are session 36's HTTP runs (632.2 audio-s/s at c=64), before the pipelined decode attention (session 51; offline
+# 1.7B c=64 +7.5%, session 53) and the fused residual unit (session 49). Then the codec alone (16 streams, fp16 on
+# 64 SMs, 5- and 25-frame calls) with one call's kernels listed in launch order: what each level of the waveform
+# stack costs, for the codec work that the 0.6B target needs next.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B

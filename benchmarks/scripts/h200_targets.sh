@@ -20,7 +20,12 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 if [ -d .whl ] && [ ! -d /tmp/site ]; then
   # Wheels the device image lacks (serving stack, official qwen-tts): benchmarks/scripts/device_wheels.sh, carried
   # as .whl/. The official package's `sox` import (only its unreleased 25 Hz tokenizer uses it) is stubbed.
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  # huggingface_hub 0.36 goes with the official stage's transformers 4.57.3 (.whl-official): without that, it would
+  # shadow the hub of the image's own transformers (5.x), whose import of it then fails (`is_offline_mode`: the Base
+  # model's codec encoder, tests/gpu/test_gpu_no_host_sync.py[base], sessions 15-54).
+  wheels=$(ls .whl/*.whl)
+  ls .whl-official/*.whl > /dev/null 2>&1 || wheels=$(ls .whl/*.whl | grep -v '/huggingface_hub-')
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
     $(ls .whl-official/*.whl 2>/dev/null)     # transformers 4.57.3 for the official stage, when carried
   printf 'class Transformer:\n    pass\n' > /tmp/site/sox.py
 fi
