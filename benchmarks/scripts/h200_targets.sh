@@ -26,7 +26,8 @@ if [ -d .whl ] && [ ! -d /tmp/site ]; then
   wheels=$(ls .whl/*.whl)
   ls .whl-official/*.whl > /dev/null 2>&1 || wheels=$(ls .whl/*.whl | grep -v '/huggingface_hub-')
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
-    $(ls .whl-official/*.whl 2>/dev/null)     # transformers 4.57.3 for the official stage, when carried
+    $(ls .whl-official/*.whl 2>/dev/null) \
+    $(ls .whl-fast/*.whl 2>/dev/null)         # transformers 4.57.3 for the official stage; httptools + uvloop
   printf 'class Transformer:\n    pass\n' > /tmp/site/sox.py
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
