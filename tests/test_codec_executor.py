@@ -283,6 +283,35 @@ def test_a_length_limited_streams_last_frames_go_in_tail_chunks(total, eos_at, w
     assert np.array_equal(np.concatenate(pcm), np.arange(last, dtype=np.float32))
 
 
+@pytest.mark.parametrize("factor, tail, want", [
+    (1.0, 5, [5, 5, 10, 10, 25, 25, 25, 25, 5, 5, 5, 5]),     # the default: at most the audio already sent
+    (2.0, 10, [5, 10, 25, 25, 25, 25, 25, 10]),               # at most twice it: 8 codec calls a request, not 12
+    (1.5, 5, [5, 5, 10, 25, 25, 25, 25, 25, 5]),              # (7.5 -> 5, 15 -> 10: rounded down to a one-pass size)
+])
+def test_a_ramp_factor_lets_growing_chunks_reach_that_multiple_of_the_audio_sent(factor, tail, want):
+    """ramp_factor: each growing chunk is at most factor x the audio already sent (rounded down to a one-pass size),
+    so a busy engine's streams reach their regular chunks in fewer, larger codec calls; every frame once, in order."""
+    codec = RecordingCodec()
+    codec.chunk_sizes = (1, 2, 5, 10, 25)
+    ex = CodecExecutor(codec, chunk_frames=25, ramp=True, tail_chunk=tail, ramp_factor=factor)
+    ex.add("0", stream=True, initial_frames=None, chunk_frames=None, num_active=64, total_frames=150)
+    pcm = []
+    for made in range(150):
+        ex.push("0", frames_of(0, made, 1))
+        if made == 149:
+            ex.finish("0")
+        ex.launch()
+        pcm += [dc.pcm for dc in ex.collect(block=True)]
+    assert [len(p) for p in pcm] == want
+    assert np.array_equal(np.concatenate(pcm), np.arange(150, dtype=np.float32))
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.0, -1.0, float("nan")])
+def test_a_ramp_factor_below_one_is_refused(factor):
+    with pytest.raises(ValueError, match="ramp_factor"):
+        CodecExecutor(RecordingCodec(), ramp_factor=factor)
+
+
 def test_tail_chunks_are_off_by_default_and_must_not_be_negative():
     ex = CodecExecutor(RecordingCodec(), chunk_frames=25, ramp=True)
     ex.add("0", stream=True, initial_frames=1, chunk_frames=None, num_active=1, total_frames=151)

@@ -679,6 +679,25 @@ def test_tail_chunks_split_a_length_limited_requests_last_frames_and_keep_its_au
     assert_all_released(core)
 
 
+def test_a_ramp_factor_grows_the_engines_chunks_faster_and_keeps_the_audio():
+    """chunk_ramp_factor: with the chunk size left to the engine, each growing chunk is at most that many times the
+    audio already sent (rounded down to a one-pass size): at 2 the second chunk is 2 frames after a 1-frame first
+    (at 1: 1 again); the codes and the audio are the one-pass decode's either way."""
+    req = greedy("Hello world.", 12, voice="vivian", request_id="r",
+                 streaming=StreamingOptions(initial_chunk_frames=1))
+    ref_codes, _, ref_wav = reference("custom_voice", req)
+    sizes = {}
+    for factor in (1.0, 2.0):
+        core = make_engine(codec_tail_chunk=0, chunk_ramp_factor=factor)
+        results = drive(core, {0: [req]})
+        sizes[factor] = [o.num_frames for o in results["r"] if isinstance(o, AudioChunk)]
+        assert torch.equal(codes_of(core, "r"), ref_codes)
+        assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
+        assert_all_released(core)
+    assert sizes[1.0][:2] == [1, 1] and sizes[2.0][:2] == [1, 2], sizes
+    assert len(sizes[2.0]) < len(sizes[1.0]), sizes
+
+
 def _run_lagging(monkeypatch, call_rows, with_late):
     """Three requests that end in the same step (and, with_late, one more added once the first has retired, as a
     closed-loop client would) on an engine whose codec calls land only when waited for. Returns the engine, the

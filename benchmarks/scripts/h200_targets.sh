@@ -20,11 +20,12 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 if [ -d .whl ] && [ ! -d /tmp/site ]; then
   # Wheels the device image lacks (serving stack, official qwen-tts): benchmarks/scripts/device_wheels.sh, carried
   # as .whl/. The official package's `sox` import (only its unreleased 25 Hz tokenizer uses it) is stubbed.
-  # huggingface_hub 0.36 goes with the official stage's transformers 4.57.3 (.whl-official): without that, it would
-  # shadow the hub of the image's own transformers (5.x), whose import of it then fails (`is_offline_mode`: the Base
-  # model's codec encoder, tests/gpu/test_gpu_no_host_sync.py[base], sessions 15-54).
+  # huggingface_hub 0.36 and tokenizers 0.22 go with the official stage's transformers 4.57.3 (.whl-official):
+  # without it they would shadow the image's own transformers 5.x's, whose import then fails (the Base model's
+  # codec encoder, tests/gpu/test_gpu_no_host_sync.py[base]: `is_offline_mode` from the hub in sessions 15-54 call 1,
+  # then "tokenizers>=0.23.1,<0.24.0 is required" in session 54 call 2). voxflow takes tokenizers >= 0.19.
   wheels=$(ls .whl/*.whl)
-  ls .whl-official/*.whl > /dev/null 2>&1 || wheels=$(ls .whl/*.whl | grep -v '/huggingface_hub-')
+  ls .whl-official/*.whl > /dev/null 2>&1 || wheels=$(ls .whl/*.whl | grep -v -e '/huggingface_hub-' -e '/tokenizers-')
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
     $(ls .whl-official/*.whl 2>/dev/null) \
     $(ls .whl-fast/*.whl 2>/dev/null)         # transformers 4.57.3 for the official stage; httptools + uvloop

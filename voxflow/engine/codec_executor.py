@@ -5,9 +5,11 @@ Streaming policy (per request):
     current load (`initial_frames_for_load`): small when the engine is idle (lowest first-packet latency), larger
     when busy (fewer, bigger codec calls while many streams share the GPU);
   - then regular chunks of `chunk_frames` (the request's own value, honoured as given); when the request leaves it
-    to the engine, the chunks after the first RAMP up to it: each is at most the audio already sent (5, 5, 10, 20,
-    25, ...), so the next chunk is ready before the listener has played what came before, as long as the engine
-    runs faster than real time (a 0.4 s first chunk followed at once by a 2 s one underruns at any RTF > 0.2);
+    to the engine, the chunks after the first RAMP up to it: each is at most the audio already sent times
+    `ramp_factor` (at 1: 5, 5, 10, 20, 25, ...), so the next chunk is ready before the listener has played what
+    came before, as long as the engine runs faster than 1 / ramp_factor of real time (a 0.4 s first chunk followed
+    at once by a 2 s one underruns at any RTF > 0.2); a larger factor means fewer, larger codec calls (at 2: 5, 10,
+    25, ...);
   - at the end, whatever is left (a final partial chunk); with `tail_chunk`, a request's last frames before its
     length limit go in chunks of that size as they come (a burst of requests that end together, as a closed-loop
     benchmark's do, otherwise leaves 64 x ~20 frames of codec work after the talker's last step);
@@ -72,6 +74,7 @@ class CodecStream:
     in_flight: int = 0                                          # chunks launched but not collected
     finished: bool = False                                      # the talker produced its last frame
     ramp: bool = False                                          # chunks grow from the first up to chunk_frames
+    ramp_factor: float = 1.0                                    # ... each at most the audio sent times this
     sizes: tuple[int, ...] = ()                                 # the codec's one-pass chunk sizes (ramp rounding)
     total_frames: int | None = None                             # frames at the length limit (None: unknown)
     tail_chunk: int = 0                                         # chunk size for the last frames before it (0: off)
@@ -85,7 +88,7 @@ class CodecStream:
         if self.chunks_done == 0:
             want = self.initial_frames
         elif self.ramp:
-            want = min(self.chunk_frames, max(self.initial_frames, self.frames_done))
+            want = min(self.chunk_frames, max(self.initial_frames, int(self.frames_done * self.ramp_factor)))
             if want < self.chunk_frames:
                 # A growing chunk rounded down to a size the codec decodes in one pass: on the H200 a 16-frame chunk
                 # cut into 10 + 5 + 1 slowed the talker beside it twice as much as a whole 25-frame one (1.7B c=1,
@@ -133,7 +136,11 @@ class _SyncPending:
 
 class CodecExecutor:
     def __init__(self, codec: CodecModel, chunk_frames: int = 25, ramp: bool = True,
-                 max_frames_per_launch: int | None = None, tail_chunk: int = 0, call_rows: int | None = None):
+                 max_frames_per_launch: int | None = None, tail_chunk: int = 0, call_rows: int | None = None,
+                 ramp_factor: float = 1.0):
+        if not ramp_factor >= 1.0:
+            raise ValueError(f"ramp_factor must be >= 1 (each growing chunk at most the audio sent times it), "
+                             f"got {ramp_factor}")
         if max_frames_per_launch is not None and max_frames_per_launch < 1:
             raise ValueError(f"max_frames_per_launch must be >= 1 (or None: no limit), got {max_frames_per_launch}")
         if tail_chunk < 0:
@@ -147,6 +154,7 @@ class CodecExecutor:
         self.codec = codec
         self.chunk_frames = chunk_frames
         self.ramp = ramp
+        self.ramp_factor = float(ramp_factor)
         self.sizes = tuple(sorted(n for n in (getattr(codec, "chunk_sizes", None) or ()) if n > 0))
         self.max_frames_per_launch = max_frames_per_launch
         self.streams: dict[str, CodecStream] = {}
@@ -158,7 +166,8 @@ class CodecExecutor:
         init = initial_frames if initial_frames is not None else initial_frames_for_load(num_active)
         self.streams[request_id] = CodecStream(request_id, stream, max(1, init),
                                                max(1, chunk_frames or self.chunk_frames), prefix_frames=prefix_frames,
-                                               ramp=self.ramp and chunk_frames is None, sizes=self.sizes,
+                                               ramp=self.ramp and chunk_frames is None,
+                                               ramp_factor=self.ramp_factor, sizes=self.sizes,
                                                total_frames=total_frames, tail_chunk=self.tail_chunk)
 
     def remove(self, request_id: str) -> None:

@@ -37,6 +37,13 @@ class EngineConfig:
                                                # many frames (scheduler.py); 0: admit on the prompt alone
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
     chunk_ramp: bool = True                    # chunks after the first grow up to chunk_frames (codec_executor)
+    chunk_ramp_factor: float = 1.0             # ... each at most the audio already sent times this (>= 1). Fewer,
+                                               # larger codec calls: session 54 (H100, 0.6B c=64 over HTTP,
+                                               # alternating) with chunk_ramp off + codec_tail_chunk=10 (12 -> 8
+                                               # chunks a request): 753.5 / 737.1 audio-s/s against 722.4 / 721.5,
+                                               # but 8 / 16 of 640 streams underran once (<= 14 ms), all at their
+                                               # first 25-frame chunk at a wave's start; 2 (5, 10, 25, ...) is the
+                                               # step between, not yet measured
     codec_tail_chunk: int = 5                  # a request's last <= chunk_frames frames before its length limit go
                                                # in chunks of this many (its final chunk then holds what is left
                                                # of one), decoded beside the talker's last steps rather than all

@@ -180,7 +180,8 @@ class EngineCore:
                                    self.block_manager)
         self.codec_exec = CodecExecutor(codec, config.chunk_frames, ramp=config.chunk_ramp,
                                         max_frames_per_launch=config.codec_frames_per_step,
-                                        tail_chunk=config.codec_tail_chunk, call_rows=config.codec_call_rows)
+                                        tail_chunk=config.codec_tail_chunk, call_rows=config.codec_call_rows,
+                                        ramp_factor=config.chunk_ramp_factor)
         max_width = min(num_blocks, blocks_for(config.max_model_len, config.block_size))
         self.runner = DecodeRunner(model, self.k_cache, self.v_cache, config.block_size, config.max_num_seqs,
                                    max_width, scratch_block=num_blocks, cuda_graphs=config.cuda_graphs,
