@@ -225,6 +225,9 @@ def test_continuity_on_hand_made_timelines():
     c = continuity.simulate_player([0.0, 0.05, 0.75], [100, 100, 100], bps)
     assert c.max_underrun_s == pytest.approx(0.55) and c.underrun and c.underrun_chunks == 1
     assert c.viable_chunk_share == pytest.approx(0.5) and not c.all_viable
+    assert c.first_underrun_chunk == 2           # the third chunk arrived after the player ran dry
+    assert continuity.simulate_player([0.0, 0.5, 1.0, 1.5], [1000] * 4, bps).first_underrun_chunk is None
+    assert continuity.simulate_player([0.0, 0.3, 0.9, 1.0], [200, 200, 1000, 10], bps).first_underrun_chunk == 1
     # a 200 ms jitter buffer hides 200 ms of it
     assert continuity.simulate_player([0.0, 0.05, 0.75], [100] * 3, bps, 0.2).max_underrun_s == pytest.approx(0.35)
     # exactly in time is not an underrun; one byte late is
@@ -260,6 +263,7 @@ def test_request_and_level_math():
     c = s["continuity"]
     assert c["num_streams"] == 2 and c["no_underrun_rate"] == 0.5 and c["underrun_requests"] == 1
     assert c["worst_underrun_s"] == pytest.approx(0.55) and c["ok_rate"] == {"100ms": 0.5, "200ms": 0.5}
+    assert c["first_underrun_chunks"] == {"2": 1}                        # b ran dry before its third chunk
     assert s["max_inter_chunk_gap_s"]["max"] == pytest.approx(0.7)
     assert s["first_chunk_audio_s"]["mean"] == pytest.approx(0.55)
     assert metrics.summarize([])["audio_throughput"] is None
@@ -392,6 +396,8 @@ def test_stalled_stream_underruns(fake, tmp_path):
     assert c["no_underrun_rate"] == 0.5 and c["underrun_requests"] == 1
     assert 0.55 - 0.03 <= c["worst_underrun_s"] <= 0.55 + SLACK
     assert c["ok_rate"] == {"100ms": 0.5, "200ms": 0.5}
+    assert c["first_underrun_chunks"] == {"2": 1}
+    assert "1 of 2 streams ran dry, first at chunk 2 (1)" in report.markdown_table(res)
     stall = next(r for r in level(res, "c=1")["requests"] if r["prompt_id"] == "1")
     assert 0.85 <= stall["end_s"] <= 0.85 + SLACK and stall["audio_s"] == pytest.approx(0.3)
 
@@ -466,7 +472,7 @@ def test_schema_is_stable(fake, tmp_path):
     lv = res["levels"][0]
     assert set(lv) == set(report.LEVEL_KEYS) and set(lv["level"]) == set(report.LEVEL_DESC_KEYS)
     assert set(lv["summary"]) == set(report.SUMMARY_KEYS + report.SUMMARY_OPTIONAL_KEYS)
-    assert set(lv["summary"]["continuity"]) == set(report.CONTINUITY_KEYS)
+    assert set(lv["summary"]["continuity"]) == set(report.CONTINUITY_KEYS + report.CONTINUITY_OPTIONAL_KEYS)
     assert set(lv["summary"]["ttfp_s"]) == set(report.STATS_KEYS)
     assert all(set(r) == set(report.RECORD_KEYS + report.RECORD_OPTIONAL_KEYS) for r in lv["requests"])
     for k in ("version", "git_commit", "git_dirty"):

@@ -21,6 +21,7 @@ class Continuity:
     underrun_chunks: int           # chunks that arrived after the player ran dry
     viable_chunk_share: float      # VoxServe: share of chunks i >= 1 that were viable (1.0 for 0/1 chunk streams)
     all_viable: bool
+    first_underrun_chunk: int | None = None     # index of the first chunk that arrived after the player ran dry
 
     @property
     def underrun(self) -> bool:
@@ -41,6 +42,7 @@ def simulate_player(times_s: Sequence[float], nbytes: Sequence[int], bytes_per_s
     received = 0
     worst = 0.0
     dry = viable = 0
+    first = None
     for i, (t, n) in enumerate(zip(times_s, nbytes)):
         if i > 0:
             deficit = (t - t0 - jitter_buffer_s) * bytes_per_s - received
@@ -48,9 +50,11 @@ def simulate_player(times_s: Sequence[float], nbytes: Sequence[int], bytes_per_s
                 worst = deficit
             if deficit > EPS_S * bytes_per_s:
                 dry += 1
+                if first is None:
+                    first = i
             if received / bytes_per_s > t - t0:
                 viable += 1
         received += n
     checked = len(times_s) - 1
     share = viable / checked if checked else 1.0
-    return Continuity(max(0.0, worst) / bytes_per_s, dry, share, viable == checked)
+    return Continuity(max(0.0, worst) / bytes_per_s, dry, share, viable == checked, first)

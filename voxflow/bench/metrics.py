@@ -13,6 +13,8 @@ the request on the level's clock (seconds after the level's first measured reque
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
@@ -225,6 +227,9 @@ def _continuity(cs: list[Continuity | None], jitter_buffer_s: float, thresholds_
                     for t in thresholds_s},
         "viable_chunk_share": stats(c.viable_chunk_share for c in cs),
         "all_viable_rate": _r(sum(c.all_viable for c in cs) / n),
+        # where streams first ran dry: chunk index -> streams (a ramp too steep shows at the first chunks)
+        "first_underrun_chunks": {str(k): v for k, v in sorted(Counter(
+            c.first_underrun_chunk for c in cs if c.first_underrun_chunk is not None).items())},
     }
     return out
 

@@ -46,6 +46,7 @@ RECORD_KEYS = ("index", "prompt_id", "warmup", "stream", "start_s", "scheduled_s
 # Added after the first results were published: written by every run now, not required of older files.
 SUMMARY_OPTIONAL_KEYS = ("ttfp_breakdown_ms", "ttfp_server_split_ms", "ttfp_server_split_slowest_ms")
 RECORD_OPTIONAL_KEYS = ("ttfp_parts_s", "server_timing_ms", "sent_clock_s", "worker")
+CONTINUITY_OPTIONAL_KEYS = ("first_underrun_chunks",)      # (results from before session 54 lack it)
 CONTINUITY_KEYS = ("num_streams", "jitter_buffer_s", "no_underrun_rate", "underrun_requests", "worst_underrun_s",
                    "max_underrun_s", "ok_rate", "viable_chunk_share", "all_viable_rate")
 
@@ -355,6 +356,12 @@ def markdown_table(result: dict) -> str:
                      f"{_ms(c.get('worst_underrun_s'))} | {_f(s['audio_duration_s']['mean'])} |"
                      + (_quality_cell(s.get("quality")) if has_q else ""))
     for lv in result["levels"]:
+        c = lv["summary"].get("continuity") or {}
+        if c.get("underrun_requests"):
+            first = c.get("first_underrun_chunks") or {}
+            lines.append(f"- {lv['level']['key']}: {c['underrun_requests']} of {c['num_streams']} streams ran dry, "
+                         "first at chunk " + (", ".join(f"{k} ({v})" for k, v in first.items()) or "?")
+                         + " (0 = the first chunk; each stream counted once)")
         parts = lv["summary"].get("ttfp_breakdown_ms")
         if parts:
             lines.append(f"- {lv['level']['key']}: engine TTFP breakdown, mean ms: "
