@@ -235,6 +235,20 @@ def test_engine_chosen_first_chunk_grows_with_load_but_stays_short():
     assert ex.streams["busy"].initial_frames == 5
 
 
+def one_stream_chunks(ex, frames: int) -> list[int]:
+    """Stream "0" gets one frame a step, `frames` in all, the last with its finish; each step launches what is due and
+    collects it. Returns its chunk sizes, having checked that the chunks hold every frame once, in order."""
+    pcm = []
+    for made in range(frames):
+        ex.push("0", frames_of(0, made, 1))
+        if made == frames - 1:
+            ex.finish("0")
+        ex.launch()
+        pcm += [dc.pcm for dc in ex.collect(block=True)]
+    assert np.array_equal(np.concatenate(pcm), np.arange(frames, dtype=np.float32))
+    return [len(p) for p in pcm]
+
+
 @pytest.mark.parametrize("sizes, want", [
     ((), [1, 1, 2, 4, 8, 16, 25, 25, 25, 25, 19]),                    # no sizes given: the doubling ramp
     ((1, 2, 5, 10, 25), [1, 1, 2, 2, 5, 10, 10, 25, 25, 25, 25, 20]),  # the Qwen3 codec's frame buckets
@@ -246,15 +260,7 @@ def test_the_ramp_rounds_growing_chunks_down_to_the_codecs_one_pass_sizes(sizes,
     codec.chunk_sizes = sizes
     ex = CodecExecutor(codec, chunk_frames=25, ramp=True)
     ex.add("0", stream=True, initial_frames=1, chunk_frames=None, num_active=1)
-    pcm = []
-    for made in range(151):
-        ex.push("0", frames_of(0, made, 1))
-        if made == 150:
-            ex.finish("0")
-        ex.launch()
-        pcm += [dc.pcm for dc in ex.collect(block=True)]
-    assert [len(p) for p in pcm] == want
-    assert np.array_equal(np.concatenate(pcm), np.arange(151, dtype=np.float32))
+    assert one_stream_chunks(ex, 151) == want
 
 
 @pytest.mark.parametrize("total, eos_at, want", [
@@ -271,16 +277,7 @@ def test_a_length_limited_streams_last_frames_go_in_tail_chunks(total, eos_at, w
     codec.chunk_sizes = (1, 2, 5, 10, 25)
     ex = CodecExecutor(codec, chunk_frames=25, ramp=True, tail_chunk=5)
     ex.add("0", stream=True, initial_frames=1, chunk_frames=None, num_active=1, total_frames=total)
-    last = total if eos_at is None else eos_at
-    pcm = []
-    for made in range(last):
-        ex.push("0", frames_of(0, made, 1))
-        if made == last - 1:
-            ex.finish("0")
-        ex.launch()
-        pcm += [dc.pcm for dc in ex.collect(block=True)]
-    assert [len(p) for p in pcm] == want
-    assert np.array_equal(np.concatenate(pcm), np.arange(last, dtype=np.float32))
+    assert one_stream_chunks(ex, total if eos_at is None else eos_at) == want
 
 
 @pytest.mark.parametrize("factor, tail, want", [
@@ -295,15 +292,7 @@ def test_a_ramp_factor_lets_growing_chunks_reach_that_multiple_of_the_audio_sent
     codec.chunk_sizes = (1, 2, 5, 10, 25)
     ex = CodecExecutor(codec, chunk_frames=25, ramp=True, tail_chunk=tail, ramp_factor=factor)
     ex.add("0", stream=True, initial_frames=None, chunk_frames=None, num_active=64, total_frames=150)
-    pcm = []
-    for made in range(150):
-        ex.push("0", frames_of(0, made, 1))
-        if made == 149:
-            ex.finish("0")
-        ex.launch()
-        pcm += [dc.pcm for dc in ex.collect(block=True)]
-    assert [len(p) for p in pcm] == want
-    assert np.array_equal(np.concatenate(pcm), np.arange(150, dtype=np.float32))
+    assert one_stream_chunks(ex, 150) == want
 
 
 @pytest.mark.parametrize("factor", [0.5, 0.0, -1.0, float("nan")])
