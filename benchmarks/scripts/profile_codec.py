@@ -42,6 +42,9 @@ def time_calls(codec, states, frames, label: str, warm: int = 3, reps: int = 10)
     return ms
 
 
+PROFILED_CALLS = 3                  # calls recorded by the profiler per chunk size (the tables are per call)
+
+
 def kernel_sequence(prof, calls: int) -> None:
     """One call's kernels in the order they ran (the first of `calls` profiled calls), with their times."""
     events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
@@ -70,11 +73,11 @@ def run(model: str, batch: int, setting: str, chunks: tuple = (1, 25), top: int 
         frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(batch)]
         time_calls(codec, states, frames, f"{setting} B={batch} n={n}")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(3):
+            for _ in range(PROFILED_CALLS):
                 codec.decode(states, frames)
-        kernel_summary(prof, 3, top=top)
+        kernel_summary(prof, PROFILED_CALLS, top=top)
         if sequence:
-            kernel_sequence(prof, 3)
+            kernel_sequence(prof, PROFILED_CALLS)
     for s in states:
         codec.release(s)
     del codec

@@ -14,7 +14,6 @@ the request on the level's clock (seconds after the level's first measured reque
 from __future__ import annotations
 
 from collections import Counter
-
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
