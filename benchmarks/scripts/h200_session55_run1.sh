@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 54; carry [".whl", ".device_tree"]; rename when run. ~520 s (a fresh machine is fine: the
+# Session 55 call 1 (prepared in session 54); carry [".whl", ".device_tree"]. ~520 s (a fresh machine is fine: the
 # first server compiles the kernels). UNTIL (default 500 s) stops the A/B's loop.
 # 1. The Base GPU test that failed on imports in session 54 (the image's transformers 5.x under the carried
 #    huggingface_hub / tokenizers): h200_targets.sh now leaves the image's own to it.
