@@ -131,3 +131,36 @@ def test_context_exchange_equals_the_two_copies(ctx, frames):
     assert torch.equal(buf, want_buf) and torch.equal(new, want_buf[:, t:].transpose(1, 2))
     assert not rows[:, :64].any()
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("launch", [None, (64, 2), (256, 8), (512, 8)])
+def test_one_channel_conv_equals_conv1d(dtype, launch):
+    """kernels/one_channel_conv_cl.py at the codec's last layer (96 -> 1 channel, k=7; 3 streams x 2 frames' 3,840
+    samples, in the rows of a buffer after the 6-row left context) against conv1d in float64 on the same inputs:
+    fp16 within an ulp of each of its two roundings (the convolution, + bias) plus 1e-6 of the sum of |terms|; fp32
+    (exact fp32 products, no TF32) within 1e-5 of it. And against the implicit-GEMM kernel it replaces: fp16
+    within an ulp of each rounding (their fp32 sums differ in order only)."""
+    import torch.nn.functional as F
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
+    from voxflow.kernels.one_channel_conv_cl import conv1d_to_one_channel
+    g = torch.Generator("cuda").manual_seed(7)
+    t = 2 * 1920
+    x = torch.randn(3, 6 + t, 96, device="cuda", generator=g).to(dtype)
+    w = (torch.randn(1, 96, 7, device="cuda", generator=g) / 26).to(dtype)
+    bias = (torch.randn(1, device="cuda", generator=g) * 0.1).to(dtype)
+    got = conv1d_to_one_channel(x, pack_weight(w), bias, launch=launch)
+    x64 = x.transpose(1, 2).double()
+    exact = F.conv1d(x64, w.double())
+    scale = F.conv1d(x64.abs(), w.double().abs())
+    if dtype == torch.float32:
+        want, bound = exact + bias.double(), 1e-5 * (scale + 1)
+    else:
+        want = (exact.to(dtype).double() + bias.double()).to(dtype).double()
+        bound = 2 ** -10 * (exact.abs() + want.abs()) + 1e-6 * scale
+    err = (got.transpose(1, 2).double() - want).abs()
+    assert (err <= bound).all(), (err / bound).max().item()
+    if dtype == torch.float16:
+        gemm = conv1d_channels_last(x, pack_weight(w), bias).double()
+        near = 2 ** -10 * (gemm.abs() + exact.transpose(1, 2).abs()) + 1e-6 * scale.transpose(1, 2)
+        assert ((got.double() - gemm).abs() <= near).all()

@@ -63,6 +63,10 @@ ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "2"))
 # at 1 frame, 10.96 -> 10.84 at 25 (benchmarks/results/h100/2026-12-05-session40). VOXFLOW_CODEC_CONTEXT_KERNEL=0:
 # copies.
 CONTEXT_KERNEL = os.environ.get("VOXFLOW_CODEC_CONTEXT_KERNEL", "1") == "1"
+# The last convolution (96 -> 1 channel) on its own bandwidth-bound kernel (kernels/one_channel_conv_cl.py) instead
+# of the implicit GEMM's 16-column tiles (273 us of a 16-stream 25-frame call on an H100's 64 SMs, for ~75 us of
+# input to read). Not yet measured on a GPU, so off by default; VOXFLOW_CODEC_ONE_CHANNEL_KERNEL=1 turns it on.
+ONE_CHANNEL_KERNEL = os.environ.get("VOXFLOW_CODEC_ONE_CHANNEL_KERNEL", "0") == "1"
 
 
 def supported(x: torch.Tensor) -> bool:
@@ -100,7 +104,7 @@ def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors 
     buf = _activated(inputs[0], x, state)
     for block, following in zip(blocks, inputs[1:]):
         buf = _block(block, buf, following, state)
-    y = _conv(out_conv, buf)                                                                    # [B, T, 1]
+    y = _out_conv(out_conv, buf)                                                                # [B, T, 1]
     return y.view(y.shape[0], 1, y.shape[1])
 
 
@@ -198,6 +202,14 @@ def _packed(conv: CausalConv1d) -> torch.Tensor:
 def _conv(conv: CausalConv1d, x: torch.Tensor, **epilogue) -> torch.Tensor:
     from voxflow.kernels.causal_conv import conv1d_channels_last
     return conv1d_channels_last(x, _packed(conv), conv.conv.bias, conv.conv.dilation[0], **epilogue)
+
+
+def _out_conv(conv: CausalConv1d, x: torch.Tensor) -> torch.Tensor:
+    """The last convolution, to one channel: its own kernel with ONE_CHANNEL_KERNEL, else the implicit GEMM."""
+    if not ONE_CHANNEL_KERNEL:
+        return _conv(conv, x)
+    from voxflow.kernels.one_channel_conv_cl import conv1d_to_one_channel
+    return conv1d_to_one_channel(x, _packed(conv), conv.conv.bias, conv.conv.dilation[0])
 
 
 def subpixel_weight(weight: torch.Tensor, bias: torch.Tensor | None, stride: int
