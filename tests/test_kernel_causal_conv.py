@@ -36,7 +36,8 @@ def check_conv_against_torch():
     g = torch.Generator().manual_seed(0)
     tma_calls = []
     tma_kernel = causal_conv._conv_tma
-    causal_conv._conv_tma = lambda *args: (tma_calls.append(1), tma_kernel(*args))   # the child's own process
+    # (the child's own process)
+    causal_conv._conv_tma = lambda *args, **kw: (tma_calls.append(1), tma_kernel(*args, **kw))
     # (B, T, Cin, Cout, k, dilation): masked channel tiles (96 -> 128), k blocks not dividing Cin, T not a multiple
     # of the 128-row tile, the 1x1 conv, the one-channel output conv; Cin 64 / 128: whole k blocks (EVEN_K)
     # (and for the TMA kernel, which tiles each sequence apart: one sequence of several tiles, a last one partial)
@@ -182,6 +183,61 @@ def check_split_n_equals_one_tile():
         causal_conv.split_n_config = config
 
 
+def check_flat_tma_tiles_equal_the_pointer_kernel():
+    """CONV_TMA_FLAT: the TMA kernel's tiles across the sequences of a contiguous batch (`tma_tiling` "flat", each
+    sequence's context rows computed and dropped) where a sequence is too short for tiles of its own: the pointer
+    kernel's output within an fp16 ulp (fp32: 1e-6), with every epilogue the codec uses, the output rows after a
+    context (out=) and the rows there untouched; nothing stored past a sequence's T rows. A batch whose sequences are
+    not contiguous (a view of a wider buffer), and a flat tiling that wastes over 1/8 of its tiles, take the pointer
+    kernel."""
+    from voxflow.kernels import causal_conv
+    from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
+    g = torch.Generator().manual_seed(13)
+    flat_calls = []
+    tma_kernel, default = causal_conv._conv_tma, causal_conv.CONV_TMA_FLAT
+    causal_conv._conv_tma = lambda *a, **k: (flat_calls.append(k.get("flat")), tma_kernel(*a, **k))
+    causal_conv.CONV_TMA_FLAT = True
+    try:
+        # (B, T, Cin, Cout, k, dilation): the first upsampling convolution's sub-pixel shape in small (two taps, one
+        # context row, 100 rows a sequence), a 1x1 and a k=7 one of short sequences, the split-N 96 (fp16)
+        for b, t, cin, cout, k, d in ((5, 100, 32, 48, 2, 1), (7, 40, 32, 32, 1, 1), (9, 60, 16, 24, 7, 1),
+                                      (6, 50, 96, 96, 7, 1)):
+            for dtype in (torch.float32, torch.float16):
+                x = torch.randn(b, t + (k - 1) * d, cin, generator=g).to(dtype)
+                packed = pack_weight((torch.randn(cout, cin, k, generator=g) / (cin * k) ** 0.5).to(dtype))
+                bias = (torch.randn(cout, generator=g) * 0.1).to(dtype)
+                res = torch.randn(b, t, cout, generator=g).to(dtype)
+                terms = [((torch.rand(cout, generator=g) + 0.5).to(dtype), (torch.rand(cout, generator=g) + 0.5)
+                          .to(dtype)) for _ in range(2)]
+                block_t = causal_conv.launch_config(cin, cout, dtype, k)["BLOCK_T"]
+                assert causal_conv.tma_tiling(x, t, block_t) == "flat", (b, t, k)
+                for kwargs in (dict(snake_terms=terms[0]), dict(residual=res, activation=terms[1])):
+                    outs = []
+                    for tma in (False, True):
+                        buf = torch.full((b, 3 + t, cout), 9.0, dtype=dtype)
+                        raw = torch.full((b, t, cout), 9.0, dtype=dtype) if "activation" in kwargs else None
+                        ran = len(flat_calls)
+                        conv1d_channels_last(x, packed, bias, d, tma=tma, out=buf[:, 3:], raw_out=raw, **kwargs)
+                        assert flat_calls[ran:] == ([True] if tma else [])
+                        assert (buf[:, :3] == 9.0).all()
+                        outs.append([buf[:, 3:].float()] + ([raw.float()] if raw is not None else []))
+                    for u, v in zip(*outs):
+                        bound = (torch.finfo(dtype).eps if dtype == torch.float16 else 1e-6) * \
+                            torch.maximum(u.abs(), v.abs()).clamp(min=2 ** -14)
+                        assert ((u - v).abs() <= bound).all(), (b, t, k, dtype, ((u - v).abs() / bound).max())
+                        assert (u != 9.0).all() and u.abs().max() > 0.1
+        # not contiguous sequences: rows of a wider buffer; too much context for the rows: 8 rows of 62
+        short, wide = torch.randn(5, 101, 32, generator=g), torch.randn(5, 120, 32, generator=g)
+        assert causal_conv.tma_tiling(short, 100, 128) == "flat"
+        assert causal_conv.tma_tiling(wide[:, :101], 100, 128) is None
+        assert causal_conv.tma_tiling(torch.randn(40, 62, 8), 8, 128) is None
+        causal_conv.CONV_TMA_FLAT = False
+        assert causal_conv.tma_tiling(short, 100, 128) is None
+        assert causal_conv.tma_tiling(torch.randn(1, 300, 8), 290, 128) == "sequence"
+    finally:
+        causal_conv._conv_tma, causal_conv.CONV_TMA_FLAT = tma_kernel, default
+
+
 def check_activation_in_the_epilogue():
     """conv1d_channels_last's activation= (the next layer's SnakeBeta after the residual add), written into rows
     after a context (out=) and with the value before it kept (raw_out=): bit-equal to the convolution followed by
@@ -192,7 +248,7 @@ def check_activation_in_the_epilogue():
     g = torch.Generator().manual_seed(7)
     tma_calls = []
     tma_kernel = causal_conv._conv_tma
-    causal_conv._conv_tma = lambda *args: (tma_calls.append(1), tma_kernel(*args))
+    causal_conv._conv_tma = lambda *args, **kw: (tma_calls.append(1), tma_kernel(*args, **kw))
     try:
         # (B, T, Cin, Cout, k): the residual units' 1x1 shape (sequences of two tiles, the last partial) and a k=7
         # one with its own SnakeBeta before the residual; 16-byte rows in every dtype, so tma=True takes TMA
@@ -510,6 +566,9 @@ if IN_CHILD:
 
     def test_child_activation_in_the_epilogue():
         check_activation_in_the_epilogue()
+
+    def test_child_flat_tma_tiles():
+        check_flat_tma_tiles_equal_the_pointer_kernel()
 
     def test_child_split_n_equals_one_tile():
         check_split_n_equals_one_tile()

@@ -22,7 +22,7 @@ B = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 FRAMES = int(sys.argv[2]) if len(sys.argv) > 2 else 25
 SMS = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 CIN, K = 96, 7
-LAUNCHES = [(bt, w) for bt in (64, 128, 256, 512) for w in (2, 4, 8)]
+LAUNCHES = [(bt, w) for bt in (32, 64, 128, 256, 512) for w in (2, 4, 8) if 4 <= bt // w <= 64]
 
 
 def tune() -> tuple:

@@ -192,7 +192,7 @@ def test_tma_convolutions_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, mo
     _skip_without_tma()
     calls = []
     tma_kernel = causal_conv._conv_tma
-    monkeypatch.setattr(causal_conv, "_conv_tma", lambda *a: calls.append(1) or tma_kernel(*a))
+    monkeypatch.setattr(causal_conv, "_conv_tma", lambda *a, **k: calls.append(1) or tma_kernel(*a, **k))
     g = torch.Generator("cuda").manual_seed(0)
     for n, (cin, k, dil) in enumerate(((96, 7, 9), (192, 7, 1), (768, 1, 1))):
         x = torch.randn(16, 2000 + (k - 1) * dil, cin, device="cuda", generator=g).half()
@@ -207,6 +207,36 @@ def test_tma_convolutions_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, mo
     result = measure(dec, torch.float16, 150, seed=0)
     print(result, len(calls))
     assert calls and result["cuda_graphs"], result
+    assert result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
+
+
+def test_flat_tma_tiles_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, monkeypatch):
+    """VOXFLOW_CONV_TMA_FLAT (tiles across a batch's sequences where they are too short for their own): at the
+    low-rate shapes of a 16-stream 25-frame call that took the pointer kernel - the first upsampling convolution's
+    sub-pixel form (1536 -> 8 x 768, two taps, 100 rows a sequence) and a 1-frame call's 768-channel 1x1 (32 rows) -
+    within 2 fp16 ulps of the pointer kernel, and the whole fp16 stack streamed with it on keeps FP16_MIN_SNR_DB,
+    through the one-channel output kernel (VOXFLOW_CODEC_ONE_CHANNEL_KERNEL) too."""
+    from voxflow.kernels import causal_conv
+    from voxflow.models.qwen3_tts import codec_waveform_cl
+    _skip_without_tma()
+    flat = []
+    tma_kernel = causal_conv._conv_tma
+    monkeypatch.setattr(causal_conv, "_conv_tma", lambda *a, **k: flat.append(k.get("flat")) or tma_kernel(*a, **k))
+    monkeypatch.setattr(causal_conv, "CONV_TMA_FLAT", True)
+    g = torch.Generator("cuda").manual_seed(2)
+    for cin, cout, k, t, dil in ((1536, 6144, 2, 100, 1), (768, 768, 1, 32, 1)):
+        x = torch.randn(16, t + (k - 1) * dil, cin, device="cuda", generator=g).half()
+        w = causal_conv.pack_weight((torch.randn(cout, cin, k, device="cuda", generator=g) / (cin * k) ** 0.5).half())
+        bias = torch.randn(cout, device="cuda", generator=g).half() * 0.1
+        want = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=False)
+        got = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=True)
+        assert flat[-1] is True, (cin, cout, k)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2 * 2 ** -10, atol=1e-3)
+    flat.clear()
+    monkeypatch.setattr(codec_waveform_cl, "ONE_CHANNEL_KERNEL", True)
+    result = measure(dec, torch.float16, 150, seed=0)
+    print(result, flat.count(True), "flat launches of", len(flat))
+    assert True in flat and result["cuda_graphs"], result
     assert result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
 
 

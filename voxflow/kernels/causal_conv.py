@@ -142,15 +142,19 @@ def _conv_cl_kernel(x_ptr, w_ptr, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv
 
 @triton.jit
 def _conv_cl_tma_kernel(x_desc, w_desc, w2_desc, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr,
-                        out_ptr, T, COUT, NK, res_sb, res_st, raw_sb, raw_st, out_sb, out_st,
+                        out_ptr, T, T_IN, ROWS_IN, COUT, NK, res_sb, res_st, raw_sb, raw_st, out_sb, out_st,
                         KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
                         RESIDUAL: tl.constexpr, ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr,
                         PRECISE: tl.constexpr, DOT_PRECISION: tl.constexpr,
                         DOT_IN_FP32: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK_N2: tl.constexpr):
+                        BLOCK_K: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK_N2: tl.constexpr,
+                        FLAT: tl.constexpr):
     # `_conv_cl_kernel` with its operand tiles fetched by the tensor memory accelerator (TMA): a tile is one
     # sequence's rows (grid axis 2 = the sequence), so each tap's input rows are one box of the [B, T_in, Cin]
-    # descriptor; rows and channels past the tensor read as zeros. A weight box past a tap's Cout rows reads the
+    # descriptor; rows and channels past the tensor read as zeros. FLAT: the descriptor is [1, B * T_in, Cin] (a
+    # batch of contiguous sequences) and a tile any BLOCK_T of its rows, across sequences: input row r computes
+    # output (r // T_in, r % T_in), stored where r % T_in < T (its taps are then all in its own sequence); the rows
+    # of each sequence's left context compute values never stored. A weight box past a tap's Cout rows reads the
     # next tap's rows (or zeros past the last): only output columns >= Cout see them, and those are never stored.
     # SPLIT_N: a program's columns are BLOCK_N + BLOCK_N2 (w2_desc's boxes), two accumulators fed by one input tile,
     # so a Cout that is no power of two (96 = 64 + 32, 192 = 128 + 64) multiplies no masked columns.
@@ -174,6 +178,9 @@ def _conv_cl_tma_kernel(x_desc, w_desc, w2_desc, bias_ptr, a_ptr, inv_ptr, res_p
                 w2 = w2.to(tl.float32)
             acc2 = tl.dot(a, tl.trans(w2), acc2, input_precision=DOT_PRECISION)
     tt = (t0 + tl.arange(0, BLOCK_T)).to(tl.int64)
+    if FLAT:                            # each row's own sequence; rows past the tensor get T, and are not stored
+        b = tt // T_IN
+        tt = tl.where(tt < ROWS_IN, tt - b * T_IN, T)
     _tma_epilogue(acc, n0, tt, b, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv2_ptr, raw_ptr, out_ptr, T, COUT,
                   res_sb, res_st, raw_sb, raw_st, out_sb, out_st, HAS_BIAS, SNAKE, RESIDUAL, ACTIVATE, RAW_OUT,
                   PRECISE, BLOCK_N)
@@ -188,7 +195,8 @@ def _tma_epilogue(acc, n0, tt, b, bias_ptr, a_ptr, inv_ptr, res_ptr, a2_ptr, inv
                   res_sb, res_st, raw_sb, raw_st, out_sb, out_st, HAS_BIAS: tl.constexpr, SNAKE: tl.constexpr,
                   RESIDUAL: tl.constexpr, ACTIVATE: tl.constexpr, RAW_OUT: tl.constexpr, PRECISE: tl.constexpr,
                   BLOCK_N: tl.constexpr):
-    """The TMA kernel's epilogue of one accumulator, columns n0 .. n0 + BLOCK_N of rows tt of sequence b."""
+    """The TMA kernel's epilogue of one accumulator, columns n0 .. n0 + BLOCK_N of rows tt of sequence b (one, or
+    one a row)."""
     cols = n0 + tl.arange(0, BLOCK_N)
     col_ok = cols < COUT
     dtype = out_ptr.dtype.element_ty
@@ -397,9 +405,10 @@ def conv1d_channels_last(x: torch.Tensor, weight_packed: torch.Tensor, bias: tor
                   BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                   enable_fp_fusion=False)              # SnakeBeta's rounded steps stay separate operations
     bias_arg = bias if bias is not None else x
-    if (tma_by_default(x.is_cuda, x.dtype) if tma is None else tma) and tma_fits(x, weight_packed) \
-            and _sequence_tiles_waste_little(bsz, t, cfg["BLOCK_T"]):
-        _conv_tma(x, weight_packed, bias_arg, (a, inv, res, a2, inv2, raw, out), common)
+    tiling = tma_tiling(x, t, cfg["BLOCK_T"]) if (tma_by_default(x.is_cuda, x.dtype) if tma is None else tma) \
+        and tma_fits(x, weight_packed) else None
+    if tiling is not None:
+        _conv_tma(x, weight_packed, bias_arg, (a, inv, res, a2, inv2, raw, out), common, flat=tiling == "flat")
         return out
     grid = (triton.cdiv(bsz * t, cfg["BLOCK_T"]), triton.cdiv(cout, cfg["BLOCK_N"]))
     _conv_cl_kernel[grid](
@@ -456,24 +465,53 @@ def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
     return 8 * bsz * triton.cdiv(t, block_t) <= 9 * triton.cdiv(bsz * t, block_t)
 
 
-def tma_descriptors(x: torch.Tensor, weight_packed: torch.Tensor, bt: int, bn: int, bn2: int, bk: int) -> tuple:
-    """The TMA convolutions' operand descriptors: x [B, T_in, Cin] in boxes of one sequence's bt rows x bk channels,
-    the packed weight [k, Cout, Cin] as [k * Cout, Cin] rows in bn x bk boxes, and in bn2 x bk ones for a second
-    accumulator (the first descriptor again when bn2 is 0)."""
+# The TMA kernel also where a batch's sequences are too short for tiles of their own, with tiles across the
+# sequences of a contiguous batch (`tma_tiling`'s "flat"): the low-rate layers' short sequences, e.g. the first
+# upsampling convolution's 100 rows a sequence in a 25-frame call, which took the pointer kernel (325 us at 39% of
+# the tensor cores' peak on an H100's 64 SMs, session 54). Not yet measured, so off by default;
+# VOXFLOW_CONV_TMA_FLAT=1 turns it on.
+CONV_TMA_FLAT = os.environ.get("VOXFLOW_CONV_TMA_FLAT", "0") == "1"
+
+
+def tma_tiling(x: torch.Tensor, t: int, block_t: int) -> str | None:
+    """How the TMA kernel tiles a convolution of x [B, T_in, Cin] to T output rows a sequence: "sequence" (tiles of
+    one sequence's rows) where that wastes little (`_sequence_tiles_waste_little`); else, with CONV_TMA_FLAT, "flat"
+    (tiles of the batch's rows in a row, each sequence's T_in - T context rows computed and dropped) where the
+    sequences are contiguous and that costs at most 1/8 more tiles than the pointer kernel's; else None (the pointer
+    kernel)."""
+    bsz, rows_in = x.shape[:2]
+    if _sequence_tiles_waste_little(bsz, t, block_t):
+        return "sequence"
+    if CONV_TMA_FLAT and (bsz == 1 or x.stride(0) == rows_in * x.stride(1)) \
+            and 8 * triton.cdiv(bsz * rows_in, block_t) <= 9 * triton.cdiv(bsz * t, block_t):
+        return "flat"
+    return None
+
+
+def tma_descriptors(x: torch.Tensor, weight_packed: torch.Tensor, bt: int, bn: int, bn2: int, bk: int,
+                    flat: bool = False) -> tuple:
+    """The TMA convolutions' operand descriptors: x [B, T_in, Cin] in boxes of one sequence's bt rows x bk channels
+    (flat: x as [1, B * T_in, Cin], its sequences contiguous, in boxes of any bt rows), the packed weight [k, Cout,
+    Cin] as [k * Cout, Cin] rows in bn x bk boxes, and in bn2 x bk ones for a second accumulator (the first
+    descriptor again when bn2 is 0)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     bsz, rows_in, cin = x.shape
     rows = weight_packed.shape[0] * weight_packed.shape[1]
-    x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1], [1, bt, bk])
+    if flat:
+        x_desc = TensorDescriptor(x, [1, bsz * rows_in, cin], [bsz * rows_in * x.stride(1), x.stride(1), 1],
+                                  [1, bt, bk])
+    else:
+        x_desc = TensorDescriptor(x, [bsz, rows_in, cin], [x.stride(0), x.stride(1), 1], [1, bt, bk])
     w_desc = TensorDescriptor(weight_packed, [rows, cin], [cin, 1], [bn, bk])
     w2_desc = TensorDescriptor(weight_packed, [rows, cin], [cin, 1], [bn2, bk]) if bn2 else w_desc
     return x_desc, w_desc, w2_desc
 
 
-def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> None:
+def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict, flat: bool = False) -> None:
     """`_conv_cl_tma_kernel` on conv1d_channels_last's operands (epilogue_tensors: a, inv, res, a2, inv2, raw, out
-    as it passes them; `common`: the arguments both kernels take)."""
+    as it passes them; `common`: the arguments both kernels take; flat: tiles across sequences, `tma_tiling`)."""
     a, inv, res, a2, inv2, raw, out = epilogue_tensors
-    bsz, cin = x.shape[0], x.shape[2]
+    bsz, rows_in, cin = x.shape
     k, cout = weight_packed.shape[:2]
     t = out.shape[1]
     split = split_n_config(cin, cout, x.dtype, k)
@@ -481,13 +519,16 @@ def _conv_tma(x, weight_packed, bias, epilogue_tensors: tuple, common: dict) -> 
         common = {**common, **split}            # its tiles, warps and stages over the one-tile config's
     bn2 = common.pop("BLOCK_N2", 0)             # the second accumulator's columns (0: none)
     bt, bn, bk = common["BLOCK_T"], common["BLOCK_N"], common["BLOCK_K"]
-    x_desc, w_desc, w2_desc = tma_descriptors(x, weight_packed, bt, bn, bn2, bk)
+    x_desc, w_desc, w2_desc = tma_descriptors(x, weight_packed, bt, bn, bn2, bk, flat)
+    grid = (triton.cdiv(bsz * rows_in, bt), triton.cdiv(cout, bn + bn2), 1) if flat else \
+        (triton.cdiv(t, bt), triton.cdiv(cout, bn + bn2), bsz)
     # (no register cap: the tuned configs' maxnreg made ptxas spill here (16-216 bytes a thread, sm_90), while
     # uncapped the kernel takes <= 128 registers anyway: compile_check)
-    _conv_cl_tma_kernel[(triton.cdiv(t, bt), triton.cdiv(cout, bn + bn2), bsz)](
-        x_desc, w_desc, w2_desc, bias, a, inv, res, a2, inv2, raw, out, t, cout, triton.cdiv(cin, bk),
-        res.stride(0), res.stride(1), raw.stride(0), raw.stride(1), out.stride(0), out.stride(1), **common,
-        SPLIT_N=bn2 > 0, BLOCK_N2=bn2 or 16)    # (16: a dummy width, its accumulator compiled away)
+    _conv_cl_tma_kernel[grid](
+        x_desc, w_desc, w2_desc, bias, a, inv, res, a2, inv2, raw, out, t, rows_in, bsz * rows_in, cout,
+        triton.cdiv(cin, bk), res.stride(0), res.stride(1), raw.stride(0), raw.stride(1), out.stride(0),
+        out.stride(1), **common, SPLIT_N=bn2 > 0, BLOCK_N2=bn2 or 16,    # (16: a dummy width, compiled away)
+        FLAT=flat)
 
 
 # The TMA kernel's columns split in two accumulators where Cout is no power of two, fp16 only (the codec's GPU

@@ -143,6 +143,16 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     subpixel = causal_conv.launch_config(1536, 8 * 768, torch.float16, 2)
     out.append(("conv_channels_last_tma fp16 1536->6144 k=2 sub-pixel ACTIVATE RAW_OUT",
                 *conv_tma_case("fp16", 2, "ACTIVATE RAW_OUT", subpixel)))
+    # ... and with tiles across sequences (its 100 rows a sequence in a 25-frame call: causal_conv.CONV_TMA_FLAT)
+    out.append(("conv_channels_last_tma fp16 1536->6144 k=2 sub-pixel ACTIVATE RAW_OUT flat",
+                *conv_tma_case("fp16", 2, "ACTIVATE RAW_OUT", subpixel, flat=True)))
+    # the last convolution on its own kernel (codec_waveform_cl.ONE_CHANNEL_KERNEL): 96 -> 1 channel, k=7
+    from voxflow.kernels import one_channel_conv_cl
+    block_t, warps = one_channel_conv_cl.LAUNCH
+    out.append(("one_channel_conv fp16 96->1 k=7", one_channel_conv_cl._one_channel_conv_kernel,
+                dict(x_ptr=_ptr("fp16"), w_ptr=_ptr("fp16"), bias_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")),
+                dict(CIN=96, KSIZE=7, DILATION=1, HAS_BIAS=True, EVEN_C=True, BLOCK_T=block_t,
+                     BLOCK_C=one_channel_conv_cl.channel_block(96)[0]), dict(num_warps=warps)))
     # the two-accumulator form (VOXFLOW_CONV_SPLIT_N) with each shape's served epilogues: k=7 + SnakeBeta; 1x1 +
     # residual (and the next SnakeBeta with the raw value kept, ACT_IN_EPILOGUE 2); the sub-pixel k=2 the latter
     for (cin, cout, k, _), split in causal_conv.SPLIT_N_TUNED.items():
@@ -348,8 +358,9 @@ def conv_channels_last_case(dt: str, cin: int, k: int, epilogue: str | None, cfg
                  **({"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {})))
 
 
-def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict) -> tuple:
-    """(kernel, types, constexprs, options) of causal_conv.py's TMA convolution as `_conv_tma` launches it."""
+def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict, flat: bool = False) -> tuple:
+    """(kernel, types, constexprs, options) of causal_conv.py's TMA convolution as `_conv_tma` launches it (flat:
+    tiles across sequences, causal_conv.tma_tiling)."""
     from voxflow.kernels import causal_conv
     p = _ptr(dt)
     bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -361,7 +372,7 @@ def conv_tma_case(dt: str, k: int, epilogue: str | None, cfg: dict) -> tuple:
     aligned = ("bias_ptr", "a_ptr", "inv_ptr", "res_ptr", "a2_ptr", "inv2_ptr", "raw_ptr", "out_ptr", "COUT", "res_sb",
                "res_st", "raw_sb", "raw_st", "out_sb", "out_st")
     return (causal_conv._conv_cl_tma_kernel, types,
-            {**_conv_constexprs(dt, k, epilogue, cfg), "SPLIT_N": split, "BLOCK_N2": bn2},
+            {**_conv_constexprs(dt, k, epilogue, cfg), "SPLIT_N": split, "BLOCK_N2": bn2, "FLAT": flat},
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False, aligned=aligned))
 
 

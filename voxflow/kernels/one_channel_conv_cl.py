@@ -24,33 +24,36 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _one_channel_conv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, T, x_sb, x_st, out_sb, out_st, CIN: tl.constexpr,
-                             KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr,
+def _one_channel_conv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, T, T_IN, x_sb, x_st, out_sb, out_st,
+                             CIN: tl.constexpr, KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr,
                              EVEN_C: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     b = tl.program_id(1).to(tl.int64)
-    t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
-    row_ok = t < T
+    t0 = tl.program_id(0) * BLOCK_T
     cs = tl.arange(0, BLOCK_C)
-    x_rows = x_ptr + b * x_sb + t[:, None] * x_st
+    t = t0 + tl.arange(0, BLOCK_T)
+    row_ok = (t < T)[:, None]
+    # 32-bit offsets within the tile from one scalar base a (tap, slice): [BLOCK_T, BLOCK_C] tensors of 64-bit
+    # pointers, one kept for each slice the loop unrolls, took 251 registers a thread
+    offs = tl.arange(0, BLOCK_T)[:, None] * x_st + cs[None, :]
+    base = x_ptr + b * x_sb + t0.to(tl.int64) * x_st
     # one [BLOCK_T, BLOCK_C] fp32 accumulator of products, reduced over channels once at the end
     acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-    for j in tl.static_range(KSIZE):
-        for c0 in tl.static_range(0, CIN, BLOCK_C):         # (all loads unrolled: CIN is fixed per layer)
-            c = c0 + cs
+    for j in range(KSIZE):
+        for c0 in range(0, CIN, BLOCK_C):
+            tile = base + (j * DILATION * x_st + c0)
             if EVEN_C:
-                xv = tl.load(x_rows + j * DILATION * x_st + c[None, :], mask=row_ok[:, None], other=0.0)
-                wv = tl.load(w_ptr + j * CIN + c)
+                xv = tl.load(tile + offs, mask=row_ok, other=0.0)
+                wv = tl.load(w_ptr + j * CIN + c0 + cs)
             else:
-                c_ok = c < CIN
-                xv = tl.load(x_rows + j * DILATION * x_st + c[None, :], mask=row_ok[:, None] & c_ok[None, :],
-                             other=0.0)
-                wv = tl.load(w_ptr + j * CIN + c, mask=c_ok, other=0.0)
+                c_ok = c0 + cs < CIN
+                xv = tl.load(tile + offs, mask=row_ok & c_ok[None, :], other=0.0)
+                wv = tl.load(w_ptr + j * CIN + c0 + cs, mask=c_ok, other=0.0)
             acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
     dtype = out_ptr.dtype.element_ty
     y = round_to(tl.sum(acc, axis=1), dtype)                        # the bias-less convolution, as stored
     if HAS_BIAS:
         y = round_to(y + tl.load(bias_ptr).to(tl.float32), dtype)
-    tl.store(out_ptr + b * out_sb + t * out_st, y.to(dtype), mask=row_ok)
+    tl.store(out_ptr + b * out_sb + t.to(tl.int64) * out_st, y.to(dtype), mask=t < T)
 
 
 def channel_block(cin: int) -> tuple[int, bool]:
@@ -64,7 +67,7 @@ def channel_block(cin: int) -> tuple[int, bool]:
 
 # (BLOCK_T, warps): the default launch. Not yet tuned on a GPU: benchmarks/scripts/tune_one_channel_conv.py times the
 # candidates at the serving call's shape against the implicit-GEMM kernel.
-LAUNCH = (128, 4)
+LAUNCH = (128, 8)
 
 
 def conv1d_to_one_channel(x: torch.Tensor, weight_packed: torch.Tensor, bias: torch.Tensor | None,
@@ -91,7 +94,7 @@ def conv1d_to_one_channel(x: torch.Tensor, weight_packed: torch.Tensor, bias: to
     block_t, warps = launch or LAUNCH
     block_c, even_c = channel_block(cin)
     _one_channel_conv_kernel[(triton.cdiv(t, block_t), bsz)](
-        x, weight_packed, bias if bias is not None else weight_packed, out, t, x.stride(0), x.stride(1),
+        x, weight_packed, bias if bias is not None else weight_packed, out, t, rows_in, x.stride(0), x.stride(1),
         out.stride(0), out.stride(1), CIN=cin, KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, EVEN_C=even_c,
         BLOCK_T=block_t, BLOCK_C=block_c, num_warps=warps)
     return out
