@@ -1,6 +1,6 @@
 """The codec's last convolution (96 -> 1 channel, k=7) at a serving call's shape: the one-channel kernel's launches
-(voxflow/kernels/one_channel_conv_cl.py) against the implicit-GEMM kernel it replaces (causal_conv.py), then the
-whole codec call with each.
+(voxflow/kernels/one_channel_conv_cl.py) against the implicit-GEMM kernel it replaces (causal_conv.py); the whole
+codec call with it: ab_codec_call.py.
 
     PYTHONPATH=$PWD python benchmarks/scripts/tune_one_channel_conv.py [BATCH] [FRAMES] [SMS]
 
@@ -13,7 +13,6 @@ import sys
 import torch
 
 from voxflow.kernels import causal_conv, one_channel_conv_cl
-from voxflow.models.qwen3_tts import codec_waveform_cl
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from event_timing import timed  # noqa: E402
@@ -25,7 +24,7 @@ CIN, K = 96, 7
 LAUNCHES = [(bt, w) for bt in (32, 64, 128, 256, 512) for w in (2, 4, 8) if 4 <= bt // w <= 64]
 
 
-def tune() -> tuple:
+def tune() -> None:
     t = FRAMES * 1920
     x = torch.randn(B, t + K - 1, CIN, device="cuda").half()
     w = causal_conv.pack_weight((torch.randn(1, CIN, K, device="cuda") / (CIN * K) ** 0.5).half())
@@ -49,18 +48,6 @@ def tune() -> tuple:
               flush=True)
     best = min(results)
     print(f"BEST {best[1]}: {best[0] * 1e3:.1f} us", flush=True)
-    return best[1]
-
-
-def codec_call(label: str) -> None:
-    from profile_codec import time_calls
-    from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
-    from voxflow.tools.codec_snr import random_real_codec_decoder
-    runner = Qwen3CodecRunner.from_decoder(random_real_codec_decoder("cuda").half(), max_rows=B, stream_sms=SMS)
-    states = [runner.new_state(None) for _ in range(B)]
-    for n in (1, FRAMES):
-        frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(B)]
-        time_calls(runner, states, frames, f"codec fp16 B={B} n={n} {label}", warm=2, reps=5)
 
 
 if __name__ == "__main__":
@@ -68,7 +55,4 @@ if __name__ == "__main__":
     stream, context = partitioned_stream(torch.device("cuda", torch.cuda.current_device()), SMS)
     print(f"on {SMS} SMs of {torch.cuda.get_device_properties(0).multi_processor_count}", flush=True)
     with torch.cuda.stream(stream):
-        one_channel_conv_cl.LAUNCH = tune()
-    for on in (False, True, False, True):
-        codec_waveform_cl.ONE_CHANNEL_KERNEL = on
-        codec_call("one-channel kernel" if on else "implicit GEMM")
+        tune()

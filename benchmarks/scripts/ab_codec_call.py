@@ -1,0 +1,63 @@
+"""The whole codec call (random real-size weights, fp16, on SMS SMs) under switch settings, in alternating rounds.
+
+    PYTHONPATH=$PWD python benchmarks/scripts/ab_codec_call.py [--streams 16] [--sms 64] [--rounds 2] \
+        VARIANT [VARIANT ...]
+
+A VARIANT is LABEL or LABEL:module.ATTR=VALUE[,module.ATTR=VALUE...] (modules under voxflow., VALUE a Python literal),
+e.g. `base` `flat:kernels.causal_conv.CONV_TMA_FLAT=True`. Each round builds a fresh runner per variant (its CUDA
+graphs captured under that variant's settings, the others' restored) and times 1-, 5- and 25-frame calls
+(profile_codec.time_calls). Same-machine comparisons only; the rounds show the spread.
+"""
+import argparse
+import ast
+import importlib
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from profile_codec import time_calls  # noqa: E402
+
+
+def parse(variant: str) -> tuple[str, list]:
+    label, _, spec = variant.partition(":")
+    settings = []
+    for item in filter(None, spec.split(",")):
+        path, _, value = item.partition("=")
+        module, _, attr = path.rpartition(".")
+        settings.append((importlib.import_module(f"voxflow.{module}"), attr, ast.literal_eval(value)))
+    return label, settings
+
+
+def run(label: str, settings: list, streams: int, sms: int) -> None:
+    from voxflow.models.qwen3_tts.codec_runner import Qwen3CodecRunner
+    from voxflow.tools.codec_snr import random_real_codec_decoder
+    saved = [(m, a, getattr(m, a)) for m, a, _ in settings]
+    for m, a, v in settings:
+        setattr(m, a, v)
+    try:
+        runner = Qwen3CodecRunner.from_decoder(random_real_codec_decoder("cuda").half(), max_rows=streams,
+                                               stream_sms=sms)
+        states = [runner.new_state(None) for _ in range(streams)]
+        for n in (1, 5, 25):
+            frames = [torch.randint(0, 2048, (n, 16), device="cuda") for _ in range(streams)]
+            time_calls(runner, states, frames, f"codec fp16 B={streams} n={n} {label}", warm=2, reps=5)
+        del runner, states
+        torch.cuda.empty_cache()
+    finally:
+        for m, a, v in saved:
+            setattr(m, a, v)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--sms", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("variants", nargs="+")
+    args = ap.parse_args()
+    variants = [parse(v) for v in args.variants]
+    for r in range(args.rounds):
+        print(f"round {r + 1}", flush=True)
+        for label, settings in variants:
+            run(label, settings, args.streams, args.sms)
