@@ -24,7 +24,7 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _one_channel_conv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, T, T_IN, x_sb, x_st, out_sb, out_st,
+def _one_channel_conv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, T, x_sb, x_st, out_sb, out_st,
                              CIN: tl.constexpr, KSIZE: tl.constexpr, DILATION: tl.constexpr, HAS_BIAS: tl.constexpr,
                              EVEN_C: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     b = tl.program_id(1).to(tl.int64)
@@ -94,7 +94,7 @@ def conv1d_to_one_channel(x: torch.Tensor, weight_packed: torch.Tensor, bias: to
     block_t, warps = launch or LAUNCH
     block_c, even_c = channel_block(cin)
     _one_channel_conv_kernel[(triton.cdiv(t, block_t), bsz)](
-        x, weight_packed, bias if bias is not None else weight_packed, out, t, rows_in, x.stride(0), x.stride(1),
+        x, weight_packed, bias if bias is not None else weight_packed, out, t, x.stride(0), x.stride(1),
         out.stride(0), out.stride(1), CIN=cin, KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, EVEN_C=even_c,
         BLOCK_T=block_t, BLOCK_C=block_c, num_warps=warps)
     return out
