@@ -610,6 +610,21 @@ if IN_CHILD:
         check_waveform_stack_streams_like_the_plain_decoder()
         assert len(calls) == STACK_RUNS
 
+    def test_child_waveform_stack_with_the_first_conv_channels_last(monkeypatch):
+        """codec_waveform_cl.FIRST_CONV_CL: the first convolution channels-last on the TMA kernel (its tiles across
+        sequences, the first block's SnakeBeta in its epilogue) once a stack run, here with TMA taken for every
+        convolution the interpreter's descriptors allow; the plain decoder's audio, streamed and one-pass."""
+        from voxflow.kernels import causal_conv
+        from voxflow.models.qwen3_tts import codec_waveform_cl
+        monkeypatch.setattr(codec_waveform_cl, "FIRST_CONV_CL", True)
+        monkeypatch.setattr(causal_conv, "CONV_TMA_FLAT", True)
+        monkeypatch.setattr(causal_conv, "tma_by_default", lambda *a: True)        # as on a Hopper GPU in fp16
+        taken = []
+        real = causal_conv.takes_tma
+        monkeypatch.setattr(causal_conv, "takes_tma", lambda *a: taken.append(real(*a)) or taken[-1])
+        check_waveform_stack_streams_like_the_plain_decoder()
+        assert taken == [True] * STACK_RUNS
+
     def test_child_residual_unit():
         check_residual_unit_equals_the_two_kernels()
 

@@ -215,7 +215,8 @@ def test_flat_tma_tiles_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, monk
     low-rate shapes of a 16-stream 25-frame call that took the pointer kernel - the first upsampling convolution's
     sub-pixel form (1536 -> 8 x 768, two taps, 100 rows a sequence) and a 1-frame call's 768-channel 1x1 (32 rows) -
     within 2 fp16 ulps of the pointer kernel, and the whole fp16 stack streamed with it on keeps FP16_MIN_SNR_DB,
-    through the one-channel output kernel (VOXFLOW_CODEC_ONE_CHANNEL_KERNEL) too."""
+    with the first convolution on it (VOXFLOW_CODEC_FIRST_CONV_CL) and the one-channel output kernel
+    (VOXFLOW_CODEC_ONE_CHANNEL_KERNEL) too."""
     from voxflow.kernels import causal_conv
     from voxflow.models.qwen3_tts import codec_waveform_cl
     _skip_without_tma()
@@ -234,6 +235,7 @@ def test_flat_tma_tiles_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, monk
         torch.testing.assert_close(got.float(), want.float(), rtol=2 * 2 ** -10, atol=1e-3)
     flat.clear()
     monkeypatch.setattr(codec_waveform_cl, "ONE_CHANNEL_KERNEL", True)
+    monkeypatch.setattr(codec_waveform_cl, "FIRST_CONV_CL", True)
     result = measure(dec, torch.float16, 150, seed=0)
     print(result, flat.count(True), "flat launches of", len(flat))
     assert True in flat and result["cuda_graphs"], result

@@ -488,6 +488,12 @@ def tma_tiling(x: torch.Tensor, t: int, block_t: int) -> str | None:
     return None
 
 
+def takes_tma(x: torch.Tensor, weight_packed: torch.Tensor, t: int) -> bool:
+    """Whether conv1d_channels_last, not told (tma=None), runs this convolution on the TMA kernel."""
+    block_t = launch_config(x.shape[2], weight_packed.shape[1], x.dtype, weight_packed.shape[0])["BLOCK_T"]
+    return tma_by_default(x.is_cuda, x.dtype) and tma_fits(x, weight_packed) and tma_tiling(x, t, block_t) is not None
+
+
 def tma_descriptors(x: torch.Tensor, weight_packed: torch.Tensor, bt: int, bn: int, bn2: int, bk: int,
                     flat: bool = False) -> tuple:
     """The TMA convolutions' operand descriptors: x [B, T_in, Cin] in boxes of one sequence's bt rows x bk channels

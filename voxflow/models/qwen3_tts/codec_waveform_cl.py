@@ -63,6 +63,12 @@ ACT_IN_EPILOGUE = int(os.environ.get("VOXFLOW_CODEC_ACT_EPILOGUE", "2"))
 # at 1 frame, 10.96 -> 10.84 at 25 (benchmarks/results/h100/2026-12-05-session40). VOXFLOW_CODEC_CONTEXT_KERNEL=0:
 # copies.
 CONTEXT_KERNEL = os.environ.get("VOXFLOW_CODEC_CONTEXT_KERNEL", "1") == "1"
+# The first convolution (latent -> 1536 channels, k=7, at 4 samples a frame) channels-last on the TMA kernel with
+# tiles across sequences (causal_conv.CONV_TMA_FLAT), the first block's SnakeBeta in its epilogue, where that kernel
+# takes it, instead of im2col + cuBLAS GEMM + bias add + two transposing copies + a SnakeBeta pass (~210 us of a
+# 16-stream 25-frame call on an H100's 64 SMs, session 54). Not yet measured, so off by default;
+# VOXFLOW_CODEC_FIRST_CONV_CL=1 turns it on.
+FIRST_CONV_CL = os.environ.get("VOXFLOW_CODEC_FIRST_CONV_CL", "0") == "1"
 # The last convolution (96 -> 1 channel) on its own bandwidth-bound kernel (kernels/one_channel_conv_cl.py) instead
 # of the implicit GEMM's 16-column tiles (273 us of a 16-stream 25-frame call on an H100's 64 SMs, for ~75 us of
 # input to read). Not yet measured on a GPU, so off by default; VOXFLOW_CODEC_ONE_CHANNEL_KERNEL=1 turns it on.
@@ -99,13 +105,34 @@ def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors 
     """`for layer in layers: h = layer(h, state)` for CodecDecoder.decoder, channels-last inside:
     h [B, latent, T] -> waveform [B, 1, T * upsample] (not yet clamped)."""
     first, *blocks, act, out_conv = layers
-    x = first(h, state).transpose(1, 2).contiguous()          # the low-rate first conv (im2col GEMM), then [B, T, C]
     inputs = [_block_input(block) for block in blocks] + [_Input(act, out_conv.context, out_conv.state_key)]
-    buf = _activated(inputs[0], x, state)
+    buf = _first_conv(first, h, inputs[0], state)
     for block, following in zip(blocks, inputs[1:]):
         buf = _block(block, buf, following, state)
     y = _out_conv(out_conv, buf)                                                                # [B, T, 1]
     return y.view(y.shape[0], 1, y.shape[1])
+
+
+def _first_conv(conv: CausalConv1d, h: torch.Tensor, following: _Input, state: StreamTensors | None
+                ) -> torch.Tensor:
+    """The low-rate first convolution on h [B, latent, T] -> the first block's activated input (following's
+    buffer). With FIRST_CONV_CL, where the TMA kernel takes it: h with its context turned to rows once, the
+    convolution channels-last with the block's SnakeBeta in its epilogue. Else (the default) the im2col GEMM in [B, C,
+    T] (conv_im2col.py), its output turned to rows, and a SnakeBeta pass."""
+    if FIRST_CONV_CL:
+        from voxflow.kernels.causal_conv import conv1d_channels_last, takes_tma
+        packed = _packed(conv)
+        padded = conv.with_context(h, state)                    # [B, latent, ctx + T]; `state` now holds the next
+        x = padded.transpose(1, 2).contiguous()
+        b, t = x.shape[0], x.shape[1] - conv.context
+        if takes_tma(x, packed, t):
+            terms = following.act._channel_terms()
+            return _filled(following, b, t, conv.conv.out_channels, x, state, lambda rows: conv1d_channels_last(
+                x, packed, conv.conv.bias, conv.conv.dilation[0], activation=terms, out=rows))[0]
+        y = conv(padded, padded=True)
+    else:
+        y = conv(h, state)
+    return _activated(following, y.transpose(1, 2).contiguous(), state)
 
 
 def _block(block: DecoderBlock, buf: torch.Tensor, following: _Input, state: StreamTensors | None) -> torch.Tensor:
