@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Session 55: calls 1 and 2 in one (~560 s), for when device time allows one call only (most starts were refused).
+# carry [".whl", ".device_tree"]. In the order that keeps the most if cut:
+# 1. 0.6B c=64 over HTTP, alternating: the defaults against chunk_ramp_factor=2 + codec_tail_chunk=10 (8 chunks a
+#    request: 5, 10, 25 x 5, 10), d_0 f2_1 d_1 f2_2 (UNTIL, default 330 s, stops the loop);
+# 2. the codec call alone (ab_codec_call.py: random real-size weights, fp16, 16 streams on 64 SMs, 1 / 5 / 25 frames)
+#    with the three codec switches of this session off and on, two rounds: the last convolution's own kernel
+#    (VOXFLOW_CODEC_ONE_CHANNEL_KERNEL), TMA tiles across sequences (VOXFLOW_CONV_TMA_FLAT) and the first convolution
+#    channels-last (VOXFLOW_CODEC_FIRST_CONV_CL);
+# 3. their GPU tests; 4. the Base GPU test that failed on imports in session 54.
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 0.6B
+wait $CK6
+http_small d_0                                                       # (the first server compiles the kernels)
+pack_results
+for run in f2_1 d_1 f2_2; do
+  (( SECONDS < ${UNTIL:-330} )) || break
+  if [[ $run == f2_* ]]; then
+    http_small $run --engine-arg chunk_ramp_factor=2 --engine-arg codec_tail_chunk=10
+  else
+    http_small $run
+  fi
+  pack_results
+done
+summarize_steps "steps_http_*.jsonl*" 20
+grep -h "turnover" "$R/step_summaries.txt"
+report_runs
+grep -H "ran dry" "$R"/*.md
+pack_results
+W=models.qwen3_tts.codec_waveform_cl.ONE_CHANNEL_KERNEL=True
+F=kernels.causal_conv.CONV_TMA_FLAT=True,models.qwen3_tts.codec_waveform_cl.FIRST_CONV_CL=True
+timeout 100 python3 benchmarks/scripts/ab_codec_call.py --rounds 2 base "all:$W,$F" > "$R/ab_codec_call.txt" 2>&1
+grep -E "codec|Error" "$R/ab_codec_call.txt"
+pack_results
+gpu_tests 60 tests/gpu/test_gpu_codec_small_kernels.py tests/gpu/test_gpu_codec.py -k "one_channel or flat"
+pack_results
+python3 -c "import transformers, tokenizers, huggingface_hub as h
+print('transformers', transformers.__version__, 'tokenizers', tokenizers.__version__, 'hub', h.__version__)" \
+  | tee "$R/versions.txt"
+timeout 40 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_no_host_sync.py > "$R/gpu_tests_base.txt" 2>&1
+tail -2 "$R/gpu_tests_base.txt"
+pack_results
+echo "done at ${SECONDS}s"
