@@ -152,7 +152,7 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
     out.append(("one_channel_conv fp16 96->1 k=7", one_channel_conv_cl._one_channel_conv_kernel,
                 dict(x_ptr=_ptr("fp16"), w_ptr=_ptr("fp16"), bias_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")),
                 dict(CIN=96, KSIZE=7, DILATION=1, HAS_BIAS=True, EVEN_C=True, BLOCK_T=block_t,
-                     BLOCK_C=one_channel_conv_cl.channel_block(96)[0]), dict(num_warps=warps)))
+                     BLOCK_C=one_channel_conv_cl.channel_block(96)[0]), dict(num_warps=warps, enable_fp_fusion=True)))
     # the two-accumulator form (VOXFLOW_CONV_SPLIT_N) with each shape's served epilogues: k=7 + SnakeBeta; 1x1 +
     # residual (and the next SnakeBeta with the raw value kept, ACT_IN_EPILOGUE 2); the sub-pixel k=2 the latter
     for (cin, cout, k, _), split in causal_conv.SPLIT_N_TUNED.items():

@@ -96,5 +96,6 @@ def conv1d_to_one_channel(x: torch.Tensor, weight_packed: torch.Tensor, bias: to
     _one_channel_conv_kernel[(triton.cdiv(t, block_t), bsz)](
         x, weight_packed, bias if bias is not None else weight_packed, out, t, x.stride(0), x.stride(1),
         out.stride(0), out.stride(1), CIN=cin, KSIZE=k, DILATION=dilation, HAS_BIAS=bias is not None, EVEN_C=even_c,
-        BLOCK_T=block_t, BLOCK_C=block_c, num_warps=warps)
+        BLOCK_T=block_t, BLOCK_C=block_c, num_warps=warps,
+        enable_fp_fusion=True)          # (products added by FMA: exact fp16 / bf16 products either way; fp32 closer)
     return out
