@@ -598,17 +598,18 @@ if IN_CHILD:
         assert {k: len(v) for k, v in spied.items()} == {"subpixel": STACK_RUNS * 4, "snake": STACK_RUNS,
                                                          "exchange": streamed_runs * (13 + 4)}
 
-    def test_child_waveform_stack_with_the_one_channel_kernel(monkeypatch):
-        """codec_waveform_cl.ONE_CHANNEL_KERNEL: the last convolution on its own kernel once a stack run; the plain
-        decoder's audio, streamed and one-pass."""
+    @pytest.mark.parametrize("on", [True, False])
+    def test_child_waveform_stack_with_and_without_the_one_channel_kernel(monkeypatch, on):
+        """codec_waveform_cl.ONE_CHANNEL_KERNEL (on by default): the last convolution on its own kernel once a stack
+        run, or (off) on the implicit GEMM; the plain decoder's audio either way, streamed and one-pass."""
         from voxflow.kernels import one_channel_conv_cl
         from voxflow.models.qwen3_tts import codec_waveform_cl
-        monkeypatch.setattr(codec_waveform_cl, "ONE_CHANNEL_KERNEL", True)
+        monkeypatch.setattr(codec_waveform_cl, "ONE_CHANNEL_KERNEL", on)
         calls = []
         real = one_channel_conv_cl.conv1d_to_one_channel
         monkeypatch.setattr(one_channel_conv_cl, "conv1d_to_one_channel", lambda *a: calls.append(1) or real(*a))
         check_waveform_stack_streams_like_the_plain_decoder()
-        assert len(calls) == STACK_RUNS
+        assert len(calls) == (STACK_RUNS if on else 0)
 
     def test_child_waveform_stack_with_the_first_conv_channels_last(monkeypatch):
         """codec_waveform_cl.FIRST_CONV_CL: the first convolution channels-last on the TMA kernel (its tiles across

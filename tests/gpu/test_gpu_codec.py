@@ -210,13 +210,16 @@ def test_tma_convolutions_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, mo
     assert result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
 
 
-def test_flat_tma_tiles_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, monkeypatch):
+def test_flat_tma_tiles_equal_the_pointer_kernel_and_keep_the_audio(dec, monkeypatch):
     """VOXFLOW_CONV_TMA_FLAT (tiles across a batch's sequences where they are too short for their own): at the
     low-rate shapes of a 16-stream 25-frame call that took the pointer kernel - the first upsampling convolution's
     sub-pixel form (1536 -> 8 x 768, two taps, 100 rows a sequence) and a 1-frame call's 768-channel 1x1 (32 rows) -
-    within 2 fp16 ulps of the pointer kernel, and the whole fp16 stack streamed with it on keeps FP16_MIN_SNR_DB,
-    with the first convolution on it (VOXFLOW_CODEC_FIRST_CONV_CL) and the one-channel output kernel
-    (VOXFLOW_CODEC_ONE_CHANNEL_KERNEL) too."""
+    within 2 fp16 ulps of the pointer kernel. Then several streams through the graphed fp16 runner (PLAN: 25-frame
+    pieces of three streams share calls, where the flat tiles are taken), with the first convolution on them
+    (VOXFLOW_CODEC_FIRST_CONV_CL) and the one-channel output kernel (VOXFLOW_CODEC_ONE_CHANNEL_KERNEL): >= 45 dB
+    from the same runner with the three off (test_half_channels_last_stack_is_close_to_the_half_ncl_kernels's fp16
+    bound) and no noisier against the fp32 decoder by more than 0.5 dB. (Session 55 on an H100: the one-stream
+    150-frame stack with all three on kept 45.5 dB against the fp32 one pass.)"""
     from voxflow.kernels import causal_conv
     from voxflow.models.qwen3_tts import codec_waveform_cl
     _skip_without_tma()
@@ -233,13 +236,22 @@ def test_flat_tma_tiles_equal_the_pointer_kernel_and_keep_the_fp16_snr(dec, monk
         got = causal_conv.conv1d_channels_last(x, w, bias, dil, tma=True)
         assert flat[-1] is True, (cin, cout, k)
         torch.testing.assert_close(got.float(), want.float(), rtol=2 * 2 ** -10, atol=1e-3)
+    reference, _ = run_plan(Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True))
+    low = cast_decoder(dec, torch.float16)
+    switches = ((causal_conv, "CONV_TMA_FLAT"), (codec_waveform_cl, "FIRST_CONV_CL"),
+                (codec_waveform_cl, "ONE_CHANNEL_KERNEL"))
+    for module, name in switches:
+        monkeypatch.setattr(module, name, False)
+    off, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
+    for module, name in switches:
+        monkeypatch.setattr(module, name, True)
     flat.clear()
-    monkeypatch.setattr(codec_waveform_cl, "ONE_CHANNEL_KERNEL", True)
-    monkeypatch.setattr(codec_waveform_cl, "FIRST_CONV_CL", True)
-    result = measure(dec, torch.float16, 150, seed=0)
-    print(result, flat.count(True), "flat launches of", len(flat))
-    assert True in flat and result["cuda_graphs"], result
-    assert result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
+    on, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
+    print(flat.count(True), "flat launches of", len(flat))
+    assert True in flat                                       # (counted while the graphs were captured)
+    for k in PLAN:
+        assert snr_db(off[k], on[k]) > 45.0, k
+        assert snr_db(reference[k], on[k]) >= snr_db(reference[k], off[k]) - 0.5, k
 
 
 def test_split_n_convolutions_equal_the_one_tile_kernel(dec, monkeypatch):

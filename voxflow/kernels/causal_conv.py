@@ -468,8 +468,9 @@ def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
 # The TMA kernel also where a batch's sequences are too short for tiles of their own, with tiles across the
 # sequences of a contiguous batch (`tma_tiling`'s "flat"): the low-rate layers' short sequences, e.g. the first
 # upsampling convolution's 100 rows a sequence in a 25-frame call, which took the pointer kernel (325 us at 39% of
-# the tensor cores' peak on an H100's 64 SMs, session 54). Not yet measured, so off by default;
-# VOXFLOW_CONV_TMA_FLAT=1 turns it on.
+# the tensor cores' peak on an H100's 64 SMs, session 54). Off by default: session 55 timed it only together with
+# two other codec switches (codec_waveform_cl.ONE_CHANNEL_KERNEL, which accounts for about all of their -0.17 ms a
+# 25-frame call, and FIRST_CONV_CL); VOXFLOW_CONV_TMA_FLAT=1 turns it on.
 CONV_TMA_FLAT = os.environ.get("VOXFLOW_CONV_TMA_FLAT", "0") == "1"
 
 

@@ -66,13 +66,16 @@ CONTEXT_KERNEL = os.environ.get("VOXFLOW_CODEC_CONTEXT_KERNEL", "1") == "1"
 # The first convolution (latent -> 1536 channels, k=7, at 4 samples a frame) channels-last on the TMA kernel with
 # tiles across sequences (causal_conv.CONV_TMA_FLAT), the first block's SnakeBeta in its epilogue, where that kernel
 # takes it, instead of im2col + cuBLAS GEMM + bias add + two transposing copies + a SnakeBeta pass (~210 us of a
-# 16-stream 25-frame call on an H100's 64 SMs, session 54). Not yet measured, so off by default;
-# VOXFLOW_CODEC_FIRST_CONV_CL=1 turns it on.
+# 16-stream 25-frame call on an H100's 64 SMs, session 54). Off by default: session 55 timed it only together with
+# ONE_CHANNEL_KERNEL and CONV_TMA_FLAT (the codec call -0.17 ms at 25 frames, about what the one-channel kernel
+# saves alone); VOXFLOW_CODEC_FIRST_CONV_CL=1 turns it on.
 FIRST_CONV_CL = os.environ.get("VOXFLOW_CODEC_FIRST_CONV_CL", "0") == "1"
 # The last convolution (96 -> 1 channel) on its own bandwidth-bound kernel (kernels/one_channel_conv_cl.py) instead
-# of the implicit GEMM's 16-column tiles (273 us of a 16-stream 25-frame call on an H100's 64 SMs, for ~75 us of
-# input to read). Not yet measured on a GPU, so off by default; VOXFLOW_CODEC_ONE_CHANNEL_KERNEL=1 turns it on.
-ONE_CHANNEL_KERNEL = os.environ.get("VOXFLOW_CODEC_ONE_CHANNEL_KERNEL", "0") == "1"
+# of the implicit GEMM's 16-column tiles. On by default since session 55 (H100, 64 SMs, 16 streams x 25 frames,
+# benchmarks/results/h100/2026-12-07-session55/call1): the layer 291.7 -> 160.4 us; the whole codec call with it
+# (and FIRST_CONV_CL and causal_conv.CONV_TMA_FLAT, not timed apart) 10.39 / 10.30 -> 10.21 / 10.13 ms at 25 frames,
+# 1.78 -> 1.78 at 1 frame. VOXFLOW_CODEC_ONE_CHANNEL_KERNEL=0: the implicit GEMM.
+ONE_CHANNEL_KERNEL = os.environ.get("VOXFLOW_CODEC_ONE_CHANNEL_KERNEL", "1") == "1"
 
 
 def supported(x: torch.Tensor) -> bool:
