@@ -458,11 +458,15 @@ def _has_tma(device: torch.device) -> bool:
     return _major_capability(index) >= 9
 
 
+def _tiles_waste_little(tiles: int, bsz: int, t: int, block_t: int) -> bool:
+    """A TMA tiling of `tiles` row tiles costs at most 1/8 more than the pointer kernel's tiles over all B x T rows."""
+    return 8 * tiles <= 9 * triton.cdiv(bsz * t, block_t)
+
+
 def _sequence_tiles_waste_little(bsz: int, t: int, block_t: int) -> bool:
     """The TMA kernel tiles each sequence's rows apart (a box never spans two sequences): take it only where that
-    costs at most 1/8 more tiles than the pointer kernel's tiles over all rows (the low-rate layers' short
-    sequences stay there)."""
-    return 8 * bsz * triton.cdiv(t, block_t) <= 9 * triton.cdiv(bsz * t, block_t)
+    wastes little (`_tiles_waste_little`: the low-rate layers' short sequences stay on the pointer kernel)."""
+    return _tiles_waste_little(bsz * triton.cdiv(t, block_t), bsz, t, block_t)
 
 
 # The TMA kernel also where a batch's sequences are too short for tiles of their own, with tiles across the
@@ -484,7 +488,7 @@ def tma_tiling(x: torch.Tensor, t: int, block_t: int) -> str | None:
     if _sequence_tiles_waste_little(bsz, t, block_t):
         return "sequence"
     if CONV_TMA_FLAT and (bsz == 1 or x.stride(0) == rows_in * x.stride(1)) \
-            and 8 * triton.cdiv(bsz * rows_in, block_t) <= 9 * triton.cdiv(bsz * t, block_t):
+            and _tiles_waste_little(triton.cdiv(bsz * rows_in, block_t), bsz, t, block_t):
         return "flat"
     return None
 

@@ -18,9 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from voxflow.kernels.causal_conv import _DTYPES, _unit_channel_stride
 from voxflow.kernels.rms_norm import round_to
-
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
@@ -77,7 +76,7 @@ def conv1d_to_one_channel(x: torch.Tensor, weight_packed: torch.Tensor, bias: to
     left-padded; each row's channels contiguous), weight_packed [k, 1, Cin] (causal_conv.pack_weight's layout),
     bias [1] or None -> [B, T, 1], a new contiguous tensor in x's dtype. launch: (BLOCK_T, warps), LAUNCH when
     None."""
-    if x.dim() != 3 or x.dtype not in _DTYPES or (x.shape[2] > 1 and x.stride(2) != 1):
+    if x.dim() != 3 or x.dtype not in _DTYPES or not _unit_channel_stride(x):
         raise ValueError(f"x must be [B, T, Cin] fp32 / bf16 / fp16 with a unit channel stride, got "
                          f"{tuple(x.shape)} {x.dtype}")
     bsz, rows_in, cin = x.shape

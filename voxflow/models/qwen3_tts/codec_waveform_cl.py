@@ -126,9 +126,12 @@ def _first_conv(conv: CausalConv1d, h: torch.Tensor, following: _Input, state: S
         from voxflow.kernels.causal_conv import conv1d_channels_last, takes_tma
         packed = _packed(conv)
         padded = conv.with_context(h, state)                    # [B, latent, ctx + T]; `state` now holds the next
-        x = padded.transpose(1, 2).contiguous()
-        b, t = x.shape[0], x.shape[1] - conv.context
+        b, latent, rows_in = padded.shape
+        t = rows_in - conv.context
+        # its rows, filled only if the TMA kernel takes them (no copy for the im2col path below)
+        x = torch.empty((b, rows_in, latent), dtype=padded.dtype, device=padded.device)
         if takes_tma(x, packed, t):
+            x.copy_(padded.transpose(1, 2))
             terms = following.act._channel_terms()
             return _filled(following, b, t, conv.conv.out_channels, x, state, lambda rows: conv1d_channels_last(
                 x, packed, conv.conv.bias, conv.conv.dilation[0], activation=terms, out=rows))[0]
