@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 55 (its starts were refused but one short codec-only call); rename when run. ~560 s;
+# Prepared in session 55, run in session 56. ~560 s;
 # carry [".whl", ".device_tree"]. In the order that keeps the most if cut:
 # 1. 0.6B c=64 over HTTP, alternating: the defaults against chunk_ramp_factor=2 + codec_tail_chunk=10 (8 chunks a
 #    request: 5, 10, 25 x 5, 10), d_0 f2_1 d_1 f2_2 (UNTIL, default 330 s, stops the loop);
