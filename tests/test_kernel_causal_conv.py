@@ -434,6 +434,7 @@ def check_residual_unit_tma_equals_the_two_kernels():
     a context): at 96 and 192 channels, dilations 1 / 3 / 9, rows not a multiple of the 128-row tile. Only the 1x1
     product's summation order differs: a value may land one fp16 rounding step away (one ulp of the output, or of h
     carried through the 1x1 weight), rarely (under 1% of the values)."""
+    from voxflow.kernels import residual_unit_tma as residual_unit_tma_module
     from voxflow.kernels.causal_conv import conv1d_channels_last, pack_weight
     from voxflow.kernels.residual_unit_tma import residual_unit_tma
     g = torch.Generator().manual_seed(6)
@@ -476,6 +477,18 @@ def check_residual_unit_tma_equals_the_two_kernels():
         residual_unit_tma(x.transpose(1, 2).contiguous().transpose(1, 2), w7, b7, d, (a, inv), w1, b1, res)
     with pytest.raises(ValueError, match="needs one"):
         residual_unit_tma(x, w7, b7, d, (a, inv), w1, b1, res, raw_out=torch.empty_like(res))
+    # 96 channels in K blocks of 64 or 128 (the probe's sweep): TMA fills the channels past 96 with zeros, in x and
+    # in the weights, so the sums are the same up to their order
+    c, d = 96, 3
+    x = torch.randn(2, 130 + 6 * d, c, generator=g).to(dtype)
+    w7 = pack_weight((torch.randn(c, c, 7, generator=g) / (7 * c) ** 0.5).to(dtype))
+    w1 = pack_weight((torch.randn(c, c, 1, generator=g) / c ** 0.5).to(dtype))
+    res96 = torch.randn(2, 130, c, generator=g).to(dtype)
+    args = (x, w7, b7[:c], d, (a[:c], inv[:c]), w1, b1[:c], res96)
+    want = residual_unit_tma(*args).float()
+    for bk in (64, 128):
+        got = residual_unit_tma(*args, config={**residual_unit_tma_module.CONFIGS[c], "BLOCK_K": bk}).float()
+        torch.testing.assert_close(got, want, rtol=2 ** -9, atol=2 ** -9)
 
 
 def check_stack_units_take_the_fused_tma_kernel():

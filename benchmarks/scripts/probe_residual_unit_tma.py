@@ -7,7 +7,7 @@ largest difference.
     python benchmarks/scripts/probe_residual_unit_tma.py [--reps 50] [--frames 25] [--streams 16] [--sweep]
 
 --sweep also times the fused kernel at the other tiles below (each compiled for sm_90 without a spill on the CPU,
-session 49: 96 channels 190-202 registers, 192 channels 217-232), so that CONFIGS can take the fastest. Session 48's
+session 49: 96 channels 190-202 registers, 192 channels 217-232; session 56's K blocks 190 / 217-222), so that CONFIGS can take the fastest. Session 48's
 sweep (run in session 49, call 1) made CONFIGS' tiles; this one tries their neighbours.
 """
 from __future__ import annotations
@@ -33,9 +33,11 @@ def _tiles(bt: int, bn: int, bn2: int, bk: int, warps: int, stages: int) -> dict
 SWEEP = {
     96: [_tiles(128, 64, 32, 32, 4, s) for s in (3, 5, 6)] + [_tiles(128, 32, 64, 32, 4, 4),
                                                              _tiles(256, 64, 32, 32, 8, 4),
-                                                             _tiles(64, 64, 32, 32, 2, 4)],
+                                                             _tiles(64, 64, 32, 32, 2, 4)]
+    # K blocks past the 96 channels (TMA zero-fills the rest): 2 or 1 a tap instead of 3 (session 56)
+    + [_tiles(128, 64, 32, 64, 4, s) for s in (3, 4)] + [_tiles(128, 64, 32, 128, 4, s) for s in (2, 3)],
     192: [_tiles(64, 128, 64, 64, 4, s) for s in (2, 4)] + [_tiles(64, 128, 64, 32, 4, s) for s in (3, 4, 5)]
-    + [_tiles(32, 128, 64, 64, 4, 3)],
+    + [_tiles(32, 128, 64, 64, 4, 3)] + [_tiles(64, 128, 64, 128, 4, s) for s in (2, 3)],
 }
 
 
