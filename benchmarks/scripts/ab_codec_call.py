@@ -82,4 +82,8 @@ if __name__ == "__main__":
     for r in range(args.rounds):
         print(f"round {r + 1}", flush=True)
         for label, settings in variants:
-            run(label, settings, args.streams, args.sms)
+            try:
+                run(label, settings, args.streams, args.sms)
+            except Exception as e:          # (one variant's failure - e.g. a tile TMA refuses - keeps the others)
+                print(f"codec {label}: Error {type(e).__name__}: {str(e)[:300]}", flush=True)
+                torch.cuda.empty_cache()
