@@ -42,7 +42,7 @@ timeout 200 python3 benchmarks/scripts/ab_codec_call.py --rounds 2 base "flat:$F
   > "$R/ab_codec_call.txt" 2>&1
 grep -E "codec|Error" "$R/ab_codec_call.txt"
 pack_results
-gpu_tests 60 tests/gpu/test_gpu_codec_small_kernels.py tests/gpu/test_gpu_codec.py -k "one_channel or flat"
+gpu_tests 80 tests/gpu/test_gpu_codec_small_kernels.py tests/gpu/test_gpu_codec.py -k "one_channel or flat or fused_tma_residual"
 pack_results
 python3 -c "import transformers, tokenizers, huggingface_hub as h
 print('transformers', transformers.__version__, 'tokenizers', tokenizers.__version__, 'hub', h.__version__)" \

@@ -283,8 +283,8 @@ def test_split_n_convolutions_equal_the_one_tile_kernel(dec, monkeypatch):
 def test_fused_tma_residual_units_equal_the_two_kernels_and_keep_the_fp16_snr(dec, monkeypatch):
     """VOXFLOW_FUSED_RESIDUAL_UNIT_TMA (residual_unit_tma.py, on by default since session 49): a 96- / 192-channel
     unit in one kernel at the codec's high-rate shapes (16 sequences x 2,000 rows), with the next SnakeBeta and the
-    raw value, within 2 fp16 ulps of the two TMA convolutions it replaces (only the 1x1's summation order differs);
-    and the whole fp16 stack streamed with it keeps FP16_MIN_SNR_DB, the fused kernel having run."""
+    raw value, within 2 fp16 ulps of the two TMA convolutions it replaces (only the 1x1's summation order differs),
+    also in K blocks wider than the channels' split; and the whole fp16 stack streamed with it keeps FP16_MIN_SNR_DB, the fused kernel having run."""
     from voxflow.kernels import causal_conv, residual_unit_tma
     _skip_without_tma()
     g = torch.Generator("cuda").manual_seed(2)
@@ -304,6 +304,14 @@ def test_fused_tma_residual_units_equal_the_two_kernels_and_keep_the_fp16_snr(de
         for name, gv, wv in (("out", got, want), ("raw", got_raw, want_raw)):
             print(c, dil, name, (gv.float() - wv.float()).abs().max().item())
             torch.testing.assert_close(gv.float(), wv.float(), rtol=2 * 2 ** -10, atol=2e-3)
+        # K blocks past the channels (the probe's sweep, session 56): TMA zero-fills x's and the weights' columns
+        # past C, so only the k=7 sum's order differs too
+        for bk in (64, 128) if c == 96 else (128,):
+            cfg = {**residual_unit_tma.CONFIGS[c], "BLOCK_K": bk, "num_stages": 3 if c == 96 else 2}
+            got_k = residual_unit_tma.residual_unit_tma(x, w7, b7, dil, (a, inv), w1, b1, res, activation=(a2, inv2),
+                                                        config=cfg)
+            print(c, dil, bk, (got_k.float() - want.float()).abs().max().item())
+            torch.testing.assert_close(got_k.float(), want.float(), rtol=2 * 2 ** -10, atol=2e-3)
     calls = []
     fused = residual_unit_tma.residual_unit_tma
     monkeypatch.setattr(residual_unit_tma, "residual_unit_tma", lambda *a, **k: calls.append(1) or fused(*a, **k))
