@@ -284,7 +284,8 @@ def test_fused_tma_residual_units_equal_the_two_kernels_and_keep_the_fp16_snr(de
     """VOXFLOW_FUSED_RESIDUAL_UNIT_TMA (residual_unit_tma.py, on by default since session 49): a 96- / 192-channel
     unit in one kernel at the codec's high-rate shapes (16 sequences x 2,000 rows), with the next SnakeBeta and the
     raw value, within 2 fp16 ulps of the two TMA convolutions it replaces (only the 1x1's summation order differs),
-    also in K blocks wider than the channels' split; and the whole fp16 stack streamed with it keeps FP16_MIN_SNR_DB, the fused kernel having run."""
+    also in K blocks wider than the channels' split; and the whole fp16 stack streamed with it keeps
+    FP16_MIN_SNR_DB, the fused kernel having run."""
     from voxflow.kernels import causal_conv, residual_unit_tma
     _skip_without_tma()
     g = torch.Generator("cuda").manual_seed(2)
