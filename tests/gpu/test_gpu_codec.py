@@ -254,6 +254,46 @@ def test_flat_tma_tiles_equal_the_pointer_kernel_and_keep_the_audio(dec, monkeyp
         assert snr_db(reference[k], on[k]) >= snr_db(reference[k], off[k]) - 0.5, k
 
 
+def test_upsample_stages_over_rows_keep_the_audio(dec, monkeypatch):
+    """VOXFLOW_CODEC_UPSAMPLE_CL (codec_upsample_cl.py, built in session 56): the ConvNeXt blocks' depthwise
+    convolution + LayerNorm kernel at the real shape (16 streams x 100 rows x 1024 channels, fp16) within two ulps
+    of float64 math rounded where PyTorch rounds, its next context exact; then several streams through the graphed
+    fp16 runner (PLAN) with the stages over rows: >= 45 dB from the same runner with them off and no noisier
+    against the fp32 decoder by more than 0.5 dB, the rows path having run."""
+    import torch.nn.functional as F
+    from voxflow.kernels.dwconv_layer_norm import dwconv_layer_norm
+    from voxflow.models.qwen3_tts import codec_upsample_cl
+    g = torch.Generator("cuda").manual_seed(3)
+    c = 1024
+    x = torch.randn(16, 100, c, device="cuda", generator=g).half()
+    ctx = torch.randn(16, c, 6, device="cuda", generator=g).half()
+    w = (torch.randn(c, 1, 7, device="cuda", generator=g) * 0.3).half()
+    bias, nw, nb = (torch.randn(c, device="cuda", generator=g).half() for _ in range(3))
+    new = torch.empty_like(ctx)
+    got = dwconv_layer_norm(x, ctx, w, bias, nw, nb, 1e-6, new)
+    padded = torch.cat([ctx, x.transpose(1, 2)], -1).double()
+    h = F.conv1d(padded, w.double(), bias.double(), groups=c).half().double().transpose(1, 2)
+    want = F.layer_norm(h, (c,), nw.double(), nb.double(), 1e-6).half()
+    assert torch.equal(new, padded[..., -6:].half())
+    # (one ulp of the output, or one of the rounded convolution carried through the norm: |y - nb| ulps)
+    bound = (want.double().abs() + nb.double().abs()[None, None, :] + 1e-3) * 2 ** -9
+    assert ((got.double() - want.double()).abs() <= bound).all()
+    reference, _ = run_plan(Qwen3CodecRunner.from_decoder(dec, max_rows=8, cuda_graphs=True))
+    low = cast_decoder(dec, torch.float16)
+    monkeypatch.setattr(codec_upsample_cl, "ENABLED", False)
+    off, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
+    calls = []
+    real = codec_upsample_cl.upsample_rows
+    monkeypatch.setattr(codec_upsample_cl, "upsample_rows", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(codec_upsample_cl, "ENABLED", True)
+    on, _ = run_plan(Qwen3CodecRunner.from_decoder(low, max_rows=8, cuda_graphs=True))
+    assert calls                                              # (counted while the graphs were captured)
+    for k in PLAN:
+        print(k, snr_db(off[k], on[k]), snr_db(reference[k], on[k]), snr_db(reference[k], off[k]))
+        assert snr_db(off[k], on[k]) > 45.0, k
+        assert snr_db(reference[k], on[k]) >= snr_db(reference[k], off[k]) - 0.5, k
+
+
 def test_split_n_convolutions_equal_the_one_tile_kernel(dec, monkeypatch):
     """VOXFLOW_CONV_SPLIT_N (on by default): the TMA kernel's columns in two accumulators at the codec's shapes
     that take them (96 k=7 / k=1, 192 k=7, the sub-pixel 192 -> 288) give the one-tile kernel's outputs (bit for

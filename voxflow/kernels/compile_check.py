@@ -153,6 +153,13 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                 dict(x_ptr=_ptr("fp16"), w_ptr=_ptr("fp16"), bias_ptr=_ptr("fp16"), out_ptr=_ptr("fp16")),
                 dict(CIN=96, KSIZE=7, DILATION=1, HAS_BIAS=True, EVEN_C=True, BLOCK_T=block_t,
                      BLOCK_C=one_channel_conv_cl.channel_block(96)[0]), dict(num_warps=warps, enable_fp_fusion=True)))
+    # the ConvNeXt blocks' depthwise convolution + LayerNorm over rows (codec_upsample_cl.py): 1024 channels, k=7
+    from voxflow.kernels import dwconv_layer_norm
+    out.append(("dwconv_layer_norm fp16 1024 k=7", dwconv_layer_norm._dwconv_layer_norm_kernel,
+                {p: _ptr("fp16") for p in ("x_ptr", "ctx_ptr", "w_ptr", "b_ptr", "nw_ptr", "nb_ptr", "out_ptr",
+                                           "new_ctx_ptr")} | {"eps": "fp32"},
+                dict(K=7, BLOCK_T=dwconv_layer_norm.BLOCK_T, BLOCK_C=1024),
+                dict(num_warps=dwconv_layer_norm.NUM_WARPS, enable_fp_fusion=False)))
     # the two-accumulator form (VOXFLOW_CONV_SPLIT_N) with each shape's served epilogues: k=7 + SnakeBeta; 1x1 +
     # residual (and the next SnakeBeta with the raw value kept, ACT_IN_EPILOGUE 2); the sub-pixel k=2 the latter
     for (cin, cout, k, _), split in causal_conv.SPLIT_N_TUNED.items():

@@ -24,7 +24,7 @@ from voxflow.layers.mlp import SwiGLU
 from voxflow.layers.rms_norm import RMSNorm, add_rms_norm
 from voxflow.layers.rotary import apply_rotary
 
-from . import codec_waveform_cl
+from . import codec_upsample_cl, codec_waveform_cl
 from .codec_decoder_blocks import (FRAME_KERNELS, CausalConv1d, CausalConvTranspose1d, ConvNeXtBlock, DecoderBlock,
                                    SnakeBeta, SplitDequantizer, StreamingModule, StreamTensors, keep, new_value)
 from .config import CodecDecoderConfig
@@ -305,10 +305,16 @@ class CodecDecoder(nn.Module):
 
     def _decode(self, codes: torch.Tensor, state: StreamTensors | None) -> torch.Tensor:
         h = self.pre_conv(self.quantizer(codes), state)
-        h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
-        for stage in self.upsample:
-            for layer in stage:
-                h = layer(h, state)
+        if codec_upsample_cl.supported(self.upsample, h):
+            # rows throughout (codec_upsample_cl.py); the transformer's input made contiguous first: as a [C, T]
+            # view its input projection ran on cuBLAS's unaligned kernel (25 us for 0.8 GFLOP, session 54)
+            rows = self.pre_transformer(h.transpose(1, 2).contiguous(), state)
+            h = codec_upsample_cl.upsample_rows(self.upsample, rows, state).transpose(1, 2)
+        else:
+            h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
+            for stage in self.upsample:
+                for layer in stage:
+                    h = layer(h, state)
         if codec_waveform_cl.supported(h):
             h = codec_waveform_cl.waveform_stack(self.decoder, h, state)     # GPU: channels-last, fused kernels
         else:
