@@ -127,6 +127,41 @@ def check_decoder_takes_the_rows_path(monkeypatch):
     assert outs[False][0].abs().max() > 0.05
 
 
+def check_first_conv_takes_rows(monkeypatch):
+    """codec_waveform_cl._first_conv with FIRST_CONV_CL (its TMA kernel taken, as on a Hopper GPU): h given as a
+    [B, C, T] view of rows (what the rows path hands on) gives the same buffer and the same carried contexts as h
+    contiguous, without the module's context concatenation; streamed (a carried context) and without a state."""
+    from test_codec_decoder import random_decoder
+    from voxflow.kernels import causal_conv
+    from voxflow.models.qwen3_tts import codec_waveform_cl as cl
+    from voxflow.models.qwen3_tts.codec_streaming import init_stream_state
+    monkeypatch.setattr(cl, "FIRST_CONV_CL", True)
+    monkeypatch.setattr(causal_conv, "CONV_TMA_FLAT", True)
+    monkeypatch.setattr(causal_conv, "tma_by_default", lambda *a: True)
+    dec = random_decoder(seed=7).requires_grad_(False)
+    first, following = dec.decoder[0], cl._block_input(dec.decoder[1])
+    g = torch.Generator().manual_seed(8)
+    rows = torch.randn(2, 12, dec.config.latent_dim, generator=g)
+    concatenated = []
+    real = first.with_context
+    monkeypatch.setattr(first, "with_context", lambda *a: concatenated.append(1) or real(*a))
+    with torch.no_grad():
+        states = [init_stream_state(dec, 2).tensors for _ in range(2)]
+        ctx = torch.randn(states[0][first.state_key].shape, generator=g)
+        for st in states:
+            st[first.state_key] = ctx.clone()
+        got = cl._first_conv(first, rows.transpose(1, 2), following, states[0])
+        assert not concatenated
+        want = cl._first_conv(first, rows.transpose(1, 2).contiguous(), following, states[1])
+        assert concatenated
+        assert torch.equal(got, want)
+        for key in (first.state_key, following.key):
+            assert torch.equal(states[0][key], states[1][key]), key
+        assert not torch.equal(states[0][first.state_key], ctx)
+        assert torch.equal(cl._first_conv(first, rows.transpose(1, 2), following, None),
+                           cl._first_conv(first, rows.transpose(1, 2).contiguous(), following, None))
+
+
 if IN_CHILD:
     def test_child_dwconv_layer_norm():
         check_dwconv_layer_norm()
@@ -136,6 +171,9 @@ if IN_CHILD:
 
     def test_child_decoder_rows_path(monkeypatch):
         check_decoder_takes_the_rows_path(monkeypatch)
+
+    def test_child_first_conv_takes_rows(monkeypatch):
+        check_first_conv_takes_rows(monkeypatch)
 else:
     def test_upsample_rows_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

@@ -119,25 +119,28 @@ def waveform_stack(layers: nn.ModuleList, h: torch.Tensor, state: StreamTensors 
 def _first_conv(conv: CausalConv1d, h: torch.Tensor, following: _Input, state: StreamTensors | None
                 ) -> torch.Tensor:
     """The low-rate first convolution on h [B, latent, T] -> the first block's activated input (following's
-    buffer). With FIRST_CONV_CL, where the TMA kernel takes it: h with its context turned to rows once, the
-    convolution channels-last with the block's SnakeBeta in its epilogue. Else (the default) the im2col GEMM in [B, C,
-    T] (conv_im2col.py), its output turned to rows, and a SnakeBeta pass."""
+    buffer). With FIRST_CONV_CL, where the TMA kernel takes it: h with its context turned to rows once (copied as
+    rows where h is a view of rows), the convolution channels-last with the block's SnakeBeta in its epilogue.
+    Else (the default) the im2col GEMM in [B, C, T] (conv_im2col.py), its output turned to rows, and a SnakeBeta
+    pass."""
     if FIRST_CONV_CL:
         from voxflow.kernels.causal_conv import conv1d_channels_last, takes_tma
         packed = _packed(conv)
-        padded = conv.with_context(h, state)                    # [B, latent, ctx + T]; `state` now holds the next
-        b, latent, rows_in = padded.shape
-        t = rows_in - conv.context
-        # its rows, filled only if the TMA kernel takes them (no copy for the im2col path below)
-        x = torch.empty((b, rows_in, latent), dtype=padded.dtype, device=padded.device)
+        b, latent, t = h.shape
+        # its rows [B, ctx + T, latent], filled only if the TMA kernel takes them (no copy for the im2col path)
+        x = torch.empty((b, conv.context + t, latent), dtype=h.dtype, device=h.device)
         if takes_tma(x, packed, t):
-            x.copy_(padded.transpose(1, 2))
+            if h.stride(1) == 1:
+                # h is a [B, C, T] view of rows (codec_upsample_cl.py): a row copy, the context in and out by
+                # `_filled` (one launch), no transposing copy
+                x, _ = _filled(_Input(None, conv.context, conv.state_key), b, t, latent, h, state,
+                               lambda rows: rows.copy_(h.transpose(1, 2)))
+            else:
+                x.copy_(conv.with_context(h, state).transpose(1, 2))    # `state` now holds the next context
             terms = following.act._channel_terms()
             return _filled(following, b, t, conv.conv.out_channels, x, state, lambda rows: conv1d_channels_last(
                 x, packed, conv.conv.bias, conv.conv.dilation[0], activation=terms, out=rows))[0]
-        y = conv(padded, padded=True)
-    else:
-        y = conv(h, state)
+    y = conv(h, state)
     return _activated(following, y.transpose(1, 2).contiguous(), state)
 
 
