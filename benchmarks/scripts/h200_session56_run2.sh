@@ -14,13 +14,14 @@ device_setup /tmp/r
 archive_results
 F=kernels.causal_conv.CONV_TMA_FLAT=True
 U=kernels.residual_unit_tma.CONFIGS
+ROWS=models.qwen3_tts.codec_upsample_cl.ENABLED=True
 T96="'BLOCK_T': 128, 'BLOCK_N': 64, 'BLOCK_N2': 32, 'num_warps': 4"
 timeout 280 python3 benchmarks/scripts/ab_codec_call.py --rounds 2 base "flat:$F" \
   "first:$F,models.qwen3_tts.codec_waveform_cl.FIRST_CONV_CL=True" \
   "k64:$U[96]={$T96, 'BLOCK_K': 64, 'num_stages': 4}" "k128:$U[96]={$T96, 'BLOCK_K': 128, 'num_stages': 3}" \
   "k192:$U[192]={'BLOCK_T': 64, 'BLOCK_N': 128, 'BLOCK_N2': 64, 'BLOCK_K': 128, 'num_warps': 4, 'num_stages': 2}" \
-  "rows:models.qwen3_tts.codec_upsample_cl.ENABLED=True" \
-  "rows_first:$F,models.qwen3_tts.codec_waveform_cl.FIRST_CONV_CL=True,models.qwen3_tts.codec_upsample_cl.ENABLED=True" \
+  "rows:$ROWS" \
+  "rows_first:$F,models.qwen3_tts.codec_waveform_cl.FIRST_CONV_CL=True,$ROWS" \
   > "$R/ab_codec_call.txt" 2>&1
 grep -E "codec|Error" "$R/ab_codec_call.txt"
 pack_results
