@@ -84,8 +84,14 @@ def convnext_rows(block: ConvNeXtBlock, rows: torch.Tensor, state: StreamTensors
         new_ctx = torch.empty_like(ctx)
     else:
         ctx = state[dw.state_key]
+        if ctx.stride(2) != 1:                  # (the kernel reads a context of unit time stride)
+            ctx = ctx.contiguous()
         new_ctx = new_value(state, dw.state_key, ctx)
-    normed = dwconv_layer_norm(rows, ctx, dw.conv.weight, dw.conv.bias, norm.weight, norm.bias, norm.eps, new_ctx)
+    direct = new_ctx.stride(2) == 1
+    out_ctx = new_ctx if direct else torch.empty_like(ctx)
+    normed = dwconv_layer_norm(rows, ctx, dw.conv.weight, dw.conv.bias, norm.weight, norm.bias, norm.eps, out_ctx)
+    if not direct:
+        new_ctx.copy_(out_ctx)
     h = F.linear(F.gelu(F.linear(normed, block.pwconv1.weight, block.pwconv1.bias)), block.pwconv2.weight,
                  block.pwconv2.bias)
     return torch.addcmul(rows, h, block.gamma)
