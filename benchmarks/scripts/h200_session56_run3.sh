@@ -31,9 +31,12 @@ F=kernels.causal_conv.CONV_TMA_FLAT=True,models.qwen3_tts.codec_waveform_cl.FIRS
 U=kernels.residual_unit_tma.CONFIGS
 ROWS=models.qwen3_tts.codec_upsample_cl.ENABLED=True
 T96="'BLOCK_T': 128, 'BLOCK_N': 64, 'BLOCK_N2': 32, 'num_warps': 4"
+( while sleep 15; do pack_results; done ) &                   # (a call cut mid-way keeps what was printed)
+PACKER=$!
 timeout 200 python3 benchmarks/scripts/ab_codec_call.py --rounds 2 base "first:$F" "rows:$ROWS" \
   "rows_first:$F,$ROWS" "k64:$U[96]={$T96, 'BLOCK_K': 64, 'num_stages': 4}" \
   "k128:$U[96]={$T96, 'BLOCK_K': 128, 'num_stages': 3}" > "$R/ab_codec_call.txt" 2>&1
+kill $PACKER
 grep -E "codec|Error" "$R/ab_codec_call.txt"
 pack_results
 gpu_tests 100 tests/gpu/test_gpu_codec_small_kernels.py tests/gpu/test_gpu_codec.py \
