@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# Prepared in session 56, to run only if run 1's 0.6B c=64 A/B keeps session 54's gain for chunk_ramp_factor=2 +
-# codec_tail_chunk=10 with no stream running dry; rename when run. ~480 s; carry [".whl", ".device_tree"].
-# The 1.7B targets over HTTP under that layout (one server, 64 seqs, streamed PCM on loopback): c=64 first (where
-# no underruns is a target), then c=1 (first-packet latency: the first chunk is unchanged, 5 frames) and c=16; then
-# the defaults at c=64 on a second server for the same machine's baseline, if time is left (UNTIL, default 420 s).
+# Prepared in session 56 (not run: every start refused), for right after h200_next_run1.sh (its machine warm);
+# rename when run. ~290 s; carry [".whl", ".device_tree"].
+# 1. The codec call alone (ab_codec_call.py: random real-size weights, fp16, 16 streams on 64 SMs, 1 / 5 / 25
+#    frames), two rounds: the defaults; TMA tiles across sequences (VOXFLOW_CONV_TMA_FLAT); with them the first
+#    convolution channels-last (VOXFLOW_CODEC_FIRST_CONV_CL) - session 55 timed both only together with the
+#    one-channel kernel (now the default), which accounted for about all of their -0.17 ms a 25-frame call; the
+#    fused residual units in K blocks wider than the channels' split (TMA zero-fills past C: 96 channels in blocks
+#    of 64 or 128, not 32; 192 in 128, not 64); the upsample stages over rows (VOXFLOW_CODEC_UPSAMPLE_CL), alone
+#    and handing their rows to the first convolution channels-last (with flat tiles).
+# 2. The Base GPU test that failed on imports in session 54.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
-start_call 1.7B
-wait $CK
-if serve_variant f2 --engine-arg chunk_ramp_factor=2 --engine-arg codec_tail_chunk=10; then
-  bench_http_at 64 c64_f2
-  pack_results
-  bench_http_at 1 c1_f2
-  bench_http_at 16 c16_f2
-  stop_server f2
-fi
+device_setup /tmp/r
+archive_results
+F=kernels.causal_conv.CONV_TMA_FLAT=True
+U=kernels.residual_unit_tma.CONFIGS
+ROWS=models.qwen3_tts.codec_upsample_cl.ENABLED=True
+T96="'BLOCK_T': 128, 'BLOCK_N': 64, 'BLOCK_N2': 32, 'num_warps': 4"
+timeout 280 python3 benchmarks/scripts/ab_codec_call.py --rounds 2 base "flat:$F" \
+  "first:$F,models.qwen3_tts.codec_waveform_cl.FIRST_CONV_CL=True" \
+  "k64:$U[96]={$T96, 'BLOCK_K': 64, 'num_stages': 4}" "k128:$U[96]={$T96, 'BLOCK_K': 128, 'num_stages': 3}" \
+  "k192:$U[192]={'BLOCK_T': 64, 'BLOCK_N': 128, 'BLOCK_N2': 64, 'BLOCK_K': 128, 'num_warps': 4, 'num_stages': 2}" \
+  "rows:$ROWS" \
+  "rows_first:$F,models.qwen3_tts.codec_waveform_cl.FIRST_CONV_CL=True,$ROWS" \
+  > "$R/ab_codec_call.txt" 2>&1
+grep -E "codec|Error" "$R/ab_codec_call.txt"
 pack_results
-grep -h "^| c=" $R/h200_1p7b_http_*.md
-grep -H "ran dry" $R/*.md
-if (( SECONDS < ${UNTIL:-420} )) && serve_variant d; then
-  bench_http_at 64 c64_d
-  stop_server d
-fi
-summarize_steps "steps_http_*.jsonl*" 20
-report_runs
-grep -H "ran dry" $R/*.md
+python3 -c "import transformers, tokenizers, huggingface_hub as h
+print('transformers', transformers.__version__, 'tokenizers', tokenizers.__version__, 'hub', h.__version__)" \
+  | tee "$R/versions.txt"
+timeout 40 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_no_host_sync.py > "$R/gpu_tests_base.txt" 2>&1
+tail -2 "$R/gpu_tests_base.txt"
 pack_results
 echo "done at ${SECONDS}s"

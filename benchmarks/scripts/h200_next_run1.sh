@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 56 call 1 (prepared in session 55 as h200_next_run1.sh, split in session 56). ~440 s; carry [".whl",
-# ".device_tree"]. Call h200_session56_run2.sh right after it (the machine still warm: its kernels compiled).
+# Prepared in sessions 55-56 (every start of session 56 was refused); rename when run. ~440 s; carry [".whl",
+# ".device_tree"]. Call h200_next_run2.sh right after it (the machine still warm: its kernels compiled).
 # 1. 0.6B c=64 over HTTP, alternating: the defaults against chunk_ramp_factor=2 + codec_tail_chunk=10 (8 chunks a
 #    request: 5, 10, 25 x 5, 10), d_0 f2_1 d_1 f2_2 (UNTIL, default 330 s, stops the loop);
 # 2. the GPU tests of the codec switches not yet run on a GPU: the flat TMA tiles' stack part (several streams),
