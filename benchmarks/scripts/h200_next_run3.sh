@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 56, to run only if run 1's 0.6B c=64 A/B keeps session 54's gain for chunk_ramp_factor=2 +
-# codec_tail_chunk=10 with no stream running dry (h200_next_run1.sh); rename when run. ~480 s; carry [".whl", ".device_tree"].
+# Prepared in session 56, to run only if h200_next_run1.sh's 0.6B c=64 A/B keeps session 54's gain for
+# chunk_ramp_factor=2 + codec_tail_chunk=10 with no stream running dry; rename when run. ~480 s; carry [".whl",
+# ".device_tree"].
 # The 1.7B targets over HTTP under that layout (one server, 64 seqs, streamed PCM on loopback): c=64 first (where
 # no underruns is a target), then c=1 (first-packet latency: the first chunk is unchanged, 5 frames) and c=16; then
 # the defaults at c=64 on a second server for the same machine's baseline, if time is left (UNTIL, default 420 s).
