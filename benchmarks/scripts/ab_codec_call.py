@@ -5,9 +5,9 @@
 
 A VARIANT is LABEL or LABEL:module.ATTR=VALUE[,module.ATTR=VALUE...] (modules under voxflow., VALUE a Python literal),
 e.g. `base` `flat:kernels.causal_conv.CONV_TMA_FLAT=True`; module.ATTR[KEY]=VALUE sets one entry of a dict attribute
-(restored after), e.g. `k64:kernels.residual_unit_tma.CONFIGS[96]={'BLOCK_T': 128, ...}`. Each round builds a fresh runner per variant (its CUDA
-graphs captured under that variant's settings, the others' restored) and times 1-, 5- and 25-frame calls
-(profile_codec.time_calls). Same-machine comparisons only; the rounds show the spread.
+(restored after), e.g. `k64:kernels.residual_unit_tma.CONFIGS[96]={'BLOCK_T': 128, ...}`. Each round builds a fresh
+runner per variant (its CUDA graphs captured under that variant's settings, the others' restored) and times 1-, 5-
+and 25-frame calls (profile_codec.time_calls). Same-machine comparisons only; the rounds show the spread.
 """
 import argparse
 import ast

@@ -35,11 +35,10 @@ ENABLED = os.environ.get("VOXFLOW_CODEC_UPSAMPLE_CL", "0") == "1"
 
 
 def supported(stages: nn.ModuleList, rows: torch.Tensor) -> bool:
-    """ENABLED, on CUDA with kernels on, half or fp32 rows, no autograd graph to record, and every stage a
+    """ENABLED, on CUDA with kernels on, what the channels-last kernels take (causal_conv.supported), and every stage a
     transposed convolution with kernel == stride followed by a ConvNeXt block."""
-    if not (ENABLED and use_kernels(rows)) or rows.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        return False
-    if torch.is_grad_enabled() and rows.requires_grad:
+    from voxflow.kernels.causal_conv import supported as kernels_take     # (dtype, no autograd graph)
+    if not (ENABLED and use_kernels(rows) and kernels_take(rows)):
         return False
     return all(len(stage) == 2 and isinstance(stage[0], CausalConvTranspose1d) and stage[0].overlap == 0
                and isinstance(stage[1], ConvNeXtBlock) for stage in stages)
@@ -83,15 +82,9 @@ def convnext_rows(block: ConvNeXtBlock, rows: torch.Tensor, state: StreamTensors
         ctx = rows.new_zeros((b, c, dw.context))
         new_ctx = torch.empty_like(ctx)
     else:
-        ctx = state[dw.state_key]
-        if ctx.stride(2) != 1:                  # (the kernel reads a context of unit time stride)
-            ctx = ctx.contiguous()
+        ctx = state[dw.state_key]                   # (contiguous, or a pool row's view: unit time stride)
         new_ctx = new_value(state, dw.state_key, ctx)
-    direct = new_ctx.stride(2) == 1
-    out_ctx = new_ctx if direct else torch.empty_like(ctx)
-    normed = dwconv_layer_norm(rows, ctx, dw.conv.weight, dw.conv.bias, norm.weight, norm.bias, norm.eps, out_ctx)
-    if not direct:
-        new_ctx.copy_(out_ctx)
+    normed = dwconv_layer_norm(rows, ctx, dw.conv.weight, dw.conv.bias, norm.weight, norm.bias, norm.eps, new_ctx)
     h = F.linear(F.gelu(F.linear(normed, block.pwconv1.weight, block.pwconv1.bias)), block.pwconv2.weight,
                  block.pwconv2.bias)
     return torch.addcmul(rows, h, block.gamma)

@@ -131,10 +131,10 @@ def _first_conv(conv: CausalConv1d, h: torch.Tensor, following: _Input, state: S
         x = torch.empty((b, conv.context + t, latent), dtype=h.dtype, device=h.device)
         if takes_tma(x, packed, t):
             if h.stride(1) == 1:
-                # h is a [B, C, T] view of rows (codec_upsample_cl.py): a row copy, the context in and out by
-                # `_filled` (one launch), no transposing copy
-                x, _ = _filled(_Input(None, conv.context, conv.state_key), b, t, latent, h, state,
-                               lambda rows: rows.copy_(h.transpose(1, 2)))
+                # h is a [B, C, T] view of rows (codec_upsample_cl.py): a row copy, the context in and out in one
+                # launch (`_context_rows`), no transposing copy
+                x[:, conv.context:].copy_(h.transpose(1, 2))
+                _context_rows(conv.context, conv.state_key, x, t, state)
             else:
                 x.copy_(conv.with_context(h, state).transpose(1, 2))    # `state` now holds the next context
             terms = following.act._channel_terms()
@@ -213,19 +213,25 @@ def _filled(inp: _Input, b: int, t: int, c: int, like: torch.Tensor, state: Stre
     rows, then its first ctx rows the context carried in state[inp.key] (zeros without a state) and the stream's
     next context taken from the buffer's end -> (the buffer, what `write` returned)."""
     buf = torch.empty((b, inp.ctx + t, c), dtype=like.dtype, device=like.device)
-    if state is None:
-        buf[:, :inp.ctx].zero_()
     written = write(buf[:, inp.ctx:])
-    if state is not None and inp.ctx:
-        old = state[inp.key]
+    _context_rows(inp.ctx, inp.key, buf, t, state)
+    return buf, written
+
+
+def _context_rows(ctx: int, key: str, buf: torch.Tensor, t: int, state: StreamTensors | None) -> None:
+    """buf [B, ctx + T, C], its last T rows written: its first ctx rows <- the context carried in state[key] (zeros
+    without a state), and the stream's next context <- the buffer's end."""
+    if state is None:
+        buf[:, :ctx].zero_()
+    elif ctx:
+        old = state[key]
         if CONTEXT_KERNEL:
             # the context in and the next one out in one launch (kernels/context_exchange.py), not two copies
             from voxflow.kernels.context_exchange import exchange_context
-            exchange_context(buf, old, new_value(state, inp.key, old))
+            exchange_context(buf, old, new_value(state, key, old))
         else:
-            buf[:, :inp.ctx].copy_(old.transpose(1, 2))
-            keep(state, inp.key, buf[:, t:].transpose(1, 2))
-    return buf, written
+            buf[:, :ctx].copy_(old.transpose(1, 2))
+            keep(state, key, buf[:, t:].transpose(1, 2))
 
 
 def _packed(conv: CausalConv1d) -> torch.Tensor:
