@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in sessions 55-56 (every start of session 56 was refused); rename when run. ~440 s; carry [".whl",
+# Prepared in sessions 55-56, run in session 57. ~440 s; carry [".whl",
 # ".device_tree"]. Call h200_next_run2.sh right after it (the machine still warm: its kernels compiled).
 # 1. 0.6B c=64 over HTTP, alternating: the defaults against chunk_ramp_factor=2 + codec_tail_chunk=10 (8 chunks a
 #    request: 5, 10, 25 x 5, 10), d_0 f2_1 d_1 f2_2 (UNTIL, default 330 s, stops the loop);
