@@ -171,7 +171,7 @@ def test_seeded_sampling_does_not_depend_on_the_batch():
 
 @pytest.mark.parametrize("initial, chunk", [(1, 25), (2, 5), (7, 7), (3, 1)])
 def test_streamed_audio_equals_one_pass_and_chunks_follow_the_policy(initial, chunk):
-    # the regular policy: tail chunks (codec_tail_chunk, 5 by default) off here; the tail-chunk test holds them
+    # the regular policy: tail chunks (codec_tail_chunk, 10 by default) off here; the tail-chunk test holds them
     core = make_engine(codec_tail_chunk=0)
     frames = 23                                                  # max_new_tokens 24 -> 23 frames
     streamed = greedy("Hello world.", frames + 1, voice="aiden", request_id="s",
@@ -467,19 +467,26 @@ def test_final_record_follows_the_last_chunk_and_no_frame_after_eos_is_kept():
     assert_all_released(core)
 
 
-def test_engine_chosen_chunks_ramp_up_so_playback_never_waits():
-    """With chunk_frames left to the engine, each chunk after the first is at most the audio already sent, rounded
-    down to a size the codec decodes in one pass (its frame buckets 1, 2, 5, 10, 25), then the engine's regular
-    size; the audio still equals the one-pass decode."""
-    core = make_engine(chunk_frames=8)
+@pytest.mark.parametrize("ramp_factor, tail, expected", [
+    # factor 1: 2 -> 2 -> 2 (4 sent: 4 is no bucket) -> 5 (6 sent), regular 8 (11 sent), then the tail's pieces
+    (1.0, 5, [2, 2, 2, 5, 8, 8, 3]),
+    # the defaults (factor 2, tail pieces of 10, here wider than the 8-frame regular chunk): 2 -> 2 (4: no bucket)
+    # -> 8 (4 sent x 2, the regular size), 8, 8, final 2
+    (None, None, [2, 2, 8, 8, 8, 2]),
+])
+def test_engine_chosen_chunks_ramp_up_so_playback_never_waits(ramp_factor, tail, expected):
+    """With chunk_frames left to the engine, each chunk after the first is at most the audio already sent times
+    chunk_ramp_factor, rounded down to a size the codec decodes in one pass (its frame buckets 1, 2, 5, 10, 25),
+    then the engine's regular size; the audio still equals the one-pass decode."""
+    options = {} if ramp_factor is None else {"chunk_ramp_factor": ramp_factor, "codec_tail_chunk": tail}
+    core = make_engine(chunk_frames=8, **options)
     assert core.codec_exec.sizes == (1, 2, 5, 10, 25)
     frames = 30
     req = greedy("Hello world.", frames + 1, voice="aiden", request_id="r",
                  streaming=StreamingOptions(initial_chunk_frames=2))
     results = drive(core, {0: [req]})
     sizes = [o.num_frames for o in results["r"] if isinstance(o, AudioChunk)]
-    # ramp 2 -> 2 -> 2 (4 sent: 4 is no bucket) -> 5 (6 sent), regular 8 (11 sent), final 3
-    assert sizes == [2, 2, 2, 5, 8, 8, 3]
+    assert sizes == expected
     _, _, ref_wav = reference("custom_voice", req)
     assert np.abs(audio_of(results["r"]) - ref_wav).max() <= AUDIO_ATOL
 

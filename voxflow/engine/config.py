@@ -37,21 +37,23 @@ class EngineConfig:
                                                # many frames (scheduler.py); 0: admit on the prompt alone
     chunk_frames: int = 25                     # regular streaming chunk (2 s of audio at 12.5 Hz)
     chunk_ramp: bool = True                    # chunks after the first grow up to chunk_frames (codec_executor)
-    chunk_ramp_factor: float = 1.0             # ... each at most the audio already sent times this (>= 1). Fewer,
-                                               # larger codec calls: session 54 (H100, 0.6B c=64 over HTTP,
-                                               # alternating) with chunk_ramp off + codec_tail_chunk=10 (12 -> 8
-                                               # chunks a request): 753.5 / 737.1 audio-s/s against 722.4 / 721.5,
-                                               # but 8 / 16 of 640 streams underran once (<= 14 ms), all at their
-                                               # first 25-frame chunk at a wave's start; 2 (5, 10, 25, ...) is the
-                                               # step between, not yet measured
-    codec_tail_chunk: int = 5                  # a request's last <= chunk_frames frames before its length limit go
+    chunk_ramp_factor: float = 2.0             # ... each at most the audio already sent times this (>= 1): at 2
+                                               # 5, 10, 25, ... (at 1: 5, 5, 10, 10, 25, ...). Fewer, larger codec
+                                               # calls; the next chunk is ready in time while a stream's engine runs
+                                               # under 1 / factor of real time during its ramp (c=64: ~0.08).
+                                               # Session 57 (H100, 0.6B c=64 over HTTP, alternating), 2 + tail 10
+                                               # (8 chunks a request, not 12): 759.3 / 757.7 / 754.3 audio-s/s
+                                               # against 745.8 / 748.2 at 1 + tail 5, no stream ran dry (session
+                                               # 54's ramp off + tail 10: +3.2% but 8-16 of 640 streams underran)
+    codec_tail_chunk: int = 10                 # a request's last <= chunk_frames frames before its length limit go
                                                # in chunks of this many (its final chunk then holds what is left
                                                # of one), decoded beside the talker's last steps rather than all
                                                # after them (codec_executor); 0: off. With codec_call_rows=16, H200
-                                               # session 35: c=64 0.6B 671.7 -> 689.4, 1.7B 622.2 -> 648.1
-                                               # audio-s/s; c=1 unchanged (HTTP 480.1 / 480.2 ms). The audio is
-                                               # the same either way (one codec state per stream); on a CPU, whose
-                                               # codec is synchronous, it only cuts that last chunk smaller
+                                               # session 35 (5 against off): c=64 0.6B 671.7 -> 689.4, 1.7B 622.2
+                                               # -> 648.1 audio-s/s; c=1 unchanged (HTTP 480.1 / 480.2 ms). 10 since
+                                               # session 57 (with chunk_ramp_factor 2). The audio is the same
+                                               # either way (one codec state per stream); on a CPU, whose codec is
+                                               # synchronous, it only cuts that last chunk smaller
     codec_call_rows: int | None = 16           # most requests in one codec call: chunks due together go in calls
                                                # of this many, each collected when it lands (a burst's first
                                                # requests finish, and closed-loop clients send their next ones,
