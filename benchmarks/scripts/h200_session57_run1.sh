@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in sessions 55-56, run in session 57. ~440 s; carry [".whl",
-# ".device_tree"]. Call h200_next_run2.sh right after it (the machine still warm: its kernels compiled).
+# ".device_tree"]. Ran as session 57 call 1 on an H100; calls 2-3 were h200_session57_run2.sh / run3.sh.
 # 1. 0.6B c=64 over HTTP, alternating: the defaults against chunk_ramp_factor=2 + codec_tail_chunk=10 (8 chunks a
 #    request: 5, 10, 25 x 5, 10), d_0 f2_1 d_1 f2_2 (UNTIL, default 330 s, stops the loop);
 # 2. the GPU tests of the codec switches not yet run on a GPU: the flat TMA tiles' stack part (several streams),

@@ -16,7 +16,9 @@ The result goes on to the waveform stack as a [B, C, T] view of the rows.
 
 Numerics: PyTorch's rounding points but two: the transposed convolution's bias is added inside the GEMM (one
 rounding, not two) and x + gamma * h is rounded once (not gamma * h first): within an ulp of the [B, C, T] path.
-Off by default until measured on a GPU (VOXFLOW_CODEC_UPSAMPLE_CL=1 turns it on).
+Off by default (VOXFLOW_CODEC_UPSAMPLE_CL=1 turns it on). Session 57 on an H100: the codec call alone 2-6% faster,
+but 0.6B c=64 served 1.3-2.6% slower (744.5 / 734.8 audio-s/s against 754.3, the steps that launch codec work
+~0.5 ms longer; cause not found: benchmarks/results/h100/2026-12-07-session57/).
 """
 from __future__ import annotations
 
