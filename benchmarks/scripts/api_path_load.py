@@ -1,10 +1,10 @@
 """The serving path's own cost, without a model: `voxflow serve`'s app and engine process, with a core that stands in
 for the GPU by sleeping a fixed step and emitting each request's frames as a Qwen3-TTS engine would (one frame a step
-per running request, chunks of 5, 5, 10, 10, 25, 25, 25, 25 frames, the last frames in fives), driven by `voxflow
-bench` over HTTP at a concurrency. With a free slot taken the step it arrives, the model-less engine's ceiling is
-`concurrency x frame_seconds / step_seconds` audio-s/s; what the run falls short of it is the turnover spent in the
-API process, the ZeroMQ hops and the bench client (the H100 traces of session 47: ~35-44 ms a request from the
-engine's final record to its replacement's prompt build over HTTP, ~16 ms offline).
+per running request, chunks of 5, 10, 25 x 5, then the last 10 frames: the default layout since session 57),
+driven by `voxflow bench` over HTTP at a concurrency. With a free slot taken the step it arrives, the model-less
+engine's ceiling is `concurrency x frame_seconds / step_seconds` audio-s/s; what the run falls short of it is the
+turnover spent in the API process, the ZeroMQ hops and the bench client (the H100 traces of session 47: ~35-44 ms a
+request from the engine's final record to its replacement's prompt build over HTTP, ~16 ms offline).
 
     python benchmarks/scripts/api_path_load.py [--http h11|httptools] [--loop asyncio|uvloop] [--step-ms 6.3]
         [--concurrency 64] [--per-user 4] [--port 8123] [--profile PATH]
@@ -35,7 +35,7 @@ from voxflow.engine.request import AudioChunk, FinalRecord, FinishReason, Usage
 
 SAMPLE_RATE = 24000
 FRAME_SAMPLES = 1920                      # 80 ms at 24 kHz (12.5 Hz codec frames)
-CHUNKS = (5, 5, 10, 10, 25, 25, 25, 25, 5, 5, 5, 5)     # 150 frames
+CHUNKS = (5, 10, 25, 25, 25, 25, 25, 10)     # 150 frames (until session 57: 5, 5, 10, 10, 25 x 4, 5 x 4)
 
 
 class PacedCore:
