@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Prepared in session 57, for a warm machine after h200_next_run1.sh (kernels compiled); rename when run. ~200 s;
+# carry [".whl", ".device_tree"]. Session 57's one pair of served runs with the codec's upsample stages over rows
+# (VOXFLOW_CODEC_UPSAMPLE_CL=1) lost 1.3-2.6% at 0.6B c=64, though the codec call alone was 2-6% faster and host
+# phases the path never touches were slower too. This settles it: the defaults (d_*) against rows (r_*), ABAB
+# (UNTIL, default 190 s, stops the loop), with the step summaries' host phases.
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+device_setup /tmp/r
+archive_results
+( while sleep 15; do pack_results; done ) &                   # (a call cut mid-way keeps what was printed)
+PACKER=$!
+for run in d_1 r_1 d_2 r_2; do
+  (( SECONDS < ${UNTIL:-190} )) || break
+  if [[ $run == r_* ]]; then export VOXFLOW_CODEC_UPSAMPLE_CL=1; else unset VOXFLOW_CODEC_UPSAMPLE_CL; fi
+  http_small $run
+done
+unset VOXFLOW_CODEC_UPSAMPLE_CL
+kill $PACKER
+summarize_steps "steps_http_*.jsonl*" 20
+report_runs
+pack_results
+echo "done at ${SECONDS}s"
