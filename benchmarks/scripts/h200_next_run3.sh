@@ -19,7 +19,8 @@ fi
 pack_results
 grep -h "^| c=" $R/h200_1p7b_http_*.md
 grep -H "ran dry" $R/*.md
-if (( SECONDS < ${UNTIL:-420} )) && serve_variant f1 --engine-arg chunk_ramp_factor=1 --engine-arg codec_tail_chunk=5; then
+OLD_LAYOUT=(--engine-arg chunk_ramp_factor=1 --engine-arg codec_tail_chunk=5)
+if (( SECONDS < ${UNTIL:-420} )) && serve_variant f1 "${OLD_LAYOUT[@]}"; then
   bench_http_at 64 c64_f1
   stop_server f1
 fi
