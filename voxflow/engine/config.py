@@ -40,7 +40,7 @@ class EngineConfig:
     chunk_ramp_factor: float = 2.0             # ... each at most the audio already sent times this (>= 1): at 2
                                                # 5, 10, 25, ... (at 1: 5, 5, 10, 10, 25, ...). Fewer, larger codec
                                                # calls; the next chunk is ready in time while a stream's engine runs
-                                               # under 1 / factor of real time during its ramp (c=64: ~0.08).
+                                               # under 1 / factor of real time during its ramp (RTF at c=64: ~0.08).
                                                # Session 57 (H100, 0.6B c=64 over HTTP, alternating), 2 + tail 10
                                                # (8 chunks a request, not 12): 759.3 / 757.7 / 754.3 audio-s/s
                                                # against 745.8 / 748.2 at 1 + tail 5, no stream ran dry (session
