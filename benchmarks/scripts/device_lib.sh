@@ -16,6 +16,9 @@
 #   start_call [1.7B] [0.6B]    device_setup /tmp/r, archive_results, and those checkpoints built in the background
 #                               ($CK / $CK6): every call script's first lines
 #   pack_results                pack it now (a call that may be cut at its time limit keeps what ran)
+#   alternate UNTIL RUN...      `variant RUN` (a function the calling script defines: which server and bench a run
+#                               name means) for each RUN in order while SECONDS < UNTIL, packing the results after
+#                               each: the A/B loop of alternating runs
 #   gpu_tests SECONDS TESTS...  pytest those GPU tests into $R/gpu_tests.txt, failures and the result shown
 #   bench_offline LABEL [ARGS]  offline c=256 (prompts_for 256 prompts, 151 frames, 256 seqs; ARGS: more options) into
 #                               $R/h200_1p7b_offline_c256_LABEL.*
@@ -182,6 +185,15 @@ pack_results() {
 
 archive_results() {
   trap pack_results EXIT TERM
+}
+
+alternate() {
+  local until=$1 run; shift
+  for run in "$@"; do
+    (( SECONDS < until )) || break
+    variant "$run"
+    pack_results
+  done
 }
 
 start_call() {

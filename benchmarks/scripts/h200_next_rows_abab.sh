@@ -10,12 +10,10 @@ device_setup /tmp/r
 archive_results
 ( while sleep 15; do pack_results; done ) &                   # (a call cut mid-way keeps what was printed)
 PACKER=$!
-for run in d_1 r_1 d_2 r_2; do
-  (( SECONDS < ${UNTIL:-190} )) || break
-  if [[ $run == r_* ]]; then export VOXFLOW_CODEC_UPSAMPLE_CL=1; else unset VOXFLOW_CODEC_UPSAMPLE_CL; fi
-  http_small $run
-done
-unset VOXFLOW_CODEC_UPSAMPLE_CL
+variant() {
+  if [[ $1 == r_* ]]; then VOXFLOW_CODEC_UPSAMPLE_CL=1 http_small "$1"; else http_small "$1"; fi
+}
+alternate "${UNTIL:-190}" d_1 r_1 d_2 r_2
 kill $PACKER
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs

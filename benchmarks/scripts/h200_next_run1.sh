@@ -10,15 +10,14 @@ start_call 0.6B
 wait $CK6
 http_small d_0                                                       # (the first server compiles the kernels)
 pack_results
-for run in f1_1 d_1 f1_2 d_2; do
-  (( SECONDS < ${UNTIL:-360} )) || break
-  if [[ $run == f1_* ]]; then
-    http_small $run --engine-arg chunk_ramp_factor=1 --engine-arg codec_tail_chunk=5
+variant() {
+  if [[ $1 == f1_* ]]; then
+    http_small "$1" --engine-arg chunk_ramp_factor=1 --engine-arg codec_tail_chunk=5
   else
-    http_small $run
+    http_small "$1"
   fi
-  pack_results
-done
+}
+alternate "${UNTIL:-360}" f1_1 d_1 f1_2 d_2
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs
 grep -H "ran dry" "$R"/*.md
