@@ -3,7 +3,8 @@
 # machine code holds the grid-dependency wait, a captured graph's edges into them could be made programmatic, so a
 # GEMM's launch and prologue overlap the kernel before it (today every edge into a cuBLAS kernel is a full one:
 # voxflow/kernels/pdl.py). First the SASS that `griddepcontrol.wait` / `.launch_dependents` compile to (a two-line
-# CUDA kernel through nvcc), then those instructions counted in each GEMM kernel torch runs at 64 rows.
+# CUDA kernel through nvcc), then those instructions counted in the SASS Nsight Compute prints of each GEMM kernel
+# torch runs at 64 rows.
 #   bash benchmarks/scripts/probe_cublas_pdl.sh OUTDIR
 set -uo pipefail
 OUT=${1:-/tmp/probe_cublas_pdl}; mkdir -p "$OUT"; cd "$OUT"
@@ -34,33 +35,22 @@ print("\n".join(names))
 with open("/proc/self/maps") as f:
     print("LIB", sorted({l.split()[-1] for l in f if "libcublasLt" in l})[0])
 PY
-LIB=$(grep '^LIB ' kernels.txt | cut -d' ' -f2)
-echo "== cuBLASLt: $LIB"; ls -la "$LIB"
-grep -v '^LIB ' kernels.txt | while read -r K; do
-  SHORT=$(echo "$K" | sed 's/<.*//; s/^void //')
-  timeout 150 cuobjdump -sass -fun "$SHORT" "$LIB" > "sass_${SHORT:0:60}.txt" 2>&1
-  echo "== $K: $(wc -l < "sass_${SHORT:0:60}.txt") SASS lines"
-done
-# The opcodes 'waits' / 'triggers' have and 'plain' lacks, then how often each GEMM kernel holds them
-python3 - <<'PY'
-import glob, re
-def opcodes(text):
-    funcs, cur = {}, None
-    for line in text.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            cur = m.group(1); funcs[cur] = []
-            continue
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
-        if m and cur:
-            funcs[cur].append(m.group(1))
-    return funcs
-probe = opcodes(open("pdl_sass.txt").read())
-plain = set(probe.get("plain", []))
-marks = {f: sorted(set(ops) - plain) for f, ops in probe.items() if f != "plain"}
-print("PDL opcodes:", marks)
-wanted = {op for ops in marks.values() for op in ops}
-for path in sorted(glob.glob("sass_*.txt")):
-    for f, ops in opcodes(open(path).read()).items():
-        print(f"{f[:90]}: {len(ops)} instructions; PDL opcodes: " + ", ".join(f"{op} x{ops.count(op)}" for op in sorted(wanted)))
+# The nvjet kernels are not in the library's fatbin by name (cuobjdump -fun finds none): Nsight Compute prints the
+# SASS of each as it runs.
+cat > gemms.py <<'PY'
+import torch, torch.nn.functional as F
+shapes = ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072))
+xs = {k: torch.randn(64, k, device="cuda").bfloat16() for _, k in shapes}
+ws = [torch.randn(n, k, device="cuda").bfloat16() for n, k in shapes]
+res = torch.randn(64, 1024, device="cuda").bfloat16()
+for w in ws:
+    n, k = w.shape
+    res.clone().addmm_(xs[k], w.t()) if n == 1024 else F.linear(xs[k], w)
+torch.cuda.synchronize()
 PY
+grep -v '^LIB ' kernels.txt | sed 's/<.*//; s/^void //; s/.*:://' | while read -r K; do
+  timeout 200 ncu --kernel-name "regex:$K" --launch-count 1 --page source --print-source sass python3 gemms.py \
+    > "ncu_sass_${K:0:60}.txt" 2>&1
+  echo "== $K: $(wc -l < "ncu_sass_${K:0:60}.txt") lines; ACQBULK (wait) $(grep -c ACQBULK "ncu_sass_${K:0:60}.txt")," \
+       "PREEXIT (trigger) $(grep -c PREEXIT "ncu_sass_${K:0:60}.txt")"
+done
