@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 57, for a warm machine after h200_next_run1.sh (kernels compiled); rename when run. ~200 s;
+# Prepared in session 57; ran as session 58 call 2 (a warm H100 after call 1). ~200 s;
 # carry [".whl", ".device_tree"]. Session 57's one pair of served runs with the codec's upsample stages over rows
 # (VOXFLOW_CODEC_UPSAMPLE_CL=1) lost 1.3-2.6% at 0.6B c=64, though the codec call alone was 2-6% faster and host
 # phases the path never touches were slower too. This settles it: the defaults (d_*) against rows (r_*), ABAB
