@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in session 56; since session 57 the 8-chunk layout (chunk_ramp_factor=2 + codec_tail_chunk=10) is the
-# default (0.6B c=64 on an H100: +1.4%, every stream whole). Ran as session 58 call 3 (a warm H100). ~480 s; carry [".whl", ".device_tree"].
+# default (0.6B c=64 on an H100: +1.4%, every stream whole). Ran as session 58 call 3 (a warm H100). ~480 s;
+# carry [".whl", ".device_tree"].
 # The 1.7B targets over HTTP under the default layout (one server, 64 seqs, streamed PCM on loopback): c=64 first
 # (where no underruns is a target), then c=1 (first-packet latency: the first chunk is unchanged, 5 frames) and c=16;
 # then the old layout (factor 1, tail pieces of 5) at c=64 on a second server for the same machine's baseline, if
