@@ -7,6 +7,8 @@ kernel in fp16 / bf16 against float64 math rounded at the same points: within on
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -178,16 +180,14 @@ else:
     def test_upsample_rows_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)
 
-    def test_rows_path_needs_the_switch_and_a_gpu():
-        """supported(): off by default; on, only for CUDA tensors with kernels on (a CPU tensor keeps the modules)."""
+    def test_rows_path_needs_the_switch_and_a_gpu(monkeypatch):
+        """supported(): on by default (VOXFLOW_CODEC_UPSAMPLE_CL=0 turns it off), but only for CUDA tensors with
+        kernels on: a CPU tensor keeps the modules' path either way."""
         from test_codec_decoder import random_decoder
         from voxflow.models.qwen3_tts import codec_upsample_cl
         dec = random_decoder(seed=1)
         rows = torch.zeros(1, 4, dec.config.latent_dim)
-        assert codec_upsample_cl.ENABLED is False
-        assert codec_upsample_cl.supported(dec.upsample, rows) is False
-        codec_upsample_cl.ENABLED = True
-        try:
+        assert codec_upsample_cl.ENABLED is (os.environ.get("VOXFLOW_CODEC_UPSAMPLE_CL", "1") == "1")
+        for on in (True, False):
+            monkeypatch.setattr(codec_upsample_cl, "ENABLED", on)
             assert codec_upsample_cl.supported(dec.upsample, rows) is False        # a CPU tensor
-        finally:
-            codec_upsample_cl.ENABLED = False

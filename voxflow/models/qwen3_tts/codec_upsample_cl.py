@@ -16,9 +16,11 @@ The result goes on to the waveform stack as a [B, C, T] view of the rows.
 
 Numerics: PyTorch's rounding points but two: the transposed convolution's bias is added inside the GEMM (one
 rounding, not two) and x + gamma * h is rounded once (not gamma * h first): within an ulp of the [B, C, T] path.
-Off by default (VOXFLOW_CODEC_UPSAMPLE_CL=1 turns it on). Session 57 on an H100: the codec call alone 2-6% faster,
-but 0.6B c=64 served 1.3-2.6% slower (744.5 / 734.8 audio-s/s against 754.3, the steps that launch codec work
-~0.5 ms longer; cause not found: benchmarks/results/h100/2026-12-07-session57/).
+On by default on a GPU (VOXFLOW_CODEC_UPSAMPLE_CL=0 turns it off). On an H100: the codec call alone 2-6% faster
+(session 57: 16 streams on 64 SMs, 1.83 -> 1.72 ms at 1 frame, 10.49 -> 10.28 at 25); served, 0.6B c=64 over HTTP,
+ten alternating runs on two machines in session 58: 765.1 audio-s/s on average (763.5-766.4) against 762.7
+(755.1-768.4) without it. Session 57's one pair, 1.3-2.6% slower, came in a call whose host phases the path never
+touches were slower too (benchmarks/results/h100/2026-12-07-session58/).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from voxflow.layers.derived_weights import per_weight_version
 
 from .codec_decoder_blocks import CausalConvTranspose1d, ConvNeXtBlock, StreamTensors, new_value
 
-ENABLED = os.environ.get("VOXFLOW_CODEC_UPSAMPLE_CL", "0") == "1"
+ENABLED = os.environ.get("VOXFLOW_CODEC_UPSAMPLE_CL", "1") == "1"
 
 
 def supported(stages: nn.ModuleList, rows: torch.Tensor) -> bool:
