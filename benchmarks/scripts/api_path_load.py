@@ -7,12 +7,12 @@ turnover spent in the API process, the ZeroMQ hops and the bench client (the H10
 request from the engine's final record to its replacement's prompt build over HTTP, ~16 ms offline).
 
     python benchmarks/scripts/api_path_load.py [--http h11|httptools] [--loop asyncio|uvloop] [--step-ms 6.3]
-        [--concurrency 64] [--per-user 4] [--port 8123] [--profile PATH]
+        [--concurrency 64] [--per-user 4] [--port 8123] [--no-gc-freeze] [--profile PATH]
 
-Prints the bench's result line, the API process's CPU seconds a request and its event loop's lag, the engine's
-steps and rows in use, and its turnover (final record -> the replacement's add), ms, and that turnover hop by hop
-(the server's request trace joined with the bench's records: voxflow/tools/http_turn.py); --profile writes a
-cProfile of the API process's event loop.
+Prints the bench's result line, the API process's CPU seconds a request, its event loop's lag and its GC pauses,
+the engine's steps and rows in use, and its turnover (final record -> the replacement's add), ms, and that turnover
+hop by hop (the server's request trace joined with the bench's records: voxflow/tools/http_turn.py); --profile
+writes a cProfile of the API process's event loop.
 Session 47 (an H100 host, 16 cores, 384 requests): h11 + asyncio 783.8 of 812.7 audio-s/s, 4.39 ms of API CPU a
 request, turnover 20.7 ms; httptools + uvloop 796.1, 3.14 ms, 11.4 ms. Session 52 (this 2-core machine, 200
 requests): 763.1, 4.35 ms, the hops through the API's loop 10.0 + 10.4 ms, yet its 10 ms timer woke late by > 5 ms
@@ -140,6 +140,7 @@ def serve(args) -> None:
 
     from voxflow.api.app import create_app
     from voxflow.api.state import ServerSettings
+    from voxflow.api.uvicorn_server import ShutdownAwareServer
     from voxflow.engine.process import ProcessEngineClient
 
     engine = ProcessEngineClient(functools.partial(build_paced_core, args.step_ms / 1e3, args.concurrency,
@@ -154,8 +155,10 @@ def serve(args) -> None:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         prof = cProfile.Profile()
         prof.enable()
-    try:
-        uvicorn.run(app, host="127.0.0.1", port=args.port, http=args.http, loop=args.loop, log_level="warning")
+    try:                            # (as `voxflow serve` runs it: its startup objects frozen unless --no-gc-freeze)
+        config = uvicorn.Config(app, host="127.0.0.1", port=args.port, http=args.http, loop=args.loop,
+                                log_level="warning")
+        ShutdownAwareServer(config, app.state.vox.admission, freeze_gc=not args.no_gc_freeze).run()
     finally:
         if args.profile:
             prof.disable()
@@ -170,6 +173,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--per-user", type=int, default=4)
     p.add_argument("--port", type=int, default=8123)
+    p.add_argument("--no-gc-freeze", action="store_true", help="as voxflow serve --no-gc-freeze")
     p.add_argument("--profile", metavar="PATH", help="cProfile the API process, statistics to PATH (pstats)")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--record", help=argparse.SUPPRESS)
@@ -192,6 +196,7 @@ def main() -> None:
                "--num-prompts", str(args.concurrency * args.per_user), "--num-warmups", "8", "--no-progress",
                "--no-plots", "--unique-prompts", "--max-new-tokens", "151", "--ignore-eos", "--voice", "vivian",
                "--output", os.path.join(out, "r.json.gz"), "--label", f"paced-{args.http}-{args.loop}"]
+        start_scrape = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()   # (startup left out)
         cpu0 = _cpu_seconds(server.pid)
         res = subprocess.run(cmd, capture_output=True, text=True)
         cpu = _cpu_seconds(server.pid) - cpu0
@@ -199,8 +204,10 @@ def main() -> None:
         print("\n".join(lines) or res.stdout[-3000:] + res.stderr[-3000:])
         n = args.concurrency * args.per_user + 8
         print(f"API process CPU: {cpu:.2f} s for {n} requests, {cpu / n * 1e3:.2f} ms a request")
-        from voxflow.tools.loop_lag import format_lag
-        print(format_lag(urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()))
+        from voxflow.tools.loop_lag import format_gc_pauses, format_lag
+        scrape = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+        print(format_lag(scrape, since=start_scrape))
+        print(format_gc_pauses(scrape, since=start_scrape))
     finally:
         server.terminate()
         server.wait()

@@ -43,6 +43,7 @@ from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError, install_error_handlers
+from .gc_pauses import GcPauseWatch
 from .loop_lag import watch_loop_lag
 from .metrics import Metrics
 from .request_trace import RequestTrace
@@ -69,10 +70,13 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
             state.request_trace = RequestTrace(settings.trace_requests)
         lag = (asyncio.ensure_future(watch_loop_lag(state.metrics.loop_lag.observe, settings.loop_lag_interval_s))
                if settings.loop_lag_interval_s > 0 else None)
+        gc_watch = GcPauseWatch(lambda gen, s: state.metrics.gc_pause.labels(generation=str(gen)).observe(s))
+        gc_watch.install()
         try:
             async with _engine_lifetime(state):
                 yield
         finally:
+            gc_watch.uninstall()
             if lag is not None:
                 lag.cancel()
                 await asyncio.wait([lag])       # (not `await lag`: that would swallow this task's own cancel)

@@ -24,6 +24,8 @@ non-streaming requests:
     voxflow_api_requests_waiting          speech requests queued for a slot (admission.py's FIFO)
     voxflow_api_event_loop_lag_seconds    how late the API process's event loop ran a periodic timer (loop_lag.py;
                                           every request's HTTP and engine hops wait behind a busy loop)
+    voxflow_api_gc_pause_seconds{generation}  the API process's garbage-collector pauses (gc_pauses.py): the
+                                          whole process, event loop included, stops for each
     voxflow_num_requests_running / _waiting, voxflow_kv_cache_usage_ratio, voxflow_engine_*  engine stats, read
                                           from the engine at scrape time
 
@@ -43,6 +45,7 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
 DURATION_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 LOOP_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+GC_PAUSE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 UNDERRUN_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 CONTINUITY_THRESHOLDS_MS = (100, 200)
 ENGINE_COUNTERS = ("finished", "aborted", "errors", "preemptions", "steps",
@@ -88,6 +91,8 @@ class Metrics:
                                  registry=r)
         self.loop_lag = Histogram("voxflow_api_event_loop_lag_seconds", "How late the API process's event loop ran "
                                   "a periodic timer", buckets=LOOP_LAG_BUCKETS, registry=r)
+        self.gc_pause = Histogram("voxflow_api_gc_pause_seconds", "The API process's garbage-collector pauses, by "
+                                  "generation collected", ["generation"], buckets=GC_PAUSE_BUCKETS, registry=r)
         self.running = Gauge("voxflow_num_requests_running", "Requests decoding in the engine", registry=r)
         self.waiting = Gauge("voxflow_num_requests_waiting", "Requests queued in the engine", registry=r)
         self.kv_usage = Gauge("voxflow_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use", registry=r)

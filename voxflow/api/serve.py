@@ -96,6 +96,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-requests", metavar="PATH", default=None,
                    help="append one JSON line per speech request to PATH: its times in this process and the "
                         "engine's, on one clock (request_trace.py; python -m voxflow.tools.http_turn reads it)")
+    p.add_argument("--no-gc-freeze", action="store_true",
+                   help="leave the API process's startup objects in the garbage collector's scans (by default they "
+                        "are frozen once the server is up, so a full collection does not stall every stream: "
+                        "gc_pauses.py; an A/B switch)")
     p.add_argument("--loop-lag-interval-ms", type=_milliseconds, default=DEFAULT_INTERVAL_S * 1e3, metavar="MS",
                    help="period of the event loop's lag metric, voxflow_api_event_loop_lag_seconds (>= 1; 0: off)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -332,7 +336,7 @@ def run_serve(args) -> int:
                                timeout_keep_alive=int(args.keep_alive_timeout),
                                timeout_graceful_shutdown=int(args.graceful_shutdown_timeout),
                                log_level=args.log_level, access_log=args.log_level == "debug")
-    server = ShutdownAwareServer(uv_config, app.state.vox.admission)
+    server = ShutdownAwareServer(uv_config, app.state.vox.admission, freeze_gc=not args.no_gc_freeze)
     if settings.api_keys:
         log.info("API keys required on /v1/* (%d key(s))", len(settings.api_keys))
     if "*" not in settings.allowed_hosts:

@@ -1,9 +1,13 @@
-"""The uvicorn server `voxflow serve` runs: uvicorn's own, plus the admission queue closed when a shutdown begins."""
+"""The uvicorn server `voxflow serve` runs: uvicorn's own, plus the admission queue closed when a shutdown begins and
+the process's startup objects frozen out of the garbage collector's scans once it is up (gc_pauses.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import uvicorn
+
+from .gc_pauses import freeze_heap
 
 
 class ShutdownAwareServer(uvicorn.Server):
@@ -12,14 +16,18 @@ class ShutdownAwareServer(uvicorn.Server):
     otherwise wait out its admission wait and could even start generating during the drain. `stop()` is the same
     for serve's own reasons to stop (the engine died or failed to start)."""
 
-    def __init__(self, config: uvicorn.Config, admission):
+    def __init__(self, config: uvicorn.Config, admission, *, freeze_gc: bool = True):
         super().__init__(config)
         self.admission = admission
+        self.freeze_gc = freeze_gc
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets=None) -> None:
         self.loop = asyncio.get_running_loop()
         await super().startup(sockets)
+        if self.freeze_gc and self.started:     # (the app built, its lifespan started: what requests share)
+            frozen = freeze_heap()
+            logging.getLogger(__name__).debug("froze %d startup objects out of the collector's scans", frozen)
 
     def handle_exit(self, sig, frame) -> None:       # SIGINT / SIGTERM (from the signal handler)
         super().handle_exit(sig, frame)

@@ -1,12 +1,14 @@
 """The API event loop's lag from a server's /metrics text (voxflow_api_event_loop_lag_seconds, voxflow/api/loop_lag.py):
-how many timer wake-ups came how late, since the server started.
+how many timer wake-ups came how late, since the server started; and the API process's garbage-collector pauses
+(voxflow_api_gc_pause_seconds, voxflow/api/gc_pauses.py), which stall that loop.
 
     curl -s http://127.0.0.1:8000/metrics > metrics.txt
     python -m voxflow.tools.loop_lag metrics.txt [--since EARLIER_SCRAPE]
 
 --since: only the wake-ups after an earlier scrape of the same server (a benchmark run without the server's startup).
 
-Prints e.g. "event-loop lag: 10412 wake-ups, mean 0.61 ms; late by > 1 ms 12.0%, > 2 ms 6.1%, > 5 ms 1.9%, ...".
+Prints e.g. "event-loop lag: 10412 wake-ups, mean 0.61 ms; late by > 1 ms 12.0%, > 2 ms 6.1%, > 5 ms 1.9%, ..."
+and "API GC pauses: generation 0 1520 (total 180.2 ms, > 10 ms 0), generation 1 ..., generation 2 ...".
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import argparse
 from prometheus_client.parser import text_string_to_metric_families
 
 NAME = "voxflow_api_event_loop_lag_seconds"
+GC_NAME = "voxflow_api_gc_pause_seconds"
 SHOWN_MS = (1, 2, 5, 10, 20, 50)
 
 
@@ -46,6 +49,34 @@ def format_lag(text: str, since: str | None = None) -> str:
     return f"event-loop lag: {count} wake-ups, mean {total / count * 1e3:.2f} ms; late by " + ", ".join(late)
 
 
+def gc_pauses(text: str) -> dict[str, tuple[int, float, int]]:
+    """{generation: (collections, total seconds, collections over 10 ms)} from /metrics text ({} when none)."""
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            gen = s.labels.get("generation")
+            if gen is None or not s.name.startswith(GC_NAME):
+                continue
+            row = out.setdefault(gen, [0, 0.0, 0])          # count, sum, count at <= 10 ms
+            if s.name == GC_NAME + "_count":
+                row[0] = int(s.value)
+            elif s.name == GC_NAME + "_sum":
+                row[1] = s.value
+            elif s.name == GC_NAME + "_bucket" and s.labels.get("le") == "0.01":
+                row[2] = int(s.value)
+    return {gen: (n, total, n - at_most_10ms) for gen, (n, total, at_most_10ms) in out.items()}
+
+
+def format_gc_pauses(text: str, since: str | None = None) -> str:
+    """One line for the GC pauses in /metrics `text`, less what the earlier scrape `since` held."""
+    now, before = gc_pauses(text), gc_pauses(since) if since is not None else {}
+    parts = []
+    for gen in sorted(now):
+        n, total, slow = (a - b for a, b in zip(now[gen], before.get(gen, (0, 0.0, 0))))
+        parts.append(f"generation {gen} {n} (total {total * 1e3:.1f} ms, > 10 ms {slow})")
+    return "API GC pauses: " + (", ".join(parts) if parts else "none exported (an older server)")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("metrics", help="a /metrics scrape (text)")
@@ -56,7 +87,9 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.since) as f:
             since = f.read()
     with open(args.metrics) as f:
-        print(format_lag(f.read(), since))
+        text = f.read()
+    print(format_lag(text, since))
+    print(format_gc_pauses(text, since))
 
 
 if __name__ == "__main__":
