@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from voxflow.api.app import create_app
-from voxflow.api.gc_pauses import GcPauseWatch, freeze_heap
+from voxflow.api.gc_pauses import GcPauseWatch
+from voxflow.engine.gc_freeze import freeze_startup_objects
 from voxflow.api.state import ServerSettings
 
 from test_api_admission import GateEngine
@@ -49,8 +50,8 @@ def test_the_watch_times_each_collection_by_generation_until_uninstalled():
 
 def test_freezing_moves_the_live_objects_out_of_the_scans(unfrozen):
     held = [[] for _ in range(10_000)]                   # tracked containers alive now
-    frozen = freeze_heap()
-    assert frozen == gc.get_freeze_count() >= len(held)
+    freeze_startup_objects()
+    assert gc.get_freeze_count() >= len(held)
     assert all(not any(o is held for o in gc.get_objects(generation)) for generation in range(3))
 
 

@@ -1,12 +1,14 @@
-"""The API process's garbage-collector pauses (`voxflow_api_gc_pause_seconds{generation}`) and its startup freeze.
+"""The API process's garbage-collector pauses: `voxflow_api_gc_pause_seconds{generation}`.
 
 Why: Python's cyclic collector stops the process while it scans a generation, and a full (generation 2) collection
 scans every tracked object the process holds: FastAPI, pydantic, the encoders, the app. Everything the event loop
 does waits meanwhile: the engine's replies, every stream's chunks, new requests. Session 58 (1.7B c=16 over HTTP on
-an H100) saw one such stall: the loop's 10 ms timer woke 50-100 ms late once, and the twelve requests that arrived
-then all took ~106 ms to their first audio instead of ~50 (their engine intake 61 ms). The engine process freezes
-its startup objects for the same reason (voxflow/engine/gc_freeze.py); `freeze_heap` does it here once the server
-is up, so later collections scan only what requests create.
+an H100) saw a stall of that size: the loop's 10 ms timer woke 50-100 ms late once, and the twelve requests that
+arrived then all took ~106 ms to their first audio instead of ~50 (their engine intake 61 ms); on the model-less
+serving path full collections stopped the process ~98 ms each (benchmarks/results/cpu/2026-12-07-session58-api-gc/).
+The engine process freezes
+its startup objects for the same reason (voxflow/engine/gc_freeze.py), and `voxflow serve`'s API process does too,
+once its server is up (uvicorn_server.py), so later collections scan only what requests create.
 
 Cost of the watch: one callback on each collection (two perf_counter reads and, at its end, a histogram observe).
 """
@@ -40,11 +42,3 @@ class GcPauseWatch:
         if self in gc.callbacks:
             gc.callbacks.remove(self)
 
-
-def freeze_heap() -> int:
-    """Collect once, then move every object alive now to the permanent generation (gc.freeze): later collections
-    skip them. Process-wide, so `voxflow serve` calls it once its server is up, never the app factory (tests build
-    many apps in one process). Returns how many objects are frozen."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()

@@ -1,13 +1,15 @@
 """The uvicorn server `voxflow serve` runs: uvicorn's own, plus the admission queue closed when a shutdown begins and
-the process's startup objects frozen out of the garbage collector's scans once it is up (gc_pauses.py)."""
+the process's startup objects frozen out of the garbage collector's scans once it is up (api/gc_pauses.py says
+why)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 import uvicorn
 
-from .gc_pauses import freeze_heap
+from voxflow.engine.gc_freeze import freeze_startup_objects
 
 
 class ShutdownAwareServer(uvicorn.Server):
@@ -26,8 +28,9 @@ class ShutdownAwareServer(uvicorn.Server):
         self.loop = asyncio.get_running_loop()
         await super().startup(sockets)
         if self.freeze_gc and self.started:     # (the app built, its lifespan started: what requests share)
-            frozen = freeze_heap()
-            logging.getLogger(__name__).debug("froze %d startup objects out of the collector's scans", frozen)
+            freeze_startup_objects()
+            logging.getLogger(__name__).debug("froze %d startup objects out of the collector's scans",
+                                              gc.get_freeze_count())
 
     def handle_exit(self, sig, frame) -> None:       # SIGINT / SIGTERM (from the signal handler)
         super().handle_exit(sig, frame)
