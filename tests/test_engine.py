@@ -945,6 +945,26 @@ def test_step_trace_counts_time_in_the_garbage_collector(tmp_path):
     assert trace._on_gc not in gc.callbacks
 
 
+def test_the_startup_freeze_is_no_steps_collection(tmp_path):
+    """The serving process freezes its startup objects after the engine and its trace are built
+    (gc_freeze.freeze_core_startup): that full collection is startup's, not the first step's gc_ms."""
+    import gc
+
+    from voxflow.engine.gc_freeze import freeze_core_startup, freeze_startup_objects
+    core = make_engine("custom_voice", trace_steps=str(tmp_path / "t.jsonl"))
+    heap = [[i] for i in range(300_000)]            # something for the freeze's collection to walk
+    try:
+        freeze_startup_objects()
+        assert core.trace._gc_s > 1e-3              # counted: the walk takes milliseconds
+        gc.unfreeze()
+        freeze_core_startup(core)
+        assert core.trace._gc_s < 1e-3 and gc.get_freeze_count() > len(heap)
+    finally:
+        gc.unfreeze()
+        del heap
+        core.shutdown()
+
+
 @pytest.mark.parametrize("name", ["custom_voice", "voice_design", "base"])
 def test_warmup_requests_run_before_serving_and_leave_no_trace(name):
     """The model's warm-up requests (run at startup on a GPU; forced here) go through the engine and leave it as

@@ -33,14 +33,14 @@ def build_engine(model: str, *, device: str = "cpu", dtype: str = "float32", max
     """The engine an offline run measures; gc_freeze: its startup objects out of the garbage collector's sight, as
     the serving process does (engine/gc_freeze.py)."""
     from voxflow.engine.engine import EngineConfig
-    from voxflow.engine.gc_freeze import freeze_startup_objects
+    from voxflow.engine.gc_freeze import freeze_core_startup
     from voxflow.models.registry import build_engine as build_core
     kw = dict(engine_args or {})
     if max_num_seqs is not None:
         kw["max_num_seqs"] = max_num_seqs
     core = build_core(EngineConfig(model=model, device=device, dtype=dtype, **kw))   # one-shot (piper:...) too
     if gc_freeze:
-        freeze_startup_objects()
+        freeze_core_startup(core)
     return core
 
 

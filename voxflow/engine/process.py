@@ -37,7 +37,7 @@ import zmq.asyncio
 
 from . import wire
 from .client import EngineClient, EngineStartupError, wait_within
-from .gc_freeze import freeze_startup_objects
+from .gc_freeze import freeze_core_startup
 from .inprocess import CoreDriver
 from .request import SpeechRequest
 
@@ -64,7 +64,7 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
             return
         # Everything built so far (weights, graphs, tokenizer, caches) lives as long as the process: out of the
         # garbage collector's sight, so that a collection while serving scans only what requests create.
-        freeze_startup_objects()
+        freeze_core_startup(core)
         startup = getattr(core, "startup", None)        # graph capture seconds, peak GPU memory, KV pool ...
         sock.send(wire.pack(["ready", {"pid": os.getpid(), "startup": startup}]))
         driver = CoreDriver(core)

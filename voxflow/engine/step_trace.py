@@ -57,6 +57,11 @@ class StepTrace:
             self._gc_s += time.perf_counter() - self._gc_started
             self._gc_started = None
 
+    def forget_gc(self) -> None:
+        """Drop the collector time counted so far: startup's own (the serving process freezes its startup objects
+        after the engine, and this trace, are built: gc_freeze.py), which is no step's."""
+        self._gc_s = 0.0
+
     def note_added(self, added: int, prepare_seconds: float) -> None:
         """One prompt-building pass: `added` requests of it queued, `prepare_seconds` of host time."""
         self._added += added
