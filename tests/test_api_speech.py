@@ -706,6 +706,39 @@ def test_serve_arguments():
         engine_config_from_args(parser.parse_args(["serve", "m", "--device", "cpu", "--engine-arg", "nope=1"]))
 
 
+def test_serve_resolves_the_default_device_in_the_engine_process():
+    """Without --device the config says "auto" and the engine process's factory resolves it (here: no GPU -> cpu,
+    float32; an explicit dtype is kept), so the API process's side of `voxflow serve` (arguments, config, app,
+    engine client) never imports torch: checked in a fresh interpreter."""
+    import argparse
+    import dataclasses
+    import subprocess
+    import sys
+    import torch
+
+    from voxflow.api.serve import add_serve_parser, engine_config_from_args, resolve_auto_device
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    cfg = engine_config_from_args(parser.parse_args(["serve", "m"]))
+    assert (cfg.device, cfg.dtype) == ("auto", "auto")
+    want = ("cuda", "bfloat16") if torch.cuda.is_available() else ("cpu", "float32")
+    assert (resolve_auto_device(cfg).device, resolve_auto_device(cfg).dtype) == want
+    half = dataclasses.replace(cfg, dtype="float16")
+    assert resolve_auto_device(half).dtype == "float16"
+    cuda = engine_config_from_args(parser.parse_args(["serve", "m", "--device", "cuda:1"]))
+    assert (cuda.device, cuda.dtype) == ("cuda:1", "bfloat16") and resolve_auto_device(cuda) == cuda
+    code = ("import argparse, sys\n"
+            "from voxflow.api.serve import add_serve_parser, engine_config_from_args, settings_from_args\n"
+            "from voxflow.api.app import create_app\n"
+            "from voxflow.engine.process import ProcessEngineClient\n"
+            "p = argparse.ArgumentParser(); add_serve_parser(p.add_subparsers(dest='command'))\n"
+            "args = p.parse_args(['serve', 'some/model'])\n"
+            "engine_config_from_args(args); settings_from_args(args)\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
+
+
 def test_serve_process_engine_and_graceful_sigterm(tmp_path):
     """`voxflow serve` end to end: engine in its own process, /health until 200, and SIGTERM mid-stream lets the
     stream finish (drain) before the server exits."""

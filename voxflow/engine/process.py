@@ -38,7 +38,6 @@ import zmq.asyncio
 from . import wire
 from .client import EngineClient, EngineStartupError, wait_within
 from .gc_freeze import freeze_core_startup
-from .inprocess import CoreDriver
 from .request import SpeechRequest
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,8 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
         freeze_core_startup(core)
         startup = getattr(core, "startup", None)        # graph capture seconds, peak GPU memory, KV pool ...
         sock.send(wire.pack(["ready", {"pid": os.getpid(), "startup": startup}]))
-        driver = CoreDriver(core)
+        from .inprocess import CoreDriver           # (here, not at the top: the API process imports this module
+        driver = CoreDriver(core)                   # for its client, and inprocess brings torch with the engine)
         try:
             _serve(sock, driver)
         except BaseException as e:
@@ -81,7 +81,7 @@ def run_engine_process(factory: Callable[[], Any], address: str) -> None:
         ctx.term()
 
 
-def _serve(sock: zmq.Socket, driver: CoreDriver) -> None:
+def _serve(sock: zmq.Socket, driver) -> None:          # driver: inprocess.CoreDriver
     """Busy while the core has work (poll without waiting between steps), asleep in poll() when idle (after
     polling without sleeping for `EngineConfig.idle_spin_ms` since the last work, when that is set)."""
     parent = multiprocessing.parent_process()
