@@ -1,6 +1,6 @@
 """The API process's garbage-collector pauses (voxflow/api/gc_pauses.py): the watch times each collection by
 generation, the server exports them as voxflow_api_gc_pause_seconds, and `voxflow serve`'s uvicorn server freezes
-the startup objects out of the collector's scans once it is up (unless --no-gc-freeze)."""
+the startup objects out of the collector's scans as it starts (unless --no-gc-freeze)."""
 from __future__ import annotations
 
 import argparse
@@ -71,7 +71,7 @@ def test_the_server_exports_its_collections_while_it_runs():
     assert not any(isinstance(cb, GcPauseWatch) for cb in gc.callbacks)
 
 
-def test_serve_freezes_the_startup_objects_once_up_unless_told_not_to(unfrozen, monkeypatch):
+def test_serve_freezes_the_startup_objects_as_it_starts_unless_told_not_to(unfrozen, monkeypatch):
     import uvicorn
 
     from voxflow.api import serve

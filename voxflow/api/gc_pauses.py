@@ -8,7 +8,7 @@ arrived then all took ~106 ms to their first audio instead of ~50 (their engine 
 serving path full collections stopped the process ~98 ms each (benchmarks/results/cpu/2026-12-07-session58-api-gc/).
 The engine process freezes
 its startup objects for the same reason (voxflow/engine/gc_freeze.py), and `voxflow serve`'s API process does too,
-once its server is up (uvicorn_server.py), so later collections scan only what requests create.
+as its server starts (uvicorn_server.py), so later collections scan only what requests create.
 
 Cost of the watch: one callback on each collection (two perf_counter reads and, at its end, a histogram observe).
 """

@@ -98,7 +98,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "engine's, on one clock (request_trace.py; python -m voxflow.tools.http_turn reads it)")
     p.add_argument("--no-gc-freeze", action="store_true",
                    help="leave the API process's startup objects in the garbage collector's scans (by default they "
-                        "are frozen once the server is up, so a full collection does not stall every stream: "
+                        "are frozen as the server starts, so a full collection does not stall every stream: "
                         "gc_pauses.py; an A/B switch)")
     p.add_argument("--loop-lag-interval-ms", type=_milliseconds, default=DEFAULT_INTERVAL_S * 1e3, metavar="MS",
                    help="period of the event loop's lag metric, voxflow_api_event_loop_lag_seconds (>= 1; 0: off)")

@@ -5,7 +5,7 @@ full collection scans all of them, and it runs in the middle of whichever step a
 generation counters: tens of milliseconds at once, every so often. Frozen after startup (gc.freeze), they move to
 the permanent generation: collections scan only what requests create. The serving process does this after its
 engine is built (process.py), and so do the offline benchmark and the profiling script, so that they measure the
-engine the server runs; `voxflow serve`'s API process does it once its server is up (api/uvicorn_server.py). Not
+engine the server runs; `voxflow serve`'s API process does it as its server starts (api/uvicorn_server.py). Not
 done by EngineCore itself: it is process-wide, and tests build many engines in one process. Its collection runs
 after the engine and its step trace are built: `freeze_core_startup` drops it from the trace's first step.
 """
