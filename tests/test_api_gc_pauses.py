@@ -1,4 +1,4 @@
-"""The API process's garbage-collector pauses (voxflow/api/gc_pauses.py): the watch times each collection by
+"""The API process's garbage-collector pauses (GcPauseWatch, voxflow/engine/gc_freeze.py): the watch times each collection by
 generation, the server exports them as voxflow_api_gc_pause_seconds, and `voxflow serve`'s uvicorn server freezes
 the startup objects out of the collector's scans as it starts (unless --no-gc-freeze)."""
 from __future__ import annotations
@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from voxflow.api.app import create_app
-from voxflow.api.gc_pauses import GcPauseWatch
-from voxflow.engine.gc_freeze import freeze_startup_objects
 from voxflow.api.state import ServerSettings
+from voxflow.engine.gc_freeze import GcPauseWatch, freeze_startup_objects
 
 from test_api_admission import GateEngine
 from test_api_speech import ServerThread

@@ -42,8 +42,9 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from voxflow.engine.gc_freeze import GcPauseWatch
+
 from .errors import APIError, install_error_handlers
-from .gc_pauses import GcPauseWatch
 from .loop_lag import watch_loop_lag
 from .metrics import Metrics
 from .request_trace import RequestTrace
@@ -70,7 +71,9 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
             state.request_trace = RequestTrace(settings.trace_requests)
         lag = (asyncio.ensure_future(watch_loop_lag(state.metrics.loop_lag.observe, settings.loop_lag_interval_s))
                if settings.loop_lag_interval_s > 0 else None)
-        gc_watch = GcPauseWatch(lambda gen, s: state.metrics.gc_pause.labels(generation=str(gen)).observe(s))
+        # the collector's pauses stop this process, its loop and every stream with it (engine/gc_freeze.py)
+        pauses = {g: state.metrics.gc_pause.labels(generation=str(g)) for g in range(3)}
+        gc_watch = GcPauseWatch(lambda gen, s: pauses[gen].observe(s))
         gc_watch.install()
         try:
             async with _engine_lifetime(state):

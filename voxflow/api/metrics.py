@@ -24,7 +24,7 @@ non-streaming requests:
     voxflow_api_requests_waiting          speech requests queued for a slot (admission.py's FIFO)
     voxflow_api_event_loop_lag_seconds    how late the API process's event loop ran a periodic timer (loop_lag.py;
                                           every request's HTTP and engine hops wait behind a busy loop)
-    voxflow_api_gc_pause_seconds{generation}  the API process's garbage-collector pauses (gc_pauses.py): the
+    voxflow_api_gc_pause_seconds{generation}  the API process's garbage-collector pauses (engine/gc_freeze.py): the
                                           whole process, event loop included, stops for each
     voxflow_num_requests_running / _waiting, voxflow_kv_cache_usage_ratio, voxflow_engine_*  engine stats, read
                                           from the engine at scrape time

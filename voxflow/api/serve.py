@@ -99,7 +99,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gc-freeze", action="store_true",
                    help="leave the API process's startup objects in the garbage collector's scans (by default they "
                         "are frozen as the server starts, so a full collection does not stall every stream: "
-                        "gc_pauses.py; an A/B switch)")
+                        "engine/gc_freeze.py; an A/B switch)")
     p.add_argument("--loop-lag-interval-ms", type=_milliseconds, default=DEFAULT_INTERVAL_S * 1e3, metavar="MS",
                    help="period of the event loop's lag metric, voxflow_api_event_loop_lag_seconds (>= 1; 0: off)")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -158,8 +158,12 @@ def resolve_auto_device(config):
     cli.device_problem, so that a wrong one fails before the server starts.)"""
     import dataclasses
     device = config.device if config.device != "auto" else ("cuda" if _cuda() else "cpu")
-    dtype = config.dtype if config.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    dtype = config.dtype if config.dtype != "auto" else _default_dtype(device)
     return dataclasses.replace(config, device=device, dtype=dtype)
+
+
+def _default_dtype(device: str) -> str:
+    return "bfloat16" if device.startswith("cuda") else "float32"
 
 
 def build_core(config):
@@ -217,7 +221,7 @@ def engine_config_from_args(args):
     """The engine's config; with no --device (--dtype), "auto": resolved in the engine process (build_core)."""
     from voxflow.engine.config import EngineConfig
     device = args.device or "auto"
-    dtype = args.dtype or ("auto" if device == "auto" else "bfloat16" if device.startswith("cuda") else "float32")
+    dtype = args.dtype or ("auto" if device == "auto" else _default_dtype(device))
     extra = {}
     if args.max_waiting is not None:
         extra["max_waiting"] = args.max_waiting

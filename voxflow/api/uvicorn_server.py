@@ -1,5 +1,5 @@
 """The uvicorn server `voxflow serve` runs: uvicorn's own, plus the admission queue closed when a shutdown begins and
-the process's startup objects frozen out of the garbage collector's scans as it starts (api/gc_pauses.py says
+the process's startup objects frozen out of the garbage collector's scans as it starts (engine/gc_freeze.py says
 why)."""
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import logging
 import uvicorn
 
 from voxflow.engine.gc_freeze import freeze_startup_objects
+
+log = logging.getLogger(__name__)
 
 
 class ShutdownAwareServer(uvicorn.Server):
@@ -27,11 +29,10 @@ class ShutdownAwareServer(uvicorn.Server):
     async def startup(self, sockets=None) -> None:
         self.loop = asyncio.get_running_loop()
         if self.freeze_gc:
-            # The app is built (what requests share); its lifespan, which starts the GC pause watch (gc_pauses.py),
+            # The app is built (what requests share); its lifespan, which starts the GC pause watch (app.py),
             # has not run yet, so this collection is not counted as a serving pause.
             freeze_startup_objects()
-            logging.getLogger(__name__).debug("froze %d startup objects out of the collector's scans",
-                                              gc.get_freeze_count())
+            log.debug("froze %d startup objects out of the collector's scans", gc.get_freeze_count())
         await super().startup(sockets)
 
     def handle_exit(self, sig, frame) -> None:       # SIGINT / SIGTERM (from the signal handler)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
-import gc
 import json
-import time
+
+from .gc_freeze import GcPauseWatch
 
 
 class StepTrace:
@@ -34,8 +34,8 @@ class StepTrace:
         self._prepare_s = 0.0
         self._prepare_batches = 0
         self._gc_s = 0.0
-        self._gc_started: float | None = None
-        gc.callbacks.append(self._on_gc)
+        self._on_gc = GcPauseWatch(self._add_gc)
+        self._on_gc.install()
         self._path = path
         self._prepare_profile = cProfile.Profile() if profile_prepare else None
 
@@ -50,12 +50,8 @@ class StepTrace:
         finally:
             self._prepare_profile.disable()
 
-    def _on_gc(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        elif self._gc_started is not None:
-            self._gc_s += time.perf_counter() - self._gc_started
-            self._gc_started = None
+    def _add_gc(self, generation: int, seconds: float) -> None:
+        self._gc_s += seconds
 
     def forget_gc(self) -> None:
         """Drop the collector time counted so far: startup's own (the serving process freezes its startup objects
@@ -75,8 +71,7 @@ class StepTrace:
         self._file.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
-        if self._on_gc in gc.callbacks:
-            gc.callbacks.remove(self._on_gc)
+        self._on_gc.uninstall()
         self._file.close()
         if self._prepare_profile is not None and self._prepare_profile.getstats():
             self._prepare_profile.dump_stats(self._path + ".prepare.pstats")

@@ -1,6 +1,6 @@
 """The API event loop's lag from a server's /metrics text (voxflow_api_event_loop_lag_seconds, voxflow/api/loop_lag.py):
 how many timer wake-ups came how late, since the server started; and the API process's garbage-collector pauses
-(voxflow_api_gc_pause_seconds, voxflow/api/gc_pauses.py), which stall that loop.
+(voxflow_api_gc_pause_seconds, voxflow/engine/gc_freeze.py), which stall that loop.
 
     curl -s http://127.0.0.1:8000/metrics > metrics.txt
     python -m voxflow.tools.loop_lag metrics.txt [--since EARLIER_SCRAPE]
@@ -21,19 +21,29 @@ GC_NAME = "voxflow_api_gc_pause_seconds"
 SHOWN_MS = (1, 2, 5, 10, 20, 50)
 
 
+def histograms(text: str, name: str, label: str | None = None) -> dict:
+    """{value of `label` (None without one): (observations, total, {bucket upper bound: observations at most that})}
+    of the histogram `name` in /metrics text; {} when the server exports none."""
+    out: dict = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith(name):
+                continue
+            key = s.labels.get(label) if label is not None else None
+            row = out.setdefault(key, [0, 0.0, {}])
+            if s.name == name + "_count":
+                row[0] = int(s.value)
+            elif s.name == name + "_sum":
+                row[1] = s.value
+            elif s.name == name + "_bucket" and s.labels.get("le") not in (None, "+Inf"):
+                row[2][float(s.labels["le"])] = int(s.value)
+    return {key: tuple(row) for key, row in out.items()}
+
+
 def lag_histogram(text: str) -> tuple[int, float, dict[float, int]]:
     """(wake-ups, total lag seconds, {bucket upper bound in seconds: wake-ups at most that late}) from /metrics
     text; (0, 0.0, {}) when the server exports no such histogram (the watcher off, or an older server)."""
-    count, total, buckets = 0, 0.0, {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == NAME + "_count":
-                count = int(s.value)
-            elif s.name == NAME + "_sum":
-                total = s.value
-            elif s.name == NAME + "_bucket" and s.labels.get("le") not in (None, "+Inf"):
-                buckets[float(s.labels["le"])] = int(s.value)
-    return count, total, buckets
+    return histograms(text, NAME).get(None, (0, 0.0, {}))
 
 
 def format_lag(text: str, since: str | None = None) -> str:
@@ -51,20 +61,8 @@ def format_lag(text: str, since: str | None = None) -> str:
 
 def gc_pauses(text: str) -> dict[str, tuple[int, float, int]]:
     """{generation: (collections, total seconds, collections over 10 ms)} from /metrics text ({} when none)."""
-    out: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            gen = s.labels.get("generation")
-            if gen is None or not s.name.startswith(GC_NAME):
-                continue
-            row = out.setdefault(gen, [0, 0.0, 0])          # count, sum, count at <= 10 ms
-            if s.name == GC_NAME + "_count":
-                row[0] = int(s.value)
-            elif s.name == GC_NAME + "_sum":
-                row[1] = s.value
-            elif s.name == GC_NAME + "_bucket" and s.labels.get("le") == "0.01":
-                row[2] = int(s.value)
-    return {gen: (n, total, n - at_most_10ms) for gen, (n, total, at_most_10ms) in out.items()}
+    return {gen: (n, total, n - buckets.get(0.01, 0))
+            for gen, (n, total, buckets) in histograms(text, GC_NAME, "generation").items()}
 
 
 def format_gc_pauses(text: str, since: str | None = None) -> str:
