@@ -153,8 +153,9 @@ def _cuda() -> bool:
 def resolve_auto_device(config):
     """config with device / dtype "auto" made concrete: a CUDA GPU when torch sees one (bfloat16), else the CPU
     (float32). Done in the engine process (build_core), so that the API process never imports torch for it: the
-    API process then holds ~55 MB instead of ~230 (CPU torch on the development machine) and starts the engine
-    without first spending a second importing torch. (An explicit --device is still checked in the API process,
+    API process then holds 67.5 MB instead of 251.5 serving the tiny checkpoint (CPU torch on the development
+    machine: benchmarks/results/cpu/2026-12-07-session58-api-gc/) and starts the engine without first spending a
+    second importing torch. (An explicit --device is still checked in the API process,
     cli.device_problem, so that a wrong one fails before the server starts.)"""
     import dataclasses
     device = config.device if config.device != "auto" else ("cuda" if _cuda() else "cpu")
