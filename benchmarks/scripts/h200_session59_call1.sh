@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 58; rename when run. ~420 s; carry [".whl", ".device_tree"] (the tree plus .whl must stay under
+# Prepared in session 58; ran as session 59 call 1. ~420 s; carry [".whl", ".device_tree"] (the tree plus .whl must stay under
 # the device's 64 MiB copy limit: session 58 took the raw traces of sessions 51-58 out of the tree for it).
 # 1. The 1.7B targets over HTTP under today's defaults (the 8-chunk layout, the upsample stages over rows, the API
 #    process's startup objects frozen out of its garbage collector): c=16 twice (session 58's one run had p99 107 ms
