@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 58; ran as session 59 call 2 (then probe_gemms_beside_codec.py on the warm machine). ~330 s; carry [".whl", ".device_tree"].
+# Prepared in session 58; ran as session 59 call 2 (then probe_gemms_beside_codec.py on the warm machine).
+# ~330 s; carry [".whl", ".device_tree"].
 # The 0.6B c=64 target (>= 800 audio-s/s in <= 8 GB over HTTP) under today's defaults: the 8-chunk layout (since
 # session 57), the upsample stages over rows and the API's startup objects frozen (since session 58). No H200 has run
 # these yet: sessions 57-58 got only H100s (763.5-768.4 there; session 53's H200 gave 777.9 under the old layout, ~3%
