@@ -15,7 +15,7 @@ voxflow/kernels/cp_layer.py (on, the default), each spied on to show it ran wher
 layers with the norms folded into q|k|v and gate|up (qwen3_layer.ONE_ROW_NORM_LINEAR), and that the deferred
 residual adds change no bits of the stack's output.
 
-The joint first step's and the folded head's checks, defined here too, run in
+The joint first step's, the folded head's and CP_SKINNY_GEMMS' checks, defined here too, run in
 test_kernel_code_predictor_path_joint.py's own interpreter child (two children: two CI workers, each well inside
 run_child's time limit).
 """
@@ -163,6 +163,37 @@ def check_folded_norms_path_against_reference():
         fused_attention.norm_rope_attend_append, sm.silu_mul_folded = real_attention, real_silu
         layer_mod.add_rms_norm, cache_mod.eager_attention = real_add_norm, real_eager
         cp_mod.CP_SPLIT_PREFILL, cp_mod.CP_JOINT_PREFILL = saved_split, saved_joint
+
+
+def check_cp_skinny_gemms_against_reference():
+    """qwen3_layer.CP_SKINNY_GEMMS (an experiment switch, off by default): at nine rows every folded single-token
+    layer step runs its four GEMMs on skinny_linear (spied: q|k|v, o_proj + residual, gate|up, down + residual),
+    and the logits stay within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the
+    reference's. (CP_JOINT_PREFILL held off: the 2-token prefill keeps the plain path, so only the 3 single-token
+    steps fold.)"""
+    import voxflow.layers.qwen3_layer as layer_mod
+    import voxflow.models.qwen3_tts.code_predictor as cp_mod
+    from voxflow.kernels import skinny_linear as sk
+    assert layer_mod.MAX_SKINNY_GEMM_ROWS == sk.MAX_M
+    calls, real = [], sk.skinny_linear
+    sk.skinny_linear = lambda *a, **kw: (calls.append(kw.get("residual") is not None), real(*a, **kw))[1]
+    saved = layer_mod.CP_SKINNY_GEMMS, cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL
+    layer_mod.CP_SKINNY_GEMMS, cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = True, False, False
+    try:
+        g = torch.Generator().manual_seed(11)
+        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
+            cp, h, c0 = case(9, dtype, g)
+            codes_r, logits_r = run(cp, h, c0, False, None)
+            calls.clear()
+            codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
+            if dtype == torch.float32:
+                assert torch.equal(codes_k, codes_r)
+            # 2 layers x 3 steps, each q|k|v, o_proj (+ residual), gate|up, down (+ residual)
+            assert calls == [False, True, False, True] * 6, calls
+            assert_logits_close(logits_k, logits_r, tol, dtype)
+    finally:
+        sk.skinny_linear = real
+        layer_mod.CP_SKINNY_GEMMS, cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = saved
 
 
 def _check_per_layer_kernel_path():
@@ -801,8 +832,9 @@ if IN_CHILD:
 
     def test_child_owned_inputs_change_no_bits():
         check_owned_inputs_change_no_bits()
-    # (check_folded_head_against_reference, check_joint_prefill_against_reference and
-    # check_joint_prefill_at_one_row run in test_kernel_code_predictor_path_joint.py's own child: two workers)
+    # (check_folded_head_against_reference, check_joint_prefill_against_reference,
+    # check_joint_prefill_at_one_row and check_cp_skinny_gemms_against_reference run in
+    # test_kernel_code_predictor_path_joint.py's own child: two workers)
 else:
     def test_code_predictor_kernel_path_under_the_interpreter():
         run_child(__file__, CHILD_FLAG)

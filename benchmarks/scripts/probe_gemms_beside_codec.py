@@ -11,8 +11,9 @@ design can be judged beside the codec without a serving run.
 
 Each variant is LAYERS layer passes of distinct weights (past the L2) captured in one CUDA graph: q|k|v, o_proj +
 residual, gate|up, down + residual with silu * up (cuBLAS: F.linear / addmm_ and the silu_mul kernel; skinny: four
-skinny_linear launches, the last with its gated prologue). Timed as the mean of REPLAYS replays, first alone, then
-while a thread keeps the codec busy (16 streams x 25-frame calls of random real-size weights, fp16, on --sms SMs).
+skinny_linear launches around the same silu * up kernel, with PDL and, as a third variant, without). Timed as the
+mean of REPLAYS replays, first alone, then while a thread keeps the codec busy (16 streams x 25-frame calls of
+random real-size weights, fp16, on --sms SMs).
 
     python benchmarks/scripts/probe_gemms_beside_codec.py [--sms 64] [--rounds 3]
 """
@@ -47,11 +48,16 @@ def cublas_layer(x: torch.Tensor, p: dict) -> torch.Tensor:
 
 
 def skinny_layer(x: torch.Tensor, p: dict) -> torch.Tensor:
+    """The same chain with skinny_linear's four GEMMs (the residual adds in their epilogues) and the same silu * up
+    kernel between gate|up and down: skinny_linear's gated prologue is recomputed by each of its programs, which
+    at 64 rows costs far more than the launch it saves (qwen3_layer.SKINNY_PROLOGUE_MAX_ROWS)."""
+    from voxflow.kernels.silu_mul import silu_mul
     from voxflow.kernels.skinny_linear import skinny_linear
     qkv = skinny_linear(x, p["qkv"])
     h = skinny_linear(qkv[:, :HEADS_WIDTH], p["o"], residual=x)          # (a unit last stride is all it needs)
     gate_up = skinny_linear(h, p["gate_up"])
-    return skinny_linear(gate_up, p["down"], residual=h, gated=True)
+    act = silu_mul(gate_up[:, :INTER], gate_up[:, INTER:])
+    return skinny_linear(act, p["down"], residual=h, out=h)
 
 
 def graphed(layer, ps: list[dict]) -> torch.cuda.CUDAGraph:
@@ -120,7 +126,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     ps = weights(LAYERS)
+    from voxflow.kernels import pdl_enabled, set_pdl_enabled
     graphs = {"cublas": graphed(cublas_layer, ps), "skinny+pdl": graphed(skinny_layer, ps)}
+    if pdl_enabled():               # (the switch is read at launch, so a graph captured with it off keeps it off)
+        set_pdl_enabled(False)
+        graphs["skinny"] = graphed(skinny_layer, ps)
+        set_pdl_enabled(True)
     load = CodecLoad(args.sms)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: us a {ROWS}-row layer pass (4 GEMMs), "
           f"{LAYERS} layers x {REPLAYS} replays; beside = while the codec decodes on {args.sms} SMs")

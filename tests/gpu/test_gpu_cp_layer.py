@@ -334,6 +334,26 @@ def test_predict_folded_norms_on_vs_off():
 
 
 @torch.no_grad()
+def test_predict_cp_skinny_gemms_on_vs_off():
+    """qwen3_layer.CP_SKINNY_GEMMS at 64 rows (the 0.6B's code predictor shape): the folded layer's four GEMMs on
+    skinny_linear (counted: 4 a single-token layer step; the joint 2-token first step's 128 rows stay on cuBLAS)
+    hold the cuBLAS path's teacher-forced logits within 5e-2 of max |logit| (fp32: 1e-4), greedy codes equal up to
+    near-ties."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import skinny_linear as sk
+    saved = layer_mod.CP_SKINNY_GEMMS, sk.skinny_linear
+    calls = []
+    sk.skinny_linear = lambda *a, **kw: (calls.append(1), saved[1](*a, **kw))[1]
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            assert_codes_equal_up_to_near_ties(*predict_on_vs_off(
+                lambda on: setattr(layer_mod, "CP_SKINNY_GEMMS", on), calls, 64, dtype,
+                1e-4 if dtype == torch.float32 else 5e-2, expected=4 * 5 * 14, talker=1024))
+    finally:
+        layer_mod.CP_SKINNY_GEMMS, sk.skinny_linear = saved
+
+
+@torch.no_grad()
 def test_predict_split_prefill_on_vs_off():
     """CP_SPLIT_PREFILL at 64 rows (above the fused layers' row limit): the 2-token first step position by position
     through the folded single-token layers (silu_mul_folded counted: 5 layers x (14 steps + 2 positions)), no eager

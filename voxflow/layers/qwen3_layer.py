@@ -32,6 +32,7 @@ from voxflow.layers.rotary import RotaryEmbedding, apply_rotary
 # (down_proj's silu * up, the code predictor's norm + lm_head) only at one token (H200 timings: above these the
 # per-program prologue recompute costs more than it saves, e.g. 57 us instead of ~6 for a down_proj at 64 rows).
 SKINNY_MAX_ROWS = 8
+MAX_SKINNY_GEMM_ROWS = 64               # (skinny_linear.MAX_M, without importing Triton here)
 SKINNY_PROLOGUE_MAX_ROWS = 1
 # One-row layers with the norms folded into q|k|v and into gate|up (voxflow/kernels/norm_linear.py, as the code
 # predictor's fused layer does): two launches fewer a layer (the talker's 28 layers at c=1: 56 a step). ON: on an
@@ -52,6 +53,12 @@ ONE_ROW_NORM_LINEAR = os.environ.get("VOXFLOW_ONE_ROW_NORM_LINEAR", "1") == "1"
 # VOXFLOW_FOLDED_NORMS_PAGED=0 turns it off.
 FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
+# The code predictor's folded layer steps with their four GEMMs on skinny_linear instead of cuBLAS, at most
+# MAX_SKINNY_GEMM_ROWS rows: with PDL (Hopper) each starts while the kernel before it ends, which cuBLAS's GEMM
+# kernels cannot (session 58: no griddepcontrol in their SASS). An experiment switch for served A/Bs (session 59),
+# off by default: session 25 found such a step faster alone but not served beside the codec;
+# benchmarks/scripts/probe_gemms_beside_codec.py times the chain in both conditions. VOXFLOW_CP_SKINNY_GEMMS=1.
+CP_SKINNY_GEMMS = os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -304,6 +311,7 @@ class Qwen3DecoderLayer(nn.Module):
         predictor's static cache, whose 2-token first step runs so as one pass of B * S rows). None (nothing
         run): the folded weights do not exist yet (first use inside a graph capture)."""
         from voxflow.kernels import silu_mul as sm
+        from voxflow.kernels import skinny_linear as sk
         from voxflow.layers import folded_norms as fn
         weights = fn.folded_weights(self)
         if weights is None:
@@ -313,18 +321,26 @@ class Qwen3DecoderLayer(nn.Module):
         inter = mlp.gate_proj.out_features
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
-        qkv = F.linear(rows, qkv_w).view(b, s, -1)                             # [B, S, width], not normed yet
+        skinny = _folded_skinny(cache, rows)
+        qkv = (sk.skinny_linear(rows, qkv_w) if skinny and sk.supported(rows, qkv_w)
+               else F.linear(rows, qkv_w)).view(b, s, -1)                       # [B, S, width], not normed yet
         out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
-        o_w = attn.o_proj.weight.t()
+        o_w = attn.o_proj.weight
         out = out.reshape(b * s, -1)
-        h = rows.addmm_(out, o_w) if x_owned else torch.addmm(rows, out, o_w)
-        gate_up = F.linear(h, gate_up_w)
+        if skinny and sk.supported(out, o_w):
+            h = sk.skinny_linear(out, o_w, residual=rows, out=rows if x_owned else None)
+        else:
+            h = rows.addmm_(out, o_w.t()) if x_owned else torch.addmm(rows, out, o_w.t())
+        gate_up = sk.skinny_linear(h, gate_up_w) if skinny and sk.supported(h, gate_up_w) else F.linear(h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
-        return h.addmm_(act, mlp.down_proj.weight.t()).view(b, s, hidden)        # h is ours either way
+        down_w = mlp.down_proj.weight
+        if skinny and sk.supported(act, down_w):
+            return sk.skinny_linear(act, down_w, residual=h, out=h).view(b, s, hidden)
+        return h.addmm_(act, down_w.t()).view(b, s, hidden)        # h is ours either way
 
 
 def _folds(cache) -> bool:
@@ -332,6 +348,14 @@ def _folds(cache) -> bool:
     if getattr(cache, "attend_raw", None) is not None:
         return FOLDED_NORMS
     return FOLDED_NORMS and FOLDED_NORMS_PAGED and getattr(cache, "attend", None) is not None
+
+
+def _folded_skinny(cache, rows: torch.Tensor) -> bool:
+    """Whether this folded layer step runs its GEMMs on skinny_linear (CP_SKINNY_GEMMS): through the code
+    predictor's cache (it attends raw projections), with rows the kernel takes (each GEMM still checks its
+    operands)."""
+    return (CP_SKINNY_GEMMS and 1 <= rows.shape[0] <= MAX_SKINNY_GEMM_ROWS
+            and getattr(cache, "attend_raw", None) is not None)
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
