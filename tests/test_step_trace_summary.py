@@ -117,6 +117,27 @@ def test_prompt_builds_are_summed_over_the_counted_steps():
     assert "prompt builds 5.0 ms on the engine thread" in sts.render(s)
 
 
+def test_builds_in_steps_that_found_the_decode_before_them_done_are_counted_apart():
+    """Of the prompt builds, those before a step whose read of the previous decode did not wait (collect_decode <
+    0.3 ms: the GPU had run out of talker work while the host built) are summed apart; a step that waited for its
+    decode, or one after a step with nothing decoded, does not count."""
+    steps = trace()
+    steps[1]["prepare_ms"] = 7.0                    # the first counted step; the warm-up step before it decoded
+    steps[1]["ms"]["collect_decode"] = 0.05
+    steps[2]["prepare_ms"] = 3.5                    # waited 0.2 ms: counted
+    steps[2]["ms"]["collect_decode"] = 0.2
+    steps[4]["prepare_ms"] = 1.5                    # waited 6 ms for its decode: the GPU was busy
+    steps[3]["decode"] = 0                          # (no effect on step 4, which waited anyway)
+    s = sts.summarize(steps)
+    assert s["prepare_ms"] == pytest.approx(12.0) and s["prepare_idle_ms"] == pytest.approx(10.5)
+    assert "(10.5 of them in steps that found the decode before them done" in sts.render(s)
+    steps[0]["decode"] = 0                          # nothing was decoding before step 1: its builds are not counted
+    assert sts.summarize(steps)["prepare_idle_ms"] == pytest.approx(3.5)
+    steps[2]["ms"]["collect_decode"] = 0.31
+    s = sts.summarize(steps)
+    assert s["prepare_idle_ms"] == 0 and "of them in steps" not in sts.render(s)
+
+
 def test_pauses_between_runs_are_left_out_of_the_row_occupancy():
     """A server's trace: two runs with a 5 s pause (nothing to decode) between them; the pause does not count."""
     steps = trace()

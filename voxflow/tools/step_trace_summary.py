@@ -12,7 +12,8 @@ first full step (unless --from-start), so warm-up requests and the first wave's 
 which has no successor, is not counted. Printed: a markdown table (steps, ms, share of the span, median and mean ms
 a step), the mean decode rows a step, the rows in use over the span weighted by time (the row capacity a
 closed-loop run used; pauses of > 1 s with nothing to do, between a server's bench runs, are left out, but a later
-run's warm-up requests, a few rows for a second, still count), the engine thread's prompt-build time, the median
+run's warm-up requests, a few rows for a second, still count), the engine thread's prompt-build time (and the part
+of it built while the talker's GPU work had run out: builds_before_an_idle_gpu), the median
 host phases of the full steps without codec or prefill work, and
 the prefill steps' share, tokens and wall time per 1,000 prompt tokens (a wave arriving together prefills in a few
 large steps), and what the requests' turnover cost (turnover_summary: the run against all-full steps at the full
@@ -71,10 +72,12 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
         raise ValueError("a trace needs at least two steps")
     full_rows = full_rows or max(s.get("decode", 0) for s in steps)
     kind = kinds(steps, full_rows)              # (from the whole trace: a step's kind needs the line before)
+    before_first = None
     if not from_start:
         first = next((i for i, s in enumerate(steps) if s.get("decode", 0) >= full_rows), None)
         if first is None:
             raise ValueError(f"no step decoded {full_rows} rows")
+        before_first = steps[first - 1] if first > 0 else None
         steps, kind = steps[first:], kind[first:]
     if len(steps) < 2:
         raise ValueError("fewer than two steps from the first full one")
@@ -97,10 +100,30 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
             # (idle and partial steps, and long prefill steps, count against it; a closed-loop run's throughput moves
             # with it)
             "row_occupancy": row_ms / (full_rows * busy_ms) if busy_ms > 0 else 0.0, "pauses": len(pauses),
-            # host ms building prompts (the engine thread)
+            # host ms building prompts (the engine thread), and the part of it the GPU may have waited for
             "prepare_ms": sum(s.get("prepare_ms", 0.0) for s in counted),
+            "prepare_idle_ms": builds_before_an_idle_gpu(counted, before_first),
             "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
             "prefill": prefill_summary(steps), "turnover": turnover_summary(steps, full_rows)}
+
+
+# A step's wait for the decode before it shorter than this: that decode had finished before the host came to read
+# it, so the GPU had run out of queued talker work (a decode step takes milliseconds).
+DONE_BEFORE_READ_MS = 0.3
+
+
+def builds_before_an_idle_gpu(counted: list[dict], before_first: dict | None) -> float:
+    """Host ms of prompt builds (`prepare_ms`: built between the step before and this one) in the counted steps that
+    found the decode before them already done (collect_decode < DONE_BEFORE_READ_MS): while those builds ran, the
+    talker's queued GPU work ran out, so they bound the time the GPU waited on the host's builds (session 59: at
+    0.6B c=64 over HTTP, waves of ~20-30 arrivals built in one go while ~8 rows were left decoding).
+    before_first: the step before the first counted one (None: there is none)."""
+    total = 0.0
+    for before, step in zip([before_first] + counted[:-1], counted):
+        if (before is not None and before.get("decode", 0) > 0 and step.get("prepare_ms", 0.0) > 0
+                and step.get("ms", {}).get("collect_decode", DONE_BEFORE_READ_MS) < DONE_BEFORE_READ_MS):
+            total += step["prepare_ms"]
+    return total
 
 
 def turnover_summary(steps: list[dict], full_rows: int) -> dict | None:
@@ -176,7 +199,9 @@ def render(summary: dict) -> str:
     lines = [f"span {span:.0f} ms, {summary['steps']} steps from the first full one ({summary['full_rows']} rows); "
              f"mean decode rows a step {summary['mean_rows']:.1f}; rows in use over the span (time-weighted"
              + (f", {summary['pauses']} pauses of > {PAUSE_MS / 1e3:g} s left out" if summary["pauses"] else "")
-             + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread",
+             + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread"
+             + (f" ({summary['prepare_idle_ms']:.1f} of them in steps that found the decode before them done: the "
+                "GPU's wait on builds is at most that)" if summary.get("prepare_idle_ms") else ""),
              "",
              "| steps | count | ms | share | median ms | mean ms |", "|---|---|---|---|---|---|"]
     for kind, g in sorted(summary["groups"].items(), key=lambda kv: -kv[1].total):
