@@ -3,24 +3,25 @@
 # One call for what the session's device time allowed (its first calls found no machine): the 0.6B c=64 target
 # (>= 800 audio-s/s in <= 8 GB over HTTP) under today's defaults, alternating with the code predictor's GEMMs on
 # skinny_linear + PDL (VOXFLOW_CP_SKINNY_GEMMS=1; cuBLAS's GEMM kernels cannot take part in PDL, session 58):
-# d_0 (compiles), the switch's GPU test (compiles the skinny kernels at 64 rows), then s_1 d_1 s_2 d_2 until UNTIL
-# (default 470 s), then probe_gemms_beside_codec.py if time is left (PROBE_UNTIL, default 480 s).
+# d_0 s_1 d_1 s_2 d_2 until UNTIL (default 420 s; each server compiles its kernels before it is ready), then the
+# switch's GPU test (TEST_UNTIL, default 480 s) and probe_gemms_beside_codec.py (PROBE_UNTIL, default 480 s) if time
+# is left.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
 wait $CK6
-http_small d_0                                                       # (the first server compiles the kernels)
-pack_results
-gpu_tests 150 tests/gpu/test_gpu_cp_layer.py -k skinny_gemms
-pack_results
 variant() {
   if [[ $1 == s_* ]]; then VOXFLOW_CP_SKINNY_GEMMS=1 http_small "$1"; else http_small "$1"; fi
 }
-alternate "${UNTIL:-470}" s_1 d_1 s_2 d_2
+alternate "${UNTIL:-420}" d_0 s_1 d_1 s_2 d_2          # (each server compiles what it needs before it is ready)
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs
 grep -H "ran dry" "$R"/*.md
 pack_results
+if (( SECONDS < ${TEST_UNTIL:-480} )); then
+  gpu_tests 100 tests/gpu/test_gpu_cp_layer.py -k skinny_gemms
+  pack_results
+fi
 if (( SECONDS < ${PROBE_UNTIL:-480} )); then
   timeout 100 python3 benchmarks/scripts/probe_gemms_beside_codec.py --rounds 2 2>&1 | tee "$R/probe_gemms_beside_codec.txt"
   pack_results
