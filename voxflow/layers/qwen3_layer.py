@@ -55,10 +55,12 @@ FOLDED_NORMS = os.environ.get("VOXFLOW_FOLDED_NORMS", "1") == "1"
 FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
 # The code predictor's folded layer steps with their four GEMMs on skinny_linear instead of cuBLAS, at most
 # MAX_SKINNY_GEMM_ROWS rows: with PDL (Hopper) each starts while the kernel before it ends, which cuBLAS's GEMM
-# kernels cannot (session 58: no griddepcontrol in their SASS). An experiment switch for served A/Bs (session 59),
-# off by default: session 25 found such a step faster alone but not served beside the codec;
-# benchmarks/scripts/probe_gemms_beside_codec.py times the chain in both conditions. VOXFLOW_CP_SKINNY_GEMMS=1.
-CP_SKINNY_GEMMS = os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "0") == "1"
+# kernels cannot (session 58: no griddepcontrol in their SASS). ON since session 59 (an H100, 0.6B c=64 over HTTP in
+# <= 8 GB, alternating: 787.5 / 785.3 / 785.8 audio-s/s against 759.8 / 759.8 / 744.8 / 757.3 with cuBLAS, full
+# steps free of prefill 5.95-5.99 against 6.15-6.22 ms; a layer pass's four GEMMs alone 28.2 against 31.3-31.7 us:
+# benchmarks/results/h100/2026-12-07-session59). Session 25 had measured such a step faster alone but not served,
+# on a talker and codec since rebuilt. VOXFLOW_CP_SKINNY_GEMMS=0 turns it off.
+CP_SKINNY_GEMMS = os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "1") == "1"
 
 
 class Qwen3Attention(nn.Module):
