@@ -1,33 +1,31 @@
 #!/usr/bin/env bash
-# Prepared in session 58; ran as session 59 call 1. ~420 s; carry [".whl", ".device_tree"] (the tree plus .whl must stay under
-# the device's 64 MiB copy limit: session 58 took the raw traces of sessions 51-58 out of the tree for it).
-# 1. The 1.7B targets over HTTP under today's defaults (the 8-chunk layout, the upsample stages over rows, the API
-#    process's startup objects frozen out of its garbage collector): c=16 twice (session 58's one run had p99 107 ms
-#    against the 100 ms target: twelve requests held by a ~60 ms stall of the API process, one event-loop wake-up
-#    late by 50-100 ms; each stop_server prints the API's GC pauses since the server was ready), then c=1 and c=64.
-# 2. On the same server with --no-gc-freeze, c=16 twice more, if time is left (UNTIL, default 400 s).
-# Then h200_next_run2.sh (the 0.6B target) on the warm machine, if the session's budget allows.
+# Prepared in session 59 as h200_session59_call3.sh; ran as session 59 call 1 (an H100), with UNTIL=330
+# TEST_UNTIL=360 PROBE_UNTIL=300. ~560 s on a fresh machine with the defaults below; carry [".whl", ".device_tree"].
+# One call for what the session's device time allowed (its first calls found no machine): the 0.6B c=64 target
+# (>= 800 audio-s/s in <= 8 GB over HTTP) under today's defaults, alternating with the code predictor's GEMMs on
+# skinny_linear + PDL (VOXFLOW_CP_SKINNY_GEMMS=1; cuBLAS's GEMM kernels cannot take part in PDL, session 58):
+# d_0 s_1 d_1 s_2 d_2 until UNTIL (default 420 s; each server compiles its kernels before it is ready), then the
+# switch's GPU test (TEST_UNTIL, default 480 s) and probe_gemms_beside_codec.py (PROBE_UNTIL, default 480 s) if time
+# is left.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
-start_call 1.7B
-wait $CK
-if serve_variant frozen; then
-  bench_http_at 16 c16_frozen_1
-  bench_http_at 16 c16_frozen_2
-  pack_results
-  bench_http_at 1 c1_frozen
-  bench_http_at 64 c64_frozen
-  stop_server frozen
-fi
-pack_results
-if (( SECONDS < ${UNTIL:-400} )) && serve_variant unfrozen --no-gc-freeze; then
-  bench_http_at 16 c16_unfrozen_1
-  bench_http_at 16 c16_unfrozen_2
-  stop_server unfrozen
-fi
-grep -h "^| c=" $R/h200_1p7b_http_*.md
-grep -H "ran dry" $R/*.md
+start_call 0.6B
+wait $CK6
+variant() {
+  if [[ $1 == s_* ]]; then VOXFLOW_CP_SKINNY_GEMMS=1 http_small "$1"; else http_small "$1"; fi
+}
+alternate "${UNTIL:-420}" d_0 s_1 d_1 s_2 d_2          # (each server compiles what it needs before it is ready)
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs
+grep -H "ran dry" "$R"/*.md
 pack_results
+if (( SECONDS < ${TEST_UNTIL:-480} )); then
+  gpu_tests 100 tests/gpu/test_gpu_cp_layer.py -k skinny_gemms
+  pack_results
+fi
+if (( SECONDS < ${PROBE_UNTIL:-480} )); then
+  timeout 100 python3 benchmarks/scripts/probe_gemms_beside_codec.py --rounds 2 2>&1 \
+    | tee "$R/probe_gemms_beside_codec.txt"
+  pack_results
+fi
 echo "done at ${SECONDS}s"
