@@ -345,6 +345,35 @@ def check_folded_layer_through_a_self_attending_cache(fused, monkeypatch, dtype,
     assert rel <= tol, (dtype, rel)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def check_talker_skinny_gemms_through_a_self_attending_cache(monkeypatch, dtype, tol):
+    """qwen3_layer.TALKER_SKINNY_GEMMS: the folded step of nine rows through the talker's kind of cache runs its four
+    GEMMs on skinny_linear (spied: the residual adds in o_proj's and down_proj's) and stays within tol of max |out|
+    of the same folded step on cuBLAS; with the switch off none runs there (CP_SKINNY_GEMMS, whatever its value,
+    is for the code predictor's cache only)."""
+    from voxflow.kernels import skinny_linear as sk
+    monkeypatch.setattr(qwen3_layer, "use_kernels", lambda t: True)
+    monkeypatch.setattr(qwen3_layer, "FOLDED_NORMS_PAGED", True)
+    monkeypatch.setattr(qwen3_layer, "CP_SKINNY_GEMMS", True)
+    layer = tiny_layer(128, 16, 8, 16, dtype, seed=18)
+    gen = torch.Generator().manual_seed(19)
+    x = torch.randn(9, 1, 128, generator=gen).to(dtype)
+    past = [torch.randn(9, 8, 5, 16, generator=gen).to(dtype) for _ in range(2)]
+    cos, sin = rotary_layer.RotaryEmbedding(16, 1e6)(torch.full((9, 1), 5), dtype)
+    calls, real = [], sk.skinny_linear
+    monkeypatch.setattr(sk, "skinny_linear", lambda *a, **kw: (calls.append(kw.get("residual") is not None),
+                                                                real(*a, **kw))[1])
+    with torch.no_grad():
+        monkeypatch.setattr(qwen3_layer, "TALKER_SKINNY_GEMMS", True)
+        got = layer(x, cos, sin, _SelfAttendingCache(*past), None)
+        assert calls == [False, True, False, True], calls
+        monkeypatch.setattr(qwen3_layer, "TALKER_SKINNY_GEMMS", False)
+        want = layer(x, cos, sin, _SelfAttendingCache(*past), None)
+        assert len(calls) == 4
+    rel = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+    assert rel <= tol, (dtype, rel)
+
+
 def check_cpu_layer_runs_no_kernel(fused, monkeypatch):
     """Without the switch forced (CPU tensors), the layer runs exactly the plain torch code."""
     calls = []

@@ -428,6 +428,23 @@ def test_gpu_talker_folded_norms_engine_equals_cpu_reference(monkeypatch):
     assert_equals_reference(got, texts)
 
 
+def test_gpu_talker_skinny_gemms_engine_equals_cpu_reference(monkeypatch):
+    """qwen3_layer.TALKER_SKINNY_GEMMS (an experiment switch, set here): twelve requests (decode bucket 16), so the
+    talker's folded layer steps run their four GEMMs on skinny_linear (counted with residual adds: o_proj's and
+    down_proj's); the same fp32 codes and audio as the CPU loop."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import skinny_linear as sk
+    monkeypatch.setattr(layer_mod, "FOLDED_NORMS_PAGED", True)
+    monkeypatch.setattr(layer_mod, "TALKER_SKINNY_GEMMS", True)
+    monkeypatch.setattr(layer_mod, "CP_SKINNY_GEMMS", False)        # (only the talker's GEMMs counted below)
+    calls, real = [], sk.skinny_linear
+    monkeypatch.setattr(sk, "skinny_linear", lambda *a, **kw: (calls.append(a[0].shape[0]), real(*a, **kw))[1])
+    texts = TEXTS * 3
+    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    assert any(rows > 8 for rows in calls), "the talker's GEMMs never ran on skinny_linear above the skinny sizes"
+    assert_equals_reference(got, texts)
+
+
 def test_gpu_outputs_sent_while_the_host_waits_equal_cpu_reference(monkeypatch):
     """emit_while_waiting: on a GPU the host polls the codec while it waits for the decode in flight, and the chunks
     (and finals) that land leave at once (how many depends on the GPU's timing: printed; the CPU test with a

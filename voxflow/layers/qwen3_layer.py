@@ -61,6 +61,10 @@ FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
 # benchmarks/results/h100/2026-12-07-session59). Session 25 had measured such a step faster alone but not served,
 # on a talker and codec since rebuilt. VOXFLOW_CP_SKINNY_GEMMS=0 turns it off.
 CP_SKINNY_GEMMS = os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "1") == "1"
+# The same for the talker's folded layer steps through its paged view (the 0.6B talker's layers have the code
+# predictor's widths; the 1.7B's are twice as wide). An experiment switch for a served A/B, off until measured:
+# VOXFLOW_TALKER_SKINNY_GEMMS=1.
+TALKER_SKINNY_GEMMS = os.environ.get("VOXFLOW_TALKER_SKINNY_GEMMS", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -353,11 +357,12 @@ def _folds(cache) -> bool:
 
 
 def _folded_skinny(cache, rows: torch.Tensor) -> bool:
-    """Whether this folded layer step runs its GEMMs on skinny_linear (CP_SKINNY_GEMMS): through the code
-    predictor's cache (it attends raw projections), with rows the kernel takes (each GEMM still checks its
-    operands)."""
-    return (CP_SKINNY_GEMMS and 1 <= rows.shape[0] <= MAX_SKINNY_GEMM_ROWS
-            and getattr(cache, "attend_raw", None) is not None)
+    """Whether this folded layer step runs its GEMMs on skinny_linear: with rows the kernel takes (each GEMM still
+    checks its operands), through the code predictor's cache (it attends raw projections) under CP_SKINNY_GEMMS or
+    through the talker's paged view under TALKER_SKINNY_GEMMS."""
+    if not 1 <= rows.shape[0] <= MAX_SKINNY_GEMM_ROWS:
+        return False
+    return CP_SKINNY_GEMMS if getattr(cache, "attend_raw", None) is not None else TALKER_SKINNY_GEMMS
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
