@@ -75,3 +75,25 @@ def test_folding_in_place_keeps_the_layer_and_hands_out_its_own_weights():
     qkv, gate_up = fn.folded_weights(lay)
     assert qkv.data_ptr() == lay.self_attn.fused_qkv().data_ptr()
     assert gate_up.data_ptr() == lay.mlp.fused_gate_up().data_ptr()
+
+
+def test_which_folded_steps_take_the_skinny_gemms(monkeypatch):
+    """qwen3_layer._folded_skinny: CP_SKINNY_GEMMS for the code predictor's cache (it attends raw projections),
+    TALKER_SKINNY_GEMMS for the talker's paged view; True always, "auto" only where the kernels launch with PDL,
+    False never; never above skinny_linear's 64 rows."""
+    import types
+
+    from voxflow.kernels import skinny_linear as sk
+    from voxflow.layers import qwen3_layer as ql
+    assert ql.MAX_SKINNY_GEMM_ROWS == sk.MAX_M
+    cp_cache, talker_view = types.SimpleNamespace(attend_raw=object()), types.SimpleNamespace(attend=object())
+    rows = {m: torch.zeros(m, 8) for m in (1, 9, 64, 65)}
+    pdl = [False]
+    monkeypatch.setattr(ql, "use_pdl", lambda t: pdl[0])
+    for cp_switch, talker_switch in ((True, False), ("auto", True), (False, "auto")):
+        monkeypatch.setattr(ql, "CP_SKINNY_GEMMS", cp_switch)
+        monkeypatch.setattr(ql, "TALKER_SKINNY_GEMMS", talker_switch)
+        for pdl[0] in (False, True):
+            for cache, switch in ((cp_cache, cp_switch), (talker_view, talker_switch)):
+                want = switch is True or (switch == "auto" and pdl[0])
+                assert [ql._folded_skinny(cache, rows[m]) for m in (1, 9, 64, 65)] == [want, want, want, False]

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from voxflow.kernels import use_kernels
+from voxflow.kernels import use_kernels, use_pdl
 from voxflow.layers.attention import KVCache, LayerKVCache, attention_bias, eager_attention
 from voxflow.layers.fused_linear import fuse_weights, kept_fused
 from voxflow.layers.mlp import SwiGLU
@@ -59,12 +59,15 @@ FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
 # <= 8 GB, alternating: 787.5 / 785.3 / 785.8 audio-s/s against 759.8 / 759.8 / 744.8 / 757.3 with cuBLAS, full
 # steps free of prefill 5.95-5.99 against 6.15-6.22 ms; a layer pass's four GEMMs alone 28.2 against 31.3-31.7 us:
 # benchmarks/results/h100/2026-12-07-session59). Session 25 had measured such a step faster alone but not served,
-# on a talker and codec since rebuilt. VOXFLOW_CP_SKINNY_GEMMS=0 turns it off.
-CP_SKINNY_GEMMS = os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "1") == "1"
+# on a talker and codec since rebuilt. Values: "auto" (the default: where the kernels launch with PDL, the only
+# setting measured; without PDL the chain was 2.5-3.6% faster than cuBLAS's on the H100, never served), "1" (always),
+# "0" (never). The module value is True, False or "auto".
+_SWITCH_VALUES = {"1": True, "0": False, "auto": "auto"}
+CP_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "auto"), "auto")
 # The same for the talker's folded layer steps through its paged view (the 0.6B talker's layers have the code
 # predictor's widths; the 1.7B's are twice as wide). An experiment switch for a served A/B, off until measured:
-# VOXFLOW_TALKER_SKINNY_GEMMS=1.
-TALKER_SKINNY_GEMMS = os.environ.get("VOXFLOW_TALKER_SKINNY_GEMMS", "0") == "1"
+# VOXFLOW_TALKER_SKINNY_GEMMS=1 (or auto).
+TALKER_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_TALKER_SKINNY_GEMMS", "0"), False)
 
 
 class Qwen3Attention(nn.Module):
@@ -362,7 +365,8 @@ def _folded_skinny(cache, rows: torch.Tensor) -> bool:
     through the talker's paged view under TALKER_SKINNY_GEMMS."""
     if not 1 <= rows.shape[0] <= MAX_SKINNY_GEMM_ROWS:
         return False
-    return CP_SKINNY_GEMMS if getattr(cache, "attend_raw", None) is not None else TALKER_SKINNY_GEMMS
+    switch = CP_SKINNY_GEMMS if getattr(cache, "attend_raw", None) is not None else TALKER_SKINNY_GEMMS
+    return switch is True or (switch == "auto" and use_pdl(rows))
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
