@@ -6,6 +6,7 @@
 # d_0 is also the 0.6B target under today's defaults). Then the switch's GPU tests (the engine's fp32 codes against
 # the CPU loop with it on; the talker's interpreter check runs in CI) and, with the code predictor's switch on by
 # default, the code predictor's GPU tests, until TEST_UNTIL (default 470 s).
+# Then, if time is left (PROBE_UNTIL, default 520 s), probe_gemms_beside_codec.py at the 1.7B talker's widths.
 # If it wins on the 0.6B: the 1.7B talker (twice as wide) needs its own A/B before the switch is made the default.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
@@ -22,6 +23,11 @@ pack_results
 if (( SECONDS < ${TEST_UNTIL:-470} )); then
   gpu_tests $(( ${TEST_UNTIL:-470} + 100 - SECONDS )) tests/gpu/test_gpu_engine.py tests/gpu/test_gpu_cp_layer.py \
     -k "talker_skinny or folded_norms or test_gpu_cp_layer"
+  pack_results
+fi
+if (( SECONDS < ${PROBE_UNTIL:-520} )); then     # would the 1.7B talker's widths gain too? (alone / beside the codec)
+  timeout 80 python3 benchmarks/scripts/probe_gemms_beside_codec.py --rounds 2 --shape talker-1.7b 2>&1 \
+    | tee "$R/probe_gemms_talker_1p7b.txt"
   pack_results
 fi
 echo "done at ${SECONDS}s"

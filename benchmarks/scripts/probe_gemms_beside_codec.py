@@ -15,7 +15,7 @@ skinny_linear launches around the same silu * up kernel, with PDL and, as a thir
 mean of REPLAYS replays, first alone, then while a thread keeps the codec busy (16 streams x 25-frame calls of
 random real-size weights, fp16, on --sms SMs).
 
-    python benchmarks/scripts/probe_gemms_beside_codec.py [--sms 64] [--rounds 3]
+    python benchmarks/scripts/probe_gemms_beside_codec.py [--sms 64] [--rounds 3] [--shape cp|talker-1.7b] [--rows 64]
 """
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ import torch
 import torch.nn.functional as F
 
 ROWS, HIDDEN, HEADS_WIDTH, KV_WIDTH, INTER = 64, 1024, 2048, 1024, 3072      # the 0.6B code predictor's layer
+# --shape: (hidden, q heads x head_dim, kv heads x head_dim, intermediate) of the layers whose GEMMs are timed
+SHAPES = {"cp": (1024, 2048, 1024, 3072),           # either code predictor's layer (and the 0.6B talker's widths)
+          "talker-1.7b": (2048, 2048, 1024, 6144)}  # the 1.7B talker's layer (VOXFLOW_TALKER_SKINNY_GEMMS)
 LAYERS = 10                                     # 10 x 31.5 MB of weights: past an H100 / H200 L2
 REPLAYS = 50
 # Beside the codec: enough replays for the window to span many codec calls (~10 ms each). Session 59's first run
@@ -36,7 +39,7 @@ REPLAYS_BESIDE = 1000
 
 def weights(layers: int) -> list[dict]:
     def w(n, k):
-        return (torch.randn(n, k, device="cuda") * k ** -0.5).bfloat16()
+        return (torch.randn(n, k, device="cuda") * (0.5 * k ** -0.5)).bfloat16()   # (damped: 10 layers stay finite)
     return [{"qkv": w(HEADS_WIDTH + 2 * KV_WIDTH, HIDDEN), "o": w(HIDDEN, HEADS_WIDTH),
              "gate_up": w(2 * INTER, HIDDEN), "down": w(HIDDEN, INTER)} for _ in range(layers)]
 
@@ -123,10 +126,15 @@ class CodecLoad:
 
 
 def main() -> None:
+    global ROWS, HIDDEN, HEADS_WIDTH, KV_WIDTH, INTER
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sms", type=int, default=64, help="the codec's green-context SMs (as codec_sms)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="cp", help="the layer widths (default: cp)")
+    ap.add_argument("--rows", type=int, default=ROWS, help="rows a GEMM (<= 64, skinny_linear's most)")
     args = ap.parse_args()
+    ROWS = args.rows
+    HIDDEN, HEADS_WIDTH, KV_WIDTH, INTER = SHAPES[args.shape]
     torch.manual_seed(0)
     ps = weights(LAYERS)
     from voxflow.kernels import pdl_enabled, set_pdl_enabled
@@ -136,8 +144,9 @@ def main() -> None:
         graphs["skinny"] = graphed(skinny_layer, ps)
         set_pdl_enabled(True)
     load = CodecLoad(args.sms)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: us a {ROWS}-row layer pass (4 GEMMs), "
-          f"{LAYERS} layers x {REPLAYS} replays; beside = while the codec decodes on {args.sms} SMs")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: us a {ROWS}-row {args.shape} layer pass "
+          f"(4 GEMMs + silu * up), "
+          f"{LAYERS} layers x {REPLAYS} replays alone, {REPLAYS_BESIDE} beside the codec (on {args.sms} SMs)")
     for r in range(args.rounds):
         for name, graph in graphs.items():
             graph.replay()                                              # (warm)
