@@ -41,6 +41,8 @@
 #                               $R/profile_codec_16_fp16_sms64_LABEL.txt, the per-call lines shown
 #   summarize_steps GLOB LINES  each step trace matching GLOB (under $R) summarised (step_trace_summary, its first LINES
 #                               lines) into $R/step_summaries.txt
+#   probe_gemms UNTIL SECONDS NAME [ARGS]  if SECONDS < UNTIL: probe_gemms_beside_codec.py (ARGS: its options) for at
+#                               most SECONDS into $R/NAME.txt, shown, then pack_results
 #   print_footprint RESULT      a bench result's preemptions and GPU footprint (peak total, peak reserved, and memory
 #                               outside the allocator by startup stage when recorded), GiB
 #   serve_small NAME [ARGS]     serve_variant for /tmp/real-0.6b in the <= 8 GB configuration (a 2.4 GB KV pool, the
@@ -325,6 +327,13 @@ summarize_steps() {
     case $f in *.pstats) continue ;; esac       # (a traced run's prepare profile beside its trace)
     echo "== $f"; python3 -m voxflow.tools.step_trace_summary "$f" | head -"$2"
   done > "$R/step_summaries.txt"
+}
+
+probe_gemms() {
+  local until=$1 limit=$2 name=$3; shift 3
+  (( SECONDS < until )) || return 0
+  timeout "$limit" python3 benchmarks/scripts/probe_gemms_beside_codec.py "$@" 2>&1 | tee "$R/$name.txt"
+  pack_results
 }
 
 wrap_up() {                      # PATTERN LINES: a call's closing lines (step summaries, turnovers, every run's cells)

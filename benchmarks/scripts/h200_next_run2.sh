@@ -18,9 +18,5 @@ summarize_steps "steps_http_*.jsonl*" 20
 report_runs
 grep -H "ran dry" "$R"/*.md
 pack_results
-if (( SECONDS < ${PROBE_UNTIL:-330} )); then
-  timeout 90 python3 benchmarks/scripts/probe_gemms_beside_codec.py --rounds 2 2>&1 \
-    | tee "$R/probe_gemms_beside_codec.txt"
-  pack_results
-fi
+probe_gemms "${PROBE_UNTIL:-330}" 90 probe_gemms_beside_codec --rounds 2
 echo "done at ${SECONDS}s"

@@ -25,9 +25,5 @@ if (( SECONDS < ${TEST_UNTIL:-470} )); then
     -k "talker_skinny or folded_norms or test_gpu_cp_layer"
   pack_results
 fi
-if (( SECONDS < ${PROBE_UNTIL:-520} )); then     # would the 1.7B talker's widths gain too? (alone / beside the codec)
-  timeout 80 python3 benchmarks/scripts/probe_gemms_beside_codec.py --rounds 2 --shape talker-1.7b 2>&1 \
-    | tee "$R/probe_gemms_talker_1p7b.txt"
-  pack_results
-fi
+probe_gemms "${PROBE_UNTIL:-520}" 80 probe_gemms_talker_1p7b --rounds 2 --shape talker-1.7b   # (wider GEMMs gain?)
 echo "done at ${SECONDS}s"

@@ -23,9 +23,5 @@ if (( SECONDS < ${TEST_UNTIL:-480} )); then
   gpu_tests 100 tests/gpu/test_gpu_cp_layer.py -k skinny_gemms
   pack_results
 fi
-if (( SECONDS < ${PROBE_UNTIL:-480} )); then
-  timeout 100 python3 benchmarks/scripts/probe_gemms_beside_codec.py --rounds 2 2>&1 \
-    | tee "$R/probe_gemms_beside_codec.txt"
-  pack_results
-fi
+probe_gemms "${PROBE_UNTIL:-480}" 100 probe_gemms_beside_codec --rounds 2
 echo "done at ${SECONDS}s"

@@ -320,7 +320,6 @@ class Qwen3DecoderLayer(nn.Module):
         predictor's static cache, whose 2-token first step runs so as one pass of B * S rows). None (nothing
         run): the folded weights do not exist yet (first use inside a graph capture)."""
         from voxflow.kernels import silu_mul as sm
-        from voxflow.kernels import skinny_linear as sk
         from voxflow.layers import folded_norms as fn
         weights = fn.folded_weights(self)
         if weights is None:
@@ -331,25 +330,16 @@ class Qwen3DecoderLayer(nn.Module):
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
         skinny = _folded_skinny(cache, rows)
-        qkv = (sk.skinny_linear(rows, qkv_w) if skinny and sk.supported(rows, qkv_w)
-               else F.linear(rows, qkv_w)).view(b, s, -1)                       # [B, S, width], not normed yet
+        qkv = _folded_gemm(skinny, rows, qkv_w).view(b, s, -1)                 # [B, S, width], not normed yet
         out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
-        o_w = attn.o_proj.weight
-        out = out.reshape(b * s, -1)
-        if skinny and sk.supported(out, o_w):
-            h = sk.skinny_linear(out, o_w, residual=rows, out=rows if x_owned else None)
-        else:
-            h = rows.addmm_(out, o_w.t()) if x_owned else torch.addmm(rows, out, o_w.t())
-        gate_up = sk.skinny_linear(h, gate_up_w) if skinny and sk.supported(h, gate_up_w) else F.linear(h, gate_up_w)
+        h = _folded_gemm(skinny, out.reshape(b * s, -1), attn.o_proj.weight, residual=rows, in_place=x_owned)
+        gate_up = _folded_gemm(skinny, h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
-        down_w = mlp.down_proj.weight
-        if skinny and sk.supported(act, down_w):
-            return sk.skinny_linear(act, down_w, residual=h, out=h).view(b, s, hidden)
-        return h.addmm_(act, down_w.t()).view(b, s, hidden)        # h is ours either way
+        return _folded_gemm(skinny, act, mlp.down_proj.weight, residual=h, in_place=True).view(b, s, hidden)  # (ours)
 
 
 def _folds(cache) -> bool:
@@ -367,6 +357,20 @@ def _folded_skinny(cache, rows: torch.Tensor) -> bool:
         return False
     switch = CP_SKINNY_GEMMS if getattr(cache, "attend_raw", None) is not None else TALKER_SKINNY_GEMMS
     return switch is True or (switch == "auto" and use_pdl(rows))
+
+
+def _folded_gemm(skinny: bool, a: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
+                 in_place: bool = False) -> torch.Tensor:
+    """[residual +] a @ w^T for a folded layer step: on skinny_linear (the add in its epilogue) when `skinny` and it
+    takes the operands, else cuBLAS (F.linear, or addmm with the add in the GEMM). in_place: the sum is written into
+    residual."""
+    if skinny:
+        from voxflow.kernels import skinny_linear as sk
+        if sk.supported(a, w):
+            return sk.skinny_linear(a, w, residual=residual, out=residual if in_place else None)
+    if residual is None:
+        return F.linear(a, w)
+    return residual.addmm_(a, w.t()) if in_place else torch.addmm(residual, a, w.t())
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
