@@ -166,7 +166,7 @@ def check_folded_norms_path_against_reference():
 
 
 def check_cp_skinny_gemms_against_reference():
-    """qwen3_layer.CP_SKINNY_GEMMS (an experiment switch, off by default): at nine rows every folded single-token
+    """qwen3_layer.CP_SKINNY_GEMMS (on by default where PDL runs; set on here): at nine rows every folded single-token
     layer step runs its four GEMMs on skinny_linear (spied: q|k|v, o_proj + residual, gate|up, down + residual),
     and the logits stay within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the
     reference's. (CP_JOINT_PREFILL held off: the 2-token prefill keeps the plain path, so only the 3 single-token
@@ -603,8 +603,10 @@ def check_folded_head_against_reference():
     norm never runs (spied), each draw's scaled logits (folded_norms.scale_rows, what the kernel does) are the
     head's logits of the normed rows within 1e-5 (fp32) / two bf16 roundings of max |logit|, and fp32 greedy codes
     and the frame embedding equal those with it off. (bf16 sampled codes are not compared: one rounding apart,
-    a flipped draw changes every later input of its row.)"""
+    a flipped draw changes every later input of its row.) With qwen3_layer.SKINNY_HEADS too: the 4 heads' GEMMs run on
+    skinny_linear (spied), the same tolerances, the same fp32 codes and frame embedding."""
     import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import skinny_linear as sk
     import voxflow.layers.static_kv_cache as cache_mod
     import voxflow.models.qwen3_tts.batch_sampling as bs
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
@@ -613,9 +615,10 @@ def check_folded_head_against_reference():
     from voxflow.models.qwen3_tts.sampling import WarpParams
     mods = (layer_mod, cache_mod, cp_mod, bs)
     saved = [m.use_kernels for m in mods]
-    saved_switch = cp_mod.CP_FOLDED_HEAD
-    real_select = fused.select_tokens
-    scaled, norms, draws = [], [], []
+    saved_switch, saved_heads = cp_mod.CP_FOLDED_HEAD, layer_mod.SKINNY_HEADS
+    real_select, real_skinny = fused.select_tokens, sk.skinny_linear
+    scaled, norms, draws, heads = [], [], [], []
+    sk.skinny_linear = lambda x, w, **kw: (heads.append(w.shape[0] == 256), real_skinny(x, w, **kw))[1]
     fused.select_tokens = lambda *a, **kw: (scaled.append(kw.get("row_scale") is not None),
                                             draws.append((a[0], a[7], kw.get("row_scale"))), real_select(*a, **kw))[2]
     try:
@@ -638,13 +641,15 @@ def check_folded_head_against_reference():
             for m in mods:
                 m.use_kernels = lambda t: True
             results = []
-            for on in (True, False):
-                cp_mod.CP_FOLDED_HEAD = on
-                scaled.clear(), norms.clear(), draws.clear()
+            # (the layers' GEMMs stay on cuBLAS: CP_SKINNY_GEMMS' "auto" finds no PDL on the CPU)
+            for on, skinny_heads in ((True, False), (False, False), (True, True)):
+                cp_mod.CP_FOLDED_HEAD, layer_mod.SKINNY_HEADS = on, skinny_heads
+                scaled.clear(), norms.clear(), draws.clear(), heads.clear()
                 sample_fn = bs.residual_sample_fn(params, torch.arange(9) + 5, torch.full((9,), 3), do_sample)
                 with torch.no_grad():
                     results.append(cp.predict(h, c0, sample_fn, frame_embed=True))
                 assert scaled == [on] * 4 and (len(norms) == 0) == on, (on, scaled, len(norms))
+                assert heads == [True] * (4 if skinny_heads else 0), (skinny_heads, heads)
                 for logits, codebook, row_scale in draws if on else ():
                     rows, eps = row_scale
                     with torch.no_grad():
@@ -655,9 +660,11 @@ def check_folded_head_against_reference():
             for m, f in zip(mods, saved):
                 m.use_kernels = f
             if dtype == torch.float32:
-                assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+                for other in results[1:]:
+                    assert torch.equal(results[0][0], other[0]) and torch.equal(results[0][1], other[1])
     finally:
-        fused.select_tokens, cp_mod.CP_FOLDED_HEAD = real_select, saved_switch
+        fused.select_tokens, cp_mod.CP_FOLDED_HEAD, layer_mod.SKINNY_HEADS = real_select, saved_switch, saved_heads
+        sk.skinny_linear = real_skinny
         for m, f in zip(mods, saved):
             m.use_kernels = f
 

@@ -268,10 +268,12 @@ def test_frame_embedding_from_the_code_predictor_pass_equals_embed_frame(cp_hidd
     assert torch.equal(frame_embed, t.embed_frame(torch.cat((c0[:, None], codes), dim=1)))
 
 
-def test_codec_head_takes_the_skinny_gemm_at_one_row_on_the_kernel_path(monkeypatch):
-    """talker.SKINNY_CODEC_HEAD: one row of the decode step's head through skinny_linear (spied here; its numerics
-    are tests/test_kernel_skinny_linear.py's), more rows and the switch off through the nn.Linear; the logits
-    equal the head's either way."""
+def test_codec_head_takes_the_skinny_gemm_on_the_kernel_path(monkeypatch):
+    """talker.SKINNY_CODEC_HEAD: one row of the decode step's head through skinny_linear; qwen3_layer.SKINNY_HEADS:
+    2..64 rows (True always, "auto" only where the kernels launch with PDL); otherwise, and off the kernel path,
+    through the nn.Linear. Spied here (its numerics are tests/test_kernel_skinny_linear.py's); the logits equal the
+    head's either way."""
+    import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.talker as talker_mod
     from voxflow.kernels import skinny_linear as sk
     t = make_talker()
@@ -279,21 +281,26 @@ def test_codec_head_takes_the_skinny_gemm_at_one_row_on_the_kernel_path(monkeypa
 
     def spy(x, w, **kw):
         calls.append(tuple(x.shape))
-        assert not kw and w is t.codec_head.weight
+        assert kw.get("residual") is None and w is t.codec_head.weight
         return torch.nn.functional.linear(x, w)
     monkeypatch.setattr(sk, "skinny_linear", spy)
     monkeypatch.setattr(talker_mod, "use_kernels", lambda x: True)
-    one, two = torch.randn(1, 1, 32), torch.randn(2, 1, 32)
+    pdl = [False]
+    monkeypatch.setattr(layer_mod, "use_pdl", lambda x: pdl[0])
+    one, two, many = torch.randn(1, 1, 32), torch.randn(2, 1, 32), torch.randn(65, 1, 32)
     with torch.no_grad():
-        for on in (False, True):
-            monkeypatch.setattr(talker_mod, "SKINNY_CODEC_HEAD", on)
+        for one_row, heads, pdl[0] in ((False, False, True), (True, False, True), (False, True, False),
+                                       (True, "auto", False), (True, "auto", True)):
+            monkeypatch.setattr(talker_mod, "SKINNY_CODEC_HEAD", one_row)
+            monkeypatch.setattr(layer_mod, "SKINNY_HEADS", heads)
             calls.clear()
-            got_one, got_two = t.codec_logits(one), t.codec_logits(two)
-            assert calls == ([(1, 32)] if on else [])
-            assert got_one.shape == (1, 1, 3072) and got_two.shape == (2, 1, 3072)
-            assert torch.allclose(got_one, t.codec_head(one), atol=ATOL)
-            assert torch.allclose(got_two, t.codec_head(two), atol=ATOL)
+            got = [t.codec_logits(x) for x in (one, two, many)]
+            two_rows = heads is True or (heads == "auto" and pdl[0])
+            assert calls == [(1, 32)] * one_row + [(2, 32)] * two_rows, (one_row, heads, pdl[0])
+            for x, logits in zip((one, two, many), got):
+                assert logits.shape == (x.shape[0], 1, 3072)
+                assert torch.allclose(logits, t.codec_head(x), atol=ATOL)
         monkeypatch.setattr(talker_mod, "use_kernels", lambda x: False)         # a CPU tensor: never
         calls.clear()
-        t.codec_logits(one)
+        t.codec_logits(one), t.codec_logits(two)
         assert calls == []

@@ -445,6 +445,24 @@ def test_gpu_talker_skinny_gemms_engine_equals_cpu_reference(monkeypatch):
     assert_equals_reference(got, texts)
 
 
+def test_gpu_skinny_heads_engine_equals_cpu_reference(monkeypatch):
+    """qwen3_layer.SKINNY_HEADS (an experiment switch, set here): twelve requests (decode bucket 16), so the code
+    predictor's folded heads (vocab 2048) and the talker's codec_head (3072) run on skinny_linear above the skinny
+    sizes (counted by the weights' rows); the same fp32 codes and audio as the CPU loop."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import skinny_linear as sk
+    monkeypatch.setattr(layer_mod, "SKINNY_HEADS", True)
+    calls, real = [], sk.skinny_linear
+    monkeypatch.setattr(sk, "skinny_linear",
+                        lambda *a, **kw: (calls.append((a[0].shape[0], a[1].shape[0])), real(*a, **kw))[1])
+    texts = TEXTS * 3
+    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    heads = {n for rows, n in calls if rows > 8}
+    print(f"head GEMMs above 8 rows on skinny_linear, by output width: {sorted(heads)}")
+    assert {2048, 3072} <= heads, "the heads never ran on skinny_linear above the skinny sizes"
+    assert_equals_reference(got, texts)
+
+
 def test_gpu_outputs_sent_while_the_host_waits_equal_cpu_reference(monkeypatch):
     """emit_while_waiting: on a GPU the host polls the codec while it waits for the decode in flight, and the chunks
     (and finals) that land leave at once (how many depends on the GPU's timing: printed; the CPU test with a

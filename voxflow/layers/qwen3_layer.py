@@ -68,6 +68,11 @@ CP_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "
 # predictor's widths; the 1.7B's are twice as wide). An experiment switch for a served A/B, off until measured:
 # VOXFLOW_TALKER_SKINNY_GEMMS=1 (or auto).
 TALKER_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_TALKER_SKINNY_GEMMS", "0"), False)
+# The heads after those steps on skinny_linear too: the code predictor's 15 heads on its folded steps' un-normed rows
+# (CP_FOLDED_HEAD, 9..64 rows) and the talker's codec_head at 2..64 rows (one row has SKINNY_CODEC_HEAD), 16 GEMMs a
+# frame step that PDL would let start while the kernel before them ends and the token draw after them start early.
+# An experiment switch for a served A/B, off until measured: VOXFLOW_SKINNY_HEADS=1 (or auto).
+SKINNY_HEADS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_SKINNY_HEADS", "0"), False)
 
 
 class Qwen3Attention(nn.Module):
@@ -330,16 +335,16 @@ class Qwen3DecoderLayer(nn.Module):
         b, s, hidden = x.shape
         rows = x.reshape(b * s, hidden)
         skinny = _folded_skinny(cache, rows)
-        qkv = _folded_gemm(skinny, rows, qkv_w).view(b, s, -1)                 # [B, S, width], not normed yet
+        qkv = linear_rows(skinny, rows, qkv_w).view(b, s, -1)  # [B, S, width], not normed yet
         out = attn.attend_folded(qkv, rows, self.input_layernorm.eps, cos, sin, cache)
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
-        h = _folded_gemm(skinny, out.reshape(b * s, -1), attn.o_proj.weight, residual=rows, in_place=x_owned)
-        gate_up = _folded_gemm(skinny, h, gate_up_w)
+        h = linear_rows(skinny, out.reshape(b * s, -1), attn.o_proj.weight, residual=rows, in_place=x_owned)
+        gate_up = linear_rows(skinny, h, gate_up_w)
         gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
         act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
                else fn.silu_mul_folded_reference(gate, up, h, post_eps))
-        return _folded_gemm(skinny, act, mlp.down_proj.weight, residual=h, in_place=True).view(b, s, hidden)  # (ours)
+        return linear_rows(skinny, act, mlp.down_proj.weight, residual=h, in_place=True).view(b, s, hidden)  # (ours)
 
 
 def _folds(cache) -> bool:
@@ -353,17 +358,23 @@ def _folded_skinny(cache, rows: torch.Tensor) -> bool:
     """Whether this folded layer step runs its GEMMs on skinny_linear: with rows the kernel takes (each GEMM still
     checks its operands), through the code predictor's cache (it attends raw projections) under CP_SKINNY_GEMMS or
     through the talker's paged view under TALKER_SKINNY_GEMMS."""
+    return skinny_gemm_wanted(CP_SKINNY_GEMMS if getattr(cache, "attend_raw", None) is not None
+                              else TALKER_SKINNY_GEMMS, rows)
+
+
+def skinny_gemm_wanted(switch, rows: torch.Tensor) -> bool:
+    """Whether a GEMM on `rows` goes to skinny_linear under one of the switches above (True, False or "auto"):
+    1..MAX_SKINNY_GEMM_ROWS rows, and the switch True, or "auto" where the kernels launch with PDL."""
     if not 1 <= rows.shape[0] <= MAX_SKINNY_GEMM_ROWS:
         return False
-    switch = CP_SKINNY_GEMMS if getattr(cache, "attend_raw", None) is not None else TALKER_SKINNY_GEMMS
     return switch is True or (switch == "auto" and use_pdl(rows))
 
 
-def _folded_gemm(skinny: bool, a: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
-                 in_place: bool = False) -> torch.Tensor:
-    """[residual +] a @ w^T for a folded layer step: on skinny_linear (the add in its epilogue) when `skinny` and it
-    takes the operands, else cuBLAS (F.linear, or addmm with the add in the GEMM). in_place: the sum is written into
-    residual."""
+def linear_rows(skinny: bool, a: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
+                in_place: bool = False) -> torch.Tensor:
+    """[residual +] a @ w^T for a folded layer step or a head: on skinny_linear (the add in its epilogue) when
+    `skinny` and it takes the operands, else cuBLAS (F.linear, or addmm with the add in the GEMM). in_place: the sum
+    is written into residual."""
     if skinny:
         from voxflow.kernels import skinny_linear as sk
         if sk.supported(a, w):

@@ -186,7 +186,7 @@ class CodePredictor(nn.Module):
         rows of `projected_tables`, or x's rows themselves without a projection); owned: rows no one else reads,
         which the stack may overwrite (OWNED_INPUT). unnormed (CP_FOLDED_HEAD, above the skinny sizes, with the
         final norm folded into the heads): the head on the stack's un-normed last rows -> (those logits, the rows),
-        for the draw to scale by the rows' factor."""
+        for the draw to scale by the rows' factor (on skinny_linear under qwen3_layer.SKINNY_HEADS)."""
         b, s, _ = x.shape
         cos, sin = rope[0][:, start:start + s], rope[1][:, start:start + s]
         h = projected if projected is not None else self._project(x)
@@ -215,7 +215,8 @@ class CodePredictor(nn.Module):
                 return self.lm_head[j](self.model(h, None, cache, rope=(cos, sin), x_owned=owned)[:, -1])
             last = self.model(h, None, cache, final_norm=False, rope=(cos, sin), x_owned=owned)[:, -1]
         if unnormed:                 # (the stack's or the fused layers' last rows, un-normed)
-            return self.lm_head[j](last), last
+            skinny = qwen3_layer.skinny_gemm_wanted(qwen3_layer.SKINNY_HEADS, last)
+            return qwen3_layer.linear_rows(skinny, last, self.lm_head[j].weight), last
         head, norm = self.lm_head[j].weight, self.model.norm
         if fused and CP_NORM_LINEAR_LM_HEAD:
             from voxflow.kernels import cp_layer, norm_linear as nl

@@ -26,6 +26,7 @@ from torch import nn
 from voxflow.engine.host_to_device import to_device
 from voxflow.kernels import use_kernels
 from voxflow.layers.attention import KVCache
+from voxflow.layers import qwen3_layer
 from voxflow.layers.qwen3_layer import Qwen3DecoderStack, positions_from_mask
 from voxflow.models.qwen3_tts.code_predictor import CodePredictor, SampleFn
 from voxflow.models.qwen3_tts.config import TalkerConfig
@@ -176,15 +177,17 @@ class Talker(nn.Module):
 
         The reference applies the head to every prompt position and then takes the last one. Applying it
         to the last position only gives the same logits up to GEMM rounding (~1e-7 in fp32); pass the whole
-        prefill hidden state when bit-exact parity with the reference matters. One row on the kernel path with
-        SKINNY_CODEC_HEAD: the skinny GEMM (the same products, another summation order).
+        prefill hidden state when bit-exact parity with the reference matters. On the kernel path the skinny GEMM
+        (the same products, another summation order) at one row with SKINNY_CODEC_HEAD, at 2..64 rows with
+        qwen3_layer.SKINNY_HEADS.
         """
         w = self.codec_head.weight
-        if SKINNY_CODEC_HEAD and hidden.dim() >= 2 and hidden.numel() == hidden.shape[-1] and use_kernels(hidden):
-            from voxflow.kernels import skinny_linear as sk
-            row = hidden.reshape(1, -1)
-            if sk.supported(row, w):
-                return sk.skinny_linear(row, w).view(*hidden.shape[:-1], w.shape[0])
+        if hidden.dim() >= 2 and use_kernels(hidden):
+            rows = hidden.reshape(-1, hidden.shape[-1])
+            skinny = (SKINNY_CODEC_HEAD if rows.shape[0] == 1
+                      else qwen3_layer.skinny_gemm_wanted(qwen3_layer.SKINNY_HEADS, rows))
+            if skinny:
+                return qwen3_layer.linear_rows(True, rows, w).view(*hidden.shape[:-1], w.shape[0])
         return self.codec_head(hidden)
 
     # ---- code predictor ---------------------------------------------------------------------------
