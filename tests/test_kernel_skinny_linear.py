@@ -92,7 +92,8 @@ def check_variants(dtype: torch.dtype) -> None:
 
 
 # Config overrides: the other GEMM path at each M (dot at tiny M, register FMAs at large M), small tiles that
-# loop over K several times, and the deterministic split-K (with every prologue/epilogue it must carry over).
+# loop over K several times, and the deterministic split-K (with every prologue/epilogue it must carry over), its
+# partials summed by the last program of each column block (the fixup, the default) or by the reduce kernel.
 OVERRIDES = (
     (3, "bias", dict(USE_DOT=True, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)),
     (33, "norm+residual", dict(USE_DOT=False, BLOCK_M=64, BLOCK_N=8, BLOCK_K=16)),
@@ -100,6 +101,8 @@ OVERRIDES = (
     (5, "gated+residual", dict(SPLIT_K=2)),
     (16, "out=residual+bias", dict(SPLIT_K=4)),
     (64, "norm", dict(SPLIT_K=2, BLOCK_K=32)),
+    (5, "gated+residual", dict(SPLIT_K=2, FIXUP=False)),
+    (16, "out=residual+bias", dict(SPLIT_K=4, FIXUP=False)),
 )
 
 
@@ -114,6 +117,26 @@ def check_config_overrides(dtype: torch.dtype) -> None:
         check(variant, args, got, want, (dtype, m, variant, config))
         again = run_variant(variant, keep, config)        # deterministic: the same bits on a second run
         assert torch.equal(got, again), (dtype, m, variant, config)
+
+
+def check_split_k_fixup(dtype: torch.dtype) -> None:
+    """The split-K fixup (the last program of a column block sums the partials and runs the epilogue) gives the
+    reduce kernel's bits, with every prologue / epilogue, a partial last column block and 2-4 splits; each block's
+    arrival count is back at zero after every call (a count left behind would leave the next call's block unsummed,
+    which the repeated calls would show)."""
+    from voxflow.kernels import skinny_linear as sk
+    g = torch.Generator().manual_seed(3)
+    for m, variant, split in ((64, "norm+residual", 2), (9, "gated+residual", 4), (33, "out=residual+bias", 3)):
+        n, k = 72, 96 * split                                   # (72: the last 16-column block is half full)
+        args = make_inputs(variant, m, n, k, dtype, g)
+
+        def fresh():            # the same weight (its counts) each call; a residual of its own (out= writes it)
+            return dict(args, residual=args["residual"].clone()) if args.get("residual") is not None else args
+        want = run_variant(variant, fresh(), dict(SPLIT_K=split, BLOCK_N=16, FIXUP=False))
+        for _ in range(2):
+            assert torch.equal(run_variant(variant, fresh(), dict(SPLIT_K=split, BLOCK_N=16)), want), (m, variant)
+            counts = sk._ARRIVAL_COUNTS[(args["w"].device, args["w"].data_ptr(), 5)]
+            assert counts.shape == (5,) and not counts.any(), counts
 
 
 def check_weight_preload(dtype: torch.dtype) -> None:
@@ -141,6 +164,10 @@ if IN_CHILD:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_child_config_overrides(dtype):
         check_config_overrides(dtype)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_child_split_k_fixup(dtype):
+        check_split_k_fixup(dtype)
 else:
     def test_skinny_linear_under_the_interpreter_matches_torch():
         run_child(__file__, CHILD_FLAG)
@@ -248,3 +275,15 @@ def test_bad_inputs_raise_clear_errors():
     for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):
             skinny_linear(**kwargs)
+
+
+def test_launch_config_splits_k_only_below_the_switchs_block_count(monkeypatch):
+    """SPLIT_K_BELOW_BLOCKS (off, 0, by default): tensor-core launches with fewer column blocks split K in two where
+    each half is whole tiles; register-FMA launches (M <= 4) and wide N never; off, nothing splits."""
+    from voxflow.kernels import skinny_linear as sk
+    bf16 = torch.bfloat16
+    shapes = ((64, 1024, 2048), (64, 1024, 3072), (16, 1024, 2048), (64, 4096, 1024), (4, 1024, 2048),
+              (64, 1024, 128 + 16))
+    assert [sk.launch_config(m, n, k, bf16)["SPLIT_K"] for m, n, k in shapes] == [1] * 6
+    monkeypatch.setattr(sk, "SPLIT_K_BELOW_BLOCKS", 96)
+    assert [sk.launch_config(m, n, k, bf16)["SPLIT_K"] for m, n, k in shapes] == [2, 2, 2, 1, 1, 1]

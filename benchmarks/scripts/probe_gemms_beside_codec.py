@@ -11,7 +11,8 @@ design can be judged beside the codec without a serving run.
 
 Each variant is LAYERS layer passes of distinct weights (past the L2) captured in one CUDA graph: q|k|v, o_proj +
 residual, gate|up, down + residual with silu * up (cuBLAS: F.linear / addmm_ and the silu_mul kernel; skinny: four
-skinny_linear launches around the same silu * up kernel, with PDL and, as a third variant, without). Timed as the
+skinny_linear launches around the same silu * up kernel, with PDL, with PDL and the N = 1024 GEMMs split along K in two
+(skinny_linear.SPLIT_K_BELOW_BLOCKS, the in-kernel fixup), and without PDL). Timed as the
 mean of REPLAYS replays, first alone, then while a thread keeps the codec busy (16 streams x 25-frame calls of
 random real-size weights, fp16, on --sms SMs).
 
@@ -139,6 +140,11 @@ def main() -> None:
     ps = weights(LAYERS)
     from voxflow.kernels import pdl_enabled, set_pdl_enabled
     graphs = {"cublas": graphed(cublas_layer, ps), "skinny+pdl": graphed(skinny_layer, ps)}
+    from voxflow.kernels import skinny_linear as sk
+    if not sk.SPLIT_K_BELOW_BLOCKS:     # (N = 1024 GEMMs split K in two, the fixup's launch config: read at launch)
+        sk.SPLIT_K_BELOW_BLOCKS = 96
+        graphs["skinny+pdl+splitk"] = graphed(skinny_layer, ps)
+        sk.SPLIT_K_BELOW_BLOCKS = 0
     if pdl_enabled():               # (the switch is read at launch, so a graph captured with it off keeps it off)
         set_pdl_enabled(False)
         graphs["skinny"] = graphed(skinny_layer, ps)
@@ -155,7 +161,7 @@ def main() -> None:
                 calls = load.calls
                 beside = us_per_layer(graph, REPLAYS_BESIDE)
                 calls = load.calls - calls
-            print(f"round {r + 1} {name:11s} alone {alone:6.2f}  beside the codec {beside:6.2f}  "
+            print(f"round {r + 1} {name:17s} alone {alone:6.2f}  beside the codec {beside:6.2f}  "
                   f"({calls} codec calls ended in that window)", flush=True)
 
 

@@ -94,6 +94,34 @@ def test_skinny_linear_config_overrides(dtype):
         assert torch.equal(got, skinny_linear(**args, eps=EPS, config=config))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_skinny_linear_split_k_fixup_equals_the_reduce_kernel(dtype):
+    """The split-K fixup (the last program of each column block sums the partials, FIXUP) gives the reduce kernel's
+    bits at the code predictor's N = 1024 shapes (SPLIT_K_BELOW_BLOCKS' cases) and a 4-way split: eagerly, and
+    eight launches on one weight captured in a CUDA graph (PDL where it runs: each launch's programs start while
+    the one before drains) and replayed 20 times, the outputs cleared before each replay (a block whose count went
+    wrong would leave its columns unsummed). The arrival counts are zero after."""
+    from voxflow.kernels import skinny_linear as sk
+    for m, variant, k, n, split in ((64, "residual", 2048, 1024, 2), (64, "gated+residual", 3072, 1024, 2),
+                                    (9, "norm", 1024, 2048, 4)):
+        args = make_inputs(variant, m, n, k, dtype, seed=3)
+        want = sk.skinny_linear(**args, eps=EPS, config=dict(SPLIT_K=split, FIXUP=False))
+        check(variant, want, reference(**args), (m, variant, "reduce kernel"))
+        assert torch.equal(sk.skinny_linear(**args, eps=EPS, config=dict(SPLIT_K=split)), want), (m, variant)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [sk.skinny_linear(**args, eps=EPS, config=dict(SPLIT_K=split)) for _ in range(8)]
+        for _ in range(20):
+            for out in outs:
+                out.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert all(torch.equal(out, want) for out in outs), (m, variant)
+        counts = [c for key, c in sk._ARRIVAL_COUNTS.items() if key[1] == args["w"].data_ptr()]
+        assert counts and not any(c.any() for c in counts)
+
+
 def test_skinny_linear_in_place_residual():
     from voxflow.kernels.skinny_linear import skinny_linear
     args = make_inputs("gated+residual", 16, 2048, 6144, torch.bfloat16)

@@ -21,9 +21,10 @@ and bf16 results can differ by an ulp where the fp32 value sits near a rounding 
 
 Launch config: `launch_config(m, n, k, dtype)`, a small deterministic function (no autotuner: CUDA-graph
 capturable, same kernel every call); `skinny_linear(..., config=...)` overrides it (benchmarks/scripts/
-tune_skinny_linear.py times candidates). SPLIT_K > 1 (tuning hook only; the heuristic never picks it) writes fp32
-partials to a workspace and a second kernel sums them in a fixed order and runs the epilogue: deterministic,
-but one more launch and one allocation (from torch's caching allocator, which is capture-safe).
+tune_skinny_linear.py times candidates). SPLIT_K > 1 (the heuristic picks it only under SPLIT_K_BELOW_BLOCKS) writes
+fp32 partials to a workspace, and the last program of each column block to finish (an arrival count, FIXUP, the
+default) or a second kernel (FIXUP=False) sums them in a fixed order and runs the epilogue: deterministic either
+way; one allocation a call (from torch's caching allocator, which is capture-safe).
 
 Cost to keep in mind: the prologue is recomputed by every program (N / BLOCK_N times per x element). That is
 free at M <= 8 but at M = 16..64 the gated prologue (exp + IEEE division per element) can cost more than it
@@ -33,6 +34,8 @@ Sizes handled (`supported`): K % 16 == 0 (mask-free K loop with BLOCK_K dividing
 16-byte-aligned W rows), any N >= 1 (columns are masked), 1 <= M <= MAX_M, W with fewer than 2^31 elements.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -60,7 +63,7 @@ QWEN3_TTS_SHAPES = (
     ("talker.codec_head", 2048, 3072, "norm"),
     ("projection", 2048, 1024, "bias"),
 )
-_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "USE_DOT", "SPLIT_K", "num_warps", "num_stages")
+_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "USE_DOT", "SPLIT_K", "FIXUP", "num_warps", "num_stages")
 
 
 @triton.jit
@@ -112,13 +115,13 @@ def _input_tile(x_rows, nw_ptr, kk, m_mask, K, rstd, dtype: tl.constexpr, NORM: 
 
 
 @triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_ptr,
+def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_ptr, count_ptr,
                           M, N, K, k_split, stride_xm, stride_rm, stride_om, k_float, eps,
                           NORM: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
                           PRECISE_EXP: tl.constexpr, DOT_IN_FP32: tl.constexpr, USE_DOT: tl.constexpr,
                           SPLIT_K: tl.constexpr, USE_PDL: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          PRELOAD: tl.constexpr = False):
+                          PRELOAD: tl.constexpr = False, FIXUP: tl.constexpr = False):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     dtype = x_ptr.dtype.element_ty
@@ -177,9 +180,24 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
     if SPLIT_K == 1:
         _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RES)
     else:
-        # fp32 partial sums to ws [SPLIT_K, M, N]; _split_k_reduce_kernel adds them in split order.
-        part = ws_ptr + pid_k * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(part, acc, mask=m_mask[:, None] & n_mask[None, :])
+        # fp32 partial sums to ws [SPLIT_K, M, N], added in split order by _split_k_reduce_kernel or (FIXUP) by the
+        # last of the column block's programs to get here
+        mask = m_mask[:, None] & n_mask[None, :]
+        tile = offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws_ptr + pid_k * M * N + tile, acc, mask=mask)
+        if FIXUP:
+            # Every thread's partial stored before the count (the barrier), the count released and acquired at GPU
+            # scope, the partials read past L1 (.cg: another SM wrote them). The last program resets the count, so
+            # the next call on this stream finds it zero (a PDL kernel after this one touches it after its wait).
+            tl.debug_barrier()
+            arrived = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+            if arrived == SPLIT_K - 1:
+                total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+                for s in tl.static_range(SPLIT_K):        # fixed order: deterministic, as the reduce kernel's
+                    total += tl.load(ws_ptr + s * M * N + tile, mask=mask, other=0.0, cache_modifier=".cg")
+                _epilogue(total, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om,
+                          HAS_BIAS, HAS_RES)
+                tl.atomic_xchg(count_ptr + pid_n, 0)
 
 
 @triton.jit
@@ -193,6 +211,14 @@ def _split_k_reduce_kernel(ws_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
     for s in tl.static_range(SPLIT_K):        # fixed order: deterministic
         acc += tl.load(ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
     _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RES)
+
+
+# Tensor-core launches (M > 4) with fewer column blocks than this split K in two, the last program of a block
+# summing the partials (the fixup: no second launch): the code predictor's N = 1024 GEMMs (o_proj, down_proj) get
+# 128 programs instead of 64 on a 132-SM GPU, each streaming half of K. An experiment switch, off (0) until measured:
+# VOXFLOW_SKINNY_SPLIT_K_BELOW=96. (Session 25, H200, 64 rows: the two-launch split-K 6.68 / 7.40 us against
+# 5.80 / 7.85 unsplit for o_proj / down; how much of that was the reduce launch is what the fixup measures.)
+SPLIT_K_BELOW_BLOCKS = int(os.environ.get("VOXFLOW_SKINNY_SPLIT_K_BELOW", "0"))
 
 
 def _pow2_floor(v: int) -> int:
@@ -216,17 +242,20 @@ def launch_config(m: int, n: int, k: int, dtype: torch.dtype) -> dict:
     use_dot = m > 4
     block_m = max(16 if use_dot else 1, triton.next_power_of_2(m))
     k_pow2 = k & -k                                      # largest power of two dividing K (>= 16 when supported)
+    split = 1
     if use_dot:
         block_n = min(128, max(16, _pow2_floor(n // 128)))
         block_k = min(k_pow2, 64 if dtype == torch.float32 else 128)
         num_warps, num_stages = 4, 4
+        if triton.cdiv(n, block_n) < SPLIT_K_BELOW_BLOCKS and k % (2 * block_k) == 0:
+            split = 2
     else:
         # one row: 4x as many programs (H200, bf16: down_proj 6144 -> 2048 8.78 us at 4 columns vs 11.35 at 16,
         # 3072 -> 1024 4.92 vs 5.13 at 8; tune_cp_layer / tune_talker_one_row, session 9 call 2, session 11 call 1)
         block_n = max(4, _pow2_floor(n // 512)) if m == 1 else min(64, max(8, _pow2_floor(n // 128)))
         block_k = min(k_pow2, 1024, max(32, 16384 // (block_m * block_n)))
         num_warps, num_stages = 4, 2
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=use_dot, SPLIT_K=1,
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=use_dot, SPLIT_K=split,
                 num_warps=num_warps, num_stages=num_stages)
 
 
@@ -280,6 +309,22 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+# The split-K fixup's arrival counts: one int32 per column block, zero between calls (the last program of a block
+# resets its count), one array per weight and block count. Made outside CUDA-graph capture only (a zeroing
+# made inside one would run only when that graph replays); a capture that finds none takes the reduce kernel.
+# Per weight: one GEMM's programs never meet another's unless the same weight's GEMMs overlap on two streams, which
+# the engine never does (the talker's and the code predictor's work is one stream's).
+_ARRIVAL_COUNTS: dict[tuple, torch.Tensor] = {}
+
+
+def _arrival_counts(w: torch.Tensor, blocks: int) -> torch.Tensor | None:
+    key = (w.device, w.data_ptr(), blocks)
+    counts = _ARRIVAL_COUNTS.get(key)
+    if counts is None and not (w.is_cuda and torch.cuda.is_current_stream_capturing()):
+        counts = _ARRIVAL_COUNTS[key] = torch.zeros(blocks, dtype=torch.int32, device=w.device)
+    return counts
+
+
 def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None = None,
                   residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
                   gated: bool = False, out: torch.Tensor | None = None, config: dict | None = None,
@@ -330,15 +375,18 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
         raise ValueError("skinny_linear: the weight preload is for the one-split FMA path")
     # Unused pointer arguments get x (never dereferenced: their constexpr flags compile the loads out).
     ws = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else x
+    counts = _arrival_counts(w, triton.cdiv(n, bn)) if split > 1 and cfg.get("FIXUP", True) else None
     res = residual if residual is not None else x
     _skinny_linear_kernel[(triton.cdiv(n, bn), split)](
         x, w, norm_weight if norm_weight is not None else x, bias if bias is not None else x, res, out, ws,
+        counts if counts is not None else x,
         m, n, k, k // split, x.stride(0), res.stride(0), out.stride(0), float(k), float(eps),
         NORM=norm_weight is not None, GATED=gated, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         PRECISE_EXP=x.is_cuda, DOT_IN_FP32=not x.is_cuda or x.dtype == torch.float32, USE_DOT=cfg["USE_DOT"],
         SPLIT_K=split, USE_PDL=trigger_mode(pdl, "skinny_linear", preload), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        PRELOAD=preload, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **launch_kwargs(pdl))
-    if split > 1:
+        PRELOAD=preload, FIXUP=counts is not None, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **launch_kwargs(pdl))
+    if split > 1 and counts is None:
         _split_k_reduce_kernel[(triton.cdiv(n, 64),)](
             ws, bias if bias is not None else x, res, out, m, n, res.stride(0), out.stride(0),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None, SPLIT_K=split,
