@@ -197,13 +197,15 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
                             + (" preload" if preload else ""),
                             skinny_linear._skinny_linear_kernel, skinny_types, consts,
                             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl)))
-    # The split-K fixup (the last program of a column block sums the partials), with PDL: down_proj at 64 rows.
+    # The split-K fixup (the last program of a column block sums the partials), without and with PDL: down_proj at
+    # 64 rows.
     cfg = dict(skinny_linear.launch_config(64, 1024, 3072, None), SPLIT_K=2)
-    consts = dict(NORM=False, GATED=True, HAS_BIAS=False, HAS_RES=True, PRECISE_EXP=True, DOT_IN_FP32=False,
-                  USE_PDL=True, PRELOAD=False, FIXUP=True, **{k: v for k, v in cfg.items() if k.isupper()})
-    out.append(("skinny_linear m=64 GATED+HAS_RES split-k fixup pdl", skinny_linear._skinny_linear_kernel,
-                dict(skinny_types, count_ptr="*i32"), consts,
-                dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=True)))
+    for pdl in (False, True):
+        consts = dict(NORM=False, GATED=True, HAS_BIAS=False, HAS_RES=True, PRECISE_EXP=True, DOT_IN_FP32=False,
+                      USE_PDL=pdl, PRELOAD=False, FIXUP=True, **{k: v for k, v in cfg.items() if k.isupper()})
+        out.append(("skinny_linear m=64 GATED+HAS_RES split-k fixup" + (" pdl" if pdl else ""),
+                    skinny_linear._skinny_linear_kernel, dict(skinny_types, count_ptr="*i32"), consts,
+                    dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl)))
     # The code predictor's fused layer kernels as the JIT specializes them at batch 1 (M == 1 a constant, aligned
     # pointers and strides), and at 4 rows.
     # The talker's one-row layers (qwen3_layer.ONE_ROW_NORM_LINEAR) at the 1.7B talker's K = 2048.
