@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Prepared in session 60; rename when run. ~320 s; carry [".whl", ".device_tree"].
+# 1. The whole GPU suite at once (`pytest -n 4 tests/gpu`, ~200 s on session 54's H200) under today's defaults: the
+#    code predictor's GEMMs on skinny_linear + PDL (since session 59) had only its own file run; new since: the
+#    skinny heads' engine test, the split-K fixup's test. Until UNTIL (default 260 s).
+# 2. probe_gemms_beside_codec.py (~60 s): a 64-row layer pass's GEMM chain with cuBLAS, skinny_linear + PDL, + the
+#    split-K fixup on the N = 1024 GEMMs, and without PDL; alone and beside the codec. Until PROBE_UNTIL (330 s).
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call
+timeout -s INT -k 20 "${UNTIL:-260}" python3 -m pytest -q -rfEs -n 4 -p no:cacheprovider --durations=20 tests/gpu \
+  > "$R/gpu_tests_all.txt" 2>&1
+echo "pytest rc $?"
+grep -E "passed|failed|error" "$R/gpu_tests_all.txt" | tail -3
+grep -E "^(FAILED|ERROR)" "$R/gpu_tests_all.txt" | head -30
+pack_results
+probe_gemms "${PROBE_UNTIL:-330}" 80 probe_gemms_beside_codec --rounds 2
+echo "done at ${SECONDS}s"
