@@ -1,39 +1,42 @@
 #!/usr/bin/env bash
 # Prepared in session 60; rename when run. ~560 s on a fresh machine; carry [".whl", ".device_tree"].
-# 0.6B c=64 over HTTP in <= 8 GB, alternating four variants on one machine until UNTIL (default 470 s; each server
-# compiles its kernels before it is ready; ~50 s a run):
+# First, while the checkpoint is made: the GPU tests of skinny_linear's split-K fixup and skinny_swiglu (the k and
+# w runs mean nothing if their sums are wrong on the device).
+# Then 0.6B c=64 over HTTP in <= 8 GB, alternating four variants on one machine until UNTIL (default 470 s; each
+# server compiles its kernels before it is ready; ~50 s a run):
 #   d: today's defaults (the code predictor's GEMMs on skinny_linear + PDL since session 59): on an H200 this is also
 #      the 0.6B target (>= 800 audio-s/s in <= 8 GB) under today's defaults;
-#   t: + VOXFLOW_TALKER_SKINNY_GEMMS=1 (the talker's folded layer GEMMs on skinny_linear + PDL; built in session 59);
-#   h: + VOXFLOW_SKINNY_HEADS=1 (the code predictor's 15 heads a step and the talker's codec_head on skinny_linear +
-#      PDL at 9..64 / 2..64 rows; built in session 60);
 #   k: + VOXFLOW_SKINNY_SPLIT_K_BELOW=96 (skinny_linear's N = 1024 GEMMs at 9..64 rows, the code predictor's o_proj
-#      and down_proj, split along K in two with the in-kernel fixup: 128 programs instead of 64; session 60).
-# Then the switches' GPU tests and the code predictor's GPU file until TEST_UNTIL (default 560 s).
+#      and down_proj, split along K in two with the in-kernel fixup: 128 programs instead of 64);
+#   h: + VOXFLOW_SKINNY_HEADS=1 (the code predictor's 15 heads a step and the talker's codec_head on skinny_linear +
+#      PDL at 9..64 / 2..64 rows);
+#   w: + VOXFLOW_SKINNY_SWIGLU=1 (the code predictor's folded steps run gate|up and silu * up as one launch).
+#   (t, VOXFLOW_TALKER_SKINNY_GEMMS=1, session 59's switch, only where time is left: T_UNTIL.)
+# Then the engine tests of the h and w switches (fp32 codes equal the CPU loop's) until TEST_UNTIL (default 570 s).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-# (while the checkpoint is made) the fixup's GPU test first: the k runs mean nothing if its sums are wrong there
-timeout 90 python3 -m pytest -q -rfs --tb=short -p no:cacheprovider tests/gpu/test_gpu_skinny_linear.py -k fixup \
-  > "$R/gpu_tests_fixup.txt" 2>&1
-tail -3 "$R/gpu_tests_fixup.txt"
+timeout 100 python3 -m pytest -q -rfs --tb=short -p no:cacheprovider tests/gpu/test_gpu_skinny_linear.py \
+  -k "fixup or swiglu" > "$R/gpu_tests_kernels.txt" 2>&1
+tail -3 "$R/gpu_tests_kernels.txt"
 wait $CK6
 variant() {
   case $1 in
-    t_*) VOXFLOW_TALKER_SKINNY_GEMMS=1 http_small "$1" ;;
-    h_*) VOXFLOW_SKINNY_HEADS=1 http_small "$1" ;;
     k_*) VOXFLOW_SKINNY_SPLIT_K_BELOW=96 http_small "$1" ;;
+    h_*) VOXFLOW_SKINNY_HEADS=1 http_small "$1" ;;
+    w_*) VOXFLOW_SKINNY_SWIGLU=1 http_small "$1" ;;
+    t_*) VOXFLOW_TALKER_SKINNY_GEMMS=1 http_small "$1" ;;
     *) http_small "$1" ;;
   esac
 }
-alternate "${UNTIL:-470}" d_0 k_1 h_1 t_1 d_1 k_2 h_2 t_2 d_2
+alternate "${UNTIL:-470}" d_0 k_1 h_1 w_1 d_1 k_2 h_2 w_2 d_2
+alternate "${T_UNTIL:-420}" t_1
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs
 grep -H "ran dry" "$R"/*.md
 pack_results
-if (( SECONDS < ${TEST_UNTIL:-560} )); then
-  gpu_tests $(( ${TEST_UNTIL:-560} + 30 - SECONDS )) tests/gpu/test_gpu_engine.py tests/gpu/test_gpu_cp_layer.py \
-    tests/gpu/test_gpu_skinny_linear.py -k "skinny or folded_norms or test_gpu_cp_layer"
+if (( SECONDS < ${TEST_UNTIL:-570} )); then
+  gpu_tests $(( ${TEST_UNTIL:-570} + 20 - SECONDS )) tests/gpu/test_gpu_engine.py -k "skinny_heads or skinny_swiglu"
   pack_results
 fi
 echo "done at ${SECONDS}s"

@@ -463,6 +463,22 @@ def test_gpu_skinny_heads_engine_equals_cpu_reference(monkeypatch):
     assert_equals_reference(got, texts)
 
 
+def test_gpu_skinny_swiglu_engine_equals_cpu_reference(monkeypatch):
+    """qwen3_layer.SKINNY_SWIGLU (an experiment switch, set here) with the code predictor's GEMMs on skinny_linear:
+    twelve requests (decode bucket 16), so its folded layer steps run gate|up + silu * up as one skinny_swiglu launch
+    (counted); the same fp32 codes and audio as the CPU loop."""
+    import voxflow.layers.qwen3_layer as layer_mod
+    from voxflow.kernels import skinny_linear as sk
+    monkeypatch.setattr(layer_mod, "CP_SKINNY_GEMMS", True)
+    monkeypatch.setattr(layer_mod, "SKINNY_SWIGLU", True)
+    calls, real = [], sk.skinny_swiglu
+    monkeypatch.setattr(sk, "skinny_swiglu", lambda *a, **kw: (calls.append(a[0].shape[0]), real(*a, **kw))[1])
+    texts = TEXTS * 3
+    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    assert any(rows > 8 for rows in calls), "the folded steps never ran skinny_swiglu"
+    assert_equals_reference(got, texts)
+
+
 def test_gpu_outputs_sent_while_the_host_waits_equal_cpu_reference(monkeypatch):
     """emit_while_waiting: on a GPU the host polls the codec while it waits for the decode in flight, and the chunks
     (and finals) that land leave at once (how many depends on the GPU's timing: printed; the CPU test with a
