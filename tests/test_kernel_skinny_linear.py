@@ -191,24 +191,10 @@ def check_weight_preload(dtype: torch.dtype) -> None:
 
 if IN_CHILD:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-    def test_child_variants(dtype):
-        check_variants(dtype)
-
-    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-    def test_child_weight_preload(dtype):
-        check_weight_preload(dtype)
-
-    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-    def test_child_config_overrides(dtype):
-        check_config_overrides(dtype)
-
-    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-    def test_child_split_k_fixup(dtype):
-        check_split_k_fixup(dtype)
-
-    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-    def test_child_swiglu(dtype):
-        check_swiglu(dtype)
+    @pytest.mark.parametrize("check", (check_variants, check_weight_preload, check_config_overrides,
+                                       check_split_k_fixup, check_swiglu), ids=lambda f: f.__name__)
+    def test_child(check, dtype):
+        check(dtype)
 else:
     def test_skinny_linear_under_the_interpreter_matches_torch():
         run_child(__file__, CHILD_FLAG)

@@ -211,6 +211,14 @@ start_call() {
   done
 }
 
+gpu_suite() {                    # SECONDS: every GPU test at once (four xdist workers on the one GPU)
+  timeout -s INT -k 20 "$1" python3 -m pytest -q -rfEs -n 4 -p no:cacheprovider --durations=20 tests/gpu \
+    > "$R/gpu_tests_all.txt" 2>&1
+  echo "pytest rc $?"
+  grep -E "passed|failed|error" "$R/gpu_tests_all.txt" | tail -3
+  grep -E "^(FAILED|ERROR)" "$R/gpu_tests_all.txt" | head -30
+}
+
 gpu_tests() {
   local seconds=$1; shift
   timeout "$seconds" python3 -m pytest -rfs --tb=short -p no:cacheprovider "$@" > "$R/gpu_tests.txt" 2>&1

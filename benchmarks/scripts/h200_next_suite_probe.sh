@@ -8,11 +8,7 @@
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call
-timeout -s INT -k 20 "${UNTIL:-260}" python3 -m pytest -q -rfEs -n 4 -p no:cacheprovider --durations=20 tests/gpu \
-  > "$R/gpu_tests_all.txt" 2>&1
-echo "pytest rc $?"
-grep -E "passed|failed|error" "$R/gpu_tests_all.txt" | tail -3
-grep -E "^(FAILED|ERROR)" "$R/gpu_tests_all.txt" | head -30
+gpu_suite "${UNTIL:-260}"
 pack_results
 probe_gemms "${PROBE_UNTIL:-330}" 80 probe_gemms_beside_codec --rounds 2
 echo "done at ${SECONDS}s"

@@ -428,55 +428,46 @@ def test_gpu_talker_folded_norms_engine_equals_cpu_reference(monkeypatch):
     assert_equals_reference(got, texts)
 
 
-def test_gpu_talker_skinny_gemms_engine_equals_cpu_reference(monkeypatch):
-    """qwen3_layer.TALKER_SKINNY_GEMMS (an experiment switch, set here): twelve requests (decode bucket 16), so the
-    talker's folded layer steps run their four GEMMs on skinny_linear (counted with residual adds: o_proj's and
-    down_proj's); the same fp32 codes and audio as the CPU loop."""
+def twelve_requests_with(monkeypatch, switches: dict, spied: str) -> list[tuple[int, int]]:
+    """Twelve requests (decode bucket 16) through the fp32 engine with qwen3_layer's `switches` set and
+    skinny_linear's function `spied` counted; asserts the CPU loop's codes and audio -> each spied call's (rows of
+    x, rows of W)."""
     import voxflow.layers.qwen3_layer as layer_mod
     from voxflow.kernels import skinny_linear as sk
-    monkeypatch.setattr(layer_mod, "FOLDED_NORMS_PAGED", True)
-    monkeypatch.setattr(layer_mod, "TALKER_SKINNY_GEMMS", True)
-    monkeypatch.setattr(layer_mod, "CP_SKINNY_GEMMS", False)        # (only the talker's GEMMs counted below)
-    calls, real = [], sk.skinny_linear
-    monkeypatch.setattr(sk, "skinny_linear", lambda *a, **kw: (calls.append(a[0].shape[0]), real(*a, **kw))[1])
+    for name, value in switches.items():
+        monkeypatch.setattr(layer_mod, name, value)
+    calls, real = [], getattr(sk, spied)
+    monkeypatch.setattr(sk, spied, lambda *a, **kw: (calls.append((a[0].shape[0], a[1].shape[0])), real(*a, **kw))[1])
     texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16)
-    assert any(rows > 8 for rows in calls), "the talker's GEMMs never ran on skinny_linear above the skinny sizes"
-    assert_equals_reference(got, texts)
+    assert_equals_reference(engine_codes("float32", texts=texts, max_num_seqs=16), texts)
+    return calls
+
+
+def test_gpu_talker_skinny_gemms_engine_equals_cpu_reference(monkeypatch):
+    """qwen3_layer.TALKER_SKINNY_GEMMS (an experiment switch, set here; the code predictor's off, so only the
+    talker's GEMMs are counted): its folded layer steps run their GEMMs on skinny_linear above the skinny sizes;
+    the same fp32 codes and audio as the CPU loop."""
+    calls = twelve_requests_with(monkeypatch, dict(FOLDED_NORMS_PAGED=True, TALKER_SKINNY_GEMMS=True,
+                                                   CP_SKINNY_GEMMS=False), "skinny_linear")
+    assert any(rows > 8 for rows, _ in calls), "the talker's GEMMs never ran on skinny_linear above the skinny sizes"
 
 
 def test_gpu_skinny_heads_engine_equals_cpu_reference(monkeypatch):
-    """qwen3_layer.SKINNY_HEADS (an experiment switch, set here): twelve requests (decode bucket 16), so the code
-    predictor's folded heads (vocab 2048) and the talker's codec_head (3072) run on skinny_linear above the skinny
-    sizes (counted by the weights' rows); the same fp32 codes and audio as the CPU loop."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    from voxflow.kernels import skinny_linear as sk
-    monkeypatch.setattr(layer_mod, "SKINNY_HEADS", True)
-    calls, real = [], sk.skinny_linear
-    monkeypatch.setattr(sk, "skinny_linear",
-                        lambda *a, **kw: (calls.append((a[0].shape[0], a[1].shape[0])), real(*a, **kw))[1])
-    texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16)
+    """qwen3_layer.SKINNY_HEADS (an experiment switch, set here): the code predictor's folded heads (vocab 2048) and
+    the talker's codec_head (3072) run on skinny_linear above the skinny sizes (counted by the weights' rows); the
+    same fp32 codes and audio as the CPU loop."""
+    calls = twelve_requests_with(monkeypatch, dict(SKINNY_HEADS=True), "skinny_linear")
     heads = {n for rows, n in calls if rows > 8}
     print(f"head GEMMs above 8 rows on skinny_linear, by output width: {sorted(heads)}")
     assert {2048, 3072} <= heads, "the heads never ran on skinny_linear above the skinny sizes"
-    assert_equals_reference(got, texts)
 
 
 def test_gpu_skinny_swiglu_engine_equals_cpu_reference(monkeypatch):
     """qwen3_layer.SKINNY_SWIGLU (an experiment switch, set here) with the code predictor's GEMMs on skinny_linear:
-    twelve requests (decode bucket 16), so its folded layer steps run gate|up + silu * up as one skinny_swiglu launch
-    (counted); the same fp32 codes and audio as the CPU loop."""
-    import voxflow.layers.qwen3_layer as layer_mod
-    from voxflow.kernels import skinny_linear as sk
-    monkeypatch.setattr(layer_mod, "CP_SKINNY_GEMMS", True)
-    monkeypatch.setattr(layer_mod, "SKINNY_SWIGLU", True)
-    calls, real = [], sk.skinny_swiglu
-    monkeypatch.setattr(sk, "skinny_swiglu", lambda *a, **kw: (calls.append(a[0].shape[0]), real(*a, **kw))[1])
-    texts = TEXTS * 3
-    got = engine_codes("float32", texts=texts, max_num_seqs=16)
-    assert any(rows > 8 for rows in calls), "the folded steps never ran skinny_swiglu"
-    assert_equals_reference(got, texts)
+    its folded layer steps run gate|up + silu * up as one skinny_swiglu launch (counted); the same fp32 codes and
+    audio as the CPU loop."""
+    calls = twelve_requests_with(monkeypatch, dict(CP_SKINNY_GEMMS=True, SKINNY_SWIGLU=True), "skinny_swiglu")
+    assert any(rows > 8 for rows, _ in calls), "the folded steps never ran skinny_swiglu"
 
 
 def test_gpu_outputs_sent_while_the_host_waits_equal_cpu_reference(monkeypatch):
