@@ -169,37 +169,31 @@ def check_cp_skinny_gemms_against_reference():
     """qwen3_layer.CP_SKINNY_GEMMS (on by default where PDL runs; set on here): at nine rows every folded single-token
     layer step runs its four GEMMs on skinny_linear (spied: q|k|v, o_proj + residual, gate|up, down + residual),
     and the logits stay within the tolerances above of the reference, fp32 and bf16; fp32 greedy codes equal the
-    reference's. With qwen3_layer.SKINNY_SWIGLU too, gate|up and silu * up are one skinny_swiglu launch a step
-    (spied), the same tolerances and codes. (CP_JOINT_PREFILL held off: the 2-token prefill keeps the plain path,
-    so only the 3 single-token steps fold.)"""
+    reference's. (CP_JOINT_PREFILL held off: the 2-token prefill keeps the plain path, so only the 3 single-token
+    steps fold.)"""
     import voxflow.layers.qwen3_layer as layer_mod
     import voxflow.models.qwen3_tts.code_predictor as cp_mod
     from voxflow.kernels import skinny_linear as sk
     assert layer_mod.MAX_SKINNY_GEMM_ROWS == sk.MAX_M
-    calls, real, real_swiglu = [], sk.skinny_linear, sk.skinny_swiglu
+    calls, real = [], sk.skinny_linear
     sk.skinny_linear = lambda *a, **kw: (calls.append(kw.get("residual") is not None), real(*a, **kw))[1]
-    sk.skinny_swiglu = lambda *a, **kw: (calls.append("swiglu"), real_swiglu(*a, **kw))[1]
-    saved = (layer_mod.CP_SKINNY_GEMMS, layer_mod.SKINNY_SWIGLU, cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL)
+    saved = layer_mod.CP_SKINNY_GEMMS, cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL
     layer_mod.CP_SKINNY_GEMMS, cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = True, False, False
     try:
         g = torch.Generator().manual_seed(11)
         for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
             cp, h, c0 = case(9, dtype, g)
             codes_r, logits_r = run(cp, h, c0, False, None)
-            for swiglu in (False, True):
-                layer_mod.SKINNY_SWIGLU = swiglu
-                calls.clear()
-                codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
-                if dtype == torch.float32:
-                    assert torch.equal(codes_k, codes_r), swiglu
-                # 2 layers x 3 steps, each q|k|v, o_proj (+ residual), gate|up (and silu * up), down (+ residual)
-                layer = [False, True, "swiglu", True] if swiglu else [False, True, False, True]
-                assert calls == layer * 6, calls
-                assert_logits_close(logits_k, logits_r, tol, dtype, swiglu)
+            calls.clear()
+            codes_k, logits_k = run(cp, h, c0, True, None if dtype == torch.float32 else codes_r)
+            if dtype == torch.float32:
+                assert torch.equal(codes_k, codes_r)
+            # 2 layers x 3 steps, each q|k|v, o_proj (+ residual), gate|up, down (+ residual)
+            assert calls == [False, True, False, True] * 6, calls
+            assert_logits_close(logits_k, logits_r, tol, dtype)
     finally:
-        sk.skinny_linear, sk.skinny_swiglu = real, real_swiglu
-        (layer_mod.CP_SKINNY_GEMMS, layer_mod.SKINNY_SWIGLU, cp_mod.CP_JOINT_PREFILL,
-         cp_mod.CP_SPLIT_PREFILL) = saved
+        sk.skinny_linear = real
+        layer_mod.CP_SKINNY_GEMMS, cp_mod.CP_JOINT_PREFILL, cp_mod.CP_SPLIT_PREFILL = saved
 
 
 def _check_per_layer_kernel_path():

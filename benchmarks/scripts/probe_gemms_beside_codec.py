@@ -12,8 +12,7 @@ design can be judged beside the codec without a serving run.
 Each variant is LAYERS layer passes of distinct weights (past the L2) captured in one CUDA graph: q|k|v, o_proj +
 residual, gate|up, down + residual with silu * up (cuBLAS: F.linear / addmm_ and the silu_mul kernel; skinny: four
 skinny_linear launches around the same silu * up kernel, with PDL; the same with the N = 1024 GEMMs split along K
-in two (skinny_linear.SPLIT_K_BELOW_BLOCKS, the in-kernel fixup); with gate|up + silu * up as one skinny_swiglu
-launch; and without PDL). Timed as the mean of REPLAYS replays, first alone, then while a thread keeps the codec
+in two (skinny_linear.SPLIT_K_BELOW_BLOCKS, the in-kernel fixup); and without PDL). Timed as the mean of REPLAYS replays, first alone, then while a thread keeps the codec
 busy (16 streams x 25-frame calls of random real-size weights, fp16, on --sms SMs).
 
     python benchmarks/scripts/probe_gemms_beside_codec.py [--sms 64] [--rounds 3] [--shape cp|talker-1.7b] [--rows 64]
@@ -65,15 +64,6 @@ def skinny_layer(x: torch.Tensor, p: dict) -> torch.Tensor:
     gate_up = skinny_linear(h, p["gate_up"])
     act = silu_mul(gate_up[:, :INTER], gate_up[:, INTER:])
     return skinny_linear(act, p["down"], residual=h, out=h)
-
-
-def swiglu_layer(x: torch.Tensor, p: dict) -> torch.Tensor:
-    """skinny_layer with gate|up and silu * up as one launch (skinny_linear.skinny_swiglu, with the folded norm's
-    row factor as the layer's VOXFLOW_SKINNY_SWIGLU runs it)."""
-    from voxflow.kernels.skinny_linear import skinny_linear, skinny_swiglu
-    qkv = skinny_linear(x, p["qkv"])
-    h = skinny_linear(qkv[:, :HEADS_WIDTH], p["o"], residual=x)
-    return skinny_linear(skinny_swiglu(h, p["gate_up"], row_eps=1e-6), p["down"], residual=h, out=h)
 
 
 def graphed(layer, ps: list[dict]) -> torch.cuda.CUDAGraph:
@@ -148,8 +138,7 @@ def main() -> None:
     torch.manual_seed(0)
     ps = weights(LAYERS)
     from voxflow.kernels import pdl_enabled, set_pdl_enabled
-    graphs = {"cublas": graphed(cublas_layer, ps), "skinny+pdl": graphed(skinny_layer, ps),
-              "skinny+pdl+swiglu": graphed(swiglu_layer, ps)}
+    graphs = {"cublas": graphed(cublas_layer, ps), "skinny+pdl": graphed(skinny_layer, ps)}
     from voxflow.kernels import skinny_linear as sk
     if not sk.SPLIT_K_BELOW_BLOCKS:     # (N = 1024 GEMMs split K in two, the fixup's launch config: read at launch)
         sk.SPLIT_K_BELOW_BLOCKS = 96

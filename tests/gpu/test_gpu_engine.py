@@ -462,14 +462,6 @@ def test_gpu_skinny_heads_engine_equals_cpu_reference(monkeypatch):
     assert {2048, 3072} <= heads, "the heads never ran on skinny_linear above the skinny sizes"
 
 
-def test_gpu_skinny_swiglu_engine_equals_cpu_reference(monkeypatch):
-    """qwen3_layer.SKINNY_SWIGLU (an experiment switch, set here) with the code predictor's GEMMs on skinny_linear:
-    its folded layer steps run gate|up + silu * up as one skinny_swiglu launch (counted); the same fp32 codes and
-    audio as the CPU loop."""
-    calls = twelve_requests_with(monkeypatch, dict(CP_SKINNY_GEMMS=True, SKINNY_SWIGLU=True), "skinny_swiglu")
-    assert any(rows > 8 for rows, _ in calls), "the folded steps never ran skinny_swiglu"
-
-
 def test_gpu_outputs_sent_while_the_host_waits_equal_cpu_reference(monkeypatch):
     """emit_while_waiting: on a GPU the host polls the codec while it waits for the decode in flight, and the chunks
     (and finals) that land leave at once (how many depends on the GPU's timing: printed; the CPU test with a

@@ -210,16 +210,6 @@ def cases() -> list[tuple[str, object, dict, dict, dict]]:
         out.append(("skinny_linear m=64 GATED+HAS_RES split-k fixup" + (" pdl" if pdl else ""),
                     skinny_linear._skinny_linear_kernel, dict(skinny_types, count_ptr="*i32"), consts,
                     dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=pdl)))
-    # skinny_swiglu (gate|up + silu * up, the folded norm's row factor), without and with PDL: the code predictor's
-    # MLP at 64 rows.
-    cfg = dict(skinny_linear.launch_config(64, 3072, 1024, None), num_warps=8)      # (as skinny_swiglu launches)
-    for pdl in (False, True):
-        consts = dict(NORM=False, GATED=False, HAS_BIAS=False, HAS_RES=False, PRECISE_EXP=True, DOT_IN_FP32=False,
-                      USE_PDL=pdl, PRELOAD=False, FIXUP=False, SWIGLU=True, ROW_SCALE=True,
-                      **{k: v for k, v in cfg.items() if k.isupper()})
-        out.append(("skinny_swiglu m=64 row scale" + (" pdl" if pdl else ""), skinny_linear._skinny_linear_kernel,
-                    skinny_types, consts, dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-                                               launch_pdl=pdl)))
     # The code predictor's fused layer kernels as the JIT specializes them at batch 1 (M == 1 a constant, aligned
     # pointers and strides), and at 4 rows.
     # The talker's one-row layers (qwen3_layer.ONE_ROW_NORM_LINEAR) at the 1.7B talker's K = 2048.

@@ -121,8 +121,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
                           PRECISE_EXP: tl.constexpr, DOT_IN_FP32: tl.constexpr, USE_DOT: tl.constexpr,
                           SPLIT_K: tl.constexpr, USE_PDL: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          PRELOAD: tl.constexpr = False, FIXUP: tl.constexpr = False, SWIGLU: tl.constexpr = False,
-                          ROW_SCALE: tl.constexpr = False):
+                          PRELOAD: tl.constexpr = False, FIXUP: tl.constexpr = False):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     dtype = x_ptr.dtype.element_ty
@@ -152,13 +151,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     else:
         acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), tl.float32)
-    if SWIGLU:
-        # W is [gate; up] ([2N, K]); this program's up rows are its gate rows + N, on the same x tiles
-        tl.static_assert(USE_DOT and SPLIT_K == 1 and not (NORM or GATED or HAS_BIAS or HAS_RES or PRELOAD),
-                         "the SwiGLU epilogue is for one-split tensor-core launches on x itself")
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        if ROW_SCALE:
-            sq = tl.zeros((BLOCK_M,), tl.float32)      # x's row sums of squares, from the tiles read anyway
     k_lo = pid_k * k_split
     k_first = k_lo
     if PRELOAD:
@@ -178,15 +170,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
                 acc = tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(a.to(dtype), w, acc)
-            if SWIGLU:
-                w_up = tl.load(w_ptr + (offs_n + N)[None, :] * K + kk[:, None], mask=n_mask[None, :], other=0.0)
-                if DOT_IN_FP32:
-                    acc_up = tl.dot(a.to(tl.float32), w_up.to(tl.float32), acc_up, input_precision="ieee")
-                else:
-                    acc_up = tl.dot(a.to(dtype), w_up, acc_up)
-                if ROW_SCALE:
-                    a32 = a.to(tl.float32)
-                    sq += tl.sum(a32 * a32, axis=1)        # (per step: a [BLOCK_M, BLOCK_K] sum would spill)
         else:
             w = tl.load(w_ptr + offs_n[:, None] * K + kk[None, :], mask=n_mask[:, None], other=0.0)
             # Pure FMAs per step; the cross-lane reduction over K happens once, after the loop.
@@ -194,17 +177,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
     if not USE_DOT:
         acc = tl.sum(acc3, axis=2)
 
-    if SWIGLU:
-        # gate and up rounded as the GEMM outputs they stand for; with ROW_SCALE (the MLP's RMSNorm folded into W)
-        # scaled by x's row factor and rounded again (silu_mul_folded's numerics), then silu(gate) * up
-        gate, up = round_to(acc, dtype), round_to(acc_up, dtype)
-        if ROW_SCALE:
-            r = tl.math.rsqrt(tl.div_rn(sq, k_float) + eps)[:, None]
-            gate, up = round_to(gate * r, dtype), round_to(up * r, dtype)
-        y = _silu_mul(gate, up, dtype, PRECISE_EXP)
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y.to(dtype),
-                 mask=m_mask[:, None] & n_mask[None, :])
-    elif SPLIT_K == 1:
+    if SPLIT_K == 1:
         _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RES)
     else:
         # fp32 partial sums to ws [SPLIT_K, M, N], added in split order by _split_k_reduce_kernel or (FIXUP) by the
@@ -215,7 +188,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, nw_ptr, bias_ptr, res_ptr, out_ptr, ws_p
         if FIXUP:
             # Every thread's partial stored before the count (the barrier), the count released and acquired at GPU
             # scope, the partials read past L1 (.cg: another SM wrote them). The last program resets the count, so
-            # the next call on this stream finds it zero (a PDL kernel after this one touches it after its wait).
+            # the next call on this weight finds it zero (a PDL kernel after this one touches it after its wait).
             tl.debug_barrier()
             arrived = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
             if arrived == SPLIT_K - 1:
@@ -244,7 +217,8 @@ def _split_k_reduce_kernel(ws_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
 # summing the partials (the fixup: no second launch): the code predictor's N = 1024 GEMMs (o_proj, down_proj) get
 # 128 programs instead of 64 on a 132-SM GPU, each streaming half of K. An experiment switch, off (0) until measured:
 # VOXFLOW_SKINNY_SPLIT_K_BELOW=96. (Session 25, H200, 64 rows: the two-launch split-K 6.68 / 7.40 us against
-# 5.80 / 7.85 unsplit for o_proj / down; how much of that was the reduce launch is what the fixup measures.)
+# 5.80 / 7.85 unsplit for o_proj / down. Session 60, H100, with the fixup: a 64-row layer pass's four GEMMs + silu
+# 27.31 against 28.04 us (probe_gemms_beside_codec.py); served, not yet told apart from the noise.)
 SPLIT_K_BELOW_BLOCKS = int(os.environ.get("VOXFLOW_SKINNY_SPLIT_K_BELOW", "0"))
 
 
@@ -420,48 +394,3 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
             BLOCK_M=triton.next_power_of_2(m), BLOCK_N=64, num_warps=4)
     return out
 
-
-def supported_swiglu(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether `skinny_swiglu(x, w)` can run: skinny_linear's operands, 5..MAX_M rows (its tensor-core path), and
-    w [2I, K] = [gate; up]."""
-    return _problem(x, w, False) is None and x.shape[0] > 4 and w.shape[0] % 2 == 0
-
-
-def skinny_swiglu(x: torch.Tensor, w: torch.Tensor, *, row_eps: float | None = None,
-                  config: dict | None = None) -> torch.Tensor:
-    """[M, I] in x's dtype: silu(g) * u with [g | u] = x @ w^T, w = [gate; up] ([2I, K], a fused gate|up weight):
-    an MLP's gate|up GEMM and silu * up in one launch, the gate|up output never written. Each program streams its
-    gate rows and the up rows I below them on the same x tiles. g and u are rounded as the GEMM's outputs would
-    be; with row_eps (the post-attention RMSNorm folded into w, voxflow/layers/folded_norms.py) they are then
-    scaled by x's row factor rsqrt(mean(x^2) + row_eps) and rounded (silu_mul_folded's numerics; the sum of
-    squares comes from the x tiles the GEMM reads, another summation order than its kernel's); silu * up rounds as
-    silu_mul does. `config` as skinny_linear's, on the tensor-core path with one split."""
-    if not supported_swiglu(x, w):
-        raise ValueError(f"skinny_swiglu: x {tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype}: "
-                         f"{_problem(x, w, False) or 'needs 5..' + str(MAX_M) + ' rows and an even number of W rows'}")
-    m, (n2, k) = x.shape[0], w.shape
-    n = n2 // 2
-    # (8 warps: with 4 the two accumulators and the row sums spill 472 bytes a thread at the code predictor's
-    # widths, 64 rows, sm_90; with 8, none: python -m voxflow.kernels.compile_check)
-    cfg = dict(launch_config(m, n, k, x.dtype), SPLIT_K=1, num_warps=8)
-    if config:
-        unknown = set(config) - set(_CONFIG_KEYS)
-        if unknown:
-            raise ValueError(f"skinny_swiglu: unknown config keys {sorted(unknown)}")
-        cfg.update(config)
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    if not cfg["USE_DOT"] or cfg["SPLIT_K"] != 1 or bm < max(m, 16) or k % bk or min(bn, bk) < 16:
-        raise ValueError(f"skinny_swiglu: config {cfg} does not fit M={m}, I={n}, K={k} (the tensor-core path, "
-                         "one split, BLOCK_M >= M, BLOCK_K dividing K, tiles >= 16)")
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    pdl = use_pdl(x)
-    # Unused pointer arguments get x (never dereferenced: their constexpr flags compile the loads out).
-    _skinny_linear_kernel[(triton.cdiv(n, bn), 1)](
-        x, w, x, x, x, out, x, x, m, n, k, k, x.stride(0), 0, out.stride(0), float(k),
-        float(row_eps if row_eps is not None else 0.0),
-        NORM=False, GATED=False, HAS_BIAS=False, HAS_RES=False, PRECISE_EXP=x.is_cuda,
-        DOT_IN_FP32=not x.is_cuda or x.dtype == torch.float32, USE_DOT=True, SPLIT_K=1,
-        USE_PDL=trigger_mode(pdl, "skinny_linear"), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SWIGLU=True,
-        ROW_SCALE=row_eps is not None, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        **launch_kwargs(pdl))
-    return out

@@ -73,11 +73,6 @@ TALKER_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_TALKER_SKINNY_G
 # frame step that PDL would let start while the kernel before them ends and the token draw after them start early.
 # An experiment switch for a served A/B, off until measured: VOXFLOW_SKINNY_HEADS=1 (or auto).
 SKINNY_HEADS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_SKINNY_HEADS", "0"), False)
-# Where a folded layer step's GEMMs run on skinny_linear (above), its gate|up GEMM and silu * up as one launch
-# (skinny_linear.skinny_swiglu: the row factor from the x tiles it reads, the gate|up output never written): one
-# launch fewer a layer step, 103 a 0.6B frame step with both switches on. An experiment switch for a served A/B, off
-# until measured: VOXFLOW_SKINNY_SWIGLU=1.
-SKINNY_SWIGLU = os.environ.get("VOXFLOW_SKINNY_SWIGLU", "0") == "1"
 
 
 class Qwen3Attention(nn.Module):
@@ -345,13 +340,10 @@ class Qwen3DecoderLayer(nn.Module):
         # x + o_proj(attention), the add in the GEMM: in place when x is ours to overwrite (an out-of-place addmm
         # first copies x into its output, a launch of its own: 1.1 us a layer step on the H200 at 64 rows)
         h = linear_rows(skinny, out.reshape(b * s, -1), attn.o_proj.weight, residual=rows, in_place=x_owned)
-        post_eps = self.post_attention_layernorm.eps
-        act = _swiglu_rows(h, gate_up_w, post_eps) if skinny and SKINNY_SWIGLU else None
-        if act is None:
-            gate_up = linear_rows(skinny, h, gate_up_w)
-            gate, up = gate_up[:, :inter], gate_up[:, inter:]
-            act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
-                   else fn.silu_mul_folded_reference(gate, up, h, post_eps))
+        gate_up = linear_rows(skinny, h, gate_up_w)
+        gate, up, post_eps = gate_up[:, :inter], gate_up[:, inter:], self.post_attention_layernorm.eps
+        act = (sm.silu_mul_folded(gate, up, h, post_eps) if sm.supported_folded(gate, up, h)
+               else fn.silu_mul_folded_reference(gate, up, h, post_eps))
         return linear_rows(skinny, act, mlp.down_proj.weight, residual=h, in_place=True).view(b, s, hidden)  # (ours)
 
 
@@ -390,13 +382,6 @@ def linear_rows(skinny: bool, a: torch.Tensor, w: torch.Tensor, residual: torch.
     if residual is None:
         return F.linear(a, w)
     return residual.addmm_(a, w.t()) if in_place else torch.addmm(residual, a, w.t())
-
-
-def _swiglu_rows(h: torch.Tensor, gate_up_w: torch.Tensor, eps: float) -> torch.Tensor | None:
-    """A folded step's MLP middle in one launch (SKINNY_SWIGLU): silu * up of h's gate|up GEMM, scaled by h's row
-    factor; None where skinny_swiglu does not take the operands (the caller runs the GEMM and silu_mul_folded)."""
-    from voxflow.kernels import skinny_linear as sk
-    return sk.skinny_swiglu(h, gate_up_w, row_eps=eps) if sk.supported_swiglu(h, gate_up_w) else None
 
 
 def _linear_plus(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 60 for a short call (~380 s); rename when run; carry [".whl", ".device_tree"].
+# Session 60's call 1 (prepared as h200_next_short.sh; run as `UNTIL=230 bash ...`, 234 s on an H100). skinny_swiglu
+# and VOXFLOW_SKINNY_SWIGLU were removed after this call (slower in the probe, a bf16 mismatch on the device): its
+# swiglu test now collects nothing, so the a runs go without it. ~380 s; carry [".whl", ".device_tree"].
 # 1. (while the 0.6B checkpoint is made) the GPU tests of skinny_linear's split-K fixup and skinny_swiglu;
 # 2. probe_gemms_beside_codec.py, one round: a 64-row layer pass's GEMM chain with cuBLAS, skinny_linear + PDL
 #    (today's default), + the split-K fixup on the N = 1024 GEMMs (k), + skinny_swiglu (w), without PDL;
