@@ -12,12 +12,13 @@
 #   h: + VOXFLOW_SKINNY_HEADS=1 (the code predictor's 15 heads a step and the talker's codec_head on skinny_linear +
 #      PDL at 9..64 / 2..64 rows). (Session 60's one pair with k and h at once: 751.0 against 748.3 / 758.8, full-step
 #      median 5.27 against 5.35 / 5.37 ms: within the noise of one pair.)
-#   (t, VOXFLOW_TALKER_SKINNY_GEMMS=1, session 59's switch, only where time is left: T_UNTIL.)
+#   t: + VOXFLOW_TALKER_SKINNY_GEMMS=1 (session 59's switch), not in the default list: RUNS="d_0 t_1 d_1 t_2 d_2".
+# RUNS (space-separated) replaces the run list.
 # Then the heads' engine test (fp32 codes equal the CPU loop's) until TEST_UNTIL (default 570 s).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
-runs=(d_0 k_1 h_1 d_1 k_2 h_2 d_2 k_3 h_3 d_3)
+runs=(${RUNS:-d_0 k_1 h_1 d_1 k_2 h_2 d_2 k_3 h_3 d_3})
 timeout 90 python3 -m pytest -q -rfs --tb=short -p no:cacheprovider tests/gpu/test_gpu_skinny_linear.py -k fixup \
   > "$R/gpu_tests_fixup.txt" 2>&1
 rc=$?
@@ -36,7 +37,6 @@ variant() {
   esac
 }
 alternate "${UNTIL:-470}" "${runs[@]}"
-alternate "${T_UNTIL:-420}" t_1
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs
 grep -H "ran dry" "$R"/*.md

@@ -7,7 +7,7 @@
 #    against the 100 ms target: twelve requests held by a ~60 ms stall of the API process, one event-loop wake-up
 #    late by 50-100 ms; each stop_server prints the API's GC pauses since the server was ready), then c=1 and c=64.
 # 2. On the same server with --no-gc-freeze, c=16 twice more, if time is left (UNTIL, default 400 s).
-# Then h200_next_run2.sh (the 0.6B target) on the warm machine, if the session's budget allows.
+# Then h200_next_ab3.sh (the 0.6B target in its d runs) on the warm machine, if the session's budget allows.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 1.7B

@@ -393,4 +393,3 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
             HAS_BIAS=bias is not None, HAS_RES=residual is not None, SPLIT_K=split,
             BLOCK_M=triton.next_power_of_2(m), BLOCK_N=64, num_warps=4)
     return out
-
