@@ -268,12 +268,14 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_launch_config_splits_k_only_below_the_switchs_block_count(monkeypatch):
-    """SPLIT_K_BELOW_BLOCKS (off, 0, by default): tensor-core launches with fewer column blocks split K in two where
-    each half is whole tiles; register-FMA launches (M <= 4) and wide N never; off, nothing splits."""
+    """SPLIT_K_BELOW_BLOCKS (96 by default, VOXFLOW_SKINNY_SPLIT_K_BELOW): tensor-core launches with fewer column
+    blocks split K in two where each half is whole tiles; register-FMA launches (M <= 4) and wide N never; at 0
+    nothing splits."""
     from voxflow.kernels import skinny_linear as sk
     bf16 = torch.bfloat16
     shapes = ((64, 1024, 2048), (64, 1024, 3072), (16, 1024, 2048), (64, 4096, 1024), (4, 1024, 2048),
               (64, 1024, 128 + 16))
+    monkeypatch.setattr(sk, "SPLIT_K_BELOW_BLOCKS", 0)
     assert [sk.launch_config(m, n, k, bf16)["SPLIT_K"] for m, n, k in shapes] == [1] * 6
     monkeypatch.setattr(sk, "SPLIT_K_BELOW_BLOCKS", 96)
     assert [sk.launch_config(m, n, k, bf16)["SPLIT_K"] for m, n, k in shapes] == [2, 2, 2, 1, 1, 1]

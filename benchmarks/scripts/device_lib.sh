@@ -211,12 +211,15 @@ start_call() {
   done
 }
 
-gpu_suite() {                    # SECONDS: every GPU test at once (four xdist workers on the one GPU)
-  timeout -s INT -k 20 "$1" python3 -m pytest -q -rfEs -n 4 -p no:cacheprovider --durations=20 tests/gpu \
+gpu_suite() {                    # SECONDS [WORKERS]: every GPU test at once (WORKERS xdist workers, default 4, on the
+  # one GPU); -v names each test as it ends, so a run the limit cuts still says which passed (session 61's -q run
+  # stopped at ~97% on an H100 without saying which were left)
+  timeout -s INT -k 20 "$1" python3 -m pytest -v -rfEs -n "${2:-4}" -p no:cacheprovider --durations=20 tests/gpu \
     > "$R/gpu_tests_all.txt" 2>&1
   echo "pytest rc $?"
-  grep -E "passed|failed|error" "$R/gpu_tests_all.txt" | tail -3
-  grep -E "^(FAILED|ERROR)" "$R/gpu_tests_all.txt" | head -30
+  grep -cE " PASSED " "$R/gpu_tests_all.txt" | sed 's/$/ passed so far/'
+  grep -E "passed|failed|error" "$R/gpu_tests_all.txt" | grep -v " PASSED " | tail -3
+  grep -E "^(FAILED|ERROR)| FAILED | ERROR " "$R/gpu_tests_all.txt" | head -30
 }
 
 gpu_tests() {

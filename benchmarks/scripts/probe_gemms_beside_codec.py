@@ -11,9 +11,9 @@ design can be judged beside the codec without a serving run.
 
 Each variant is LAYERS layer passes of distinct weights (past the L2) captured in one CUDA graph: q|k|v, o_proj +
 residual, gate|up, down + residual with silu * up (cuBLAS: F.linear / addmm_ and the silu_mul kernel; skinny: four
-skinny_linear launches around the same silu * up kernel, with PDL; the same with the N = 1024 GEMMs split along K
-in two (skinny_linear.SPLIT_K_BELOW_BLOCKS, the in-kernel fixup); and without PDL). Timed as the mean of REPLAYS replays, first alone, then while a thread keeps the codec
-busy (16 streams x 25-frame calls of random real-size weights, fp16, on --sms SMs).
+skinny_linear launches around the same silu * up kernel, with PDL and the N = 1024 GEMMs split along K in two, the
+default since session 61 (skinny_linear.SPLIT_K_BELOW_BLOCKS, the in-kernel fixup); the same unsplit; and without
+PDL). Timed as the mean of REPLAYS replays, first alone, then while a thread keeps the codec busy (16 streams x 25-frame calls of random real-size weights, fp16, on --sms SMs).
 
     python benchmarks/scripts/probe_gemms_beside_codec.py [--sms 64] [--rounds 3] [--shape cp|talker-1.7b] [--rows 64]
 """
@@ -115,6 +115,10 @@ class CodecLoad:
         self.calls, self._stop, self._thread = 0, threading.Event(), None
 
     def __enter__(self):
+        # (A fresh stop flag each window: sessions 60-61's probe set it on the first exit and never cleared it, so
+        # every later window ran without the codec.)
+        self._stop = threading.Event()
+
         def loop():
             with torch.cuda.stream(self.side):
                 while not self._stop.is_set():
@@ -143,16 +147,17 @@ def main() -> None:
     torch.manual_seed(0)
     ps = weights(LAYERS)
     from voxflow.kernels import pdl_enabled, set_pdl_enabled
-    graphs = {"cublas": graphed(cublas_layer, ps), "skinny+pdl": graphed(skinny_layer, ps)}
     from voxflow.kernels import skinny_linear as sk
-    if not sk.SPLIT_K_BELOW_BLOCKS:     # (N = 1024 GEMMs split K in two, the fixup's launch config: read at launch)
-        sk.SPLIT_K_BELOW_BLOCKS = 96
-        graphs["skinny+pdl+splitk"] = graphed(skinny_layer, ps)
-        sk.SPLIT_K_BELOW_BLOCKS = 0
+    split_below = sk.SPLIT_K_BELOW_BLOCKS   # (the launch config reads it at launch, so each graph keeps its choice)
+    sk.SPLIT_K_BELOW_BLOCKS = 96            # (the N = 1024 GEMMs split K in two)
+    graphs = {"cublas": graphed(cublas_layer, ps), "skinny+pdl+splitk": graphed(skinny_layer, ps)}
+    sk.SPLIT_K_BELOW_BLOCKS = 0
+    graphs["skinny+pdl"] = graphed(skinny_layer, ps)
     if pdl_enabled():               # (the switch is read at launch, so a graph captured with it off keeps it off)
         set_pdl_enabled(False)
         graphs["skinny"] = graphed(skinny_layer, ps)
         set_pdl_enabled(True)
+    sk.SPLIT_K_BELOW_BLOCKS = split_below
     load = CodecLoad(args.sms)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: us a {ROWS}-row {args.shape} layer pass "
           f"(4 GEMMs + silu * up), "

@@ -215,11 +215,13 @@ def _split_k_reduce_kernel(ws_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
 
 # Tensor-core launches (M > 4) with fewer column blocks than this split K in two, the last program of a block
 # summing the partials (the fixup: no second launch): the code predictor's N = 1024 GEMMs (o_proj, down_proj) get
-# 128 programs instead of 64 on a 132-SM GPU, each streaming half of K. An experiment switch, off (0) until measured:
-# VOXFLOW_SKINNY_SPLIT_K_BELOW=96. (Session 25, H200, 64 rows: the two-launch split-K 6.68 / 7.40 us against
-# 5.80 / 7.85 unsplit for o_proj / down. Session 60, H100, with the fixup: a 64-row layer pass's four GEMMs + silu
-# 27.31 against 28.04 us (probe_gemms_beside_codec.py); served, not yet told apart from the noise.)
-SPLIT_K_BELOW_BLOCKS = int(os.environ.get("VOXFLOW_SKINNY_SPLIT_K_BELOW", "0"))
+# 128 programs instead of 64 on a 132-SM GPU, each streaming half of K. (Session 25, H200, 64 rows: the two-launch
+# split-K 6.68 / 7.40 us against 5.80 / 7.85 unsplit for o_proj / down. Session 60, H100, with the fixup: a 64-row
+# layer pass's four GEMMs + silu 27.31 against 28.04 us (probe_gemms_beside_codec.py).) ON (96) since session 61: an
+# H100, 0.6B c=64 over HTTP in <= 8 GB, alternating with the defaults of the day, 773.5 / 785.0 / 771.1 audio-s/s
+# against 770.4 / 766.4 / 767.7 / 771.8, full steps free of codec and prefill work 5.30-5.33 ms (median) against
+# 5.37-5.39 (benchmarks/results/h100/2026-12-07-session61). VOXFLOW_SKINNY_SPLIT_K_BELOW=0 turns it off.
+SPLIT_K_BELOW_BLOCKS = int(os.environ.get("VOXFLOW_SKINNY_SPLIT_K_BELOW", "96"))
 
 
 def _pow2_floor(v: int) -> int:

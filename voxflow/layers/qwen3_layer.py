@@ -70,9 +70,12 @@ CP_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "
 TALKER_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_TALKER_SKINNY_GEMMS", "0"), False)
 # The heads after those steps on skinny_linear too: the code predictor's 15 heads on its folded steps' un-normed rows
 # (CP_FOLDED_HEAD, 9..64 rows) and the talker's codec_head at 2..64 rows (one row has SKINNY_CODEC_HEAD), 16 GEMMs a
-# frame step that PDL would let start while the kernel before them ends and the token draw after them start early.
-# An experiment switch for a served A/B, off until measured: VOXFLOW_SKINNY_HEADS=1 (or auto).
-SKINNY_HEADS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_SKINNY_HEADS", "0"), False)
+# frame step that PDL lets start while the kernel before them ends, and the token draw after them start early. ON
+# ("auto", as CP_SKINNY_GEMMS) since session 61: an H100, 0.6B c=64 over HTTP in <= 8 GB, alternating with the
+# defaults of the day, full steps free of codec and prefill work 5.33 / 5.33 / 5.34 ms (median) against
+# 5.37-5.39 over four runs (audio-s/s 752.5 / 777.4 / 777.6 against 766.4-771.8: the same mean);
+# benchmarks/results/h100/2026-12-07-session61. VOXFLOW_SKINNY_HEADS=0 turns it off.
+SKINNY_HEADS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_SKINNY_HEADS", "auto"), "auto")
 
 
 class Qwen3Attention(nn.Module):

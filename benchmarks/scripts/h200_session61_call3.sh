@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 58 (session 59 got no machine for it); rename when run. ~420 s; carry [".whl", ".device_tree"]
+# Session 61 call 3 (an H100, warm; 201 s; prepared in session 58 as h200_next_run1.sh). carry [".whl", ".device_tree"]
 # (the tree plus .whl must stay under the device's 64 MiB copy limit).
 # 1. The 1.7B targets over HTTP under today's defaults (the 8-chunk layout, the upsample stages over rows, the API
 #    process's startup objects frozen out of its garbage collector, and since session 59 the code predictor's GEMMs

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 60; rename when run. ~320 s; carry [".whl", ".device_tree"].
+# Session 61 call 2 (an H100, warm; 278 s; prepared in session 60 as h200_next_suite_probe.sh; the suite was cut at
+# ~97% by UNTIL, the probe's codec load stopped after its first window). carry [".whl", ".device_tree"].
 # 1. The whole GPU suite at once (`pytest -n 4 tests/gpu`, ~200 s on session 54's H200) under today's defaults: the
 #    code predictor's GEMMs on skinny_linear + PDL (since session 59) had only its own file run; new since: the
 #    skinny heads' engine test, the split-K fixup's test. Until UNTIL (default 260 s).

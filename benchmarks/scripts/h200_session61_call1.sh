@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 60; rename when run. ~560 s on a fresh machine; carry [".whl", ".device_tree"].
+# Session 61 call 1 (an H100, asked as nvidia-h200; 590 s; prepared in session 60 as h200_next_ab3.sh). ~560 s on a
+# fresh machine; carry [".whl", ".device_tree"].
 # First, while the checkpoint is made: the GPU test of skinny_linear's split-K fixup (passed on session 60's H100;
 # the k runs are left out if it fails).
 # Then 0.6B c=64 over HTTP in <= 8 GB, alternating three variants on one machine until UNTIL (default 470 s; each
