@@ -212,9 +212,9 @@ start_call() {
 }
 
 gpu_suite() {                    # SECONDS [WORKERS]: every GPU test at once (WORKERS xdist workers, default 4, on the
-  # one GPU); -v names each test as it ends, so a run the limit cuts still says which passed (session 61's -q run
-  # stopped at ~97% on an H100 without saying which were left)
-  timeout -s INT -k 20 "$1" python3 -m pytest -v -rfEs -n "${2:-4}" -p no:cacheprovider --durations=20 tests/gpu \
+  # one GPU); -v (pyproject's -q dropped) names each test as it ends, so a run the limit cuts still says which passed
+  # (session 61's -q run stopped at ~97% on an H100 without saying which were left)
+  timeout -s INT -k 20 "$1" python3 -m pytest -o addopts= -v -rfEs -n "${2:-4}" -p no:cacheprovider --durations=20 tests/gpu \
     > "$R/gpu_tests_all.txt" 2>&1
   echo "pytest rc $?"
   grep -cE " PASSED " "$R/gpu_tests_all.txt" | sed 's/$/ passed so far/'

@@ -220,7 +220,9 @@ def _split_k_reduce_kernel(ws_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
 # layer pass's four GEMMs + silu 27.31 against 28.04 us (probe_gemms_beside_codec.py).) ON (96) since session 61: an
 # H100, 0.6B c=64 over HTTP in <= 8 GB, alternating with the defaults of the day, 773.5 / 785.0 / 771.1 audio-s/s
 # against 770.4 / 766.4 / 767.7 / 771.8, full steps free of codec and prefill work 5.30-5.33 ms (median) against
-# 5.37-5.39 (benchmarks/results/h100/2026-12-07-session61). VOXFLOW_SKINNY_SPLIT_K_BELOW=0 turns it off.
+# 5.37-5.39; with qwen3_layer.SKINNY_HEADS on a second machine 794.4-797.9 against 784.0 / 788.5 without both, and
+# a layer pass's chain beside the codec 37.95 against 39.24 us unsplit (benchmarks/results/h100/2026-12-07-session61).
+# VOXFLOW_SKINNY_SPLIT_K_BELOW=0 turns it off.
 SPLIT_K_BELOW_BLOCKS = int(os.environ.get("VOXFLOW_SKINNY_SPLIT_K_BELOW", "96"))
 
 

@@ -65,15 +65,17 @@ FOLDED_NORMS_PAGED = os.environ.get("VOXFLOW_FOLDED_NORMS_PAGED", "1") == "1"
 _SWITCH_VALUES = {"1": True, "0": False, "auto": "auto"}
 CP_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_CP_SKINNY_GEMMS", "auto"), "auto")
 # The same for the talker's folded layer steps through its paged view (the 0.6B talker's layers have the code
-# predictor's widths; the 1.7B's are twice as wide). An experiment switch for a served A/B, off until measured:
-# VOXFLOW_TALKER_SKINNY_GEMMS=1 (or auto).
+# predictor's widths; the 1.7B's are twice as wide). OFF: session 61 (an H100, 0.6B c=64 over HTTP in <= 8 GB,
+# alternating) measured its full steps 0.1 ms slower (5.40-5.41 against 5.29-5.32 ms) and 785.9-794.4 audio-s/s
+# against 794.4-797.9. VOXFLOW_TALKER_SKINNY_GEMMS=1 (or auto) turns it on.
 TALKER_SKINNY_GEMMS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_TALKER_SKINNY_GEMMS", "0"), False)
 # The heads after those steps on skinny_linear too: the code predictor's 15 heads on its folded steps' un-normed rows
 # (CP_FOLDED_HEAD, 9..64 rows) and the talker's codec_head at 2..64 rows (one row has SKINNY_CODEC_HEAD), 16 GEMMs a
 # frame step that PDL lets start while the kernel before them ends, and the token draw after them start early. ON
 # ("auto", as CP_SKINNY_GEMMS) since session 61: an H100, 0.6B c=64 over HTTP in <= 8 GB, alternating with the
 # defaults of the day, full steps free of codec and prefill work 5.33 / 5.33 / 5.34 ms (median) against
-# 5.37-5.39 over four runs (audio-s/s 752.5 / 777.4 / 777.6 against 766.4-771.8: the same mean);
+# 5.37-5.39 over four runs (audio-s/s 752.5 / 777.4 / 777.6 against 766.4-771.8: the same mean); with the split-K
+# below on a second machine, 794.4-797.9 against 784.0 / 788.5 without both (+1.3%);
 # benchmarks/results/h100/2026-12-07-session61. VOXFLOW_SKINNY_HEADS=0 turns it off.
 SKINNY_HEADS = _SWITCH_VALUES.get(os.environ.get("VOXFLOW_SKINNY_HEADS", "auto"), "auto")
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 61; rename when run. ~560 s on a fresh machine; carry [".whl", ".device_tree"].
+# Session 61 call 4 (an H100, asked as nvidia-h200, a fresh machine; 408 s; prepared as h200_next_suite_ab.sh).
+# ~560 s on a fresh machine; carry [".whl", ".device_tree"].
 # 1. The whole GPU suite (six xdist workers, -v so a cut run names what passed) under the defaults of session 61:
 #    the code predictor's GEMMs on skinny_linear + PDL (session 59), now also its heads and the talker's codec_head
 #    (VOXFLOW_SKINNY_HEADS auto) and the N = 1024 GEMMs split along K with the in-kernel fixup
