@@ -297,7 +297,7 @@ def test_decode_on_the_kernel_path_builds_no_mask(fake_kernel, monkeypatch):
 
 
 def test_tensor_core_variant_is_chosen_for_half_precision_batches_that_fill_the_sms(monkeypatch):
-    monkeypatch.setattr(pda, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(pda, "sm_count", lambda device: 132)
     monkeypatch.setattr(pda, "_TC_OVERRIDE", None)
     gpu = torch.device("cuda", 0)                      # only its type and index are read
     assert pda.default_tensor_cores(17, 8, 2, 128, gpu)                  # 136 programs >= 132 SMs

@@ -19,6 +19,8 @@ added before the one rounding, as the GEMM epilogue does); y = residual + y. Tol
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -268,14 +270,25 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_launch_config_splits_k_only_below_the_switchs_block_count(monkeypatch):
-    """SPLIT_K_BELOW_BLOCKS (96 by default, VOXFLOW_SKINNY_SPLIT_K_BELOW): tensor-core launches with fewer column
-    blocks split K in two where each half is whole tiles; register-FMA launches (M <= 4) and wide N never; at 0
-    nothing splits."""
+    """SPLIT_K_BELOW_BLOCKS (VOXFLOW_SKINNY_SPLIT_K_BELOW): tensor-core launches with fewer column blocks than the
+    switch's count split K in two where each half is whole tiles; register-FMA launches (M <= 4) and wide N never;
+    at 0 nothing splits. "auto" (the default) splits where the doubled programs still fit the device's SMs in one
+    wave (2 x blocks <= SMs: the 64 blocks of N = 1024 on a 132-SM H100 / H200, not on a 114-SM H100 PCIe) and
+    nowhere when the SM count is unknown (the interpreter's CPU tensors)."""
     from voxflow.kernels import skinny_linear as sk
     bf16 = torch.bfloat16
     shapes = ((64, 1024, 2048), (64, 1024, 3072), (16, 1024, 2048), (64, 4096, 1024), (4, 1024, 2048),
               (64, 1024, 128 + 16))
+
+    def splits(sms=None):
+        return [sk.launch_config(m, n, k, bf16, sms)["SPLIT_K"] for m, n, k in shapes]
+
+    assert sk.SPLIT_K_BELOW_BLOCKS == "auto" or "VOXFLOW_SKINNY_SPLIT_K_BELOW" in os.environ
     monkeypatch.setattr(sk, "SPLIT_K_BELOW_BLOCKS", 0)
-    assert [sk.launch_config(m, n, k, bf16)["SPLIT_K"] for m, n, k in shapes] == [1] * 6
+    assert splits(132) == [1] * 6
     monkeypatch.setattr(sk, "SPLIT_K_BELOW_BLOCKS", 96)
-    assert [sk.launch_config(m, n, k, bf16)["SPLIT_K"] for m, n, k in shapes] == [2, 2, 2, 1, 1, 1]
+    assert splits() == splits(132) == [2, 2, 2, 1, 1, 1]
+    monkeypatch.setattr(sk, "SPLIT_K_BELOW_BLOCKS", "auto")
+    assert splits(132) == splits(128) == [2, 2, 2, 1, 1, 1]
+    assert splits(127) == splits(114) == splits() == [1] * 6
+    assert sk.split_k_below(132) == 67 and sk.split_k_below(None) == 0

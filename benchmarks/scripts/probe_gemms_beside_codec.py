@@ -149,7 +149,7 @@ def main() -> None:
     from voxflow.kernels import pdl_enabled, set_pdl_enabled
     from voxflow.kernels import skinny_linear as sk
     split_below = sk.SPLIT_K_BELOW_BLOCKS   # (the launch config reads it at launch, so each graph keeps its choice)
-    sk.SPLIT_K_BELOW_BLOCKS = 96            # (the N = 1024 GEMMs split K in two)
+    sk.SPLIT_K_BELOW_BLOCKS = 96            # (the N = 1024 GEMMs split K in two, as "auto" on 132 SMs)
     graphs = {"cublas": graphed(cublas_layer, ps), "skinny+pdl+splitk": graphed(skinny_layer, ps)}
     sk.SPLIT_K_BELOW_BLOCKS = 0
     graphs["skinny+pdl"] = graphed(skinny_layer, ps)

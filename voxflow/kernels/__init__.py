@@ -105,6 +105,19 @@ def _pdl_toolchain() -> bool:
         return False
 
 
+def sm_count(device: torch.device) -> int | None:
+    """The streaming multiprocessors of a CUDA device (launch configs sized to one wave of programs); None for any
+    other device (the CPU, where Triton's interpreter runs the kernels)."""
+    if device.type != "cuda":
+        return None
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 @functools.lru_cache(maxsize=None)
 def _major_capability(index: int | None) -> int:
     return torch.cuda.get_device_capability(index)[0]

@@ -42,13 +42,12 @@ A row with context_lens 0 (e.g. batch padding) yields zeros, never NaN, and neve
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 
 import torch
 
-from voxflow.kernels import FP8_KV, as_stored, env_int, use_pdl
+from voxflow.kernels import FP8_KV, as_stored, env_int, sm_count, use_pdl
 
 try:
     import triton
@@ -301,18 +300,13 @@ _TC_LOOP_STAGES = env_int("VOXFLOW_PAGED_DECODE_STAGES", TC_LOOP_STAGES)
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"      # read once, as Triton does when it is imported
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def default_num_splits(batch: int, num_kv_heads: int, max_tokens: int, device: torch.device) -> int:
     """Enough splits for ~PROGRAMS_PER_SM programs per SM, none shorter than MIN_TOKENS_PER_SPLIT tokens.
     Host-known inputs only (the table width, not the lengths), so the choice is fixed for a captured graph."""
     if device.type != "cuda":
         return 1
     programs = max(1, batch * num_kv_heads)
-    want = math.ceil(PROGRAMS_PER_SM * _sms(device) / programs)
+    want = math.ceil(PROGRAMS_PER_SM * sm_count(device) / programs)
     return max(1, min(want, MAX_SPLITS, math.ceil(max_tokens / MIN_TOKENS_PER_SPLIT)))
 
 
@@ -323,10 +317,6 @@ def _dot_dtype(q_dtype: torch.dtype):
     if _INTERPRETED:
         return tl.float32
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(q_dtype, tl.float32)
-
-
-def _sms(device: torch.device) -> int:
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def tensor_core_shapes_ok(group: int, head_dim: int) -> bool:
@@ -343,7 +333,7 @@ def default_tensor_cores(batch: int, num_kv_heads: int, group: int, head_dim: in
         return False
     if _TC_OVERRIDE is not None:
         return _TC_OVERRIDE == "1"
-    return pool_dtype in TC_POOL_DTYPES and batch * num_kv_heads >= _sms(device)
+    return pool_dtype in TC_POOL_DTYPES and batch * num_kv_heads >= sm_count(device)
 
 
 def default_tc_splits(batch: int, num_kv_heads: int, max_tokens: int, device: torch.device) -> int:
@@ -351,7 +341,7 @@ def default_tc_splits(batch: int, num_kv_heads: int, max_tokens: int, device: to
     at 64 and 256 rows only, where one split was fastest)."""
     if device.type != "cuda":
         return 1
-    want = math.ceil(TC_PROGRAMS_PER_SM * _sms(device) / max(1, batch * num_kv_heads))
+    want = math.ceil(TC_PROGRAMS_PER_SM * sm_count(device) / max(1, batch * num_kv_heads))
     return max(1, min(want, MAX_SPLITS, max_tokens // (2 * TC_TILE)))
 
 

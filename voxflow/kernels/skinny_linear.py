@@ -19,9 +19,9 @@ NOT the reference's:
 the order of the fp32 sums (the GEMM's and the norm's sum of squares), so fp32 results agree to ~1e-6 relative
 and bf16 results can differ by an ulp where the fp32 value sits near a rounding boundary (tests say how much).
 
-Launch config: `launch_config(m, n, k, dtype)`, a small deterministic function (no autotuner: CUDA-graph
+Launch config: `launch_config(m, n, k, dtype, sms)`, a small deterministic function (no autotuner: CUDA-graph
 capturable, same kernel every call); `skinny_linear(..., config=...)` overrides it (benchmarks/scripts/
-tune_skinny_linear.py times candidates). SPLIT_K > 1 (the heuristic picks it only under SPLIT_K_BELOW_BLOCKS) writes
+tune_skinny_linear.py times candidates). SPLIT_K > 1 (the heuristic picks it under split_k_below) writes
 fp32 partials to a workspace, and the last program of each column block to finish (an arrival count, FIXUP, the
 default) or a second kernel (FIXUP=False) sums them in a fixed order and runs the epilogue: deterministic either
 way; one allocation a call (from torch's caching allocator, which is capture-safe).
@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from voxflow.kernels import use_pdl
+from voxflow.kernels import sm_count, use_pdl
 from voxflow.kernels.pdl import launch_kwargs, trigger_mode, wait_for_previous_kernel, weight_preload
 from voxflow.kernels.rms_norm import round_to
 
@@ -213,32 +213,45 @@ def _split_k_reduce_kernel(ws_ptr, bias_ptr, res_ptr, out_ptr, M, N, stride_rm, 
     _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, out_ptr, stride_rm, stride_om, HAS_BIAS, HAS_RES)
 
 
-# Tensor-core launches (M > 4) with fewer column blocks than this split K in two, the last program of a block
-# summing the partials (the fixup: no second launch): the code predictor's N = 1024 GEMMs (o_proj, down_proj) get
-# 128 programs instead of 64 on a 132-SM GPU, each streaming half of K. (Session 25, H200, 64 rows: the two-launch
-# split-K 6.68 / 7.40 us against 5.80 / 7.85 unsplit for o_proj / down. Session 60, H100, with the fixup: a 64-row
-# layer pass's four GEMMs + silu 27.31 against 28.04 us (probe_gemms_beside_codec.py).) ON (96) since session 61: an
-# H100, 0.6B c=64 over HTTP in <= 8 GB, alternating with the defaults of the day, 773.5 / 785.0 / 771.1 audio-s/s
-# against 770.4 / 766.4 / 767.7 / 771.8, full steps free of codec and prefill work 5.30-5.33 ms (median) against
-# 5.37-5.39; with qwen3_layer.SKINNY_HEADS on a second machine 794.4-797.9 against 784.0 / 788.5 without both, and
-# a layer pass's chain beside the codec 37.95 against 39.24 us unsplit (benchmarks/results/h100/2026-12-07-session61).
-# VOXFLOW_SKINNY_SPLIT_K_BELOW=0 turns it off.
-SPLIT_K_BELOW_BLOCKS = int(os.environ.get("VOXFLOW_SKINNY_SPLIT_K_BELOW", "96"))
+# Tensor-core launches (M > 4) whose column blocks fill at most half the SMs split K in two, the last program of a
+# block summing the partials (the fixup: no second launch), so one wave of programs streams the weights: the code
+# predictor's N = 1024 GEMMs (o_proj, down_proj) get 128 programs instead of 64 on a 132-SM H100 / H200, each
+# streaming half of K. (Session 25, H200, 64 rows: the two-launch split-K 6.68 / 7.40 us against 5.80 / 7.85 unsplit
+# for o_proj / down. Session 60, H100, with the fixup: a 64-row layer pass's four GEMMs + silu 27.31 against 28.04 us
+# (probe_gemms_beside_codec.py).) ON since session 61: an H100, 0.6B c=64 over HTTP in <= 8 GB, alternating with the
+# defaults of the day, 773.5 / 785.0 / 771.1 audio-s/s against 770.4 / 766.4 / 767.7 / 771.8, full steps free of
+# codec and prefill work 5.30-5.33 ms (median) against 5.37-5.39; with qwen3_layer.SKINNY_HEADS on a second machine
+# 794.4-797.9 against 784.0 / 788.5 without both, and a layer pass's chain beside the codec 37.95 against 39.24 us
+# unsplit (benchmarks/results/h100/2026-12-07-session61). VOXFLOW_SKINNY_SPLIT_K_BELOW: "auto" (the default: split
+# where 2 x blocks <= the device's SMs; no split where the SM count is unknown, i.e. under the interpreter), or a
+# block count N (split where blocks < N: 96 is what session 61 measured on 132 SMs; 0 turns it off).
+_SPLIT_K_BELOW = os.environ.get("VOXFLOW_SKINNY_SPLIT_K_BELOW", "auto")
+SPLIT_K_BELOW_BLOCKS: int | str = "auto" if _SPLIT_K_BELOW == "auto" else int(_SPLIT_K_BELOW)
+
+
+def split_k_below(sms: int | None) -> int:
+    """The column-block count under which a tensor-core launch splits K in two (SPLIT_K_BELOW_BLOCKS resolved for
+    a device of `sms` SMs; None: unknown)."""
+    if SPLIT_K_BELOW_BLOCKS == "auto":
+        return sms // 2 + 1 if sms else 0
+    return SPLIT_K_BELOW_BLOCKS
 
 
 def _pow2_floor(v: int) -> int:
     return 1 << (max(v, 1).bit_length() - 1)
 
 
-def launch_config(m: int, n: int, k: int, dtype: torch.dtype) -> dict:
-    """The launch config for M rows, N outputs, GEMM depth K (after gating) and dtype: deterministic, no timing.
+def launch_config(m: int, n: int, k: int, dtype: torch.dtype, sms: int | None = None) -> dict:
+    """The launch config for M rows, N outputs, GEMM depth K (after gating) and dtype on a device of `sms` SMs
+    (None: unknown): deterministic, no timing.
 
     - M <= 4: register FMA path (tensor-core tiles would be >= 75% padding and the op is bound by W anyway).
       M > 4: tl.dot with M padded to a power of two >= 16 (faster from M = 8 on, H200: e.g. o_proj 1024-wide
       6.6 us instead of 12.8; see benchmarks/scripts/tune_skinny_linear.py).
     - BLOCK_N ~ N / 128, so there are >= ~128 programs (the H200 has 132 SMs and each must pull its share of W):
       N = 1024 -> 8 (FMA) / 16 (dot: its minimum, 64 programs), 2048 -> 16, 4096 -> 32, 12288 -> 64; at one row
-      ~N / 512 (at least 4): more, smaller programs keep more W loads in flight.
+      ~N / 512 (at least 4): more, smaller programs keep more W loads in flight. Where the dot path's blocks stay
+      under split_k_below(sms) (N = 1024 on 132 SMs), K splits in two instead (SPLIT_K 2: 128 programs).
     - FMA BLOCK_K: the 3-D accumulator holds BLOCK_M * BLOCK_N * BLOCK_K <= 16K fp32 (128 registers a thread at 4
       warps), up to 1024 deep (H200, M = 1: 1024-deep steps were 10-25% faster than 512-deep ones, and 4 warps
       beat 8). dot BLOCK_K: 128 (64 for fp32, whose ieee dot runs on FMAs), 4 stages.
@@ -252,7 +265,7 @@ def launch_config(m: int, n: int, k: int, dtype: torch.dtype) -> dict:
         block_n = min(128, max(16, _pow2_floor(n // 128)))
         block_k = min(k_pow2, 64 if dtype == torch.float32 else 128)
         num_warps, num_stages = 4, 4
-        if triton.cdiv(n, block_n) < SPLIT_K_BELOW_BLOCKS and k % (2 * block_k) == 0:
+        if triton.cdiv(n, block_n) < split_k_below(sms) and k % (2 * block_k) == 0:
             split = 2
     else:
         # one row: 4x as many programs (H200, bf16: down_proj 6144 -> 2048 8.78 us at 4 columns vs 11.35 at 16,
@@ -358,7 +371,7 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, *, bias: torch.Tensor | None
         if _overlaps(out, x):
             raise ValueError("skinny_linear: out must not share memory with x (other programs still read x)")
 
-    cfg = launch_config(m, n, k, x.dtype)
+    cfg = launch_config(m, n, k, x.dtype, sm_count(x.device))
     if config:
         unknown = set(config) - set(_CONFIG_KEYS)
         if unknown:
