@@ -124,11 +124,11 @@ def test_without_a_cuda_runtime_or_when_it_fails_the_stack_calls_say_so(monkeypa
 def test_the_engine_shrinks_the_stack_after_the_load_and_before_any_capture(monkeypatch):
     """from_config reads the limit before the load, shrinks it after the load and before the engine's warm-up (where
     the graphs are captured), and records what it freed; shrink_stack_after_load=False reads nothing."""
-    import voxflow.engine.engine as engine_module
+    import voxflow.engine.engine_startup as engine_startup
     import voxflow.models.registry as registry
     order, sentinel = [], {"from": 5344, "to": 1024, "freed_bytes": 7}
-    monkeypatch.setattr(engine_module, "stack_limit_bytes", lambda device: order.append("read") or 1024)
-    monkeypatch.setattr(engine_module, "shrink_stack_to",
+    monkeypatch.setattr(engine_startup, "stack_limit_bytes", lambda device: order.append("read") or 1024)
+    monkeypatch.setattr(engine_startup, "shrink_stack_to",
                         lambda device, value: order.append(("shrink", value)) or (sentinel if value else None))
     load = registry.load_for_engine
     monkeypatch.setattr(registry, "load_for_engine", lambda *a, **k: order.append("load") or load(*a, **k))

@@ -114,7 +114,7 @@ def test_load_into_copies_into_the_modules_own_tensors():
 def test_the_engine_keeps_the_text_table_in_host_memory_on_a_gpu_by_default(monkeypatch, device, on_host, passed):
     """EngineConfig.text_embedding_on_host (default on) reaches the model's loader on a GPU only (on a CPU the table
     is in host memory anyway); the loader then loads the table there (model.py, tests/test_text_rows.py)."""
-    import voxflow.engine.engine as engine_module
+    import voxflow.engine.engine_startup as engine_startup
     import voxflow.models.registry as registry
     from voxflow.engine.config import EngineConfig
     from voxflow.engine.engine import EngineCore
@@ -127,7 +127,7 @@ def test_the_engine_keeps_the_text_table_in_host_memory_on_a_gpu_by_default(monk
     def load(*args, **options):
         seen.update(options)
         raise Stop
-    monkeypatch.setattr(engine_module, "outside_allocator_bytes", lambda d: 0)    # no GPU to ask here
+    monkeypatch.setattr(engine_startup, "outside_allocator_bytes", lambda d: 0)    # no GPU to ask here
     monkeypatch.setattr(registry, "load_for_engine", load)
     with pytest.raises(Stop):
         EngineCore.from_config(EngineConfig(model="m", device=device, text_embedding_on_host=on_host,

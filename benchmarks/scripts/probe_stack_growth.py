@@ -17,7 +17,7 @@ import torch
 import triton.runtime.jit as triton_jit
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import voxflow.engine.engine as engine_module
+import voxflow.engine.engine_startup as engine_startup
 import voxflow.models.registry as registry
 from probe_common import add_requests, build_engine
 from voxflow.engine.gpu_memory import outside_allocator_bytes, shrink_stack_to, stack_limit_bytes
@@ -84,14 +84,14 @@ def main() -> None:
         watch.where = "engine startup"
         return out
     registry.load_for_engine = load_then_reset
-    outside = engine_module.outside_allocator_bytes
+    outside = engine_startup.outside_allocator_bytes
 
     def outside_and_reserved(device):                   # the engine's per-stage memory record, printed with more
         value = outside(device)
         print(f"  stage: outside {value / MIB:.0f} MiB, reserved {torch.cuda.memory_reserved(device) / MIB:.0f} MiB,"
               f" peak of tensors {torch.cuda.max_memory_allocated(device) / MIB:.0f} MiB", flush=True)
         return value
-    engine_module.outside_allocator_bytes = outside_and_reserved
+    engine_startup.outside_allocator_bytes = outside_and_reserved
     with OpWatch(watch):
         core = build_engine(model, concurrency, sys.argv[3:])
         print(f"startup done; stack {watch.limit()} B; outside the allocator by stage (MiB): "

@@ -99,7 +99,7 @@ def run_level(core, factory: RequestFactory, level: Level, prompts: list[Prompt]
 
 def _run_phase(core, factory, level: Level, items: list[Prompt], warmup: bool, seed: int, progress,
                keep_audio: bool = False):
-    from voxflow.engine.engine import add_to_core, early_outputs, refusal_kind
+    from voxflow.engine.core_driving import add_to_core, early_outputs, refusal_kind
     from voxflow.engine.request import AudioChunk
     open_loop = level.mode == "open"
     times = poisson_times(len(items), level.rate, seed) if open_loop else [None] * len(items)

@@ -15,7 +15,8 @@ first launches step N, then collects step N - 1 (frames go to the codec on the d
 back their KV blocks and slot at once), so the GPU never waits for Python bookkeeping. The codec executor
 launches the chunks that are due (batched across requests; on the codec's own CUDA stream when it has one) and
 collects those whose PCM has landed. A finished request's final record leaves after its last chunk.
-It is single-threaded and knows nothing of HTTP or asyncio: `inprocess.py` / `process.py` drive it.
+It is single-threaded and knows nothing of HTTP or asyncio: `inprocess.py` / `process.py` drive it (through
+`core_driving.py`); its loading, graph captures and warm-up requests are `engine_startup.py`.
 """
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ from ..audio.io import pcm_bytes
 from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_blocks_for
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
+from .engine_startup import check_fp8_pages, load_core, warm_up
 from .engine_stream import on_engine_stream, talker_stream
-from .errors import QueueFullError  # noqa: F401 (re-exported: engine.QueueFullError is where callers import it)
-from .gpu_memory import (limit_allocator, memory_stats, outside_allocator_bytes, room_within, shrink_stack_to,
-                         stack_limit_bytes)
+from .errors import QueueFullError
+from .gpu_memory import memory_stats, room_within
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
-from .model_api import CodecModel, PreparedRequest, TTSModel, check_kv_cache_dtype, pool_spec, prepare_requests
+from .model_api import CodecModel, PreparedRequest, TTSModel, pool_spec, prepare_requests
 from .packed_prefill import PackedPrefillRunner
 from .prefill_dispatch import PrefillDispatch
 from .prefill_runner import PrefillRunner
@@ -61,48 +62,6 @@ TTFP_PARTS = ("prepare", "queue_and_prefill", "first_frame", "first_chunk")
 EMIT_POLL_S = 1e-4
 CODEC_NAN_ERROR = ("the codec decoder produced NaN audio (a half-precision overflow?); the server can run it in "
                    "fp32: --codec-dtype float32")
-
-
-def refusal_kind(error: Exception) -> str:
-    """The error kind of a request `add_to_core` refused: "overloaded" (QueueFullError: back-pressure, not a failure
-    of the engine) or "invalid_request" (ValueError: bad input, this request only). Anything else is an engine bug
-    and is raised."""
-    if isinstance(error, QueueFullError):
-        return "overloaded"
-    if isinstance(error, ValueError):
-        return "invalid_request"
-    raise error
-
-
-def add_to_core(core, requests: list[SpeechRequest]) -> list[Exception | None]:
-    """A burst of requests into any core: `EngineCore.add_requests` (their prompts built in one batched pass) when
-    it has it, else `add_request` one by one (e.g. OneShotCore). Per request None (queued) or the ValueError /
-    QueueFullError it was refused with; anything else propagates."""
-    add_requests = getattr(core, "add_requests", None)
-    if add_requests is not None:
-        return add_requests(requests)
-    errors: list[Exception | None] = []
-    for request in requests:
-        try:
-            core.add_request(request)
-            errors.append(None)
-        except (ValueError, QueueFullError) as e:
-            errors.append(e)
-    return errors
-
-
-@contextlib.contextmanager
-def early_outputs(core, take: Callable[[list], None]):
-    """While the block runs, the outputs `core` has ready before a step ends (EngineConfig.emit_while_waiting) go
-    to `take` at once, as the step's own outputs do after it (a core without `emit_early`: nothing to do)."""
-    if not hasattr(core, "emit_early"):
-        yield
-        return
-    before, core.emit_early = core.emit_early, take
-    try:
-        yield
-    finally:
-        core.emit_early = before
 
 
 def _options_error(request: SpeechRequest) -> ValueError | None:
@@ -133,14 +92,6 @@ class _Live:
     last_frame_queued: bool = False        # its last frame by length went to the codec with its step
     finish_reason: FinishReason | None = None
     extra: dict = field(default_factory=dict)
-
-
-def check_fp8_pages(kv_cache_dtype: str, device: torch.device) -> None:
-    """fp8 KV pages on a CUDA device with the kernels on need Triton's e4m3 type there (compute capability >= 8.9)."""
-    from ..kernels import fp8_kernels_supported, kernels_enabled
-    if kv_cache_dtype == "fp8" and device.type == "cuda" and kernels_enabled() and not fp8_kernels_supported(device):
-        raise ValueError(f"kv_cache_dtype=fp8 needs a GPU of compute capability >= 8.9 for its attention kernels "
-                         f"({torch.cuda.get_device_name(device)} is not one); serve without it, or with kernels=false")
 
 
 class EngineCore:
@@ -244,56 +195,10 @@ class EngineCore:
             self.startup.update(memory_stats(device))
 
     def _warm_up(self) -> None:
-        """Capture the decode graphs (and the codec's) up front, and report the time it took (and on a GPU the
-        memory outside the allocator after each stage: engine/gpu_memory.py)."""
-        cfg = self.config
-        device = torch.device(self.model.device)
-        on_gpu = device.type == "cuda"
-        stages: dict = {}
+        warm_up(self)
 
-        def stage(name: str) -> None:
-            if on_gpu:
-                stages[name] = outside_allocator_bytes(device)
-        stage("weights_and_kv")
-        if self.runner.cuda_graphs and cfg.capture_at_start:
-            with torch.no_grad():
-                self.startup["graph_capture_seconds"] = round(self.runner.capture(widths=[1, 2, 4, 8, 16]), 3)
-            self.startup["graphs"] = self.runner.stats.graphs
-            stage("decode_graphs")
-        if self.prefill_runner is not None and self.prefill_runner.cuda_graphs and cfg.capture_at_start:
-            self.startup["prefill_graph_capture_seconds"] = round(self.prefill_runner.capture(), 3)
-            self.startup["prefill_graphs"] = self.prefill_runner.stats.graphs
-            stage("prefill_graphs")
-        warm = getattr(self.codec, "warmup", None)
-        if warm is not None and on_gpu and cfg.capture_at_start:
-            frame_counts = sorted({1, 2, 5, 10, cfg.chunk_frames})
-            self.startup["codec_capture_seconds"] = round(warm(self.runner.buckets, frame_counts), 3)
-            stage("codec_graphs")
-        wanted = cfg.warmup_requests if cfg.warmup_requests is not None else (on_gpu and cfg.capture_at_start)
-        if wanted and hasattr(self.model, "warmup_requests"):
-            self._run_warmup()
-            stage("warmup_requests")
-        if on_gpu:
-            self.startup["gpu_memory_outside_allocator_by_stage"] = stages
-
-    def _run_warmup(self) -> None:
-        """The model's warm-up requests (one alone, then the rest together, their prompts built in one batch as a
-        burst of arrivals is), outputs dropped, then every counter back to zero: the stats describe served requests
-        only. A failure is reported, not fatal."""
-        t0 = time.perf_counter()
-        requests = self.model.warmup_requests()
-        try:
-            for group in (requests[:1], requests[1:]):
-                for error in self.add_requests(group):
-                    if error is not None:
-                        raise error
-                while self.has_work():
-                    self.step()
-        except Exception as e:                                      # noqa: BLE001 - reported in the startup record
-            log.warning("warm-up requests failed: %s", e)
-            self.startup["warmup_error"] = str(e)
-            for rid in list(self.live):
-                self.abort(rid)
+    def reset_stats(self) -> None:
+        """Every counter back to zero (after the warm-up requests: the stats describe served requests only)."""
         self.steps = 0
         self.scheduler.prompt_tokens = self.scheduler.prompt_tokens_cached = 0
         self.stats_counters = dict.fromkeys(self.stats_counters, 0)
@@ -301,47 +206,11 @@ class EngineCore:
         self._ttfp_parts = dict.fromkeys(TTFP_PARTS, 0.0)
         self._ttfp_count = 0
         self.timings = dict.fromkeys(self.timings, 0.0)
-        self.startup["warmup_seconds"] = round(time.perf_counter() - t0, 3)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "EngineCore":
-        from ..kernels import set_kernels_enabled
-        from ..models.registry import load_for_engine
-        set_kernels_enabled(config.kernels)          # process-wide: one engine per process
-        check_kv_cache_dtype(config.kv_cache_dtype)  # a bad value fails before the weights load, not after
-        check_fp8_pages(config.kv_cache_dtype, torch.device(config.device))
-        if config.gpu_memory_limit_bytes is not None:      # before the weights: the cap covers everything after
-            limit_allocator(torch.device(config.device), config.gpu_memory_limit_bytes)
-        options = {"max_frames": config.max_model_len}     # no request it accepts outgrows the slot buffers
-        if config.codec_dtype != "auto":
-            options["codec_dtype"] = config.codec_dtype
-        if not config.cuda_graphs:
-            options["codec_cuda_graphs"] = False
-        if config.codec_max_batch is not None:
-            options["codec_max_batch"] = config.codec_max_batch
-        if config.text_embedding_on_host and torch.device(config.device).type == "cuda":
-            options["text_embedding_on_host"] = True
-        if config.codec_sms is not None:
-            options["codec_sms"] = config.codec_sms
-        if config.preload_text_rows:                      # (the loader preloads on a GPU only)
-            options["preload_text_rows"] = True
-        elif config.preload_text_ids:
-            options["preload_text_ids"] = config.preload_text_ids
-        device = torch.device(config.device)
-        before_weights = outside_allocator_bytes(device) if device.type == "cuda" else None
-        stack = stack_limit_bytes(device) if config.shrink_stack_after_load else None
-        model, codec = load_for_engine(config.model, device=config.device, dtype=config.dtype,
-                                       max_slots=config.max_num_seqs, **options)
-        # A kernel of the load's one-off work may have grown the driver's local-memory reservation for good
-        # (gpu_memory.py); back to the limit of before, while no graph is captured yet.
-        shrunk = shrink_stack_to(device, stack)
-        core = cls(model, codec, config)
-        if shrunk is not None:
-            core.startup["stack_limit_shrunk"] = shrunk
-        if before_weights is not None:              # the stages _warm_up recorded, after the context's own share
-            stages = core.startup.get("gpu_memory_outside_allocator_by_stage", {})
-            core.startup["gpu_memory_outside_allocator_by_stage"] = {"context": before_weights, **stages}
-        return core
+        """Load the model and codec `config` names and build an engine on them (engine_startup.load_core)."""
+        return load_core(cls, config)
 
     # ---- requests ---------------------------------------------------------------------------------------
     @property

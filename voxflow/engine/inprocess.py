@@ -21,7 +21,7 @@ import traceback
 from typing import Any, Callable
 
 from .client import EngineClient, EngineOutput
-from .engine import add_to_core, early_outputs, refusal_kind
+from .core_driving import add_to_core, early_outputs, refusal_kind
 from .request import FinalRecord, FinishReason, SpeechRequest
 
 log = logging.getLogger(__name__)

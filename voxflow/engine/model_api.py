@@ -165,7 +165,7 @@ class TTSModel(Protocol):
         """A hashable naming the code path decode takes now (graphs are captured per variant)."""
 
     # Optional: warmup_requests() -> [SpeechRequest]: short, valid requests for this model that the engine runs
-    # before serving (engine._run_warmup), so that the first user request pays no lazy initialisation or kernel
+    # before serving (engine_startup.run_warmup_requests), so that the first user request pays no lazy initialisation or kernel
     # compilation on the prefill path.
     # Optional: prepare_many(requests) -> [PreparedRequest | ValueError]: `prepare` of a burst of arrivals in one
     # batched pass (one tokenizer call, a few GPU ops for all prompts instead of a dozen or more per request);

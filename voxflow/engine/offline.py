@@ -7,7 +7,8 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..audio.io import pcm_from_bytes
-from .engine import EngineCore, add_to_core, early_outputs
+from .core_driving import add_to_core, early_outputs
+from .engine import EngineCore
 from .request import AudioChunk, FinalRecord, SpeechRequest
 
 
