@@ -53,7 +53,8 @@ from .state import AppState, ServerSettings
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/", "/health", "/live", "/ready", "/metrics")
-OPTIONAL_ROUTERS = ("routes_voices", "routes_ws")   # other engineers' modules: included when they import
+# other engineers' modules: included when they import
+OPTIONAL_ROUTERS = ("routes_voices", "routes_ws", "routes_ws_elevenlabs")
 
 
 def create_app(engine: Any, settings: ServerSettings | None = None, *, model_info: dict | None = None,
@@ -233,11 +234,12 @@ class AuthMiddleware:
     def allowed(self, scope: Scope) -> bool:
         headers = dict(scope.get("headers") or [])
         auth = headers.get(b"authorization", b"")
-        token = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+        # Bearer, or ElevenLabs clients' xi-api-key header (routes_ws_elevenlabs.py)
+        token = auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"xi-api-key", b"").strip()
         if not token and scope["type"] == "websocket":
             from urllib.parse import parse_qs
             q = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            token = (q.get("api_key") or [""])[0].encode()
+            token = (q.get("api_key") or q.get("xi_api_key") or [""])[0].encode()
         # compare against every key (no early exit on a match: no timing hint about which key matched)
         ok = False
         for key in self.keys:

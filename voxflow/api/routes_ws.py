@@ -204,6 +204,7 @@ class StreamSession:
         self.utterance_open = False
         self.pending = 0                  # jobs created but not yet fully sent
         self.closed = False
+        self.idle_timeout_s = float(self.settings.ws_idle_timeout_s)
 
     # ---- sending ---------------------------------------------------------------------------------------------
     async def send_json(self, obj: dict) -> None:
@@ -272,7 +273,7 @@ class StreamSession:
             while True:
                 if recv is None:
                     recv = asyncio.ensure_future(self.ws.receive())
-                timeout = CONFIG_TIMEOUT_S if self.cfg is None else float(self.settings.ws_idle_timeout_s)
+                timeout = CONFIG_TIMEOUT_S if self.cfg is None else self.idle_timeout_s
                 done, _ = await asyncio.wait({recv}, timeout=timeout)
                 if not done:
                     if self.cfg is not None and self.pending > 0:
@@ -289,14 +290,16 @@ class StreamSession:
             if recv is not None:
                 recv.cancel()
 
-    async def _handle(self, message: dict) -> str | None:
+    async def _json_message(self, message: dict, limit: int) -> tuple[dict, int] | None:
+        """A received frame as a JSON object and its text's length, or None once the client has been told what was
+        wrong with it (binary, over `limit` bytes, not JSON, not an object)."""
         text = message.get("text")
         if text is None:
             if message.get("bytes") is not None:
                 await self.error("binary messages are not accepted; send JSON text messages")
             return None
-        if len(text) > MAX_CONFIG_MESSAGE_BYTES:
-            await self.error(f"message too large (limit {MAX_CONFIG_MESSAGE_BYTES} bytes)")
+        if len(text) > limit:
+            await self.error(f"message too large (limit {limit} bytes)")
             return None
         try:
             msg = json.loads(text)
@@ -306,8 +309,15 @@ class StreamSession:
         if not isinstance(msg, dict):
             await self.error("messages must be JSON objects")
             return None
+        return msg, len(text)
+
+    async def _handle(self, message: dict) -> str | None:
+        parsed = await self._json_message(message, MAX_CONFIG_MESSAGE_BYTES)
+        if parsed is None:
+            return None
+        msg, size = parsed
         kind = msg.get("type")
-        if kind != "session.config" and len(text) > MAX_MESSAGE_BYTES:
+        if kind != "session.config" and size > MAX_MESSAGE_BYTES:
             await self.error(f"message too large (limit {MAX_MESSAGE_BYTES} bytes; only session.config may be "
                              "larger)")
             return None
@@ -434,8 +444,7 @@ class StreamSession:
             if isinstance(item, _Close):
                 return
             if isinstance(item, _UtteranceDone):
-                await self.send_json({"type": "session.done", "utterance_index": item.utterance,
-                                      "total_sentences": item.total})
+                await self._send_utterance_done(item)
                 continue
             status, reason = 499, "client_disconnect"   # how a record still open after sending is closed
             try:
@@ -451,7 +460,12 @@ class StreamSession:
                 if item.tracker is not None:            # (a no-op when _send_job closed it)
                     item.tracker.finish(status, reason)
 
+    async def _send_utterance_done(self, item: _UtteranceDone) -> None:
+        await self.send_json({"type": "session.done", "utterance_index": item.utterance,
+                              "total_sentences": item.total})
+
     async def _send_job(self, job: _Job) -> None:
+        """A sentence's audio as it comes, framed; its record closed (tracker) once it is all sent."""
         cfg = job.cfg
         ids = {"utterance_index": job.utterance, "sentence_index": job.index}
         await self.send_json({"type": "audio.start", **ids, "sentence_text": job.text,
@@ -508,8 +522,9 @@ def origin_allowed(scope, allowed: tuple[str, ...] = ()) -> bool:
         return False
 
 
-@router.websocket("/v1/audio/speech/stream")
-async def speech_stream(websocket: WebSocket):
+async def open_session(websocket: WebSocket, make, refusals: type[Exception] | tuple = ()) -> None:
+    """Run the session `make(websocket)` builds, under the server's WebSocket rules: the Origin check and the cap on
+    open sessions. `make` raising one of `refusals` (a bad query option) refuses the connection with its message."""
     state = websocket.app.state.vox
     if not origin_allowed(websocket.scope, state.settings.allowed_origins):
         log.warning("WebSocket refused: Origin %r is not this server nor an allowed origin",
@@ -525,11 +540,25 @@ async def speech_stream(websocket: WebSocket):
         await websocket.accept()            # accepted then closed: the client sees the code and reason (a 403 not)
         await websocket.close(1013, f"too many WebSocket sessions (limit {limit}); try again later")
         return
+    try:
+        session = make(websocket)
+    except refusals as e:
+        await websocket.accept()
+        with contextlib.suppress(Exception):
+            await websocket.send_text(json.dumps({"message": str(e), "error": "invalid_request"}))
+        await websocket.close(1008, str(e)[:120])
+        return
     state.extra["ws_sessions"] = state.extra.get("ws_sessions", 0) + 1
     try:
-        await StreamSession(websocket, state).run()
+        await session.run()
     finally:
         state.extra["ws_sessions"] -= 1
 
 
-__all__ = ["router", "StreamSession", "build_config", "SessionConfig", "wav_header", "origin_allowed"]
+@router.websocket("/v1/audio/speech/stream")
+async def speech_stream(websocket: WebSocket):
+    await open_session(websocket, lambda ws: StreamSession(ws, websocket.app.state.vox))
+
+
+__all__ = ["router", "StreamSession", "build_config", "SessionConfig", "wav_header", "origin_allowed",
+           "open_session"]
