@@ -12,7 +12,7 @@ import pytest
 import websockets
 
 from test_api_ws import HANG, WS_PATH, FakeEngine, make_app, serving  # tests/test_api_ws.py
-from voxflow.api import routes_ws_elevenlabs
+from voxflow.api import elevenlabs_compat, routes_ws_elevenlabs
 from voxflow.api.app import AuthMiddleware
 
 BOS = {"text": " ", "voice_settings": {"stability": 0.5, "similarity_boost": 0.8}}
@@ -229,10 +229,10 @@ def test_the_api_key_may_come_as_elevenlabs_clients_send_it():
 
 
 def test_output_format_and_schedule_parsing():
-    of = routes_ws_elevenlabs.output_format
+    of = elevenlabs_compat.output_format
     assert of(None, 24000) == of("pcm_24000", 24000) == "pcm" and of("mp3_22050_32", 24000) == "mp3"
     for bad in ("pcm_22050", "ulaw_8000", "opus_48000_64", "pcm", "mp3_44100"):
-        with pytest.raises(routes_ws_elevenlabs.ProtocolError):
+        with pytest.raises(elevenlabs_compat.ProtocolError):
             of(bad, 24000)
     cs = routes_ws_elevenlabs.chunk_schedule
     assert cs(None) == cs({}) == (120, 160, 250, 290) and cs({"chunk_length_schedule": [50, 500]}) == (50, 500)

@@ -118,9 +118,10 @@ def create_app(engine: Any, settings: ServerSettings | None = None, *, model_inf
     app.state.vox.metrics.rejected.labels(reason="ws_sessions")     # WebSocket sessions over the cap: shown as 0
     install_error_handlers(app)
 
-    from . import routes_batch, routes_misc, routes_speech
+    from . import routes_batch, routes_elevenlabs, routes_misc, routes_speech
     app.include_router(routes_speech.router)
     app.include_router(routes_batch.router)
+    app.include_router(routes_elevenlabs.router)
     app.include_router(routes_misc.router)
     for name in OPTIONAL_ROUTERS:
         try:

@@ -51,7 +51,13 @@ RETRY_AFTER_UNAVAILABLE_S = 5
 
 @router.post("/v1/audio/speech")
 async def create_speech(body: SpeechRequestBody, request: Request):
-    arrived = time.monotonic()
+    return await speak(body, request)
+
+
+async def speak(body: SpeechRequestBody, request: Request, arrived: float | None = None):
+    """The response to a speech request (every route that speaks: this one, the ElevenLabs-style ones): planned
+    (`plan_speech`), admitted, then a whole file or a stream as the body's mode asks."""
+    arrived = time.monotonic() if arrived is None else arrived
     state = get_state(request)
     check_loaded(state)
     plan = await plan_speech(state, body)

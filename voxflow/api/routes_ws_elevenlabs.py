@@ -10,6 +10,7 @@ framing differs.
                               rate, so decoders play it right); anything else is refused (error, then close 1008)
                inactivity_timeout  seconds without a message and no audio pending before the session ends
                               (default 20, 1..180)
+               language_code  ISO 639-1 (en, zh, ...): the language the model is told (default: its own choice)
                model_id, auto_mode, sync_alignment, enable_ssml_parsing, apply_text_normalization: accepted and
                               ignored (the served model is the one voxflow runs; no alignment is produced)
     API key: `xi-api-key` header, `Authorization: Bearer`, or `?api_key=` / `?xi_api_key=` (AuthMiddleware).
@@ -34,13 +35,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import re
 
 import numpy as np
 from fastapi import APIRouter, WebSocket
 
 from voxflow.audio.encode import make_encoder
 
+from .elevenlabs_compat import ProtocolError, language, output_format
 from .routes_ws import _END, MAX_MESSAGE_BYTES, StreamSession, _Job, _UtteranceDone, open_session
 
 router = APIRouter()
@@ -49,24 +50,6 @@ DEFAULT_SCHEDULE = (120, 160, 250, 290)      # ElevenLabs' default chunk_length_
 SCHEDULE_RANGE = (50, 500)
 INACTIVITY_RANGE = (1.0, 180.0)
 DEFAULT_INACTIVITY_S = 20.0
-_PCM = re.compile(r"pcm_(\d+)")
-_MP3 = re.compile(r"mp3_(\d+)_(\d+)")
-
-
-class ProtocolError(ValueError):
-    """A message or option this endpoint refuses: its text goes to the client as the error's message."""
-
-
-def output_format(value: str | None, sample_rate: int) -> str:
-    """'pcm' or 'mp3' for an output_format query value (None: pcm at the model's rate); ProtocolError otherwise."""
-    if value is None:
-        return "pcm"
-    if (m := _PCM.fullmatch(value)) and int(m.group(1)) == sample_rate:
-        return "pcm"
-    if _MP3.fullmatch(value):
-        return "mp3"
-    raise ProtocolError(f"output_format {value!r} is not supported: this model speaks at {sample_rate} Hz; use "
-                        f"pcm_{sample_rate} or mp3_<rate>_<kbps> (MP3 at {sample_rate} Hz)")
 
 
 def inactivity_timeout(value: str | None) -> float:
@@ -101,9 +84,11 @@ class ElevenLabsSession(StreamSession):
     """One stream-input connection: the voice from the path, the format and timeout from the query, the rest from the
     first message; one utterance, ended by EOS."""
 
-    def __init__(self, ws: WebSocket, state, voice_id: str, fmt: str, idle_timeout_s: float):
+    def __init__(self, ws: WebSocket, state, voice_id: str, fmt: str, idle_timeout_s: float,
+                 language_code: str | None = None):
         super().__init__(ws, state)
         self.voice_id, self.fmt, self.idle_timeout_s = voice_id, fmt, idle_timeout_s
+        self.language = language(language_code)
         self.schedule = DEFAULT_SCHEDULE
         self.generations = 0                # sentences and schedule-triggered pieces sent to the engine
         self.encoder = None                 # mp3: one encoder for the whole stream
@@ -143,7 +128,8 @@ class ElevenLabsSession(StreamSession):
         except ProtocolError as e:
             await self.error(str(e))
             return "close"
-        config = {"type": "session.config", "voice": self.voice_id, "response_format": "pcm", "stream_audio": True}
+        config = {"type": "session.config", "voice": self.voice_id, "response_format": "pcm", "stream_audio": True,
+                  "language": self.language}
         if settings.get("speed") is not None:
             config["speed"] = settings["speed"]
         await self._configure(config)
@@ -217,7 +203,8 @@ async def stream_input(websocket: WebSocket, voice_id: str):
 
     def make(ws: WebSocket):
         fmt = output_format(query.get("output_format"), sample_rate)
-        return ElevenLabsSession(ws, state, voice_id, fmt, inactivity_timeout(query.get("inactivity_timeout")))
+        return ElevenLabsSession(ws, state, voice_id, fmt, inactivity_timeout(query.get("inactivity_timeout")),
+                                 query.get("language_code"))
 
     await open_session(websocket, make, ProtocolError)
 
