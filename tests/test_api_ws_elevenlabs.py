@@ -83,11 +83,11 @@ def test_a_session_speaks_sentences_as_they_complete_and_ends_with_is_final():
         return [first] + rest
 
     with serving(app_for(engine)) as base:
-        messages = session(url_of(base), scenario)
+        messages = session(url_of(base, query="output_format=pcm_24000&language_code=en"), scenario)
     assert [r.text for r in engine.requests] == ["Hello there.", "How are you?", "I am fine"]
     assert [m["isFinal"] for m in messages] == [None] * (len(messages) - 1) + [True]
     assert audio_of(messages) == expected_pcm(3)
-    assert {r.voice for r in engine.requests} == {"vivian"}
+    assert {(r.voice, r.language) for r in engine.requests} == {("vivian", "english")}
 
 
 def test_flush_speaks_the_buffer_now_and_the_schedule_at_a_word_boundary():

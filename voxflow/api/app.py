@@ -147,11 +147,12 @@ def prime_first_request() -> None:
     import voxflow.audio.encode  # noqa: F401 - imported here rather than inside the first request
 
     from .routes_batch import create_speech_batch
+    from .routes_elevenlabs import text_to_speech, text_to_speech_stream
     from .routes_speech import create_speech
     extract = getattr(fastapi.routing, "_extract_endpoint_context", None)    # FastAPI's cache (private: may go)
     if extract is not None:
-        extract(create_speech)
-        extract(create_speech_batch)
+        for endpoint in (create_speech, create_speech_batch, text_to_speech, text_to_speech_stream):
+            extract(endpoint)
 
 
 async def _start_engine(state: AppState, engine: Any, model_info: dict | None, manage_engine: bool) -> None:
