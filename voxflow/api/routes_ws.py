@@ -522,9 +522,9 @@ def origin_allowed(scope, allowed: tuple[str, ...] = ()) -> bool:
         return False
 
 
-async def open_session(websocket: WebSocket, make, refusals: type[Exception] | tuple = ()) -> None:
+async def open_session(websocket: WebSocket, make) -> None:
     """Run the session `make(websocket)` builds, under the server's WebSocket rules: the Origin check and the cap on
-    open sessions. `make` raising one of `refusals` (a bad query option) refuses the connection with its message."""
+    open sessions."""
     state = websocket.app.state.vox
     if not origin_allowed(websocket.scope, state.settings.allowed_origins):
         log.warning("WebSocket refused: Origin %r is not this server nor an allowed origin",
@@ -540,17 +540,9 @@ async def open_session(websocket: WebSocket, make, refusals: type[Exception] | t
         await websocket.accept()            # accepted then closed: the client sees the code and reason (a 403 not)
         await websocket.close(1013, f"too many WebSocket sessions (limit {limit}); try again later")
         return
-    try:
-        session = make(websocket)
-    except refusals as e:
-        await websocket.accept()
-        with contextlib.suppress(Exception):
-            await websocket.send_text(json.dumps({"message": str(e), "error": "invalid_request"}))
-        await websocket.close(1008, str(e)[:120])
-        return
     state.extra["ws_sessions"] = state.extra.get("ws_sessions", 0) + 1
     try:
-        await session.run()
+        await make(websocket).run()
     finally:
         state.extra["ws_sessions"] -= 1
 

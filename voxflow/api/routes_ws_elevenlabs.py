@@ -66,11 +66,10 @@ def inactivity_timeout(value: str | None) -> float:
 
 
 def chunk_schedule(config) -> tuple[int, ...]:
-    """generation_config.chunk_length_schedule checked (a non-empty list of integers in SCHEDULE_RANGE)."""
-    if config is None:
-        return DEFAULT_SCHEDULE
-    schedule = config.get("chunk_length_schedule") if isinstance(config, dict) else None
-    if schedule is None and isinstance(config, dict):
+    """generation_config.chunk_length_schedule checked (a non-empty list of integers in SCHEDULE_RANGE); absent:
+    DEFAULT_SCHEDULE."""
+    schedule = config.get("chunk_length_schedule") if isinstance(config, dict) else config
+    if schedule is None:
         return DEFAULT_SCHEDULE
     low, high = SCHEDULE_RANGE
     if (not isinstance(schedule, list) or not schedule
@@ -84,11 +83,11 @@ class ElevenLabsSession(StreamSession):
     """One stream-input connection: the voice from the path, the format and timeout from the query, the rest from the
     first message; one utterance, ended by EOS."""
 
-    def __init__(self, ws: WebSocket, state, voice_id: str, fmt: str, idle_timeout_s: float,
-                 language_code: str | None = None):
+    def __init__(self, ws: WebSocket, state, voice_id: str):
         super().__init__(ws, state)
-        self.voice_id, self.fmt, self.idle_timeout_s = voice_id, fmt, idle_timeout_s
-        self.language = language(language_code)
+        self.voice_id = voice_id
+        self.fmt = "pcm"                    # output_format and inactivity_timeout: from the query (run)
+        self.language = language(ws.query_params.get("language_code"))
         self.schedule = DEFAULT_SCHEDULE
         self.generations = 0                # sentences and schedule-triggered pieces sent to the engine
         self.encoder = None                 # mp3: one encoder for the whole stream
@@ -163,6 +162,15 @@ class ElevenLabsSession(StreamSession):
 
     # ---- sending (routes_ws.StreamSession's loop: in sentence order) ----------------------------------------------
     async def run(self) -> None:
+        query = self.ws.query_params
+        try:
+            self.fmt = output_format(query.get("output_format"), int(self.state.model_info.get("sample_rate") or 24000))
+            self.idle_timeout_s = inactivity_timeout(query.get("inactivity_timeout"))
+        except ProtocolError as e:                  # a bad query option: said, then the connection refused
+            await self.ws.accept()
+            await self.error(str(e))
+            await self._close(1008)
+            return
         try:
             await super().run()
         finally:
@@ -197,16 +205,7 @@ class ElevenLabsSession(StreamSession):
 
 @router.websocket("/v1/text-to-speech/{voice_id}/stream-input")
 async def stream_input(websocket: WebSocket, voice_id: str):
-    state = websocket.app.state.vox
-    query = websocket.query_params
-    sample_rate = int(state.model_info.get("sample_rate") or 24000)
-
-    def make(ws: WebSocket):
-        fmt = output_format(query.get("output_format"), sample_rate)
-        return ElevenLabsSession(ws, state, voice_id, fmt, inactivity_timeout(query.get("inactivity_timeout")),
-                                 query.get("language_code"))
-
-    await open_session(websocket, make, ProtocolError)
+    await open_session(websocket, lambda ws: ElevenLabsSession(ws, websocket.app.state.vox, voice_id))
 
 
 __all__ = ["router", "ElevenLabsSession", "output_format", "chunk_schedule", "inactivity_timeout"]
