@@ -911,8 +911,9 @@ def test_step_trace_has_one_line_per_step_that_accounts_for_every_request(tmp_pa
     assert all((r["prefill"] > 0) == (r["prefill_tokens"] > 0) for r in lines) and sum(r["prefill"] for r in lines) >= 3
     assert all(b["t"] >= a["t"] for a, b in zip(lines, lines[1:]))
     assert set(lines[0]["ms"]) == {"schedule", "prefill", "launch_decode", "collect_decode", "first_chunk_wait",
-                                   "emit_early", "codec_launch", "codec_collect"}
+                                   "emit_early", "intake", "codec_launch", "codec_collect"}
     assert all(r["early_chunks"] == r["early_finished"] == 0 and r["ms"]["emit_early"] == 0 for r in lines)  # off
+    assert all(r["ms"]["intake"] == 0 for r in lines)                                                         # off
     assert all(r["ms"]["first_chunk_wait"] >= 0 and r["ms"]["collect_decode"] >= 0 for r in lines)
     assert all(r["gc_ms"] >= 0 for r in lines)
     # codec calls launched and not collected at a step's end: none left once every request has finished

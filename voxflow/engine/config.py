@@ -107,6 +107,10 @@ class EngineConfig:
                                                # through the engine process's or offline runner's driver, instead
                                                # of after the wait, at the step's end (the wait: ~5 ms of a 0.6B
                                                # c=64 step on a GPU); off until measured
+    intake_while_waiting: bool = False         # while the host waits for the decode in flight, the engine
+                                               # process takes the requests that arrived during the step (their
+                                               # prompts built then, scheduled in the next step) rather than after
+                                               # the step, when the GPU has run dry; same outputs; off until measured
     eager_first_chunk: int = 4                 # up to this many running requests, a first chunk launched in a
                                                # step is waited for in the next, right after that step's decode is
                                                # queued (0: never; it is collected when it lands)

@@ -42,11 +42,27 @@ def add_to_core(core, requests: list[SpeechRequest]) -> list[Exception | None]:
 def early_outputs(core, take: Callable[[list], None]):
     """While the block runs, the outputs `core` has ready before a step ends (EngineConfig.emit_while_waiting) go
     to `take` at once, as the step's own outputs do after it (a core without `emit_early`: nothing to do)."""
-    if not hasattr(core, "emit_early"):
+    with _lent(core, "emit_early", take):
+        yield
+
+
+@contextlib.contextmanager
+def arrivals_while_waiting(core, take: Callable[[], None]):
+    """While the block runs, `core` may call `take` once a step while it waits for the GPU, to take in the requests
+    that arrived meanwhile (EngineConfig.intake_while_waiting; a core without `take_arrivals`: nothing to do)."""
+    with _lent(core, "take_arrivals", take):
+        yield
+
+
+@contextlib.contextmanager
+def _lent(core, hook: str, fn: Callable):
+    """`core.<hook>` set to `fn` for the block, put back after it (a core without the hook is left alone)."""
+    if not hasattr(core, hook):
         yield
         return
-    before, core.emit_early = core.emit_early, take
+    before = getattr(core, hook)
+    setattr(core, hook, fn)
     try:
         yield
     finally:
-        core.emit_early = before
+        setattr(core, hook, before)

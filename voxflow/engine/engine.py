@@ -167,6 +167,10 @@ class EngineCore:
         self.emit_early: Callable[[list[Output]], None] | None = None
         self._early_chunks = self._early_finals = 0  # this step's outputs that went out early
         self._early_seconds = 0.0                    # the host's time in this step's emit_early calls
+        # Set by the engine process's driver for one step (CoreDriver.step(arrivals=...)): takes the requests that
+        # arrived meanwhile into the core (EngineConfig.intake_while_waiting)
+        self.take_arrivals: Callable[[], None] | None = None
+        self._intake_seconds = 0.0                   # the host's time in this step's take_arrivals call
         self._frame_listeners: list = []             # add_frame_listener
         self.live: dict[str, _Live] = {}
         self.steps = 0
@@ -176,7 +180,8 @@ class EngineCore:
         self._ttfp_count = 0
         # Host seconds per phase of step() (where the time goes; `wait_decode` is time blocked on the GPU).
         self.timings = dict.fromkeys(("schedule", "prefill", "launch_decode", "wait_decode", "collect_decode",
-                                      "first_chunk_wait", "emit_early", "codec_launch", "codec_collect"), 0.0)
+                                      "first_chunk_wait", "emit_early", "intake", "codec_launch",
+                                      "codec_collect"), 0.0)
         self.startup: dict = {"kv_cache_blocks": num_blocks,
                               "kv_cache_bytes": 2 * sum(t.numel() * t.element_size() for t in self.k_cache),
                               "kv_cache_dtype": str(spec.dtype).removeprefix("torch.")}
@@ -358,10 +363,12 @@ class EngineCore:
         launched, t2, t3 = self._queue_prefill_and_decode(sched, t1)
         previous, self._inflight = self._inflight, launched
         self._early_chunks = self._early_finals = 0
-        self._early_seconds = 0.0
+        self._early_seconds = self._intake_seconds = 0.0
         emit_error = None
         if previous is not None:
-            if self.config.emit_while_waiting and self.emit_early is not None and previous.event is not None:
+            emit_error = self._take_arrivals_while_waiting(previous.event)
+            if emit_error is None and self.config.emit_while_waiting and self.emit_early is not None \
+                    and previous.event is not None:
                 emit_error = self._emit_while_waiting(previous.event)
             self._collect_decode(previous)
         if self._first_chunk_due:
@@ -375,9 +382,11 @@ class EngineCore:
         else:
             waited = 0.0
         t4 = time.perf_counter()
-        t["collect_decode"] += t4 - t3 - waited - self._early_seconds
+        aside = waited + self._early_seconds + self._intake_seconds     # not waiting for the decode
+        t["collect_decode"] += t4 - t3 - aside
         t["first_chunk_wait"] += waited
         t["emit_early"] += self._early_seconds
+        t["intake"] += self._intake_seconds
         # Chunks of the frames queued so far (up to the step just read): the codec stream waits only for that step.
         codec_launched = self.codec_exec.launch(after=previous.event if previous is not None else None)
         if launched is not None and self._queue_frames(launched):
@@ -408,10 +417,11 @@ class EngineCore:
             marks = (t0, t1, t2, t3, t4, t5, t6)
             self.trace.write({
                 "step": self.steps, "t": round(self._mono_at(t0), 6),
-                "ms": {k: round((b - a - (waited + self._early_seconds if k == "collect_decode" else 0.0)) * 1e3, 3)
+                "ms": {k: round((b - a - (aside if k == "collect_decode" else 0.0)) * 1e3, 3)
                        for k, a, b in zip(("schedule", "prefill", "launch_decode", "collect_decode", "codec_launch",
                                            "codec_collect"), marks, marks[1:])}
-                | {"first_chunk_wait": round(waited * 1e3, 3), "emit_early": round(self._early_seconds * 1e3, 3)},
+                | {"first_chunk_wait": round(waited * 1e3, 3), "emit_early": round(self._early_seconds * 1e3, 3),
+                   "intake": round(self._intake_seconds * 1e3, 3)},
                 "decode": len(sched.decode), "prefill": len(sched.prefill),
                 "prefill_tokens": sum(c.end - c.start for c in sched.prefill), "codec_launched": codec_launched,
                 "chunks": sum(isinstance(o, AudioChunk) for o in outputs) + self._early_chunks,
@@ -456,6 +466,25 @@ class EngineCore:
         t["launch_decode"] += t2 - t1
         t["prefill"] += t3 - t2
         return launched, t1 + (t3 - t2), t3
+
+    def _take_arrivals_while_waiting(self, event) -> BaseException | None:
+        """EngineConfig.intake_while_waiting: while the decode in flight still runs on the GPU, the driver's
+        `take_arrivals` adds the requests that arrived during this step (their prompts built now, on the host time
+        this wait would idle away; scheduled in the next step, as if taken after this one). Once a step, only when the
+        GPU is busy: the wave of arrivals a closed loop of clients sends built its prompts between steps, ~4-8 ms of
+        host time in which the GPU ran dry (session 61's 0.6B c=64 step traces). An error it raises is returned,
+        for the step to raise once it is whole."""
+        if not (self.config.intake_while_waiting and self.take_arrivals is not None and event is not None
+                and not event.query()):
+            return None
+        started = time.perf_counter()
+        try:
+            self.take_arrivals()
+        except BaseException as e:          # noqa: BLE001 - raised by the step once it is whole
+            return e
+        finally:
+            self._intake_seconds = time.perf_counter() - started
+        return None
 
     def _emit_while_waiting(self, event) -> BaseException | None:
         """Until `event` (the decode in flight) completes, while codec calls are in flight: the chunks that land, and

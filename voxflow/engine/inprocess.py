@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -21,7 +22,7 @@ import traceback
 from typing import Any, Callable
 
 from .client import EngineClient, EngineOutput
-from .core_driving import add_to_core, early_outputs, refusal_kind
+from .core_driving import add_to_core, arrivals_while_waiting, early_outputs, refusal_kind
 from .request import FinalRecord, FinishReason, SpeechRequest
 
 log = logging.getLogger(__name__)
@@ -109,13 +110,18 @@ class CoreDriver:
     def has_work(self) -> bool:
         return self.core.has_work()
 
-    def step(self, emit: Callable[[list[EngineOutput]], None] | None = None) -> list[EngineOutput]:
+    def step(self, emit: Callable[[list[EngineOutput]], None] | None = None,
+             arrivals: Callable[[], None] | None = None) -> list[EngineOutput]:
         """The core's step; its outputs for requests still live. `emit`: where the outputs the core has ready
-        before the step ends go at once (EngineConfig.emit_while_waiting; a core without `emit_early` ignores it)."""
+        before the step ends go at once (EngineConfig.emit_while_waiting; a core without `emit_early` ignores it).
+        `arrivals`: what the core may call while it waits for the GPU to take in the requests that arrived meanwhile
+        (EngineConfig.intake_while_waiting: the engine process's loop reads its socket's adds into `add_many`)."""
         self.last_work = time.monotonic()
-        if emit is None:
-            return self._live_outputs(self.core.step())
-        with early_outputs(self.core, lambda outs: emit(self._live_outputs(outs))):
+        with contextlib.ExitStack() as lent:
+            if emit is not None:
+                lent.enter_context(early_outputs(self.core, lambda outs: emit(self._live_outputs(outs))))
+            if arrivals is not None:
+                lent.enter_context(arrivals_while_waiting(self.core, arrivals))
             return self._live_outputs(self.core.step())
 
     def _live_outputs(self, outputs: list[EngineOutput]) -> list[EngineOutput]:

@@ -20,6 +20,7 @@ in turn watches its parent's sentinel and exits if the API process disappears (n
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import multiprocessing
@@ -95,14 +96,34 @@ def _serve(sock: zmq.Socket, driver) -> None:          # driver: inprocess.CoreD
         if outs:
             sock.send(wire.pack(["out", [wire.encode_output(o) for o in outs]]))
 
+    deferred: collections.deque = collections.deque()   # read by take_arrivals, not an add: the loop's next
+
     def receive() -> list | None:
+        if deferred:
+            return deferred.popleft()
         try:
             return wire.unpack(sock.recv(zmq.NOBLOCK))
         except zmq.Again:
             return None
 
+    def take_arrivals() -> None:
+        """Called by the core while it waits for the GPU mid-step (EngineConfig.intake_while_waiting): the adds
+        waiting in the socket go in as one batch now. The first other message stops the reading and waits for the
+        loop, with everything behind it, so the messages keep their order."""
+        if deferred or not driver.batches_adds():
+            return
+        batch = []
+        while (msg := receive()) is not None:
+            if msg[0] != "add":
+                deferred.append(msg)
+                break
+            batch.append(wire.decode_request(msg[1]))
+        if batch:
+            driver.last_work = time.monotonic()
+            send_outputs(driver.add_many(batch))
+
     while True:
-        if driver.has_work():
+        if driver.has_work() or deferred:
             timeout = 0
         else:
             idle = driver.idle_poll_timeout(time.monotonic())
@@ -142,7 +163,7 @@ def _serve(sock: zmq.Socket, driver) -> None:          # driver: inprocess.CoreD
                 sock.send(wire.pack(["stopped"]))
                 return
         if driver.has_work():
-            send_outputs(driver.step(emit=send_outputs))
+            send_outputs(driver.step(emit=send_outputs, arrivals=take_arrivals))
 
 
 def _last_words(sock: zmq.Socket, kind: str, e: BaseException) -> None:
