@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Session 62, call 2. ~360 s on a fresh machine (less on the warm one of call 1); carry [".whl", ".device_tree"].
-# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 330 s; ~36 s a run):
+# Session 62, call 2. ~440 s on a fresh machine (less on the warm one of call 1); carry [".whl", ".device_tree"].
+# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 400 s; ~36 s a run):
 #   e: the defaults;  i: intake_while_waiting (the requests that arrive during a step taken in while the host waits
 #   for the decode in flight, their prompts built then, instead of after the step: session 61's step traces show
 #   prompt builds of 4-9 ms a wave edge on the engine thread with the GPU run dry: collect_decode ~0.03 ms after
-#   them);  l / m: the codec's SM share 56 / 72 (of 132; the default auto gives 64) when time is left.
+#   them);  j: i with emit_while_waiting (the finals that land during the wait leave then, so the replacements
+#   come sooner: neutral alone in session 51);  l / m: the codec's SM share 56 / 72 (of 132; auto gives 64).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
@@ -12,13 +13,14 @@ wait $CK6
 variant() {
   case $1 in
     i_*) http_small "$1" --engine-arg intake_while_waiting=true ;;
+    j_*) http_small "$1" --engine-arg intake_while_waiting=true --engine-arg emit_while_waiting=true ;;
     l_*) http_small "$1" --engine-arg codec_sms=56 ;;
     m_*) http_small "$1" --engine-arg codec_sms=72 ;;
     *) http_small "$1" ;;
   esac
 }
-runs=(${RUNS:-i_1 e_1 i_2 e_2 i_3 e_3 l_1 m_1})
-alternate "${UNTIL:-330}" "${runs[@]}"
+runs=(${RUNS:-i_1 e_1 j_1 i_2 e_2 j_2 i_3 e_3 l_1 m_1})
+alternate "${UNTIL:-400}" "${runs[@]}"
 grep -H "ran dry" "$R"/*.md
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs
