@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 62, call 2. ~440 s on a fresh machine (less on the warm one of call 1); carry [".whl", ".device_tree"].
-# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 400 s; ~36 s a run):
+# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 360 s; ~36 s a run), then the switch's GPU test:
 #   e: the defaults;  i: intake_while_waiting (the requests that arrive during a step taken in while the host waits
 #   for the decode in flight, their prompts built then, instead of after the step: session 61's step traces show
 #   prompt builds of 4-9 ms a wave edge on the engine thread with the GPU run dry: collect_decode ~0.03 ms after
@@ -20,7 +20,9 @@ variant() {
   esac
 }
 runs=(${RUNS:-i_1 e_1 j_1 i_2 e_2 j_2 i_3 e_3 l_1 m_1})
-alternate "${UNTIL:-400}" "${runs[@]}"
+alternate "${UNTIL:-360}" "${runs[@]}"
+gpu_tests 100 tests/gpu/test_gpu_engine.py -k arrivals     # the switch's GPU test: the CPU loop's codes and audio
+pack_results
 grep -H "ran dry" "$R"/*.md
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs

@@ -479,3 +479,37 @@ def test_gpu_outputs_sent_while_the_host_waits_equal_cpu_reference(monkeypatch):
     print(f"{len(early)} waits polled, {sum(early)} outputs sent early")
     assert early                                        # the GPU's decodes carried events: the waits were polled
     assert_equals_reference(got, TEXTS)
+
+
+def test_gpu_arrivals_taken_while_the_host_waits_equal_cpu_reference():
+    """intake_while_waiting: two requests go in at the start, the other two one at a time through the driver's
+    `arrivals` (as the engine process's loop hands it its socket's adds), which the core calls mid-step only while
+    its decode still runs on the GPU; both are taken there, and every request's codes and audio are the CPU loop's."""
+    from voxflow.audio.io import pcm_from_bytes
+    from voxflow.engine.inprocess import CoreDriver
+    core = EngineCore.from_config(EngineConfig(
+        model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="float32", cuda_graphs=True, kernels=True,
+        max_num_seqs=8, num_kv_blocks=512, block_size=16, codec_dtype="float32", intake_while_waiting=True))
+    frames = record_frames(core)
+    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
+                          sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(TEXTS)]
+    driver = CoreDriver(core)
+    driver.add_many(reqs[:2])
+    pending, taken, outs = list(reqs[2:]), [], {}
+
+    def arrivals():
+        if pending:
+            taken.append(core.steps)
+            driver.add_many([pending.pop(0)])
+    while driver.has_work():
+        for o in driver.step(arrivals=arrivals):
+            outs.setdefault(o.request_id, []).append(o)
+    print(f"arrivals taken mid-step in steps {taken}")
+    assert not pending and len(taken) == 2
+    got = {}
+    for r in reqs:
+        chunks = sorted((o for o in outs[r.request_id] if hasattr(o, "pcm")), key=lambda c: c.index)
+        assert outs[r.request_id][-1].error is None
+        got[r.request_id] = (torch.cat(frames[r.request_id]), pcm_from_bytes(b"".join(c.pcm for c in chunks),
+                                                                            r.pcm_format))
+    assert_equals_reference(got, TEXTS)
