@@ -3,19 +3,24 @@
 # Issue 6's target table under the defaults of session 61 (split-K on the code predictor's N = 1024 GEMMs and the
 # heads on skinny_linear, adopted after +1.3% on an H100), over HTTP, on whatever card comes (the targets are the
 # H200's: session 61's H100 gave the 0.6B 794.4-797.9 audio-s/s):
-# 1. 0.6B c=64 in <= 8 GB, three runs (`http_small`, ~36 s each), while the 1.7B checkpoint is made;
+# 1. 0.6B c=64 in <= 8 GB, the defaults (e) alternating with intake_while_waiting (i) until UNTIL_SMALL (default
+#    240 s; `http_small`, ~36 s each), while the 1.7B checkpoint is made;
 # 2. the 1.7B: c=1 (TTFP p50 <= 20 ms, RTF <= 0.04: 0.0398 on the H200 in session 36, marginal), c=16 (p99 <= 100
-#    ms), c=64 (>= 600 audio-s/s, p99 <= 300 ms) on one server, until UNTIL (default 420 s).
+#    ms), c=64 (>= 600 audio-s/s, p99 <= 300 ms) on one server, until UNTIL (default 480 s; ~540 s in all).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B 1.7B
 wait $CK6
-for run in e_1 e_2 e_3; do
-  http_small "$run"
-  pack_results
-done
+variant() {
+  case $1 in
+    i_*) http_small "$1" --engine-arg intake_while_waiting=true ;;
+    *) http_small "$1" ;;
+  esac
+}
+# (session 62: with intake_while_waiting alternating, so one H200 call also gives its A/B)
+alternate "${UNTIL_SMALL:-240}" ${RUNS:-e_1 i_1 e_2 i_2 e_3 i_3}
 wait $CK
-if (( SECONDS < ${UNTIL:-420} - 120 )) && serve_variant big; then
+if (( SECONDS < ${UNTIL:-480} - 120 )) && serve_variant big; then
   bench_http_at 1 c1
   bench_http_at 16 c16
   bench_http_at 64 c64
