@@ -5,7 +5,8 @@
 # until UNTIL (default 320 s; ~36 s a run). Why: session 61's step traces put ~10% of a run in talker steps slowed
 # by the codec beside them, and its probe a 64-row layer pass's GEMM chain ~38% slower beside the codec on 64 SMs.
 # The share was last swept in session 22 on an H200 (0.6B c=64: whole GPU 656, 96 SMs 681, 64 698, 48 663, 32 640
-# audio-s/s; engine/sm_partition.py), on a codec ~30% slower and a talker without skinny GEMMs since. RUNS (space-separated) replaces the run list.
+# audio-s/s; engine/sm_partition.py), on a codec ~30% slower and a talker without skinny GEMMs since.
+# RUNS (space-separated) replaces the run list.
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 62, call 1 (prepared in session 61). ~540 s on a fresh machine; carry [".whl", ".device_tree"].
+# Prepared in sessions 61-62 (session 62 got no machine); rename when run. ~540 s on a fresh machine; carry [".whl",
+# ".device_tree"].
 # Issue 6's target table under the defaults of session 61 (split-K on the code predictor's N = 1024 GEMMs and the
 # heads on skinny_linear, adopted after +1.3% on an H100), over HTTP, on whatever card comes (the targets are the
 # H200's: session 61's H100 gave the 0.6B 794.4-797.9 audio-s/s):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 62, call 2. ~440 s on a fresh machine (less on the warm one of call 1); carry [".whl", ".device_tree"].
+# Prepared in session 62 (which got no machine); rename when run. ~440 s on a fresh machine; carry [".whl",
+# ".device_tree"].
 # 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 360 s; ~36 s a run), then the switch's GPU test:
 #   e: the defaults;  i: intake_while_waiting (the requests that arrive during a step taken in while the host waits
 #   for the decode in flight, their prompts built then, instead of after the step: session 61's step traces show
