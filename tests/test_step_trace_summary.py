@@ -178,3 +178,18 @@ def test_turnover_splits_a_replaced_rows_time_and_the_runs_loss():
     # a trace without the fields (before session 26) or without an add: no turnover
     assert sts.turnover_summary(trace(), 4) is None
     assert sts.turnover_summary([dict(s, added=0) for s in steps], 2) is None
+
+
+def test_builds_taken_mid_step_are_not_counted_as_builds_before_an_idle_gpu():
+    """intake_while_waiting: a step's builds made inside its wait for the decode (`ms.intake`) ran beside the GPU's
+    work; only the part of its prepare_ms beyond the intake's time counts as built between steps. The intake's time
+    is summed and rendered."""
+    steps = trace()
+    steps[2]["prepare_ms"] = 3.5
+    steps[2]["ms"]["collect_decode"] = 0.05
+    steps[2]["ms"]["intake"] = 3.6                  # all of it mid-step
+    s = sts.summarize(steps)
+    assert s["prepare_idle_ms"] == 0 and s["intake_ms"] == pytest.approx(3.6)
+    assert "3.6 ms of intake mid-step" in sts.render(s)
+    steps[2]["ms"]["intake"] = 1.0                  # 2.5 ms of it built between steps, before an idle GPU
+    assert sts.summarize(steps)["prepare_idle_ms"] == pytest.approx(2.5)

@@ -103,6 +103,9 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
             # host ms building prompts (the engine thread), and the part of it the GPU may have waited for
             "prepare_ms": sum(s.get("prepare_ms", 0.0) for s in counted),
             "prepare_idle_ms": builds_before_an_idle_gpu(counted, before_first),
+            # host ms of the step's intake of arrivals while it waited for its decode (intake_while_waiting): builds
+            # that ran beside the GPU's work, not between steps
+            "intake_ms": sum(s.get("ms", {}).get("intake", 0.0) for s in counted),
             "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
             "prefill": prefill_summary(steps), "turnover": turnover_summary(steps, full_rows)}
 
@@ -117,12 +120,16 @@ def builds_before_an_idle_gpu(counted: list[dict], before_first: dict | None) ->
     found the decode before them already done (collect_decode < DONE_BEFORE_READ_MS): while those builds ran, the
     talker's queued GPU work ran out, so they bound the time the GPU waited on the host's builds (session 59: at
     0.6B c=64 over HTTP, waves of ~20-30 arrivals built in one go while ~8 rows were left decoding).
+    A step's builds taken mid-step (`ms.intake`, EngineConfig.intake_while_waiting: inside the wait for its decode,
+    whose read then starts after them) are not builds between steps: they are left out, up to the intake's time.
     before_first: the step before the first counted one (None: there is none)."""
     total = 0.0
     for before, step in zip([before_first] + counted[:-1], counted):
-        if (before is not None and before.get("decode", 0) > 0 and step.get("prepare_ms", 0.0) > 0
-                and step.get("ms", {}).get("collect_decode", DONE_BEFORE_READ_MS) < DONE_BEFORE_READ_MS):
-            total += step["prepare_ms"]
+        ms = step.get("ms", {})
+        between = step.get("prepare_ms", 0.0) - ms.get("intake", 0.0)
+        if (before is not None and before.get("decode", 0) > 0 and between > 0
+                and ms.get("collect_decode", DONE_BEFORE_READ_MS) < DONE_BEFORE_READ_MS):
+            total += between
     return total
 
 
@@ -201,7 +208,9 @@ def render(summary: dict) -> str:
              + (f", {summary['pauses']} pauses of > {PAUSE_MS / 1e3:g} s left out" if summary["pauses"] else "")
              + f") {summary['row_occupancy']:.1%}; prompt builds {summary['prepare_ms']:.1f} ms on the engine thread"
              + (f" ({summary['prepare_idle_ms']:.1f} of them in steps that found the decode before them done: the "
-                "GPU's wait on builds is at most that)" if summary.get("prepare_idle_ms") else ""),
+                "GPU's wait on builds is at most that)" if summary.get("prepare_idle_ms") else "")
+             + (f"; {summary['intake_ms']:.1f} ms of intake mid-step, beside the GPU's work (intake_while_waiting)"
+                if summary.get("intake_ms") else ""),
              "",
              "| steps | count | ms | share | median ms | mean ms |", "|---|---|---|---|---|---|"]
     for kind, g in sorted(summary["groups"].items(), key=lambda kv: -kv[1].total):
