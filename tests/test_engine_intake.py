@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -125,6 +126,7 @@ class _MidStepCore:
     calls take_arrivals (as EngineCore does while its decode runs); it records what reached it, in order."""
 
     def __init__(self):
+        self.config = types.SimpleNamespace(intake_while_waiting=True)     # (what CoreDriver reads of it)
         self.take_arrivals = None
         self.emit_early = None
         self.log: list[tuple] = []

@@ -37,6 +37,7 @@ class CoreDriver:
         config = getattr(core, "config", None)
         self.add_seconds = getattr(config, "add_seconds_per_step", None)
         self.idle_spin = (getattr(config, "idle_spin_ms", 0.0) or 0.0) / 1e3
+        self.intake = bool(getattr(config, "intake_while_waiting", False))     # lend `arrivals` to the core's steps
         self.last_work = time.monotonic()
 
     def idle_poll_timeout(self, now: float) -> float | None:
@@ -115,12 +116,13 @@ class CoreDriver:
         """The core's step; its outputs for requests still live. `emit`: where the outputs the core has ready
         before the step ends go at once (EngineConfig.emit_while_waiting; a core without `emit_early` ignores it).
         `arrivals`: what the core may call while it waits for the GPU to take in the requests that arrived meanwhile
-        (EngineConfig.intake_while_waiting: the engine process's loop reads its socket's adds into `add_many`)."""
+        (EngineConfig.intake_while_waiting, else not lent: the engine process's loop reads its socket's adds into
+        `add_many`)."""
         self.last_work = time.monotonic()
         with contextlib.ExitStack() as lent:
             if emit is not None:
                 lent.enter_context(early_outputs(self.core, lambda outs: emit(self._live_outputs(outs))))
-            if arrivals is not None:
+            if arrivals is not None and self.intake:
                 lent.enter_context(arrivals_while_waiting(self.core, arrivals))
             return self._live_outputs(self.core.step())
 
