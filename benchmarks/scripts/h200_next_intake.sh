@@ -7,6 +7,8 @@
 #   prompt builds of 4-9 ms a wave edge on the engine thread with the GPU run dry: collect_decode ~0.03 ms after
 #   them);  j: i with emit_while_waiting (the finals that land during the wait leave then, so the replacements
 #   come sooner: neutral alone in session 51);  l / m: the codec's SM share 56 / 72 (of 132; auto gives 64).
+# The codec share alone (session 61's planned sweep; the share was last swept in session 22 on an H200, on a codec
+# ~30% slower): RUNS="e_1 l_1 m_1 e_2 l_2 m_2 e_3".
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
