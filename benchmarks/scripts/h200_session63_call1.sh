@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 62 (which got no machine); rename when run. ~440 s on a fresh machine; carry [".whl",
-# ".device_tree"].
+# Prepared in session 62 (which got no machine) as h200_next_intake.sh; ran in session 63 as call 1 on an H100
+# (through h200_next_pick.sh, 455 s on a fresh machine; carry [".whl", ".device_tree"]). Calls 2-3 reran it without
+# the GPU test (h200_session63_call2.sh, h200_session63_call3.sh).
 # 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 360 s; ~36 s a run), then the switch's GPU test:
 #   e: the defaults;  i: intake_while_waiting (the requests that arrive during a step taken in while the host waits
 #   for the decode in flight, their prompts built then, instead of after the step: session 61's step traces show

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Prepared in session 63; rename when run. What h200_next_pick.sh runs on a card that is not an H200 (~530 s on a
+# fresh machine; carry [".whl", ".device_tree"]).
+# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 470 s; ~40 s a run after ~180 s of start):
+#   e: the defaults;  j: intake_while_waiting + emit_while_waiting (session 63 on one H100: 778.6 against 773.4
+#   audio-s/s over 8 / 10 runs, +0.7%, one-sided permutation p 0.15: not yet adopted);  l / m: the codec's SM share
+#   56 / 72 (of 132; auto gives 64; ~10% of a run is talker steps slowed by the codec beside them, session 61).
+# The codec share alone: RUNS="e_1 l_1 m_1 e_2 l_2 m_2 e_3". e / j alone: RUNS="e_1 j_1 e_2 j_2 ...".
+set -uo pipefail
+source benchmarks/scripts/device_lib.sh
+start_call 0.6B
+wait $CK6
+variant() {
+  case $1 in
+    j_*) http_small "$1" --engine-arg intake_while_waiting=true --engine-arg emit_while_waiting=true ;;
+    l_*) http_small "$1" --engine-arg codec_sms=56 ;;
+    m_*) http_small "$1" --engine-arg codec_sms=72 ;;
+    *) http_small "$1" ;;
+  esac
+}
+runs=(${RUNS:-j_1 e_1 l_1 m_1 j_2 e_2 l_2 m_2 j_3 e_3})
+alternate "${UNTIL:-470}" "${runs[@]}"
+grep -H "ran dry" "$R"/*.md
+summarize_steps "steps_http_*.jsonl*" 20
+report_runs
+pack_results
+echo "done at ${SECONDS}s"
