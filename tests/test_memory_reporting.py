@@ -51,3 +51,15 @@ def test_results_table_prefers_the_total_and_marks_older_peaks_as_tensors():
     assert memory(older) == "5.7 GiB tensors"
     assert memory(http) == "79.3 GiB total"
     assert memory({"target": {}}) == "—"
+
+
+def test_a_gauge_counts_the_kernels_the_engine_compiled_while_serving():
+    """engine/kernel_compiles.py's stats, as /health carries them: compiles plus disk-cache loads since startup; no
+    gauge for an engine that cannot count them (no Triton listener)."""
+    m = Metrics()
+    m.observe_engine({"alive": True, "stats": {"kernels_compiled_while_serving": {"compiles": 2, "cache_loads": 1,
+                                                                                   "seconds": 0.6, "kernels": {}}}})
+    assert _gauges(m)["voxflow_engine_kernel_compiles_while_serving"] == 3
+    blind = Metrics()
+    blind.observe_engine({"alive": True, "stats": {"kernels_compiled_while_serving": {"available": False}}})
+    assert "voxflow_engine_kernel_compiles_while_serving" not in _gauges(blind)

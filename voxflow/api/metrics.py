@@ -100,6 +100,8 @@ class Metrics:
         self.engine_counters = {name: Gauge(f"voxflow_engine_{name}", f"Engine counter '{name}' (since start)",
                                             registry=r) for name in ENGINE_COUNTERS}
         self.engine_memory: dict[str, Gauge] = {}       # made when an engine first reports them (a GPU engine)
+        # engine/kernel_compiles.py: each stalled every stream; made when an engine reports them (Triton present)
+        self.kernel_compiles: Gauge | None = None
         for t in CONTINUITY_THRESHOLDS_MS:
             self.continuity_ok.labels(threshold_ms=str(t))
         for reason in ("concurrency", "queue_full", "unavailable"):
@@ -128,6 +130,14 @@ class Metrics:
                 if key not in self.engine_memory:
                     self.engine_memory[key] = Gauge(f"voxflow_{name}", text, registry=self.registry)
                 self.engine_memory[key].set(stats[key])
+        compiles = stats.get("kernels_compiled_while_serving") or {}
+        if isinstance(compiles.get("compiles"), int):
+            if self.kernel_compiles is None:
+                self.kernel_compiles = Gauge("voxflow_engine_kernel_compiles_while_serving", "Triton kernels the "
+                                             "engine compiled or loaded from Triton's disk cache after its startup "
+                                             "(a shape its warm-up missed: every stream waited)",
+                                             registry=self.registry)
+            self.kernel_compiles.set(compiles["compiles"] + compiles.get("cache_loads", 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

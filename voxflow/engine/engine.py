@@ -39,6 +39,7 @@ from .errors import QueueFullError
 from .gpu_memory import memory_stats, room_within
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
+from .kernel_compiles import KernelCompileWatch
 from .model_api import CodecModel, PreparedRequest, TTSModel, pool_spec, prepare_requests
 from .packed_prefill import PackedPrefillRunner
 from .prefill_dispatch import PrefillDispatch
@@ -101,7 +102,12 @@ class EngineCore:
         # The talker's GPU work (this constructor's allocations and captures, prompt builds, steps) on one stream:
         # the current one, or a high-priority one (engine_stream.py).
         self._stream = talker_stream(device, config.talker_high_priority)
+        # Triton compiles: startup's go in its record, a served step's in its trace line (kernel_compiles.py)
+        self.kernel_compiles = KernelCompileWatch().start()
         self._build(device)
+        self.kernel_compiles.serving()
+        if self.kernel_compiles.available:
+            self.startup["triton_compiles"] = self.kernel_compiles.at_startup
         log.info("engine ready: %s", self.startup)
 
     @on_engine_stream
@@ -327,6 +333,7 @@ class EngineCore:
                 "prompt_tokens_cached": self.scheduler.prompt_tokens_cached,
                 "codec_nonfinite_chunks": getattr(self.codec, "nonfinite_chunks", 0),
                 "graphs": r.graphs, "graph_capture_seconds": round(r.capture_seconds, 3), "startup": self.startup,
+                "kernels_compiled_while_serving": self.kernel_compiles.stats(),
                 "step_seconds": {k: round(v, 3) for k, v in self.timings.items()},
                 "ttfp_breakdown_ms": {k: round(v / self._ttfp_count * 1e3, 2) for k, v in self._ttfp_parts.items()}
                 if self._ttfp_count else {}}
@@ -341,6 +348,7 @@ class EngineCore:
         if self.trace is not None:
             self.trace.close()
             self.trace = None
+        self.kernel_compiles.stop()
 
     # ---- one step ---------------------------------------------------------------------------------------
     @on_engine_stream
@@ -349,6 +357,8 @@ class EngineCore:
         outputs: list[Output] = []
         t = self.timings
         captured_before = self._capture_seconds() if self.trace is not None else 0.0
+        watch, prefill = self.kernel_compiles, self.prefill
+        counts_before = (watch.compiles + watch.cache_loads, watch.seconds, prefill.graph_runs, prefill.eager_runs)
         t0 = time.perf_counter()
         sched = self.scheduler.schedule()
         for rejection in sched.rejected:
@@ -429,7 +439,13 @@ class EngineCore:
                 "early_chunks": self._early_chunks, "early_finished": self._early_finals,
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
-                "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3)})
+                "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3),
+                # Triton compiles (or disk-cache loads) during the step, and how its prefill chunks ran: replays of
+                # captured graphs or eager forwards (a stall's usual suspects: session 63's 307 ms prefill step)
+                "compiles": watch.compiles + watch.cache_loads - counts_before[0],
+                "compile_ms": round((watch.seconds - counts_before[1]) * 1e3, 3),
+                "prefill_graph_runs": prefill.graph_runs - counts_before[2],
+                "prefill_eager_runs": prefill.eager_runs - counts_before[3]})
         if emit_error is not None:
             raise emit_error            # (after a whole step: the engine's state is as after any other)
         return outputs

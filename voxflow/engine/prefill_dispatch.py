@@ -35,6 +35,7 @@ class PrefillDispatch:
         self.model, self.k_cache, self.v_cache = model, k_cache, v_cache
         self.block_manager, self.block_size, self.scratch_slot = block_manager, block_size, scratch_slot
         self.runner, self.batch_prefill = runner, batch_prefill
+        self.graph_runs = self.eager_runs = 0        # graph replays and eager forwards so far (the step trace's)
 
     def run(self, pairs) -> None:
         if getattr(self.runner, "packed", False):
@@ -127,12 +128,14 @@ class PrefillDispatch:
         return True
 
     def _graph(self, key, pairs) -> None:
+        self.graph_runs += 1
         bm = self.block_manager
         self.runner.run(key, [
             PrefillItem(c.seq.slot, e, c.start, c.end, c.seq.block_table, bm.slot_mapping(c.seq, c.start, c.end),
                         c.is_last) for c, e in pairs])
 
     def _eager_batch(self, pairs) -> None:
+        self.eager_runs += 1
         bm = self.block_manager
         chunks = [c for c, _ in pairs]
         size = max(c.end - c.start for c in chunks)
@@ -143,6 +146,7 @@ class PrefillDispatch:
         self.model.prefill_batch([(c.seq.slot, e[c.start:c.end], c.start, c.is_last) for c, e in pairs], kv)
 
     def _eager(self, c, e) -> None:
+        self.eager_runs += 1
         kv = self._kv([c.seq.block_table], [c.end], [self.block_manager.slot_mapping(c.seq, c.start, c.end)])
         self.model.prefill(c.seq.slot, e[c.start:c.end], c.start, kv, c.is_last)
 

@@ -9,8 +9,11 @@ pass, counted once, failed requests included), "prepare_batches" (those passes),
 "chunks" (chunks out), "finished" (final records out), "codec_in_flight" (codec calls launched and not yet collected
 at the step's end: on a GPU the codec may still be running while the next step runs), "codec_starved" (a first
 chunk waited for a free codec state: codec_executor.py), "running", "waiting",
-"capture_ms" (CUDA graphs captured during the step: talker and codec), "gc_ms" (time in Python's garbage collector
-since the previous step: a collection pass over a serving process's heap can take milliseconds)}.
+"capture_ms" (CUDA graphs captured during the step: talker and codec), "compiles" / "compile_ms" (Triton kernels
+compiled or loaded from its disk cache during the step, and Triton's time for them: kernel_compiles.py),
+"prefill_graph_runs" / "prefill_eager_runs" (how the step's prefill chunks ran: graph replays, eager forwards),
+"gc_ms" (time in Python's garbage collector since the previous step: a collection pass over a serving process's heap
+can take milliseconds)}.
 
 With `profile_prepare` (`EngineConfig.trace_profile_prepare`, `voxflow serve --trace-profile-prepare`), building a
 request's prompt (the model's `prepare` / `prepare_many`, on the engine thread) is also profiled with cProfile and

@@ -107,7 +107,30 @@ def summarize(steps: list[dict], full_rows: int | None = None, from_start: bool 
             # that ran beside the GPU's work, not between steps
             "intake_ms": sum(s.get("ms", {}).get("intake", 0.0) for s in counted),
             "host_ms": {p: statistics.median(s.get("ms", {}).get(p, 0.0) for s in plain) for p in phases},
-            "prefill": prefill_summary(steps), "turnover": turnover_summary(steps, full_rows)}
+            "prefill": prefill_summary(steps), "turnover": turnover_summary(steps, full_rows),
+            "stalls": stall_summary(walls, kind)}
+
+
+# A served step longer than this (wall ms) is a stall every stream felt: full steps take 5-15 ms.
+STALL_MS = 50.0
+
+
+def stall_summary(walls: list[tuple[dict, float]], kind: list[str]) -> list[dict]:
+    """The steps that took over STALL_MS (pauses between bench runs left out), with what the trace says of them:
+    its longest host phase and the usual suspects (graph captures, Triton compiles, eager prefill forwards, the
+    garbage collector)."""
+    out = []
+    for (s, ms), k in zip(walls, kind):
+        if ms <= STALL_MS or k.startswith("talker idle"):
+            continue
+        phases = s.get("ms", {})
+        phase = max(phases, key=phases.get) if phases else None
+        out.append({"step": s.get("step"), "wall_ms": ms, "phase": phase,
+                    "phase_ms": phases.get(phase, 0.0) if phase else 0.0,
+                    # (None: a trace older than the field, session 63)
+                    **{key: s.get(key) for key in ("prefill", "prefill_tokens", "capture_ms", "compiles",
+                                                   "compile_ms", "prefill_eager_runs", "gc_ms")}})
+    return out
 
 
 # A step's wait for the decode before it shorter than this: that decode had finished before the host came to read
@@ -201,6 +224,15 @@ def prefill_summary(steps: list[dict]) -> dict | None:
             "ms_per_1k_tokens": [per_1k[0], statistics.median(per_1k), per_1k[-1]] if per_1k else None}
 
 
+def _stall_line(st: dict) -> str:
+    def v(key, fmt="{}"):
+        return "?" if st[key] is None else fmt.format(st[key])
+    return (f"stall: step {st['step']} took {st['wall_ms']:.1f} ms ({st['phase']} {st['phase_ms']:.1f} ms; "
+            f"{v('prefill')} prefill chunks, {v('prefill_tokens')} tokens; graphs captured {v('capture_ms', '{:.1f}')} "
+            f"ms, Triton compiles {v('compiles')} ({v('compile_ms', '{:.1f}')} ms), eager prefill forwards "
+            f"{v('prefill_eager_runs')}, gc {v('gc_ms', '{:.1f}')} ms)")
+
+
 def render(summary: dict) -> str:
     span = summary["span_ms"]
     lines = [f"span {span:.0f} ms, {summary['steps']} steps from the first full one ({summary['full_rows']} rows); "
@@ -226,6 +258,9 @@ def render(summary: dict) -> str:
                   f"host prefill phase {pf['host_ms']:.1f} ms), {pf['prompts']} prompt chunks, {pf['tokens']} tokens"
                   + (f"; wall ms per 1,000 tokens min / median / max {rate[0]:.2f} / {rate[1]:.2f} / {rate[2]:.2f}"
                      if rate else "")]
+    if summary.get("stalls"):
+        lines.append("")
+        lines += [_stall_line(st) for st in summary["stalls"]]
     to = summary.get("turnover")
     if to:
         per = to["per_replacement_row_ms"]

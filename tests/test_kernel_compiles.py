@@ -1,0 +1,99 @@
+"""voxflow.engine.kernel_compiles: Triton compiles counted at startup and while serving, and a served step that
+compiled a kernel says so in its trace line and in /health's engine stats.
+
+The first test compiles a real kernel for a Hopper target (sm_90) on this CPU: Triton's compiler and ptxas need no
+GPU, and the compilation listener fires as it would on the device."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from voxflow.engine import kernel_compiles
+from voxflow.engine.kernel_compiles import KernelCompileWatch
+
+triton = pytest.importorskip("triton", reason="Triton is not installed (a CPU-only install without it)")
+tl = triton.language
+if kernel_compiles._listener_knobs() is None:
+    pytest.skip("this Triton has no compilation listener (triton.knobs.compilation.listener, Triton >= ~3.5)",
+                allow_module_level=True)
+
+
+@triton.jit
+def _copy(x, y, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + i, tl.load(x + i, mask=i < n), mask=i < n)
+
+
+def _compile(block: int):
+    from triton.backends.compiler import GPUTarget
+    src = triton.compiler.ASTSource(fn=_copy, signature={"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                                    constexprs={"BLOCK": block})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32))
+
+
+def test_compiles_are_startups_until_serving_then_counted_and_warned_once_per_kernel(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(triton.knobs.cache, "dir", str(tmp_path))          # a fresh disk cache: real compiles
+    watch, other = KernelCompileWatch().start(), KernelCompileWatch().start()
+    assert watch.available
+    try:
+        _compile(64)                                                        # startup's
+        watch.serving()
+        assert watch.at_startup["compiles"] == 1 and watch.at_startup["seconds"] > 0
+        assert watch.stats() == {"compiles": 0, "cache_loads": 0, "seconds": 0.0, "kernels": {}}
+        with caplog.at_level(logging.WARNING, logger="voxflow.engine.kernel_compiles"):
+            _compile(128)                                                   # a new specialization while serving
+            _compile(128)                                                   # the same again: from the disk cache
+        stats = watch.stats()
+        assert stats["compiles"] == 1 and stats["cache_loads"] == 1 and stats["seconds"] > 0
+        assert stats["kernels"] == {"_copy": 2}
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 1 and "Triton compiled kernel _copy while serving" in warnings[0]
+        assert other.compiles == 2 and other.cache_loads == 1               # every live watch hears every compile
+        watch.stop()
+        _compile(256)
+        assert watch.compiles == 2 and other.compiles == 3                  # a stopped watch no longer counts
+    finally:
+        watch.stop()
+        other.stop()
+
+
+def test_a_served_step_that_compiles_a_kernel_says_so_in_its_trace_line_and_the_stats(tmp_path, monkeypatch, caplog):
+    """The engine's wiring, on the CPU engine: a Triton compile inside a step's prefill (reported to the listener as
+    Triton reports it) shows in that step's line (`compiles`, `compile_ms`) and nowhere else, in /health's
+    `kernels_compiled_while_serving`, and as one warning; each line counts how its prefill chunks ran."""
+    from triton.knobs import CompileTimes
+
+    from test_engine import drive, greedy, make_engine
+    from voxflow.engine.prefill_dispatch import PrefillDispatch
+    path = tmp_path / "steps.jsonl"
+    core = make_engine(trace_steps=str(path))
+    assert core.kernel_compiles.available and core.kernel_compiles.at_startup is not None
+    assert core.startup["triton_compiles"] == core.kernel_compiles.at_startup
+    run, prefills = PrefillDispatch.run, []
+
+    def run_compiling_once(self, pairs):
+        prefills.append(core.steps)
+        if len(prefills) == 2:                      # the second prefill compiles a kernel: 250 ms by Triton's clock
+            triton.knobs.compilation.listener(
+                src=None, metadata={"name": "paged_prefill_attention"}, metadata_group={},
+                times=CompileTimes(ir_initialization=1_000, lowering_stages=[("ttir", 200_000), ("cubin", 49_000)],
+                                   store_results=0), cache_hit=False)
+        return run(self, pairs)
+    monkeypatch.setattr(PrefillDispatch, "run", run_compiling_once)
+    reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(2)]
+    with caplog.at_level(logging.WARNING, logger="voxflow.engine.kernel_compiles"):
+        drive(core, {0: reqs[:1], 3: reqs[1:]})
+    stats = core.stats()["kernels_compiled_while_serving"]
+    core.shutdown()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    compiling = [r for r in lines if r["compiles"]]
+    assert [r["step"] for r in compiling] == [prefills[1]]
+    assert compiling[0]["compiles"] == 1 and compiling[0]["compile_ms"] == pytest.approx(250.0)
+    assert all(r["compile_ms"] == 0 for r in lines if r is not compiling[0])
+    assert stats == {"compiles": 1, "cache_loads": 0, "seconds": 0.25, "kernels": {"paged_prefill_attention": 1}}
+    assert sum("kernel paged_prefill_attention while serving (250 ms)" in r.getMessage() for r in caplog.records) == 1
+    # each prefill step ran its chunks one way or the other; steps without prefill ran none
+    assert all((r["prefill_graph_runs"] + r["prefill_eager_runs"] > 0) == (r["prefill"] > 0) for r in lines)
+    assert sum(r["prefill"] > 0 for r in lines) == 2
