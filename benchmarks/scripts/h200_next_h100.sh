@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 63; rename when run. What h200_next_pick.sh runs on a card that is not an H200 (~530 s on a
 # fresh machine; carry [".whl", ".device_tree"]).
-# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 470 s; ~40 s a run after ~180 s of start):
+# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 420 s; ~40 s a run after ~180 s of start), then
+# the GPU test of Triton compiles while serving (~60 s):
 #   e: the defaults;  j: intake_while_waiting + emit_while_waiting (session 63 on one H100: 778.6 against 773.4
 #   audio-s/s over 8 / 10 runs, +0.7%, one-sided permutation p 0.15: not yet adopted);  l / m: the codec's SM share
 #   56 / 72 (of 132; auto gives 64; ~10% of a run is talker steps slowed by the codec beside them, session 61).
@@ -19,7 +20,12 @@ variant() {
   esac
 }
 runs=(${RUNS:-j_1 e_1 l_1 m_1 j_2 e_2 l_2 m_2 j_3 e_3})
-alternate "${UNTIL:-470}" "${runs[@]}"
+alternate "${UNTIL:-420}" "${runs[@]}"
+# Triton compiles after startup (session 63's 307 ms prefill step): none in served waves, and the watch on this
+# Triton (its compilation listener fires for a real compile)
+gpu_tests 90 -s tests/gpu/test_gpu_engine.py::test_gpu_served_waves_compile_no_triton_kernel_after_startup \
+  tests/test_kernel_compiles.py
+pack_results
 grep -H "ran dry" "$R"/*.md
 summarize_steps "steps_http_*.jsonl*" 20
 report_runs

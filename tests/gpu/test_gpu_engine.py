@@ -11,7 +11,7 @@ import torch
 
 from voxflow.engine.engine import EngineConfig, EngineCore
 from voxflow.engine.offline import run_offline
-from voxflow.engine.request import SamplingOptions, SpeechRequest, StreamingOptions
+from voxflow.engine.request import FinalRecord, SamplingOptions, SpeechRequest, StreamingOptions
 from voxflow.engine.sm_partition import auto_sms
 from voxflow.models.qwen3_tts.generate import SynthesisRequest, decode_to_wav, generate_codes, prepare
 from voxflow.models.qwen3_tts.model import Qwen3TTS
@@ -513,3 +513,38 @@ def test_gpu_arrivals_taken_while_the_host_waits_equal_cpu_reference():
         got[r.request_id] = (torch.cat(frames[r.request_id]), pcm_from_bytes(b"".join(c.pcm for c in chunks),
                                                                             r.pcm_format))
     assert_equals_reference(got, TEXTS)
+
+
+def test_gpu_served_waves_compile_no_triton_kernel_after_startup():
+    """No kernel compiles on the hot path (issue 6): the engine in its serving configuration (bf16 talker, graphs,
+    kernels, the codec's default dtype, streamed chunks) serves three waves of prompts of several lengths, some
+    arriving while others stream, and Triton compiles (or loads from its disk cache) no kernel after startup
+    (kernel_compiles.py). A compile there stalls every stream for ~0.3-1.5 s (session 63: one 307 ms prefill step at
+    0.6B c=64 that its trace could not explain). A failure names the kernels: a shape the startup did not warm."""
+    from voxflow.engine.inprocess import CoreDriver
+    core = EngineCore.from_config(EngineConfig(
+        model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="bfloat16", cuda_graphs=True, kernels=True,
+        max_num_seqs=16, num_kv_blocks=1024, block_size=16))
+    if not core.kernel_compiles.available:
+        pytest.skip("this Triton has no compilation listener (triton.knobs.compilation.listener)")
+    print(f"startup: {core.startup.get('triton_compiles')}")
+    texts = [t * k for k in (1, 3, 8) for t in TEXTS]            # prompt lengths from a few tokens to ~100
+    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i),
+                          streaming=StreamingOptions(stream=True),
+                          sampling=SamplingOptions(greedy=True, max_new_tokens=40 + 7 * i))
+            for i, t in enumerate(texts)]
+    driver = CoreDriver(core)
+    waves = [reqs[:4], reqs[4:10], reqs[10:]]
+    driver.add_many(waves.pop(0))
+    finals, steps = 0, 0
+    while driver.has_work() or waves:
+        steps += 1
+        if waves and steps % 9 == 0:                                # a wave arrives while the others stream
+            driver.add_many(waves.pop(0))
+        finals += sum(isinstance(o, FinalRecord) and o.error is None for o in driver.step())
+    stats = core.stats()["kernels_compiled_while_serving"]
+    core.shutdown()
+    print(f"while serving: {stats}")
+    assert finals == len(reqs)
+    assert stats["compiles"] == 0 and stats["cache_loads"] == 0, \
+        f"Triton kernels first used after startup: {stats['kernels']}"
