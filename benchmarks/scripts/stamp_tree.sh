@@ -11,7 +11,8 @@ cat .device_tree
 # What travels must stay under the device tool's 64 MiB (tracked files, on disk, plus the carried wheels; session 62
 # was refused at ~71 MiB counted in disk blocks). The results are not needed there: move them aside for the call
 # (`bash benchmarks/scripts/device_results_aside.sh hold`, then `restore` after the call).
-kib=$(( $(git ls-files -z | du -c --files0-from=- 2>/dev/null | tail -1 | cut -f1) + $(du -s .whl 2>/dev/null | cut -f1) ))
+tracked_kib=$(git ls-files -z | du -c --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+kib=$(( tracked_kib + $(du -s .whl 2>/dev/null | cut -f1) ))
 if (( kib > 60 * 1024 )); then
   echo "stamp_tree: the tree and .whl take $((kib / 1024)) MiB on disk (limit 64 MiB): move benchmarks/results" \
        "aside (device_results_aside.sh hold)" >&2
