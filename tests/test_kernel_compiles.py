@@ -59,12 +59,20 @@ def test_compiles_are_startups_until_serving_then_counted_and_warned_once_per_ke
         other.stop()
 
 
+def _report_compile(name: str, ms: float) -> None:
+    """What Triton's compiler tells its listener at the end of a compile of `name` that took `ms`."""
+    from triton.knobs import CompileTimes
+    triton.knobs.compilation.listener(src=None, metadata={"name": name}, metadata_group={}, cache_hit=False,
+                                      times=CompileTimes(ir_initialization=int(ms * 1e3), lowering_stages=[],
+                                                         store_results=0))
+
+
 def test_a_served_step_that_compiles_a_kernel_says_so_in_its_trace_line_and_the_stats(tmp_path, monkeypatch, caplog):
     """The engine's wiring, on the CPU engine: a Triton compile inside a step's prefill (reported to the listener as
-    Triton reports it) shows in that step's line (`compiles`, `compile_ms`) and nowhere else, in /health's
-    `kernels_compiled_while_serving`, and as one warning; each line counts how its prefill chunks ran."""
-    from triton.knobs import CompileTimes
-
+    Triton reports it) shows in that step's line (`compiles`, `compile_ms`), one in a prompt build between steps in
+    the next line, neither anywhere else; /health's `kernels_compiled_while_serving` counts both, and each kernel
+    warns once. Each line counts how its prefill chunks ran."""
+    import voxflow.engine.engine as engine_mod
     from test_engine import drive, greedy, make_engine
     from voxflow.engine.prefill_dispatch import PrefillDispatch
     path = tmp_path / "steps.jsonl"
@@ -73,27 +81,34 @@ def test_a_served_step_that_compiles_a_kernel_says_so_in_its_trace_line_and_the_
     assert core.startup["triton_compiles"] == core.kernel_compiles.at_startup
     run, prefills = PrefillDispatch.run, []
 
-    def run_compiling_once(self, pairs):
+    def run_compiling_first(self, pairs):
         prefills.append(core.steps)
-        if len(prefills) == 2:                      # the second prefill compiles a kernel: 250 ms by Triton's clock
-            triton.knobs.compilation.listener(
-                src=None, metadata={"name": "paged_prefill_attention"}, metadata_group={},
-                times=CompileTimes(ir_initialization=1_000, lowering_stages=[("ttir", 200_000), ("cubin", 49_000)],
-                                   store_results=0), cache_hit=False)
+        if len(prefills) == 1:                      # the first prefill compiles a kernel: 250 ms by Triton's clock
+            _report_compile("paged_prefill_attention", 250.0)
         return run(self, pairs)
-    monkeypatch.setattr(PrefillDispatch, "run", run_compiling_once)
+    prepare, builds = engine_mod.prepare_requests, []
+
+    def prepare_compiling_second(model, requests):
+        builds.append(core.steps)
+        if len(builds) == 2:                        # the second build (between steps) compiles another: 40 ms
+            _report_compile("embed_rows", 40.0)
+        return prepare(model, requests)
+    monkeypatch.setattr(PrefillDispatch, "run", run_compiling_first)
+    monkeypatch.setattr(engine_mod, "prepare_requests", prepare_compiling_second)
     reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(2)]
     with caplog.at_level(logging.WARNING, logger="voxflow.engine.kernel_compiles"):
         drive(core, {0: reqs[:1], 3: reqs[1:]})
     stats = core.stats()["kernels_compiled_while_serving"]
     core.shutdown()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    compiling = [r for r in lines if r["compiles"]]
-    assert [r["step"] for r in compiling] == [prefills[1]]
-    assert compiling[0]["compiles"] == 1 and compiling[0]["compile_ms"] == pytest.approx(250.0)
-    assert all(r["compile_ms"] == 0 for r in lines if r is not compiling[0])
-    assert stats == {"compiles": 1, "cache_loads": 0, "seconds": 0.25, "kernels": {"paged_prefill_attention": 1}}
-    assert sum("kernel paged_prefill_attention while serving (250 ms)" in r.getMessage() for r in caplog.records) == 1
+    by_step = {r["step"]: (r["compiles"], r["compile_ms"]) for r in lines if r["compiles"]}
+    # the prefill's in its own step; the build made after step builds[1] in the next step's line
+    assert by_step == {prefills[0]: (1, 250.0), builds[1] + 1: (1, 40.0)}
+    assert stats == {"compiles": 2, "cache_loads": 0, "seconds": 0.29,
+                     "kernels": {"paged_prefill_attention": 1, "embed_rows": 1}}
+    warned = [r.getMessage() for r in caplog.records]
+    assert sum("kernel paged_prefill_attention while serving (250 ms)" in m for m in warned) == 1
+    assert sum("kernel embed_rows while serving (40 ms)" in m for m in warned) == 1
     # each prefill step ran its chunks one way or the other; steps without prefill ran none
     assert all((r["prefill_graph_runs"] + r["prefill_eager_runs"] > 0) == (r["prefill"] > 0) for r in lines)
     assert sum(r["prefill"] > 0 for r in lines) == 2

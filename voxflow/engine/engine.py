@@ -106,6 +106,7 @@ class EngineCore:
         self.kernel_compiles = KernelCompileWatch().start()
         self._build(device)
         self.kernel_compiles.serving()
+        self._trace_counts_seen = self._compile_and_prefill_counts()     # as of the last trace line (or startup)
         if self.kernel_compiles.available:
             self.startup["triton_compiles"] = self.kernel_compiles.at_startup
         log.info("engine ready: %s", self.startup)
@@ -357,8 +358,6 @@ class EngineCore:
         outputs: list[Output] = []
         t = self.timings
         captured_before = self._capture_seconds() if self.trace is not None else 0.0
-        watch, prefill = self.kernel_compiles, self.prefill
-        counts_before = (watch.compiles + watch.cache_loads, watch.seconds, prefill.graph_runs, prefill.eager_runs)
         t0 = time.perf_counter()
         sched = self.scheduler.schedule()
         for rejection in sched.rejected:
@@ -440,12 +439,7 @@ class EngineCore:
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3),
-                # Triton compiles (or disk-cache loads) during the step, and how its prefill chunks ran: replays of
-                # captured graphs or eager forwards (a stall's usual suspects: session 63's 307 ms prefill step)
-                "compiles": watch.compiles + watch.cache_loads - counts_before[0],
-                "compile_ms": round((watch.seconds - counts_before[1]) * 1e3, 3),
-                "prefill_graph_runs": prefill.graph_runs - counts_before[2],
-                "prefill_eager_runs": prefill.eager_runs - counts_before[3]})
+                **self._compiles_and_prefill_runs()})
         if emit_error is not None:
             raise emit_error            # (after a whole step: the engine's state is as after any other)
         return outputs
@@ -543,6 +537,19 @@ class EngineCore:
                 outputs.append(self._retire(live, error=CODEC_NAN_ERROR))
             elif live is not None:
                 outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
+
+    def _compiles_and_prefill_runs(self) -> dict:
+        """The step trace's Triton compiles (or disk-cache loads) since the previous line, the builds between steps
+        included, and how this step's prefill chunks ran: graph replays or eager forwards (a stall's usual suspects:
+        session 63's 307 ms prefill step)."""
+        now, seen = self._compile_and_prefill_counts(), self._trace_counts_seen
+        self._trace_counts_seen = now
+        return {"compiles": now[0] - seen[0], "compile_ms": round((now[1] - seen[1]) * 1e3, 3),
+                "prefill_graph_runs": now[2] - seen[2], "prefill_eager_runs": now[3] - seen[3]}
+
+    def _compile_and_prefill_counts(self) -> tuple:
+        w, p = self.kernel_compiles, self.prefill
+        return w.compiles + w.cache_loads, w.seconds, p.graph_runs, p.eager_runs
 
     def _capture_seconds(self) -> float:
         """Seconds spent capturing CUDA graphs so far, by the talker's runners (decode, prefill) and the codec

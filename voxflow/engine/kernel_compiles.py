@@ -48,7 +48,10 @@ def _install() -> bool:
 
                 def listener(**event):
                     for watch in list(_watches):
-                        watch.on_compile(**event)
+                        try:
+                            watch.on_compile(**event)
+                        except Exception:       # counting must never fail a compile
+                            log.exception("counting a Triton compile failed")
                     if previous is not None:
                         previous(**event)
 
