@@ -71,6 +71,7 @@ class KernelCompileWatch:
         self.seconds = 0.0               # Triton's own timings of those compiles and loads
         self.at_startup: dict | None = None
         self.while_serving: collections.Counter[str] = collections.Counter()
+        self.warned: list[str] = []      # the kernels this watch logged a warning for, in order
         self._serving = False
         self._lock = threading.Lock()
 
@@ -96,6 +97,8 @@ class KernelCompileWatch:
                 return
             first = name not in self.while_serving
             self.while_serving[name] += 1
+            if first:
+                self.warned.append(name)
         if first:
             log.warning("Triton %s kernel %s while serving (%.0f ms): a shape that startup's capture and warm-up "
                         "did not cover; every stream waited for it", "loaded" if cache_hit else "compiled", name,
