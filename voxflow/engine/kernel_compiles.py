@@ -69,7 +69,8 @@ class KernelCompileWatch:
         self.compiles = 0                # compiled, not found in Triton's disk cache
         self.cache_loads = 0             # found in the disk cache (still a first use in this process)
         self.seconds = 0.0               # Triton's own timings of those compiles and loads
-        self.at_startup: dict | None = None
+        self.at_startup: dict | None = None          # snapshot() at serving(): the startup record's
+        self._startup_counts = (0, 0, 0.0)           # the same, unrounded: what stats() subtracts
         self.while_serving: collections.Counter[str] = collections.Counter()
         self.warned: list[str] = []      # the kernels this watch logged a warning for, in order
         self._serving = False
@@ -108,6 +109,7 @@ class KernelCompileWatch:
         """Startup is over: what was counted so far is startup's (`at_startup`)."""
         with self._lock:
             self.at_startup = self.snapshot()
+            self._startup_counts = (self.compiles, self.cache_loads, self.seconds)
             self._serving = True
 
     def snapshot(self) -> dict:
@@ -117,8 +119,6 @@ class KernelCompileWatch:
         """/health: the compiles since startup, and the kernels they were (most first)."""
         if not self.available:
             return {"available": False}
-        base = self.at_startup or {"compiles": 0, "cache_loads": 0, "seconds": 0.0}
-        now = self.snapshot()
-        return {"compiles": now["compiles"] - base["compiles"], "cache_loads": now["cache_loads"] - base["cache_loads"],
-                "seconds": round(now["seconds"] - base["seconds"], 3),
-                "kernels": dict(self.while_serving.most_common(16))}
+        compiles, cache_loads, seconds = self._startup_counts
+        return {"compiles": self.compiles - compiles, "cache_loads": self.cache_loads - cache_loads,
+                "seconds": round(self.seconds - seconds, 3), "kernels": dict(self.while_serving.most_common(16))}
