@@ -166,3 +166,55 @@ def test_the_runtime_is_the_libcudart_of_pytorchs_cuda_major(monkeypatch):
     assert loaded == ["/x/nvidia/cu13/lib/libcudart.so.13.0.96"]
     assert lib.cudaDeviceSetLimit.argtypes[1] is gpu_memory.ctypes.c_size_t
     assert gpu_memory._cudart() is lib                              # looked up once
+
+
+def test_the_allocator_events_are_its_retries_and_device_allocations_and_none_off_cuda(fake_cuda, monkeypatch):
+    """From the nested counters (its flattening skipped): the retries after a failed cudaMalloc, the device
+    allocations and frees; none on a CPU device; the engine's memory record carries them."""
+    nested = {"num_alloc_retries": 2, "num_device_alloc": 31, "num_device_free": 4, "num_ooms": 0,
+              "allocated_bytes": {"all": {"current": 1}}}
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda device=None: nested)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 5 * GB)
+    cuda0 = torch.device("cuda", 0)
+    assert gpu_memory.allocator_events(cuda0) == {"alloc_retries": 2, "cuda_mallocs": 31, "cuda_frees": 4}
+    assert gpu_memory.allocator_events(torch.device("cpu")) is None
+    stats = gpu_memory.memory_stats(cuda0)
+    assert stats["alloc_retries"] == 2 and stats["cuda_mallocs"] == 31 and stats["peak_gpu_memory_bytes"] == 5 * GB
+
+
+def test_a_step_whose_allocations_retry_or_grow_the_stack_says_so_in_its_trace_line(tmp_path, monkeypatch):
+    """The engine's wiring, on the CPU engine with the CUDA counters stood in for: the allocator's retries and
+    device allocations and the stack's growth during a step's prefill show in that step's line only, as counts
+    since the line before; a CPU engine's lines carry none of them."""
+    import json
+    import voxflow.engine.engine as engine_mod
+    from test_engine import drive, greedy, make_engine
+    from voxflow.engine.prefill_dispatch import PrefillDispatch
+    counts = {"alloc_retries": 3, "cuda_mallocs": 40, "cuda_frees": 1, "stack": 1024}     # (startup's, not counted)
+    monkeypatch.setattr(engine_mod, "allocator_events",
+                        lambda device: {k: counts[k] for k in ("alloc_retries", "cuda_mallocs", "cuda_frees")})
+    monkeypatch.setattr(engine_mod, "stack_limit_bytes", lambda device: counts["stack"])
+    path = tmp_path / "steps.jsonl"
+    core = make_engine(trace_steps=str(path))
+    run, prefill_steps = PrefillDispatch.run, []
+
+    def run_near_the_limit(self, pairs):
+        prefill_steps.append(core.steps)
+        if len(prefill_steps) == 2:                 # the second prefill: a retry, two mallocs, a 4 KiB stack growth
+            counts.update(alloc_retries=4, cuda_mallocs=42, stack=5120)
+        return run(self, pairs)
+    monkeypatch.setattr(PrefillDispatch, "run", run_near_the_limit)
+    drive(core, {0: [greedy("Hello there.", 6, voice="vivian", request_id="a")],
+                 3: [greedy("Hello again.", 6, voice="vivian", request_id="b")]})
+    core.shutdown()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    flagged = {r["step"]: (r["alloc_retries"], r["cuda_mallocs"], r["cuda_frees"], r["stack_grown_bytes"])
+               for r in lines if r["alloc_retries"] or r["cuda_mallocs"] or r["stack_grown_bytes"]}
+    assert len(prefill_steps) == 2 and flagged == {prefill_steps[1]: (1, 2, 0, 4096)}
+    monkeypatch.undo()
+    plain = tmp_path / "plain.jsonl"
+    core = make_engine(trace_steps=str(plain))
+    drive(core, {0: [greedy("Hello there.", 4, voice="vivian", request_id="c")]})
+    core.shutdown()
+    first = json.loads(plain.read_text().splitlines()[0])
+    assert "compiles" in first and not {"alloc_retries", "cuda_mallocs", "stack_grown_bytes"} & set(first)

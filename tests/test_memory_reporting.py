@@ -25,19 +25,20 @@ def _gauges(m: Metrics) -> dict:
 def test_gauges_carry_the_engines_footprint():
     m = Metrics()
     m.observe_engine({"alive": True, "stats": {"running": 3, "gpu_memory_used_bytes": 9 * GIB,
-                                               "peak_gpu_memory_total_bytes": 10 * GIB}})
+                                               "peak_gpu_memory_total_bytes": 10 * GIB, "alloc_retries": 2}})
     got = _gauges(m)
     assert got["voxflow_gpu_memory_used_bytes"] == 9 * GIB
     assert got["voxflow_gpu_memory_peak_total_bytes"] == 10 * GIB
+    assert got["voxflow_gpu_allocator_retries"] == 2
     m.observe_engine({"alive": True, "stats": {"gpu_memory_used_bytes": 8 * GIB}})       # later readings update
     assert _gauges(m)["voxflow_gpu_memory_used_bytes"] == 8 * GIB
     cpu = Metrics()                    # a CPU engine reports none: no GPU gauges at all (not a misleading 0)
     cpu.observe_engine({"alive": True, "stats": {"running": 0}})
-    assert not any(name.startswith("voxflow_gpu_memory") for name in _gauges(cpu))
+    assert not any(name.startswith("voxflow_gpu_") for name in _gauges(cpu))
 
 
 def test_health_shows_the_footprint_keys():
-    assert {"gpu_memory_used_bytes", "peak_gpu_memory_total_bytes"} <= set(HEALTH_ENGINE_KEYS)
+    assert {"gpu_memory_used_bytes", "peak_gpu_memory_total_bytes", "alloc_retries"} <= set(HEALTH_ENGINE_KEYS)
 
 
 def test_results_table_prefers_the_total_and_marks_older_peaks_as_tensors():

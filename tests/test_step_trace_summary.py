@@ -197,20 +197,22 @@ def test_builds_taken_mid_step_are_not_counted_as_builds_before_an_idle_gpu():
 
 def test_a_step_over_the_stall_threshold_is_listed_with_its_suspects():
     """A served step that took over STALL_MS is listed with its longest host phase and what the trace says of it
-    (Triton compiles, eager prefill forwards, captures, the collector); a field a trace lacks (older than it) reads
+    (Triton compiles, eager prefill forwards, captures, the collector, the GPU allocator's retries and mallocs, the
+    stack's growth); a field a trace lacks (older than it, or off a GPU) reads
     "?", not 0. Steps under the threshold, and the talker's idle pauses, are not stalls."""
     steps = trace()
     for s in steps[4:]:                             # the step after the stall, and the last one, move 300 ms on
         s["t"] += 0.3
     steps[3].update(ms={"prefill": 301.0, "schedule": 0.4}, prefill_tokens=4090, capture_ms=0.0, compiles=2,
-                    compile_ms=288.5, prefill_eager_runs=1, gc_ms=1.5)
+                    compile_ms=288.5, prefill_eager_runs=1, gc_ms=1.5, alloc_retries=1, cuda_mallocs=3)
     s = sts.summarize(steps)
     (stall,) = s["stalls"]
     assert stall["step"] == 3 and stall["wall_ms"] == pytest.approx(302.0)
     assert stall["phase"] == "prefill" and stall["compiles"] == 2 and stall["prefill_eager_runs"] == 1
     text = sts.render(s)
     assert "stall: step 3 took 302.0 ms (prefill 301.0 ms; 1 prefill chunks, 4090 tokens" in text
-    assert "Triton compiles 2 (288.5 ms), eager prefill forwards 1, gc 1.5 ms" in text
+    assert "Triton compiles 2 (288.5 ms), eager prefill forwards 1, gc 1.5 ms, allocator retries 1, " \
+        "cudaMallocs 3, stack grown ? bytes)" in text           # (a CPU engine's trace has no stack field)
     del steps[3]["compiles"], steps[3]["compile_ms"]
     assert "Triton compiles ? (? ms)" in sts.render(sts.summarize(steps))
     assert sts.summarize(trace())["stalls"] == []

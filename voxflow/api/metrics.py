@@ -56,6 +56,8 @@ ENGINE_MEMORY = {
     "gpu_memory_used_bytes": ("gpu_memory_used_bytes", "GPU memory in use on the engine's device (driver's view)"),
     "gpu_memory_peak_total_bytes": ("peak_gpu_memory_total_bytes", "The engine's peak GPU footprint: its "
                                     "allocator's peak reservation plus the CUDA context, modules and graphs"),
+    "gpu_allocator_retries": ("alloc_retries", "cudaMallocs that failed so that the engine's caching allocator "
+                              "freed its cache (synchronizing the GPU) and retried: a step near the memory limit"),
 }
 
 

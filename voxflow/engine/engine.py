@@ -36,7 +36,7 @@ from .config import EngineConfig
 from .engine_startup import check_fp8_pages, load_core, warm_up
 from .engine_stream import on_engine_stream, talker_stream
 from .errors import QueueFullError
-from .gpu_memory import memory_stats, room_within
+from .gpu_memory import allocator_events, memory_stats, room_within, stack_limit_bytes
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .kernel_compiles import KernelCompileWatch
@@ -106,7 +106,8 @@ class EngineCore:
         self.kernel_compiles = KernelCompileWatch().start()
         self._build(device)
         self.kernel_compiles.serving()
-        self._trace_counts_seen = self._compile_and_prefill_counts()     # as of the last trace line (or startup)
+        self._device = device
+        self._trace_counts_seen = self._trace_counters()     # as of the last trace line (or startup)
         if self.kernel_compiles.available:
             self.startup["triton_compiles"] = self.kernel_compiles.at_startup
         log.info("engine ready: %s", self.startup)
@@ -439,7 +440,7 @@ class EngineCore:
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3),
-                **self._compiles_and_prefill_runs()})
+                **self._stall_suspects()})
         if emit_error is not None:
             raise emit_error            # (after a whole step: the engine's state is as after any other)
         return outputs
@@ -538,18 +539,28 @@ class EngineCore:
             elif live is not None:
                 outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
 
-    def _compiles_and_prefill_runs(self) -> dict:
-        """The step trace's Triton compiles (or disk-cache loads) since the previous line, the builds between steps
-        included, and how this step's prefill chunks ran: graph replays or eager forwards (a stall's usual suspects:
-        session 63's 307 ms prefill step)."""
-        now, seen = self._compile_and_prefill_counts(), self._trace_counts_seen
+    def _stall_suspects(self) -> dict:
+        """A step trace line's counts since the previous line (the builds between steps included) of what stalls
+        a step: Triton compiles (or disk-cache loads) and Triton's ms for them, how the step's prefill chunks ran
+        (graph replays, eager forwards), and on CUDA the caching allocator's retries and device allocations and
+        the driver's per-thread stack growth (each synchronous). Session 63's 307 ms prefill step prompted them."""
+        now, seen = self._trace_counters(), self._trace_counts_seen
         self._trace_counts_seen = now
-        return {"compiles": now[0] - seen[0], "compile_ms": round((now[1] - seen[1]) * 1e3, 3),
-                "prefill_graph_runs": now[2] - seen[2], "prefill_eager_runs": now[3] - seen[3]}
+        return {k: round(v - seen.get(k, 0), 3) if isinstance(v, float) else v - seen.get(k, 0)
+                for k, v in now.items()}
 
-    def _compile_and_prefill_counts(self) -> tuple:
+    def _trace_counters(self) -> dict:
+        """The cumulative counts behind `_stall_suspects` (the allocator's and the stack's only on CUDA)."""
         w, p = self.kernel_compiles, self.prefill
-        return w.compiles + w.cache_loads, w.seconds, p.graph_runs, p.eager_runs
+        out = {"compiles": w.compiles + w.cache_loads, "compile_ms": w.seconds * 1e3,
+               "prefill_graph_runs": p.graph_runs, "prefill_eager_runs": p.eager_runs}
+        events = allocator_events(self._device)
+        if events is not None:
+            out.update(events)
+            stack = stack_limit_bytes(self._device)
+            if stack is not None:
+                out["stack_grown_bytes"] = stack          # (the driver's per-thread stack only grows while serving)
+        return out
 
     def _capture_seconds(self) -> float:
         """Seconds spent capturing CUDA graphs so far, by the talker's runners (decode, prefill) and the codec

@@ -49,10 +49,24 @@ def footprint(device: torch.device) -> dict:
 
 
 def memory_stats(device: torch.device) -> dict:
-    """What the engine reports (startup and stats): the allocator's own peak of tensors and reservation now, and
-    the footprint."""
+    """What the engine reports (startup and stats): the allocator's own peak of tensors and reservation now, the
+    footprint, and the allocator's retries and device allocations so far."""
     return {"peak_gpu_memory_bytes": torch.cuda.max_memory_allocated(device),
-            "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device), **footprint(device)}
+            "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(device), **footprint(device),
+            **(allocator_events(device) or {})}
+
+
+def allocator_events(device: torch.device) -> dict | None:
+    """The caching allocator's counts so far of what stalls the host beside a step (None off CUDA):
+    `alloc_retries`, cudaMallocs that failed so that the allocator freed its cached blocks (synchronizing the
+    device) and tried again, the sign of a step near the memory limit; `cuda_mallocs`, the device allocations
+    themselves (cudaMalloc or cuMemMap, synchronous: none is expected once the graphs hold their pools); and
+    `cuda_frees`. The nested form: no flattening of the ~100 other counters."""
+    if device.type != "cuda":
+        return None
+    s = torch.cuda.memory_stats_as_nested_dict(device)
+    return {"alloc_retries": int(s.get("num_alloc_retries", 0)), "cuda_mallocs": int(s.get("num_device_alloc", 0)),
+            "cuda_frees": int(s.get("num_device_free", 0))}
 
 
 def limit_allocator(device: torch.device, limit_bytes: int) -> int:

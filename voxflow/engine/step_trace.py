@@ -12,6 +12,10 @@ chunk waited for a free codec state: codec_executor.py), "running", "waiting",
 "capture_ms" (CUDA graphs captured during the step: talker and codec), "compiles" / "compile_ms" (Triton kernels
 compiled or loaded from its disk cache during the step, and Triton's time for them: kernel_compiles.py),
 "prefill_graph_runs" / "prefill_eager_runs" (how the step's prefill chunks ran: graph replays, eager forwards),
+on a GPU "alloc_retries" / "cuda_mallocs" / "cuda_frees" (the caching allocator's retries after a failed cudaMalloc,
+which free its cache and synchronize, and its device allocations and frees: gpu_memory.allocator_events) and
+"stack_grown_bytes" (the driver's per-thread stack limit grown: its local memory resized, synchronously), each since
+the previous line,
 "gc_ms" (time in Python's garbage collector since the previous step: a collection pass over a serving process's heap
 can take milliseconds)}.
 

@@ -118,7 +118,7 @@ STALL_MS = 50.0
 def stall_summary(walls: list[tuple[dict, float]], kind: list[str]) -> list[dict]:
     """The steps that took over STALL_MS (pauses between bench runs left out), with what the trace says of them:
     its longest host phase and the usual suspects (graph captures, Triton compiles, eager prefill forwards, the
-    garbage collector)."""
+    garbage collector, and on a GPU the allocator's retries and device allocations and the driver's stack growth)."""
     out = []
     for (s, ms), k in zip(walls, kind):
         if ms <= STALL_MS or k.startswith("talker idle"):
@@ -129,7 +129,8 @@ def stall_summary(walls: list[tuple[dict, float]], kind: list[str]) -> list[dict
                     "phase_ms": phases.get(phase, 0.0) if phase else 0.0,
                     # (None: a trace older than the field, session 63)
                     **{key: s.get(key) for key in ("prefill", "prefill_tokens", "capture_ms", "compiles",
-                                                   "compile_ms", "prefill_eager_runs", "gc_ms")}})
+                                                   "compile_ms", "prefill_eager_runs", "gc_ms", "alloc_retries",
+                                                   "cuda_mallocs", "stack_grown_bytes")}})
     return out
 
 
@@ -230,7 +231,8 @@ def _stall_line(st: dict) -> str:
     return (f"stall: step {st['step']} took {st['wall_ms']:.1f} ms ({st['phase']} {st['phase_ms']:.1f} ms; "
             f"{v('prefill')} prefill chunks, {v('prefill_tokens')} tokens; graphs captured {v('capture_ms', '{:.1f}')} "
             f"ms, Triton compiles {v('compiles')} ({v('compile_ms', '{:.1f}')} ms), eager prefill forwards "
-            f"{v('prefill_eager_runs')}, gc {v('gc_ms', '{:.1f}')} ms)")
+            f"{v('prefill_eager_runs')}, gc {v('gc_ms', '{:.1f}')} ms, allocator retries {v('alloc_retries')}, "
+            f"cudaMallocs {v('cuda_mallocs')}, stack grown {v('stack_grown_bytes')} bytes)")
 
 
 def render(summary: dict) -> str:
