@@ -12,7 +12,10 @@
 #   stop_server NAME            stop it, keep /health and the gzipped trace
 #   real_checkpoint_bg          build /tmp/real-1.7b (custom_voice) in the background; `wait $CK` before using it
 #   small_checkpoint_bg         the same for /tmp/real-0.6b; `wait $CK6`
-#   archive_results             on exit, pack $R into $OUT/r.tgz (a call returns at most 8 files; R under /tmp)
+#   archive_results             on exit, pack $R into $OUT/r.tgz (a call returns at most 8 files; R under /tmp), and
+#                               Triton's kernel cache into $OUT/triton_cache.tgz.* when the call compiled kernels
+#   restore_kernel_cache        (device_setup) the carried .triton_cache's kernels into Triton's cache
+#                               (device_kernel_cache.sh takes a call's parts here)
 #   start_call [1.7B] [0.6B]    device_setup /tmp/r, archive_results, and those checkpoints built in the background
 #                               ($CK / $CK6): every call script's first lines
 #   pack_results                pack it now (a call that may be cut at its time limit keeps what ran)
@@ -76,6 +79,7 @@ device_setup() {
   fi
   STAGE=none bash benchmarks/scripts/h200_targets.sh > /dev/null 2>&1
   export PYTHONPATH=$PWD:/tmp/site
+  restore_kernel_cache
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt"
   # Machines differ by ~10% on the same tree (sessions 18-19): their clocks, power limits and host CPUs, kept.
   { nvidia-smi -q -d CLOCK,POWER,PERFORMANCE; lscpu; } > "$R/machine.txt" 2>&1
@@ -186,7 +190,42 @@ pack_results() {
 }
 
 archive_results() {
-  trap pack_results EXIT TERM
+  trap 'pack_results; pack_kernel_cache' EXIT TERM
+}
+
+# Triton's kernel cache, carried from call to call: a fresh machine's first server spends ~75 s compiling every
+# kernel (session 63's H100: startup 87.4 s against 13.5 s once they were cached), out of a call's ~550 s. H100 and
+# H200 are both sm_90 and their cache keys the same (Triton's version, ptxas's, the kernel's source and
+# specialization), so either card's cache serves the other; a changed kernel just misses and compiles.
+#   here, after a call:  bash benchmarks/scripts/device_kernel_cache.sh take DIR   (DIR: the call's files_at)
+#   then carry ".triton_cache" with ".whl" and ".device_tree"
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+KERNEL_CACHE_PARTS=.triton_cache           # the carried folder: triton_cache.tgz.aa, .ab, ... (split under 16 MiB)
+KERNEL_CACHE_MAX_MB=${KERNEL_CACHE_MAX_MB:-30}   # what may come back (the tree, .whl and it travel under 64 MiB)
+
+restore_kernel_cache() {
+  mkdir -p "$TRITON_CACHE_DIR"
+  if ls "$KERNEL_CACHE_PARTS"/triton_cache.tgz.* > /dev/null 2>&1; then
+    cat "$KERNEL_CACHE_PARTS"/triton_cache.tgz.* | tar xzf - -C "$TRITON_CACHE_DIR" \
+      && echo "kernel cache: $(find "$TRITON_CACHE_DIR" -type f | wc -l) files restored" | tee "$R/kernel_cache.txt"
+  fi
+  touch /tmp/kernel_cache_mark                 # what is newer than this was compiled in this call
+}
+
+pack_kernel_cache() {
+  # Only when this call compiled something (a warm machine's second call usually did not), under the cap; never
+  # fails the call.
+  [ -n "${OUT:-}" ] && [ -d "$TRITON_CACHE_DIR" ] || return 0
+  [ -n "$(find "$TRITON_CACHE_DIR" -type f -newer /tmp/kernel_cache_mark 2>/dev/null | head -1)" ] || return 0
+  rm -f "$OUT"/triton_cache.tgz.*
+  tar cf - -C "$TRITON_CACHE_DIR" . 2>/dev/null | gzip -1 | split -b 15m - "$OUT/triton_cache.tgz."
+  local mb=$(( $(cat "$OUT"/triton_cache.tgz.* | wc -c) / 1048576 ))
+  if (( mb > KERNEL_CACHE_MAX_MB )); then
+    rm -f "$OUT"/triton_cache.tgz.*
+    echo "kernel cache: ${mb} MiB packed, over ${KERNEL_CACHE_MAX_MB}: not sent back"
+  else
+    echo "kernel cache: ${mb} MiB sent back ($(ls "$OUT"/triton_cache.tgz.* | wc -l) parts)"
+  fi
 }
 
 alternate() {
