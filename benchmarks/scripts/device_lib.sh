@@ -194,7 +194,8 @@ archive_results() {
 }
 
 # Triton's kernel cache, carried from call to call: a fresh machine's first server spends ~75 s compiling every
-# kernel (session 63's H100: startup 87.4 s against 13.5 s once they were cached), out of a call's ~550 s. H100 and
+# kernel (session 63's H100: startup 87.4 s against 13.5 s once they were cached, the `startup_seconds` of
+# benchmarks/results/h100/2026-12-07-session63/call1/serve_log_{i_1,e_1}.txt), out of a call's ~550 s. H100 and
 # H200 are both sm_90 and their cache keys the same (Triton's version, ptxas's, the kernel's source and
 # specialization), so either card's cache serves the other; a changed kernel just misses and compiles.
 #   here, after a call:  bash benchmarks/scripts/device_kernel_cache.sh take DIR   (DIR: the call's files_at)
