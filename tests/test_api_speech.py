@@ -208,7 +208,7 @@ def test_server_timing_splits_the_first_audio(http):
     it): handler -> engine, the engine's own parts up to its first chunk (intake, prompt build, queue and
     prefill, first frame, first chunk), chunk -> API. Durations only, no claims about their size."""
     from voxflow.bench.client import parse_server_timing
-    from voxflow.engine.engine import TTFP_PARTS
+    from voxflow.engine.live_request import TTFP_PARTS
     for body in (speech(response_format="pcm", stream_format="audio"), speech(response_format="pcm")):
         with http.stream("POST", "/v1/audio/speech", json=body) as r:
             assert r.status_code == 200

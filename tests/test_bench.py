@@ -744,7 +744,7 @@ def test_smoke_against_voxflow_app(tmp_path):
     assert all(r["sample_rate_source"] == "x-sample-rate" for r in level(res, "c=1")["requests"])
     assert res["target"]["model"] == "tiny" and res["model"]["sample_rate"] == 24000
     # where TTFP went: the server's split per request, its mean per level, the engine's own split from /health
-    from voxflow.engine.engine import TTFP_PARTS
+    from voxflow.engine.live_request import TTFP_PARTS
     server_parts = ["api", "intake", *TTFP_PARTS, "relay"]
     assert all(list(r["server_timing_ms"]) == server_parts for r in level(res, "c=1")["requests"])
     assert list(s["ttfp_server_split_ms"]) == server_parts + ["http_and_client"]

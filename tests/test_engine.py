@@ -16,7 +16,8 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from voxflow.engine.engine import EngineConfig, EngineCore, QueueFullError
+from voxflow.engine.engine import EngineConfig, EngineCore
+from voxflow.engine.errors import QueueFullError
 from voxflow.engine.offline import run_offline
 from voxflow.engine.request import (AudioChunk, FinalRecord, FinishReason, SamplingOptions, SpeechRequest,
                                    StreamingOptions)
@@ -312,7 +313,7 @@ def test_nan_audio_ends_its_request_with_an_error_and_the_engine_goes_on():
     NaN) poisons that stream's codec state: the request ends with an error naming the fix, no NaN or zeroed chunk
     goes out, its slot, KV blocks and codec row come back, and the next request (in the reused codec row, reset
     on reuse) is served normally once the decoder is healthy again."""
-    from voxflow.engine.engine import CODEC_NAN_ERROR
+    from voxflow.engine.engine_outputs import CODEC_NAN_ERROR
     core = make_engine(max_num_seqs=1)
     bias = core.codec.decoder.decoder[-1].conv.bias
     saved = bias.detach().clone()

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from voxflow.engine.engine import QueueFullError
+from voxflow.engine.errors import QueueFullError
 from voxflow.engine.inprocess import CoreDriver, InProcessEngineClient
 from voxflow.engine.model_api import prepare_requests
 from voxflow.engine.process import ProcessEngineClient

@@ -187,13 +187,13 @@ def test_a_step_whose_allocations_retry_or_grow_the_stack_says_so_in_its_trace_l
     device allocations and the stack's growth during a step's prefill show in that step's line only, as counts
     since the line before; a CPU engine's lines carry none of them."""
     import json
-    import voxflow.engine.engine as engine_mod
+    import voxflow.engine.step_trace as step_trace_mod
     from test_engine import drive, greedy, make_engine
     from voxflow.engine.prefill_dispatch import PrefillDispatch
     counts = {"alloc_retries": 3, "cuda_mallocs": 40, "cuda_frees": 1, "stack": 1024}     # (startup's, not counted)
-    monkeypatch.setattr(engine_mod, "allocator_events",
+    monkeypatch.setattr(step_trace_mod, "allocator_events",
                         lambda device: {k: counts[k] for k in ("alloc_retries", "cuda_mallocs", "cuda_frees")})
-    monkeypatch.setattr(engine_mod, "stack_limit_bytes", lambda device: counts["stack"])
+    monkeypatch.setattr(step_trace_mod, "stack_limit_bytes", lambda device: counts["stack"])
     path = tmp_path / "steps.jsonl"
     core = make_engine(trace_steps=str(path))
     run, prefill_steps = PrefillDispatch.run, []

@@ -73,7 +73,7 @@ def test_a_served_step_that_compiles_a_kernel_says_so_in_its_trace_line_and_the_
     Triton reports it) shows in that step's line (`compiles`, `compile_ms`), one in a prompt build between steps in
     the next line, neither anywhere else; /health's `kernels_compiled_while_serving` counts both, and the engine
     warns once for each kernel. Each line counts how its prefill chunks ran."""
-    import voxflow.engine.engine as engine_mod
+    import voxflow.engine.engine_intake as intake_mod
     from test_engine import drive, greedy, make_engine
     from voxflow.engine.prefill_dispatch import PrefillDispatch
     path = tmp_path / "steps.jsonl"
@@ -87,7 +87,7 @@ def test_a_served_step_that_compiles_a_kernel_says_so_in_its_trace_line_and_the_
         if len(prefills) == 1:                      # the first prefill compiles a kernel: 250 ms by Triton's clock
             _report_compile("paged_prefill_attention", 250.0)
         return run(self, pairs)
-    prepare, builds = engine_mod.prepare_requests, []
+    prepare, builds = intake_mod.prepare_requests, []
 
     def prepare_compiling_second(model, requests):
         builds.append(core.steps)
@@ -95,7 +95,7 @@ def test_a_served_step_that_compiles_a_kernel_says_so_in_its_trace_line_and_the_
             _report_compile("embed_rows", 40.0)
         return prepare(model, requests)
     monkeypatch.setattr(PrefillDispatch, "run", run_compiling_first)
-    monkeypatch.setattr(engine_mod, "prepare_requests", prepare_compiling_second)
+    monkeypatch.setattr(intake_mod, "prepare_requests", prepare_compiling_second)
     reqs = [greedy("Hello there.", 6, voice="vivian", request_id=f"r{i}") for i in range(2)]
     with caplog.at_level(logging.WARNING, logger="voxflow.engine.kernel_compiles"):
         drive(core, {0: reqs[:1], 3: reqs[1:]})

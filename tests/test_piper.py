@@ -16,7 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-from voxflow.engine.engine import EngineConfig, QueueFullError
+from voxflow.engine.engine import EngineConfig
+from voxflow.engine.errors import QueueFullError
 from voxflow.engine.oneshot import OneShotConfig, OneShotCore, OneShotPlan
 from voxflow.engine.request import (AudioChunk, FinalRecord, FinishReason, SamplingOptions, SpeechRequest,
                                     StreamingOptions)

@@ -275,11 +275,11 @@ class SpeechJob:
     def server_timing(self) -> dict[str, str]:
         """A Server-Timing header splitting the first audio's time inside this server (ms): `api` (handler start
         to the engine), `engine` (to its first chunk; the engine stamps chunks with the same host clock) and
-        `relay` (that chunk to this process). When the first chunk carries the engine's own split (engine.TTFP_PARTS),
-        `engine` is given as its parts instead: `intake` (handed over -> its prompt build starts: the transfer and
-        the wait behind earlier arrivals' builds and steps), `prepare`, `queue_and_prefill`, `first_frame`,
-        `first_chunk` (the same total). Whatever else a client measures went to HTTP and the client itself:
-        `voxflow bench` records it per request to show where its TTFP goes."""
+        `relay` (that chunk to this process). When the first chunk carries the engine's own split
+        (live_request.TTFP_PARTS), `engine` is given as its parts instead: `intake` (handed over -> its prompt build
+        starts: the transfer and the wait behind earlier arrivals' builds and steps), `prepare`,
+        `queue_and_prefill`, `first_frame`, `first_chunk` (the same total). Whatever else a client measures went to
+        HTTP and the client itself: `voxflow bench` records it per request to show where its TTFP goes."""
         first = self.first
         if not isinstance(first, AudioChunk) or self.submitted_at is None or self.first_out_at is None:
             return {}

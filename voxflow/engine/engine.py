@@ -16,86 +16,48 @@ back their KV blocks and slot at once), so the GPU never waits for Python bookke
 launches the chunks that are due (batched across requests; on the codec's own CUDA stream when it has one) and
 collects those whose PCM has landed. A finished request's final record leaves after its last chunk.
 It is single-threaded and knows nothing of HTTP or asyncio: `inprocess.py` / `process.py` drive it (through
-`core_driving.py`); its loading, graph captures and warm-up requests are `engine_startup.py`.
+`core_driving.py`). Around the step loop, in files of their own: how requests come in (`engine_intake.py`: checked,
+their prompts built together, queued), what the steps hand out (`engine_outputs.py`: chunks, final records, resources
+given back), the per-request bookkeeping (`live_request.py`), the loading, graph captures and warm-up requests
+(`engine_startup.py`), and the step trace (`step_trace.py`).
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ..audio.io import pcm_bytes
-from .block_manager import BlockManager, blocks_for, default_kv_bytes, num_blocks_for
+from .block_manager import BlockManager, blocks_for
 from .codec_executor import CodecExecutor
 from .config import EngineConfig
-from .engine_startup import check_fp8_pages, load_core, warm_up
+from .engine_intake import RequestIntake
+from .engine_outputs import Output, StepOutputs
+from .engine_startup import check_fp8_pages, kv_pool_blocks, load_core, make_prefill_runner, warm_up
 from .engine_stream import on_engine_stream, talker_stream
-from .errors import QueueFullError
-from .gpu_memory import allocator_events, memory_stats, room_within, stack_limit_bytes
+from .gpu_memory import memory_stats
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
 from .kernel_compiles import KernelCompileWatch
-from .model_api import CodecModel, PreparedRequest, TTSModel, pool_spec, prepare_requests
-from .packed_prefill import PackedPrefillRunner
+from .live_request import TTFP_PARTS, LiveRequest
+from .model_api import CodecModel, TTSModel, pool_spec
 from .prefill_dispatch import PrefillDispatch
-from .prefill_runner import PrefillRunner
-from .request import AudioChunk, FinalRecord, FinishReason, SpeechRequest, Usage, check_options
+from .request import AudioChunk, FinalRecord, FinishReason
 from .scheduler import Scheduler, SchedulerConfig
-from .sequence import SeqStatus, Sequence
-from .step_trace import StepTrace
+from .sequence import Sequence
+from .step_trace import StallCounts, StepTrace
 
-Output = AudioChunk | FinalRecord
 log = logging.getLogger("voxflow.engine")
 
 
-# First-audio latency, in order: building the prompt (tokenizer, voice, embeddings: before the request is queued; a
-# burst's requests are built together, each waits for the whole batched build, add_requests),
-# waiting + prefill (until the host has launched its last prefill chunk), until its first frame is read back (the
-# first decode step(s), with the prefill's GPU work), until its first PCM chunk is out (the codec).
-TTFP_PARTS = ("prepare", "queue_and_prefill", "first_frame", "first_chunk")
 # emit_while_waiting: how long the host sleeps between two polls of the codec while the decode in flight runs (a
 # poll that finds nothing costs a few microseconds; a sleep overshoots by the OS's timer slack, ~50 us on Linux)
 EMIT_POLL_S = 1e-4
-CODEC_NAN_ERROR = ("the codec decoder produced NaN audio (a half-precision overflow?); the server can run it in "
-                   "fp32: --codec-dtype float32")
 
 
-def _options_error(request: SpeechRequest) -> ValueError | None:
-    """check_options' ValueError for the request, or None."""
-    try:
-        check_options(request)
-    except ValueError as e:
-        return e
-    return None
-
-
-@dataclass(eq=False)
-class _Live:
-    """Engine-side bookkeeping of one request."""
-    request: SpeechRequest
-    prepared: PreparedRequest
-    seq: Sequence
-    arrived_at: float
-    attached: bool = False
-    talker_done: bool = False          # its last frame is known; KV blocks and slot given back
-    frames_out: int = 0
-    samples_out: int = 0
-    chunks_out: int = 0
-    first_chunk_at: float | None = None
-    prepare_seconds: float = 0.0
-    prefilled_at: float | None = None      # the host finished launching its last prefill chunk
-    first_frame_at: float | None = None    # its first frame was read back (or its first chunk came first)
-    last_frame_queued: bool = False        # its last frame by length went to the codec with its step
-    finish_reason: FinishReason | None = None
-    extra: dict = field(default_factory=dict)
-
-
-class EngineCore:
+class EngineCore(RequestIntake, StepOutputs):
     def __init__(self, model: TTSModel, codec: CodecModel, config: EngineConfig):
         self.model, self.codec, self.config = model, codec, config
         device = torch.device(model.device)
@@ -106,8 +68,7 @@ class EngineCore:
         self.kernel_compiles = KernelCompileWatch().start()
         self._build(device)
         self.kernel_compiles.serving()
-        self._device = device
-        self._trace_counts_seen = self._trace_counters()     # as of the last trace line (or startup)
+        self._stall_counts = StallCounts(self.kernel_compiles, self.prefill, device)   # since the last line
         if self.kernel_compiles.available:
             self.startup["triton_compiles"] = self.kernel_compiles.at_startup
         log.info("engine ready: %s", self.startup)
@@ -121,14 +82,7 @@ class EngineCore:
         spec = pool_spec(model.kv_spec, config.kv_cache_dtype)
         check_fp8_pages(config.kv_cache_dtype, device)
         from ..kernels import kernels_enabled
-        if config.num_kv_blocks is not None:
-            num_blocks = config.num_kv_blocks
-        else:
-            free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
-            if free is not None and config.gpu_memory_limit_bytes is not None:     # the pool fits under the cap
-                free = min(free, room_within(device, config.gpu_memory_limit_bytes))
-            budget = config.kv_cache_bytes or default_kv_bytes(spec.bytes_per_token, config.max_num_seqs, free)
-            num_blocks = num_blocks_for(budget, spec, config.block_size)
+        num_blocks = kv_pool_blocks(config, spec, device)
         # One page more than the block manager hands out: the scratch page padded decode rows write to.
         shape = (num_blocks + 1, config.block_size, spec.num_kv_heads, spec.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=spec.dtype, device=model.device) for _ in range(spec.num_layers)]
@@ -147,29 +101,14 @@ class EngineCore:
                                    # the paged attention kernel reads only real pages: one table width fits all
                                    fixed_width=device.type == "cuda" and kernels_enabled())
         self.scratch_slot = num_blocks * config.block_size      # first position of the scratch page
-        want_prefill_graphs = (config.prefill_graphs if config.prefill_graphs is not None
-                               else config.cuda_graphs and device.type == "cuda")
-        self.prefill_runner = None
-        if want_prefill_graphs and hasattr(model, "prefill_forward"):
-            # Packed rows attend through the tiled kernel; without it (kernels off on a GPU) the reference path's
-            # per-row context gathers of the large packed shapes would take GBs: the padded runner then.
-            if config.packed_prefill and (device.type != "cuda" or kernels_enabled()):
-                self.prefill_runner = PackedPrefillRunner(
-                    model, self.k_cache, self.v_cache, config.block_size, num_blocks, config.max_num_batched_tokens,
-                    config.max_num_seqs, max_width, config.cuda_graphs)
-            else:
-                if config.packed_prefill:
-                    log.info("packed_prefill needs the Triton kernels on a GPU (kernels are off here): "
-                             "the padded prefill graphs run instead")
-                self.prefill_runner = PrefillRunner(model, self.k_cache, self.v_cache, config.block_size, num_blocks,
-                                                    config.max_num_batched_tokens, config.max_num_seqs,
-                                                    config.cuda_graphs)
+        self.prefill_runner = make_prefill_runner(model, self.k_cache, self.v_cache, config, num_blocks,
+                                                  max_width, device)
         self.prefill = PrefillDispatch(model, self.k_cache, self.v_cache, self.block_manager, config.block_size,
                                        self.scratch_slot, self.prefill_runner, config.batch_prefill)
         self.flags = FlagBuffers(self.runner.buckets[-1], device)
         self._inflight: InflightDecode | None = None
         self._first_chunk_due = False       # the last step launched a first chunk: the next one waits for it
-        self._finishing: dict[str, _Live] = {}       # talker done, last chunks not collected yet
+        self._finishing: dict[str, LiveRequest] = {}       # talker done, last chunks not collected yet
         # Set by the driver for one step (CoreDriver.step(emit=...)): where the outputs that are ready while the
         # host waits for the decode in flight go at once (EngineConfig.emit_while_waiting)
         self.emit_early: Callable[[list[Output]], None] | None = None
@@ -180,7 +119,7 @@ class EngineCore:
         self.take_arrivals: Callable[[], None] | None = None
         self._intake_seconds = 0.0                   # the host's time in this step's take_arrivals call
         self._frame_listeners: list = []             # add_frame_listener
-        self.live: dict[str, _Live] = {}
+        self.live: dict[str, LiveRequest] = {}
         self.steps = 0
         self.stats_counters = {"finished": 0, "aborted": 0, "errors": 0, "preemptions": 0, "audio_seconds": 0.0}
         # Where first-audio latency goes, summed over the requests that got audio (see `_note_first_audio`).
@@ -229,76 +168,6 @@ class EngineCore:
     @property
     def sample_rate(self) -> int:
         return self.model.sample_rate
-
-    @on_engine_stream
-    def add_request(self, request: SpeechRequest) -> None:
-        """Validate and queue. Raises ValueError (bad input) or QueueFullError; nothing is queued then."""
-        error = self.add_requests([request])[0]
-        if error is not None:
-            raise error
-
-    @on_engine_stream
-    def add_requests(self, requests: list[SpeechRequest]) -> list[Exception | None]:
-        """Validate and queue a burst of arrivals, their prompts built together (the model's `prepare_many`: one
-        batched pass instead of one build per request, which cost ~0.9 ms of engine-thread time each on an H200
-        while the GPU idled). Per request, in order: None (queued) or the error `add_request` raises for it alone,
-        ValueError (bad input: options out of range (request.check_options) or refused by the model's prepare; id
-        in use) or QueueFullError; a bad request fails alone, the others are queued.
-
-        Each check is made as if the requests came one by one: a request runs into a full queue, or finds its
-        id in use, exactly when it would have after the ones before it. So a round of builds takes at most as many
-        requests as the queue has room for, and stops before an id repeated in the round."""
-        errors: list[Exception | None] = [None] * len(requests)
-        i = 0
-        while i < len(requests):
-            room = self.config.max_waiting - self.scheduler.num_waiting
-            round_, ids = [], set()
-            while i < len(requests):
-                rid = requests[i].request_id
-                if rid in ids or (round_ and len(round_) >= room):
-                    break               # decided by the outcome of this round: the next round checks it
-                if (bad := _options_error(requests[i])) is not None:
-                    errors[i] = bad     # out of range: this request only, before any of it reaches a tensor
-                elif rid in self.live:
-                    errors[i] = ValueError(f"request id {rid!r} is already in use")
-                elif len(round_) >= room:
-                    errors[i] = QueueFullError(f"the engine queue is full ({self.config.max_waiting} waiting "
-                                               "requests)")
-                else:
-                    round_.append(i)
-                    ids.add(rid)
-                i += 1
-            if round_:
-                self._queue_round(requests, round_, errors)
-        return errors
-
-    def _queue_round(self, requests: list[SpeechRequest], round_: list[int], errors: list) -> None:
-        """Prepare requests[i] for i in round_ together and queue those that can run; their errors into `errors`."""
-        t_in = time.monotonic()
-        with self.trace.profiling_prepare() if self.trace is not None else contextlib.nullcontext():
-            results = prepare_requests(self.model, [requests[i] for i in round_])
-        # Every request of the round waited for the whole build: its share of first-audio latency.
-        prepare_seconds = time.monotonic() - t_in
-        added = 0
-        for i, prepared in zip(round_, results):
-            if isinstance(prepared, Exception):
-                errors[i] = prepared
-                continue
-            if prepared.prompt_len + prepared.max_frames > self.config.max_model_len:
-                errors[i] = ValueError(
-                    f"the request may need {prepared.prompt_len + prepared.max_frames} positions (prompt "
-                    f"{prepared.prompt_len} + up to {prepared.max_frames} frames) but this engine serves at most "
-                    f"{self.config.max_model_len}; shorten the input or lower max_new_tokens")
-                continue
-            request = requests[i]
-            seq = Sequence.from_prepared(prepared)
-            live = _Live(request, prepared, seq, time.monotonic())
-            live.prepare_seconds = prepare_seconds
-            self.live[request.request_id] = live
-            self.scheduler.add(seq)
-            added += 1
-        if self.trace is not None:
-            self.trace.note_added(added, prepare_seconds)
 
     @on_engine_stream
     def abort(self, request_id: str) -> list[Output]:
@@ -440,7 +309,7 @@ class EngineCore:
                 "codec_in_flight": self.codec_exec.calls_in_flight, "codec_starved": self.codec_exec.row_starved,
                 "running": self.scheduler.num_running, "waiting": self.scheduler.num_waiting,
                 "capture_ms": round((self._capture_seconds() - captured_before) * 1e3, 3),
-                **self._stall_suspects()})
+                **self._stall_counts.since_last()})
         if emit_error is not None:
             raise emit_error            # (after a whole step: the engine's state is as after any other)
         return outputs
@@ -521,47 +390,6 @@ class EngineCore:
                 self._early_seconds += time.perf_counter() - started
         return None
 
-    def _retire_drained(self, outputs: list[Output]) -> None:
-        """The final records of the finishing requests whose last chunks have all been collected, into `outputs`."""
-        for rid in [rid for rid in self._finishing if self.codec_exec.drained(rid)]:
-            outputs.append(self._retire(self._finishing[rid]))
-
-    def _emit_chunks(self, outputs: list[Output], block: bool = False, block_oldest: bool = False) -> None:
-        """The codec chunks that have landed into `outputs` as AudioChunks (block: wait for every launched call;
-        block_oldest: for the oldest)."""
-        for dc in self.codec_exec.collect(block=block, block_oldest=block_oldest):
-            live = self.live.get(dc.request_id)
-            if live is not None and dc.nonfinite:
-                # NaN audio (an overflowing half-precision codec): the stream's codec state holds NaN now, so
-                # every later chunk would too; end the request with an error rather than stream silence
-                live.finish_reason = FinishReason.ERROR
-                outputs.append(self._retire(live, error=CODEC_NAN_ERROR))
-            elif live is not None:
-                outputs.append(self._chunk(live, dc.pcm, dc.first_frame, dc.num_frames, dc.index))
-
-    def _stall_suspects(self) -> dict:
-        """A step trace line's counts since the previous line (the builds between steps included) of what stalls
-        a step: Triton compiles (or disk-cache loads) and Triton's ms for them, how the step's prefill chunks ran
-        (graph replays, eager forwards), and on CUDA the caching allocator's retries and device allocations and
-        the driver's per-thread stack growth (each synchronous). Session 63's 307 ms prefill step prompted them."""
-        now, seen = self._trace_counters(), self._trace_counts_seen
-        self._trace_counts_seen = now
-        return {k: round(v - seen.get(k, 0), 3) if isinstance(v, float) else v - seen.get(k, 0)
-                for k, v in now.items()}
-
-    def _trace_counters(self) -> dict:
-        """The cumulative counts behind `_stall_suspects` (the allocator's and the stack's only on CUDA)."""
-        w, p = self.kernel_compiles, self.prefill
-        out = {"compiles": w.compiles + w.cache_loads, "compile_ms": w.seconds * 1e3,
-               "prefill_graph_runs": p.graph_runs, "prefill_eager_runs": p.eager_runs}
-        events = allocator_events(self._device)
-        if events is not None:
-            out.update(events)
-            stack = stack_limit_bytes(self._device)
-            if stack is not None:
-                out["stack_grown_bytes"] = stack          # (the driver's per-thread stack only grows while serving)
-        return out
-
     def _capture_seconds(self) -> float:
         """Seconds spent capturing CUDA graphs so far, by the talker's runners (decode, prefill) and the codec
         when it reports it: a capture while serving (a shape or sampling variant not captured at startup, or graphs
@@ -575,7 +403,7 @@ class EngineCore:
         """A perf_counter reading on the monotonic clock (the one requests' timestamps use)."""
         return time.monotonic() - (time.perf_counter() - perf)
 
-    def _attach(self, lives: list[_Live]) -> None:
+    def _attach(self, lives: list[LiveRequest]) -> None:
         """Requests at their first prefill chunk: to their slots (together: one set of device writes for all) and
         codec streams."""
         new = [live for live in lives if not live.attached]
@@ -591,7 +419,7 @@ class EngineCore:
                                 num_active=self.scheduler.num_running,
                                 prefix_frames=live.prepared.codec_prefix_frames, total_frames=seq.max_frames)
 
-    def _prefill_embeds(self, live: _Live, end: int) -> torch.Tensor:
+    def _prefill_embeds(self, live: LiveRequest, end: int) -> torch.Tensor:
         """The request's prefill input (it is attached: `_attach`)."""
         seq = live.seq
         if seq.num_preemptions > 0:
@@ -674,65 +502,3 @@ class EngineCore:
                 self._release_talker(live)
                 self.codec_exec.finish(rid)
                 self._finishing[rid] = live
-
-    # ---- outputs ----------------------------------------------------------------------------------------
-    def _chunk(self, live: _Live, pcm: np.ndarray, first_frame: int, num_frames: int, index: int) -> AudioChunk:
-        now = time.monotonic()
-        parts = None
-        if live.first_chunk_at is None:
-            live.first_chunk_at = now
-            if live.first_frame_at is None:     # a synchronous (CPU) codec: the chunk came before the step's read
-                live.first_frame_at = now
-            parts = self._note_first_audio(live)
-        live.samples_out += pcm.shape[0]
-        live.chunks_out += 1
-        return AudioChunk(live.request.request_id, index, pcm_bytes(pcm, live.request.pcm_format),
-                          self.model.sample_rate, int(pcm.shape[0]), first_frame, num_frames, emitted_at=now,
-                          ttfp_parts=parts)
-
-    def _release_talker(self, live: _Live) -> None:
-        """Give back the request's model slot and KV blocks (its codec stream may still be finishing)."""
-        seq = live.seq
-        if live.attached and seq.slot is not None:
-            self.model.detach(seq.slot)
-        if seq.status is not SeqStatus.FINISHED:
-            self.scheduler.finish(seq)
-        live.talker_done = True
-
-    @staticmethod
-    def _ttfp_parts_of(live: _Live) -> dict | None:
-        """This request's first-audio latency split into TTFP_PARTS, seconds (host clock; the GPU's work shows up
-        in the part whose host wait covered it; a request preempted before its first audio counts from its first
-        try). None before its first audio."""
-        marks = (live.arrived_at, live.prefilled_at, live.first_frame_at, live.first_chunk_at)
-        if any(m is None for m in marks):
-            return None
-        parts = (live.prepare_seconds, marks[1] - marks[0], marks[2] - marks[1], marks[3] - marks[2])
-        return {name: max(0.0, value) for name, value in zip(TTFP_PARTS, parts)}
-
-    def _note_first_audio(self, live: _Live) -> dict | None:
-        """Adds the request's first-audio split to the engine's totals; returns it (None: incomplete marks)."""
-        parts = self._ttfp_parts_of(live)
-        if parts is None:
-            return None
-        for name, value in parts.items():
-            self._ttfp_parts[name] += value
-        self._ttfp_count += 1
-        return parts
-
-    def _retire(self, live: _Live, error: str | None = None) -> FinalRecord:
-        rid = live.request.request_id
-        if not live.talker_done:
-            self._release_talker(live)
-        self.codec_exec.remove(rid)
-        self._finishing.pop(rid, None)
-        del self.live[rid]
-        reason = live.finish_reason or FinishReason.ERROR
-        key = {FinishReason.ABORTED: "aborted", FinishReason.ERROR: "errors"}.get(reason, "finished")
-        self.stats_counters[key] += 1
-        seconds = live.samples_out / self.model.sample_rate
-        self.stats_counters["audio_seconds"] += seconds
-        return FinalRecord(rid, reason, Usage(prompt_tokens=live.prepared.prompt_len, frames=live.frames_out,
-                                              audio_seconds=seconds),
-                           error=error, arrived_at=live.arrived_at, first_chunk_at=live.first_chunk_at,
-                           ttfp_parts=self._ttfp_parts_of(live))

@@ -1,5 +1,6 @@
 """An engine's startup, apart from its step loop: loading what EngineConfig names (`load_core`, behind
-`EngineCore.from_config`), then capturing the graphs and running the warm-up requests (`warm_up`), with the time and
+`EngineCore.from_config`), sizing the KV pool (`kv_pool_blocks`) and choosing the prefill runner
+(`make_prefill_runner`), then capturing the graphs and running the warm-up requests (`warm_up`), with the time and
 the GPU memory outside the allocator each stage took in `core.startup`."""
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import time
 
 import torch
 
+from .block_manager import default_kv_bytes, num_blocks_for
 from .config import EngineConfig
-from .gpu_memory import limit_allocator, outside_allocator_bytes, shrink_stack_to, stack_limit_bytes
+from .gpu_memory import limit_allocator, outside_allocator_bytes, room_within, shrink_stack_to, stack_limit_bytes
 from .model_api import check_kv_cache_dtype
+from .packed_prefill import PackedPrefillRunner
+from .prefill_runner import PrefillRunner
 
 log = logging.getLogger("voxflow.engine")
 
@@ -21,6 +25,38 @@ def check_fp8_pages(kv_cache_dtype: str, device: torch.device) -> None:
     if kv_cache_dtype == "fp8" and device.type == "cuda" and kernels_enabled() and not fp8_kernels_supported(device):
         raise ValueError(f"kv_cache_dtype=fp8 needs a GPU of compute capability >= 8.9 for its attention kernels "
                          f"({torch.cuda.get_device_name(device)} is not one); serve without it, or with kernels=false")
+
+
+def kv_pool_blocks(config: EngineConfig, spec, device: torch.device) -> int:
+    """KV pages in the pool (`spec`: model_api.pool_spec's): as many as asked, else the bytes asked, else the
+    default share of the GPU's free memory, within `gpu_memory_limit_bytes` when set."""
+    if config.num_kv_blocks is not None:
+        return config.num_kv_blocks
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    if free is not None and config.gpu_memory_limit_bytes is not None:     # the pool fits under the cap
+        free = min(free, room_within(device, config.gpu_memory_limit_bytes))
+    budget = config.kv_cache_bytes or default_kv_bytes(spec.bytes_per_token, config.max_num_seqs, free)
+    return num_blocks_for(budget, spec, config.block_size)
+
+
+def make_prefill_runner(model, k_cache, v_cache, config: EngineConfig, num_blocks: int, max_width: int,
+                        device: torch.device):
+    """The runner of whole-prompt prefills (CUDA graphs on a GPU by default): packed, else padded; None where the
+    engine runs them eagerly (prefill_dispatch.py)."""
+    from ..kernels import kernels_enabled
+    want = config.prefill_graphs if config.prefill_graphs is not None else config.cuda_graphs and device.type == "cuda"
+    if not want or not hasattr(model, "prefill_forward"):
+        return None
+    # Packed rows attend through the tiled kernel; without it (kernels off on a GPU) the reference path's per-row
+    # context gathers of the large packed shapes would take GBs: the padded runner then.
+    if config.packed_prefill and (device.type != "cuda" or kernels_enabled()):
+        return PackedPrefillRunner(model, k_cache, v_cache, config.block_size, num_blocks,
+                                   config.max_num_batched_tokens, config.max_num_seqs, max_width, config.cuda_graphs)
+    if config.packed_prefill:
+        log.info("packed_prefill needs the Triton kernels on a GPU (kernels are off here): the padded prefill graphs "
+                 "run instead")
+    return PrefillRunner(model, k_cache, v_cache, config.block_size, num_blocks, config.max_num_batched_tokens,
+                         config.max_num_seqs, config.cuda_graphs)
 
 
 def load_core(cls, config: EngineConfig):

@@ -115,7 +115,7 @@ class AudioChunk:
     num_frames: int
     emitted_at: float = field(default_factory=time.monotonic)
     ttfp_parts: dict | None = None  # a request's first chunk only: where its first-audio latency went inside the
-                                    # engine, seconds (engine.TTFP_PARTS; the API's Server-Timing header shows it)
+                                    # engine, seconds (live_request.TTFP_PARTS; the API's Server-Timing header shows it)
 
 
 @dataclass
@@ -136,7 +136,7 @@ class FinalRecord:
     arrived_at: float = 0.0
     first_chunk_at: float | None = None
     finished_at: float = field(default_factory=time.monotonic)
-    ttfp_parts: dict | None = None         # where its first-audio latency went, seconds (engine.TTFP_PARTS)
+    ttfp_parts: dict | None = None         # where its first-audio latency went, seconds (live_request.TTFP_PARTS)
 
 
 _counter = itertools.count()

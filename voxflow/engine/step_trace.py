@@ -32,6 +32,7 @@ import cProfile
 import json
 
 from .gc_freeze import GcPauseWatch
+from .gpu_memory import allocator_events, stack_limit_bytes
 
 
 class StepTrace:
@@ -82,3 +83,34 @@ class StepTrace:
         self._file.close()
         if self._prepare_profile is not None and self._prepare_profile.getstats():
             self._prepare_profile.dump_stats(self._path + ".prepare.pstats")
+
+
+class StallCounts:
+    """A step line's counts since the previous line (the builds between steps included) of what stalls a step:
+    Triton compiles (or disk-cache loads) and Triton's ms for them, how the step's prefill chunks ran (graph replays,
+    eager forwards), and on CUDA the caching allocator's retries and device allocations and the driver's per-thread
+    stack growth (each synchronous). Session 63's 307 ms prefill step prompted them. `kernel_compiles`: the engine's
+    KernelCompileWatch; `prefill`: its PrefillDispatch."""
+
+    def __init__(self, kernel_compiles, prefill, device):
+        self.kernel_compiles, self.prefill, self.device = kernel_compiles, prefill, device
+        self._seen = self.totals()                  # as of the last line (or startup)
+
+    def totals(self) -> dict:
+        """The cumulative counts (the allocator's and the stack's only on CUDA)."""
+        w, p = self.kernel_compiles, self.prefill
+        out = {"compiles": w.compiles + w.cache_loads, "compile_ms": w.seconds * 1e3,
+               "prefill_graph_runs": p.graph_runs, "prefill_eager_runs": p.eager_runs}
+        events = allocator_events(self.device)
+        if events is not None:
+            out.update(events)
+            stack = stack_limit_bytes(self.device)
+            if stack is not None:
+                out["stack_grown_bytes"] = stack          # (the driver's per-thread stack only grows while serving)
+        return out
+
+    def since_last(self) -> dict:
+        now, seen = self.totals(), self._seen
+        self._seen = now
+        return {k: round(v - seen.get(k, 0), 3) if isinstance(v, float) else v - seen.get(k, 0)
+                for k, v in now.items()}
