@@ -1,5 +1,5 @@
 # Shared steps of the device-call scripts (source it; bash). Earlier scripts (session 8 and before) spell these out
-# inline: they are the records of calls that ran and stay as they ran.
+# inline: they are the records of calls that ran (record/) and stay as they ran.
 #   device_setup DIR            install the carried wheels (h200_targets.sh STAGE=none), PYTHONPATH, GPU name, the
 #                               GPU's clocks / power and the host CPU (machine.txt); the tree's commit from a carried
 #                               .device_tree (stamp_tree.sh) for the results

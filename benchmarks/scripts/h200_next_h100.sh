@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 63; rename when run. What h200_next_pick.sh runs on a card that is not an H200 (~530 s on a
-# fresh machine; carry [".whl", ".device_tree"]).
+# Prepared in session 63; once run, it moves to record/ under the call's name. What h200_next_pick.sh runs on a card
+# that is not an H200 (~530 s on a fresh machine; carry [".whl", ".device_tree"]).
 # 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 420 s; ~40 s a run after ~180 s of start), then
 # the GPU test of Triton compiles while serving (~60 s):
 #   e: the defaults;  j: intake_while_waiting + emit_while_waiting (session 63 on one H100: 778.6 against 773.4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in sessions 61-63 (sessions 62-63 got no H200); rename when run. ~530 s on a fresh machine; carry [".whl",
-# ".device_tree"].
+# Prepared in sessions 61-63 (sessions 62-63 got no H200); once run, it moves to record/ under the call's name. ~530 s
+# on a fresh machine; carry [".whl", ".device_tree"].
 # Issue 6's target table under the defaults of session 61 (split-K on the code predictor's N = 1024 GEMMs and the
 # heads on skinny_linear, adopted after +1.3% on an H100), over HTTP, on whatever card comes (the targets are the
 # H200's: session 61's H100 gave the 0.6B 794.4-797.9 audio-s/s):

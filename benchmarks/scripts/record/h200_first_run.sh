@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # First H200 run (device machine): GPU correctness tests, then the engine offline (no HTTP) at the real 1.7B
 # shapes with random weights, eager PyTorch (no CUDA graphs / fused kernels yet), fixed 150 frames per request.
-# Usage (repo root, on the GPU machine): OUT=results_dir bash benchmarks/scripts/h200_first_run.sh
+# Usage (repo root, on the GPU machine): OUT=results_dir bash benchmarks/scripts/record/h200_first_run.sh
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}

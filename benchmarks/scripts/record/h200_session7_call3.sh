@@ -28,4 +28,4 @@ for l in open('$R/steps_clone.jsonl'):
 " | head -12
 gzip $R/steps_clone.jsonl
 echo "clone done at ${SECONDS}s"
-bash benchmarks/scripts/h200_session7_run2.sh
+bash benchmarks/scripts/record/h200_session7_run2.sh

@@ -3,7 +3,7 @@
 # reference codes; codec graphs vs eager, bf16 SNR), then the stacked comparison at the real 1.7B shapes
 # (random weights, bf16 talker, fp32 codec, 150 frames per request, offline): CUDA graphs without and with
 # the Triton kernels. (Eager numbers: benchmarks/results/h200/2026-11-29-eager-1.7b.)
-# Usage (repo root, on the GPU machine): OUT=results_dir bash benchmarks/scripts/h200_graphs.sh
+# Usage (repo root, on the GPU machine): OUT=results_dir bash benchmarks/scripts/record/h200_graphs.sh
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/out}
