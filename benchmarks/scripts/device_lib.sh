@@ -369,6 +369,12 @@ report_runs() {
   for f in $R/health_*.json; do
     [ -f "$f" ] && echo "$f $(grep -o '"peak_gpu_memory_total_bytes":[0-9]*' $f)"
   done
+  # repeated 0.6B c=64 runs of several configurations: each against the first file's (e, the defaults), in
+  # ab_0p6b_c64.md (voxflow bench ab: means, spread, one-sided permutation p)
+  local small=( $R/h200_0p6b_http_c64_*.json.gz )
+  if [ -f "${small[0]}" ]; then
+    python3 -m voxflow bench ab "${small[@]}" --level c=64 -o "$R/ab_0p6b_c64.md" || true
+  fi
   return 0
 }
 

@@ -30,16 +30,29 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         description="Benchmark text-to-speech serving: TTFP, E2E latency, RTF (lower is faster), audio and "
                     "request throughput, inter-chunk gaps, streaming continuity, failures. Closed-loop "
                     "concurrency sweeps and/or open-loop Poisson rates; warm-up excluded. "
-                    "`voxflow bench compare A.json B.json` puts results side by side.",
+                    "`voxflow bench compare A.json B.json` puts results side by side; `voxflow bench ab "
+                    "RUNS...` groups repeated runs by configuration and tests each against a baseline.",
         formatter_class=HelpFormatter)
     _add_run_args(p)
-    sub = p.add_subparsers(dest="bench_command", metavar="{compare}")
+    sub = p.add_subparsers(dest="bench_command", metavar="{compare,ab}")
     c = sub.add_parser("compare", help="compare result files side by side (ratios against the first)",
                        formatter_class=HelpFormatter)
     c.add_argument("results", nargs="+", help="result JSON files; the first is the reference")
     c.add_argument("--align", choices=["key", "index"], default="key",
                    help="match levels by key (c=4, rate=2, batch=8) or by position")
     c.add_argument("--output", "-o", help="also write the comparison to this file")
+    a = sub.add_parser("ab", help="repeated runs of a few configurations: means, spread, and a permutation test "
+                                  "of each against a baseline", formatter_class=HelpFormatter)
+    a.add_argument("results", nargs="+", help="result JSON files of one machine, several runs a configuration")
+    a.add_argument("--baseline", help="the configuration the others are tested against (default: the first file's)")
+    a.add_argument("--group", metavar="REGEX", help="the configuration of a result: the first capture group of REGEX "
+                                                    "in its label (default: the label without a trailing _N)")
+    a.add_argument("--metric", default="audio_throughput", choices=["audio_throughput", "ttfp_p50_ms",
+                                                                    "ttfp_p99_ms", "rtf_mean", "e2e_p50_s"])
+    a.add_argument("--level", help="the level to read (e.g. c=64; default: each file's first)")
+    a.add_argument("--mixed-machines", action="store_true",
+                   help="compare runs of several machines (their spread then includes the machines')")
+    a.add_argument("--output", "-o", help="also write the table to this file")
     p.set_defaults(func=run_bench)
     return p
 
@@ -259,6 +272,8 @@ def run_bench(args) -> int:
     try:
         if getattr(args, "bench_command", None) == "compare":
             return _run_compare(args)
+        if getattr(args, "bench_command", None) == "ab":
+            return _run_ab(args)
         return _run(args)
     except WorkloadError as e:
         print(f"voxflow bench: error: {e}", file=sys.stderr)
@@ -267,13 +282,25 @@ def run_bench(args) -> int:
 
 def _run_compare(args) -> int:
     from .compare import compare
+    return _show(lambda: compare(args.results, align=args.align), args.output)
+
+
+def _run_ab(args) -> int:
+    from .ab import ab_table
+    return _show(lambda: ab_table(args.results, metric=args.metric, level=args.level, baseline=args.baseline,
+                                  group=args.group, mixed_machines=args.mixed_machines), args.output)
+
+
+def _show(make_text, output: str | None) -> int:
+    """A report made from result files, printed (and written to `output`); a file that cannot be read or compared
+    is bad input."""
     try:
-        text = compare(args.results, align=args.align)
+        text = make_text()
     except (OSError, ValueError, KeyError) as e:
         raise WorkloadError(str(e)) from None
     print(text, end="")
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
             f.write(text)
     return 0
 

@@ -111,8 +111,11 @@ def hardware_info(where: str) -> dict:
             hw["cuda_version"] = torch.version.cuda
             for i in range(torch.cuda.device_count()):
                 p = torch.cuda.get_device_properties(i)
-                hw["gpus"].append({"index": i, "name": p.name, "memory_gb": round(p.total_memory / 2 ** 30, 1),
-                                   "capability": f"{p.major}.{p.minor}"})
+                gpu = {"index": i, "name": p.name, "memory_gb": round(p.total_memory / 2 ** 30, 1),
+                       "capability": f"{p.major}.{p.minor}"}
+                if getattr(p, "uuid", None) is not None:    # tells two machines of one kind apart (bench ab)
+                    gpu["uuid"] = str(p.uuid)
+                hw["gpus"].append(gpu)
             hw["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     except Exception as e:  # a broken driver must not lose the benchmark
         hw["cuda_error"] = f"{type(e).__name__}: {e}"[:200]
