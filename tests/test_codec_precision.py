@@ -40,6 +40,33 @@ def test_fp16_check_passes_a_healthy_decoder_and_fails_one_that_overflows():
         half_precision_check(broken, torch.float16, frames=4)
 
 
+def test_the_reference_pass_is_plain_pytorch_and_the_copy_runs_the_kernels(monkeypatch):
+    """The check's fp32 reference runs with the Triton kernels off (nothing compiled for a precision the codec will
+    not serve; the fp16 kernels held against plain PyTorch); the switch is as it was after, also when a pass
+    raises."""
+    from voxflow import kernels
+    monkeypatch.setattr(kernels, "_enabled", True)
+    monkeypatch.setattr(kernels, "_triton_available", lambda: True)
+    dec = random_decoder(seed=7)
+    forward, seen = type(dec).forward, []
+
+    def spying(self, *args, **kwargs):
+        seen.append((next(self.parameters()).dtype, kernels.kernels_enabled()))
+        return forward(self, *args, **kwargs)
+    monkeypatch.setattr(type(dec), "forward", spying)
+    half_precision_check(dec, torch.float16, frames=4)
+    assert seen == [(torch.float32, False), (torch.float16, True)] and kernels.kernels_enabled()
+    with pytest.raises(RuntimeError, match="boom"):
+        with kernels.kernels_off():
+            assert not kernels.kernels_enabled()
+            raise RuntimeError("boom")
+    assert kernels.kernels_enabled()
+    monkeypatch.setattr(kernels, "_enabled", False)       # off before: off after
+    with kernels.kernels_off():
+        pass
+    assert not kernels.kernels_enabled()
+
+
 def test_auto_picks_fp16_on_a_gpu_only_when_the_check_passes(caplog):
     assert resolve_codec_dtype("auto", random_decoder(seed=7), gpu=True)[0] == "float16"
     with caplog.at_level(logging.WARNING, logger="voxflow.codec"):

@@ -10,6 +10,7 @@ Programmatic dependent launch (`use_pdl`, pdl.py): on by default on Hopper or ne
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -69,6 +70,20 @@ def set_kernels_enabled(on: bool) -> None:
 
 def kernels_enabled() -> bool:
     return _enabled and _triton_available()
+
+
+@contextlib.contextmanager
+def kernels_off():
+    """The plain PyTorch path for what runs inside (a reference pass next to the kernels' own, e.g. the codec's
+    precision check at load); the switch as it was after. Process-wide, as the switch: for single-threaded setup
+    code, never around serving."""
+    global _enabled
+    saved = _enabled
+    _enabled = False
+    try:
+        yield
+    finally:
+        _enabled = saved
 
 
 def use_kernels(t: torch.Tensor) -> bool:

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from voxflow.kernels import kernels_off
 from voxflow.layers.cast import cast_parameters
 from voxflow.layers.derived_weights import drop_derived_weights
 
@@ -53,7 +54,11 @@ def snr_db(ref: np.ndarray, x: np.ndarray) -> float:
 def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES, seed: int = CHECK_SEED) -> dict:
     """One-pass decode of `frames` seeded random frames by `decoder` (fp32) and by a `dtype` copy of it:
     {"dtype", "frames", "finite", "identical", "snr_db"} (snr_db None when the copy's output is not finite or is
-    identical: JSON has no infinity). Plain fp32 reference: TF32 off for the check (restored after)."""
+    identical: JSON has no infinity). The reference is the plain fp32 one: TF32 off for the check (restored after)
+    and the Triton kernels off for its pass (plain PyTorch), so the copy's kernels are held against it too. Why
+    not the kernels in fp32: a fresh machine compiles every kernel at its first use, and the fp32 variants of the
+    codec's kernels served nothing else once fp16 was chosen (session 63's first server on a fresh H100 spent 80.8 s
+    in this check, against 1.6-2.2 s with Triton's cache warm)."""
     cfg = decoder.config
     device = next(decoder.parameters()).device
     codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, frames),
@@ -63,14 +68,15 @@ def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
         with torch.no_grad():
-            ref = decoder(codes).float().cpu().numpy()
+            with kernels_off():
+                ref = decoder(codes).float().cpu().numpy()
             got = low(codes).float().cpu().numpy()
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
         del low
-        # The fp32 pass left weights derived for the kernels (packed convolution weights) on the decoder's
-        # modules; the decoder is about to be cast, so they are dead: free them, and the copy's memory, before
-        # the engine sizes its KV pool from the free memory.
+        # Weights derived for the kernels (packed convolution weights) left on the decoder's modules are dead:
+        # the decoder is about to be cast. Free them, and the copy's memory, before the engine sizes its KV pool
+        # from the free memory.
         drop_derived_weights(decoder)
         if device.type == "cuda":
             torch.cuda.empty_cache()
