@@ -361,6 +361,8 @@ def test_health_and_root(http):
     # and the requests preempted so far (their KV pages given back under memory pressure, recomputed later: an
     # HTTP benchmark's record of a tight KV pool)
     assert engine["preemptions"] == 0
+    # and where the engine's start went (its startup record: a first start on a GPU machine compiles every kernel)
+    assert engine["startup"]["startup_seconds"] > 0 and engine["startup"]["kv_cache_blocks"] > 0
     assert http.get("/").json()["model"] == MODEL
 
 

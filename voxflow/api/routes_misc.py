@@ -93,10 +93,12 @@ async def get_model(model_id: str, request: Request):
 # memory footprint (engine/gpu_memory.py: in use now, and its peak total); the prompt positions admitted and those
 # the prefix cache held (read before and after a run, they say how much of its prompts the server had seen); the
 # Triton kernels compiled after startup (engine/kernel_compiles.py: each stalled every stream); the GPU allocator's
-# retries (a cudaMalloc failed near the memory limit: the cache freed, the GPU synchronized).
+# retries (a cudaMalloc failed near the memory limit: the cache freed, the GPU synchronized); and the engine's
+# startup record (where a start went: graph captures, Triton's compiles, the codec's precision check, the KV pool;
+# a first start on a machine compiles every kernel, minutes on a GPU).
 HEALTH_ENGINE_KEYS = ("running", "waiting", "kv_usage", "ttfp_breakdown_ms", "gpu_memory_used_bytes",
                       "peak_gpu_memory_total_bytes", "prompt_tokens", "prompt_tokens_cached", "preemptions",
-                      "kernels_compiled_while_serving", "alloc_retries")
+                      "kernels_compiled_while_serving", "alloc_retries", "startup")
 
 
 async def _health(request: Request) -> JSONResponse:
