@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Prepared in session 63; once run, it moves to record/ under the call's name. What h200_next_pick.sh runs on a card
-# that is not an H200 (~530 s on a fresh machine; carry [".whl", ".device_tree"]).
-# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 420 s; ~40 s a run after ~180 s of start), then
-# the GPU test of Triton compiles while serving (~60 s):
+# Prepared in sessions 63 and 65; once run, it moves to record/ under the call's name. What h200_next_pick.sh runs
+# on a card that is not an H200 (~560 s on a fresh machine; carry [".whl", ".device_tree"]).
+# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 390 s; ~40 s a run after ~180 s of start), then
+# the GPU tests of Triton compiles while serving and of the prefill's own stream (~90 s):
 #   e: the defaults;  j: intake_while_waiting + emit_while_waiting (session 63 on one H100: 778.6 against 773.4
 #   audio-s/s over 8 / 10 runs, +0.7%, one-sided permutation p 0.15: not yet adopted);  l / m: the codec's SM share
-#   56 / 72 (of 132; auto gives 64; ~10% of a run is talker steps slowed by the codec beside them, session 61).
-# The codec share alone: RUNS="e_1 l_1 m_1 e_2 l_2 m_2 e_3". e / j alone: RUNS="e_1 j_1 e_2 j_2 ...".
+#   56 / 72 (of 132; auto gives 64; ~10% of a run is talker steps slowed by the codec beside them, session 61);
+#   p: prefill_stream (session 65: a step's prefill on its own stream beside its decode; ~5% of a run is the extra
+#   time of its prefill steps, session 63), with its GPU test after the runs.
+# The codec share alone: RUNS="e_1 l_1 m_1 e_2 l_2 m_2 e_3". e / j alone: RUNS="e_1 j_1 e_2 j_2 ...". e / p alone:
+# RUNS="e_1 p_1 e_2 p_2 ...". report_runs writes ab_0p6b_c64.md: each variant against e (voxflow bench ab).
 set -uo pipefail
 source benchmarks/scripts/device_lib.sh
 start_call 0.6B
@@ -16,14 +19,17 @@ variant() {
     j_*) http_small "$1" --engine-arg intake_while_waiting=true --engine-arg emit_while_waiting=true ;;
     l_*) http_small "$1" --engine-arg codec_sms=56 ;;
     m_*) http_small "$1" --engine-arg codec_sms=72 ;;
+    p_*) http_small "$1" --engine-arg prefill_stream=true ;;
     *) http_small "$1" ;;
   esac
 }
-runs=(${RUNS:-j_1 e_1 l_1 m_1 j_2 e_2 l_2 m_2 j_3 e_3})
-alternate "${UNTIL:-420}" "${runs[@]}"
+runs=(${RUNS:-e_1 p_1 j_1 l_1 e_2 p_2 j_2 m_1 e_3 p_3})
+alternate "${UNTIL:-390}" "${runs[@]}"
 # Triton compiles after startup (session 63's 307 ms prefill step): none in served waves, and the watch on this
 # Triton (its compilation listener fires for a real compile)
-gpu_tests 90 -s tests/gpu/test_gpu_engine.py::test_gpu_served_waves_compile_no_triton_kernel_after_startup \
+# and the prefill's own stream against the CPU loop (session 65; p's runs mean nothing if it fails)
+gpu_tests 120 -s tests/gpu/test_gpu_engine.py::test_gpu_served_waves_compile_no_triton_kernel_after_startup \
+  tests/gpu/test_gpu_engine.py::test_gpu_prefill_on_its_own_stream_beside_the_decode_equals_cpu_reference \
   tests/test_kernel_compiles.py
 pack_results
 grep -H "ran dry" "$R"/*.md

@@ -515,6 +515,44 @@ def test_gpu_arrivals_taken_while_the_host_waits_equal_cpu_reference():
     assert_equals_reference(got, TEXTS)
 
 
+def test_gpu_prefill_on_its_own_stream_beside_the_decode_equals_cpu_reference():
+    """prefill_stream (engine/prefill_lane.py): requests 2 and 3 arrive while 0 and 1 decode, so their prefills run
+    on the lane's stream beside those decodes (slots attached on the talker's stream first, their first decode a step
+    later behind the lane); every request's codes and audio are the CPU loop's (a missing order between the two
+    streams would show as stale or wrong frames)."""
+    from voxflow.audio.io import pcm_from_bytes
+    core = EngineCore.from_config(EngineConfig(
+        model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="float32", cuda_graphs=True, kernels=True,
+        max_num_seqs=8, num_kv_blocks=512, block_size=16, codec_dtype="float32", prefill_stream=True))
+    assert core._prefill_lane is not None
+    frames = record_frames(core)
+    beside, run_prefills = [], core._run_prefills
+
+    def noting(chunks):
+        beside.append(core.scheduler.num_running - len(chunks))     # streams decoding in this step too
+        return run_prefills(chunks)
+    core._run_prefills = noting
+    reqs = [SpeechRequest(text=t, voice="vivian", request_id=str(i), streaming=StreamingOptions(stream=False),
+                          sampling=SamplingOptions(greedy=True, max_new_tokens=31)) for i, t in enumerate(TEXTS)]
+    core.add_requests(reqs[:2])
+    outs, step = {}, 0
+    while core.has_work() or step <= 3:
+        if step == 3:
+            core.add_requests(reqs[2:])
+        for o in core.step():
+            outs.setdefault(o.request_id, []).append(o)
+        step += 1
+    print(f"prefill steps, streams decoding beside them: {beside}")
+    assert any(n > 0 for n in beside)
+    got = {}
+    for r in reqs:
+        chunks = sorted((o for o in outs[r.request_id] if hasattr(o, "pcm")), key=lambda c: c.index)
+        assert outs[r.request_id][-1].error is None
+        got[r.request_id] = (torch.cat(frames[r.request_id]), pcm_from_bytes(b"".join(c.pcm for c in chunks),
+                                                                            r.pcm_format))
+    assert_equals_reference(got, TEXTS)
+
+
 def test_gpu_served_waves_compile_no_triton_kernel_after_startup():
     """No kernel compiles on the hot path (issue 6): the engine in its serving configuration (bf16 talker, graphs,
     kernels, the codec's default dtype, streamed chunks) serves three waves of prompts of several lengths, some

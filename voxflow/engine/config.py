@@ -102,6 +102,11 @@ class EngineConfig:
                                                # wave's new prompts took 0.35-1 ms of host time a chunk before the
                                                # decode's launch, H200 session 36 call 3); same outputs; off until
                                                # measured on the GPU
+    prefill_stream: bool = False               # on a GPU: a step's prefill chunks on a CUDA stream of their own,
+                                               # beside its decode instead of before it (prefill_lane.py: the new
+                                               # requests' first decode, in the next step, waits for them); same
+                                               # outputs; off until measured (~5% of a 0.6B c=64 run is the extra
+                                               # time of its prefill steps, session 63)
     emit_while_waiting: bool = False           # while the host waits for the decode in flight, poll the codec: the
                                                # chunks that land (and the finals they complete) go out at once
                                                # through the engine process's or offline runner's driver, instead

@@ -23,6 +23,7 @@ given back), the per-request bookkeeping (`live_request.py`), the loading, graph
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Callable
@@ -44,6 +45,7 @@ from .kernel_compiles import KernelCompileWatch
 from .live_request import TTFP_PARTS, LiveRequest
 from .model_api import CodecModel, TTSModel, pool_spec
 from .prefill_dispatch import PrefillDispatch
+from .prefill_lane import make_prefill_lane
 from .request import AudioChunk, FinalRecord, FinishReason
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import Sequence
@@ -105,6 +107,7 @@ class EngineCore(RequestIntake, StepOutputs):
                                                   max_width, device)
         self.prefill = PrefillDispatch(model, self.k_cache, self.v_cache, self.block_manager, config.block_size,
                                        self.scratch_slot, self.prefill_runner, config.batch_prefill)
+        self._prefill_lane = make_prefill_lane(config, device)    # None: the prefill on the talker's stream
         self.flags = FlagBuffers(self.runner.buckets[-1], device)
         self._inflight: InflightDecode | None = None
         self._first_chunk_due = False       # the last step launched a first chunk: the next one waits for it
@@ -321,6 +324,8 @@ class EngineCore(RequestIntake, StepOutputs):
         the prefill (its chunks' inputs, attaches): the two touch disjoint slots and pages, so the order changes no
         output."""
         t = self.timings
+        if self._prefill_lane is not None:
+            self._prefill_lane.before_step()
         if not self.config.decode_before_prefill:
             if sched.prefill:
                 self._run_prefills(sched.prefill)
@@ -434,7 +439,10 @@ class EngineCore(RequestIntake, StepOutputs):
         """This step's prefill chunks, attached and given their inputs here, run by `PrefillDispatch`."""
         items = [(self.live[c.seq.request_id], c) for c in chunks]
         self._attach([live for live, _ in items])
-        self.prefill.run([(c, self._prefill_embeds(live, c.end)) for live, c in items])
+        pairs = [(c, self._prefill_embeds(live, c.end)) for live, c in items]
+        lane = self._prefill_lane
+        with lane.running([embeds for _, embeds in pairs]) if lane is not None else contextlib.nullcontext():
+            self.prefill.run(pairs)
         now = time.monotonic()
         for live, c in items:
             if c.is_last:
