@@ -19,7 +19,8 @@ It is single-threaded and knows nothing of HTTP or asyncio: `inprocess.py` / `pr
 `core_driving.py`). Around the step loop, in files of their own: how requests come in (`engine_intake.py`: checked,
 their prompts built together, queued), what the steps hand out (`engine_outputs.py`: chunks, final records, resources
 given back), the per-request bookkeeping (`live_request.py`), the loading, graph captures and warm-up requests
-(`engine_startup.py`), and the step trace (`step_trace.py`).
+(`engine_startup.py`), the step trace (`step_trace.py`), and, when asked, the prefill on a CUDA stream of its own
+beside the decode (`prefill_lane.py`).
 """
 from __future__ import annotations
 
@@ -322,7 +323,8 @@ class EngineCore(RequestIntake, StepOutputs):
         marks after the prefill and after the decode's launch, as if the prefill went first). With
         `decode_before_prefill` the running streams' decode goes first, so the GPU runs it while the host builds
         the prefill (its chunks' inputs, attaches): the two touch disjoint slots and pages, so the order changes no
-        output."""
+        output. With `prefill_stream` the prefill runs on its lane's stream beside the decode; the step first waits
+        for the previous step's (prefill_lane.py)."""
         t = self.timings
         if self._prefill_lane is not None:
             self._prefill_lane.before_step()
