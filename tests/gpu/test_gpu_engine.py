@@ -85,6 +85,19 @@ def reference(text, max_new_tokens: int = 31):
     return codes, decode_to_wav(model, codes)
 
 
+def served(reqs, outs, frames) -> dict:
+    """{request id: (codes, audio)} from a served run's outputs by request (each ended without error) and the frames
+    record_frames saw."""
+    from voxflow.audio.io import pcm_from_bytes
+    got = {}
+    for r in reqs:
+        chunks = sorted((o for o in outs[r.request_id] if hasattr(o, "pcm")), key=lambda c: c.index)
+        assert outs[r.request_id][-1].error is None
+        got[r.request_id] = (torch.cat(frames[r.request_id]), pcm_from_bytes(b"".join(c.pcm for c in chunks),
+                                                                            r.pcm_format))
+    return got
+
+
 def assert_equals_reference(got, texts):
     """Each request's codes == the CPU loop's, its audio within 1e-4 (fp32)."""
     for i, text in enumerate(texts):
@@ -485,7 +498,6 @@ def test_gpu_arrivals_taken_while_the_host_waits_equal_cpu_reference():
     """intake_while_waiting: two requests go in at the start, the other two one at a time through the driver's
     `arrivals` (as the engine process's loop hands it its socket's adds), which the core calls mid-step only while
     its decode still runs on the GPU; both are taken there, and every request's codes and audio are the CPU loop's."""
-    from voxflow.audio.io import pcm_from_bytes
     from voxflow.engine.inprocess import CoreDriver
     core = EngineCore.from_config(EngineConfig(
         model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="float32", cuda_graphs=True, kernels=True,
@@ -506,13 +518,7 @@ def test_gpu_arrivals_taken_while_the_host_waits_equal_cpu_reference():
             outs.setdefault(o.request_id, []).append(o)
     print(f"arrivals taken mid-step in steps {taken}")
     assert not pending and len(taken) == 2
-    got = {}
-    for r in reqs:
-        chunks = sorted((o for o in outs[r.request_id] if hasattr(o, "pcm")), key=lambda c: c.index)
-        assert outs[r.request_id][-1].error is None
-        got[r.request_id] = (torch.cat(frames[r.request_id]), pcm_from_bytes(b"".join(c.pcm for c in chunks),
-                                                                            r.pcm_format))
-    assert_equals_reference(got, TEXTS)
+    assert_equals_reference(served(reqs, outs, frames), TEXTS)
 
 
 def test_gpu_prefill_on_its_own_stream_beside_the_decode_equals_cpu_reference():
@@ -520,7 +526,6 @@ def test_gpu_prefill_on_its_own_stream_beside_the_decode_equals_cpu_reference():
     on the lane's stream beside those decodes (slots attached on the talker's stream first, their first decode a step
     later behind the lane); every request's codes and audio are the CPU loop's (a missing order between the two
     streams would show as stale or wrong frames)."""
-    from voxflow.audio.io import pcm_from_bytes
     core = EngineCore.from_config(EngineConfig(
         model=os.path.join(TINY, "custom_voice"), device="cuda", dtype="float32", cuda_graphs=True, kernels=True,
         max_num_seqs=8, num_kv_blocks=512, block_size=16, codec_dtype="float32", prefill_stream=True))
@@ -544,13 +549,7 @@ def test_gpu_prefill_on_its_own_stream_beside_the_decode_equals_cpu_reference():
         step += 1
     print(f"prefill steps, streams decoding beside them: {beside}")
     assert any(n > 0 for n in beside)
-    got = {}
-    for r in reqs:
-        chunks = sorted((o for o in outs[r.request_id] if hasattr(o, "pcm")), key=lambda c: c.index)
-        assert outs[r.request_id][-1].error is None
-        got[r.request_id] = (torch.cat(frames[r.request_id]), pcm_from_bytes(b"".join(c.pcm for c in chunks),
-                                                                            r.pcm_format))
-    assert_equals_reference(got, TEXTS)
+    assert_equals_reference(served(reqs, outs, frames), TEXTS)
 
 
 def test_gpu_served_waves_compile_no_triton_kernel_after_startup():
