@@ -198,7 +198,8 @@ archive_results() {
 # benchmarks/results/h100/2026-12-07-session63/call1/serve_log_{i_1,e_1}.txt), out of a call's ~550 s. H100 and
 # H200 are both sm_90 and their cache keys the same (Triton's version, ptxas's, the kernel's source and
 # specialization), so either card's cache serves the other; a changed kernel just misses and compiles.
-#   here, after a call:  bash benchmarks/scripts/device_kernel_cache.sh take DIR   (DIR: the call's files_at)
+#   here, after a call:  bash benchmarks/scripts/device_take_call.sh DIR DEST   (DIR: the call's files_at; it runs
+#                        device_kernel_cache.sh take DIR, and puts the results in DEST)
 #   then carry ".triton_cache" with ".whl" and ".device_tree"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
 KERNEL_CACHE_PARTS=.triton_cache           # the carried folder: triton_cache.tgz.aa, .ab, ... (split under 16 MiB)
