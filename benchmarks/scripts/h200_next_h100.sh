@@ -7,7 +7,8 @@
 #   audio-s/s over 8 / 10 runs, +0.7%, one-sided permutation p 0.15: not yet adopted);  l / m: the codec's SM share
 #   56 / 72 (of 132; auto gives 64; ~10% of a run is talker steps slowed by the codec beside them, session 61);
 #   p: prefill_stream (session 65: a step's prefill on its own stream beside its decode; ~5% of a run is the extra
-#   time of its prefill steps, session 63), with its GPU test after the runs.
+#   time of its prefill steps, session 63), with its GPU test after the runs; q: p with steps of <= 2048 positions
+#   (max_num_batched_tokens; 4096 by default), so that a wave's prefill comes in pieces shorter than a decode step.
 # The codec share alone: RUNS="e_1 l_1 m_1 e_2 l_2 m_2 e_3". e / j alone: RUNS="e_1 j_1 e_2 j_2 ...". e / p alone:
 # RUNS="e_1 p_1 e_2 p_2 ...". report_runs writes ab_0p6b_c64.md: each variant against e (voxflow bench ab).
 set -uo pipefail
@@ -20,10 +21,11 @@ variant() {
     l_*) http_small "$1" --engine-arg codec_sms=56 ;;
     m_*) http_small "$1" --engine-arg codec_sms=72 ;;
     p_*) http_small "$1" --engine-arg prefill_stream=true ;;
+    q_*) http_small "$1" --engine-arg prefill_stream=true --engine-arg max_num_batched_tokens=2048 ;;
     *) http_small "$1" ;;
   esac
 }
-runs=(${RUNS:-e_1 p_1 j_1 l_1 e_2 p_2 j_2 m_1 e_3 p_3})
+runs=(${RUNS:-e_1 p_1 q_1 e_2 p_2 q_2 e_3 p_3 q_3 j_1 l_1 m_1})
 alternate "${UNTIL:-390}" "${runs[@]}"
 # Triton compiles after startup (session 63's 307 ms prefill step): none in served waves, and the watch on this
 # Triton (its compilation listener fires for a real compile)
