@@ -17,6 +17,7 @@ import math
 import os
 import sys
 
+from .ab import METRICS as AB_METRICS
 from .workloads import (LENGTHS, RequestSpec, WorkloadError, describe_prompts, load_prompts, ordered,
                         parse_extra_body, select, unique, unique_tag)
 
@@ -47,8 +48,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--baseline", help="the configuration the others are tested against (default: the first file's)")
     a.add_argument("--group", metavar="REGEX", help="the configuration of a result: the first capture group of REGEX "
                                                     "in its label (default: the label without a trailing _N)")
-    a.add_argument("--metric", default="audio_throughput", choices=["audio_throughput", "ttfp_p50_ms",
-                                                                    "ttfp_p99_ms", "rtf_mean", "e2e_p50_s"])
+    a.add_argument("--metric", default="audio_throughput", choices=list(AB_METRICS),
+                   help="what each run gives (its direction, higher or lower is better, is the metric's own)")
     a.add_argument("--level", help="the level to read (e.g. c=64; default: each file's first)")
     a.add_argument("--mixed-machines", action="store_true",
                    help="compare runs of several machines (their spread then includes the machines')")
