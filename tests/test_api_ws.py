@@ -20,7 +20,7 @@ import pytest
 
 from fastapi import FastAPI
 
-from voxflow.api import routes_voices, routes_ws
+from voxflow.api import routes_voices, routes_ws, ws_session
 from voxflow.api.errors import install_error_handlers
 from voxflow.api.state import AppState, ServerSettings
 from voxflow.api.text_split import SentenceSplitter
@@ -431,7 +431,7 @@ def test_a_session_that_leaves_closes_every_sentences_record(refused, monkeypatc
     error (500). (The gauge counts slots held, and sentence 1 gave its slot back before the session's end closed its
     record: the wait is for the records too.)"""
     from voxflow.api.metrics import Metrics
-    monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.0)
+    monkeypatch.setattr(ws_session, "ADMIT_WAIT_S", 0.0)
     engine = FakeEngine()
     app = make_app(engine, ServerSettings(max_concurrent_requests=1 if refused else 8))
     app.state.vox.metrics = Metrics()

@@ -14,7 +14,7 @@ import websockets
 from fastapi.testclient import TestClient
 
 from voxflow.api import app as api_app
-from voxflow.api import routes_ws
+from voxflow.api import routes_ws, ws_session
 from voxflow.api.app import create_app
 from voxflow.api.metrics import Metrics
 from voxflow.api.state import ServerSettings
@@ -122,7 +122,7 @@ def test_sentence_waits_for_slots_held_by_other_requests():
 def test_sentence_refused_after_the_bounded_wait(monkeypatch):
     """The wait is bounded: a sentence that gets no slot in ADMIT_WAIT_S ends with an error, counted once as a
     rejection (as a 429), not as a request; the sentence after it still plays."""
-    monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.3)
+    monkeypatch.setattr(ws_session, "ADMIT_WAIT_S", 0.3)
     engine, app = busy_app()
 
     async def scenario(c):
@@ -152,7 +152,7 @@ def test_queued_sentences_share_one_bounded_wait(monkeypatch):
     server are all refused about ADMIT_WAIT_S after they came, not six waits one after the other (the session, its
     slot and its idle timer were held that long)."""
     import time
-    monkeypatch.setattr(routes_ws, "ADMIT_WAIT_S", 0.5)
+    monkeypatch.setattr(ws_session, "ADMIT_WAIT_S", 0.5)
     engine, app = busy_app()
 
     async def scenario(c):

@@ -11,7 +11,7 @@ queue but starve it under a steady WebSocket load (someone is always queued). So
 the queue and waits there up to settings.admission_wait_s (serve --admission-wait-s, a few seconds: OpenAI-style
 clients expect a slow answer rather than a 429), then gets its 429 with Retry-After. 0 keeps the old immediate
 429, now also given when others are queued, so that a request never overtakes one that came earlier. A WebSocket
-sentence waits up to routes_ws.ADMIT_WAIT_S, counted from its acceptance.
+sentence waits up to ws_session.ADMIT_WAIT_S, counted from its acceptance.
 
 The order is strict: the head of the queue, when it needs more slots than are free (`acquire(n)` with n > 1; the
 API asks for one at a time), holds back everyone behind it until enough are freed, so a large request is never
@@ -19,7 +19,7 @@ starved by small ones that keep fitting first. The queue holds at most `max_wait
 (settings.max_queued_requests); an HTTP request that would go beyond is refused at once rather than holding its
 connection for nothing (a batch's later items are not refused: each batch has at most one queued at a time).
 WebSocket sentences are never refused for a full queue (their text was accepted; max_ws_sessions x
-routes_ws.MAX_IN_FLIGHT bounds them), so a burst of HTTP requests cannot make accepted sentences fail. The price of
+ws_session.MAX_IN_FLIGHT bounds them), so a burst of HTTP requests cannot make accepted sentences fail. The price of
 strict order: a request of several slots at the head that does not fit yet leaves the slots freed meanwhile idle
 until it fits, which is why a batch asks for its items' slots one at a time.
 

@@ -1,7 +1,7 @@
 """WS /v1/text-to-speech/{voice_id}/stream-input — the ElevenLabs-style text-in / audio-out protocol (§10).
 
 Voice-agent stacks (Pipecat's and LiveKit's ElevenLabs services, the ElevenLabs SDKs) speak this protocol; pointed at
-voxflow's base URL they work unchanged. The session is routes_ws.StreamSession's (sentences generated as the text
+voxflow's base URL they work unchanged. The session is ws_session.StreamSession's (sentences generated as the text
 completes them, pipelined, sent in order; the same server-wide admission, limits and abort on disconnect); only the
 framing differs.
 
@@ -42,7 +42,8 @@ from fastapi import APIRouter, WebSocket
 from voxflow.audio.encode import make_encoder
 
 from .elevenlabs_compat import ProtocolError, language, output_format
-from .routes_ws import _END, MAX_MESSAGE_BYTES, StreamSession, _Job, _UtteranceDone, open_session
+from .routes_ws import open_session
+from .ws_session import _END, MAX_MESSAGE_BYTES, StreamSession, _Job, _UtteranceDone
 
 router = APIRouter()
 
@@ -160,7 +161,7 @@ class ElevenLabsSession(StreamSession):
         if len(pending.strip()) >= threshold and pending[-1:].isspace():
             self._speak_buffer()
 
-    # ---- sending (routes_ws.StreamSession's loop: in sentence order) ----------------------------------------------
+    # ---- sending (ws_session.StreamSession's loop: in sentence order) ----------------------------------------------
     async def run(self) -> None:
         query = self.ws.query_params
         try:

@@ -28,10 +28,10 @@ class ServerSettings:
     max_concurrent_requests: int = 256               # speech requests running at once (admission.py)
     # How long an HTTP request (a batch's first item too) waits in the admission queue for a slot before its 429
     # with Retry-After; 0: refused at once when no slot is free or others are queued. A batch's later items wait
-    # without a deadline (routes_batch.py); WebSocket sentences routes_ws.ADMIT_WAIT_S (they cannot be retried).
+    # without a deadline (routes_batch.py); WebSocket sentences ws_session.ADMIT_WAIT_S (they cannot be retried).
     admission_wait_s: float = 5.0
     # Requests queued (a batch queues its items one at a time) beyond which an HTTP request is refused at once;
-    # WebSocket sentences are never refused for it (bounded by max_ws_sessions x routes_ws.MAX_IN_FLIGHT), nor a
+    # WebSocket sentences are never refused for it (bounded by max_ws_sessions x ws_session.MAX_IN_FLIGHT), nor a
     # batch's later items (its first one was admitted).
     max_queued_requests: int = 2048
     max_batch_items: int = 32                        # items of one POST /v1/audio/speech/batch (vLLM-Omni: 32)
