@@ -100,8 +100,9 @@ def test_the_lane_is_made_on_a_gpu_only_and_not_with_the_decode_first():
     gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert make_prefill_lane(EngineConfig(model="m"), gpu) is None
     assert make_prefill_lane(EngineConfig(model="m", prefill_stream=True), cpu) is None
-    with pytest.raises(ValueError, match="exclude each other"):
-        make_prefill_lane(EngineConfig(model="m", prefill_stream=True, decode_before_prefill=True), gpu)
+    for device in (gpu, cpu):
+        with pytest.raises(ValueError, match="exclude each other"):
+            make_prefill_lane(EngineConfig(model="m", prefill_stream=True, decode_before_prefill=True), device)
 
 
 def test_the_engine_attaches_on_the_talkers_stream_then_prefills_on_the_lane_before_its_decode(monkeypatch):

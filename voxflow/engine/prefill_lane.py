@@ -55,10 +55,11 @@ class PrefillLane:
 
 
 def make_prefill_lane(config, device: torch.device) -> PrefillLane | None:
-    """The lane EngineConfig asks for: on a CUDA device only (a CPU runs everything in order anyway)."""
-    if not config.prefill_stream or device.type != "cuda":
+    """The lane EngineConfig asks for: on a CUDA device only (a CPU runs everything in order anyway); asked for
+    together with decode_before_prefill, an error on any device."""
+    if not config.prefill_stream:
         return None
     if config.decode_before_prefill:
         raise ValueError("prefill_stream and decode_before_prefill exclude each other: with the decode queued "
                          "first, the prefill's stream would wait for it")
-    return PrefillLane(device)
+    return PrefillLane(device) if device.type == "cuda" else None
