@@ -18,7 +18,8 @@ collects those whose PCM has landed. A finished request's final record leaves af
 It is single-threaded and knows nothing of HTTP or asyncio: `inprocess.py` / `process.py` drive it (through
 `core_driving.py`). Around the step loop, in files of their own: how requests come in (`engine_intake.py`: checked,
 their prompts built together, queued), what the steps hand out (`engine_outputs.py`: chunks, final records, resources
-given back), the per-request bookkeeping (`live_request.py`), the loading, graph captures and warm-up requests
+given back), what the host does while it waits for the decode in flight (`engine_waiting.py`), the per-request
+bookkeeping (`live_request.py`), the loading, graph captures and warm-up requests
 (`engine_startup.py`), the step trace (`step_trace.py`), and, when asked, the prefill on a CUDA stream of its own
 beside the decode (`prefill_lane.py`).
 """
@@ -39,6 +40,7 @@ from .engine_intake import RequestIntake
 from .engine_outputs import Output, StepOutputs
 from .engine_startup import check_fp8_pages, kv_pool_blocks, load_core, make_prefill_runner, warm_up
 from .engine_stream import on_engine_stream, talker_stream
+from .engine_waiting import WhileWaiting
 from .gpu_memory import memory_stats
 from .graph_runner import DecodeRunner
 from .inflight import FlagBuffers, InflightDecode
@@ -55,12 +57,7 @@ from .step_trace import StallCounts, StepTrace
 log = logging.getLogger("voxflow.engine")
 
 
-# emit_while_waiting: how long the host sleeps between two polls of the codec while the decode in flight runs (a
-# poll that finds nothing costs a few microseconds; a sleep overshoots by the OS's timer slack, ~50 us on Linux)
-EMIT_POLL_S = 1e-4
-
-
-class EngineCore(RequestIntake, StepOutputs):
+class EngineCore(RequestIntake, StepOutputs, WhileWaiting):
     def __init__(self, model: TTSModel, codec: CodecModel, config: EngineConfig):
         self.model, self.codec, self.config = model, codec, config
         device = torch.device(model.device)
@@ -353,49 +350,6 @@ class EngineCore(RequestIntake, StepOutputs):
         t["launch_decode"] += t2 - t1
         t["prefill"] += t3 - t2
         return launched, t1 + (t3 - t2), t3
-
-    def _take_arrivals_while_waiting(self, event) -> BaseException | None:
-        """EngineConfig.intake_while_waiting: while the decode in flight still runs on the GPU, the driver's
-        `take_arrivals` adds the requests that arrived during this step (their prompts built now, on the host time
-        this wait would idle away; scheduled in the next step, as if taken after this one). Once a step, only when the
-        GPU is busy: the wave of arrivals a closed loop of clients sends built its prompts between steps, ~4-8 ms of
-        host time in which the GPU ran dry (session 61's 0.6B c=64 step traces). An error it raises is returned,
-        for the step to raise once it is whole."""
-        if not (self.config.intake_while_waiting and self.take_arrivals is not None and event is not None
-                and not event.query()):
-            return None
-        started = time.perf_counter()
-        try:
-            self.take_arrivals()
-        except BaseException as e:          # noqa: BLE001 - raised by the step once it is whole
-            return e
-        finally:
-            self._intake_seconds = time.perf_counter() - started
-        return None
-
-    def _emit_while_waiting(self, event) -> BaseException | None:
-        """Until `event` (the decode in flight) completes, while codec calls are in flight: the chunks that land, and
-        the final records of the requests they complete, go out through `emit_early` at once rather than at the end
-        of this step, after the wait; each batch in the order the step's end would have given it. Polled every
-        EMIT_POLL_S. An emit_early that raises ends the polling: its error is returned, for the step to raise once
-        it is whole (its batch is lost, as a step's outputs are when their delivery fails)."""
-        while self.codec_exec.busy and not event.query():
-            outputs: list[Output] = []
-            self._emit_chunks(outputs)
-            self._retire_drained(outputs)
-            if not outputs:
-                time.sleep(EMIT_POLL_S)
-                continue
-            self._early_chunks += sum(isinstance(o, AudioChunk) for o in outputs)
-            self._early_finals += sum(isinstance(o, FinalRecord) for o in outputs)
-            started = time.perf_counter()
-            try:
-                self.emit_early(outputs)
-            except BaseException as e:          # noqa: BLE001 - raised by the step once it is whole
-                return e
-            finally:
-                self._early_seconds += time.perf_counter() - started
-        return None
 
     def _capture_seconds(self) -> float:
         """Seconds spent capturing CUDA graphs so far, by the talker's runners (decode, prefill) and the codec
