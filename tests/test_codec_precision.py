@@ -54,7 +54,7 @@ def test_the_reference_pass_is_plain_pytorch_and_the_copy_runs_the_kernels(monke
         seen.append((next(self.parameters()).dtype, kernels.kernels_enabled()))
         return forward(self, *args, **kwargs)
     monkeypatch.setattr(type(dec), "forward", spying)
-    half_precision_check(dec, torch.float16, frames=4)
+    assert half_precision_check(dec, torch.float16, frames=4)["reference"] == "plain"
     assert seen == [(torch.float32, False), (torch.float16, True)] and kernels.kernels_enabled()
     with pytest.raises(RuntimeError, match="boom"):
         with kernels.kernels_off():
@@ -65,6 +65,28 @@ def test_the_reference_pass_is_plain_pytorch_and_the_copy_runs_the_kernels(monke
     with kernels.kernels_off():
         pass
     assert not kernels.kernels_enabled()
+
+
+def test_a_plain_reference_that_fails_gives_way_to_the_kernels_fp32_decode(monkeypatch, caplog):
+    """Should the plain PyTorch pass fail where the kernels' would not, the check still runs, against the kernels'
+    fp32 decode (as before it had a plain reference), and says so: a server never loses its fp16 codec to it."""
+    from voxflow import kernels
+    monkeypatch.setattr(kernels, "_enabled", True)
+    monkeypatch.setattr(kernels, "_triton_available", lambda: True)
+    dec = random_decoder(seed=7)
+    forward, seen = type(dec).forward, []
+
+    def plain_fails(self, *args, **kwargs):
+        seen.append((next(self.parameters()).dtype, kernels.kernels_enabled()))
+        if not kernels.kernels_enabled():
+            raise RuntimeError("no plain path here")
+        return forward(self, *args, **kwargs)
+    monkeypatch.setattr(type(dec), "forward", plain_fails)
+    with caplog.at_level(logging.WARNING, logger="voxflow.codec"):
+        check = half_precision_check(dec, torch.float16, frames=4)
+    assert check["reference"] == "kernels" and check["finite"] and check["snr_db"] >= AUTO_MIN_SNR_DB
+    assert seen == [(torch.float32, False), (torch.float32, True), (torch.float16, True)]
+    assert "plain fp32 reference failed" in caplog.text and kernels.kernels_enabled()
 
 
 def test_auto_picks_fp16_on_a_gpu_only_when_the_check_passes(caplog):

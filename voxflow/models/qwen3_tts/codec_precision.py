@@ -54,7 +54,8 @@ def snr_db(ref: np.ndarray, x: np.ndarray) -> float:
 def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES, seed: int = CHECK_SEED) -> dict:
     """One-pass decode of `frames` seeded random frames by `decoder` (fp32) and by a `dtype` copy of it:
     {"dtype", "frames", "finite", "identical", "snr_db"} (snr_db None when the copy's output is not finite or is
-    identical: JSON has no infinity). The reference is the plain fp32 one: TF32 off for the check (restored after)
+    identical: JSON has no infinity; "reference": "plain", or "kernels" where the plain pass failed and the
+    kernels' fp32 decode stood in). The reference is the plain fp32 one: TF32 off for the check (restored after)
     and the Triton kernels off for its pass (plain PyTorch), so the copy's kernels are held against it too. Why
     not the kernels in fp32: a fresh machine compiles every kernel at its first use, and the fp32 variants of the
     codec's kernels served nothing else once fp16 was chosen (session 63's first server on a fresh H100 spent 80.8 s
@@ -68,8 +69,15 @@ def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
         with torch.no_grad():
-            with kernels_off():
+            try:
+                with kernels_off():
+                    ref = decoder(codes).float().cpu().numpy()
+                reference = "plain"
+            except Exception as e:  # noqa: BLE001 - the kernels' fp32 decode, as before, rather than no check
+                log.warning("codec check: its plain fp32 reference failed (%s: %s); the kernels' fp32 decode "
+                            "instead", type(e).__name__, e)
                 ref = decoder(codes).float().cpu().numpy()
+                reference = "kernels"
             got = low(codes).float().cpu().numpy()
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
@@ -87,7 +95,7 @@ def half_precision_check(decoder, dtype: torch.dtype, frames: int = CHECK_FRAMES
     identical = snr == math.inf
     snr = None if not finite or identical else round(snr, 2)
     return {"dtype": str(dtype).removeprefix("torch."), "frames": frames, "finite": finite, "identical": identical,
-            "snr_db": snr}
+            "snr_db": snr, "reference": reference}
 
 
 def _passes(check: dict) -> bool:
