@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in sessions 63 and 65; once run, it moves to record/ under the call's name. What h200_next_pick.sh runs
 # on a card that is not an H200 (~560 s on a fresh machine; carry [".whl", ".device_tree"]).
-# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 390 s; ~40 s a run after ~180 s of start), then
-# the GPU tests of Triton compiles while serving and of the prefill's own stream (~90 s):
+# 0.6B c=64 over HTTP in <= 8 GB, alternating until UNTIL (default 360 s; ~40 s a run after ~180 s of start), then
+# the GPU tests of the prefill's own stream, the codec's fp16 check and Triton compiles while serving (<= 150 s):
 #   e: the defaults;  j: intake_while_waiting + emit_while_waiting (session 63 on one H100: 778.6 against 773.4
 #   audio-s/s over 8 / 10 runs, +0.7%, one-sided permutation p 0.15: not yet adopted);  l / m: the codec's SM share
 #   56 / 72 (of 132; auto gives 64; ~10% of a run is talker steps slowed by the codec beside them, session 61);
@@ -26,12 +26,15 @@ variant() {
   esac
 }
 runs=(${RUNS:-e_1 p_1 q_1 e_2 p_2 q_2 e_3 p_3 q_3 j_1 l_1 m_1})
-alternate "${UNTIL:-390}" "${runs[@]}"
-# Triton compiles after startup (session 63's 307 ms prefill step): none in served waves, and the watch on this
+alternate "${UNTIL:-360}" "${runs[@]}"
+# GPU tests, in this order (what the timeout cuts is the last): the prefill's own stream against the CPU loop (session
+# 65; p's and q's runs mean nothing if it fails); the codec's fp16 check against its plain fp32 reference (session
+# 65); no Triton compile after startup in served waves (session 63's 307 ms prefill step), and the watch on this
 # Triton (its compilation listener fires for a real compile)
-# and the prefill's own stream against the CPU loop (session 65; p's runs mean nothing if it fails)
-gpu_tests 120 -s tests/gpu/test_gpu_engine.py::test_gpu_served_waves_compile_no_triton_kernel_after_startup \
+gpu_tests 150 -s \
   tests/gpu/test_gpu_engine.py::test_gpu_prefill_on_its_own_stream_beside_the_decode_equals_cpu_reference \
+  tests/gpu/test_gpu_codec.py::test_gpu_fp16_check_holds_the_fp16_kernels_against_the_plain_fp32_decode \
+  tests/gpu/test_gpu_engine.py::test_gpu_served_waves_compile_no_triton_kernel_after_startup \
   tests/test_kernel_compiles.py
 pack_results
 grep -H "ran dry" "$R"/*.md

@@ -602,3 +602,16 @@ def test_activations_in_the_convolutions_epilogues_keep_the_audio(dec, monkeypat
     result = measure(dec, torch.float16, 150, seed=0)
     print(level, subpixel, result)
     assert result["cuda_graphs"] and result["snr_db"] is not None and result["snr_db"] >= FP16_MIN_SNR_DB, result
+
+
+def test_gpu_fp16_check_holds_the_fp16_kernels_against_the_plain_fp32_decode(dec):
+    """codec_dtype="auto" (codec_precision.py) on the GPU: the check's fp32 reference is the plain PyTorch decode
+    (the kernels off: no fp32 codec kernel compiled for it alone, since session 65), the fp16 copy runs the kernels,
+    and the real-size decoder passes at fp16's level (session 63's servers: 45.84 dB against the kernels' fp32
+    decode; 40 dB leaves room for the plain reference's own rounding and still fails a broken fp16 path)."""
+    from voxflow.models.qwen3_tts.codec_precision import resolve_codec_dtype
+    chosen, report = resolve_codec_dtype("auto", dec)
+    print(report)
+    check = report["check"]
+    assert chosen == "float16" and check["reference"] == "plain"
+    assert check["finite"] and check["snr_db"] is not None and check["snr_db"] >= 40.0
