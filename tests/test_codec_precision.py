@@ -40,10 +40,9 @@ def test_fp16_check_passes_a_healthy_decoder_and_fails_one_that_overflows():
         half_precision_check(broken, torch.float16, frames=4)
 
 
-def test_the_reference_pass_is_plain_pytorch_and_the_copy_runs_the_kernels(monkeypatch):
-    """The check's fp32 reference runs with the Triton kernels off (nothing compiled for a precision the codec will
-    not serve; the fp16 kernels held against plain PyTorch); the switch is as it was after, also when a pass
-    raises."""
+def spied_decoder(monkeypatch, plain_fails: bool = False):
+    """(the random decoder, the list its passes append (parameter dtype, kernels on?) to), with the kernels' switch on
+    as on a GPU (the decoder still runs its CPU path); plain_fails: a pass with the kernels off raises."""
     from voxflow import kernels
     monkeypatch.setattr(kernels, "_enabled", True)
     monkeypatch.setattr(kernels, "_triton_available", lambda: True)
@@ -52,8 +51,19 @@ def test_the_reference_pass_is_plain_pytorch_and_the_copy_runs_the_kernels(monke
 
     def spying(self, *args, **kwargs):
         seen.append((next(self.parameters()).dtype, kernels.kernels_enabled()))
+        if plain_fails and not kernels.kernels_enabled():
+            raise RuntimeError("no plain path here")
         return forward(self, *args, **kwargs)
     monkeypatch.setattr(type(dec), "forward", spying)
+    return dec, seen
+
+
+def test_the_reference_pass_is_plain_pytorch_and_the_copy_runs_the_kernels(monkeypatch):
+    """The check's fp32 reference runs with the Triton kernels off (nothing compiled for a precision the codec will
+    not serve; the fp16 kernels held against plain PyTorch); the switch is as it was after, also when a pass
+    raises."""
+    from voxflow import kernels
+    dec, seen = spied_decoder(monkeypatch)
     assert half_precision_check(dec, torch.float16, frames=4)["reference"] == "plain"
     assert seen == [(torch.float32, False), (torch.float16, True)] and kernels.kernels_enabled()
     with pytest.raises(RuntimeError, match="boom"):
@@ -71,17 +81,7 @@ def test_a_plain_reference_that_fails_gives_way_to_the_kernels_fp32_decode(monke
     """Should the plain PyTorch pass fail where the kernels' would not, the check still runs, against the kernels'
     fp32 decode (as before it had a plain reference), and says so: a server never loses its fp16 codec to it."""
     from voxflow import kernels
-    monkeypatch.setattr(kernels, "_enabled", True)
-    monkeypatch.setattr(kernels, "_triton_available", lambda: True)
-    dec = random_decoder(seed=7)
-    forward, seen = type(dec).forward, []
-
-    def plain_fails(self, *args, **kwargs):
-        seen.append((next(self.parameters()).dtype, kernels.kernels_enabled()))
-        if not kernels.kernels_enabled():
-            raise RuntimeError("no plain path here")
-        return forward(self, *args, **kwargs)
-    monkeypatch.setattr(type(dec), "forward", plain_fails)
+    dec, seen = spied_decoder(monkeypatch, plain_fails=True)
     with caplog.at_level(logging.WARNING, logger="voxflow.codec"):
         check = half_precision_check(dec, torch.float16, frames=4)
     assert check["reference"] == "kernels" and check["finite"] and check["snr_db"] >= AUTO_MIN_SNR_DB
