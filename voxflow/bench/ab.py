@@ -122,11 +122,12 @@ def ab_table(paths: list[str], metric: str = "audio_throughput", level: str | No
     if len(machines) > 1 and not mixed_machines:
         raise ABError("these results come from several machines (" + "; ".join(machines) + "): compare runs of one "
                       "machine (or pass --mixed-machines)")
+    first_group = runs[0][1]                    # the first file's configuration (the default baseline)
     runs.sort(key=lambda r: r[0])               # run order
     groups: dict[str, list[float]] = {}
     for _, g, v, *_ in runs:
         groups.setdefault(g, []).append(v)
-    base = baseline if baseline is not None else group_of(load_result(paths[0]), paths[0], group)
+    base = baseline if baseline is not None else first_group
     if base not in groups:
         raise ABError(f"no results of the baseline {base!r} (groups: {', '.join(groups)})")
     better = "higher" if direction == "higher" else "lower"
